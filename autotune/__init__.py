@@ -1,0 +1,17 @@
+"""autotune: measured performance tuning for PyTorch training.
+
+Importing this package is cheap: torch, Ray, MLflow and Optuna load only when a
+command or function needs them.
+"""
+
+from autotune.workload import Workload
+
+__version__ = "0.1.0"
+__all__ = ["Workload", "load_config", "__version__"]
+
+
+def load_config(path):
+    """Load an exported best_config.yaml as a `TunedConfig` for production code."""
+    from autotune.export import load_config as _load
+
+    return _load(path)

@@ -1,0 +1,438 @@
+"""The search: Optuna chooses (RDB storage in the run dir, resumable), Ray Tune runs
+each trial, each trial runs in a fresh process (`python -m autotune.trial`).
+
+Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and
+the CUDA allocator are process state, and a reused process would carry them from
+one trial into the next. The Ray actor is the trial's resource reservation; the
+child process is its clean room, killed with its loader workers on timeout.
+
+Only the driver writes MLflow, trials.csv and best_config.yaml, as each trial's
+result arrives (a Ray Tune callback), so what finished is on disk at once.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from autotune import export, tracking
+from autotune import knobs as K
+from autotune import workload as W
+from autotune.spec import Spec, SpecError
+from ray.tune.search.optuna import OptunaSearch
+
+METRIC = "samples_per_s"
+
+
+@dataclass
+class TrialRecord:
+    """One finished trial, as the driver saw it."""
+
+    number: int
+    status: str  # ok | oom | error | timeout
+    knobs: dict[str, Any]
+    metrics: dict[str, float]
+    is_baseline: bool = False
+    error_type: str | None = None
+    error: str | None = None
+    trial_dir: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # host, device, wall time
+    speedup: float | None = None
+    mlflow_run_id: str | None = None
+
+    @property
+    def throughput(self) -> float | None:
+        return self.metrics.get(METRIC) if self.status == "ok" else None
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "trial": self.number, "status": self.status, "baseline": self.is_baseline,
+            **self.knobs, **self.metrics, "speedup": self.speedup, **self.info,
+            "error_type": self.error_type, "error": self.error, "mlflow_run_id": self.mlflow_run_id,
+        }
+
+
+@dataclass
+class SearchResult:
+    run_dir: Path
+    space: K.Space
+    device: K.Device
+    records: list[TrialRecord]
+    baseline: TrialRecord | None
+    best: TrialRecord | None
+    wall_s: float
+    paths: dict[str, Path]
+    stopped_reason: str | None = None
+
+
+# --- the trial, inside a Ray worker ---------------------------------------------
+
+
+def run_trial_process(trial_config: dict, trial_dir: Path, timeout_s: float, env: dict[str, str]) -> dict:
+    """Run `python -m autotune.trial` in its own session; kill its whole process
+    group (loader workers included) at the timeout."""
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "config.json").write_text(json.dumps(trial_config, indent=2) + "\n")
+    out = trial_dir / "result.json"
+    started = time.perf_counter()
+    with open(trial_dir / "trial.log", "w") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
+            cwd=trial_dir, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+        )
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except BaseException:  # Ray cancelled the trial: take the process group with us
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    wall = time.perf_counter() - started
+    if proc.returncode == -signal.SIGKILL and not out.exists():
+        result = {"status": "timeout", "error_type": "Timeout", "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
+    elif out.exists():
+        result = json.loads(out.read_text())
+    else:
+        tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
+        result = {"status": "error", "error_type": "TrialProcessDied",
+                  "error": f"trial process exited with code {proc.returncode}: {tail[-1] if tail else 'no output'}"}
+    result["trial_wall_s"] = wall
+    return result
+
+
+def _trainable(config: dict, settings: dict) -> None:
+    from ray import tune
+
+    number = config["trial_number"]
+    trial_config = {
+        "workload": settings["workload"],
+        "knobs": {k: config[k] for k in K.KNOBS},
+        "warmup_steps": settings["warmup_steps"],
+        "measure_steps": settings["measure_steps"],
+        "min_window_s": settings["min_window_s"],
+        "device": settings["device"],
+        "cpus": settings["cpus_fn"](config),
+        "seed": settings["seed"],
+    }
+    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (settings["user_cwd"], env.get("PYTHONPATH")) if p)
+    # compile caches per trial: a warm cache from an earlier trial would hide compile time
+    env["TORCHINDUCTOR_CACHE_DIR"] = str(trial_dir / "inductor-cache")
+    env["TRITON_CACHE_DIR"] = str(trial_dir / "triton-cache")
+    env["AUTOTUNE_WATCH_PARENT"] = "1"
+    result = run_trial_process(trial_config, trial_dir, settings["timeout_s"], env)
+    for cache in ("inductor-cache", "triton-cache"):
+        subprocess.run(["rm", "-rf", str(trial_dir / cache)], check=False)
+    flat = {
+        "trial_number": number,
+        "status": result.get("status", "error"),
+        "error_type": result.get("error_type"),
+        "error": result.get("error"),
+        "trial_dir": str(trial_dir),
+        "host": result.get("host"),
+        "device_type": (result.get("device") or {}).get("type"),
+        "device_name": (result.get("device") or {}).get("name"),
+        "torch": result.get("torch"),
+        "trial_wall_s": result["trial_wall_s"],
+        **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
+    }
+    if flat["status"] == "ok":
+        flat[METRIC] = result["metrics"][METRIC]
+    tune.report(flat)
+
+
+class _Searcher(OptunaSearch):
+    """Failed trials (OOM, error, timeout) are FAIL in Optuna, not PRUNED, and
+    carry their status and error as user attributes."""
+
+    def on_trial_complete(self, trial_id, result=None, error=False):
+        failed = error or not result or result.get("status") != "ok"
+        if trial_id in self._ot_trials and result:
+            ot_trial = self._ot_trials[trial_id]
+            ot_trial.set_user_attr("status", result.get("status", "error"))
+            if result.get("error"):
+                ot_trial.set_user_attr("error", f"{result.get('error_type')}: {result['error']}"[:1000])
+        super().on_trial_complete(trial_id, None if failed else result, error=failed)
+
+
+# --- the driver -------------------------------------------------------------------
+
+
+class _DefineByRun:
+    """The Optuna define-by-run space: sample the searched knobs, pass the fixed
+    ones through, and tag the config with the Optuna trial number. A class, not
+    a closure, because Ray Tune pickles the searcher."""
+
+    def __init__(self, search: dict[str, list], fixed: dict[str, Any]):
+        self.search, self.fixed = search, fixed
+
+    def __call__(self, trial):
+        for name, values in self.search.items():
+            trial.suggest_categorical(name, values)
+        return {**self.fixed, "trial_number": trial.number}
+
+
+def _make_searcher(space: K.Space, spec: Spec, storage_url: str, enqueue_baseline: bool):
+    import optuna
+
+    define_by_run = _DefineByRun(space.search, {k: v for k, v in space.baseline.items() if k not in space.search})
+    seed = spec.search.seed
+    sampler = {
+        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
+        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
+        "grid": lambda: optuna.samplers.GridSampler(space.search, seed=seed),
+    }[spec.search.sampler]()
+    baseline_point = {k: space.baseline[k] for k in space.search}
+    return _Searcher(
+        space=define_by_run, metric=METRIC, mode="max", sampler=sampler, study_name=spec.name,
+        storage=optuna.storages.RDBStorage(storage_url),
+        points_to_evaluate=[baseline_point] if enqueue_baseline else None,
+    )
+
+
+def _detect_device(spec: Spec) -> K.Device:
+    """The device trials will run on, and the CPUs of the largest node."""
+    import ray
+
+    cpus = int(max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=os.cpu_count() or 1))
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if spec.resources.device == "cpu" or (spec.resources.device == "auto" and gpus == 0):
+        return K.Device("cpu", cpus, "cpu")
+    if gpus == 0:
+        raise SpecError("resources.device: `cuda` requested but the Ray cluster has no GPU")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def probe():
+        import torch
+
+        return torch.cuda.get_device_name(), tuple(torch.cuda.get_device_capability())
+
+    name, capability = ray.get(probe.remote())
+    return K.Device("cuda", cpus, name, capability)
+
+
+def _init_ray(address: str | None) -> bool:
+    """Connect to `address`, or start a local Ray bound to 127.0.0.1. Returns
+    whether this call started Ray (and so should stop it)."""
+    import ray
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # autotune prints its own table
+    if address is None:
+        # a local search is not reachable from the network (DESIGN.md facts)
+        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    return True
+
+
+class _Recorder:
+    """Ray Tune callback: turns each finished trial into a record, writes it
+    everywhere at once, and tells the caller."""
+
+    def __init__(self, tracker, baseline_knobs, records, csv_path, on_trial):
+        self.tracker, self.baseline_knobs, self.records = tracker, baseline_knobs, records
+        self.csv_path, self.on_trial = csv_path, on_trial
+        self.baseline_failed: TrialRecord | None = None
+
+    def baseline(self) -> TrialRecord | None:
+        return next((r for r in self.records if r.is_baseline), None)
+
+    def add(self, config: dict, result: dict | None, ray_error: str | None = None) -> None:
+        result = result or {}
+        knobs = {k: config[k] for k in K.KNOBS}
+        status = result.get("status") or "error"
+        record = TrialRecord(
+            number=config["trial_number"],
+            status=status,
+            knobs=knobs,
+            metrics={k[2:]: v for k, v in result.items() if k.startswith("m/") and v is not None},
+            is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
+            error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
+            error=result.get("error") or ray_error,
+            trial_dir=result.get("trial_dir"),
+            info={k: result.get(k) for k in ("host", "device_type", "device_name", "torch", "trial_wall_s") if result.get(k) is not None},
+        )
+        base = self.baseline()
+        if record.is_baseline:
+            base = record
+            if status != "ok":
+                self.baseline_failed = record
+        if base and base.throughput and record.throughput:
+            record.speedup = record.throughput / base.throughput
+            record.metrics["speedup_x"] = record.speedup
+        self.records.append(record)
+        record.mlflow_run_id = self.tracker.log_trial(record)
+        write_csv(self.records, self.csv_path)
+        if self.on_trial:
+            self.on_trial(record)
+
+    def callback(self):
+        from ray import tune
+
+        recorder = self
+
+        class Callback(tune.Callback):
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                recorder.add(trial.config, trial.last_result)
+
+            def on_trial_error(self, iteration, trials, trial, **info):
+                error = trial.get_pickled_error() if hasattr(trial, "get_pickled_error") else None
+                recorder.add(trial.config, trial.last_result, ray_error=str(error or "the Ray trial failed"))
+
+        return Callback()
+
+    def stopper(self):
+        from ray import tune
+
+        recorder = self
+
+        class StopOnBaselineFailure(tune.Stopper):
+            def __call__(self, trial_id, result):
+                return False
+
+            def stop_all(self):
+                return recorder.baseline_failed is not None
+
+        return StopOnBaselineFailure()
+
+
+def write_csv(records: list[TrialRecord], path: Path) -> None:
+    import pandas as pd
+
+    tmp = path.with_suffix(".csv.tmp")
+    pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)]).to_csv(tmp, index=False)
+    tmp.replace(path)
+
+
+def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None) -> SearchResult:
+    """Run a search to its end (trial count, time budget, or a failed baseline)."""
+    started = time.perf_counter()
+    run_dir = spec.resolved_output_dir().resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    user_cwd = os.getcwd()
+    if user_cwd not in sys.path:
+        sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
+    try:
+        workload = W.load(spec.workload.ref, spec.workload.args)
+    except W.WorkloadError as e:
+        raise SpecError(f"workload: {e}") from e
+    baseline = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
+    baseline = {**K.pytorch_defaults(workload.batch_size), **baseline}
+
+    started_ray = _init_ray(spec.resources.ray_address)
+    try:
+        device = _detect_device(spec)
+        space = K.resolve_space(spec.search_space.lists(), baseline, device)
+        if not space.search:
+            raise SpecError(
+                "search_space: nothing to search on this device; every knob is fixed: "
+                + "; ".join(f"{k} ({why})" for k, why in space.fixed.items())
+            )
+        (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
+        return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
+    finally:
+        if started_ray:
+            import ray
+
+            ray.shutdown()
+
+
+def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial) -> SearchResult:
+    from ray import tune
+
+    cuda = device.type == "cuda"
+    cpus_per_trial = spec.resources.cpus_per_trial
+    gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (1 if cuda else 0)
+
+    def cpus_fn(config) -> int:
+        # with a GPU: the loader workers + the main process; on a CPU host the
+        # trial owns every CPU and trials run one at a time
+        if cpus_per_trial:
+            return cpus_per_trial
+        return min(config["num_workers"] + 1, device.cpus) if cuda else device.cpus
+
+    storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
+    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
+             "optuna_storage": run_dir / "optuna.db", "mlflow_uri": spec.tracking.uri or tracking.default_uri(run_dir)}
+    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name)
+    tracker.log_search(
+        params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
+                **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
+                "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
+        tags={"device": f"{device.type}:{device.name}",
+              **{f"fixed.{k}": why for k, why in space.fixed.items()}},
+    )
+    records: list[TrialRecord] = []
+    recorder = _Recorder(tracker, space.baseline, records, paths["trials_csv"], on_trial)
+    if on_start:
+        on_start(device, space, run_dir)
+
+    settings = {
+        "workload": {"factory": spec.workload.ref, "args": spec.workload.args},
+        "warmup_steps": spec.trial.warmup_steps, "measure_steps": spec.trial.measure_steps,
+        "min_window_s": spec.trial.min_window_s,        "timeout_s": spec.trial.timeout_s, "device": device.type, "seed": spec.search.seed,
+        "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn,
+    }
+    trainable = tune.with_resources(
+        tune.with_parameters(_trainable, settings=settings),
+        lambda config: {"cpu": cpus_fn(config), "gpu": gpus_per_trial},
+    )
+    n_trials = spec.search.n_trials
+    if spec.search.sampler == "grid":
+        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
+    tuner = tune.Tuner(
+        trainable,
+        tune_config=tune.TuneConfig(
+            search_alg=_make_searcher(space, spec, storage_url, enqueue_baseline=True),
+            num_samples=n_trials,
+            max_concurrent_trials=None if cuda else 1,
+            time_budget_s=spec.search.time_budget_s,
+        ),
+        run_config=tune.RunConfig(
+            name="ray", storage_path=str(run_dir), verbose=0, callbacks=[recorder.callback()],
+            stop=recorder.stopper(), failure_config=tune.FailureConfig(max_failures=0),
+        ),
+    )
+    tuner.fit()
+
+    baseline = recorder.baseline()
+    if baseline and baseline.throughput:  # trials that finished before the baseline did
+        for r in records:
+            if r.throughput and r.speedup is None:
+                r.speedup = r.metrics["speedup_x"] = r.throughput / baseline.throughput
+                tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
+        write_csv(records, paths["trials_csv"])
+    ok = [r for r in records if r.throughput]
+    best = max(ok, key=lambda r: r.throughput) if ok else None
+    stopped = None
+    if recorder.baseline_failed:
+        stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"
+    wall = time.perf_counter() - started
+    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped)
+    summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok)}
+    if baseline and baseline.throughput and best:
+        export.write_best_config(result, spec, paths["best_config"])
+        summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
+                       speedup_x=best.throughput / baseline.throughput)
+    tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml"],
+                   status="FAILED" if stopped else "FINISHED")
+    return result
+
+
+def _dump_yaml(data) -> str:
+    import yaml
+
+    return yaml.safe_dump(data, sort_keys=False)

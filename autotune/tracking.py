@@ -1,0 +1,89 @@
+"""MLflow: one parent run per search, one nested run per trial.
+
+Params are the knobs, metrics carry their units in their names, tags hold the
+status and failure reason. Only the driver writes to MLflow, so trials on other
+hosts need no access to the store.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from autotune import __version__
+
+STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING"}  # every other status: FAILED
+
+
+def default_uri(run_dir: Path) -> str:
+    return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+
+
+class Tracker:
+    """Writes a search to MLflow through MlflowClient (no global active run)."""
+
+    def __init__(self, uri: str, experiment: str, run_dir: Path, search_name: str, parent_run_id: str | None = None):
+        from mlflow.tracking import MlflowClient
+
+        self.uri = uri
+        self.client = MlflowClient(tracking_uri=uri)
+        exp = self.client.get_experiment_by_name(experiment)
+        if exp is not None:
+            self.experiment_id = exp.experiment_id
+        else:
+            # local store: artifacts beside it in the run dir, not in the cwd's ./mlruns
+            location = None if uri.startswith("http") else (run_dir / "mlartifacts").resolve().as_uri()
+            self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        if parent_run_id is None:
+            run = self.client.create_run(
+                self.experiment_id,
+                run_name=search_name,
+                tags={"autotune.role": "search", "autotune.version": __version__, "autotune.run_dir": str(run_dir.resolve())},
+            )
+            parent_run_id = run.info.run_id
+        self.parent_run_id = parent_run_id
+
+    def log_search(self, params: dict[str, Any], tags: dict[str, str]) -> None:
+        self._log(self.parent_run_id, params=params, tags=tags)
+
+    def log_trial(self, record) -> str:
+        """A nested run for one finished trial; returns its run id."""
+        run = self.client.create_run(
+            self.experiment_id,
+            run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
+            tags={"mlflow.parentRunId": self.parent_run_id, "autotune.role": "trial"},
+        )
+        run_id = run.info.run_id
+        tags = {"status": record.status, "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
+        if record.error:
+            tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
+        for key in ("host", "device_type", "device_name"):
+            if record.info.get(key):
+                tags[key] = str(record.info[key])
+        self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)
+        if record.trial_dir and Path(record.trial_dir).is_dir():
+            self.client.log_artifacts(run_id, str(record.trial_dir), artifact_path="trial")
+        self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"))
+        return run_id
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        self._log(run_id, metrics=metrics)
+
+    def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED") -> None:
+        self._log(self.parent_run_id, metrics=metrics)
+        for path in artifacts:
+            if path.exists():
+                self.client.log_artifact(self.parent_run_id, str(path))
+        self.client.set_terminated(self.parent_run_id, status=status)
+
+    def _log(self, run_id, params=None, metrics=None, tags=None) -> None:
+        from mlflow.entities import Metric, Param, RunTag
+
+        now = int(time.time() * 1000)
+        self.client.log_batch(
+            run_id,
+            metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None],
+            params=[Param(k, str(v)) for k, v in (params or {}).items()],
+            tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
+        )

@@ -1,0 +1,100 @@
+"""The workload contract, and loading a workload factory ("pkg.module:fn").
+
+A factory returns the *pieces* of a training job, not a loop: autotune owns the
+training step, because it must apply the knobs (loader, copies, memory format,
+autocast, zero_grad). A step is:
+
+    batch = to_device(next(loader)); batch = preprocess(batch)
+    with autocast: loss = workload.loss(model, batch)
+    backward; optimizer.step(); optimizer.zero_grad(set_to_none=...)
+
+Batches may be tensors, tuples, lists or dicts (nested).
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import Any, Callable
+
+BUILTINS = {
+    "tiny_cnn": "trials.tiny_cnn:make_workload",
+    "resnet18_cifar": "trials.resnet18_cifar:make_workload",
+    "jpeg_pipeline": "trials.jpeg_pipeline:make_workload",
+}
+
+
+class WorkloadError(Exception):
+    """A workload reference or factory that cannot be used; the message says why."""
+
+
+@dataclass
+class Workload:
+    """What a workload factory returns."""
+
+    model: Callable[[], Any]
+    """Builds a fresh `torch.nn.Module` (on the CPU; autotune moves it)."""
+    dataset: Any
+    """A map-style `torch.utils.data.Dataset` (samples are read in random order)."""
+    loss: Callable[[Any, Any], Any]
+    """`loss(model, batch) -> scalar tensor`, with `batch` already on the device."""
+    batch_size: int
+    """The batch size the user trains with today (the baseline's)."""
+    optimizer: Callable[[Any], Any] | None = None
+    """`optimizer(params) -> torch.optim.Optimizer`; default SGD(lr=0.01, momentum=0.9)."""
+    collate_fn: Callable | None = None
+    """DataLoader collate_fn; default torch's."""
+    preprocess: Callable[[Any], Any] | None = None
+    """On-device preprocessing of a batch, e.g. uint8 -> normalized float on the GPU."""
+    count_samples: Callable[[Any], int] | None = None
+    """Samples in a batch; default: the first dimension of the batch's first tensor."""
+
+    def build_optimizer(self, params):
+        if self.optimizer is not None:
+            return self.optimizer(params)
+        import torch
+
+        return torch.optim.SGD(params, lr=0.01, momentum=0.9)
+
+
+def resolve(ref: str) -> Callable[..., Workload]:
+    """A built-in name or "pkg.module:function" -> the factory function."""
+    target = BUILTINS.get(ref, ref)
+    if ":" not in target:
+        raise WorkloadError(
+            f"workload `{ref}` is neither a built-in ({', '.join(BUILTINS)}) nor a factory path `pkg.module:function`"
+        )
+    module_name, _, attr = target.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as e:  # the user's module may fail in any way while importing
+        raise WorkloadError(f"workload factory `{target}`: cannot import `{module_name}`: {type(e).__name__}: {e}") from e
+    factory = getattr(module, attr, None)
+    if not callable(factory):
+        raise WorkloadError(f"workload factory `{target}`: `{module_name}` has no function `{attr}`")
+    return factory
+
+
+def load(ref: str, args: dict[str, Any] | None = None) -> Workload:
+    """Call the factory with `args` and check that it returned a Workload."""
+    factory = resolve(ref)
+    try:
+        workload = factory(**(args or {}))
+    except TypeError as e:
+        raise WorkloadError(f"workload factory `{ref}` rejected its args {args or {}}: {e}") from e
+    if not isinstance(workload, Workload):
+        raise WorkloadError(
+            f"workload factory `{ref}` returned {type(workload).__name__}; it must return autotune.Workload"
+        )
+    if not isinstance(workload.batch_size, int) or workload.batch_size < 1:
+        raise WorkloadError(f"workload factory `{ref}`: batch_size must be a positive int, got {workload.batch_size!r}")
+    return workload
+
+
+def count_samples(workload: Workload, batch) -> int:
+    if workload.count_samples is not None:
+        return int(workload.count_samples(batch))
+    first = batch
+    while isinstance(first, (tuple, list, dict)):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    return int(first.shape[0])

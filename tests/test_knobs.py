@@ -1,0 +1,137 @@
+"""Each knob, applied for real by the trial's `prepare`, shows its effect."""
+
+import pytest
+import torch
+
+from autotune import knobs as K
+from autotune.trial import prepare
+from tests.workloads import make_recording
+
+CPU = K.Device("cpu", 2)
+
+
+def run_steps(n=2, **overrides):
+    knobs = {**K.pytorch_defaults(8), **overrides}
+    session = prepare(make_recording(), knobs, CPU, steps=n)
+    batches = iter(session.loader)
+    for _ in range(n):
+        session.step(next(batches))
+    return session
+
+
+@pytest.fixture(autouse=True)
+def restore_flags():
+    yield
+    torch.backends.cudnn.benchmark = False
+    torch.set_float32_matmul_precision("highest")
+
+
+def test_num_workers_loads_batches_in_worker_processes():
+    session = run_steps(num_workers=2)
+    assert session.loader.num_workers == 2
+    worker_ids = {int(w) for _, _, ids in session.loader for w in ids}
+    assert worker_ids <= {0, 1} and worker_ids
+
+
+def test_num_workers_zero_loads_in_the_main_process():
+    session = run_steps(num_workers=0)
+    assert {int(w) for _, _, ids in session.loader for w in ids} == {-1}
+
+
+def test_pin_memory_reaches_the_dataloader():
+    assert run_steps(pin_memory=True).loader.pin_memory is True
+    assert run_steps(pin_memory=False).loader.pin_memory is False
+
+
+def test_batch_size_is_what_forward_sees():
+    session = run_steps(batch_size=16)
+    assert session.loader.batch_size == 16
+    assert {s["batch"] for s in session.model.seen} == {16}
+
+
+def test_bf16_autocast_is_active_inside_forward():
+    seen = run_steps(precision="bf16-mixed").model.seen
+    assert all(s["autocast"] and s["autocast_dtype"] == torch.bfloat16 for s in seen)
+
+
+def test_fp32_runs_without_autocast():
+    assert not any(s["autocast"] for s in run_steps(precision="32-true").model.seen)
+    assert torch.get_float32_matmul_precision() == "highest"
+
+
+def test_tf32_sets_matmul_precision():
+    K.apply_backend_flags({**K.pytorch_defaults(8), "precision": "tf32"})
+    assert torch.get_float32_matmul_precision() == "high"
+    assert torch.backends.cudnn.allow_tf32
+
+
+def test_fp16_gets_a_grad_scaler_and_others_none():
+    assert isinstance(K.grad_scaler({"precision": "16-mixed"}, "cuda"), torch.amp.GradScaler)
+    assert K.grad_scaler({"precision": "bf16-mixed"}, "cpu") is None
+
+
+def test_set_to_none_leaves_no_grads_after_the_step():
+    session = run_steps(set_to_none=True)
+    assert all(p.grad is None for p in session.model.parameters())
+
+
+def test_set_to_none_off_leaves_zeroed_grads():
+    session = run_steps(set_to_none=False)
+    grads = [p.grad for p in session.model.parameters()]
+    assert all(g is not None and torch.count_nonzero(g) == 0 for g in grads)
+
+
+def test_channels_last_converts_weights_and_inputs():
+    session = run_steps(channels_last=True)
+    weight = session.model.conv.weight
+    assert weight.is_contiguous(memory_format=torch.channels_last) and not weight.is_contiguous()
+    assert all(s["channels_last"] for s in session.model.seen)
+
+
+def test_contiguous_by_default():
+    session = run_steps(channels_last=False)
+    assert session.model.conv.weight.is_contiguous()
+    assert not any(s["channels_last"] for s in session.model.seen)
+
+
+def test_cudnn_benchmark_flag_is_set():
+    run_steps(cudnn_benchmark=True)
+    assert torch.backends.cudnn.benchmark is True
+    run_steps(cudnn_benchmark=False)
+    assert torch.backends.cudnn.benchmark is False
+
+
+@pytest.mark.timeout(240)
+def test_compile_wraps_the_model_and_trains(tmp_path, monkeypatch):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    session = run_steps(n=2, compile="default")
+    assert isinstance(session.model, torch._dynamo.eval_frame.OptimizedModule)
+    assert session.model._orig_mod.seen  # forward ran (traced, then compiled)
+
+
+def test_resolve_space_on_cpu_fixes_gpu_only_knobs_and_says_why():
+    lists = {"pin_memory": [False, True], "cudnn_benchmark": [False, True],
+             "precision": ["32-true", "tf32", "bf16-mixed", "16-mixed"],
+             "compile": ["none", "reduce-overhead"], "num_workers": [0, 2, 8], "batch_size": [64, 128]}
+    space = K.resolve_space(lists, K.pytorch_defaults(32), CPU)
+    assert space.search == {"precision": ["32-true", "bf16-mixed"], "num_workers": [0, 2], "batch_size": [32, 64, 128]}
+    assert space.fixed["pin_memory"] == "pinned memory only speeds host-to-GPU copies; no CUDA device"
+    assert space.fixed["cudnn_benchmark"] == "cuDNN runs only on CUDA devices; no CUDA device"
+    assert space.fixed["compile"] == "reduce-overhead captures CUDA graphs; no CUDA device"
+    assert space.fixed["set_to_none"] == "not in the search space"
+    assert "num_workers=8: only 2 CPUs per trial host" in space.dropped
+
+
+def test_resolve_space_on_a_gpu_keeps_them():
+    lists = {"pin_memory": [False, True], "precision": ["32-true", "tf32", "16-mixed"]}
+    space = K.resolve_space(lists, K.pytorch_defaults(32), K.Device("cuda", 8, "H100", (9, 0)))
+    assert space.search == {"pin_memory": [False, True], "precision": ["32-true", "tf32", "16-mixed"]}
+    old = K.resolve_space({"precision": ["32-true", "bf16-mixed"]}, K.pytorch_defaults(32), K.Device("cuda", 8, "V100", (7, 0)))
+    assert old.fixed["precision"] == "bf16-mixed needs compute capability >= 8.0 (this GPU: 7.0)"
+
+
+def test_unavailable_baseline_value_falls_back_to_pytorch_default():
+    baseline = {**K.pytorch_defaults(32), "pin_memory": True}
+    space = K.resolve_space({}, baseline, CPU)
+    assert space.baseline["pin_memory"] is False
+    assert space.dropped[0].startswith("baseline pin_memory=True: pinned memory only speeds")

@@ -1,0 +1,61 @@
+"""Workloads for tests: small, real, and instrumented to show what a knob did."""
+
+import torch
+from torch import nn
+from torch.utils.data import Dataset, get_worker_info
+
+from autotune import Workload
+
+
+class Recorder(nn.Module):
+    """A small conv net that records what it saw inside forward."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.head = nn.Linear(8, 4)
+        self.seen = []
+
+    def forward(self, x):
+        self.seen.append({
+            "batch": x.shape[0],
+            "channels_last": x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
+            "autocast": torch.is_autocast_enabled(x.device.type),
+            "autocast_dtype": torch.get_autocast_dtype(x.device.type),
+        })
+        return self.head(self.conv(x).mean((2, 3)))
+
+
+class WorkerTagged(Dataset):
+    """Each sample carries the id of the loader worker that made it (-1: main process)."""
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        info = get_worker_info()
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(3, 8, 8, generator=g), i % 4, info.id if info else -1
+
+
+def recorder_loss(model, batch):
+    images, labels, _ = batch
+    return nn.functional.cross_entropy(model(images), labels)
+
+
+def make_recording(batch_size: int = 8) -> Workload:
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size)
+
+
+def make_failing(batch_size: int = 8) -> Workload:
+    """Its loss has a shape error: the trial must fail with the message, not crash."""
+
+    def bad_loss(model, batch):
+        images, labels, _ = batch
+        return nn.functional.cross_entropy(model(images)[:, :2].T, labels)
+
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=bad_loss, batch_size=batch_size)
+
+
+def not_a_workload():
+    return {"model": None}

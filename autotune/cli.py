@@ -39,7 +39,7 @@ def _user_errors():
 def search(
     spec_path: Path = typer.Argument(..., metavar="SPEC", help="the search spec (YAML)"),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="override the spec's output_dir"),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one line per trial"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
     """Run a search: trials through Ray, Optuna choosing, MLflow recording."""

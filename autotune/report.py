@@ -8,8 +8,8 @@ from rich.table import Table
 
 from autotune.knobs import KNOBS
 
-console = Console(highlight=False)
-err_console = Console(stderr=True, highlight=False)
+console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
+err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 SHORT = {"num_workers": "workers", "pin_memory": "pin", "batch_size": "batch", "precision": "precision",
          "compile": "compile", "set_to_none": "none-grad", "channels_last": "ch-last", "cudnn_benchmark": "cudnn-bm"}
@@ -30,8 +30,8 @@ def _status(record) -> str:
 
 
 class LiveView:
-    """A table of trials that grows as they finish (a plain line per trial when
-    the output is not a terminal, e.g. in CI logs)."""
+    """A table of trials that grows as they finish; a plain line per trial when
+    quiet or when the output is not a terminal (CI logs)."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
@@ -56,7 +56,7 @@ class LiveView:
         self.rows.append(record)
         if self.live:
             self.live.update(self._table())
-        elif not self.quiet:
+        else:
             console.print(self._line(record))
 
     def stop(self) -> None:

@@ -26,8 +26,10 @@ from typing import Any, Callable
 from autotune import export, tracking
 from autotune import knobs as K
 from autotune import workload as W
-from autotune.spec import Spec, SpecError
+import optuna
 from ray.tune.search.optuna import OptunaSearch
+
+from autotune.spec import Spec, SpecError
 
 METRIC = "samples_per_s"
 
@@ -155,6 +157,10 @@ class _Searcher(OptunaSearch):
     """Failed trials (OOM, error, timeout) are FAIL in Optuna, not PRUNED, and
     carry their status and error as user attributes."""
 
+    def on_trial_result(self, trial_id, result):
+        if result.get(METRIC) is not None:  # a failed trial has no throughput to report
+            super().on_trial_result(trial_id, result)
+
     def on_trial_complete(self, trial_id, result=None, error=False):
         failed = error or not result or result.get("status") != "ok"
         if trial_id in self._ot_trials and result:
@@ -183,8 +189,6 @@ class _DefineByRun:
 
 
 def _make_searcher(space: K.Space, spec: Spec, storage_url: str, enqueue_baseline: bool):
-    import optuna
-
     define_by_run = _DefineByRun(space.search, {k: v for k, v in space.baseline.items() if k not in space.search})
     seed = spec.search.seed
     sampler = {
@@ -364,6 +368,9 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
             return cpus_per_trial
         return min(config["num_workers"] + 1, device.cpus) if cuda else device.cpus
 
+    # failed trials report no throughput; Optuna records them as FAIL (see _Searcher)
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
              "optuna_storage": run_dir / "optuna.db", "mlflow_uri": spec.tracking.uri or tracking.default_uri(run_dir)}

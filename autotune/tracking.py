@@ -24,8 +24,11 @@ class Tracker:
     """Writes a search to MLflow through MlflowClient (no global active run)."""
 
     def __init__(self, uri: str, experiment: str, run_dir: Path, search_name: str, parent_run_id: str | None = None):
+        import logging
+
         from mlflow.tracking import MlflowClient
 
+        logging.getLogger("mlflow").setLevel(logging.WARNING)  # no "creating tables" chatter
         self.uri = uri
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)

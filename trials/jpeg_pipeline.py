@@ -44,7 +44,7 @@ class JpegCrops(Dataset):
 
     def __getitem__(self, i):
         g = torch.Generator().manual_seed(self.seed * 1_000_003 + i)
-        image = torch.from_numpy(np.asarray(Image.open(io.BytesIO(self.jpeg)).convert("RGB"))).permute(2, 0, 1)
+        image = torch.from_numpy(np.array(Image.open(io.BytesIO(self.jpeg)).convert("RGB"))).permute(2, 0, 1)
         _, h, w = image.shape
         top = int(torch.randint(0, h - self.crop + 1, (1,), generator=g))
         left = int(torch.randint(0, w - self.crop + 1, (1,), generator=g))

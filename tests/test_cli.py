@@ -1,0 +1,124 @@
+"""The command line as a user sees it: exact messages, exit codes, a real search, the UI."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from autotune.cli import app
+
+runner = CliRunner()
+
+
+def write_spec(path, **overrides):
+    data = {"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+            "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
+                                                     "pin_memory": [False, True]}},
+            "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2},
+            "search": {"n_trials": 3}, **overrides}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def test_bad_spec_is_one_line_exit_2_no_traceback(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", search={"sampler": "bayes"})
+    result = runner.invoke(app, ["search", str(spec)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {spec}: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'\n"
+    assert "Traceback" not in result.output
+
+
+def test_missing_spec_file(tmp_path):
+    result = runner.invoke(app, ["search", str(tmp_path / "nope.yaml")])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: spec file `{tmp_path / 'nope.yaml'}` not found\n"
+
+
+def test_debug_shows_the_exception(tmp_path):
+    from autotune.spec import SpecError
+
+    result = runner.invoke(app, ["search", str(tmp_path / "nope.yaml"), "--debug"])
+    assert isinstance(result.exception, SpecError)
+
+
+def test_a_factory_that_does_not_import_is_a_user_error(tmp_path, ray_local):
+    spec = write_spec(tmp_path / "s.yaml", workload={"factory": "no_such_pkg.train:make"}, output_dir=str(tmp_path / "run"))
+    result = runner.invoke(app, ["search", str(spec)])
+    assert result.exit_code == 2
+    assert result.stderr == ("error: workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: "
+                             "ModuleNotFoundError: No module named 'no_such_pkg'\n")
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, ray_local):
+    tmp = tmp_path_factory.mktemp("cli")
+    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"))
+    result = runner.invoke(app, ["search", str(spec), "--quiet"])
+    return tmp / "run", result
+
+
+@pytest.mark.timeout(300)
+def test_search_prints_trials_summary_and_paths(finished_run):
+    run_dir, result = finished_run
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "autotune search on cpu" in out
+    assert "fixed pin_memory=off: pinned memory only speeds host-to-GPU copies; no CUDA device" in out
+    assert out.count("samples/s") >= 3 and "(baseline)" in out
+    assert "baseline vs best (3 trials" in out and "speedup" in out
+    assert f"best_config     {run_dir / 'best_config.yaml'}" in out
+    assert f"compare trials: autotune ui {run_dir}" in out
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def get_json(url, body=None):
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read() or b"{}")
+
+
+def test_ui_without_a_search_says_what_to_do(tmp_path):
+    result = runner.invoke(app, ["ui", str(tmp_path)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: `{tmp_path}` has no mlflow.db; run `autotune search spec.yaml` first, or pass its output dir\n"
+
+
+@pytest.mark.timeout(180)
+def test_ui_serves_the_search_runs_on_loopback(finished_run):
+    run_dir, _ = finished_run
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "ui", str(run_dir), "--port", str(port)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 120
+        while True:
+            try:
+                urllib.request.urlopen(base + "/health", timeout=2)
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()[-2000:]
+                time.sleep(1)
+        exp = get_json(base + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=autotune")["experiment"]
+        runs = get_json(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
+        trials = [r for r in runs if any(t["key"] == "autotune.role" and t["value"] == "trial" for t in r["data"]["tags"])]
+        assert len(runs) == 4 and len(trials) == 3
+        assert all(any(m["key"] == "samples_per_s" for m in r["data"]["metrics"]) for r in trials)
+        assert all({p["key"] for p in r["data"]["params"]} >= {"batch_size", "channels_last"} for r in trials)
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=30)

@@ -1,0 +1,87 @@
+"""A real search through Ray Tune + Optuna + MLflow on the tiny workload."""
+
+import optuna
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from autotune import load_config
+from autotune import spec as S
+from autotune.search import run
+
+pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]
+
+TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "timeout_s": 120}
+
+
+def make_spec(tmp_path, **overrides):
+    data = {
+        "name": "t",
+        "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+        "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
+                                                   "pin_memory": [False, True]}},
+        "trial": TRIAL,
+        "search": {"n_trials": 4, "seed": 1},
+        "output_dir": str(tmp_path / "run"),
+        **overrides,
+    }
+    return S.parse(data, "t.yaml")
+
+
+def test_search_records_every_trial_everywhere(tmp_path):
+    seen = []
+    result = run(make_spec(tmp_path), on_trial=seen.append)
+    run_dir = result.run_dir
+
+    # the baseline is trial 0, measured first, in the same run as the rest
+    assert [r.number for r in seen] == [0, 1, 2, 3]
+    assert seen[0].is_baseline and seen[0].knobs["batch_size"] == 16 and not seen[0].knobs["channels_last"]
+    assert all(r.status == "ok" for r in seen), [(r.error_type, r.error) for r in seen]
+    assert "pin_memory" in result.space.fixed  # a CPU host: fixed, not sampled
+    assert result.best.throughput == max(r.throughput for r in seen)
+    assert all(r.speedup == pytest.approx(r.throughput / seen[0].throughput) for r in seen)
+
+    # MLflow: one parent run, one nested run per trial, knobs as params, metrics with units
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("autotune")
+    runs = client.search_runs([exp.experiment_id])
+    parents = [r for r in runs if r.data.tags.get("autotune.role") == "search"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
+    assert len(parents) == 1 and len(children) == 4
+    for child in children:
+        assert child.info.status == "FINISHED" and child.data.tags["status"] == "ok"
+        assert {"samples_per_s", "step_ms_mean", "step_ms_p95", "data_wait_frac", "speedup_x"} <= set(child.data.metrics)
+        assert set(child.data.params) == set(result.space.baseline)
+    assert parents[0].data.metrics["speedup_x"] == pytest.approx(result.best.throughput / seen[0].throughput)
+    artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id, "trial")}
+    assert {"trial/config.json", "trial/result.json", "trial/trial.log"} <= artifacts
+
+    # trials.csv, the Optuna storage and best_config.yaml agree
+    table = pd.read_csv(run_dir / "trials.csv")
+    assert list(table["trial"]) == [0, 1, 2, 3] and table["samples_per_s"].notna().all()
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{run_dir / 'optuna.db'}")
+    assert [t.state for t in study.trials] == [optuna.trial.TrialState.COMPLETE] * 4
+    assert study.best_value == pytest.approx(result.best.throughput)
+    best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    assert best["knobs"] == result.best.knobs
+    assert best["measured"]["speedup_x"] == pytest.approx(result.best.throughput / seen[0].throughput, abs=1e-3)
+    assert load_config(run_dir / "best_config.yaml").knobs == result.best.knobs
+
+
+def test_a_failing_baseline_stops_the_search_and_says_why(tmp_path):
+    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_failing"},
+                     search_space={"preset": None, "knobs": {"channels_last": [False, True]}})
+    result = run(spec)
+    assert len(result.records) == 1 and result.records[0].is_baseline
+    assert result.records[0].status == "error" and result.records[0].error_type == "ValueError"
+    assert result.stopped_reason.startswith("the baseline failed (ValueError: ")
+    assert not (result.run_dir / "best_config.yaml").exists()
+    run_tags = MlflowClient(f"sqlite:///{result.run_dir / 'mlflow.db'}").search_runs(["1"])[0].data.tags
+    assert run_tags["status"] == "error" and run_tags["failure_reason"].startswith("ValueError: ")
+
+
+def test_nothing_to_search_is_a_spec_error(tmp_path):
+    spec = make_spec(tmp_path, search_space={"preset": None, "knobs": {"pin_memory": [True]}})
+    with pytest.raises(S.SpecError, match=r"search_space: nothing to search on this device; every knob is fixed: num_workers \(not in the search space\)"):
+        run(spec)

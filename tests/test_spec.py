@@ -1,0 +1,83 @@
+"""Spec errors name the field path and what is allowed."""
+
+import pytest
+
+from autotune import spec as S
+
+WL = {"workload": {"name": "tiny_cnn"}}
+
+
+def error_of(data) -> str:
+    with pytest.raises(S.SpecError) as e:
+        S.parse(data, "s.yaml")
+    return str(e.value)
+
+
+def test_minimal_spec_gets_embedded_defaults():
+    spec = S.parse(WL, "runs/my-search.yaml")
+    assert spec.name == "my-search"
+    assert spec.search.sampler == "tpe" and spec.search.n_trials == 20
+    assert spec.search_space.preset == "default"
+    assert spec.resources.ray_address is None and spec.tracking.uri is None
+    assert set(spec.search_space.lists()) == {"num_workers", "pin_memory", "batch_size", "precision", "compile",
+                                             "set_to_none", "channels_last", "cudnn_benchmark"}
+
+
+def test_inline_knobs_override_the_preset():
+    spec = S.parse({**WL, "search_space": {"preset": "quick", "knobs": {"batch_size": [8, 16]}}})
+    lists = spec.search_space.lists()
+    assert lists["batch_size"] == [8, 16] and lists["num_workers"] == [0, 1, 2]
+
+
+def test_preset_shorthand_and_no_preset():
+    assert S.parse({**WL, "search_space": "safe"}).search_space.preset == "safe"
+    spec = S.parse({**WL, "search_space": {"preset": None, "knobs": {"channels_last": [True, False]}}})
+    assert spec.search_space.lists() == {"channels_last": [True, False]}
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"workload": {"name": "x"}},
+     "s.yaml: workload.name: `x` is not a built-in workload; built-ins: tiny_cnn, resnet18_cifar, jpeg_pipeline"),
+    ({"workload": {"factory": "foo"}}, "s.yaml: workload.factory: `foo` is not of the form `pkg.module:function`"),
+    ({"workload": {}}, "s.yaml: workload: give exactly one of `name` (built-in) or `factory` (pkg.module:function)"),
+    ({}, "s.yaml: workload: required, missing"),
+    ({**WL, "serch": {}},
+     "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, output_dir"),
+    ({**WL, "search": {"sampler": "bayes"}}, "s.yaml: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'"),
+    ({**WL, "search": {"n_trials": 0}}, "s.yaml: search.n_trials: Input should be greater than or equal to 1, got 0"),
+    ({**WL, "baseline": {"num_workers": "2"}}, "s.yaml: baseline.num_workers: Input should be a valid integer, got '2'"),
+    ({**WL, "baseline": {"precision": "fp16"}},
+     "s.yaml: baseline.precision: Input should be '32-true', 'tf32', 'bf16-mixed' or '16-mixed', got 'fp16'"),
+    ({**WL, "search_space": "nope"}, "s.yaml: search_space.preset: unknown preset `nope`; presets: default, quick, safe"),
+    ({**WL, "search_space": {"knobs": {"batch_size": []}}},
+     "s.yaml: search_space.knobs.batch_size: must not be empty; leave the knob out to keep its baseline value"),
+    ({**WL, "search_space": {"knobs": {"num_workers": [-1, 2]}}},
+     "s.yaml: search_space.knobs.num_workers: values must be >= 0, got [-1, 2]"),
+    ({**WL, "search_space": {"knobs": {"compile": ["fast"]}}},
+     "s.yaml: search_space.knobs.compile.0: Input should be 'none', 'default', 'reduce-overhead' or 'max-autotune', got 'fast'"),
+    ({**WL, "trial": {"measure_steps": 1}}, "s.yaml: trial.measure_steps: Input should be greater than or equal to 2, got 1"),
+    ([1, 2], "s.yaml: the spec must be a YAML mapping with at least `workload`, got list"),
+])
+def test_errors_name_the_field_and_what_is_allowed(data, message):
+    assert error_of(data) == message
+
+
+def test_several_errors_are_all_listed():
+    msg = error_of({**WL, "search": {"sampler": "bayes", "seed": "x"}})
+    assert msg.splitlines() == ["s.yaml: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'",
+                                "  search.seed: Input should be a valid integer, got 'x'"]
+
+
+def test_load_reports_missing_file_and_bad_yaml(tmp_path):
+    with pytest.raises(S.SpecError, match=r"spec file `.*nope.yaml` not found"):
+        S.load(tmp_path / "nope.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("workload: [unclosed\n")
+    with pytest.raises(S.SpecError, match=r"bad.yaml: not valid YAML"):
+        S.load(bad)
+
+
+def test_every_preset_and_the_quickstart_parse():
+    for name in S.preset_names():
+        assert S.load_preset(name).given()
+    assert S.load("search_spaces/examples/quickstart.yaml").workload.name == "tiny_cnn"

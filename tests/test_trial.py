@@ -1,0 +1,74 @@
+"""One trial, in process and as `python -m autotune.trial`."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.trial import TrialConfigError, check_config, run_trial
+
+TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2}
+
+
+def test_a_trial_reports_measured_metrics():
+    result = run_trial({**TINY, "knobs": {"batch_size": 16}, "cpus": 1})
+    assert result["status"] == "ok", result
+    m = result["metrics"]
+    assert result["knobs"]["batch_size"] == 16 and result["device"]["torch_threads"] == 1
+    assert m["window_steps"] >= 5 and m["window_s"] >= 0.2
+    # the window's numbers agree with each other
+    assert m["samples_per_s"] == pytest.approx(16 * m["window_steps"] / m["window_s"])
+    assert m["step_ms_mean"] == pytest.approx(1e3 / m["steps_per_s"])
+    assert m["step_ms_p50"] <= m["step_ms_p95"]
+    assert 0 <= m["data_wait_frac"] < 1 and m["step_time_cv"] >= 0
+    assert "gpu_util_pct" not in m and "mem_peak_allocated_gib" not in m  # absent on CPU, not zero
+
+
+def test_the_workload_batch_size_is_the_default():
+    assert run_trial(TINY)["knobs"]["batch_size"] == 32
+
+
+def test_a_failing_workload_is_a_result_with_the_error():
+    result = run_trial({**TINY, "workload": {"factory": "tests.workloads:make_failing"}})
+    assert result["status"] == "error"
+    assert result["error_type"] == "ValueError"
+    assert "Expected input batch_size" in result["error"]
+
+
+def test_a_knob_that_cannot_apply_here_is_refused():
+    result = run_trial({**TINY, "knobs": {"precision": "16-mixed"}, "device": "cpu"})
+    assert result["status"] == "error"
+    assert result["error"] == "knobs.precision='16-mixed' cannot apply on cpu: fp16 mixed precision with GradScaler needs a CUDA device"
+
+
+@pytest.mark.parametrize("config, message", [
+    ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, batch_size, precision, compile, set_to_none, channels_last, cudnn_benchmark"),
+    ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed; expected 32-true | tf32 | bf16-mixed | 16-mixed"),
+    ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed; expected int"),
+    ({"workload": {}}, "`workload` must be an object with `name` (built-in) or `factory` (pkg.module:fn), and optional `args`"),
+    ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, min_window_s, device, cpus, seed"),
+])
+def test_bad_trial_configs(config, message):
+    with pytest.raises(TrialConfigError) as e:
+        check_config(config)
+    assert str(e.value) == message
+
+
+def test_runner_cli_writes_one_json_result(tmp_path):
+    config = tmp_path / "trial.json"
+    config.write_text(json.dumps(TINY))
+    out = tmp_path / "result.json"
+    proc = subprocess.run([sys.executable, "-m", "autotune.trial", str(config), "-o", str(out), "--set", "channels_last=true"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(out.read_text())
+    assert result["status"] == "ok" and result["knobs"]["channels_last"] is True
+
+
+def test_runner_cli_rejects_a_bad_config_with_exit_2(tmp_path):
+    config = tmp_path / "trial.json"
+    config.write_text(json.dumps({**TINY, "knobs": {"compile": "fast"}}))
+    proc = subprocess.run([sys.executable, "-m", "autotune.trial", str(config)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2
+    assert proc.stderr.strip() == "error: knobs.compile: 'fast' is not allowed; expected none | default | reduce-overhead | max-autotune"

@@ -1,0 +1,43 @@
+import pytest
+
+from autotune import workload as W
+
+
+def test_builtins_load_and_return_workloads():
+    for name in W.BUILTINS:
+        wl = W.load(name)
+        assert isinstance(wl, W.Workload) and wl.batch_size >= 1
+
+
+@pytest.mark.parametrize("ref, message", [
+    ("nope", "workload `nope` is neither a built-in (tiny_cnn, resnet18_cifar, jpeg_pipeline) nor a factory path `pkg.module:function`"),
+    ("no_such_pkg.mod:fn", "workload factory `no_such_pkg.mod:fn`: cannot import `no_such_pkg.mod`: ModuleNotFoundError: No module named 'no_such_pkg'"),
+    ("tests.workloads:missing", "workload factory `tests.workloads:missing`: `tests.workloads` has no function `missing`"),
+    ("tests.workloads:not_a_workload", "workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload"),
+])
+def test_bad_references_say_what_is_wrong(ref, message):
+    with pytest.raises(W.WorkloadError) as e:
+        W.load(ref)
+    assert str(e.value) == message
+
+
+def test_factory_args_are_passed_and_checked():
+    assert W.load("tiny_cnn", {"batch_size": 7}).batch_size == 7
+    with pytest.raises(W.WorkloadError, match=r"rejected its args \{'bogus': 1\}"):
+        W.load("tiny_cnn", {"bogus": 1})
+
+
+def test_count_samples_handles_nested_batches():
+    import torch
+
+    wl = W.load("tiny_cnn")
+    assert W.count_samples(wl, {"x": (torch.zeros(5, 2), 1)}) == 5
+
+
+def test_builtin_datasets_make_the_documented_samples():
+    image, label = W.load("resnet18_cifar").dataset[0]
+    assert image.shape == (3, 224, 224) and image.dtype.is_floating_point
+    raw, _ = W.load("resnet18_cifar", {"gpu_normalize": True}).dataset[0]
+    assert raw.dtype.itemsize == 1  # uint8 on the host, normalized on the device
+    yuv, _ = W.load("jpeg_pipeline").dataset[3]
+    assert yuv.shape == (3, 256, 256)

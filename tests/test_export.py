@@ -9,7 +9,7 @@ from tests.workloads import Recorder
 
 
 def write(path, knobs, device=None):
-    device = device or {"type": "cpu", "name": "cpu", "torch": torch.__version__}
+    device = device or {"type": "cpu", "name": "cpu", "torch": str(torch.__version__)}
     path.write_text(yaml.safe_dump({"knobs": knobs, "device": device}))
     return path
 
@@ -35,7 +35,7 @@ def test_load_config_applies_the_knobs(tmp_path):
 
 def test_a_config_from_another_device_or_torch_warns(tmp_path):
     with pytest.warns(UserWarning, match="tuned on CUDA"):
-        load_config(write(tmp_path / "a.yaml", {}, {"type": "cuda", "name": "H100", "torch": torch.__version__}))
+        load_config(write(tmp_path / "a.yaml", {}, {"type": "cuda", "name": "H100", "torch": str(torch.__version__)}))
     with pytest.warns(UserWarning, match="was tuned with torch 1.13"):
         load_config(write(tmp_path / "b.yaml", {}, {"type": "cpu", "torch": "1.13.1"}))
 

@@ -1,5 +1,7 @@
 """A real search through Ray Tune + Optuna + MLflow on the tiny workload."""
 
+import threading
+
 import optuna
 import pandas as pd
 import pytest
@@ -29,9 +31,22 @@ def make_spec(tmp_path, **overrides):
     return S.parse(data, "t.yaml")
 
 
+class Collector:
+    """Holds a lock, like the rich live view: callbacks need not be picklable."""
+
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.records = []
+
+    def __call__(self, record):
+        with self.lock:
+            self.records.append(record)
+
+
 def test_search_records_every_trial_everywhere(tmp_path):
-    seen = []
-    result = run(make_spec(tmp_path), on_trial=seen.append)
+    collector = Collector()
+    result = run(make_spec(tmp_path), on_trial=collector)
+    seen = collector.records
     run_dir = result.run_dir
 
     # the baseline is trial 0, measured first, in the same run as the rest

@@ -105,8 +105,11 @@ def summary(result) -> None:
         table.add_column(f"baseline (#{base.number})", justify="right")
         table.add_column(f"best (#{best.number})", justify="right")
         rows = [("samples/s", "samples_per_s", "{:.1f}"), ("step time mean (ms)", "step_ms_mean", "{:.2f}"),
-                ("step time p95 (ms)", "step_ms_p95", "{:.2f}"), ("data wait (% of step)", "data_wait_frac", "{:.1%}"),
-                ("GPU util (%)", "gpu_util_pct", "{:.0f}"), ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}")]
+                ("step time p95 (ms)", "step_ms_p95", "{:.2f}"), ("step-time mean known to", "step_mean_ci95", "±{:.1%}"),
+                ("data loader (% of step)", "dataloader_frac", "{:.1%}"), ("GPU busy (% of step)", "gpu_util_frac", "{:.0%}"),
+                ("GPU util, NVML (%)", "gpu_util_nvml_pct", "{:.0f}"), ("tensor-core kernels (% of kernel time)", "tensor_core_frac", "{:.0%}"),
+                ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}"), ("achieved TFLOP/s", "achieved_tflops", "{:.3g}"),
+                ("MFU", "mfu", "{:.1%}")]
         for label, key, fmt in rows:
             if key in base.metrics or key in best.metrics:
                 cell = lambda r: fmt.format(r.metrics[key]) if key in r.metrics else "-"  # noqa: E731
@@ -115,8 +118,15 @@ def summary(result) -> None:
             if base.knobs[name] != best.knobs[name]:
                 flag = KNOBS[name].safety
                 table.add_row(f"{name} [dim]({flag})[/]", _fmt(base.knobs[name]), f"[bold]{_fmt(best.knobs[name])}[/]")
+        table.add_row("bottleneck", *((r.diagnosis or {}).get("bottleneck", "-") for r in (base, best)))
         table.add_row("[bold]speedup[/]", "1.00x", f"[bold green]{best.throughput / base.throughput:.2f}x[/]")
         console.print(table)
+        for label, r in (("baseline", base), ("best", best)):
+            if r.diagnosis:
+                d = r.diagnosis
+                console.print(f"{label}: {d['bottleneck']}-bound ({'; '.join(d['evidence'])})")
+                for rec in d["recommendations"]:
+                    console.print(f"  try: {rec}")
     failed = [r for r in result.records if r.status != "ok"]
     if failed:
         console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r.number} {r.status} ({r.error_type})" for r in failed))

@@ -51,6 +51,7 @@ class TrialRecord:
     info: dict[str, Any] = field(default_factory=dict)  # host, device, wall time
     speedup: float | None = None
     mlflow_run_id: str | None = None
+    diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
 
     @property
     def throughput(self) -> float | None:
@@ -60,6 +61,7 @@ class TrialRecord:
         return {
             "trial": self.number, "status": self.status, "baseline": self.is_baseline,
             **self.knobs, **self.metrics, "speedup": self.speedup, **self.info,
+            "bottleneck": (self.diagnosis or {}).get("bottleneck"),
             "error_type": self.error_type, "error": self.error, "mlflow_run_id": self.mlflow_run_id,
         }
 
@@ -113,28 +115,39 @@ def run_trial_process(trial_config: dict, trial_dir: Path, timeout_s: float, env
     return result
 
 
-def _trainable(config: dict, settings: dict) -> None:
-    number = config["trial_number"]
+def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
+    """The trial config for this Ray config, run in a fresh process."""
     trial_config = {
         "workload": settings["workload"],
         "knobs": {k: config[k] for k in K.KNOBS},
-        "warmup_steps": settings["warmup_steps"],
-        "measure_steps": settings["measure_steps"],
-        "min_window_s": settings["min_window_s"],
+        **settings["trial"],
+        "trace_path": "trace.json" if settings["trial"]["profile_steps"] else None,
         "device": settings["device"],
         "cpus": settings["cpus_fn"](config),
         "seed": settings["seed"],
     }
-    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (settings["user_cwd"], env.get("PYTHONPATH")) if p)
     # compile caches per trial: a warm cache from an earlier trial would hide compile time
     env["TORCHINDUCTOR_CACHE_DIR"] = str(trial_dir / "inductor-cache")
     env["TRITON_CACHE_DIR"] = str(trial_dir / "triton-cache")
     env["AUTOTUNE_WATCH_PARENT"] = "1"
-    result = run_trial_process(trial_config, trial_dir, settings["timeout_s"], env)
-    for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
-        shutil.rmtree(trial_dir / cache, ignore_errors=True)
+    try:
+        return run_trial_process(trial_config, trial_dir, settings["timeout_s"], env)
+    finally:
+        for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
+            shutil.rmtree(trial_dir / cache, ignore_errors=True)
+
+
+def _trainable(config: dict, settings: dict) -> None:
+    """Ray Tune's function trainable: one trial process, one report. Never
+    raises: whatever goes wrong is reported as the trial's error."""
+    number = config["trial_number"]
+    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
+    try:
+        result = _run_trial_in(config, settings, trial_dir)
+    except Exception as e:
+        result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
     flat = {
         "trial_number": number,
         "status": result.get("status", "error"),
@@ -146,6 +159,7 @@ def _trainable(config: dict, settings: dict) -> None:
         "device_name": (result.get("device") or {}).get("name"),
         "torch": result.get("torch"),
         "trial_wall_s": result["trial_wall_s"],
+        "diagnosis_json": json.dumps(result["diagnosis"]) if result.get("diagnosis") else None,
         **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
     }
     if flat["status"] == "ok":
@@ -268,6 +282,7 @@ class _Recorder:
             error=result.get("error") or ray_error,
             trial_dir=result.get("trial_dir"),
             info={k: result.get(k) for k in ("host", "device_type", "device_name", "torch", "trial_wall_s") if result.get(k) is not None},
+            diagnosis=json.loads(result.get("diagnosis_json") or "null"),
         )
         base = self.baseline()
         if record.is_baseline:
@@ -386,8 +401,8 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
 
     settings = {
         "workload": spec.workload.model_dump(exclude_none=True),
-        "warmup_steps": spec.trial.warmup_steps, "measure_steps": spec.trial.measure_steps,
-        "min_window_s": spec.trial.min_window_s,        "timeout_s": spec.trial.timeout_s, "device": device.type, "seed": spec.search.seed,
+        "trial": spec.trial.model_dump(exclude={"timeout_s"}), "timeout_s": spec.trial.timeout_s,
+        "device": device.type, "seed": spec.search.seed,
         "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn,
     }
     trainable = tune.with_resources(

@@ -61,6 +61,10 @@ class Tracker:
         tags = {"status": record.status, "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
+        if record.diagnosis:
+            tags["diagnosis"] = record.diagnosis["bottleneck"]
+            tags["diagnosis_evidence"] = "; ".join(record.diagnosis["evidence"])
+            tags["recommendations"] = "; ".join(record.diagnosis["recommendations"])
         for key in ("host", "device_type", "device_name"):
             if record.info.get(key):
                 tags[key] = str(record.info[key])

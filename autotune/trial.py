@@ -23,6 +23,7 @@ import json
 import math
 import os
 import socket
+import tempfile
 import sys
 import threading
 import time
@@ -31,10 +32,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune import knobs as K
+from autotune import measure as M
 from autotune import workload as W
+from autotune.diagnose import diagnose
 
-DEFAULTS = {"warmup_steps": 5, "measure_steps": 30, "min_window_s": 1.0, "device": "auto", "cpus": None, "seed": 0}
-MAX_STEPS_FACTOR = 50  # the window stops at measure_steps * this, however short
+DEFAULTS = {
+    "warmup_steps": 5,  # untimed
+    "measure_steps": 30,  # the timed window: at least this many steps,
+    "min_window_s": 1.0,  # at least this long,
+    "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
+    "max_window_s": 30.0,  # or this long, or 50x measure_steps
+    "profile_steps": 5,  # a separate profiled window (0: none)
+    "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
+    "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
+    "device": "auto",
+    "cpus": None,
+    "seed": 0,
+}
+MAX_STEPS_FACTOR = 50
 
 
 class TrialConfigError(ValueError):
@@ -59,9 +74,12 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
             allowed = " | ".join(knob.choices) if knob.choices else knob.type.__name__
             raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed; expected {allowed}")
     cfg["knobs"] = {**K.pytorch_defaults(None), **given}
-    for key in ("warmup_steps", "measure_steps"):
-        if not isinstance(cfg[key], int) or cfg[key] < (0 if key == "warmup_steps" else 2):
-            raise TrialConfigError(f"`{key}` must be an int >= {0 if key == 'warmup_steps' else 2}, got {cfg[key]!r}")
+    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0)):
+        if type(cfg[key]) is not int or cfg[key] < low:
+            raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
+    for key in ("min_window_s", "target_ci", "max_window_s"):
+        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
+            raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
     return cfg
 
 
@@ -130,118 +148,79 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type))
 
 
-class _GpuUtilSampler:
-    """Samples NVML GPU utilization (what nvidia-smi shows) in a thread."""
-
-    def __init__(self, enabled: bool, period_s: float = 0.05):
-        import torch
-
-        self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = None
-        try:
-            if not enabled:
-                return
-            torch.cuda.utilization()  # needs nvidia-ml-py
-        except Exception:
-            return
-        self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
-
-    def _run(self, period_s):
-        import torch
-
-        while not self._stop.wait(period_s):
-            self.samples.append(torch.cuda.utilization())
-
-    def __enter__(self):
-        if self._thread:
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        if self._thread:
-            self._thread.join()
-
-    def mean(self) -> float | None:
-        return sum(self.samples) / len(self.samples) if self.samples else None
-
-
-def _percentile(sorted_values: list[float], q: float) -> float:
-    i = (len(sorted_values) - 1) * q
-    lo, hi = math.floor(i), math.ceil(i)
-    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (i - lo)
-
-
-def measure(session: Session, warmup_steps: int, measure_steps: int, min_window_s: float = 0.0) -> dict[str, float]:
-    """Warm up (untimed), then time at least `measure_steps` steps and at least
-    `min_window_s` seconds between two device syncs. The host clock decides when
-    to stop (no sync); the window is what the synchronized ends measure."""
+def _measure(workload, knobs, device, cfg, result) -> None:
+    """Warm up (untimed), the timed window, the profiled window, then FLOPs and
+    the 2x-batch probe; each adds to `result` as soon as it has its numbers."""
     import torch
 
-    cuda = session.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
-    clock = time.perf_counter
+    rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
+                        max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"])
+    steps = cfg["warmup_steps"] + rule.max_steps + cfg["profile_steps"] + 3
+    session = prepare(workload, knobs, device, steps, cfg["seed"])
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
-    t = clock()
+    t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
-    for _ in range(warmup_steps):
+    for _ in range(cfg["warmup_steps"]):
         session.step(next(batches))
     sync()
-    warmup_s = clock() - t
-
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-        events = []
-    host_starts, data_wait, samples = [], 0.0, 0
-    max_steps = measure_steps * MAX_STEPS_FACTOR
-    with _GpuUtilSampler(enabled=cuda) as util:
-        sync()
-        t0 = clock()
-        while len(host_starts) < max_steps and (len(host_starts) < measure_steps or clock() - t0 < min_window_s):
-            host_starts.append(clock())
-            batch = next(batches)
-            data_wait += clock() - host_starts[-1]
-            samples += W.count_samples(session.workload, batch)
-            if cuda:
-                events.append(torch.cuda.Event(enable_timing=True))
-                events[-1].record()
-            loss = session.step(batch)
-        if cuda:
-            events.append(torch.cuda.Event(enable_timing=True))
-            events[-1].record()
-        sync()
-        window = clock() - t0
+    warmup_s = time.perf_counter() - t
+    metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    profile = None
+    if cfg["profile_steps"]:
+        with tempfile.TemporaryDirectory() as tmp:
+            profile = M.profile_window(session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json")
+        result["profile"] = profile
+        metrics.update(_profile_metrics(profile, metrics))
+    batch = next(batches)
     del batches  # shuts the loader workers down
-    steps = len(host_starts)
+    if cfg["diagnose"]:
+        flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
+        metrics.update(M.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
+        metrics.update(_double_batch_probe(session, metrics["step_ms_mean"]))
+        result["diagnosis"] = diagnose(metrics, knobs, device)
 
-    if cuda:
-        steps_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
-    else:
-        ends = host_starts[1:] + [t0 + window]
-        steps_ms = [(e - s) * 1e3 for s, e in zip(host_starts, ends)]
-    ordered = sorted(steps_ms)
-    mean_ms = sum(steps_ms) / len(steps_ms)
-    std_ms = math.sqrt(sum((x - mean_ms) ** 2 for x in steps_ms) / (len(steps_ms) - 1))
-    metrics = {
-        "samples_per_s": samples / window,
-        "steps_per_s": steps / window,
-        "step_ms_mean": window / steps * 1e3,
-        "step_ms_p50": _percentile(ordered, 0.5),
-        "step_ms_p95": _percentile(ordered, 0.95),
-        "step_time_cv": std_ms / mean_ms,
-        "data_wait_frac": data_wait / window,
-        "warmup_s": warmup_s,
-        "window_s": window,
-        "window_steps": steps,
-        "loss_last": float(loss.detach().float()),
-    }
-    if cuda:
-        metrics["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        metrics["mem_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
-        if util.mean() is not None:
-            metrics["gpu_util_pct"] = util.mean()
-    return metrics
+
+def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:
+    out = {f"breakdown_{k}_frac": v for k, v in profile["breakdown"].items()}
+    out["dataloader_frac"] = profile["dataloader_frac"]
+    out["profiler_overhead_frac"] = profile["step_ms"] / metrics["step_ms_mean"] - 1
+    for key in ("gpu_util", "tensor_core_frac", "gpu_compute_kernel_frac", "cpu_compute_op_frac", "h2d_ms_per_step"):
+        if key in profile:
+            out[key + ("_frac" if key == "gpu_util" else "")] = profile[key]
+    return out
+
+
+def _double_batch_probe(session: Session, step_ms: float, steps: int = 8) -> dict[str, float]:
+    """Step time at twice the batch, over step time at the batch: far below 2
+    means a fixed per-step cost (overhead) dominates. OOM says the batch is at
+    the memory limit."""
+    import torch
+    from torch.utils.data import DataLoader, RandomSampler
+
+    loader = session.loader
+    batch = loader.batch_size * 2
+    sampler = RandomSampler(loader.dataset, num_samples=(steps + 2) * batch, generator=torch.Generator().manual_seed(1))
+    probe = DataLoader(loader.dataset, batch_size=batch, sampler=sampler, num_workers=loader.num_workers,
+                       pin_memory=loader.pin_memory, collate_fn=loader.collate_fn, drop_last=True)
+    sync = torch.cuda.synchronize if session.device.type == "cuda" else (lambda: None)
+    try:
+        batches = iter(probe)
+        for _ in range(2):
+            session.step(next(batches))
+        sync()
+        t = time.perf_counter()
+        for _ in range(steps):
+            session.step(next(batches))
+        sync()
+        return {"batch2x_step_ratio": (time.perf_counter() - t) / steps * 1e3 / step_ms}
+    except Exception as e:
+        if not _is_oom(e):
+            raise
+        return {"batch2x_oom": 1.0}
+    finally:
+        if session.device.type == "cuda":
+            torch.cuda.empty_cache()
 
 
 def _is_oom(e: BaseException) -> bool:
@@ -278,9 +257,7 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
             why = K.KNOBS[name].unavailable(value, device)
             if why:
                 raise TrialConfigError(f"knobs.{name}={value!r} cannot apply on {device.type}: {why}")
-        steps = cfg["warmup_steps"] + cfg["measure_steps"] * MAX_STEPS_FACTOR
-        session = prepare(workload, knobs, device, steps, cfg["seed"])
-        result["metrics"] = measure(session, cfg["warmup_steps"], cfg["measure_steps"], cfg["min_window_s"])
+        _measure(workload, knobs, device, cfg, result)
         if not math.isfinite(result["metrics"]["loss_last"]):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except Exception as e:  # a failing workload is a result, not a crash

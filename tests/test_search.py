@@ -14,7 +14,8 @@ from autotune.search import run
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]
 
-TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "timeout_s": 120}
+TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2,
+         "timeout_s": 120}
 
 
 def make_spec(tmp_path, **overrides):
@@ -70,7 +71,8 @@ def test_search_records_every_trial_everywhere(tmp_path):
         assert set(child.data.params) == set(result.space.baseline)
     assert parents[0].data.metrics["speedup_x"] == pytest.approx(result.best.throughput / seen[0].throughput)
     artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id, "trial")}
-    assert {"trial/config.json", "trial/result.json", "trial/trial.log"} <= artifacts
+    assert {"trial/config.json", "trial/result.json", "trial/trial.log", "trial/trace.json"} <= artifacts
+    assert children[0].data.tags["diagnosis"] in {"input", "overhead", "memory", "compute"}
 
     # trials.csv, the Optuna storage and best_config.yaml agree
     table = pd.read_csv(run_dir / "trials.csv")

@@ -8,7 +8,8 @@ import pytest
 
 from autotune.trial import TrialConfigError, check_config, run_trial
 
-TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2}
+TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0,
+        "profile_steps": 2}
 
 
 def test_a_trial_reports_measured_metrics():
@@ -22,7 +23,21 @@ def test_a_trial_reports_measured_metrics():
     assert m["step_ms_mean"] == pytest.approx(1e3 / m["steps_per_s"])
     assert m["step_ms_p50"] <= m["step_ms_p95"]
     assert 0 <= m["data_wait_frac"] < 1 and m["step_time_cv"] >= 0
-    assert "gpu_util_pct" not in m and "mem_peak_allocated_gib" not in m  # absent on CPU, not zero
+    assert m["step_mean_ci95"] <= 0.02 or m["window_s"] >= 1.0  # precise enough, or the cap
+    # GPU-only fields are absent on a CPU, not zero
+    assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))}
+    # profiled window, FLOPs, 2x-batch probe and diagnosis
+    assert set(result["profile"]["breakdown"]) == {"dataloader", "cpu_exec", "other"}
+    assert 0 <= m["dataloader_frac"] <= 1 and m["cpu_compute_op_frac"] > 0
+    assert m["flops_per_sample"] > 0 and m["achieved_tflops"] > 0 and m["batch2x_step_ratio"] > 0
+    assert result["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
+
+
+def test_the_trace_is_saved_where_asked(tmp_path):
+    result = run_trial({**TINY, "trace_path": str(tmp_path / "trace.json"), "diagnose": False})
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    assert sum(e.get("name", "").startswith("ProfilerStep#") for e in trace["traceEvents"]) == 2
+    assert result["profile"]["profiled_steps"] == 2 and "diagnosis" not in result
 
 
 def test_the_workload_batch_size_is_the_default():
@@ -47,7 +62,10 @@ def test_a_knob_that_cannot_apply_here_is_refused():
     ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed; expected 32-true | tf32 | bf16-mixed | 16-mixed"),
     ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed; expected int"),
     ({"workload": {}}, "`workload` must be an object with `name` (built-in) or `factory` (pkg.module:fn), and optional `args`"),
-    ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, min_window_s, device, cpus, seed"),
+    ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
+                           "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, device, cpus, seed"),
+    ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
+    ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
 ])
 def test_bad_trial_configs(config, message):
     with pytest.raises(TrialConfigError) as e:

@@ -1,0 +1,107 @@
+"""Trace analysis on synthetic Chrome traces with known overlaps: exact figures."""
+
+import pytest
+
+from autotune import measure as M
+
+
+def X(name, ts, dur, cat):
+    return {"ph": "X", "name": name, "ts": ts, "dur": dur, "cat": cat, "pid": 1, "tid": 1}
+
+
+GPU_TRACE = {"traceEvents": [
+    X("ProfilerStep#1", 0, 100, "user_annotation"),
+    X("ProfilerStep#2", 100, 100, "user_annotation"),
+    X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 8, "user_annotation"),
+    X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 8, "user_annotation"),
+    X("aten::mm", 0, 100, "cpu_op"),
+    X("aten::relu", 100, 40, "cpu_op"),
+    X("cudaLaunchKernel", 5, 7, "cuda_runtime"),
+    X("cudaLaunchKernel", 145, 7, "cuda_runtime"),
+    X("elementwise_kernel", 10, 30, "kernel"),
+    X("vectorized_elementwise_kernel", 30, 30, "kernel"),  # overlaps the one before: counted once
+    X("Memcpy HtoD (Pinned -> Device)", 60, 10, "gpu_memcpy"),
+    X("Memset (Device)", 70, 5, "gpu_memset"),
+    X("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 150, 20, "kernel"),
+    X("reduce_kernel", 195, 15, "kernel"),  # the last step's kernel ends after the host moved on
+    X("some_marker", 0, 5, "python_function"),  # not a category: ignored
+    {"ph": "i", "name": "instant", "ts": 3},
+]}
+
+
+def test_gpu_trace_figures_are_exact():
+    a = M.analyze_trace(GPU_TRACE)
+    total = 210  # first step start .. last kernel end
+    assert a["profiled_steps"] == 2
+    assert a["step_ms"] == pytest.approx(total / 2 / 1e3)
+    assert a["gpu_util"] == pytest.approx(85 / total)  # [10,60) + [150,170) + [195,210)
+    assert a["breakdown"] == pytest.approx({
+        "kernel": 85 / total, "memcpy": 10 / total, "memset": 5 / total, "communication": 0.0,
+        "runtime": 10 / total,  # [5,10) and [145,150): the rest is under kernels
+        "dataloader": 13 / total,  # [0,5) and [100,108)
+        "cpu_exec": 57 / total,  # [75,100) and [108,140)
+        "other": 30 / total,  # [140,145) and [170,195)
+    })
+    assert sum(a["breakdown"].values()) == pytest.approx(1.0)
+    assert a["dataloader_frac"] == pytest.approx(16 / total)  # the reader ratio counts all loader time
+    assert a["tensor_core_frac"] == pytest.approx(20 / 95)
+    assert a["gpu_compute_kernel_frac"] == pytest.approx(20 / 95)
+    assert a["h2d_ms_per_step"] == pytest.approx(10 / 2 / 1e3)
+    assert a["cpu_compute_op_frac"] == pytest.approx(100 / 140)
+
+
+def test_cpu_trace_has_no_gpu_fields():
+    trace = {"traceEvents": [
+        X("ProfilerStep#0", 0, 50, "user_annotation"),
+        X("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 10, "user_annotation"),
+        X("aten::convolution", 12, 20, "cpu_op"),
+        X("aten::add_", 40, 5, "cpu_op"),
+    ]}
+    a = M.analyze_trace(trace)
+    assert a["breakdown"] == pytest.approx({"dataloader": 0.2, "cpu_exec": 0.5, "other": 0.3})
+    assert a["cpu_compute_op_frac"] == pytest.approx(20 / 25)
+    assert not {"gpu_util", "tensor_core_frac", "h2d_ms_per_step"} & set(a)
+
+
+def test_nccl_kernels_count_as_communication():
+    trace = {"traceEvents": [X("ProfilerStep#0", 0, 100, "user_annotation"),
+                             X("ncclKernel_AllReduce_RING_LL_Sum_float", 0, 40, "kernel"),
+                             X("ampere_sgemm_128x64_nn", 20, 40, "kernel")]}
+    b = M.analyze_trace(trace)["breakdown"]
+    assert b["kernel"] == pytest.approx(0.4) and b["communication"] == pytest.approx(0.2)
+
+
+def test_a_trace_without_steps_is_refused():
+    with pytest.raises(ValueError, match="no ProfilerStep# spans"):
+        M.analyze_trace({"traceEvents": [X("aten::mm", 0, 1, "cpu_op")]})
+
+
+def test_interval_sets():
+    assert M.merge([(5, 8), (0, 2), (1, 3), (8, 9), (4, 4)]) == [(0, 3), (5, 9)]
+    assert M.intersect([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
+    assert M.subtract([(0, 10), (20, 30)], [(2, 4), (8, 22)]) == [(0, 2), (4, 8), (22, 30)]
+    assert M.length([(0, 3), (5, 9)]) == 7
+
+
+def test_mfu_only_where_the_peak_is_known():
+    assert M.peak_tflops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989.4
+    assert M.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
+    assert M.peak_tflops("NVIDIA H200", "16-mixed") == 989.4
+    assert M.peak_tflops("NVIDIA A100-SXM4-80GB", "tf32") == 156.0
+    assert M.peak_tflops("NVIDIA L40S", "bf16-mixed") is None  # not in the table: no guess
+    assert M.peak_tflops("NVIDIA H100 80GB HBM3", "32-true") is None  # no single fp32 peak
+    assert M.peak_tflops("cpu", "bf16-mixed") is None
+    m = M.flop_metrics(1e9, 100_000, "NVIDIA A100-SXM4-80GB", "bf16-mixed")
+    assert m["achieved_tflops"] == pytest.approx(100.0) and m["mfu"] == pytest.approx(100 / 312)
+    assert "mfu" not in M.flop_metrics(1e9, 1000, "cpu", "32-true")
+
+
+def test_window_rule_stops_on_precision_or_caps():
+    rule = M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.02, max_steps=100, max_s=5.0)
+    steady = lambda: [10.0, 10.1, 9.9] * 10  # noqa: E731
+    noisy = lambda: [5.0, 15.0] * 15  # noqa: E731
+    assert not rule.done(5, 0.1, steady)  # too few steps
+    assert rule.done(30, 0.1, steady)
+    assert not rule.done(30, 0.1, noisy)  # +-18%: keep measuring
+    assert rule.done(100, 0.1, noisy) and rule.done(30, 5.0, noisy)  # caps
+    assert M.rel_ci95([10.0, 10.0, 10.0]) == 0.0

@@ -159,7 +159,7 @@ class Resources(_Strict):
     ray_address: Optional[str] = Field(None, description="an existing Ray cluster; default: a local Ray on 127.0.0.1")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where trials run")
     cpus_per_trial: Optional[StrictInt] = Field(
-        None, ge=1, description="default: num_workers + 1 with a GPU; every CPU of the host without one (one trial at a time)"
+        None, ge=1, description="default: num_workers + 1 with a GPU; without one, every CPU but one (one trial at a time)"
     )
     gpus_per_trial: Optional[float] = Field(None, ge=0, description="default: 1 with CUDA, else 0")
 

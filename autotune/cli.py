@@ -56,11 +56,86 @@ def search(
             result = searching.run(spec, on_start=view.start, on_trial=view.trial)
         finally:
             view.stop()
-        report.summary(result)
+        from autotune.plots import knob_importance
+
+        report.summary(result, knob_importance(f"sqlite:///{result.paths['optuna_storage']}", spec.name))
     except _user_errors() as e:
         _fail(e, debug)
     if result.stopped_reason:
         raise typer.Exit(1)
+
+
+def _read_run(run_dir: Path):
+    from autotune.records import read_run
+
+    try:
+        return read_run(run_dir)
+    except FileNotFoundError as e:
+        raise UserError(f"{e}; run `autotune search spec.yaml` first, or pass its output dir") from None
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
+    plots: bool = typer.Option(True, help="(re)draw the plots into RUN_DIR/plots"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Summarize a finished or interrupted search (and draw its plots)."""
+    try:
+        if fmt not in ("text", "json", "markdown"):
+            raise UserError(f"--format `{fmt}` is not one of: text, json, markdown")
+        result = _read_run(run_dir)
+    except _user_errors() as e:
+        _fail(e, debug)
+    import json
+
+    from autotune import plots as P
+    from autotune import report as R
+
+    state = json.loads((run_dir / "search.json").read_text())
+    storage = f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
+    importance = P.knob_importance(storage, state["optuna_study"])
+    drawn = P.write_all(result, storage, state["optuna_study"]) if plots and result.best else []
+    if fmt == "json":
+        print(json.dumps({**R.as_dict(result, importance), "plots": [str(p) for p in drawn]}, indent=2, default=str))
+    elif fmt == "markdown":
+        print(R.as_markdown(result, importance), end="")
+    else:
+        R.summary(result, importance, show_paths=False)
+        for path in drawn:
+            R.console.print(f"plot: {path}")
+
+
+@app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """The best configuration, for production code."""
+    try:
+        from autotune import export as E
+
+        if fmt not in E.FORMATS:
+            raise UserError(f"--format `{fmt}` is not one of: {', '.join(E.FORMATS)}")
+        best = run_dir / "best_config.yaml"
+        if not best.exists():
+            raise UserError(f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never finished); "
+                            "run `autotune search spec.yaml` first")
+        import yaml
+
+        text = E.render(yaml.safe_load(best.read_text()), fmt)
+    except _user_errors() as e:
+        _fail(e, debug)
+    if output:
+        output.write_text(text)
+        from autotune.report import console
+
+        console.print(f"wrote {output}")
+    else:
+        print(text, end="")
 
 
 @app.command()

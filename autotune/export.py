@@ -105,3 +105,98 @@ def load_config(path: str | Path) -> TunedConfig:
     if made_with and made_with.split(".")[0] != torch.__version__.split(".")[0]:
         warnings.warn(f"{path} was tuned with torch {made_with}; this is torch {torch.__version__}")
     return TunedConfig(knobs, device_type, data)
+
+
+# --- other forms of the same config ----------------------------------------------------
+
+FORMATS = ("yaml", "json", "python", "lightning")
+
+
+def render(data: dict[str, Any], fmt: str) -> str:
+    """best_config.yaml's content as yaml, json, a runnable plain-PyTorch snippet,
+    or the matching Lightning Trainer/DataLoader arguments."""
+    if fmt == "yaml":
+        return yaml.safe_dump(data, sort_keys=False)
+    if fmt == "json":
+        import json
+
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "python":
+        return _python(data)
+    if fmt == "lightning":
+        return _lightning(data)
+    raise ValueError(f"unknown format `{fmt}`; formats: {', '.join(FORMATS)}")
+
+
+def _header(data) -> str:
+    m = data.get("measured", {})
+    return (f"# autotune: {m.get('speedup_x', '?')}x over the baseline ({m.get('baseline_samples_per_s')} -> "
+            f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
+            + "".join(f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
+                      for f in data.get("safety", []) if f["safety"] != "safe"))
+
+
+def _python(data) -> str:
+    k = {**K.pytorch_defaults(None), **data["knobs"]}
+    device = data.get("device", {}).get("type", "cpu")
+    dtype = {"bf16-mixed": "torch.bfloat16", "16-mixed": "torch.float16"}.get(k["precision"])
+    compile_line = ("" if k["compile"] == "none" else
+                    f"    model = torch.compile(model{'' if k['compile'] == 'default' else ', mode=' + repr(k['compile'])})\n")
+    memory_format = ".contiguous(memory_format=torch.channels_last)" if k["channels_last"] else ""
+    return f'''{_header(data)}import torch
+from torch.utils.data import DataLoader
+
+DEVICE = {device!r}
+torch.backends.cudnn.benchmark = {k["cudnn_benchmark"]}
+torch.set_float32_matmul_precision({"'high'" if k["precision"] == "tf32" else "'highest'"})
+
+
+def make_loader(dataset, **kwargs):
+    return DataLoader(dataset, batch_size={k["batch_size"]}, num_workers={k["num_workers"]}, pin_memory={k["pin_memory"]},
+                      shuffle=True, drop_last=True, **kwargs)
+
+
+def prepare(model):
+    model = model.to(DEVICE{", memory_format=torch.channels_last" if k["channels_last"] else ""})
+{compile_line}    return model
+
+
+SCALER = {"torch.amp.GradScaler(DEVICE)" if k["precision"] == "16-mixed" else "None"}
+
+
+def train_step(model, optimizer, inputs, targets, loss_fn):
+    inputs = inputs.to(DEVICE, non_blocking={k["pin_memory"]}){memory_format if memory_format else ""}
+    targets = targets.to(DEVICE, non_blocking={k["pin_memory"]})
+    with torch.autocast(DEVICE, dtype={dtype}, enabled={dtype is not None}):
+        loss = loss_fn(model(inputs), targets)
+    if SCALER is not None:
+        SCALER.scale(loss).backward()
+        SCALER.step(optimizer)
+        SCALER.update()
+    else:
+        loss.backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none={k["set_to_none"]})
+    return loss
+'''
+
+
+def _lightning(data) -> str:
+    k = {**K.pytorch_defaults(None), **data["knobs"]}
+    precision = "32-true" if k["precision"] == "tf32" else k["precision"]
+    lines = [_header(data).rstrip("\n"), "import torch", ""]
+    if k["precision"] == "tf32":
+        lines.append('torch.set_float32_matmul_precision("high")  # tf32: Lightning precision "32-true" + TF32 matmuls')
+    lines += [
+        f"trainer_kwargs = {{'precision': {precision!r}, 'benchmark': {k['cudnn_benchmark']}}}",
+        f"dataloader_kwargs = {{'batch_size': {k['batch_size']}, 'num_workers': {k['num_workers']}, 'pin_memory': {k['pin_memory']}}}",
+        "# trainer = lightning.Trainer(**trainer_kwargs); DataLoader(dataset, shuffle=True, **dataloader_kwargs)",
+    ]
+    if k["channels_last"]:
+        lines.append("# channels_last: in your LightningModule, self.to(memory_format=torch.channels_last) and the same for 4-D inputs")
+    if k["compile"] != "none":
+        mode = "" if k["compile"] == "default" else f", mode={k['compile']!r}"
+        lines.append(f"# compile: model = torch.compile(model{mode}) before trainer.fit(model)")
+    lines.append(f"# set_to_none={k['set_to_none']}: Lightning calls optimizer.zero_grad() (set_to_none=True by default)"
+                 + ("" if k["set_to_none"] else "; override LightningModule.optimizer_zero_grad to pass set_to_none=False"))
+    return "\n".join(lines) + "\n"

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.live import Live
-from rich.table import Table
+from pathlib import Path
 
-from autotune.knobs import KNOBS
+import time
+
+from rich.columns import Columns
+from rich.console import Console, Group
+from rich.live import Live
+from rich.progress_bar import ProgressBar
+from rich.table import Table
+from rich.text import Text
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -25,6 +30,10 @@ def _fmt(value) -> str:
     return str(value)
 
 
+def _clock(seconds: float) -> str:
+    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
+
+
 def _status(record) -> str:
     return {"ok": "[green]ok[/]", "oom": "[yellow]oom[/]", "timeout": "[yellow]timeout[/]"}.get(record.status, "[red]error[/]")
 
@@ -39,15 +48,17 @@ class LiveView:
         self.live: Live | None = None
         self.searched: list[str] = []
         self.best = None
+        self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
 
-    def start(self, device, space, run_dir) -> None:
+    def start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
         self.searched = list(space.search)
+        self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
         console.print(f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}")
         console.print("searching: " + ", ".join(f"{k} {space.search[k]}" for k in self.searched))
         for name, why in space.fixed.items():
             console.print(f"  [dim]fixed {name}={_fmt(space.baseline[name])}: {why}[/]")
         if console.is_terminal and not self.quiet:
-            self.live = Live(self._table(), console=console, refresh_per_second=4)
+            self.live = Live(get_renderable=self._view, console=console, refresh_per_second=2)
             self.live.start()
 
     def trial(self, record) -> None:
@@ -55,14 +66,31 @@ class LiveView:
             self.best = record
         self.rows.append(record)
         if self.live:
-            self.live.update(self._table())
+            self.live.update(self._view())
         else:
-            console.print(self._line(record))
+            console.print(f"[{len(self.rows)}/{self.n_trials}] " + self._line(record) + f"  ({self._eta()})")
 
     def stop(self) -> None:
         if self.live:
             self.live.stop()
             self.live = None
+
+    def _eta(self) -> str:
+        """Elapsed, and time left: the trials still to run at the pace so far,
+        capped by the time budget."""
+        elapsed = time.monotonic() - self.started
+        left = None
+        if self.rows and self.n_trials:
+            left = elapsed / len(self.rows) * (self.n_trials - len(self.rows))
+        if self.budget_s:
+            left = min(left if left is not None else self.budget_s, max(self.budget_s - elapsed, 0))
+        return f"{_clock(elapsed)} elapsed" + (f", ~{_clock(left)} left" if left is not None else "")
+
+    def _view(self):
+        done, total = len(self.rows), self.n_trials or 1
+        bar = ProgressBar(total=total, completed=done, width=40)
+        status = Text(f" {done}/{self.n_trials} trials, {self._eta()}")
+        return Group(self._table(), Columns([bar, status]))
 
     def _line(self, r) -> str:
         knobs = " ".join(f"{SHORT[k]}={_fmt(r.knobs[k])}" for k in self.searched)
@@ -91,54 +119,134 @@ class LiveView:
         return table
 
 
-def summary(result) -> None:
-    """The final table: baseline vs best, the speedup, and what was written."""
+ROWS = (("samples/s", "samples_per_s", "{:.1f}"), ("step time mean (ms)", "step_ms_mean", "{:.2f}"),
+        ("step time min (ms)", "step_ms_min", "{:.2f}"), ("step time max (ms)", "step_ms_max", "{:.2f}"),
+        ("step time p95 (ms)", "step_ms_p95", "{:.2f}"), ("step-time mean known to", "step_mean_ci95", "±{:.1%}"),
+        ("data loader (% of step)", "dataloader_frac", "{:.1%}"), ("GPU busy (% of step)", "gpu_util_frac", "{:.0%}"),
+        ("GPU util, NVML (%)", "gpu_util_nvml_pct", "{:.0f}"),
+        ("tensor-core kernels (% of kernel time)", "tensor_core_frac", "{:.0%}"),
+        ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}"), ("achieved TFLOP/s", "achieved_tflops", "{:.3g}"),
+        ("MFU", "mfu", "{:.1%}"))
+
+
+def _trial(r) -> dict | None:
+    if r is None:
+        return None
+    return {"trial": r.number, "status": r.status, "knobs": r.knobs, "metrics": r.metrics, "diagnosis": r.diagnosis}
+
+
+def as_dict(result, importance: dict | None = None) -> dict:
+    """Everything the report says, as plain data (the JSON format; the text and
+    markdown formats render this)."""
+    from autotune.export import safety_flags
+
     base, best = result.baseline, result.best
+    ok = [r for r in result.records if r.throughput]
+    effects = {}
+    for knob, values in result.space.search.items():
+        effects[knob] = []
+        for value in values:
+            ys = sorted(r.throughput for r in ok if r.knobs[knob] == value)
+            effects[knob].append({"value": value, "trials": len(ys), "median_samples_per_s": ys[len(ys) // 2] if ys else None})
+    compared = base is not None and base.throughput and best is not None
+    return {
+        "run_dir": str(result.run_dir),
+        "device": {"type": result.device.type, "name": result.device.name, "cpus": result.device.cpus},
+        "trials": len(result.records), "trials_ok": len(ok), "wall_s": result.wall_s,
+        "stopped_reason": result.stopped_reason,
+        "baseline": _trial(base), "best": _trial(best),
+        "speedup_x": best.throughput / base.throughput if compared else None,
+        "knob_effects": effects, "importance": importance,
+        "safety": safety_flags(best.knobs, base.knobs) if compared else [],
+        "fixed": result.space.fixed,
+        "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
+                   for r in result.records if r.status != "ok"],
+    }
+
+
+def _cells(d: dict, key: str, fmt: str) -> list[str] | None:
+    trials = (d["baseline"], d["best"])
+    if not any(key in t["metrics"] for t in trials):
+        return None
+    return [fmt.format(t["metrics"][key]) if key in t["metrics"] else "-" for t in trials]
+
+
+def summary(result, importance: dict | None = None, show_paths: bool = True) -> None:
+    """The terminal report: baseline vs best, speedup, per-knob effect, safety
+    flags, diagnosis, failures, and what was written."""
+    d = as_dict(result, importance)
     console.print()
-    if result.stopped_reason:
-        error(f"search stopped: {result.stopped_reason}")
-    if base is None or not base.throughput or best is None:
+    if d["stopped_reason"]:
+        error(f"search stopped: {d['stopped_reason']}")
+    if d["speedup_x"] is None:
         console.print("[yellow]no measured baseline: no speedup to report[/]")
     else:
-        table = Table(title=f"baseline vs best ({len(result.records)} trials, {result.wall_s:.0f} s)", title_justify="left")
+        base, best = d["baseline"], d["best"]
+        table = Table(title=f"baseline vs best ({d['trials']} trials, {d['wall_s']:.0f} s)", title_justify="left")
         table.add_column("")
-        table.add_column(f"baseline (#{base.number})", justify="right")
-        table.add_column(f"best (#{best.number})", justify="right")
-        rows = [("samples/s", "samples_per_s", "{:.1f}"), ("step time mean (ms)", "step_ms_mean", "{:.2f}"),
-                ("step time p95 (ms)", "step_ms_p95", "{:.2f}"), ("step-time mean known to", "step_mean_ci95", "±{:.1%}"),
-                ("data loader (% of step)", "dataloader_frac", "{:.1%}"), ("GPU busy (% of step)", "gpu_util_frac", "{:.0%}"),
-                ("GPU util, NVML (%)", "gpu_util_nvml_pct", "{:.0f}"), ("tensor-core kernels (% of kernel time)", "tensor_core_frac", "{:.0%}"),
-                ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}"), ("achieved TFLOP/s", "achieved_tflops", "{:.3g}"),
-                ("MFU", "mfu", "{:.1%}")]
-        for label, key, fmt in rows:
-            if key in base.metrics or key in best.metrics:
-                cell = lambda r: fmt.format(r.metrics[key]) if key in r.metrics else "-"  # noqa: E731
-                table.add_row(label, cell(base), cell(best))
-        for name in KNOBS:
-            if base.knobs[name] != best.knobs[name]:
-                flag = KNOBS[name].safety
-                table.add_row(f"{name} [dim]({flag})[/]", _fmt(base.knobs[name]), f"[bold]{_fmt(best.knobs[name])}[/]")
-        table.add_row("bottleneck", *((r.diagnosis or {}).get("bottleneck", "-") for r in (base, best)))
-        table.add_row("[bold]speedup[/]", "1.00x", f"[bold green]{best.throughput / base.throughput:.2f}x[/]")
+        table.add_column(f"baseline (#{base['trial']})", justify="right")
+        table.add_column(f"best (#{best['trial']})", justify="right")
+        for label, key, fmt in ROWS:
+            cells = _cells(d, key, fmt)
+            if cells:
+                table.add_row(label, *cells)
+        for flag in d["safety"]:
+            table.add_row(f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]")
+        table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, best)))
+        table.add_row("[bold]speedup[/]", "1.00x", f"[bold green]{d['speedup_x']:.2f}x[/]")
         console.print(table)
-        for label, r in (("baseline", base), ("best", best)):
-            if r.diagnosis:
-                d = r.diagnosis
-                console.print(f"{label}: {d['bottleneck']}-bound ({'; '.join(d['evidence'])})")
-                for rec in d["recommendations"]:
+        effects = Table(title="per-knob effect (median samples/s over the trials with that value)", title_justify="left")
+        effects.add_column("knob")
+        effects.add_column("values")
+        if importance:
+            effects.add_column("importance", justify="right")
+        for knob, rows in d["knob_effects"].items():
+            cells = ", ".join(f"{_fmt(e['value'])}: {e['median_samples_per_s']:.0f} ({e['trials']})" if e["trials"]
+                              else f"{_fmt(e['value'])}: -" for e in rows)
+            effects.add_row(knob, cells, *([f"{importance.get(knob, 0):.2f}"] if importance else []))
+        console.print(effects)
+        for flag in d["safety"]:
+            if flag["safety"] != "safe":
+                console.print(f"[yellow]{flag['safety']}[/]: {flag['knob']} {_fmt(flag['baseline'])} -> "
+                              f"{_fmt(flag['tuned'])}: {flag['note']}")
+        for label, t in (("baseline", base), ("best", best)):
+            if t["diagnosis"]:
+                diag = t["diagnosis"]
+                console.print(f"{label}: {diag['bottleneck']}-bound ({'; '.join(diag['evidence'])})")
+                for rec in diag["recommendations"]:
                     console.print(f"  try: {rec}")
-    failed = [r for r in result.records if r.status != "ok"]
-    if failed:
-        console.print(f"{len(failed)} trial(s) failed: " + "; ".join(f"#{r.number} {r.status} ({r.error_type})" for r in failed))
-    console.print("wrote:")
-    for label, path in result.paths.items():
-        if label == "run_dir" or (str(path).startswith("/") and not _exists(path)):
-            continue
-        console.print(f"  {label:15} {path}")
-    console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
+    if d["failed"]:
+        console.print(f"{len(d['failed'])} trial(s) failed: "
+                      + "; ".join(f"#{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]))
+    if show_paths:
+        console.print("wrote:")
+        for label, path in result.paths.items():
+            if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists()):
+                console.print(f"  {label:15} {path}")
+        console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
 
 
-def _exists(path) -> bool:
-    from pathlib import Path
-
-    return Path(path).exists()
+def as_markdown(result, importance: dict | None = None) -> str:
+    """The report for a pull request or a wiki page."""
+    d = as_dict(result, importance)
+    lines = [f"## autotune: {d['trials']} trials on {d['device']['type']} ({d['device']['name']})", ""]
+    if d["stopped_reason"]:
+        lines += [f"**Stopped:** {d['stopped_reason']}", ""]
+    if d["speedup_x"] is not None:
+        base, best = d["baseline"], d["best"]
+        lines += [f"**Speedup: {d['speedup_x']:.2f}x** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
+                  "measured in the same search)", "", "| | baseline | best |", "|---|---:|---:|"]
+        for label, key, fmt in ROWS:
+            cells = _cells(d, key, fmt)
+            if cells:
+                lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+        for flag in d["safety"]:
+            lines.append(f"| `{flag['knob']}` ({flag['safety']}) | {_fmt(flag['baseline'])} | **{_fmt(flag['tuned'])}** |")
+        lines.append(f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
+                     f"{(best['diagnosis'] or {}).get('bottleneck', '-')} |")
+        notes = [f"- **{f['safety']}**: `{f['knob']}`: {f['note']}" for f in d["safety"] if f["safety"] != "safe"]
+        if notes:
+            lines += ["", "Convergence safety:", *notes]
+    if d["failed"]:
+        lines += ["", "Failed trials:", *(f"- #{f['trial']} {f['status']}: {f['error_type']}: {f['error']}" for f in d["failed"])]
+    return "\n".join(lines) + "\n"

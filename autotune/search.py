@@ -12,6 +12,7 @@ result arrives (a Ray Tune callback), so what finished is on disk at once.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -20,11 +21,12 @@ import signal
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune import export, tracking
+from autotune import export, plots, tracking
+from autotune.records import METRIC, SearchResult, TrialRecord, write_csv, write_state
 from autotune import knobs as K
 from autotune import workload as W
 import optuna
@@ -32,51 +34,6 @@ from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
 from autotune.spec import Spec, SpecError
-
-METRIC = "samples_per_s"
-
-
-@dataclass
-class TrialRecord:
-    """One finished trial, as the driver saw it."""
-
-    number: int
-    status: str  # ok | oom | error | timeout
-    knobs: dict[str, Any]
-    metrics: dict[str, float]
-    is_baseline: bool = False
-    error_type: str | None = None
-    error: str | None = None
-    trial_dir: str | None = None
-    info: dict[str, Any] = field(default_factory=dict)  # host, device, wall time
-    speedup: float | None = None
-    mlflow_run_id: str | None = None
-    diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
-
-    @property
-    def throughput(self) -> float | None:
-        return self.metrics.get(METRIC) if self.status == "ok" else None
-
-    def row(self) -> dict[str, Any]:
-        return {
-            "trial": self.number, "status": self.status, "baseline": self.is_baseline,
-            **self.knobs, **self.metrics, "speedup": self.speedup, **self.info,
-            "bottleneck": (self.diagnosis or {}).get("bottleneck"),
-            "error_type": self.error_type, "error": self.error, "mlflow_run_id": self.mlflow_run_id,
-        }
-
-
-@dataclass
-class SearchResult:
-    run_dir: Path
-    space: K.Space
-    device: K.Device
-    records: list[TrialRecord]
-    baseline: TrialRecord | None
-    best: TrialRecord | None
-    wall_s: float
-    paths: dict[str, Path]
-    stopped_reason: str | None = None
 
 
 # --- the trial, inside a Ray worker ---------------------------------------------
@@ -290,8 +247,7 @@ class _Recorder:
             if status != "ok":
                 self.baseline_failed = record
         if base and base.throughput and record.throughput:
-            record.speedup = record.throughput / base.throughput
-            record.metrics["speedup_x"] = record.speedup
+            record.metrics["speedup_x"] = record.throughput / base.throughput
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record)
         write_csv(self.records, self.csv_path)
@@ -325,14 +281,6 @@ class _StopOnBaselineFailure(_DriverOnly, tune.Stopper):
 
     def stop_all(self):
         return self.recorder.baseline_failed is not None
-
-
-def write_csv(records: list[TrialRecord], path: Path) -> None:
-    import pandas as pd
-
-    tmp = path.with_suffix(".csv.tmp")
-    pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)]).to_csv(tmp, index=False)
-    tmp.replace(path)
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None) -> SearchResult:
@@ -396,10 +344,18 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
         tags={"device": f"{device.type}:{device.name}",
               **{f"fixed.{k}": why for k, why in space.fixed.items()}},
     )
+    n_trials = spec.search.n_trials
+    if spec.search.sampler == "grid":
+        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
+    state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
+             "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
+             "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
+             "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_state(run_dir, state)
     records: list[TrialRecord] = []
     recorder = _Recorder(tracker, records, paths["trials_csv"], on_trial)
     if on_start:
-        on_start(device, space, run_dir)
+        on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
 
     settings = {
         "workload": spec.workload.model_dump(exclude_none=True),
@@ -411,9 +367,6 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
         tune.with_parameters(_trainable, settings=settings),
         lambda config: {"cpu": cpus_fn(config), "gpu": gpus_per_trial},
     )
-    n_trials = spec.search.n_trials
-    if spec.search.sampler == "grid":
-        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
@@ -437,7 +390,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
     if baseline and baseline.throughput:  # trials that finished before the baseline did
         for r in records:
             if r.throughput and r.speedup is None:
-                r.speedup = r.metrics["speedup_x"] = r.throughput / baseline.throughput
+                r.metrics["speedup_x"] = r.throughput / baseline.throughput
                 tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
         write_csv(records, paths["trials_csv"])
     ok = [r for r in records if r.throughput]
@@ -452,8 +405,11 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
                        speedup_x=best.throughput / baseline.throughput)
-    tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml"],
-                   status="FAILED" if stopped else "FINISHED")
+    write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped})
+    paths["plots"] = run_dir / "plots"
+    plot_files = plots.write_all(result, storage_url, spec.name) if ok else []
+    tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
+                   status="FAILED" if stopped else "FINISHED", plots=plot_files)
     return result
 
 

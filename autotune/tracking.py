@@ -77,11 +77,13 @@ class Tracker:
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         self._log(run_id, metrics=metrics)
 
-    def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED") -> None:
+    def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=()) -> None:
         self._log(self.parent_run_id, metrics=metrics)
         for path in artifacts:
             if path.exists():
                 self.client.log_artifact(self.parent_run_id, str(path))
+        for path in plots:
+            self.client.log_artifact(self.parent_run_id, str(path), artifact_path="plots")
         self.client.set_terminated(self.parent_run_id, status=status)
 
     def _log(self, run_id, params=None, metrics=None, tags=None) -> None:

@@ -22,3 +22,29 @@ def ray_local():
     yield
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)
+
+
+def write_spec(path, **overrides):
+    """A small search spec on the tiny workload."""
+    import yaml
+
+    data = {"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+            "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
+                                                     "pin_memory": [False, True]}},
+            "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
+            "search": {"n_trials": 3}, **overrides}
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+@pytest.fixture(scope="session")
+def finished_run(tmp_path_factory, ray_local):
+    """One real search through the CLI, shared by the CLI, report and export tests."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    tmp = tmp_path_factory.mktemp("cli")
+    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"))
+    result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
+    return tmp / "run", result

@@ -14,18 +14,9 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app
+from tests.conftest import write_spec
 
 runner = CliRunner()
-
-
-def write_spec(path, **overrides):
-    data = {"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
-            "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
-                                                     "pin_memory": [False, True]}},
-            "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
-            "search": {"n_trials": 3}, **overrides}
-    path.write_text(yaml.safe_dump(data))
-    return path
 
 
 def test_bad_spec_is_one_line_exit_2_no_traceback(tmp_path):
@@ -57,14 +48,6 @@ def test_a_factory_that_does_not_import_is_a_user_error(tmp_path, ray_local):
                              "ModuleNotFoundError: No module named 'no_such_pkg'\n")
 
 
-@pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, ray_local):
-    tmp = tmp_path_factory.mktemp("cli")
-    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"))
-    result = runner.invoke(app, ["search", str(spec), "--quiet"])
-    return tmp / "run", result
-
-
 @pytest.mark.timeout(300)
 def test_search_prints_trials_summary_and_paths(finished_run):
     run_dir, result = finished_run
@@ -76,6 +59,7 @@ def test_search_prints_trials_summary_and_paths(finished_run):
     assert "baseline vs best (3 trials" in out and "speedup" in out
     assert f"best_config     {run_dir / 'best_config.yaml'}" in out
     assert f"compare trials: autotune ui {run_dir}" in out
+    assert "[3/3] trial" in out and "left)" in out  # progress with an ETA, one line per trial
 
 
 def free_port():

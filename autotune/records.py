@@ -1,0 +1,118 @@
+"""What a search leaves in its run dir, and reading it back: trials.csv (one row
+per trial), search.json (device, space, plan, MLflow ids) and each trial's
+result.json. `autotune report` and `autotune export` work from these alone."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import knobs as K
+
+METRIC = "samples_per_s"
+STATE_FILE = "search.json"
+INFO = ("host", "device_type", "device_name", "torch", "trial_wall_s")
+NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "error_type", "error", "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
+
+
+@dataclass
+class TrialRecord:
+    """One finished trial, as the driver saw it."""
+
+    number: int
+    status: str  # ok | oom | error | timeout
+    knobs: dict[str, Any]
+    metrics: dict[str, float]
+    is_baseline: bool = False
+    error_type: str | None = None
+    error: str | None = None
+    trial_dir: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # host, device, wall time
+    mlflow_run_id: str | None = None
+    diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
+
+    @property
+    def throughput(self) -> float | None:
+        return self.metrics.get(METRIC) if self.status == "ok" else None
+
+    @property
+    def speedup(self) -> float | None:
+        return self.metrics.get("speedup_x")
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "trial": self.number, "status": self.status, "baseline": self.is_baseline,
+            **self.knobs, **self.metrics, **self.info,
+            "bottleneck": (self.diagnosis or {}).get("bottleneck"),
+            "error_type": self.error_type, "error": self.error, "trial_dir": self.trial_dir,
+            "mlflow_run_id": self.mlflow_run_id,
+        }
+
+
+@dataclass
+class SearchResult:
+    run_dir: Path
+    space: K.Space
+    device: K.Device
+    records: list[TrialRecord]
+    baseline: TrialRecord | None
+    best: TrialRecord | None
+    wall_s: float
+    paths: dict[str, Path]
+    stopped_reason: str | None = None
+
+
+def write_csv(records: list[TrialRecord], path: Path) -> None:
+    import pandas as pd
+
+    tmp = path.with_suffix(".csv.tmp")
+    pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)]).to_csv(tmp, index=False)
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def write_state(run_dir: Path, state: dict) -> None:
+    (run_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def _clean(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def read_run(run_dir: Path) -> SearchResult:
+    """A finished or interrupted search, from its run dir."""
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    state_file, csv = run_dir / STATE_FILE, run_dir / "trials.csv"
+    if not state_file.exists():
+        raise FileNotFoundError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE})")
+    state = json.loads(state_file.read_text())
+    records = []
+    rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []
+    for row in rows:
+        row = {k: _clean(v) for k, v in row.items()}
+        trial_dir = row.get("trial_dir")
+        result_file = Path(trial_dir) / "result.json" if trial_dir else None
+        diagnosis = json.loads(result_file.read_text()).get("diagnosis") if result_file and result_file.exists() else None
+        records.append(TrialRecord(
+            number=int(row["trial"]), status=row["status"], is_baseline=bool(row["baseline"]),
+            knobs={k: row[k] for k in K.KNOBS},
+            metrics={k: v for k, v in row.items() if k not in NOT_METRICS and isinstance(v, (int, float)) and v is not None},
+            error_type=row.get("error_type"), error=row.get("error"), trial_dir=trial_dir,
+            info={k: row[k] for k in INFO if row.get(k) is not None}, mlflow_run_id=row.get("mlflow_run_id"),
+            diagnosis=diagnosis,
+        ))
+    baseline = next((r for r in records if r.is_baseline), None)
+    ok = [r for r in records if r.throughput]
+    best = max(ok, key=lambda r: r.throughput) if ok else None
+    space = K.Space(**state["space"])
+    device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
+    paths = {"run_dir": run_dir, "trials_csv": csv, "best_config": run_dir / "best_config.yaml",
+             "optuna_storage": run_dir / "optuna.db", "mlflow_uri": state["mlflow_uri"], "plots": run_dir / "plots"}
+    return SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
+                        state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"))

@@ -103,6 +103,9 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
         assert len(runs) == 4 and len(trials) == 3
         assert all(any(m["key"] == "samples_per_s" for m in r["data"]["metrics"]) for r in trials)
         assert all({p["key"] for p in r["data"]["params"]} >= {"batch_size", "channels_last"} for r in trials)
+        parent = next(r for r in runs if r not in trials)
+        listed = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}&path=plots")
+        assert {f["path"] for f in listed["files"]} >= {"plots/throughput_per_trial.png", "plots/parallel_coordinates.png"}
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)

@@ -154,11 +154,25 @@ def ui(
         _fail(e, debug)
     from autotune.report import console
 
-    console.print(f"MLflow UI for {run_dir}: [bold]http://127.0.0.1:{port}[/] (Ctrl-C to stop)")
+    url = f"http://127.0.0.1:{port}/#/experiments/{_experiment_id(run_dir, db)}/runs"
+    console.print(f"MLflow UI for {run_dir}: [bold]{url}[/] (Ctrl-C to stop; expand the search's run to compare its trials)")
     sys.stdout.flush()
     args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db.resolve()}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     os.execv(sys.executable, args)
+
+
+def _experiment_id(run_dir: Path, db: Path) -> str:
+    """The search's experiment, so the printed link opens its runs table (MLflow 3's
+    start page is a GenAI overview)."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    state = run_dir / "search.json"
+    name = json.loads(state.read_text()).get("mlflow_experiment", "autotune") if state.exists() else "autotune"
+    exp = MlflowClient(f"sqlite:///{db.resolve()}").get_experiment_by_name(name)
+    return exp.experiment_id if exp else "0"
 
 
 def _newest_run() -> Path:

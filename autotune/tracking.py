@@ -38,6 +38,9 @@ class Tracker:
             # local store: artifacts beside it in the run dir, not in the cwd's ./mlruns
             location = None if uri.startswith("http") else (run_dir / "mlartifacts").resolve().as_uri()
             self.experiment_id = self.client.create_experiment(experiment, artifact_location=location)
+        if exp is None or "mlflow.experimentKind" not in exp.tags:
+            # the MLflow 3 UI opens a GenAI (traces) view unless told this is model training
+            self.client.set_experiment_tag(self.experiment_id, "mlflow.experimentKind", "custom_model_development")
         if parent_run_id is None:
             run = self.client.create_run(
                 self.experiment_id,

@@ -98,6 +98,7 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
                 assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()[-2000:]
                 time.sleep(1)
         exp = get_json(base + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=autotune")["experiment"]
+        assert {"key": "mlflow.experimentKind", "value": "custom_model_development"} in exp["tags"]
         runs = get_json(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
         trials = [r for r in runs if any(t["key"] == "autotune.role" and t["value"] == "trial" for t in r["data"]["tags"])]
         assert len(runs) == 4 and len(trials) == 3

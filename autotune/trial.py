@@ -271,7 +271,7 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _parse_set(items: list[str]) -> dict[str, Any]:
+def parse_set(items: list[str]) -> dict[str, Any]:
     out = {}
     for item in items:
         name, sep, raw = item.partition("=")
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()
         config = json.loads(text)
-        config["knobs"] = {**config.get("knobs", {}), **_parse_set(args.set)}
+        config["knobs"] = {**config.get("knobs", {}), **parse_set(args.set)}
         result = run_trial(config)
     except (OSError, json.JSONDecodeError, TrialConfigError) as e:
         print(f"error: {e}", file=sys.stderr)

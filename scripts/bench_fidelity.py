@@ -96,18 +96,9 @@ def run_child(args: list[str]) -> dict:
     return json.loads(proc.stdout[proc.stdout.index("{"):])
 
 
-def parse_set(items: list[str]) -> dict:
-    out = {}
-    for item in items:
-        name, _, raw = item.partition("=")
-        try:
-            out[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[name] = raw
-    return out
-
-
 def main() -> None:
+    from autotune.trial import parse_set
+
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="tiny_cnn")
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")

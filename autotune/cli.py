@@ -37,23 +37,40 @@ def _user_errors():
 
 @app.command()
 def search(
-    spec_path: Path = typer.Argument(..., metavar="SPEC", help="the search spec (YAML)"),
+    spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="the search spec (YAML)"),
+    resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR",
+                                          help="continue a stopped search (its spec is in RUN_DIR)"),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="override the spec's output_dir"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
-    """Run a search: trials through Ray, Optuna choosing, MLflow recording."""
+    """Run a search: trials through Ray, Optuna choosing, MLflow recording.
+    Ctrl-C or SIGTERM stops it with every finished trial saved."""
     try:
         from autotune import spec as S
 
-        spec = S.load(spec_path)
-        if output_dir is not None:
+        if resume is not None:
+            if not (resume / "spec.yaml").exists():
+                raise UserError(f"`{resume}` has no spec.yaml: not a search's output dir, nothing to resume")
+            spec = S.load(resume / "spec.yaml")
+            spec.output_dir = resume
+        elif spec_path is None:
+            raise UserError("give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)")
+        else:
+            spec = S.load(spec_path)
+        if output_dir is not None and resume is None:
             spec.output_dir = output_dir
         from autotune import report, search as searching
 
         view = report.LiveView(quiet=quiet)
         try:
-            result = searching.run(spec, on_start=view.start, on_trial=view.trial)
+            result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None)
+        except KeyboardInterrupt:
+            from autotune.report import error
+
+            error(f"interrupted; finished trials are saved: continue with `autotune search --resume "
+                  f"{spec.resolved_output_dir()}`")
+            raise typer.Exit(130) from None
         finally:
             view.stop()
         from autotune.plots import knob_importance

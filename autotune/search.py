@@ -13,6 +13,7 @@ result arrives (a Ray Tune callback), so what finished is on disk at once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
@@ -26,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune import export, plots, tracking
-from autotune.records import METRIC, SearchResult, TrialRecord, write_csv, write_state
+from autotune.records import METRIC, STATE_FILE, SearchResult, TrialRecord, read_run, write_csv, write_state
 from autotune import knobs as K
 from autotune import workload as W
 import optuna
@@ -96,15 +97,8 @@ def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
             shutil.rmtree(trial_dir / cache, ignore_errors=True)
 
 
-def _trainable(config: dict, settings: dict) -> None:
-    """Ray Tune's function trainable: one trial process, one report. Never
-    raises: whatever goes wrong is reported as the trial's error."""
-    number = config["trial_number"]
-    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
-    try:
-        result = _run_trial_in(config, settings, trial_dir)
-    except Exception as e:
-        result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
+def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
+    """A trial's result.json as the flat dict Ray Tune carries to the driver."""
     flat = {
         "trial_number": number,
         "status": result.get("status", "error"),
@@ -115,13 +109,25 @@ def _trainable(config: dict, settings: dict) -> None:
         "device_type": (result.get("device") or {}).get("type"),
         "device_name": (result.get("device") or {}).get("name"),
         "torch": result.get("torch"),
-        "trial_wall_s": result["trial_wall_s"],
+        "trial_wall_s": result.get("trial_wall_s", result.get("trial_s", 0.0)),
         "diagnosis_json": json.dumps(result["diagnosis"]) if result.get("diagnosis") else None,
         **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
     }
     if flat["status"] == "ok":
         flat[METRIC] = result["metrics"][METRIC]
-    tune.report(flat)
+    return flat
+
+
+def _trainable(config: dict, settings: dict) -> None:
+    """Ray Tune's function trainable: one trial process, one report. Never
+    raises: whatever goes wrong is reported as the trial's error."""
+    number = config["trial_number"]
+    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
+    try:
+        result = _run_trial_in(config, settings, trial_dir)
+    except Exception as e:
+        result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
+    tune.report(flat_result(number, trial_dir, result))
 
 
 class _Searcher(OptunaSearch):
@@ -159,19 +165,18 @@ class _DefineByRun:
         return {**self.fixed, "trial_number": trial.number}
 
 
-def _make_searcher(space: K.Space, spec: Spec, storage_url: str, enqueue_baseline: bool):
+def _make_searcher(space: K.Space, spec: Spec, storage_url: str, study_name: str, enqueue: list[dict]):
     define_by_run = _DefineByRun(space.search, {k: v for k, v in space.baseline.items() if k not in space.search})
     seed = spec.search.seed
     sampler = {
         "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
         "random": lambda: optuna.samplers.RandomSampler(seed=seed),
-        "grid": lambda: optuna.samplers.GridSampler(space.search, seed=seed),
+        # grid: every point is enqueued up front, the baseline first (see _search)
+        "grid": lambda: optuna.samplers.RandomSampler(seed=seed),
     }[spec.search.sampler]()
-    baseline_point = {k: space.baseline[k] for k in space.search}
     return _Searcher(
-        space=define_by_run, metric=METRIC, mode="max", sampler=sampler, study_name=spec.name,
-        storage=optuna.storages.RDBStorage(storage_url),
-        points_to_evaluate=[baseline_point] if enqueue_baseline else None,
+        space=define_by_run, metric=METRIC, mode="max", sampler=sampler, study_name=study_name,
+        storage=optuna.storages.RDBStorage(storage_url), points_to_evaluate=enqueue or None,
     )
 
 
@@ -213,12 +218,22 @@ def _init_ray(address: str | None) -> bool:
     return True
 
 
+def _stop_on_sigterm() -> None:
+    """SIGTERM stops a search the way Ctrl-C does: Ray Tune stops the running
+    trial, everything finished is already written, `--resume` continues. Set
+    after ray.init, whose core worker installs a handler of its own."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+
+
 class _Recorder:
     """Ray Tune callback: turns each finished trial into a record, writes it
     everywhere at once, and tells the caller."""
 
-    def __init__(self, tracker, records, csv_path, on_trial):
-        self.tracker, self.records = tracker, records
+    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
+        self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
         self.csv_path, self.on_trial = csv_path, on_trial
         self.baseline_failed: TrialRecord | None = None
 
@@ -234,7 +249,8 @@ class _Recorder:
             status=status,
             knobs=knobs,
             metrics={k[2:]: v for k, v in result.items() if k.startswith("m/") and v is not None},
-            is_baseline=config["trial_number"] == 0,  # the enqueued baseline is the study's first trial
+            # the baseline is enqueued first; a later trial with its knobs is a repeat
+            is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
             error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
             error=result.get("error") or ray_error,
             trial_dir=result.get("trial_dir"),
@@ -283,11 +299,19 @@ class _StopOnBaselineFailure(_DriverOnly, tune.Stopper):
         return self.recorder.baseline_failed is not None
 
 
-def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None) -> SearchResult:
-    """Run a search to its end (trial count, time budget, or a failed baseline)."""
+def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
+        resume: bool = False) -> SearchResult:
+    """Run a search to its end (trial count, time budget, a failed baseline, or
+    Ctrl-C / SIGTERM). With `resume`, continue the search in `spec.output_dir`
+    from its Optuna storage: finished trials are neither lost nor repeated.
+    Everything that can be checked is checked before anything is written."""
     started = time.perf_counter()
     run_dir = spec.resolved_output_dir().resolve()
-    run_dir.mkdir(parents=True, exist_ok=True)
+    state = None
+    if resume:
+        if not (run_dir / STATE_FILE).exists():
+            raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
+        state = json.loads((run_dir / STATE_FILE).read_text())
     user_cwd = os.getcwd()
     if user_cwd not in sys.path:
         sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
@@ -295,10 +319,13 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         workload = W.load(spec.workload.ref, spec.workload.args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
+    if spec.tracking.uri:
+        tracking.check_uri(spec.tracking.uri)
     baseline = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
     baseline = {**K.pytorch_defaults(workload.batch_size), **baseline}
 
     started_ray = _init_ray(spec.resources.ray_address)
+    _stop_on_sigterm()
     try:
         device = _detect_device(spec)
         space = K.resolve_space(spec.search_space.lists(), baseline, device)
@@ -307,8 +334,13 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
                 "search_space: nothing to search on this device; every knob is fixed: "
                 + "; ".join(f"{k} ({why})" for k, why in space.fixed.items())
             )
-        (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
-        return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
+        if state and state["space"]["search"] != space.search:
+            raise SpecError(f"`{run_dir}` searched {state['space']['search']}; this machine resolves the space to "
+                            f"{space.search}: resume on the same kind of device")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
+        return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state)
     finally:
         if started_ray:
             import ray
@@ -316,7 +348,31 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             ray.shutdown()
 
 
-def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial) -> SearchResult:
+def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> list[dict]:
+    """After a crash or an interruption: trials Optuna saw finish but the driver
+    did not record (killed in between) are recorded from their result.json;
+    trials left RUNNING are marked FAIL and returned, to be run again."""
+    from optuna.trial import TrialState
+
+    recorded = {r.number for r in recorder.records}
+    fixed = {k: v for k, v in space.baseline.items() if k not in space.search}
+    again = []
+    for t in study.get_trials(deepcopy=False):
+        result_file = run_dir / "trials" / f"{t.number:04d}" / "result.json"
+        finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
+        if finished and t.number not in recorded and result_file.exists():
+            result = json.loads(result_file.read_text())
+            recorder.add({**fixed, **t.params, "trial_number": t.number},
+                         flat_result(t.number, result_file.parent, result))
+        elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            if t.state == TrialState.RUNNING:
+                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            again.append(dict(t.params))
+    return again
+
+
+def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state) -> SearchResult:
     cuda = device.type == "cuda"
     cpus_per_trial = spec.resources.cpus_per_trial
     gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (1 if cuda else 0)
@@ -336,26 +392,51 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
              "optuna_storage": run_dir / "optuna.db", "mlflow_uri": spec.tracking.uri or tracking.default_uri(run_dir)}
-    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name)
-    tracker.log_search(
-        params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
-                **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
-                "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
-        tags={"device": f"{device.type}:{device.name}",
-              **{f"fixed.{k}": why for k, why in space.fixed.items()}},
-    )
+    if state:
+        paths["mlflow_uri"] = state["mlflow_uri"]
+    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name,
+                               parent_run_id=state["mlflow_parent_run_id"] if state else None)
+    if not state:
+        tracker.log_search(
+            params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
+                    **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
+                    "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
+            tags={"device": f"{device.type}:{device.name}",
+                  **{f"fixed.{k}": why for k, why in space.fixed.items()}},
+        )
     n_trials = spec.search.n_trials
     if spec.search.sampler == "grid":
         n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
-    state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
-             "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
-             "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
-             "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    if state:
+        n_trials = state["n_trials"]
+        state = {k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason")}
+        tracker.client.update_run(tracker.parent_run_id, status="RUNNING")
+    else:
+        state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
+                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
+                 "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
+                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     write_state(run_dir, state)
-    records: list[TrialRecord] = []
-    recorder = _Recorder(tracker, records, paths["trials_csv"], on_trial)
+    records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
+    recorder = _Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
+    study = optuna.create_study(study_name=state["optuna_study"], storage=storage_url, direction="maximize",
+                                load_if_exists=True)
+    again = _reconcile(study, recorder, space, run_dir)
+    recorder.on_trial = on_trial
+    baseline_point = {k: space.baseline[k] for k in space.search}
+    if not study.trials:  # a new search: the baseline first (and for a grid, then every other point)
+        enqueue = [baseline_point]
+        if spec.search.sampler == "grid":
+            points = (dict(zip(space.search, values)) for values in itertools.product(*space.search.values()))
+            enqueue += [p for p in points if p != baseline_point]
+    else:  # resuming: enqueued points still WAITING stay queued; interrupted trials run again
+        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in study.trials)
+        enqueue = again + ([] if recorder.baseline() or waiting or baseline_point in again else [baseline_point])
+    remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
+    for record in sorted(records, key=lambda r: r.number) if on_trial else ():
+        on_trial(record)  # what an earlier run of this search finished
 
     settings = {
         "workload": spec.workload.model_dump(exclude_none=True),
@@ -370,8 +451,8 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            search_alg=_make_searcher(space, spec, storage_url, enqueue_baseline=True),
-            num_samples=n_trials,
+            search_alg=_make_searcher(space, spec, storage_url, state["optuna_study"], enqueue),
+            num_samples=max(remaining, 1),
             max_concurrent_trials=None if cuda else 1,
             time_budget_s=spec.search.time_budget_s,
             # the Ray actor only reserves resources and starts the trial process,
@@ -384,7 +465,8 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
             stop=_StopOnBaselineFailure(recorder), failure_config=tune.FailureConfig(max_failures=0),
         ),
     )
-    tuner.fit()
+    if remaining > 0:
+        tuner.fit()
 
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
@@ -396,9 +478,13 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial)
     ok = [r for r in records if r.throughput]
     best = max(ok, key=lambda r: r.throughput) if ok else None
     stopped = None
+    wall = time.perf_counter() - started
+    budget = spec.search.time_budget_s
     if recorder.baseline_failed:
         stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"
-    wall = time.perf_counter() - started
+    elif len(records) < n_trials and not (budget and wall >= budget):
+        stopped = (f"interrupted after {len(records)} of {n_trials} trials; "
+                   f"continue with `autotune search --resume {run_dir}`")
     result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped)
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok)}
     if baseline and baseline.throughput and best:

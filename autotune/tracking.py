@@ -20,6 +20,23 @@ def default_uri(run_dir: Path) -> str:
     return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
 
 
+def check_uri(uri: str) -> None:
+    """A tracking server must answer before a search starts, so a wrong address
+    fails in a second, not after the first trial."""
+    from autotune.spec import SpecError
+
+    if not uri.startswith(("http://", "https://")):
+        return
+    import urllib.request
+
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).read()
+    except OSError as e:
+        raise SpecError(f"tracking.uri: cannot reach an MLflow server at `{uri}` ({getattr(e, 'reason', e)}); "
+                        "start one (`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out "
+                        "for a local store") from None
+
+
 class Tracker:
     """Writes a search to MLflow through MlflowClient (no global active run)."""
 

@@ -223,6 +223,18 @@ def _double_batch_probe(session: Session, step_ms: float, steps: int = 8) -> dic
             torch.cuda.empty_cache()
 
 
+def _memory_at_failure(device: K.Device) -> dict[str, float]:
+    import resource
+
+    import torch
+
+    out = {"mem_rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB on Linux
+    if device.type == "cuda":
+        out["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        out["mem_device_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+    return out
+
+
 def _is_oom(e: BaseException) -> bool:
     import torch
 
@@ -261,6 +273,8 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
         if not math.isfinite(result["metrics"]["loss_last"]):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except Exception as e:  # a failing workload is a result, not a crash
+        if _is_oom(e):  # infeasible: record the memory at the failure with the knobs
+            result["metrics"] = {**result.get("metrics", {}), **_memory_at_failure(device)}
         result.update(
             status="oom" if _is_oom(e) else "error",
             error_type=type(e).__name__,

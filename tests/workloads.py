@@ -59,3 +59,31 @@ def make_failing(batch_size: int = 8) -> Workload:
 
 def not_a_workload():
     return {"model": None}
+
+
+def make_faulty(batch_size: int = 16) -> Workload:
+    """A fault per configuration, to show a search survives each:
+    with a loader worker, the worker is killed by a signal; without one, batch 32
+    makes the loss NaN, batch 64 runs out of memory, batch 128 hangs. Batch 16
+    without workers trains fine (the baseline)."""
+    import os
+    import signal
+    import time
+
+    class Faulty(WorkerTagged):
+        def __getitem__(self, i):
+            if get_worker_info() is not None:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().__getitem__(i)
+
+    def loss(model, batch):
+        images, labels, _ = batch
+        n = images.shape[0]
+        if n == 64:
+            raise torch.OutOfMemoryError("out of memory: tried to allocate 2.00 GiB (injected by the test workload)")
+        if n == 128:
+            time.sleep(3600)
+        value = nn.functional.cross_entropy(model(images), labels)
+        return value * float("nan") if n == 32 else value
+
+    return Workload(model=Recorder, dataset=Faulty(), loss=loss, batch_size=batch_size)

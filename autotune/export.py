@@ -23,16 +23,26 @@ import yaml
 
 from autotune import __version__
 from autotune import knobs as K
+from autotune.safety import batch_advice
 
 
-def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any]) -> list[dict[str, Any]]:
-    """Each knob the best config changes from the baseline, with its safety class."""
+def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict | None = None) -> list[dict[str, Any]]:
+    """Each knob the best config changes from the baseline, with its safety class,
+    and the measured loss parity for the knobs that can change numerics."""
+    from autotune.safety import PARITY_KNOBS
+
     flags = []
     for name, value in knobs.items():
         if value != baseline.get(name):
             knob = K.KNOBS[name]
-            flags.append({"knob": name, "baseline": baseline.get(name), "tuned": value,
-                          "safety": knob.safety, "note": knob.safety_reason})
+            flag = {"knob": name, "baseline": baseline.get(name), "tuned": value,
+                    "safety": knob.safety, "note": knob.safety_reason}
+            if name == "compile":
+                flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
+            if parity is not None and name in PARITY_KNOBS:
+                flag["parity"] = {k: parity[k] for k in ("passed", "max_rel_dev", "tolerance", "steps", "nonfinite",
+                                                         "skipped_steps") if k in parity}
+            flags.append(flag)
     return flags
 
 
@@ -51,9 +61,18 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
             "best_trial": best.number, "baseline_trial": base.number,
             "trials": len(result.records), "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
-        "safety": safety_flags(best.knobs, base.knobs),
+        "safety": safety_flags(best.knobs, base.knobs, best.parity),
         "fixed": result.space.fixed,
     }
+    accum = base.knobs["batch_size"] // best.knobs["batch_size"] if spec.safety.keep_effective_batch else 1
+    advice = batch_advice(base.knobs["batch_size"], best.knobs["batch_size"], best.info.get("optimizer"),
+                          bool(best.info.get("has_batchnorm")), accum)
+    if advice:
+        data["batch"] = advice
+    rejected = [{"trial": r.number, "samples_per_s": round(r.throughput, 2), "reason": r.parity.get("reason")}
+                for r in result.records if r.throughput and not r.safe and r.throughput > best.throughput]
+    if rejected:
+        data["rejected_faster_but_unsafe"] = rejected
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
 
@@ -88,6 +107,12 @@ class TunedConfig:
 
     def zero_grad(self, optimizer) -> None:
         optimizer.zero_grad(set_to_none=self.knobs["set_to_none"])
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step that keep the baseline's effective batch
+        (1: step every batch)."""
+        return int((self.data.get("batch") or {}).get("grad_accumulation_steps") or 1)
 
 
 def load_config(path: str | Path) -> TunedConfig:

@@ -115,10 +115,14 @@ class Space:
     dropped: list[str]  # "knob=value: why" for values that cannot apply here
 
 
-def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Device) -> Space:
+def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Device,
+                  allowed_classes: set[str] | None = None, keep_effective_batch: bool = False) -> Space:
     """Keep the values that apply on `device`; the baseline's value is always in
     the space, so the baseline is a point of the search and ratios compare like
-    with like. A baseline value that cannot apply falls back to PyTorch's."""
+    with like. A baseline value that cannot apply falls back to PyTorch's.
+    `allowed_classes`: the safety classes the search may change (safety.level);
+    `keep_effective_batch`: batch sizes must divide the baseline's (the rest is
+    made up by gradient accumulation), which keeps the optimization unchanged."""
     base, search, fixed, dropped = {}, {}, {}, []
     for name, knob in KNOBS.items():
         value = baseline[name]
@@ -130,9 +134,17 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
         if name not in lists:
             fixed[name] = "not in the search space"
             continue
+        safety = "safe" if name == "batch_size" and keep_effective_batch else knob.safety
+        if safety == "safe" and name == "batch_size" and allowed_classes == {"safe"}:
+            safety = "dynamics"  # accumulation keeps the batch, but BatchNorm sees the micro-batch
+        if allowed_classes is not None and safety not in allowed_classes:
+            fixed[name] = f"a {knob.safety} knob; safety.level allows only {', '.join(sorted(allowed_classes))} knobs"
+            continue
         values = []
         for v in lists[name]:
             why = knob.unavailable(v, device)
+            if not why and name == "batch_size" and keep_effective_batch and (v > value or value % v):
+                why = f"keep_effective_batch: a micro-batch must divide the baseline batch {value}"
             if why:
                 dropped.append(f"{name}={v!r}: {why}")
             elif v not in values:

@@ -14,8 +14,9 @@ from autotune import knobs as K
 
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
-INFO = ("host", "device_type", "device_name", "torch", "trial_wall_s")
-NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "error_type", "error", "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
+INFO = ("host", "device_type", "device_name", "torch", "trial_wall_s", "optimizer", "has_batchnorm")
+NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "parity", "parity_reason", "error_type", "error",
+               "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
 
 
 @dataclass
@@ -33,6 +34,12 @@ class TrialRecord:
     info: dict[str, Any] = field(default_factory=dict)  # host, device, wall time
     mlflow_run_id: str | None = None
     diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
+    parity: dict[str, Any] | None = None  # loss parity against the baseline (None: no numerics knob changed)
+
+    @property
+    def safe(self) -> bool:
+        """No measured reason to distrust this config's training numerics."""
+        return self.parity is None or bool(self.parity["passed"])
 
     @property
     def throughput(self) -> float | None:
@@ -47,6 +54,8 @@ class TrialRecord:
             "trial": self.number, "status": self.status, "baseline": self.is_baseline,
             **self.knobs, **self.metrics, **self.info,
             "bottleneck": (self.diagnosis or {}).get("bottleneck"),
+            "parity": None if self.parity is None else ("passed" if self.parity["passed"] else "failed"),
+            "parity_reason": (self.parity or {}).get("reason"),
             "error_type": self.error_type, "error": self.error, "trial_dir": self.trial_dir,
             "mlflow_run_id": self.mlflow_run_id,
         }
@@ -63,6 +72,13 @@ class SearchResult:
     wall_s: float
     paths: dict[str, Path]
     stopped_reason: str | None = None
+
+
+def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
+    """The fastest trial that finished and passed its safety checks; a faster
+    one that failed loss parity is never the one exported."""
+    ok = [r for r in records if r.throughput and r.safe]
+    return max(ok, key=lambda r: r.throughput) if ok else None
 
 
 def write_csv(records: list[TrialRecord], path: Path) -> None:
@@ -98,18 +114,17 @@ def read_run(run_dir: Path) -> SearchResult:
         row = {k: _clean(v) for k, v in row.items()}
         trial_dir = row.get("trial_dir")
         result_file = Path(trial_dir) / "result.json" if trial_dir else None
-        diagnosis = json.loads(result_file.read_text()).get("diagnosis") if result_file and result_file.exists() else None
+        trial_result = json.loads(result_file.read_text()) if result_file and result_file.exists() else {}
         records.append(TrialRecord(
             number=int(row["trial"]), status=row["status"], is_baseline=bool(row["baseline"]),
             knobs={k: row[k] for k in K.KNOBS},
             metrics={k: v for k, v in row.items() if k not in NOT_METRICS and isinstance(v, (int, float)) and v is not None},
             error_type=row.get("error_type"), error=row.get("error"), trial_dir=trial_dir,
             info={k: row[k] for k in INFO if row.get(k) is not None}, mlflow_run_id=row.get("mlflow_run_id"),
-            diagnosis=diagnosis,
+            diagnosis=trial_result.get("diagnosis"), parity=trial_result.get("parity"),
         ))
     baseline = next((r for r in records if r.is_baseline), None)
-    ok = [r for r in records if r.throughput]
-    best = max(ok, key=lambda r: r.throughput) if ok else None
+    best = pick_best(records)
     space = K.Space(**state["space"])
     device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
     paths = {"run_dir": run_dir, "trials_csv": csv, "best_config": run_dir / "best_config.yaml",

@@ -157,7 +157,9 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "baseline": _trial(base), "best": _trial(best),
         "speedup_x": best.throughput / base.throughput if compared else None,
         "knob_effects": effects, "importance": importance,
-        "safety": safety_flags(best.knobs, base.knobs) if compared else [],
+        "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
+        "unsafe": [{"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
+                   for r in result.records if r.throughput and not r.safe],
         "fixed": result.space.fixed,
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
                    for r in result.records if r.status != "ok"],
@@ -207,8 +209,13 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
         console.print(effects)
         for flag in d["safety"]:
             if flag["safety"] != "safe":
+                parity = flag.get("parity")
+                measured = (f" (loss parity over {parity['steps']} steps: max deviation {parity['max_rel_dev']:.2%}, "
+                            f"tolerance {parity['tolerance']:.0%})") if parity else ""
                 console.print(f"[yellow]{flag['safety']}[/]: {flag['knob']} {_fmt(flag['baseline'])} -> "
-                              f"{_fmt(flag['tuned'])}: {flag['note']}")
+                              f"{_fmt(flag['tuned'])}: {flag['note']}{measured}")
+        for u in d["unsafe"]:
+            console.print(f"[red]not exported[/]: trial #{u['trial']} ({u['samples_per_s']:.1f} samples/s): {u['reason']}")
         for label, t in (("baseline", base), ("best", best)):
             if t["diagnosis"]:
                 diag = t["diagnosis"]

@@ -27,13 +27,14 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune import export, plots, tracking
-from autotune.records import METRIC, STATE_FILE, SearchResult, TrialRecord, read_run, write_csv, write_state
+from autotune.records import INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, read_run, write_csv, write_state
 from autotune import knobs as K
 from autotune import workload as W
 import optuna
 from ray import tune
 from ray.tune.search.optuna import OptunaSearch
 
+from autotune.safety import LEVELS
 from autotune.spec import Spec, SpecError
 
 
@@ -82,6 +83,7 @@ def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
         "trace_path": "trace.json" if settings["trial"]["profile_steps"] else None,
         "device": settings["device"],
         "cpus": settings["cpus_fn"](config),
+        "accum_steps": settings["accum_fn"](config),
         "seed": settings["seed"],
     }
     env = dict(os.environ)
@@ -111,6 +113,9 @@ def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
         "torch": result.get("torch"),
         "trial_wall_s": result.get("trial_wall_s", result.get("trial_s", 0.0)),
         "diagnosis_json": json.dumps(result["diagnosis"]) if result.get("diagnosis") else None,
+        "parity_json": json.dumps(result["parity"]) if result.get("parity") else None,
+        "optimizer": result.get("optimizer"),
+        "has_batchnorm": result.get("has_batchnorm"),
         **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
     }
     if flat["status"] == "ok":
@@ -254,8 +259,9 @@ class _Recorder:
             error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
             error=result.get("error") or ray_error,
             trial_dir=result.get("trial_dir"),
-            info={k: result.get(k) for k in ("host", "device_type", "device_name", "torch", "trial_wall_s") if result.get(k) is not None},
+            info={k: result.get(k) for k in INFO if result.get(k) is not None},
             diagnosis=json.loads(result.get("diagnosis_json") or "null"),
+            parity=json.loads(result.get("parity_json") or "null"),
         )
         base = self.baseline()
         if record.is_baseline:
@@ -265,7 +271,7 @@ class _Recorder:
         if base and base.throughput and record.throughput:
             record.metrics["speedup_x"] = record.throughput / base.throughput
         self.records.append(record)
-        record.mlflow_run_id = self.tracker.log_trial(record)
+        record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
         write_csv(self.records, self.csv_path)
         if self.on_trial:
             self.on_trial(record)
@@ -328,7 +334,8 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     _stop_on_sigterm()
     try:
         device = _detect_device(spec)
-        space = K.resolve_space(spec.search_space.lists(), baseline, device)
+        space = K.resolve_space(spec.search_space.lists(), baseline, device, LEVELS[spec.safety.level],
+                                spec.safety.keep_effective_batch)
         if not space.search:
             raise SpecError(
                 "search_space: nothing to search on this device; every knob is fixed: "
@@ -386,6 +393,11 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
             return cpus_per_trial
         return min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1)
 
+    base_batch = space.baseline["batch_size"]
+
+    def accum_fn(config) -> int:  # keep_effective_batch: micro-batches per optimizer step
+        return base_batch // config["batch_size"] if spec.safety.keep_effective_batch else 1
+
     # failed trials report no throughput; Optuna records them as FAIL (see _Searcher)
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -440,9 +452,11 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
 
     settings = {
         "workload": spec.workload.model_dump(exclude_none=True),
-        "trial": spec.trial.model_dump(exclude={"timeout_s"}), "timeout_s": spec.trial.timeout_s,
+        "trial": {**spec.trial.model_dump(exclude={"timeout_s"}),
+                  "parity": {"baseline": space.baseline, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance}},
+        "timeout_s": spec.trial.timeout_s,
         "device": device.type, "seed": spec.search.seed,
-        "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn,
+        "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn, "accum_fn": accum_fn,
     }
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, settings=settings),
@@ -476,7 +490,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
                 tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
         write_csv(records, paths["trials_csv"])
     ok = [r for r in records if r.throughput]
-    best = max(ok, key=lambda r: r.throughput) if ok else None
+    best = pick_best(records)
     stopped = None
     wall = time.perf_counter() - started
     budget = spec.search.time_budget_s

@@ -164,6 +164,17 @@ class Resources(_Strict):
     gpus_per_trial: Optional[float] = Field(None, ge=0, description="default: 1 with CUDA, else 0")
 
 
+class Safety(_Strict):
+    level: Literal["strict", "numerics", "dynamics"] = Field(
+        "numerics", description="strict: only safe knobs; numerics: + precision/compile/cudnn when loss parity passes; "
+                                "dynamics: + batch size")
+    tolerance: float = Field(0.05, gt=0, description="largest per-step relative loss deviation from the baseline")
+    parity_steps: StrictInt = Field(20, ge=2, description="training steps compared against the baseline")
+    keep_effective_batch: StrictBool = Field(
+        False, description="search batch sizes that divide the baseline's, with gradient accumulation, "
+                           "so the optimization batch never changes")
+
+
 class Tracking(_Strict):
     uri: Optional[str] = Field(None, description="MLflow tracking URI; default: sqlite:///<output_dir>/mlflow.db")
     experiment: str = Field("autotune", description="MLflow experiment name")
@@ -178,6 +189,7 @@ class Spec(_Strict):
     search: SearchSettings = Field(default_factory=SearchSettings)
     resources: Resources = Field(default_factory=Resources)
     tracking: Tracking = Field(default_factory=Tracking)
+    safety: Safety = Field(default_factory=Safety)
     output_dir: Optional[Path] = Field(None, description="default: runs/<name>-<timestamp>")
 
     def resolved_output_dir(self) -> Path:

@@ -70,7 +70,7 @@ class Tracker:
     def log_search(self, params: dict[str, Any], tags: dict[str, str]) -> None:
         self._log(self.parent_run_id, params=params, tags=tags)
 
-    def log_trial(self, record) -> str:
+    def log_trial(self, record, baseline_knobs: dict | None = None) -> str:
         """A nested run for one finished trial; returns its run id."""
         run = self.client.create_run(
             self.experiment_id,
@@ -81,6 +81,15 @@ class Tracker:
         tags = {"status": record.status, "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
+        if baseline_knobs:  # the safety classes of the knobs this trial changed
+            from autotune.knobs import KNOBS
+
+            changed = [k for k, v in record.knobs.items() if v != baseline_knobs.get(k)]
+            tags["safety.flags"] = ",".join(f"{KNOBS[k].safety}:{k}" for k in changed) or "none"
+        if record.parity is not None:
+            tags["safety.parity"] = "passed" if record.parity["passed"] else "failed"
+            if record.parity.get("reason"):
+                tags["safety.reason"] = record.parity["reason"]
         if record.diagnosis:
             tags["diagnosis"] = record.diagnosis["bottleneck"]
             tags["diagnosis_evidence"] = "; ".join(record.diagnosis["evidence"])

@@ -35,6 +35,7 @@ from autotune import knobs as K
 from autotune import measure as M
 from autotune import workload as W
 from autotune.diagnose import diagnose
+from autotune.safety import loss_parity, needs_parity
 
 DEFAULTS = {
     "warmup_steps": 5,  # untimed
@@ -45,6 +46,8 @@ DEFAULTS = {
     "profile_steps": 5,  # a separate profiled window (0: none)
     "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
     "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
+    "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
+    "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05}: measure loss parity
     "device": "auto",
     "cpus": None,
     "seed": 0,
@@ -74,7 +77,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
             allowed = " | ".join(knob.choices) if knob.choices else knob.type.__name__
             raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed; expected {allowed}")
     cfg["knobs"] = {**K.pytorch_defaults(None), **given}
-    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0)):
+    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1)):
         if type(cfg[key]) is not int or cfg[key] < low:
             raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
     for key in ("min_window_s", "target_ci", "max_window_s"):
@@ -106,6 +109,8 @@ class Session:
     optimizer: Any
     loader: Any
     scaler: Any
+    accum_steps: int = 1  # micro-batches per optimizer step
+    micro_step: int = 0
 
     def step(self, batch):
         k = self.knobs
@@ -116,18 +121,22 @@ class Session:
             batch = K.to_channels_last(batch)
         with K.autocast(k, self.device.type):
             loss = self.workload.loss(self.model, batch)
+        scaled = loss / self.accum_steps if self.accum_steps > 1 else loss
+        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        self.micro_step += 1
+        if self.micro_step % self.accum_steps:
+            return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
-            loss.backward()
             self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=k["set_to_none"])
         return loss
 
 
-def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps: int, seed: int = 0) -> Session:
+def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps: int, seed: int = 0,
+            accum_steps: int = 1) -> Session:
     """Apply the knobs in order: backend flags, model (device, memory format,
     compile), optimizer, loader. The loader samples exactly `steps` full batches
     in a seeded random order, so every trial sees the same data."""
@@ -145,7 +154,7 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     loader = DataLoader(
         workload.dataset, sampler=sampler, drop_last=True, collate_fn=workload.collate_fn, **K.loader_kwargs(knobs)
     )
-    return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type))
+    return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps)
 
 
 def _measure(workload, knobs, device, cfg, result) -> None:
@@ -156,7 +165,9 @@ def _measure(workload, knobs, device, cfg, result) -> None:
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"])
     steps = cfg["warmup_steps"] + rule.max_steps + cfg["profile_steps"] + 3
-    session = prepare(workload, knobs, device, steps, cfg["seed"])
+    session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"])
+    result["optimizer"] = type(session.optimizer).__name__
+    result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
 
     t = time.perf_counter()
@@ -179,6 +190,12 @@ def _measure(workload, knobs, device, cfg, result) -> None:
         metrics.update(M.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         metrics.update(_double_batch_probe(session, metrics["step_ms_mean"]))
         result["diagnosis"] = diagnose(metrics, knobs, device)
+    parity = cfg["parity"]
+    if parity and needs_parity(knobs, parity["baseline"]):
+        result["parity"] = loss_parity(workload, parity["baseline"], knobs, device, parity.get("steps", 20),
+                                       parity.get("tolerance", 0.05), cfg["seed"])
+        metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
+        metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
 
 
 def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:

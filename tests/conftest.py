@@ -32,7 +32,7 @@ def write_spec(path, **overrides):
             "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
                                                      "pin_memory": [False, True]}},
             "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
-            "search": {"n_trials": 3}, **overrides}
+            "search": {"n_trials": 3}, "safety": {"level": "dynamics"}, **overrides}
     path.write_text(yaml.safe_dump(data))
     return path
 

@@ -40,6 +40,7 @@ def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
         "name": "faults", "workload": {"factory": "tests.workloads:make_faulty"},
         "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64, 128], "num_workers": [0, 1]}},
         "trial": {**TRIAL, "timeout_s": 20}, "search": {"sampler": "grid", "n_trials": 8},
+        "safety": {"level": "dynamics"},
         "output_dir": str(tmp_path / "run"),
     })
     result = run(spec)
@@ -71,7 +72,8 @@ def write_spec(path: Path, n_trials: int) -> Path:
     path.write_text(yaml.safe_dump({
         "name": "stop", "workload": {"name": "tiny_cnn"},
         "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64], "channels_last": [False, True]}},
-        "trial": TRIAL, "search": {"n_trials": n_trials}, "output_dir": str(path.parent / "run")}))
+        "trial": TRIAL, "search": {"n_trials": n_trials}, "safety": {"level": "dynamics"},
+        "output_dir": str(path.parent / "run")}))
     return path
 
 

@@ -26,6 +26,7 @@ def make_spec(tmp_path, **overrides):
                                                    "pin_memory": [False, True]}},
         "trial": TRIAL,
         "search": {"n_trials": 4, "seed": 1},
+        "safety": {"level": "dynamics"},
         "output_dir": str(tmp_path / "run"),
         **overrides,
     }

@@ -42,7 +42,7 @@ def test_preset_shorthand_and_no_preset():
     ({"workload": {}}, "s.yaml: workload: give exactly one of `name` (built-in) or `factory` (pkg.module:function)"),
     ({}, "s.yaml: workload: required, missing"),
     ({**WL, "serch": {}},
-     "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, output_dir"),
+     "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, safety, output_dir"),
     ({**WL, "search": {"sampler": "bayes"}}, "s.yaml: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'"),
     ({**WL, "search": {"n_trials": 0}}, "s.yaml: search.n_trials: Input should be greater than or equal to 1, got 0"),
     ({**WL, "baseline": {"num_workers": "2"}}, "s.yaml: baseline.num_workers: Input should be a valid integer, got '2'"),

@@ -63,7 +63,8 @@ def test_a_knob_that_cannot_apply_here_is_refused():
     ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed; expected int"),
     ({"workload": {}}, "`workload` must be an object with `name` (built-in) or `factory` (pkg.module:fn), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
-                           "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, device, cpus, seed"),
+                           "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, device, "
+                           "cpus, seed"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
 ])

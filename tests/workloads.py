@@ -87,3 +87,43 @@ def make_faulty(batch_size: int = 16) -> Workload:
         return value * float("nan") if n == 32 else value
 
     return Workload(model=Recorder, dataset=Faulty(), loss=loss, batch_size=batch_size)
+
+
+class Offset(nn.Module):
+    """A linear model whose output sits on a large offset: in bf16 (8 bits of
+    mantissa) 1000 + y rounds to steps of 4-8, so the loss no longer matches fp32."""
+
+    def __init__(self, scale: float = 1.0, offset: float = 1000.0):
+        super().__init__()
+        self.lin = nn.Linear(16, 1)
+        self.scale, self.offset = scale, offset
+
+    def forward(self, x):
+        return self.lin(x) * self.scale + self.offset
+
+
+class Vectors(Dataset):
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        return torch.randn(16, generator=g), torch.randn(1, generator=g)
+
+
+def make_precision_sensitive(batch_size: int = 32) -> Workload:
+    def loss(model, batch):
+        x, y = batch
+        return nn.functional.mse_loss(model(x).float(), y + model.offset)
+
+    return Workload(model=Offset, dataset=Vectors(), loss=loss, batch_size=batch_size)
+
+
+def make_fp16_overflow(batch_size: int = 32) -> Workload:
+    """Activations of ~1e6: fine in fp32 and bf16, inf in fp16 (max 65504)."""
+
+    def loss(model, batch):
+        x, y = batch
+        return nn.functional.mse_loss(model(x).float() / 1e6, y)
+
+    return Workload(model=lambda: Offset(scale=1e6, offset=0.0), dataset=Vectors(), loss=loss, batch_size=batch_size)

@@ -40,8 +40,8 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
             if name == "compile":
                 flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
             if parity is not None and name in PARITY_KNOBS:
-                flag["parity"] = {k: parity[k] for k in ("passed", "max_rel_dev", "tolerance", "steps", "nonfinite",
-                                                         "skipped_steps") if k in parity}
+                flag["parity"] = {k: parity[k] for k in ("passed", "max_rel_dev", "noise_floor", "tolerance", "steps",
+                                                         "nonfinite", "skipped_steps") if k in parity}
             flags.append(flag)
     return flags
 

@@ -32,7 +32,7 @@ def main() -> None:
     args = p.parse_args()
     device = detect_device("auto")
     rows = []
-    print(f"{'workload':16} {'knob':24} {'max dev':>9} {'mean dev':>9}  passed  note")
+    print(f"{'workload':16} {'knob':24} {'max dev':>9} {'mean dev':>9} {'floor':>9}  passed  note")
     for name in args.workloads.split(","):
         wl = W.load(name, ARGS.get(name))
         base = K.pytorch_defaults(wl.batch_size)
@@ -41,11 +41,12 @@ def main() -> None:
             if knob == "compile" and args.skip_compile:
                 why = "skipped (--skip-compile)"
             if why and not (knob == "precision" and value == "16-mixed"):  # fp16 autocast also runs on a CPU
-                print(f"{name:16} {knob + '=' + str(value):24} {'-':>9} {'-':>9}  -       {why}")
+                print(f"{name:16} {knob + '=' + str(value):24} {'-':>9} {'-':>9} {'-':>9}  -       {why}")
                 continue
             r = loss_parity(wl, base, {**base, knob: value}, device, steps=args.steps)
             rows.append({"workload": name, "knob": knob, "value": value, **r})
-            print(f"{name:16} {knob + '=' + str(value):24} {r['max_rel_dev']:>9.2e} {r['mean_rel_dev']:>9.2e}  "
+            print(f"{name:16} {knob + '=' + str(value):24} {r['max_rel_dev']:>9.2e} {r['mean_rel_dev']:>9.2e} "
+                  f"{r['noise_floor']:>9.2e}  "
                   f"{str(r['passed']):6}  {r['reason'] or ''}")
     print(json.dumps({"device": device.name, "steps": args.steps, "rows": rows}))
 

@@ -115,6 +115,10 @@ def test_load_config_applies_compile_cudnn_and_tf32(tmp_path):
         assert isinstance(model, torch._dynamo.eval_frame.OptimizedModule)
         assert torch.backends.cudnn.benchmark is True
         assert torch.get_float32_matmul_precision() == "high"
+        fp16 = {**CONFIG, "knobs": {**knobs, "precision": "16-mixed"}, "batch": {"grad_accumulation_steps": 4}}
+        path.write_text(yaml.safe_dump(fp16))
+        cfg16 = load_config(path)
+        assert isinstance(cfg16.grad_scaler(), torch.amp.GradScaler) and cfg16.accumulation_steps == 4
     finally:
         torch.backends.cudnn.benchmark = False
         torch.set_float32_matmul_precision("highest")

@@ -70,14 +70,10 @@ def make_faulty(batch_size: int = 16) -> Workload:
     import signal
     import time
 
-    class Faulty(WorkerTagged):
-        def __init__(self, kill_workers: bool):
-            self.kill_workers = kill_workers
-
-        def __getitem__(self, i):
-            if self.kill_workers and get_worker_info() is not None:
-                os.kill(os.getpid(), signal.SIGKILL)
-            return super().__getitem__(i)
+    def collate(samples):  # runs in the loader worker, and knows the batch size
+        if get_worker_info() is not None and len(samples) < 64:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return torch.utils.data.default_collate(samples)
 
     def loss(model, batch):
         images, labels, _ = batch
@@ -89,7 +85,7 @@ def make_faulty(batch_size: int = 16) -> Workload:
         value = nn.functional.cross_entropy(model(images), labels)
         return value * float("nan") if n == 32 else value
 
-    return Workload(model=Recorder, dataset=Faulty(kill_workers=batch_size < 64), loss=loss, batch_size=batch_size)
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size, collate_fn=collate)
 
 
 class Offset(nn.Module):

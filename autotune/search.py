@@ -507,7 +507,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
                        speedup_x=best.throughput / baseline.throughput)
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped})
     paths["plots"] = run_dir / "plots"
-    plot_files = plots.write_all(result, storage_url, spec.name) if ok else []
+    plot_files = plots.write_all(result, storage_url, state["optuna_study"]) if ok else []
     tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
                    status="FAILED" if stopped else "FINISHED", plots=plot_files)
     return result

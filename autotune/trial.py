@@ -86,10 +86,12 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
-def detect_device(requested: str = "auto", cpus: int | None = None) -> K.Device:
+def detect_device(requested: str = "auto") -> K.Device:
+    """The device, and the host's CPUs (what num_workers may use; the trial's
+    torch threads are set apart, from its reservation)."""
     import torch
 
-    cpus = cpus or len(os.sched_getaffinity(0))
+    cpus = len(os.sched_getaffinity(0))
     use_cuda = torch.cuda.is_available() if requested == "auto" else requested == "cuda"
     if use_cuda:
         if not torch.cuda.is_available():
@@ -273,7 +275,7 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
 
     if cfg["cpus"]:
         torch.set_num_threads(int(cfg["cpus"]))  # the trial's CPU reservation
-    device = detect_device(cfg["device"], cfg["cpus"])
+    device = detect_device(cfg["device"])
     wl = cfg["workload"]
     result: dict[str, Any] = {
         "status": "ok",

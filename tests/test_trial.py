@@ -40,6 +40,12 @@ def test_the_trace_is_saved_where_asked(tmp_path):
     assert result["profile"]["profiled_steps"] == 2 and "diagnosis" not in result
 
 
+def test_loader_workers_are_not_limited_by_the_torch_threads():
+    result = run_trial({**TINY, "knobs": {"num_workers": 2}, "cpus": 1, "diagnose": False, "profile_steps": 0})
+    assert result["status"] == "ok", result.get("error")
+    assert result["device"]["torch_threads"] == 1 and result["device"]["cpus"] >= 2
+
+
 def test_the_workload_batch_size_is_the_default():
     assert run_trial(TINY)["knobs"]["batch_size"] == 32
 

@@ -134,9 +134,9 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
         if name not in lists:
             fixed[name] = "not in the search space"
             continue
-        safety = "safe" if name == "batch_size" and keep_effective_batch else knob.safety
-        if safety == "safe" and name == "batch_size" and allowed_classes == {"safe"}:
-            safety = "dynamics"  # accumulation keeps the batch, but BatchNorm sees the micro-batch
+        # with accumulation the optimization batch is kept, but BatchNorm and rounding
+        # see the micro-batch: a numerics-level change rather than a dynamics one
+        safety = "numerics" if name == "batch_size" and keep_effective_batch else knob.safety
         if allowed_classes is not None and safety not in allowed_classes:
             fixed[name] = f"a {knob.safety} knob; safety.level allows only {', '.join(sorted(allowed_classes))} knobs"
             continue

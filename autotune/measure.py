@@ -273,7 +273,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
     from autotune.workload import count_samples
 
     cuda = session.device.type == "cuda"
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    sync = session.sync
     clock = time.perf_counter
     if cuda:
         torch.cuda.reset_peak_memory_stats()
@@ -365,11 +365,7 @@ def count_flops(session, batch) -> float:
     from autotune import knobs as K
 
     model = getattr(session.model, "_orig_mod", session.model)
-    batch = K.to_device(batch, session.device, non_blocking=False)
-    if session.workload.preprocess is not None:
-        batch = session.workload.preprocess(batch)
-    if session.knobs["channels_last"]:
-        batch = K.to_channels_last(batch)
+    batch = session.device_batch(batch)
     with FlopCounterMode(display=False) as counter:
         with K.autocast(session.knobs, session.device.type):
             loss = session.workload.loss(model, batch)

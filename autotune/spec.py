@@ -11,7 +11,7 @@ from typing import Any, Literal, Optional
 import yaml
 from pydantic import BaseModel, Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
 
-from autotune.knobs import COMPILE_MODES, KNOBS, PRECISIONS
+from autotune.knobs import COMPILE_MODES, PRECISIONS
 from autotune.workload import BUILTINS
 
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]

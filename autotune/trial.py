@@ -116,13 +116,24 @@ class Session:
     check_grads: bool = False  # loss parity: look for NaN/inf gradients (one sync per step)
     nonfinite_grads: int = 0
 
-    def step(self, batch):
-        k = self.knobs
-        batch = K.to_device(batch, self.device, non_blocking=k["pin_memory"])
+    def sync(self) -> None:
+        """Wait for the device (a no-op on the CPU, where work is synchronous)."""
+        if self.device.type == "cuda":
+            import torch
+
+            torch.cuda.synchronize()
+
+    def device_batch(self, batch):
+        """A loader batch as the model sees it: on the device (non_blocking when
+        pinned), preprocessed, 4-D inputs in channels_last when that knob is on."""
+        batch = K.to_device(batch, self.device, non_blocking=self.knobs["pin_memory"])
         if self.workload.preprocess is not None:
             batch = self.workload.preprocess(batch)
-        if k["channels_last"]:
-            batch = K.to_channels_last(batch)
+        return K.to_channels_last(batch) if self.knobs["channels_last"] else batch
+
+    def step(self, batch):
+        k = self.knobs
+        batch = self.device_batch(batch)
         with K.autocast(k, self.device.type):
             loss = self.workload.loss(self.model, batch)
         scaled = loss / self.accum_steps if self.accum_steps > 1 else loss
@@ -177,13 +188,11 @@ def _measure(workload, knobs, device, cfg, result) -> None:
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"])
     result["optimizer"] = type(session.optimizer).__name__
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-
     t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
     for _ in range(cfg["warmup_steps"]):
         session.step(next(batches))
-    sync()
+    session.sync()
     warmup_s = time.perf_counter() - t
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
     profile = None
@@ -229,16 +238,15 @@ def _double_batch_probe(session: Session, step_ms: float, steps: int = 8) -> dic
     sampler = RandomSampler(loader.dataset, num_samples=(steps + 2) * batch, generator=torch.Generator().manual_seed(1))
     probe = DataLoader(loader.dataset, batch_size=batch, sampler=sampler, num_workers=loader.num_workers,
                        pin_memory=loader.pin_memory, collate_fn=loader.collate_fn, drop_last=True)
-    sync = torch.cuda.synchronize if session.device.type == "cuda" else (lambda: None)
     try:
         batches = iter(probe)
         for _ in range(2):
             session.step(next(batches))
-        sync()
+        session.sync()
         t = time.perf_counter()
         for _ in range(steps):
             session.step(next(batches))
-        sync()
+        session.sync()
         return {"batch2x_step_ratio": (time.perf_counter() - t) / steps * 1e3 / step_ms}
     except Exception as e:
         if not _is_oom(e):

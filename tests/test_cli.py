@@ -10,7 +10,6 @@ import time
 import urllib.request
 
 import pytest
-import yaml
 from typer.testing import CliRunner
 
 from autotune.cli import app

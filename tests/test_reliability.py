@@ -1,6 +1,5 @@
 """Faults in trials, interruptions and bad input never lose a search."""
 
-import json
 import os
 import signal
 import subprocess
@@ -132,7 +131,7 @@ def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path, sig)
     os.kill(proc.pid, sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, out
-    assert f"interrupted after" in out and f"continue with `autotune search --resume {run_dir}`" in out
+    assert "interrupted after" in out and f"continue with `autotune search --resume {run_dir}`" in out
     stopped = count(run_dir)
     assert stopped["csv"] == stopped["mlflow"] == stopped["optuna"] and len(stopped["csv"]) >= 2
     assert processes_in(run_dir) == []  # the running trial was stopped

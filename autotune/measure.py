@@ -103,7 +103,8 @@ def analyze_trace(trace: dict) -> dict:
     activity (absent, not zero, on a CPU).
     """
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name", "").startswith("ProfilerStep#")]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events  # the host's step spans (not their GPU-side marks)
+             if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
     if not steps:
         raise ValueError("trace has no ProfilerStep# spans: profile with a schedule and call prof.step()")
     by_cat: dict[str, list[dict]] = {c: [] for c in BREAKDOWN_ORDER}
@@ -255,11 +256,20 @@ class WindowRule:
     target_ci: float = 0.02
     max_steps: int = 3000
     max_s: float = 30.0
+    prune_ms: float | None = None  # stop early once the mean step time is clearly (95%) above this
+    pruned: bool = False
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
         if steps >= self.max_steps or elapsed >= self.max_s:
             return True
-        if steps < self.min_steps or elapsed < self.min_s or steps % 10:
+        if steps % 10 or steps < min(self.min_steps, 10):
+            return False
+        if self.prune_ms:
+            times = step_times()
+            if len(times) >= 10 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.prune_ms:
+                self.pruned = True
+                return True
+        if steps < self.min_steps or elapsed < self.min_s:
             return False
         return rel_ci95(step_times()) <= self.target_ci
 
@@ -339,20 +349,22 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
 
 def profile_window(session, batches, active_steps: int, trace_path: str) -> dict:
     """A separate, short profiled window (wait 1, warm-up 1, active N steps); the
-    Chrome trace is written to `trace_path` and analyzed."""
+    Chrome trace is written to `trace_path` and analyzed. The device is
+    synchronized at both ends of the active steps, as in the timed window: the
+    first step carries no earlier step's kernels, and the last steps' kernels
+    finish before the profiler stops."""
     import json
 
-    import torch
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if session.device.type == "cuda" else [])
     with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=active_steps),
                  on_trace_ready=lambda p: p.export_chrome_trace(trace_path)) as prof:
-        for _ in range(active_steps + 2):
+        for i in range(active_steps + 2):
             session.step(next(batches))
+            if i in (1, active_steps + 1):  # the ends of the active window
+                session.sync()
             prof.step()
-    if session.device.type == "cuda":
-        torch.cuda.synchronize()
     with open(trace_path) as f:
         return analyze_trace(json.load(f))
 

@@ -12,6 +12,10 @@ def X(name, ts, dur, cat):
 GPU_TRACE = {"traceEvents": [
     X("ProfilerStep#1", 0, 100, "user_annotation"),
     X("ProfilerStep#2", 100, 100, "user_annotation"),
+    # torch >= 2.x also marks each step on the GPU timeline: not a step of its own
+    # (counting them halved step_ms on an H100: "profiler overhead" read -27% to -47%)
+    X("ProfilerStep#1", 10, 50, "gpu_user_annotation"),
+    X("ProfilerStep#2", 150, 60, "gpu_user_annotation"),
     X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 8, "user_annotation"),
     X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 8, "user_annotation"),
     X("aten::mm", 0, 100, "cpu_op"),
@@ -105,3 +109,12 @@ def test_window_rule_stops_on_precision_or_caps():
     assert not rule.done(30, 0.1, noisy)  # +-18%: keep measuring
     assert rule.done(100, 0.1, noisy) and rule.done(30, 5.0, noisy)  # caps
     assert M.rel_ci95([10.0, 10.0, 10.0]) == 0.0
+
+
+def test_window_rule_prunes_only_what_is_clearly_slower():
+    slow = lambda: [10.0, 10.1, 9.9] * 4  # noqa: E731
+    rule = M.WindowRule(min_steps=30, min_s=5.0, prune_ms=9.0)
+    assert rule.done(10, 0.1, slow) and rule.pruned  # before the window's minimum: 10 ms is clearly above 9
+    close = M.WindowRule(min_steps=30, min_s=5.0, prune_ms=9.0)
+    assert not close.done(10, 0.1, lambda: [5.0, 15.0] * 6) and not close.pruned  # 10 +- 3 ms: not clearly above
+    assert not M.WindowRule(min_steps=30, min_s=5.0).done(10, 0.1, slow)  # no threshold: never pruned

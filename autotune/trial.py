@@ -48,6 +48,7 @@ DEFAULTS = {
     "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
     "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
     "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05}: measure loss parity
+    "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "device": "auto",
     "cpus": None,
     "seed": 0,
@@ -83,6 +84,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("min_window_s", "target_ci", "max_window_s"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
+    prune = cfg["prune_below"]
+    if prune is not None and (not isinstance(prune, (int, float)) or isinstance(prune, bool) or prune <= 0):
+        raise TrialConfigError(f"`prune_below` must be null or samples/s > 0, got {prune!r}")
     return cfg
 
 
@@ -177,24 +181,37 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps)
 
 
-def _measure(workload, knobs, device, cfg, result) -> None:
+def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     """Warm up (untimed), the timed window, the profiled window, then FLOPs and
-    the 2x-batch probe; each adds to `result` as soon as it has its numbers."""
+    the 2x-batch probe; each adds to `result` as soon as it has its numbers. A
+    window clearly slower than `prune_below` ends early and the trial stops
+    there (status "pruned": its throughput is measured, the rest skipped)."""
     import torch
 
+    prune = cfg["prune_below"]
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
-                        max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"])
+                        max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
+                        prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None)
     steps = cfg["warmup_steps"] + rule.max_steps + cfg["profile_steps"] + 3
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"])
     result["optimizer"] = type(session.optimizer).__name__
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
     t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
-    for _ in range(cfg["warmup_steps"]):
+    first_step_s = None
+    for i in range(cfg["warmup_steps"]):
         session.step(next(batches))
+        if i == 0:  # time to first step: imports, model, compile, loader start
+            session.sync()
+            first_step_s = time.perf_counter() - started
     session.sync()
     warmup_s = time.perf_counter() - t
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    if first_step_s is not None:
+        metrics["first_step_s"] = first_step_s
+    if rule.pruned:
+        result["status"] = "pruned"
+        return
     profile = None
     if cfg["profile_steps"]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -303,7 +320,7 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
             why = K.KNOBS[name].unavailable(value, device)
             if why:
                 raise TrialConfigError(f"knobs.{name}={value!r} cannot apply on {device.type}: {why}")
-        _measure(workload, knobs, device, cfg, result)
+        _measure(workload, knobs, device, cfg, result, started)
         if not math.isfinite(result["metrics"]["loss_last"]):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except Exception as e:  # a failing workload is a result, not a crash
@@ -316,6 +333,54 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
             traceback=traceback.format_exc()[-4000:],
         )
     result["trial_s"] = time.perf_counter() - started
+    return result
+
+
+def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None) -> dict[str, Any]:
+    """Run one trial as `python -m autotune.trial` in a fresh process and its own
+    session, in `trial_dir` (config.json, result.json, trial.log, trace.json);
+    kill its whole process group (loader workers included) at the timeout.
+    Compile caches are per trial: a warm cache from an earlier trial would hide
+    compile time."""
+    import shutil
+    import signal
+    import subprocess
+    from pathlib import Path
+
+    trial_dir = Path(trial_dir)
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    out = trial_dir / "result.json"
+    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(trial_dir / "inductor-cache"),
+               TRITON_CACHE_DIR=str(trial_dir / "triton-cache"), AUTOTUNE_WATCH_PARENT="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    started = time.perf_counter()
+    try:
+        with open(trial_dir / "trial.log", "w") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
+                                    cwd=trial_dir, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            except BaseException:  # the caller was cancelled: take the process group along
+                os.killpg(proc.pid, signal.SIGKILL)
+                raise
+    finally:
+        for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
+            shutil.rmtree(trial_dir / cache, ignore_errors=True)
+    wall = time.perf_counter() - started
+    if proc.returncode == -signal.SIGKILL and not out.exists():
+        result = {"status": "timeout", "error_type": "Timeout",
+                  "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
+    elif out.exists():
+        result = json.loads(out.read_text())
+    else:
+        tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
+        result = {"status": "error", "error_type": "TrialProcessDied",
+                  "error": f"trial process exited with code {proc.returncode}: {tail[-1] if tail else 'no output'}"}
+    result["trial_wall_s"] = wall
     return result
 
 
@@ -367,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
             f.write(text + "\n")
     else:
         print(text)
-    return 0 if result["status"] == "ok" else 1
+    return 0 if result["status"] in ("ok", "pruned") else 1
 
 
 if __name__ == "__main__":

@@ -31,6 +31,17 @@ def test_a_trial_reports_measured_metrics():
     assert 0 <= m["dataloader_frac"] <= 1 and m["cpu_compute_op_frac"] > 0
     assert m["flops_per_sample"] > 0 and m["achieved_tflops"] > 0 and m["batch2x_step_ratio"] > 0
     assert result["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
+    assert 0 < m["first_step_s"] < result["trial_s"]  # time to first step: imports, model, loader, compile
+
+
+def test_a_trial_clearly_below_prune_below_stops_early_and_skips_the_rest():
+    config = {**TINY, "knobs": {"batch_size": 16}, "cpus": 1, "min_window_s": 2.0, "max_window_s": 4.0, "measure_steps": 20}
+    fast = run_trial({**config, "prune_below": 1.0})  # far below anything: a complete trial
+    assert fast["status"] == "ok" and fast["metrics"]["window_s"] >= 2.0
+    slow = run_trial({**config, "prune_below": 1e9})
+    assert slow["status"] == "pruned"
+    assert slow["metrics"]["samples_per_s"] > 0 and slow["metrics"]["window_s"] < 2.0  # measured, but cut short
+    assert "profile" not in slow and "diagnosis" not in slow and "parity" not in slow
 
 
 def test_the_trace_is_saved_where_asked(tmp_path):
@@ -69,8 +80,9 @@ def test_a_knob_that_cannot_apply_here_is_refused():
     ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed; expected int"),
     ({"workload": {}}, "`workload` must be an object with `name` (built-in) or `factory` (pkg.module:fn), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
-                           "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, device, "
-                           "cpus, seed"),
+                           "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
+                           "prune_below, device, cpus, seed"),
+    ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
 ])

@@ -72,6 +72,19 @@ class SearchResult:
     wall_s: float
     paths: dict[str, Path]
     stopped_reason: str | None = None
+    ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
+
+
+def pruning_savings(records: list[TrialRecord]) -> dict[str, float]:
+    """Pruned trials, and the time their early stop saved: what a complete trial
+    took (the median over complete ones) less what each pruned one took."""
+    pruned = [r for r in records if r.status == "pruned"]
+    full = sorted(r.info["trial_wall_s"] for r in records if r.status == "ok" and r.info.get("trial_wall_s"))
+    if not pruned or not full:
+        return {"trials_pruned": len(pruned)} if pruned else {}
+    typical = full[len(full) // 2]
+    saved = sum(max(0.0, typical - r.info.get("trial_wall_s", typical)) for r in pruned)
+    return {"trials_pruned": len(pruned), "pruning_saved_s": saved}
 
 
 def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
@@ -130,4 +143,5 @@ def read_run(run_dir: Path) -> SearchResult:
     paths = {"run_dir": run_dir, "trials_csv": csv, "best_config": run_dir / "best_config.yaml",
              "optuna_storage": run_dir / "optuna.db", "mlflow_uri": state["mlflow_uri"], "plots": run_dir / "plots"}
     return SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
-                        state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"))
+                        state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
+                        state.get("ended"))

@@ -35,7 +35,14 @@ def _clock(seconds: float) -> str:
 
 
 def _status(record) -> str:
-    return {"ok": "[green]ok[/]", "oom": "[yellow]oom[/]", "timeout": "[yellow]timeout[/]"}.get(record.status, "[red]error[/]")
+    return {"ok": "[green]ok[/]", "pruned": "[cyan]pruned[/]", "oom": "[yellow]oom[/]",
+            "timeout": "[yellow]timeout[/]"}.get(record.status, "[red]error[/]")
+
+
+def _perf(r) -> str:
+    """Throughput, also a pruned trial's (measured over its shortened window)."""
+    value = r.metrics.get("samples_per_s") if r.status in ("ok", "pruned") else None
+    return f"{value:.1f}" if value else (r.error_type or "")
 
 
 class LiveView:
@@ -94,7 +101,7 @@ class LiveView:
 
     def _line(self, r) -> str:
         knobs = " ".join(f"{SHORT[k]}={_fmt(r.knobs[k])}" for k in self.searched)
-        perf = f"{r.throughput:9.1f} samples/s" if r.throughput else f"{r.error_type}: {r.error}"
+        perf = f"{_perf(r):>9} samples/s" if r.status in ("ok", "pruned") else f"{r.error_type}: {r.error}"
         speed = f" x{r.speedup:.2f}" if r.speedup else ""
         return f"trial {r.number:3d} {_status(r):>6} {knobs}  {perf}{speed}" + (" (baseline)" if r.is_baseline else "")
 
@@ -113,7 +120,7 @@ class LiveView:
                 best = r.throughput
             table.add_row(
                 f"{r.number}" + ("*" if r.is_baseline else ""), _status(r), *(_fmt(r.knobs[k]) for k in self.searched),
-                f"{r.throughput:.1f}" if r.throughput else (r.error_type or ""),
+                _perf(r),
                 f"{r.speedup:.2f}x" if r.speedup else "", f"{best:.1f}" if best else "",
             )
         return table
@@ -139,6 +146,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
     """Everything the report says, as plain data (the JSON format; the text and
     markdown formats render this)."""
     from autotune.export import safety_flags
+    from autotune.records import pruning_savings
 
     base, best = result.baseline, result.best
     ok = [r for r in result.records if r.throughput]
@@ -149,11 +157,15 @@ def as_dict(result, importance: dict | None = None) -> dict:
             ys = sorted(r.throughput for r in ok if r.knobs[knob] == value)
             effects[knob].append({"value": value, "trials": len(ys), "median_samples_per_s": ys[len(ys) // 2] if ys else None})
     compared = base is not None and base.throughput and best is not None
+    eager_first = base.metrics.get("first_step_s") if base else None
+    compiled = [{"trial": r.number, "compile": r.knobs["compile"], "first_step_s": r.metrics.get("first_step_s"),
+                 "eager_first_step_s": eager_first, "samples_per_s": r.throughput} for r in ok if r.knobs["compile"] != "none"]
     return {
         "run_dir": str(result.run_dir),
         "device": {"type": result.device.type, "name": result.device.name, "cpus": result.device.cpus},
         "trials": len(result.records), "trials_ok": len(ok), "wall_s": result.wall_s,
-        "stopped_reason": result.stopped_reason,
+        "stopped_reason": result.stopped_reason, "ended": result.ended,
+        "pruning": pruning_savings(result.records), "compile": compiled,
         "baseline": _trial(base), "best": _trial(best),
         "speedup_x": best.throughput / base.throughput if compared else None,
         "knob_effects": effects, "importance": importance,
@@ -162,7 +174,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
                    for r in result.records if r.throughput and not r.safe],
         "fixed": result.space.fixed,
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
-                   for r in result.records if r.status != "ok"],
+                   for r in result.records if r.status not in ("ok", "pruned")],
     }
 
 
@@ -222,6 +234,8 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
                 console.print(f"{label}: {diag['bottleneck']}-bound ({'; '.join(diag['evidence'])})")
                 for rec in diag["recommendations"]:
                     console.print(f"  try: {rec}")
+    for line in _search_notes(d):
+        console.print(line)
     if d["failed"]:
         console.print(f"{len(d['failed'])} trial(s) failed: "
                       + "; ".join(f"#{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]))
@@ -231,6 +245,23 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
             if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists()):
                 console.print(f"  {label:15} {path}")
         console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
+
+
+def _search_notes(d: dict) -> list[str]:
+    """Compile trials (time to first step vs steady state), pruning, why the search ended."""
+    notes = []
+    for c in d["compile"]:
+        if c["first_step_s"] is not None:
+            eager = f" (baseline, eager: {c['eager_first_step_s']:.1f} s)" if c["eager_first_step_s"] else ""
+            notes.append(f"compile={c['compile']} (trial #{c['trial']}): first step after {c['first_step_s']:.1f} s"
+                         f"{eager}, then {c['samples_per_s']:.1f} samples/s")
+    p = d["pruning"]
+    if p.get("trials_pruned"):
+        saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""
+        notes.append(f"{p['trials_pruned']} trial(s) pruned: stopped early, clearly below the best{saved}")
+    if d["ended"]:
+        notes.append(f"search ended: {d['ended']}")
+    return notes
 
 
 def as_markdown(result, importance: dict | None = None) -> str:
@@ -254,6 +285,9 @@ def as_markdown(result, importance: dict | None = None) -> str:
         notes = [f"- **{f['safety']}**: `{f['knob']}`: {f['note']}" for f in d["safety"] if f["safety"] != "safe"]
         if notes:
             lines += ["", "Convergence safety:", *notes]
+    notes = _search_notes(d)
+    if notes:
+        lines += ["", *(f"- {n}" for n in notes)]
     if d["failed"]:
         lines += ["", "Failed trials:", *(f"- #{f['trial']} {f['status']}: {f['error_type']}: {f['error']}" for f in d["failed"])]
     return "\n".join(lines) + "\n"

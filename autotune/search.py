@@ -13,65 +13,34 @@ result arrives (a Ray Tune callback), so what finished is on disk at once.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 import os
-import shutil
 import signal
-import subprocess
+import statistics
 import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
 from autotune import export, plots, tracking
-from autotune.records import INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, read_run, write_csv, write_state
+from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run,
+                              write_csv, write_state)
 from autotune import knobs as K
 from autotune import workload as W
+from autotune.trial import run_in_process
 import optuna
 from ray import tune
-from ray.tune.search.optuna import OptunaSearch
+from ray.tune.search import Searcher
+
+from autotune.strategy import Strategy, no_improvement_for
 
 from autotune.safety import LEVELS
 from autotune.spec import Spec, SpecError
 
 
 # --- the trial, inside a Ray worker ---------------------------------------------
-
-
-def run_trial_process(trial_config: dict, trial_dir: Path, timeout_s: float, env: dict[str, str]) -> dict:
-    """Run `python -m autotune.trial` in its own session; kill its whole process
-    group (loader workers included) at the timeout."""
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "config.json").write_text(json.dumps(trial_config, indent=2) + "\n")
-    out = trial_dir / "result.json"
-    started = time.perf_counter()
-    with open(trial_dir / "trial.log", "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
-            cwd=trial_dir, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except BaseException:  # Ray cancelled the trial: take the process group with us
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-    wall = time.perf_counter() - started
-    if proc.returncode == -signal.SIGKILL and not out.exists():
-        result = {"status": "timeout", "error_type": "Timeout", "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
-    elif out.exists():
-        result = json.loads(out.read_text())
-    else:
-        tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
-        result = {"status": "error", "error_type": "TrialProcessDied",
-                  "error": f"trial process exited with code {proc.returncode}: {tail[-1] if tail else 'no output'}"}
-    result["trial_wall_s"] = wall
-    return result
 
 
 def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
@@ -85,18 +54,9 @@ def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
         "cpus": settings["cpus_fn"](config),
         "accum_steps": settings["accum_fn"](config),
         "seed": settings["seed"],
+        "prune_below": config.get("prune_below"),
     }
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (settings["user_cwd"], env.get("PYTHONPATH")) if p)
-    # compile caches per trial: a warm cache from an earlier trial would hide compile time
-    env["TORCHINDUCTOR_CACHE_DIR"] = str(trial_dir / "inductor-cache")
-    env["TRITON_CACHE_DIR"] = str(trial_dir / "triton-cache")
-    env["AUTOTUNE_WATCH_PARENT"] = "1"
-    try:
-        return run_trial_process(trial_config, trial_dir, settings["timeout_s"], env)
-    finally:
-        for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
-            shutil.rmtree(trial_dir / cache, ignore_errors=True)
+    return run_in_process(trial_config, trial_dir, settings["timeout_s"], settings["user_cwd"])
 
 
 def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
@@ -135,54 +95,55 @@ def _trainable(config: dict, settings: dict) -> None:
     tune.report(flat_result(number, trial_dir, result))
 
 
-class _Searcher(OptunaSearch):
-    """Failed trials (OOM, error, timeout) are FAIL in Optuna, not PRUNED, and
-    carry their status and error as user attributes."""
+class _Searcher(Searcher):
+    """Ray Tune's view of `autotune.strategy.Strategy`: each suggestion is the
+    strategy's next proposal (an Optuna trial in the run dir's storage), each
+    finished trial is told back with its status. The study holds all state, so
+    save/restore have nothing to add."""
 
-    def on_trial_result(self, trial_id, result):
-        if result.get(METRIC) is not None:  # a failed trial has no throughput to report
-            super().on_trial_result(trial_id, result)
+    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool]):
+        super().__init__(metric=METRIC, mode="max")
+        self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
+        self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
+        self.exhausted = False  # every point measured, or known infeasible / over the budget
 
-    def on_trial_complete(self, trial_id, result=None, error=False):
-        failed = error or not result or result.get("status") != "ok"
-        if trial_id in self._ot_trials and result:
-            ot_trial = self._ot_trials[trial_id]
-            ot_trial.set_user_attr("status", result.get("status", "error"))
-            if result.get("error"):
-                ot_trial.set_user_attr("error", f"{result.get('error_type')}: {result['error']}"[:1000])
-        super().on_trial_complete(trial_id, None if failed else result, error=failed)
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str):
+        proposal = self.strategy.ask(self.fits)
+        if proposal is None:
+            self.exhausted = True
+            return Searcher.FINISHED
+        self.live[trial_id] = proposal.trial, proposal.source
+        return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
+                "prune_below": self.strategy.prune_below(self.prune_margin)}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self.live:
+            return
+        trial, source = self.live.pop(trial_id)
+        result = result or {}
+        parity = json.loads(result.get("parity_json") or "null")
+        diagnosis = json.loads(result.get("diagnosis_json") or "null")
+        self.strategy.tell(
+            trial, "error" if error else result.get("status", "error"), result.get("m/samples_per_s"),
+            safe=parity is None or bool(parity.get("passed")),
+            error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
+            bottleneck=(diagnosis or {}).get("bottleneck") if source == "baseline" else None,
+        )
+
+    def save(self, checkpoint_path: str) -> None:
+        pass
+
+    def __getstate__(self):  # lives in the driver (its `fits` reads the driver's records)
+        return {}
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
 
 
 # --- the driver -------------------------------------------------------------------
-
-
-class _DefineByRun:
-    """The Optuna define-by-run space: sample the searched knobs, pass the fixed
-    ones through, and tag the config with the Optuna trial number. A class, not
-    a closure, because Ray Tune pickles the searcher."""
-
-    def __init__(self, search: dict[str, list], fixed: dict[str, Any]):
-        self.search, self.fixed = search, fixed
-
-    def __call__(self, trial):
-        for name, values in self.search.items():
-            trial.suggest_categorical(name, values)
-        return {**self.fixed, "trial_number": trial.number}
-
-
-def _make_searcher(space: K.Space, spec: Spec, storage_url: str, study_name: str, enqueue: list[dict]):
-    define_by_run = _DefineByRun(space.search, {k: v for k, v in space.baseline.items() if k not in space.search})
-    seed = spec.search.seed
-    sampler = {
-        "tpe": lambda: optuna.samplers.TPESampler(seed=seed),
-        "random": lambda: optuna.samplers.RandomSampler(seed=seed),
-        # grid: every point is enqueued up front, the baseline first (see _search)
-        "grid": lambda: optuna.samplers.RandomSampler(seed=seed),
-    }[spec.search.sampler]()
-    return _Searcher(
-        space=define_by_run, metric=METRIC, mode="max", sampler=sampler, study_name=study_name,
-        storage=optuna.storages.RDBStorage(storage_url), points_to_evaluate=enqueue or None,
-    )
 
 
 def _detect_device(spec: Spec) -> K.Device:
@@ -297,12 +258,23 @@ class _RecordTrials(_DriverOnly, tune.Callback):
         self.recorder.add(trial.config, trial.last_result, ray_error=str(error or "the Ray trial failed"))
 
 
-class _StopOnBaselineFailure(_DriverOnly, tune.Stopper):
+class _Stop(_DriverOnly, tune.Stopper):
+    """Stop the search when the baseline failed, or when `patience` trials in a
+    row improved the best by no more than `min_improvement`."""
+
+    def __init__(self, recorder: _Recorder, patience: int | None, min_improvement: float):
+        super().__init__(recorder)
+        self.patience, self.min_improvement = patience, min_improvement
+
     def __call__(self, trial_id, result):
         return False
 
     def stop_all(self):
-        return self.recorder.baseline_failed is not None
+        return self.recorder.baseline_failed is not None or self.stalled()
+
+    def stalled(self) -> bool:
+        return bool(self.patience) and no_improvement_for(
+            [r.throughput if r.safe else None for r in self.recorder.records], self.min_improvement) >= self.patience
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
@@ -355,16 +327,18 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             ray.shutdown()
 
 
-def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> list[dict]:
+def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> None:
     """After a crash or an interruption: trials Optuna saw finish but the driver
     did not record (killed in between) are recorded from their result.json;
-    trials left RUNNING are marked FAIL and returned, to be run again."""
+    trials left RUNNING are marked FAIL and `interrupted` (the strategy proposes
+    them again first)."""
     from optuna.trial import TrialState
 
     recorded = {r.number for r in recorder.records}
     fixed = {k: v for k, v in space.baseline.items() if k not in space.search}
-    again = []
     for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("virtual"):
+            continue  # never ran: a repeat or a predicted failure told to the sampler
         result_file = run_dir / "trials" / f"{t.number:04d}" / "result.json"
         finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
         if finished and t.number not in recorded and result_file.exists():
@@ -375,8 +349,6 @@ def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> l
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             if t.state == TrialState.RUNNING:
                 study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            again.append(dict(t.params))
-    return again
 
 
 def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state) -> SearchResult:
@@ -432,18 +404,11 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
     recorder = _Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
     study = optuna.create_study(study_name=state["optuna_study"], storage=storage_url, direction="maximize",
-                                load_if_exists=True)
-    again = _reconcile(study, recorder, space, run_dir)
+                                load_if_exists=True, sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed))
+    _reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial = on_trial
-    baseline_point = {k: space.baseline[k] for k in space.search}
-    if not study.trials:  # a new search: the baseline first (and for a grid, then every other point)
-        enqueue = [baseline_point]
-        if spec.search.sampler == "grid":
-            points = (dict(zip(space.search, values)) for values in itertools.product(*space.search.values()))
-            enqueue += [p for p in points if p != baseline_point]
-    else:  # resuming: enqueued points still WAITING stay queued; interrupted trials run again
-        waiting = any(t.state == optuna.trial.TrialState.WAITING for t in study.trials)
-        enqueue = again + ([] if recorder.baseline() or waiting or baseline_point in again else [baseline_point])
+    strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
+                        spec.search.seed)
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
@@ -452,12 +417,27 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
 
     settings = {
         "workload": spec.workload.model_dump(exclude_none=True),
-        "trial": {**spec.trial.model_dump(exclude={"timeout_s"}),
+        "trial": {**spec.trial.model_dump(exclude={"timeout_s", "prune_margin"}),
                   "parity": {"baseline": space.baseline, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance}},
         "timeout_s": spec.trial.timeout_s,
         "device": device.type, "seed": spec.search.seed,
         "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn, "accum_fn": accum_fn,
     }
+    budget = spec.search.time_budget_s
+
+    def fits(params: dict) -> bool:
+        """Will a trial of this config finish within the time budget? Estimated
+        from the trials with its compile mode (compile's warm-up dominates)."""
+        if not budget:
+            return True
+        mode = {**space.baseline, **params}["compile"]
+        costs = [r.info["trial_wall_s"] for r in records if r.knobs["compile"] == mode and r.info.get("trial_wall_s")]
+        return not costs or statistics.median(costs) <= budget - (time.perf_counter() - started)
+
+    searcher = _Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
+                         spec.trial.prune_margin, fits)
+    stopper = _Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
+                    spec.search.min_improvement)
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, settings=settings),
         lambda config: {"cpu": cpus_fn(config), "gpu": gpus_per_trial},
@@ -465,7 +445,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
-            search_alg=_make_searcher(space, spec, storage_url, state["optuna_study"], enqueue),
+            search_alg=searcher,
             num_samples=max(remaining, 1),
             max_concurrent_trials=None if cuda else 1,
             time_budget_s=spec.search.time_budget_s,
@@ -476,7 +456,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         ),
         run_config=tune.RunConfig(
             name="ray", storage_path=str(run_dir), verbose=0, callbacks=[_RecordTrials(recorder)],
-            stop=_StopOnBaselineFailure(recorder), failure_config=tune.FailureConfig(max_failures=0),
+            stop=stopper, failure_config=tune.FailureConfig(max_failures=0),
         ),
     )
     if remaining > 0:
@@ -496,16 +476,22 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     budget = spec.search.time_budget_s
     if recorder.baseline_failed:
         stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"
-    elif len(records) < n_trials and not (budget and wall >= budget):
+    elif len(records) < n_trials and not (budget and wall >= budget) and not stopper.stalled() and not searcher.exhausted:
         stopped = (f"interrupted after {len(records)} of {n_trials} trials; "
                    f"continue with `autotune search --resume {run_dir}`")
-    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped)
-    summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok)}
+    ended = ("the baseline failed" if recorder.baseline_failed else stopped and "interrupted"
+             or (stopper.stalled() and f"no gain above {spec.search.min_improvement:.0%} in "
+                                       f"{spec.search.patience} trials")
+             or (searcher.exhausted and "every point of the space measured or known infeasible")
+             or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
+    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended)
+    summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
     if baseline and baseline.throughput and best:
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
                        speedup_x=best.throughput / baseline.throughput)
-    write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped})
+    write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
+    tracker.tag_search({"ended": ended})
     paths["plots"] = run_dir / "plots"
     plot_files = plots.write_all(result, storage_url, state["optuna_study"]) if ok else []
     tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],

@@ -146,13 +146,21 @@ class TrialSpec(_Strict):
     profile_steps: StrictInt = Field(5, ge=0, description="steps in the separate profiled window (0: no profile)")
     diagnose: StrictBool = Field(True, description="count FLOPs, probe 2x the batch, and diagnose the bottleneck")
     timeout_s: float = Field(600, gt=0, description="a trial running longer is killed and recorded as timed out")
+    prune_margin: float = Field(
+        0.2, ge=0, lt=1, description="a trial whose throughput is clearly (95% confidence) below the best so far less "
+                                     "this fraction stops its window early and skips profile, diagnosis and parity (0: never)")
 
 
 class SearchSettings(_Strict):
-    sampler: Literal["tpe", "random", "grid"] = Field("tpe", description="Optuna sampler")
+    sampler: Literal["autotune", "tpe", "random", "grid"] = Field(
+        "autotune", description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
+                                "tpe, random: Optuna's samplers; grid: every point (a whole landscape)")
     n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included")
     time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds")
     seed: StrictInt = Field(0, description="sampler seed")
+    patience: Optional[StrictInt] = Field(
+        None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")
+    min_improvement: float = Field(0.02, ge=0, description="a gain below this fraction is noise: it moves nothing")
 
 
 class Resources(_Strict):

@@ -106,6 +106,9 @@ class Tracker:
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         self._log(run_id, metrics=metrics)
 
+    def tag_search(self, tags: dict[str, str]) -> None:
+        self._log(self.parent_run_id, tags=tags)
+
     def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=()) -> None:
         self._log(self.parent_run_id, metrics=metrics)
         for path in artifacts:

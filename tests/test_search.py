@@ -103,3 +103,19 @@ def test_nothing_to_search_is_a_spec_error(tmp_path):
     spec = make_spec(tmp_path, search_space={"preset": None, "knobs": {"pin_memory": [True]}})
     with pytest.raises(S.SpecError, match=r"search_space: nothing to search on this device; every knob is fixed: num_workers \(not in the search space\)"):
         run(spec)
+
+
+def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path):
+    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_slow_large_batches"},
+                     search={"n_trials": 6, "patience": 2},
+                     trial={**TRIAL, "min_window_s": 1.0, "max_window_s": 3.0, "measure_steps": 20})
+    result = run(spec)
+    by = {(r.knobs["batch_size"], r.knobs["channels_last"]): r for r in result.records}
+    assert len(result.records) == 3, [(r.knobs, r.status) for r in result.records]
+    slow = by[64, False]
+    assert slow.status == "pruned" and slow.throughput is None  # never a best
+    assert slow.metrics["samples_per_s"] < 0.8 * result.baseline.throughput
+    assert slow.metrics["window_s"] < 1.0 and slow.diagnosis is None  # stopped early; no profile, no diagnosis
+    assert result.ended == "no gain above 2% in 2 trials" and result.stopped_reason is None
+    tags = MlflowClient(f"sqlite:///{result.run_dir / 'mlflow.db'}").get_run(slow.mlflow_run_id).data.tags
+    assert tags["status"] == "pruned"

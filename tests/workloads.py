@@ -63,8 +63,8 @@ def not_a_workload():
 
 def make_faulty(batch_size: int = 16) -> Workload:
     """A fault per configuration, to show a search survives each:
-    batch 64 runs out of memory and batch 128 hangs (with or without a loader
-    worker); below that, a loader worker is killed by a signal, and without one
+    batch 64 hangs (with or without a loader worker) and batch 128 runs out of
+    memory; below that, a loader worker is killed by a signal, and without one
     batch 32 makes the loss NaN while batch 16 trains fine (the baseline)."""
     import os
     import signal
@@ -78,9 +78,9 @@ def make_faulty(batch_size: int = 16) -> Workload:
     def loss(model, batch):
         images, labels, _ = batch
         n = images.shape[0]
-        if n == 64:
-            raise torch.OutOfMemoryError("out of memory: tried to allocate 2.00 GiB (injected by the test workload)")
         if n == 128:
+            raise torch.OutOfMemoryError("out of memory: tried to allocate 2.00 GiB (injected by the test workload)")
+        if n == 64:
             time.sleep(3600)
         value = nn.functional.cross_entropy(model(images), labels)
         return value * float("nan") if n == 32 else value
@@ -126,3 +126,15 @@ def make_fp16_overflow(batch_size: int = 32) -> Workload:
         return nn.functional.mse_loss(model(x).float() / 1e6, y)
 
     return Workload(model=lambda: Offset(scale=1e6, offset=0.0), dataset=Vectors(), loss=loss, batch_size=batch_size)
+
+
+def make_slow_large_batches(batch_size: int = 16) -> Workload:
+    """Batches above 16 samples cost 40 ms a step: several times slower per sample."""
+    import time
+
+    def loss(model, batch):
+        if batch[0].shape[0] > 16:
+            time.sleep(0.04)
+        return recorder_loss(model, batch)
+
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)

@@ -41,6 +41,10 @@ def search(
     resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR",
                                           help="continue a stopped search (its spec is in RUN_DIR)"),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="override the spec's output_dir"),
+    address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
+                                          help="an existing Ray cluster (overrides resources.ray_address)"),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", metavar="URI",
+                                               help="an MLflow server, http://host:port (overrides tracking.uri)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
@@ -60,6 +64,10 @@ def search(
             spec = S.load(spec_path)
         if output_dir is not None and resume is None:
             spec.output_dir = output_dir
+        if address is not None:
+            spec.resources.ray_address = address
+        if tracking_uri is not None and resume is None:
+            spec.tracking.uri = tracking_uri
         from autotune import report, search as searching
 
         view = report.LiveView(quiet=quiet)

@@ -14,7 +14,7 @@ from autotune import knobs as K
 
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
-INFO = ("host", "device_type", "device_name", "torch", "trial_wall_s", "optimizer", "has_batchnorm")
+INFO = ("host", "node_ip", "gpu_ids", "started_unix", "ended_unix", "device_type", "device_name", "torch", "trial_wall_s", "optimizer", "has_batchnorm")
 NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "parity", "parity_reason", "error_type", "error",
                "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
 
@@ -87,10 +87,18 @@ def pruning_savings(records: list[TrialRecord]) -> dict[str, float]:
     return {"trials_pruned": len(pruned), "pruning_saved_s": saved}
 
 
+def same_device(a: TrialRecord | None, b: TrialRecord) -> bool:
+    """Comparable: measured on the same kind of device (a heterogeneous cluster
+    mixes them; a ratio across device types says nothing about a knob)."""
+    return a is None or a.info.get("device_name") == b.info.get("device_name")
+
+
 def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
-    """The fastest trial that finished and passed its safety checks; a faster
-    one that failed loss parity is never the one exported."""
-    ok = [r for r in records if r.throughput and r.safe]
+    """The fastest trial that finished and passed its safety checks, on the
+    baseline's device type; a faster one that failed loss parity is never the
+    one exported."""
+    base = next((r for r in records if r.is_baseline), None)
+    ok = [r for r in records if r.throughput and r.safe and same_device(base, r)]
     return max(ok, key=lambda r: r.throughput) if ok else None
 
 

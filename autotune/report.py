@@ -146,10 +146,11 @@ def as_dict(result, importance: dict | None = None) -> dict:
     """Everything the report says, as plain data (the JSON format; the text and
     markdown formats render this)."""
     from autotune.export import safety_flags
-    from autotune.records import pruning_savings
+    from autotune.records import pruning_savings, same_device
 
     base, best = result.baseline, result.best
-    ok = [r for r in result.records if r.throughput]
+    measured = [r for r in result.records if r.throughput]
+    ok = [r for r in measured if same_device(base, r)]  # comparisons never mix device types
     effects = {}
     for knob, values in result.space.search.items():
         effects[knob] = []
@@ -173,6 +174,8 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "unsafe": [{"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
                    for r in result.records if r.throughput and not r.safe],
         "fixed": result.space.fixed,
+        "other_devices": [{"trial": r.number, "device_name": r.info.get("device_name"), "host": r.info.get("host"),
+                           "samples_per_s": r.throughput} for r in measured if not same_device(base, r)],
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
                    for r in result.records if r.status not in ("ok", "pruned")],
     }
@@ -255,6 +258,10 @@ def _search_notes(d: dict) -> list[str]:
             eager = f" (baseline, eager: {c['eager_first_step_s']:.1f} s)" if c["eager_first_step_s"] else ""
             notes.append(f"compile={c['compile']} (trial #{c['trial']}): first step after {c['first_step_s']:.1f} s"
                          f"{eager}, then {c['samples_per_s']:.1f} samples/s")
+    if d["other_devices"]:
+        names = sorted({str(o["device_name"]) for o in d["other_devices"]})
+        notes.append(f"{len(d['other_devices'])} trial(s) ran on other device types ({', '.join(names)}): "
+                     "not compared with the baseline, never the best")
     p = d["pruning"]
     if p.get("trials_pruned"):
         saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""

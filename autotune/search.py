@@ -16,6 +16,7 @@ import dataclasses
 import json
 import math
 import os
+import shutil
 import signal
 import statistics
 import sys
@@ -26,6 +27,7 @@ from typing import Callable
 
 from autotune import export, plots, tracking
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run,
+                              same_device,
                               write_csv, write_state)
 from autotune import knobs as K
 from autotune import workload as W
@@ -85,14 +87,53 @@ def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
 
 def _trainable(config: dict, settings: dict) -> None:
     """Ray Tune's function trainable: one trial process, one report. Never
-    raises: whatever goes wrong is reported as the trial's error."""
+    raises: whatever goes wrong is reported as the trial's error. On the
+    driver's node the trial writes its dir in the run dir; on another node it
+    runs in a temporary dir whose files travel back in the report."""
+    import tempfile
+
+    import ray
+
     number = config["trial_number"]
     trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
+    started = time.time()
+    remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
+    work_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else trial_dir
     try:
-        result = _run_trial_in(config, settings, trial_dir)
+        result = _run_trial_in(config, settings, work_dir)
     except Exception as e:
         result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
-    tune.report(flat_result(number, trial_dir, result))
+    flat = flat_result(number, trial_dir, result)
+    flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
+                started_unix=started, ended_unix=time.time())
+    if remote:
+        flat["files_b64"] = pack_dir(work_dir)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    tune.report(flat)
+
+
+def pack_dir(path: Path) -> str:
+    """A trial dir as base64 tar.gz text (Tune carries results as data)."""
+    import base64
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for f in sorted(path.iterdir()):
+            if f.is_file():
+                tar.add(f, arcname=f.name)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def unpack_dir(data: str, path: Path) -> None:
+    import base64
+    import io
+    import tarfile
+
+    path.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:gz") as tar:
+        tar.extractall(path, filter="data")
 
 
 class _Searcher(Searcher):
@@ -180,7 +221,10 @@ def _init_ray(address: str | None) -> bool:
         # a local search is not reachable from the network (DESIGN.md facts)
         os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    # a cluster on loopback addresses runs on this machine: join it from its head's address
+    host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
+    node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
     return True
 
 
@@ -207,7 +251,9 @@ class _Recorder:
         return next((r for r in self.records if r.is_baseline), None)
 
     def add(self, config: dict, result: dict | None, ray_error: str | None = None) -> None:
-        result = result or {}
+        result = dict(result or {})
+        if result.get("files_b64"):  # a trial from another node: its files, into the run dir
+            unpack_dir(result.pop("files_b64"), Path(result["trial_dir"]))
         knobs = {k: config[k] for k in K.KNOBS}
         status = result.get("status") or "error"
         record = TrialRecord(
@@ -229,7 +275,7 @@ class _Recorder:
             base = record
             if status != "ok":
                 self.baseline_failed = record
-        if base and base.throughput and record.throughput:
+        if base and base.throughput and record.throughput and same_device(base, record):
             record.metrics["speedup_x"] = record.throughput / base.throughput
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
@@ -352,6 +398,8 @@ def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> N
 
 
 def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state) -> SearchResult:
+    import ray
+
     cuda = device.type == "cuda"
     cpus_per_trial = spec.resources.cpus_per_trial
     gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (1 if cuda else 0)
@@ -372,6 +420,9 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
 
     # failed trials report no throughput; Optuna records them as FAIL (see _Searcher)
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    # Tune's own per-trial result files would duplicate trials.csv (and the trial
+    # files that travel back from other nodes)
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
@@ -422,6 +473,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         "timeout_s": spec.trial.timeout_s,
         "device": device.type, "seed": spec.search.seed,
         "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn, "accum_fn": accum_fn,
+        "driver_node": ray.get_runtime_context().get_node_id(),
     }
     budget = spec.search.time_budget_s
 
@@ -438,16 +490,19 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
                          spec.trial.prune_margin, fits)
     stopper = _Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
                     spec.search.min_improvement)
+    custom = spec.resources.custom
     trainable = tune.with_resources(
         tune.with_parameters(_trainable, settings=settings),
-        lambda config: {"cpu": cpus_fn(config), "gpu": gpus_per_trial},
+        lambda config: tune.PlacementGroupFactory([{"CPU": cpus_fn(config), "GPU": gpus_per_trial, **custom}]),
     )
     tuner = tune.Tuner(
         trainable,
         tune_config=tune.TuneConfig(
             search_alg=searcher,
             num_samples=max(remaining, 1),
-            max_concurrent_trials=None if cuda else 1,
+            # a local CPU host runs one trial at a time (two at once disturb each
+            # other's numbers); GPUs and cluster nodes are placed by resources
+            max_concurrent_trials=None if cuda or spec.resources.ray_address else 1,
             time_budget_s=spec.search.time_budget_s,
             # the Ray actor only reserves resources and starts the trial process,
             # which is fresh every time: reusing actors saves ~3 s a trial and
@@ -465,7 +520,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
         for r in records:
-            if r.throughput and r.speedup is None:
+            if r.throughput and r.speedup is None and same_device(baseline, r):
                 r.metrics["speedup_x"] = r.throughput / baseline.throughput
                 tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
         write_csv(records, paths["trials_csv"])

@@ -170,6 +170,9 @@ class Resources(_Strict):
         None, ge=1, description="default: num_workers + 1 with a GPU; without one, every CPU but one (one trial at a time)"
     )
     gpus_per_trial: Optional[float] = Field(None, ge=0, description="default: 1 with CUDA, else 0")
+    custom: dict[str, float] = Field(
+        default_factory=dict, description="custom Ray resources each trial needs, e.g. {gpu_h100: 1} for nodes "
+                                          "started with --resources='{\"gpu_h100\": 8}'")
 
 
 class Safety(_Strict):

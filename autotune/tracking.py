@@ -13,7 +13,7 @@ from typing import Any
 
 from autotune import __version__
 
-STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING"}  # every other status: FAILED
+STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "KILLED"}  # every other status: FAILED
 
 
 def default_uri(run_dir: Path) -> str:

@@ -22,7 +22,7 @@ def test_bad_spec_is_one_line_exit_2_no_traceback(tmp_path):
     spec = write_spec(tmp_path / "s.yaml", search={"sampler": "bayes"})
     result = runner.invoke(app, ["search", str(spec)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {spec}: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'\n"
+    assert result.stderr == f"error: {spec}: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'\n"
     assert "Traceback" not in result.output
 
 

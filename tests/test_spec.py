@@ -16,7 +16,7 @@ def error_of(data) -> str:
 def test_minimal_spec_gets_embedded_defaults():
     spec = S.parse(WL, "runs/my-search.yaml")
     assert spec.name == "my-search"
-    assert spec.search.sampler == "tpe" and spec.search.n_trials == 20
+    assert spec.search.sampler == "autotune" and spec.search.n_trials == 20 and spec.search.patience is None
     assert spec.search_space.preset == "default"
     assert spec.resources.ray_address is None and spec.tracking.uri is None
     assert set(spec.search_space.lists()) == {"num_workers", "pin_memory", "batch_size", "precision", "compile",
@@ -43,7 +43,7 @@ def test_preset_shorthand_and_no_preset():
     ({}, "s.yaml: workload: required, missing"),
     ({**WL, "serch": {}},
      "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, safety, output_dir"),
-    ({**WL, "search": {"sampler": "bayes"}}, "s.yaml: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'"),
+    ({**WL, "search": {"sampler": "bayes"}}, "s.yaml: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'"),
     ({**WL, "search": {"n_trials": 0}}, "s.yaml: search.n_trials: Input should be greater than or equal to 1, got 0"),
     ({**WL, "baseline": {"num_workers": "2"}}, "s.yaml: baseline.num_workers: Input should be a valid integer, got '2'"),
     ({**WL, "baseline": {"precision": "fp16"}},
@@ -64,7 +64,7 @@ def test_errors_name_the_field_and_what_is_allowed(data, message):
 
 def test_several_errors_are_all_listed():
     msg = error_of({**WL, "search": {"sampler": "bayes", "seed": "x"}})
-    assert msg.splitlines() == ["s.yaml: search.sampler: Input should be 'tpe', 'random' or 'grid', got 'bayes'",
+    assert msg.splitlines() == ["s.yaml: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'",
                                 "  search.seed: Input should be a valid integer, got 'x'"]
 
 

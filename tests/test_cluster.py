@@ -1,0 +1,165 @@
+"""Beyond one machine: a real two-node Ray cluster on loopback addresses, and a
+real MLflow tracking server on 127.0.0.1."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+
+from autotune import spec as S
+from autotune.search import run
+
+BIN = Path(sys.executable).parent
+TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 2,
+         "prune_margin": 0}
+
+
+def free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def process_tree(marker: str) -> list[int]:
+    """Live processes whose command line holds `marker`, and their descendants."""
+    procs = {}
+    for p in Path("/proc").iterdir():
+        try:
+            if p.name.isdigit() and int(p.name) != os.getpid():
+                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
+                if stat[0] != "Z":
+                    procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
+        except OSError:
+            continue
+    tree = {pid for pid, (_, cmd) in procs.items() if marker in cmd}
+    while more := {pid for pid, (ppid, _) in procs.items() if ppid in tree} - tree:
+        tree |= more
+    return sorted(tree)
+
+
+def cluster_env() -> dict:
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    env.pop("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", None)  # it refuses multi-node clusters
+    return env
+
+
+@pytest.fixture
+def cluster():
+    """A head on 127.0.0.2 and a second node on 127.0.0.3, 2 CPUs and 1 (fake) GPU
+    each; stopped by PID at the end, and checked gone."""
+    temp = tempfile.mkdtemp(prefix="rc", dir="/tmp")  # short: Ray's socket paths have a length limit
+    port = free_port("127.0.0.2")
+    common = ["--num-cpus=2", "--num-gpus=1", "--disable-usage-stats"]
+    try:
+        subprocess.run([BIN / "ray", "start", "--head", "--node-ip-address=127.0.0.2", f"--port={port}",
+                        f"--temp-dir={temp}", "--include-dashboard=false", *common],
+                       env=cluster_env(), check=True, capture_output=True, timeout=120)
+        subprocess.run([BIN / "ray", "start", f"--address=127.0.0.2:{port}", "--node-ip-address=127.0.0.3", *common],
+                       env=cluster_env(), check=True, capture_output=True, timeout=120)
+        yield f"127.0.0.2:{port}"
+    finally:
+        for pid in process_tree(temp):
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(1)
+        assert process_tree(temp) == [], "the test cluster outlived its test"
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.timeout(300)
+def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "cluster", "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+        "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64], "channels_last": [False, True]}},
+        "trial": TRIAL, "search": {"sampler": "grid", "n_trials": 6}, "safety": {"level": "dynamics"},
+        # the GPUs are fake (no CUDA here): each trial reserves one, and runs on the CPU
+        "resources": {"device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1},
+        "output_dir": str(tmp_path / "run"),
+    }))
+    proc = subprocess.run([BIN / "autotune", "search", str(spec), "--address", cluster, "-q"], env=cluster_env(),
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = tmp_path / "run"
+    table = pd.read_csv(run_dir / "trials.csv")
+    assert len(table) == 6 and (table["status"] == "ok").all()
+    assert set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}  # both nodes ran trials
+
+    # one trial per GPU: trials that overlap in time never share a (node, GPU)
+    rows = table.to_dict("records")
+    for a in rows:
+        assert str(a["gpu_ids"]) == "0"  # each node's one GPU, reserved by the trial
+        for b in rows:
+            if a is not b and a["started_unix"] < b["ended_unix"] and b["started_unix"] < a["ended_unix"]:
+                assert a["node_ip"] != b["node_ip"], (a, b)
+    overlapping = sum(a["started_unix"] < b["ended_unix"] and b["started_unix"] < a["ended_unix"]
+                      for i, a in enumerate(rows) for b in rows[i + 1:])
+    assert overlapping >= 1  # two GPUs: trials ran in parallel
+
+    # every trial's files reached the driver's run dir, and MLflow
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    for row in rows:
+        trial_dir = run_dir / "trials" / f"{row['trial']:04d}"
+        assert {"config.json", "result.json", "trial.log", "trace.json"} <= {p.name for p in trial_dir.iterdir()}
+        artifacts = {a.path for a in client.list_artifacts(row["mlflow_run_id"], "trial")}
+        assert "trial/trace.json" in artifacts
+        assert client.get_run(row["mlflow_run_id"]).data.metrics["samples_per_s"] > 0
+
+
+@pytest.fixture
+def mlflow_server(tmp_path):
+    port = free_port("127.0.0.1")
+    proc = subprocess.Popen(
+        [BIN / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "store")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 90
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                if time.time() > deadline or proc.poll() is not None:
+                    raise RuntimeError("the MLflow server did not come up")
+                time.sleep(1)
+        yield url, tmp_path / "store"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@pytest.mark.timeout(300)
+def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local):
+    url, store = mlflow_server
+    result = run(S.parse({
+        "name": "served", "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+        "search_space": {"preset": None, "knobs": {"channels_last": [False, True]}},
+        "trial": TRIAL, "search": {"n_trials": 2}, "tracking": {"uri": url, "experiment": "served"},
+        "output_dir": str(tmp_path / "run"),
+    }, "served.yaml"))
+    assert [r.status for r in result.records] == ["ok", "ok"]
+    assert not (tmp_path / "run" / "mlflow.db").exists()  # nothing tracked locally
+    client = MlflowClient(url)
+    exp = client.get_experiment_by_name("served")
+    runs = client.search_runs([exp.experiment_id])
+    parent = next(r for r in runs if r.data.tags.get("autotune.role") == "search")
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert len(children) == 2 and parent.data.metrics["speedup_x"] > 0
+    for child in children:
+        assert child.data.metrics["samples_per_s"] > 0 and child.data.tags["status"] == "ok"
+        assert "trial/trace.json" in {a.path for a in client.list_artifacts(child.info.run_id, "trial")}
+    # the artifacts went to the server's artifact store, not to the run dir
+    assert len(list(store.rglob("trace.json"))) == 2
+    assert not (tmp_path / "run" / "mlartifacts").exists()

@@ -138,3 +138,13 @@ def test_no_improvement_counts_trials_since_the_last_real_gain():
     assert no_improvement_for([100, 101, None, 101.5], 0.02) == 3
     assert no_improvement_for([100, 110], 0.02) == 0
     assert no_improvement_for([], 0.02) == 0
+
+
+def test_parallel_asks_never_propose_a_running_config():
+    for sampler in ("autotune", "tpe", "random"):
+        strategy = make(sampler, seed=2)
+        p = strategy.ask()
+        strategy.tell(p.trial, *input_bound(p.params), bottleneck="input")
+        running = [strategy.ask() for _ in range(8)]  # eight GPUs ask before any trial finishes
+        keys = {tuple(r.params.values()) for r in running} | {tuple(p.params.values())}
+        assert len(keys) == 9, sampler

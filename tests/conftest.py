@@ -1,6 +1,12 @@
+import contextlib
 import os
 import shutil
+import signal
+import socket
+import subprocess
 import tempfile
+import time
+import urllib.request
 
 import pytest
 
@@ -48,3 +54,29 @@ def finished_run(tmp_path_factory, ray_local):
     spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"))
     result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
     return tmp / "run", result
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+@contextlib.contextmanager
+def serving(cmd: list, url: str, timeout: float = 120):
+    """Start a server in its own session, wait until `url`/health answers, and
+    kill its whole process group at the end."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + timeout
+        while True:
+            try:
+                urllib.request.urlopen(url + "/health", timeout=2).read()
+                break
+            except OSError:
+                assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()[-2000:]
+                time.sleep(1)
+        yield proc
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)

@@ -1,19 +1,14 @@
 """The command line as a user sees it: exact messages, exit codes, a real search, the UI."""
 
 import json
-import os
-import signal
-import socket
-import subprocess
 import sys
-import time
 import urllib.request
 
 import pytest
 from typer.testing import CliRunner
 
 from autotune.cli import app
-from tests.conftest import write_spec
+from tests.conftest import free_port, serving, write_spec
 
 runner = CliRunner()
 
@@ -61,12 +56,6 @@ def test_search_prints_trials_summary_and_paths(finished_run):
     assert "[3/3] trial" in out and "left)" in out  # progress with an ETA, one line per trial
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def get_json(url, body=None):
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -84,18 +73,8 @@ def test_ui_without_a_search_says_what_to_do(tmp_path):
 def test_ui_serves_the_search_runs_on_loopback(finished_run):
     run_dir, _ = finished_run
     port = free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "autotune.cli", "ui", str(run_dir), "--port", str(port)],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 120
-        while True:
-            try:
-                urllib.request.urlopen(base + "/health", timeout=2)
-                break
-            except OSError:
-                assert proc.poll() is None and time.time() < deadline, proc.stdout.read().decode()[-2000:]
-                time.sleep(1)
+    with serving([sys.executable, "-m", "autotune.cli", "ui", str(run_dir), "--port", str(port)], base):
         exp = get_json(base + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=autotune")["experiment"]
         assert {"key": "mlflow.experimentKind", "value": "custom_model_development"} in exp["tags"]
         runs = get_json(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
@@ -106,6 +85,3 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
         parent = next(r for r in runs if r not in trials)
         listed = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}&path=plots")
         assert {f["path"] for f in listed["files"]} >= {"plots/throughput_per_trial.png", "plots/parallel_coordinates.png"}
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)

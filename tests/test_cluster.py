@@ -4,12 +4,10 @@ real MLflow tracking server on 127.0.0.1."""
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from pathlib import Path
 
 import pandas as pd
@@ -19,16 +17,11 @@ from mlflow.tracking import MlflowClient
 
 from autotune import spec as S
 from autotune.search import run
+from tests.conftest import free_port, serving
 
 BIN = Path(sys.executable).parent
 TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 2,
          "prune_margin": 0}
-
-
-def free_port(host: str) -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 def process_tree(marker: str) -> list[int]:
@@ -118,26 +111,12 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
 
 @pytest.fixture
 def mlflow_server(tmp_path):
-    port = free_port("127.0.0.1")
-    proc = subprocess.Popen(
-        [BIN / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}", "--artifacts-destination", str(tmp_path / "store")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 90
-        while True:
-            try:
-                urllib.request.urlopen(url + "/health", timeout=2).read()
-                break
-            except OSError:
-                if time.time() > deadline or proc.poll() is not None:
-                    raise RuntimeError("the MLflow server did not come up")
-                time.sleep(1)
+    with serving([BIN / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+                  "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
+                  "--artifacts-destination", str(tmp_path / "store")], url):
         yield url, tmp_path / "store"
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 @pytest.mark.timeout(300)

@@ -397,6 +397,47 @@ def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> N
                 study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
 
+@dataclasses.dataclass
+class _Opened:
+    tracker: tracking.Tracker
+    paths: dict[str, Path]
+    state: dict
+    n_trials: int
+    storage_url: str
+
+
+def _open(spec, run_dir, device, space, state) -> _Opened:
+    """The search's MLflow parent run and search.json: new, or reopened to resume."""
+    storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
+    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
+             "optuna_storage": run_dir / "optuna.db", "mlflow_uri": spec.tracking.uri or tracking.default_uri(run_dir)}
+    if state:
+        paths["mlflow_uri"] = state["mlflow_uri"]
+    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name,
+                               parent_run_id=state["mlflow_parent_run_id"] if state else None)
+    if not state:
+        tracker.log_search(
+            params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
+                    **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
+                    "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
+            tags={"device": f"{device.type}:{device.name}",
+                  **{f"fixed.{k}": why for k, why in space.fixed.items()}},
+        )
+    n_trials = spec.search.n_trials
+    if spec.search.sampler == "grid":
+        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
+    if state:
+        n_trials = state["n_trials"]
+        state = {k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")}
+        tracker.client.update_run(tracker.parent_run_id, status="RUNNING")
+    else:
+        state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
+                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
+                 "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
+                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return _Opened(tracker, paths, state, n_trials, storage_url)
+
+
 def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state) -> SearchResult:
     import ray
 
@@ -424,33 +465,9 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     # files that travel back from other nodes)
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
-    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
-             "optuna_storage": run_dir / "optuna.db", "mlflow_uri": spec.tracking.uri or tracking.default_uri(run_dir)}
-    if state:
-        paths["mlflow_uri"] = state["mlflow_uri"]
-    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name,
-                               parent_run_id=state["mlflow_parent_run_id"] if state else None)
-    if not state:
-        tracker.log_search(
-            params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
-                    **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
-                    "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
-            tags={"device": f"{device.type}:{device.name}",
-                  **{f"fixed.{k}": why for k, why in space.fixed.items()}},
-        )
-    n_trials = spec.search.n_trials
-    if spec.search.sampler == "grid":
-        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
-    if state:
-        n_trials = state["n_trials"]
-        state = {k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason")}
-        tracker.client.update_run(tracker.parent_run_id, status="RUNNING")
-    else:
-        state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
-                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
-                 "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
-                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    opened = _open(spec, run_dir, device, space, state)
+    tracker, paths, state, n_trials, storage_url = (opened.tracker, opened.paths, opened.state, opened.n_trials,
+                                                    opened.storage_url)
     write_state(run_dir, state)
     records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
     recorder = _Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
@@ -517,6 +534,14 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     if remaining > 0:
         tuner.fit()
 
+    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher)
+
+
+def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: _Recorder, stopper: _Stop,
+            searcher: _Searcher) -> SearchResult:
+    """Speedups of trials that finished before the baseline, the best config,
+    why the search ended, the plots, and the parent run closed."""
+    tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
         for r in records:
@@ -548,7 +573,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
     tracker.tag_search({"ended": ended})
     paths["plots"] = run_dir / "plots"
-    plot_files = plots.write_all(result, storage_url, state["optuna_study"]) if ok else []
+    plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok else []
     tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
                    status="FAILED" if stopped else "FINISHED", plots=plot_files)
     return result

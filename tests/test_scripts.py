@@ -1,5 +1,6 @@
 """The measurement scripts run on a CPU (GPU parts skipped) and end with one JSON line."""
 
+import csv
 import json
 import os
 import subprocess
@@ -21,3 +22,41 @@ def test_gpu_check_runs_on_cpu_and_reports_fidelity():
     assert 0.5 < fidelity["trial_vs_plain_ratio"] < 2  # the same job, measured two ways
     assert report["classic"] == {"skipped": "no CUDA device"}
     assert "throughput CV over 2 fresh trials" in proc.stderr
+
+
+@pytest.mark.timeout(300)
+def test_record_a_landscape_then_replay_it(tmp_path):
+    out = tmp_path / "landscape.csv"
+    record = [sys.executable, "scripts/record_landscape.py", "-o", str(out), "--workload", "tiny_cnn",
+              "--grid", "batch_size=16,32", "--grid", "channels_last=false,true", "--grid", "pin_memory=false,true",
+              "--cpus", "1", "--trial", "min_window_s=0.2", "--trial", "max_window_s=0.5"]
+    proc = subprocess.run(record, capture_output=True, text=True, timeout=250)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "dropped pin_memory=True: pinned memory only speeds host-to-GPU copies; no CUDA device" in proc.stdout
+    rows = list(csv.DictReader(out.open()))
+    assert len(rows) == 4 and all(r["status"] == "ok" and float(r["samples_per_s"]) > 0 for r in rows)
+    assert all(float(r["trial_wall_s"]) > float(r["window_s"]) for r in rows)  # a trial's cost includes its warm-up
+    baseline = [r for r in rows if r["bottleneck"]]  # PyTorch defaults at the workload's batch, diagnosed
+    assert [(b["batch_size"], b["channels_last"]) for b in baseline] == [("32", "false")]
+
+    again = subprocess.run(record, capture_output=True, text=True, timeout=60)
+    assert "4 points recorded, 0 to go" in again.stdout  # recorded points are never measured twice
+    assert len(list(csv.DictReader(out.open()))) == 4
+
+    bench = subprocess.run([sys.executable, "scripts/bench_search.py", str(out), "--seeds", "3"],
+                           capture_output=True, text=True, timeout=120)
+    assert bench.returncode == 0, bench.stderr[-3000:]
+    report = json.loads(bench.stdout.strip().splitlines()[-1])["landscapes"]["landscape"]
+    assert report["points"] == 4
+    for strategy in ("autotune", "random", "tpe"):
+        assert 1 <= report[strategy]["median_trials_to_95"] <= 4 and report[strategy]["median_seconds_to_95"] > 0
+
+
+def test_bench_search_replays_the_committed_landscapes():
+    proc = subprocess.run([sys.executable, "scripts/bench_search.py", "--seeds", "5"], capture_output=True, text=True,
+                          timeout=250)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])["landscapes"]
+    assert {"h100_resnet18_classic", "cpu2_tiny_cnn"} <= set(report)
+    for entry in report.values():
+        assert {"autotune", "random", "tpe"} <= set(entry) and entry["points"] >= 36

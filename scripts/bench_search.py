@@ -1,0 +1,181 @@
+"""How fast does each search strategy find the best region? Replays recorded
+landscapes (CSV: knobs -> status, throughput, trial cost; written by
+scripts/record_landscape.py or a grid search's trials.csv) with autotune's own
+`Strategy` (the code a real search runs), random search (without replacement)
+and Optuna's plain TPE, each from the baseline (the landscape's diagnosed
+point, else PyTorch defaults at the smallest batch), over many seeds. Reports the median number of trials and of
+seconds (the sum of the recorded trial costs) until a trial reaches 95% of the
+landscape's best throughput. Needs optuna only (no torch, no Ray).
+
+    python scripts/bench_search.py [LANDSCAPE.csv ...] [--seeds 100]
+
+Readable table; the last line is one JSON object: per landscape and strategy,
+median_trials_to_95 and median_seconds_to_95. A strategy that never reaches
+95% within --max-trials counts as --max-trials (and is reported as censored).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import itertools
+import json
+import random
+import statistics
+import sys
+import warnings
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import optuna  # noqa: E402
+
+from autotune import knobs as K  # noqa: E402
+from autotune.strategy import Strategy  # noqa: E402
+
+LANDSCAPES = sorted((ROOT / "scripts" / "landscapes").glob("*.csv"))
+STRATEGIES = ("autotune", "random", "tpe")
+TARGET = 0.95
+PRUNE_MARGIN = 0.2  # the search's default trial.prune_margin
+MIN_WINDOW_S = 1.0  # a pruned trial stops its window at about this
+
+
+def parse(name: str, raw: str):
+    knob = K.KNOBS[name]
+    if knob.type is str:
+        return raw
+    if knob.type is bool:
+        return raw.lower() == "true"
+    return int(raw)
+
+
+class Landscape:
+    """A recorded landscape, restricted to its largest complete grid."""
+
+    def __init__(self, path: Path):
+        self.path, self.name = path, path.stem
+        with path.open() as f:
+            rows = list(csv.DictReader(f))
+        for r in rows:
+            r["knobs"] = {k: parse(k, r[k]) for k in K.KNOBS}
+        self.restricted = {}
+        while True:  # knobs recorded off the grid: keep their most common value
+            values = {k: sorted({r["knobs"][k] for r in rows}, key=str) for k in K.KNOBS}
+            searched = {k: v for k, v in values.items() if len(v) > 1}
+            points = {tuple(r["knobs"][k] for k in searched) for r in rows}
+            size = 1
+            for v in searched.values():
+                size *= len(v)
+            if len(points) == size:
+                break
+            # restrict the knob whose most common value keeps the most rows
+            k = max(searched, key=lambda k: Counter(r["knobs"][k] for r in rows).most_common(1)[0][1])
+            keep = Counter(r["knobs"][k] for r in rows).most_common(1)[0][0]
+            self.restricted[k] = keep
+            rows = [r for r in rows if r["knobs"][k] == keep]
+        self.space = {k: sorted(v, key=lambda x: (isinstance(x, str), x)) for k, v in searched.items()}
+        # ladders in their natural order; the rest as recorded
+        self.names = list(self.space)
+        self.rows = {tuple(r["knobs"][k] for k in self.names): r for r in rows}
+        # the baseline: the diagnosed point (record_landscape.py's baseline), else
+        # PyTorch's defaults at the smallest batch
+        # (a grid search's trials.csv marks its baseline, and diagnoses every trial)
+        diagnosed = [r for r in rows if str(r.get("baseline")) == "True"] or [r for r in rows if r.get("bottleneck")]
+        defaults = diagnosed[0]["knobs"] if diagnosed else K.pytorch_defaults(min(values["batch_size"]))
+        self.baseline = {k: defaults[k] for k in self.names}
+        base_row = self.rows[tuple(self.baseline[k] for k in self.names)]
+        self.bottleneck = base_row.get("bottleneck") or None
+        ok = [float(r["samples_per_s"]) for r in rows if r["status"] in ("ok", "pruned")]
+        self.best = max(ok)
+        self.near_best = sum(v >= TARGET * self.best for v in ok)
+
+    def lookup(self, params: dict) -> tuple[str, float | None, float, float]:
+        r = self.rows[tuple(params[k] for k in self.names)]
+        value = float(r["samples_per_s"]) if r["status"] in ("ok", "pruned") else None
+        window = float(r["window_s"] or 0)
+        return r["status"], value, float(r["trial_wall_s"]), window
+
+
+def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int, float, bool]:
+    """Trials and seconds until a trial reaches 95% of the landscape's best."""
+    spent, trials = 0.0, 0
+    if kind == "random":  # without replacement: the fair random baseline
+        order = [dict(zip(land.names, p)) for p in itertools.product(*land.space.values())]
+        random.Random(seed).shuffle(order)
+        order.sort(key=lambda p: p != land.baseline)  # the baseline first (a stable sort)
+        for params in order[:max_trials]:
+            status, value, cost, _ = land.lookup(params)
+            trials, spent = trials + 1, spent + cost
+            if value is not None and value >= TARGET * land.best:
+                return trials, spent, True
+        return max_trials, spent, False
+    if kind == "tpe":  # Optuna's TPE as it comes; its repeats run again, as they would
+        study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
+        study.enqueue_trial(land.baseline)
+        for _ in range(max_trials):
+            trial = study.ask()
+            params = {k: trial.suggest_categorical(k, land.space[k]) for k in land.names}
+            status, value, cost, _ = land.lookup(params)
+            trials, spent = trials + 1, spent + cost
+            study.tell(trial, value) if value is not None else study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if value is not None and value >= TARGET * land.best:
+                return trials, spent, True
+        return max_trials, spent, False
+    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", seed))
+    strategy = Strategy(study, land.space, land.baseline, "autotune", seed=seed)
+    while trials < max_trials:
+        proposal = strategy.ask()
+        if proposal is None:
+            break
+        status, value, cost, window = land.lookup(proposal.params)
+        floor = strategy.prune_below(PRUNE_MARGIN)
+        if value is not None and floor and value < floor:  # stopped after a short window
+            status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
+        trials, spent = trials + 1, spent + cost
+        strategy.tell(proposal.trial, status, value,
+                      bottleneck=land.bottleneck if proposal.source == "baseline" else None)
+        if value is not None and value >= TARGET * land.best:
+            return trials, spent, True
+    return max_trials, spent, False
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("landscapes", nargs="*", type=Path, default=LANDSCAPES)
+    p.add_argument("--seeds", type=int, default=100)
+    p.add_argument("--max-trials", type=int, default=100)
+    args = p.parse_args()
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    if not args.landscapes:
+        raise SystemExit("no landscape CSVs given and none in scripts/landscapes/")
+    report = {}
+    print(f"{'landscape':28} {'strategy':9} {'trials to 95%':>14} {'seconds to 95%':>15} {'not reached':>12}")
+    for path in args.landscapes:
+        land = Landscape(path)
+        size = len(land.rows)
+        fixed = ", ".join(f"{k}={v}" for k, v in land.restricted.items())
+        print(f"\n{land.name}: {size} points ({' x '.join(f'{k}{len(v)}' for k, v in land.space.items())}"
+              f"{'; off-grid rows dropped: kept ' + fixed if fixed else ''}), best {land.best:.0f} samples/s, "
+              f"{land.near_best} points within 95%, baseline bottleneck {land.bottleneck or 'unknown'}")
+        entry = {"points": size, "near_best_points": land.near_best, "best_samples_per_s": land.best}
+        for kind in STRATEGIES:
+            runs = [replay(land, kind, seed, args.max_trials) for seed in range(args.seeds)]
+            t = statistics.median(r[0] for r in runs)
+            s = statistics.median(r[1] for r in runs)
+            censored = sum(not r[2] for r in runs)
+            entry[kind] = {"median_trials_to_95": t, "median_seconds_to_95": round(s, 1), "not_reached": censored}
+            print(f"{land.name[:28]:28} {kind:9} {t:>14g} {s:>15.0f} {censored:>9}/{args.seeds}")
+        a, r = entry["autotune"]["median_trials_to_95"], entry["random"]["median_trials_to_95"]
+        entry["trials_vs_random_x"] = r / a
+        entry["meets_target"] = a <= 15 and r / a >= 2
+        print(f"autotune: {a:g} trials median (target <= 15), {r / a:.1f}x fewer than random (target >= 2x): "
+              f"{'met' if entry['meets_target'] else 'NOT met'}")
+        report[land.name] = entry
+    print(json.dumps({"seeds": args.seeds, "target": TARGET, "landscapes": report}))
+
+
+if __name__ == "__main__":
+    main()

@@ -101,6 +101,7 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="tiny_cnn")
+    p.add_argument("--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'")
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--cpus", type=int, default=None, help="torch threads for the trial and the plain loop (default: all)")
@@ -114,7 +115,7 @@ def main() -> None:
         print(json.dumps(plain_loop(json.loads(Path(args.plain_child).read_text()), args.steps)))
         return
 
-    config = {"workload": {"name": args.workload}, "knobs": parse_set(args.set), "warmup_steps": 5,
+    config = {"workload": {"name": args.workload, "args": json.loads(args.args)}, "knobs": parse_set(args.set), "warmup_steps": 5,
               "measure_steps": 30, "min_window_s": args.min_window_s, "max_window_s": args.max_window_s,
               "profile_steps": 5, "diagnose": False, "cpus": args.cpus}
     tmp = Path(tempfile.mkdtemp(prefix="fidelity"))

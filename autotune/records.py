@@ -14,7 +14,8 @@ from autotune import knobs as K
 
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
-INFO = ("host", "node_ip", "gpu_ids", "started_unix", "ended_unix", "device_type", "device_name", "torch", "trial_wall_s", "optimizer", "has_batchnorm")
+INFO = ("host", "node_ip", "gpu_ids", "started_unix", "ended_unix", "device_type", "device_name", "torch",
+        "trial_wall_s", "optimizer", "has_batchnorm")
 NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "parity", "parity_reason", "error_type", "error",
                "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
 

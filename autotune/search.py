@@ -1,13 +1,15 @@
-"""The search: Optuna chooses (RDB storage in the run dir, resumable), Ray Tune runs
-each trial, each trial runs in a fresh process (`python -m autotune.trial`).
+"""The search: `autotune.strategy` chooses, on an Optuna study (RDB storage in the
+run dir, resumable); Ray Tune places and runs each trial (on this host or any node
+of a cluster); each trial runs in a fresh process (`python -m autotune.trial`).
 
 Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and
 the CUDA allocator are process state, and a reused process would carry them from
 one trial into the next. The Ray actor is the trial's resource reservation; the
 child process is its clean room, killed with its loader workers on timeout.
 
-Only the driver writes MLflow, trials.csv and best_config.yaml, as each trial's
-result arrives (a Ray Tune callback), so what finished is on disk at once.
+Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml,
+as each trial's result arrives (a Ray Tune callback), so what finished is on disk
+at once; a trial on another node sends its files back with its result.
 """
 
 from __future__ import annotations
@@ -25,20 +27,18 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from autotune import export, plots, tracking
-from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run,
-                              same_device,
-                              write_csv, write_state)
-from autotune import knobs as K
-from autotune import workload as W
-from autotune.trial import run_in_process
 import optuna
 from ray import tune
 from ray.tune.search import Searcher
 
-from autotune.strategy import Strategy, no_improvement_for
-
+from autotune import export, plots, tracking
+from autotune import knobs as K
+from autotune import workload as W
+from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
+                              read_run, same_device, write_csv, write_state)
 from autotune.safety import LEVELS
+from autotune.strategy import Strategy, no_improvement_for
+from autotune.trial import run_in_process
 from autotune.spec import Spec, SpecError
 
 

@@ -224,7 +224,9 @@ class Strategy:
         except Need as need:
             return need.args[0]
 
-    def _next_point(self, fits) -> tuple[dict | None, str]:
+    def _feasibility(self, fits):
+        """`free(p)`: p may run now (not measured, running or infeasible);
+        `infeasible(p)`: predicted OOM or over the budget; the configs taken; the OOM bounds."""
         taken, bounds = self.taken(), self.oom_bounds()
 
         def infeasible(p) -> bool:
@@ -232,6 +234,10 @@ class Strategy:
 
         def free(p) -> bool:
             return key(p, self.names) not in taken and not infeasible(p)
+
+        return free, infeasible, taken, bounds
+
+    def _next_point(self, free, infeasible) -> tuple[dict | None, str]:
         if free(self.baseline):
             return self.baseline, "baseline"
         for t in self._trials():  # cut short by an interruption: run again first
@@ -253,24 +259,21 @@ class Strategy:
         point of the space is measured or known infeasible. `fits(params)`: can
         this config still finish within the time budget (compile trials cost
         the most)."""
-        point, source = self._next_point(fits)
+        free, infeasible, taken, bounds = self._feasibility(fits)
+        point, source = self._next_point(free, infeasible)
         if point is None and source != "sampler":
             return None
         if point is not None:
-            self.study.enqueue_trial(point, user_attrs={"source": source}, skip_if_exists=False)
-            trial = self.study.ask()
-            self._suggest(trial)
-            return Proposal(trial, point, source)
-        taken, bounds = self.taken(), self.oom_bounds()
+            return self._enqueue(point, source)
         for _ in range(MAX_REDRAWS):
             trial = self.study.ask()
             params = self._suggest(trial)
-            k = key(params, self.names)
-            known = self._known(k)
-            if known is None and k not in taken and not self.predicted_oom(params, bounds) and fits(params):
+            if free(params):
                 trial.set_user_attr("source", "sampler")
                 return Proposal(trial, params, "sampler")
-            # measured, running or predicted OOM: tell the sampler what is known, draw again
+            # measured, running or infeasible: tell the sampler what is known, draw again
+            k = key(params, self.names)
+            known = self._known(k)
             trial.set_user_attr("virtual", True)
             if known is not None and known.state == TrialState.COMPLETE:
                 trial.set_user_attr("repeat_of", known.number)
@@ -284,15 +287,15 @@ class Strategy:
                 trial.set_user_attr("error", why)
                 self.study.tell(trial, state=TrialState.FAIL)
         # the sampler keeps repeating itself: take an unmeasured point at random
-        taken = self.taken()
-        free = [p for p in self.grid() if key(p, self.names) not in taken and not self.predicted_oom(p) and fits(p)]
-        if not free:
-            return None
-        point = self.rng.choice(free)
-        self.study.enqueue_trial(point, user_attrs={"source": "fallback"}, skip_if_exists=False)
+        left = [p for p in self.grid() if free(p)]
+        return self._enqueue(self.rng.choice(left), "fallback") if left else None
+
+    def _enqueue(self, point: dict, source: str) -> Proposal:
+        """Run `point` next: an enqueued study trial, asked at once."""
+        self.study.enqueue_trial(point, user_attrs={"source": source}, skip_if_exists=False)
         trial = self.study.ask()
         self._suggest(trial)
-        return Proposal(trial, point, "fallback")
+        return Proposal(trial, point, source)
 
     def _suggest(self, trial) -> dict:
         return {n: trial.suggest_categorical(n, self.search[n]) for n in self.names}

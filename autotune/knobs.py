@@ -100,6 +100,23 @@ KNOBS: dict[str, Knob] = {
 }
 
 
+def to_cell(value) -> str:
+    """A knob value as a CSV cell (landscapes): strings as they are, the rest as JSON (true, 32)."""
+    import json
+
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def from_cell(name: str, raw: str):
+    """A knob value from a CSV cell: a landscape's (true, 32) or a trials.csv's (True)."""
+    knob = KNOBS[name]
+    if knob.type is str:
+        return raw
+    if knob.type is bool:
+        return raw.lower() == "true"
+    return int(raw)
+
+
 def pytorch_defaults(batch_size: int) -> dict[str, Any]:
     """The knobs as plain PyTorch leaves them, at the user's batch size."""
     return {name: (batch_size if name == "batch_size" else k.pytorch_default) for name, k in KNOBS.items()}

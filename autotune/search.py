@@ -14,7 +14,9 @@ at once; a trial on another node sends its files back with its result.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
+import io
 import json
 import math
 import os
@@ -22,6 +24,7 @@ import shutil
 import signal
 import statistics
 import sys
+import tarfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -114,10 +117,6 @@ def _trainable(config: dict, settings: dict) -> None:
 
 def pack_dir(path: Path) -> str:
     """A trial dir as base64 tar.gz text (Tune carries results as data)."""
-    import base64
-    import io
-    import tarfile
-
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for f in sorted(path.iterdir()):
@@ -127,10 +126,6 @@ def pack_dir(path: Path) -> str:
 
 
 def unpack_dir(data: str, path: Path) -> None:
-    import base64
-    import io
-    import tarfile
-
     path.mkdir(parents=True, exist_ok=True)
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:gz") as tar:
         tar.extractall(path, filter="data")

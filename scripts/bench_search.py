@@ -42,15 +42,6 @@ PRUNE_MARGIN = 0.2  # the search's default trial.prune_margin
 MIN_WINDOW_S = 1.0  # a pruned trial stops its window at about this
 
 
-def parse(name: str, raw: str):
-    knob = K.KNOBS[name]
-    if knob.type is str:
-        return raw
-    if knob.type is bool:
-        return raw.lower() == "true"
-    return int(raw)
-
-
 class Landscape:
     """A recorded landscape, restricted to its largest complete grid."""
 
@@ -59,7 +50,7 @@ class Landscape:
         with path.open() as f:
             rows = list(csv.DictReader(f))
         for r in rows:
-            r["knobs"] = {k: parse(k, r[k]) for k in K.KNOBS}
+            r["knobs"] = {k: K.from_cell(k, r[k]) for k in K.KNOBS}
         self.restricted = {}
         while True:  # knobs recorded off the grid: keep their most common value
             values = {k: sorted({r["knobs"][k] for r in rows}, key=str) for k in K.KNOBS}

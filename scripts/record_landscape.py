@@ -69,11 +69,6 @@ def key(knobs: dict) -> str:
     return json.dumps({k: knobs[k] for k in K.KNOBS}, sort_keys=True)
 
 
-def cell(value) -> str:
-    """A knob value as a CSV cell: strings as they are, the rest as JSON (true, 32)."""
-    return value if isinstance(value, str) else json.dumps(value)
-
-
 def read_rows(path: Path) -> list[dict]:
     if not path.exists():
         return []
@@ -82,7 +77,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def row_key(row: dict) -> str:
-    return key({k: row[k] if K.KNOBS[k].type is str else json.loads(row[k]) for k in K.KNOBS})
+    return key({k: K.from_cell(k, row[k]) for k in K.KNOBS})
 
 
 def forget(path: Path, point: dict) -> None:
@@ -142,7 +137,7 @@ def main() -> None:
                 config.update(diagnose=True, profile_steps=max(trial["profile_steps"], 5))
             r = run_in_process(config, Path(tmp) / f"{i:04d}", args.timeout_s, str(Path.cwd()))
             m = r.get("metrics") or {}
-            row = {"point": len(done) + i, "status": r.get("status", "error"), **{k: cell(v) for k, v in knobs.items()},
+            row = {"point": len(done) + i, "status": r.get("status", "error"), **{k: K.to_cell(v) for k, v in knobs.items()},
                    **{c: m.get(c) for c in RESULT_COLUMNS}, "trial_wall_s": r["trial_wall_s"],
                    "bottleneck": (r.get("diagnosis") or {}).get("bottleneck"), "error_type": r.get("error_type"), "device_name": (r.get("device") or {}).get("name"),
                    "host": r.get("host"), "workload": args.workload}

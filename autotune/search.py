@@ -31,8 +31,15 @@ from pathlib import Path
 from typing import Callable
 
 import optuna
-from ray import tune
-from ray.tune.search import Searcher
+
+# Ray reads this when it is imported (DESIGN.md facts): set before `import ray`, the
+# local node's address is 127.0.0.1 and every Ray server binds there, so a local
+# search is not reachable from the network. `_init_ray` opens it again only for an
+# explicit cluster address.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+from ray import tune  # noqa: E402
+from ray.tune.search import Searcher  # noqa: E402
 
 from autotune import export, plots, tracking
 from autotune import knobs as K
@@ -205,21 +212,30 @@ def _detect_device(spec: Spec) -> K.Device:
 
 def _init_ray(address: str | None) -> bool:
     """Connect to `address`, or start a local Ray bound to 127.0.0.1. Returns
-    whether this call started Ray (and so should stop it)."""
+    whether this call started Ray (and so should stop it). A local Ray that
+    would not be on loopback is refused, not started."""
     import ray
+    from ray._private import ray_constants
 
     if ray.is_initialized():
         return False
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # autotune prints its own table
+    # Ray decides its node address from this flag (read at import from
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, set above): off, everything binds 127.0.0.1.
+    # A cluster is the user's explicit choice, and keeps Ray's token auth unless
+    # the user turns it off (RAY_AUTH_MODE=disabled).
+    ray_constants.ENABLE_RAY_CLUSTER = address is not None
     if address is None:
-        # a local search is not reachable from the network (DESIGN.md facts)
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing off this host can reach it
     # a cluster on loopback addresses runs on this machine: join it from its head's address
     host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
     node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
+    if address is None and not ray.util.get_node_ip_address().startswith("127."):
+        ray.shutdown()
+        raise SpecError(f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
+                        "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)")
     return True
 
 

@@ -1,14 +1,19 @@
 """best_config.yaml, the production contract, and `load_config` to apply it.
 
     cfg = autotune.load_config("best_config.yaml")
+    workload = make_workload(**cfg.workload_args)     # your searched factory arguments, if any
     loader = DataLoader(dataset, **cfg.dataloader_kwargs())
-    model, optimizer = cfg.prepare(model, optimizer)
+    model, optimizer = cfg.prepare(model, optimizer)  # threads, backend flags, layout, compile
     for batch in loader:
-        batch = cfg.to_device(batch)
+        batch = cfg.to_device(batch, preprocess)
         with cfg.autocast():
             loss = ...
         ...
         cfg.zero_grad(optimizer)
+
+Every setting a trial had in effect while it was timed is in best_config.yaml
+(the knobs, threads included, and the searched workload arguments), so what was
+measured is what production runs.
 """
 
 from __future__ import annotations
@@ -34,12 +39,12 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
     flags = []
     for name, value in knobs.items():
         if value != baseline.get(name):
-            knob = K.KNOBS[name]
+            knob = K.lookup(name)
             flag = {"knob": name, "baseline": baseline.get(name), "tuned": value,
                     "safety": knob.safety, "note": knob.safety_reason}
             if name == "compile":
                 flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
-            if parity is not None and name in PARITY_KNOBS:
+            if parity is not None and (name in PARITY_KNOBS or knob.user and knob.numerics):
                 flag["parity"] = {k: parity[k] for k in ("passed", "max_rel_dev", "noise_floor", "tolerance", "steps",
                                                          "nonfinite", "skipped_steps") if k in parity}
             flags.append(flag)
@@ -53,7 +58,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
                      "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
         "workload": {"ref": spec.workload.ref, "args": spec.workload.args},
         "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
-        "knobs": best.knobs,
+        "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
+        "workload_args": K.workload_args(best.knobs),
         "measured": {
             "baseline_samples_per_s": round(base.throughput, 2),
             "best_samples_per_s": round(best.throughput, 2),
@@ -73,6 +79,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
                 for r in result.records if r.throughput and not r.safe and r.throughput > best.throughput]
     if rejected:
         data["rejected_faster_but_unsafe"] = rejected
+    if not data["workload_args"]:
+        del data["workload_args"]
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
 
@@ -88,14 +96,30 @@ class TunedConfig:
     def dataloader_kwargs(self) -> dict[str, Any]:
         return K.loader_kwargs(self.knobs)
 
+    @property
+    def workload_args(self) -> dict[str, Any]:
+        """Your workload factory's searched arguments, as tuned ({} when none were searched)."""
+        return dict(self.data.get("workload_args") or {})
+
+    @property
+    def num_threads(self) -> int | None:
+        """Intra-op threads measured (None: torch's default); `prepare` applies it."""
+        return self.knobs.get("num_threads")
+
     def prepare(self, model, optimizer=None):
-        """Backend flags, then the model on the device in its memory format, then
-        compile. Parameters stay the same objects, so `optimizer` stays valid."""
+        """Threads and backend flags, then the model on the device in its memory
+        format, then compile. Parameters stay the same objects, so `optimizer`
+        stays valid."""
+        K.apply_process_flags(self.knobs)
         K.apply_backend_flags(self.knobs)
         return K.prepare_model(model, self.knobs, self.device_type), optimizer
 
-    def to_device(self, batch):
+    def to_device(self, batch, preprocess=None):
+        """A loader batch on the device (non_blocking when pinned), then your
+        on-device `preprocess` if any, then 4-D inputs in channels_last."""
         batch = K.to_device(batch, self.device_type, non_blocking=self.knobs["pin_memory"])
+        if preprocess is not None:
+            batch = preprocess(batch)
         return K.to_channels_last(batch) if self.knobs["channels_last"] else batch
 
     def autocast(self):
@@ -162,23 +186,30 @@ def _header(data) -> str:
 
 
 def _python(data) -> str:
+    """A plain-PyTorch module for a loop written against the workload contract:
+    `loss(model, batch)` on a device batch of tensors, tuples, lists or dicts."""
     k = {**K.pytorch_defaults(None), **data["knobs"]}
     device = data.get("device", {}).get("type", "cpu")
     dtype = {"bf16-mixed": "torch.bfloat16", "16-mixed": "torch.float16"}.get(k["precision"])
     compile_line = ("" if k["compile"] == "none" else
                     f"    model = torch.compile(model{'' if k['compile'] == 'default' else ', mode=' + repr(k['compile'])})\n")
-    memory_format = ".contiguous(memory_format=torch.channels_last)" if k["channels_last"] else ""
+    threads = "" if k["num_threads"] is None else f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured\n"
+    tf32 = "torch.backends.cudnn.allow_tf32 = True\n" if k["precision"] == "tf32" else ""
+    args = data.get("workload_args")
+    args_line = f"WORKLOAD_ARGS = {args!r}  # your factory's searched arguments, as tuned\n" if args else ""
     return f'''{_header(data)}import torch
 from torch.utils.data import DataLoader
 
 DEVICE = {device!r}
-torch.backends.cudnn.benchmark = {k["cudnn_benchmark"]}
+{threads}torch.backends.cudnn.benchmark = {k["cudnn_benchmark"]}
 torch.set_float32_matmul_precision({"'high'" if k["precision"] == "tf32" else "'highest'"})
+{tf32}{args_line}LOADER_KWARGS = {K.loader_kwargs(k)!r}
 
 
 def make_loader(dataset, **kwargs):
-    return DataLoader(dataset, batch_size={k["batch_size"]}, num_workers={k["num_workers"]}, pin_memory={k["pin_memory"]},
-                      shuffle=True, drop_last=True, **kwargs)
+    """The tuned DataLoader; your own arguments (shuffle, sampler, collate_fn,
+    drop_last, ...) pass through and win."""
+    return DataLoader(dataset, **{{**LOADER_KWARGS, **kwargs}})
 
 
 def prepare(model):
@@ -189,20 +220,38 @@ def prepare(model):
 SCALER = {"torch.amp.GradScaler(DEVICE)" if k["precision"] == "16-mixed" else "None"}
 
 
-def train_step(model, optimizer, inputs, targets, loss_fn):
-    inputs = inputs.to(DEVICE, non_blocking={k["pin_memory"]}){memory_format if memory_format else ""}
-    targets = targets.to(DEVICE, non_blocking={k["pin_memory"]})
+def to_device(batch, preprocess=None):
+    """A batch (tensors, tuples, lists, dicts) on the device, then your on-device
+    preprocessing, then 4-D float inputs in channels_last."""
+    def move(x, fn):
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if isinstance(x, dict):
+            return {{key: move(v, fn) for key, v in x.items()}}
+        if isinstance(x, (tuple, list)):
+            return type(x)(move(v, fn) for v in x)
+        return x
+
+    batch = move(batch, lambda t: t.to(DEVICE, non_blocking={k["pin_memory"]}))
+    if preprocess is not None:
+        batch = preprocess(batch)
+    return {"move(batch, lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and t.is_floating_point() else t)" if k["channels_last"] else "batch"}
+
+
+def train_step(model, optimizer, batch, loss, preprocess=None):
+    """One optimizer step: `loss(model, batch)` (the workload contract) on the device batch."""
+    batch = to_device(batch, preprocess)
     with torch.autocast(DEVICE, dtype={dtype}, enabled={dtype is not None}):
-        loss = loss_fn(model(inputs), targets)
+        value = loss(model, batch)
     if SCALER is not None:
-        SCALER.scale(loss).backward()
+        SCALER.scale(value).backward()
         SCALER.step(optimizer)
         SCALER.update()
     else:
-        loss.backward()
+        value.backward()
         optimizer.step()
     optimizer.zero_grad(set_to_none={k["set_to_none"]})
-    return loss
+    return value
 '''
 
 
@@ -212,11 +261,15 @@ def _lightning(data) -> str:
     lines = [_header(data).rstrip("\n"), "import torch", ""]
     if k["precision"] == "tf32":
         lines.append('torch.set_float32_matmul_precision("high")  # tf32: Lightning precision "32-true" + TF32 matmuls')
+    if k["num_threads"] is not None:
+        lines.append(f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured")
     lines += [
         f"trainer_kwargs = {{'precision': {precision!r}, 'benchmark': {k['cudnn_benchmark']}}}",
-        f"dataloader_kwargs = {{'batch_size': {k['batch_size']}, 'num_workers': {k['num_workers']}, 'pin_memory': {k['pin_memory']}}}",
+        f"dataloader_kwargs = {K.loader_kwargs(k)!r}",
         "# trainer = lightning.Trainer(**trainer_kwargs); DataLoader(dataset, shuffle=True, **dataloader_kwargs)",
     ]
+    if data.get("workload_args"):
+        lines.append(f"workload_args = {data['workload_args']!r}  # your factory's searched arguments, as tuned")
     if k["channels_last"]:
         lines.append("# channels_last: in your LightningModule, self.to(memory_format=torch.channels_last) and the same for 4-D inputs")
     if k["compile"] != "none":

@@ -1,5 +1,15 @@
-"""The eight performance knobs: domain, where each applies, safety class, and how
-each is applied to a training job.
+"""The knob registry: every knob's domain, constraints, stage, safety class and
+label in one place. The spec's models, the search space, the strategy's ladders,
+the loader builder, the report's labels and the exports all derive from `KNOBS`;
+adding a built-in knob is one `Knob(...)` entry below (and its tests).
+
+Stages, in the order they act on a training job:
+- `process`: process-wide settings (intra-op threads);
+- `backend`: torch.backends flags (cuDNN autotuning, fp32 matmul precision);
+- `model`: the model's memory format and compilation;
+- `loader`: DataLoader keyword arguments (one builder: `build_loader`);
+- `step`: the training step (autocast, zero_grad);
+- `workload`: the user's own factory arguments (`search_space.workload_args`).
 
 This module is imported by the CLI and the spec, so it must not import torch at
 load time; the `apply_*` functions import it when called (inside a trial, or in
@@ -9,11 +19,16 @@ production code through `autotune.export.TunedConfig`).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+import json
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 PRECISIONS = ("32-true", "tf32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
+SAFETY_CLASSES = ("safe", "reproducibility", "numerics", "dynamics")  # from least to most risky
+STAGES = ("process", "backend", "model", "loader", "step", "workload")
+BOTTLENECKS = ("input", "overhead", "compute", "memory")
+USER_PREFIX = "args."  # user knobs (workload factory arguments) are named args.NAME
 
 
 @dataclass(frozen=True)
@@ -26,17 +41,50 @@ class Device:
     capability: tuple[int, int] | None = None  # CUDA compute capability
 
 
+Why = "str | None"  # a reason a value cannot apply, or None when it can
+
+
 @dataclass(frozen=True)
 class Knob:
     name: str
-    type: type
-    pytorch_default: Any
-    safety: str  # safe | numerics | dynamics | reproducibility
-    safety_reason: str
-    help: str
+    type: type  # int | bool | str (object: a user knob, any JSON scalar)
+    pytorch_default: Any  # what plain PyTorch does (None: torch's own default; batch size: the workload's)
+    safety: str  # one of SAFETY_CLASSES
+    safety_reason: str  # what changes and what to watch
+    help: str  # one line: what it sets
+    label: str  # short column label
+    stage: str  # one of STAGES
     choices: tuple | None = None
-    # returns why `value` cannot apply on `device`, or None when it can
+    nullable: bool = False  # None is a value: "torch's default"
+    minimum: int | None = None  # ints: the smallest value
+    ladder: bool = False  # ordered values: the strategy climbs them one step at a time
+    host_only: bool = False  # acts on the host only: never changes device memory (memory ladder)
+    numerics: bool = False  # can change the loss a step computes (measured by loss parity)
+    bottlenecks: tuple[str, ...] = ()  # what this knob can relieve (BOTTLENECKS)
+    # why `value` cannot apply on `device`, or None when it can
     unavailable: Callable[[Any, Device], str | None] = lambda value, device: None
+    # why `value` cannot go with the other knobs' values, or None when it can
+    requires: Callable[[Any, dict], str | None] = lambda value, knobs: None
+    user: bool = False  # a workload factory argument declared in the spec
+
+    def check(self, value) -> str | None:
+        """Why `value` is outside this knob's domain, or None."""
+        if value is None:
+            return None if self.nullable else "null is not allowed"
+        if self.user:
+            return None if isinstance(value, (bool, int, float, str)) else "must be a bool, number or string"
+        if type(value) is not self.type:
+            return f"expected {self.type.__name__}"
+        if self.choices and value not in self.choices:
+            return "expected one of " + " | ".join(self.choices)
+        if self.minimum is not None and value < self.minimum:
+            return f"must be >= {self.minimum}"
+        return None
+
+    @property
+    def kwarg(self) -> str:
+        """The name the knob's stage knows it by (a DataLoader kwarg, a factory argument)."""
+        return self.name[len(USER_PREFIX):] if self.user else self.name
 
 
 def _no_cuda(what: str) -> Callable[[Any, Device], str | None]:
@@ -48,9 +96,15 @@ def _no_cuda(what: str) -> Callable[[Any, Device], str | None]:
     return check
 
 
-def _workers(value, device):
-    if value > device.cpus:
+def _at_most_cpus(value, device):
+    if value is not None and value > device.cpus:
         return f"only {device.cpus} CPUs per trial host"
+    return None
+
+
+def _needs_workers(value, knobs):
+    if value not in (None, False) and knobs.get("num_workers", 0) == 0:
+        return "needs loader workers (num_workers > 0)"
     return None
 
 
@@ -73,51 +127,116 @@ def _compile(value, device):
     return None
 
 
+NO_NUMERICS = "no effect on numerics"
+# In the strategy's default order: one knob at a time, the cheapest big levers first.
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
-        Knob("num_workers", int, 0, "safe", "no effect on numerics; each worker costs RAM and shared memory",
-             "DataLoader worker processes", unavailable=_workers),
-        Knob("pin_memory", bool, False, "safe", "no effect on numerics",
-             "page-locked host batches + non_blocking host-to-device copies",
-             unavailable=_no_cuda("pinned memory only speeds host-to-GPU copies")),
+        Knob("num_workers", int, 0, "safe", f"{NO_NUMERICS}; each worker costs RAM and shared memory",
+             "DataLoader worker processes", "workers", "loader", minimum=0, ladder=True, host_only=True,
+             bottlenecks=("input",), unavailable=_at_most_cpus),
+        Knob("pin_memory", bool, False, "safe", NO_NUMERICS,
+             "page-locked host batches + non_blocking host-to-device copies", "pin", "loader", host_only=True,
+             bottlenecks=("input",), unavailable=_no_cuda("pinned memory only speeds host-to-GPU copies")),
+        Knob("prefetch_factor", int, None, "safe", f"{NO_NUMERICS}; each batch prefetched costs host memory",
+             "batches each loader worker loads ahead (null: torch's default, 2)", "prefetch", "loader",
+             nullable=True, minimum=1, ladder=True, host_only=True, bottlenecks=("input",), requires=_needs_workers),
+        Knob("persistent_workers", bool, False, "safe", NO_NUMERICS,
+             "loader workers kept alive between epochs (no restart cost per epoch)", "persist", "loader",
+             host_only=True, bottlenecks=("input",), requires=_needs_workers),
+        Knob("num_threads", int, None, "safe",
+             "reductions may split differently (rounding only); the loader workers share the cores",
+             "intra-op threads of the training process, torch.set_num_threads (null: torch's default)", "threads",
+             "process", nullable=True, minimum=1, ladder=True, host_only=True, bottlenecks=("input", "overhead"),
+             unavailable=_at_most_cpus),
+        Knob("precision", str, "32-true", "numerics", "changes rounding; check loss parity (fp16 can overflow)",
+             "autocast dtype / matmul precision", "precision", "step", choices=PRECISIONS, numerics=True,
+             bottlenecks=("compute", "memory"), unavailable=_precision),
         Knob("batch_size", int, None, "dynamics",
              "changes optimization; scale the learning rate or accumulate gradients to keep the effective batch",
-             "samples per optimizer step"),
-        Knob("precision", str, "32-true", "numerics", "changes rounding; check loss parity (fp16 can overflow)",
-             "autocast dtype / matmul precision", choices=PRECISIONS, unavailable=_precision),
-        Knob("compile", str, "none", "numerics", "fused kernels round differently; check loss parity",
-             "torch.compile mode", choices=COMPILE_MODES, unavailable=_compile),
-        Knob("set_to_none", bool, True, "safe", "safe unless your code reads .grad after zero_grad",
-             "optimizer.zero_grad(set_to_none=...)"),
+             "samples per optimizer step", "batch", "loader", minimum=1, ladder=True,
+             bottlenecks=("overhead", "input")),
         Knob("channels_last", bool, False, "safe", "different memory layout, rounding-level differences only",
-             "model and 4-D inputs in torch.channels_last"),
+             "model and 4-D inputs in torch.channels_last", "ch-last", "model", numerics=True,
+             bottlenecks=("compute",)),
         Knob("cudnn_benchmark", bool, False, "reproducibility",
              "cuDNN picks algorithms by timing, so runs are not bitwise reproducible",
-             "torch.backends.cudnn.benchmark",
+             "torch.backends.cudnn.benchmark", "cudnn-bm", "backend", numerics=True, bottlenecks=("compute",),
              unavailable=_no_cuda("cuDNN runs only on CUDA devices")),
+        Knob("compile", str, "none", "numerics", "fused kernels round differently; check loss parity",
+             "torch.compile mode", "compile", "model", choices=COMPILE_MODES, numerics=True,
+             bottlenecks=("overhead", "memory"), unavailable=_compile),
+        Knob("set_to_none", bool, True, "safe", "safe unless your code reads .grad after zero_grad",
+             "optimizer.zero_grad(set_to_none=...)", "none-grad", "step", numerics=True, bottlenecks=("overhead",)),
     )
 }
 
 
-def to_cell(value) -> str:
-    """A knob value as a CSV cell (landscapes): strings as they are, the rest as JSON (true, 32)."""
-    import json
+def user_knob(name: str, safety: str = "dynamics", stage: str | None = None) -> Knob:
+    """A workload factory argument the spec declares searchable (`search_space.workload_args`).
+    It may change training unless declared `safe`; with a `stage` the diagnosis can move it."""
+    bottlenecks = {"loader": ("input",), "model": ("compute", "memory"), "step": ("overhead",),
+                   "process": ("input",), "backend": ("compute",)}.get(stage or "", ())
+    return Knob(USER_PREFIX + name, object, None, safety, f"your workload argument `{name}`, declared {safety}",
+                f"workload argument {name}", name, "workload", nullable=True, user=True,
+                numerics=safety != "safe", bottlenecks=bottlenecks)
 
+
+def registry(user: dict[str, dict] | None = None) -> dict[str, Knob]:
+    """The built-in knobs and a search's user knobs (`Space.user`: name -> {safety, stage})."""
+    return {**KNOBS, **{USER_PREFIX + n: user_knob(n, **d) for n, d in (user or {}).items()}}
+
+
+USER: dict[str, Knob] = {}  # the user knobs of the search this process works on (`declare`)
+
+
+def declare(user: dict[str, dict] | None) -> None:
+    """Make a search's user knobs known to `lookup` (the search, and `read_run` for reports)."""
+    USER.clear()
+    USER.update({USER_PREFIX + n: user_knob(n, **d) for n, d in (user or {}).items()})
+
+
+def lookup(name: str) -> Knob:
+    """A built-in knob, or a declared user knob (an undeclared `args.NAME`: a dynamics knob)."""
+    if name in KNOBS:
+        return KNOBS[name]
+    if name in USER:
+        return USER[name]
+    if name.startswith(USER_PREFIX):
+        return user_knob(name[len(USER_PREFIX):])
+    raise KeyError(f"unknown knob `{name}`; knobs are: {', '.join(KNOBS)}")
+
+
+def conflicts(knobs: dict[str, Any], table: dict[str, Knob] | None = None) -> list[str]:
+    """Why these knob values cannot run together ("knob=value: reason")."""
+    out = []
+    for name, knob in (table or KNOBS).items():
+        if name in knobs:
+            why = knob.requires(knobs[name], knobs)
+            if why:
+                out.append(f"{name}={knobs[name]!r}: {why}")
+    return out
+
+
+def to_cell(value) -> str:
+    """A knob value as a CSV cell (landscapes): strings as they are, the rest as JSON (true, 32, null)."""
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def from_cell(name: str, raw: str):
-    """A knob value from a CSV cell: a landscape's (true, 32) or a trials.csv's (True)."""
+def from_cell(name: str, raw) -> Any:
+    """A knob value from a CSV cell: a landscape's (true, 32, null) or a trials.csv's (True, empty).
+    A column an older file lacks (None) is the knob's PyTorch default."""
     knob = KNOBS[name]
+    if raw is None or raw == "" or raw == "null" or (isinstance(raw, float) and raw != raw):
+        return knob.pytorch_default
     if knob.type is str:
         return raw
     if knob.type is bool:
-        return raw.lower() == "true"
-    return int(raw)
+        return raw if isinstance(raw, bool) else str(raw).lower() == "true"
+    return int(float(raw))
 
 
-def pytorch_defaults(batch_size: int) -> dict[str, Any]:
+def pytorch_defaults(batch_size: int | None) -> dict[str, Any]:
     """The knobs as plain PyTorch leaves them, at the user's batch size."""
     return {name: (batch_size if name == "batch_size" else k.pytorch_default) for name, k in KNOBS.items()}
 
@@ -130,19 +249,32 @@ class Space:
     search: dict[str, list]  # knobs with two or more applicable values
     fixed: dict[str, str]  # knob -> why it is not sampled (it stays at the baseline value)
     dropped: list[str]  # "knob=value: why" for values that cannot apply here
+    user: dict[str, dict] = field(default_factory=dict)  # user knobs: name -> {safety, stage}
+
+    def knobs(self) -> dict[str, Knob]:
+        return registry(self.user)
+
+    def conflicts(self, params: dict[str, Any]) -> list[str]:
+        """Why the searched `params`, with the fixed knobs at the baseline, cannot run together."""
+        return conflicts({**self.baseline, **params}, self.knobs())
 
 
 def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Device,
-                  allowed_classes: set[str] | None = None, keep_effective_batch: bool = False) -> Space:
+                  allowed_classes: set[str] | None = None, keep_effective_batch: bool = False,
+                  user: dict[str, dict] | None = None) -> Space:
     """Keep the values that apply on `device`; the baseline's value is always in
     the space, so the baseline is a point of the search and ratios compare like
     with like. A baseline value that cannot apply falls back to PyTorch's.
     `allowed_classes`: the safety classes the search may change (safety.level);
     `keep_effective_batch`: batch sizes must divide the baseline's (the rest is
-    made up by gradient accumulation), which keeps the optimization unchanged."""
+    made up by gradient accumulation), which keeps the optimization unchanged.
+    `user`: user knobs (name -> {safety, stage}); their lists are under `args.NAME`
+    and their baseline values under the same names. Values that conflict with the
+    baseline's other knobs stay in the space (another point may allow them); the
+    strategy never proposes a conflicting combination."""
     base, search, fixed, dropped = {}, {}, {}, []
-    for name, knob in KNOBS.items():
-        value = baseline[name]
+    for name, knob in registry(user).items():
+        value = baseline.get(name, knob.pytorch_default)
         why = knob.unavailable(value, device)
         if why:
             dropped.append(f"baseline {name}={value!r}: {why}; using {knob.pytorch_default!r}")
@@ -173,19 +305,53 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
         else:
             reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
             fixed[name] = reasons[0] if reasons else "one value in the search space"
-    return Space(base, search, fixed, dropped)
+    table = registry(user)
+    for name in list(search):  # constraints between knobs (prefetch_factor needs workers)
+        knob, keep = table[name], []
+        for v in search[name]:
+            why = knob.requires(v, {**base, name: v})
+            # runs where some other searched value allows it (e.g. more workers)
+            if why is None or any(knob.requires(v, {**base, other: ov, name: v}) is None
+                                  for other in search if other != name for ov in search[other]):
+                keep.append(v)
+                if why:
+                    dropped.append(f"{name}={v!r} at the baseline: {why}; run only with values that allow it")
+            else:
+                dropped.append(f"{name}={v!r}: {why}")
+        if len(keep) > 1:
+            search[name] = keep
+        else:
+            del search[name]
+            reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
+            fixed[name] = reasons[-1] if reasons else "one value in the search space"
+    return Space(base, search, fixed, dropped, dict(user or {}))
 
 
 # --- applying knobs (torch imported on call) ------------------------------------
 
 
 def loader_kwargs(knobs: dict[str, Any]) -> dict[str, Any]:
-    """DataLoader keyword arguments for these knobs."""
-    return {
-        "batch_size": knobs["batch_size"],
-        "num_workers": knobs["num_workers"],
-        "pin_memory": knobs["pin_memory"],
-    }
+    """DataLoader keyword arguments for these knobs: every `loader` knob, by its
+    DataLoader name; a knob at torch's default (None) is left to torch."""
+    out = {k.kwarg: knobs[name] for name, k in KNOBS.items() if k.stage == "loader" and name in knobs}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def build_loader(dataset, knobs: dict[str, Any], **kwargs):
+    """The one DataLoader builder (the trial, the 2x-batch probe, loss parity and
+    production code): the loader knobs, then the caller's own arguments (sampler,
+    collate_fn, drop_last, shuffle, ...), which win."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, **{**loader_kwargs(knobs), **kwargs})
+
+
+def apply_process_flags(knobs: dict[str, Any]) -> None:
+    """Process-wide settings: intra-op threads (None: torch's default, untouched)."""
+    import torch
+
+    if knobs.get("num_threads") is not None:
+        torch.set_num_threads(knobs["num_threads"])
 
 
 def apply_backend_flags(knobs: dict[str, Any]) -> None:
@@ -198,6 +364,11 @@ def apply_backend_flags(knobs: dict[str, Any]) -> None:
         torch.backends.cudnn.allow_tf32 = True
     else:
         torch.set_float32_matmul_precision("highest")
+
+
+def workload_args(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The user knobs among `knobs`, as factory keyword arguments."""
+    return {k[len(USER_PREFIX):]: v for k, v in knobs.items() if k.startswith(USER_PREFIX)}
 
 
 def prepare_model(model, knobs: dict[str, Any], device):

@@ -130,6 +130,8 @@ def read_run(run_dir: Path) -> SearchResult:
     if not state_file.exists():
         raise FileNotFoundError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE})")
     state = json.loads(state_file.read_text())
+    space = K.Space(**state["space"])
+    K.declare(space.user)
     records = []
     rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []
     for row in rows:
@@ -139,15 +141,15 @@ def read_run(run_dir: Path) -> SearchResult:
         trial_result = json.loads(result_file.read_text()) if result_file and result_file.exists() else {}
         records.append(TrialRecord(
             number=int(row["trial"]), status=row["status"], is_baseline=bool(row["baseline"]),
-            knobs={k: row[k] for k in K.KNOBS},
-            metrics={k: v for k, v in row.items() if k not in NOT_METRICS and isinstance(v, (int, float)) and v is not None},
+            knobs={k: K.from_cell(k, row.get(k)) if k in K.KNOBS else row.get(k) for k in space.baseline},
+            metrics={k: v for k, v in row.items() if k not in NOT_METRICS and not k.startswith(K.USER_PREFIX)
+                     and isinstance(v, (int, float)) and v is not None},
             error_type=row.get("error_type"), error=row.get("error"), trial_dir=trial_dir,
             info={k: row[k] for k in INFO if row.get(k) is not None}, mlflow_run_id=row.get("mlflow_run_id"),
             diagnosis=trial_result.get("diagnosis"), parity=trial_result.get("parity"),
         ))
     baseline = next((r for r in records if r.is_baseline), None)
     best = pick_best(records)
-    space = K.Space(**state["space"])
     device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
     paths = {"run_dir": run_dir, "trials_csv": csv, "best_config": run_dir / "best_config.yaml",
              "optuna_storage": run_dir / "optuna.db", "mlflow_uri": state["mlflow_uri"], "plots": run_dir / "plots"}

@@ -16,8 +16,13 @@ from rich.text import Text
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
-SHORT = {"num_workers": "workers", "pin_memory": "pin", "batch_size": "batch", "precision": "precision",
-         "compile": "compile", "set_to_none": "none-grad", "channels_last": "ch-last", "cudnn_benchmark": "cudnn-bm"}
+
+
+def short(name: str) -> str:
+    """A knob's column label, from the registry."""
+    from autotune.knobs import lookup
+
+    return lookup(name).label
 
 
 def error(message: str) -> None:
@@ -27,6 +32,8 @@ def error(message: str) -> None:
 def _fmt(value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"
+    if value is None:
+        return "default"
     return str(value)
 
 
@@ -62,8 +69,15 @@ class LiveView:
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
         console.print(f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}")
         console.print("searching: " + ", ".join(f"{k} {space.search[k]}" for k in self.searched))
+        unsearched = [n for n, why in space.fixed.items() if why == "not in the search space"]
+        if unsearched:
+            console.print("  [dim]not searched: " + ", ".join(f"{n}={_fmt(space.baseline[n])}" for n in unsearched) + "[/]")
         for name, why in space.fixed.items():
-            console.print(f"  [dim]fixed {name}={_fmt(space.baseline[name])}: {why}[/]")
+            if name not in unsearched:
+                console.print(f"  [dim]fixed {name}={_fmt(space.baseline[name])}: {why}[/]")
+        for line in space.dropped:  # values of searched knobs left out, and a replaced baseline value
+            if line.startswith("baseline ") or line.split("=", 1)[0] in space.search:
+                console.print(f"  [yellow]not run: {line}[/]")
         if console.is_terminal and not self.quiet:
             self.live = Live(get_renderable=self._view, console=console, refresh_per_second=2)
             self.live.start()
@@ -100,7 +114,7 @@ class LiveView:
         return Group(self._table(), Columns([bar, status]))
 
     def _line(self, r) -> str:
-        knobs = " ".join(f"{SHORT[k]}={_fmt(r.knobs[k])}" for k in self.searched)
+        knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in self.searched)
         perf = f"{_perf(r):>9} samples/s" if r.status in ("ok", "pruned") else f"{r.error_type}: {r.error}"
         speed = f" x{r.speedup:.2f}" if r.speedup else ""
         return f"trial {r.number:3d} {_status(r):>6} {knobs}  {perf}{speed}" + (" (baseline)" if r.is_baseline else "")
@@ -110,7 +124,7 @@ class LiveView:
         table.add_column("#", justify="right")
         table.add_column("status")
         for k in self.searched:
-            table.add_column(SHORT[k])
+            table.add_column(short(k))
         table.add_column("samples/s", justify="right")
         table.add_column("speedup", justify="right")
         table.add_column("best so far", justify="right")

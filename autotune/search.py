@@ -48,7 +48,7 @@ from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecor
                               read_run, same_device, write_csv, write_state)
 from autotune.safety import LEVELS
 from autotune.strategy import Strategy, no_improvement_for
-from autotune.trial import run_in_process
+from autotune.trial import THREAD_ENV, run_in_process
 from autotune.spec import Spec, SpecError
 
 
@@ -57,18 +57,18 @@ from autotune.spec import Spec, SpecError
 
 def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config, run in a fresh process."""
+    workload = settings["workload"]
     trial_config = {
-        "workload": settings["workload"],
+        "workload": {**workload, "args": {**workload.get("args", {}), **K.workload_args(config)}},
         "knobs": {k: config[k] for k in K.KNOBS},
         **settings["trial"],
         "trace_path": "trace.json" if settings["trial"]["profile_steps"] else None,
         "device": settings["device"],
-        "cpus": settings["cpus_fn"](config),
         "accum_steps": settings["accum_fn"](config),
         "seed": settings["seed"],
         "prune_below": config.get("prune_below"),
     }
-    return run_in_process(trial_config, trial_dir, settings["timeout_s"], settings["user_cwd"])
+    return run_in_process(trial_config, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
 
 
 def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
@@ -265,7 +265,7 @@ class _Recorder:
         result = dict(result or {})
         if result.get("files_b64"):  # a trial from another node: its files, into the run dir
             unpack_dir(result.pop("files_b64"), Path(result["trial_dir"]))
-        knobs = {k: config[k] for k in K.KNOBS}
+        knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
         status = result.get("status") or "error"
         record = TrialRecord(
             number=config["trial_number"],
@@ -350,21 +350,28 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     user_cwd = os.getcwd()
     if user_cwd not in sys.path:
         sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
+    user = spec.search_space.user()
     try:
         workload = W.load(spec.workload.ref, spec.workload.args)
+        user_base = W.user_knob_baseline(spec.workload.ref, spec.workload.args, user)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     if spec.tracking.uri:
         tracking.check_uri(spec.tracking.uri)
     baseline = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
-    baseline = {**K.pytorch_defaults(workload.batch_size), **baseline}
+    baseline = {**K.pytorch_defaults(workload.batch_size), **baseline,
+                **{K.USER_PREFIX + n: v for n, v in user_base.items()}}
+    clash = K.conflicts(baseline)
+    if clash:
+        raise SpecError(f"baseline: {'; '.join(clash)}")
+    K.declare(user)
 
     started_ray = _init_ray(spec.resources.ray_address)
     _stop_on_sigterm()
     try:
         device = _detect_device(spec)
         space = K.resolve_space(spec.search_space.lists(), baseline, device, LEVELS[spec.safety.level],
-                                spec.safety.keep_effective_batch)
+                                spec.safety.keep_effective_batch, user)
         if not space.search:
             raise SpecError(
                 "search_space: nothing to search on this device; every knob is fixed: "
@@ -457,10 +464,9 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (1 if cuda else 0)
 
     def cpus_fn(config) -> int:
-        # with a GPU: the loader workers + the main process. On a CPU host trials
-        # run one at a time on every CPU but one, left to Ray and the driver:
-        # measured on 2 cores, throughput CV over fresh trials was 10.3% with
-        # 2 torch threads and 3.6% with 1 (scripts/bench_fidelity.py)
+        # Ray's reservation, not the trial's threads (those are torch's default or
+        # the num_threads knob: what the user will run). With a GPU: the loader
+        # workers + the main process; a CPU host runs one trial at a time
         if cpus_per_trial:
             return cpus_per_trial
         return min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1)
@@ -501,13 +507,18 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         "timeout_s": spec.trial.timeout_s,
         "device": device.type, "seed": spec.search.seed,
         "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn, "accum_fn": accum_fn,
+        # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
+        "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
         "driver_node": ray.get_runtime_context().get_node_id(),
     }
     budget = spec.search.time_budget_s
 
     def fits(params: dict) -> bool:
-        """Will a trial of this config finish within the time budget? Estimated
+        """Can this config run (no two knobs in conflict, e.g. prefetch_factor
+        without workers), and will it finish within the time budget? Estimated
         from the trials with its compile mode (compile's warm-up dominates)."""
+        if space.conflicts(params):
+            return False
         if not budget:
             return True
         mode = {**space.baseline, **params}["compile"]

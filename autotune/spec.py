@@ -6,16 +6,15 @@ import re
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, Field, StrictBool, StrictInt, ValidationError, field_validator, model_validator
+from pydantic import (BaseModel, Field, StrictBool, StrictFloat, StrictInt, ValidationError, create_model,
+                      field_validator, model_validator)
 
-from autotune.knobs import COMPILE_MODES, PRECISIONS
+from autotune.knobs import KNOBS, SAFETY_CLASSES, STAGES, USER_PREFIX, Knob
 from autotune.workload import BUILTINS
 
-Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
-CompileMode = Literal[COMPILE_MODES]  # type: ignore[valid-type]
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
 
 
@@ -66,43 +65,70 @@ class WorkloadSpec(_Strict):
         return self.factory or self.name  # type: ignore[return-value]
 
 
-class KnobSettings(_Strict):
-    """One value per knob; None means "PyTorch's default" (batch size: the workload's)."""
-
-    num_workers: Optional[StrictInt] = Field(None, ge=0, description="DataLoader worker processes")
-    pin_memory: Optional[StrictBool] = Field(None, description="pinned host memory + non_blocking copies")
-    batch_size: Optional[StrictInt] = Field(None, ge=1, description="samples per optimizer step")
-    precision: Optional[Precision] = Field(None, description="32-true | tf32 | bf16-mixed | 16-mixed")
-    compile: Optional[CompileMode] = Field(None, description="none | default | reduce-overhead | max-autotune")
-    set_to_none: Optional[StrictBool] = Field(None, description="optimizer.zero_grad(set_to_none=...)")
-    channels_last: Optional[StrictBool] = Field(None, description="channels_last memory format")
-    cudnn_benchmark: Optional[StrictBool] = Field(None, description="torch.backends.cudnn.benchmark")
+def _value_type(knob: Knob):
+    """The pydantic type of one value of a knob, from the registry."""
+    if knob.choices:
+        return Literal[knob.choices]  # type: ignore[valid-type]
+    return {int: StrictInt, bool: StrictBool, str: str}[knob.type]
 
 
-class KnobLists(_Strict):
+def _describe_knob(knob: Knob) -> str:
+    values = " | ".join(knob.choices) if knob.choices else knob.type.__name__
+    return f"{knob.help} ({values}{' or null' if knob.nullable else ''})"
+
+
+class _KnobSettingsBase(_Strict):
+    pass
+
+
+# One value per knob; None means "PyTorch's default" (batch size: the workload's).
+KnobSettings = create_model(
+    "KnobSettings", __base__=_KnobSettingsBase,
+    **{name: (Optional[_value_type(k)], Field(None, ge=k.minimum, description=_describe_knob(k)))
+       for name, k in KNOBS.items()})
+
+
+class _KnobListsBase(_Strict):
     """The values to search, per knob; a knob left out stays at its baseline value."""
-
-    num_workers: Optional[list[StrictInt]] = Field(None, description="e.g. [0, 2, 4, 8]")
-    pin_memory: Optional[list[StrictBool]] = None
-    batch_size: Optional[list[StrictInt]] = Field(None, description="a ladder, e.g. [32, 64, 128, 256]")
-    precision: Optional[list[Precision]] = None
-    compile: Optional[list[CompileMode]] = None
-    set_to_none: Optional[list[StrictBool]] = None
-    channels_last: Optional[list[StrictBool]] = None
-    cudnn_benchmark: Optional[list[StrictBool]] = None
 
     @field_validator("*")
     @classmethod
     def _check(cls, v, info):
         if v is not None and len(v) == 0:
             raise ValueError("must not be empty; leave the knob out to keep its baseline value")
-        low = {"num_workers": 0, "batch_size": 1}.get(info.field_name)
-        if v is not None and low is not None and any(x < low for x in v):
+        low = KNOBS[info.field_name].minimum
+        if v is not None and low is not None and any(x is not None and x < low for x in v):
             raise ValueError(f"values must be >= {low}, got {v}")
         return v
 
     def given(self) -> dict[str, list]:
         return {k: list(dict.fromkeys(v)) for k, v in self.model_dump().items() if v is not None}
+
+
+KnobLists = create_model(
+    "KnobLists", __base__=_KnobListsBase,
+    **{name: (Optional[list[Optional[_value_type(k)]] if k.nullable else list[_value_type(k)]],
+              Field(None, description=_describe_knob(k)))
+       for name, k in KNOBS.items()})
+
+
+class UserKnob(_Strict):
+    """A workload factory argument searched like a knob (`search_space.workload_args`)."""
+
+    values: list[Union[StrictBool, StrictInt, StrictFloat, str]] = Field(
+        ..., min_length=1, description="the values to try (the baseline's value, from workload.args or the "
+                                       "factory's default, is always tried)")
+    safety: Literal[SAFETY_CLASSES] = Field(  # type: ignore[valid-type]
+        "dynamics", description="what changing it may do to training: safe | reproducibility | numerics | dynamics "
+                                "(default: dynamics, it may change training)")
+    stage: Optional[Literal[tuple(s for s in STAGES if s != "workload")]] = Field(  # type: ignore[misc]
+        None, description="where it acts (loader: the input pipeline, model, step, process, backend), so the "
+                          "diagnosis can move it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data):
+        return {"values": data} if isinstance(data, list) else data
 
 
 def preset_names() -> list[str]:
@@ -119,6 +145,17 @@ def load_preset(name: str) -> KnobLists:
 class SearchSpaceSpec(_Strict):
     preset: Optional[str] = Field("default", description="a preset from search_spaces/ (null: only the knobs given here)")
     knobs: KnobLists = Field(default_factory=KnobLists, description="per-knob values, overriding the preset's")
+    workload_args: dict[str, UserKnob] = Field(
+        default_factory=dict, description="your workload factory's arguments searched as knobs, e.g. "
+                                          "{gpu_normalize: {values: [false, true], safety: safe}}")
+
+    @field_validator("workload_args")
+    @classmethod
+    def _identifiers(cls, v):
+        bad = [name for name in v if not name.isidentifier()]
+        if bad:
+            raise ValueError(f"`{bad[0]}` is not a keyword argument name")
+        return v
 
     @model_validator(mode="before")
     @classmethod
@@ -133,8 +170,14 @@ class SearchSpaceSpec(_Strict):
         return v
 
     def lists(self) -> dict[str, list]:
+        """Values per knob: the preset's, the spec's knobs, the user knobs as `args.NAME`."""
         base = load_preset(self.preset).given() if self.preset else {}
-        return {**base, **self.knobs.given()}
+        user = {USER_PREFIX + n: list(dict.fromkeys(k.values)) for n, k in self.workload_args.items()}
+        return {**base, **self.knobs.given(), **user}
+
+    def user(self) -> dict[str, dict]:
+        """The user knobs: name -> {safety, stage} (what `autotune.knobs.user_knob` takes)."""
+        return {n: {"safety": k.safety, "stage": k.stage} for n, k in self.workload_args.items()}
 
 
 class TrialSpec(_Strict):

@@ -82,10 +82,10 @@ class Tracker:
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
         if baseline_knobs:  # the safety classes of the knobs this trial changed
-            from autotune.knobs import KNOBS
+            from autotune.knobs import lookup
 
             changed = [k for k, v in record.knobs.items() if v != baseline_knobs.get(k)]
-            tags["safety.flags"] = ",".join(f"{KNOBS[k].safety}:{k}" for k in changed) or "none"
+            tags["safety.flags"] = ",".join(f"{lookup(k).safety}:{k}" for k in changed) or "none"
         if record.parity is not None:
             tags["safety.parity"] = "passed" if record.parity["passed"] else "failed"
             if record.parity.get("reason"):

@@ -6,7 +6,7 @@ Needs torch only (no Ray, MLflow, Optuna or pydantic), so a trial runs anywhere:
 
 CONFIG is a JSON object: {"workload": {"name": "tiny_cnn", "args": {}},
 "knobs": {...}, "warmup_steps": 5, "measure_steps": 30, "device": "auto",
-"cpus": null, "seed": 0}. Knobs left out take PyTorch's defaults. The result is
+"seed": 0}. Knobs left out take PyTorch's defaults. The result is
 one JSON object: status ("ok", "oom" or "error"), the knobs, the device, and
 metrics whose names carry their units.
 
@@ -50,10 +50,12 @@ DEFAULTS = {
     "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05}: measure loss parity
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "device": "auto",
-    "cpus": None,
     "seed": 0,
 }
 MAX_STEPS_FACTOR = 50
+# thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
+# a trial process gets the user's own values, so what is timed is what the user runs
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class TrialConfigError(ValueError):
@@ -73,11 +75,15 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for name, value in given.items():
         knob = K.KNOBS.get(name)
         if knob is None:
-            raise TrialConfigError(f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)}")
-        if type(value) is not knob.type or (knob.choices and value not in knob.choices):
-            allowed = " | ".join(knob.choices) if knob.choices else knob.type.__name__
-            raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed; expected {allowed}")
+            raise TrialConfigError(f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)} "
+                                   "(workload arguments go in workload.args)")
+        why = None if name == "batch_size" and value is None else knob.check(value)
+        if why:
+            raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed: {why}")
     cfg["knobs"] = {**K.pytorch_defaults(None), **given}
+    clash = K.conflicts(cfg["knobs"])
+    if clash:
+        raise TrialConfigError(f"knobs cannot run together: {'; '.join(clash)}")
     for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1)):
         if type(cfg[key]) is not int or cfg[key] < low:
             raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
@@ -91,8 +97,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def detect_device(requested: str = "auto") -> K.Device:
-    """The device, and the host's CPUs (what num_workers may use; the trial's
-    torch threads are set apart, from its reservation)."""
+    """The device, and the host's CPUs (what num_workers and num_threads may use)."""
     import torch
 
     cpus = len(os.sched_getaffinity(0))
@@ -161,24 +166,30 @@ class Session:
 
 def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps: int, seed: int = 0,
             accum_steps: int = 1) -> Session:
-    """Apply the knobs in order: backend flags, model (device, memory format,
-    compile), optimizer, loader. The loader samples exactly `steps` full batches
-    in a seeded random order, so every trial sees the same data."""
+    """Apply the knobs stage by stage: process (threads), backend flags, model
+    (device, memory format, compile), optimizer, loader. The loader samples
+    exactly `steps` full batches in a seeded random order, so every trial sees
+    the same data."""
     import torch
-    from torch.utils.data import DataLoader, RandomSampler
 
     torch.manual_seed(seed)
+    K.apply_process_flags(knobs)
     K.apply_backend_flags(knobs)
     dev = torch.device(device.type)
     model = K.prepare_model(workload.model(), knobs, dev)
     optimizer = workload.build_optimizer(model.parameters())
-    sampler = RandomSampler(
-        workload.dataset, num_samples=steps * knobs["batch_size"], generator=torch.Generator().manual_seed(seed)
-    )
-    loader = DataLoader(
-        workload.dataset, sampler=sampler, drop_last=True, collate_fn=workload.collate_fn, **K.loader_kwargs(knobs)
-    )
+    loader = seeded_loader(workload, knobs, steps, seed)
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps)
+
+
+def seeded_loader(workload: W.Workload, knobs: dict[str, Any], steps: int, seed: int = 0):
+    """The knobs' DataLoader over exactly `steps` full batches in a seeded random order."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    sampler = RandomSampler(workload.dataset, num_samples=steps * knobs["batch_size"],
+                            generator=torch.Generator().manual_seed(seed))
+    return K.build_loader(workload.dataset, knobs, sampler=sampler, drop_last=True, collate_fn=workload.collate_fn)
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
@@ -248,13 +259,9 @@ def _double_batch_probe(session: Session, step_ms: float, steps: int = 8) -> dic
     means a fixed per-step cost (overhead) dominates. OOM says the batch is at
     the memory limit."""
     import torch
-    from torch.utils.data import DataLoader, RandomSampler
 
-    loader = session.loader
-    batch = loader.batch_size * 2
-    sampler = RandomSampler(loader.dataset, num_samples=(steps + 2) * batch, generator=torch.Generator().manual_seed(1))
-    probe = DataLoader(loader.dataset, batch_size=batch, sampler=sampler, num_workers=loader.num_workers,
-                       pin_memory=loader.pin_memory, collate_fn=loader.collate_fn, drop_last=True)
+    probe = seeded_loader(session.workload, {**session.knobs, "batch_size": session.knobs["batch_size"] * 2},
+                          steps + 2, seed=1)
     try:
         batches = iter(probe)
         for _ in range(2):
@@ -298,14 +305,12 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
     cfg = check_config(config)
     import torch
 
-    if cfg["cpus"]:
-        torch.set_num_threads(int(cfg["cpus"]))  # the trial's CPU reservation
     device = detect_device(cfg["device"])
     wl = cfg["workload"]
     result: dict[str, Any] = {
         "status": "ok",
         "knobs": dict(cfg["knobs"]),
-        "device": {"type": device.type, "name": device.name, "cpus": device.cpus, "torch_threads": torch.get_num_threads()},
+        "device": {"type": device.type, "name": device.name, "cpus": device.cpus},
         "host": socket.gethostname(),
         "torch": torch.__version__,
         "metrics": {},
@@ -321,6 +326,7 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
             if why:
                 raise TrialConfigError(f"knobs.{name}={value!r} cannot apply on {device.type}: {why}")
         _measure(workload, knobs, device, cfg, result, started)
+        result["device"]["torch_threads"] = torch.get_num_threads()  # in effect during the window
         if not math.isfinite(result["metrics"]["loss_last"]):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except Exception as e:  # a failing workload is a result, not a crash
@@ -336,7 +342,8 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
     return result
 
 
-def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None) -> dict[str, Any]:
+def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None,
+                   thread_env: dict[str, str | None] | None = None) -> dict[str, Any]:
     """Run one trial as `python -m autotune.trial` in a fresh process and its own
     session, in `trial_dir` (config.json, result.json, trial.log, trace.json);
     kill its whole process group (loader workers included) at the timeout.
@@ -354,6 +361,11 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(trial_dir / "inductor-cache"),
                TRITON_CACHE_DIR=str(trial_dir / "triton-cache"), AUTOTUNE_WATCH_PARENT="1")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    for name, value in (thread_env or {}).items():  # the user's, not the launcher's
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
     started = time.perf_counter()
     try:
         with open(trial_dir / "trial.log", "w") as log:

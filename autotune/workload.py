@@ -91,6 +91,29 @@ def load(ref: str, args: dict[str, Any] | None = None) -> Workload:
     return workload
 
 
+def user_knob_baseline(ref: str, args: dict[str, Any], names) -> dict[str, Any]:
+    """The current value of each searched factory argument: from the spec's
+    workload.args, else the factory's default. A name the factory does not take,
+    or one with no value anywhere, is a WorkloadError naming it."""
+    import inspect
+
+    params = inspect.signature(resolve(ref)).parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    out = {}
+    for name in names:
+        if name not in params and not takes_any:
+            raise WorkloadError(f"search_space.workload_args.{name}: the factory `{ref}` takes no argument `{name}`; "
+                                f"it takes: {', '.join(params) or 'none'}")
+        if name in args:
+            out[name] = args[name]
+        elif name in params and params[name].default is not inspect.Parameter.empty:
+            out[name] = params[name].default
+        else:
+            raise WorkloadError(f"search_space.workload_args.{name}: the factory `{ref}` has no default for `{name}`; "
+                                f"give your current value in workload.args")
+    return out
+
+
 def count_samples(workload: Workload, batch) -> int:
     if workload.count_samples is not None:
         return int(workload.count_samples(batch))

@@ -37,8 +37,8 @@ def plain_loop(config: dict, steps: int) -> dict:
     from autotune.workload import load
 
     k = config["knobs"]
-    if config.get("cpus"):
-        torch.set_num_threads(config["cpus"])
+    if k.get("num_threads"):
+        torch.set_num_threads(k["num_threads"])
     cuda = torch.cuda.is_available() and config.get("device", "auto") != "cpu"
     device = torch.device("cuda" if cuda else "cpu")
     wl = load(config["workload"].get("factory") or config["workload"]["name"], config["workload"].get("args"))
@@ -104,7 +104,8 @@ def main() -> None:
     p.add_argument("--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'")
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--cpus", type=int, default=None, help="torch threads for the trial and the plain loop (default: all)")
+    p.add_argument("--cpus", type=int, default=None, help="torch threads for the trial and the plain loop (the "
+                                                          "num_threads knob; default: torch's)")
     p.add_argument("--mode", choices=["all", "repeat"], default="all", help="repeat: skip the plain-loop comparison")
     p.add_argument("--min-window-s", type=float, default=2.0)
     p.add_argument("--max-window-s", type=float, default=10.0)
@@ -115,9 +116,10 @@ def main() -> None:
         print(json.dumps(plain_loop(json.loads(Path(args.plain_child).read_text()), args.steps)))
         return
 
-    config = {"workload": {"name": args.workload, "args": json.loads(args.args)}, "knobs": parse_set(args.set), "warmup_steps": 5,
+    knobs = {**parse_set(args.set), **({"num_threads": args.cpus} if args.cpus else {})}
+    config = {"workload": {"name": args.workload, "args": json.loads(args.args)}, "knobs": knobs, "warmup_steps": 5,
               "measure_steps": 30, "min_window_s": args.min_window_s, "max_window_s": args.max_window_s,
-              "profile_steps": 5, "diagnose": False, "cpus": args.cpus}
+              "profile_steps": 5, "diagnose": False}
     tmp = Path(tempfile.mkdtemp(prefix="fidelity"))
     (tmp / "trial.json").write_text(json.dumps(config))
     trials, plains = [], []

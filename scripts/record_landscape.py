@@ -96,7 +96,7 @@ def main() -> None:
     p.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2", help="a searched knob and its values")
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a fixed knob (else PyTorch's default)")
     p.add_argument("--trial", action="append", default=[], metavar="KEY=VALUE", help=f"trial setting (defaults {TRIAL})")
-    p.add_argument("--cpus", type=int, default=None, help="torch threads per trial (default: torch's)")
+    p.add_argument("--cpus", type=int, default=None, help="torch threads per trial: the num_threads knob (default: torch's)")
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--budget-s", type=float, default=None, help="stop starting points after this long")
     p.add_argument("--seed", type=int, default=0)
@@ -132,7 +132,9 @@ def main() -> None:
             if args.budget_s and time.perf_counter() - started > args.budget_s:
                 print(f"budget of {args.budget_s:g} s spent; rerun with the same -o to continue")
                 break
-            config = {"workload": workload, "knobs": knobs, **trial, "cpus": args.cpus, "seed": args.seed}
+            if args.cpus:
+                knobs = {**knobs, "num_threads": args.cpus}
+            config = {"workload": workload, "knobs": knobs, **trial, "seed": args.seed}
             if knobs == fixed:  # the baseline: profiled and diagnosed
                 config.update(diagnose=True, profile_steps=max(trial["profile_steps"], 5))
             r = run_in_process(config, Path(tmp) / f"{i:04d}", args.timeout_s, str(Path.cwd()))

@@ -17,7 +17,8 @@ def write(path, knobs, device=None):
 def test_load_config_applies_the_knobs(tmp_path):
     cfg = load_config(write(tmp_path / "best.yaml", {"num_workers": 2, "batch_size": 64, "channels_last": True,
                                                      "precision": "bf16-mixed", "set_to_none": False}))
-    assert cfg.dataloader_kwargs() == {"batch_size": 64, "num_workers": 2, "pin_memory": False}
+    assert cfg.dataloader_kwargs() == {"batch_size": 64, "num_workers": 2, "pin_memory": False,
+                                       "persistent_workers": False}
     model = Recorder()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = cfg.prepare(model, optimizer)

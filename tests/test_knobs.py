@@ -135,3 +135,62 @@ def test_unavailable_baseline_value_falls_back_to_pytorch_default():
     space = K.resolve_space({}, baseline, CPU)
     assert space.baseline["pin_memory"] is False
     assert space.dropped[0].startswith("baseline pin_memory=True: pinned memory only speeds")
+
+
+# --- the registry: one place per knob, everything else derived ------------------------
+
+
+def test_every_knob_is_in_the_spec_the_loader_the_report_and_the_cells():
+    from autotune import spec as S
+    from autotune.report import short
+
+    for name, knob in K.KNOBS.items():
+        assert name in S.KnobSettings.model_fields and name in S.KnobLists.model_fields
+        assert knob.stage in K.STAGES and knob.safety in K.SAFETY_CLASSES and short(name) == knob.label
+        assert set(knob.bottlenecks) <= set(K.BOTTLENECKS)
+        if knob.stage == "loader":
+            assert knob.kwarg in K.loader_kwargs({**K.pytorch_defaults(8), "num_workers": 1, "prefetch_factor": 2})
+        for value in {knob.pytorch_default, *(knob.choices or ())}:
+            assert K.from_cell(name, K.to_cell(value)) == value
+
+
+def test_num_threads_sets_torch_threads_and_null_leaves_torch_default():
+    default = torch.get_num_threads()
+    try:
+        run_steps(num_threads=1)
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(default)
+    run_steps(num_threads=None)
+    assert torch.get_num_threads() == default
+
+
+def test_prefetch_factor_and_persistent_workers_reach_the_dataloader():
+    session = run_steps(num_workers=1, prefetch_factor=4, persistent_workers=True)
+    assert (session.loader.prefetch_factor, session.loader.persistent_workers) == (4, True)
+    assert run_steps(num_workers=0).loader.prefetch_factor is None  # torch's own default
+
+
+def test_prefetch_and_persistent_workers_need_workers():
+    base = K.pytorch_defaults(32)
+    assert K.conflicts({**base, "prefetch_factor": 4}) == ["prefetch_factor=4: needs loader workers (num_workers > 0)"]
+    assert K.conflicts({**base, "num_workers": 2, "prefetch_factor": 4, "persistent_workers": True}) == []
+    # with the workers fixed at 0 the values can never run: left out of the space, with the reason
+    space = K.resolve_space({"prefetch_factor": [2, 4], "persistent_workers": [False, True]}, base, CPU)
+    assert space.search == {} and space.fixed["prefetch_factor"] == "needs loader workers (num_workers > 0)"
+    # with workers searched they stay, and the space says which combinations cannot run
+    space = K.resolve_space({"num_workers": [0, 1], "prefetch_factor": [2, 4]}, base, CPU)
+    assert space.search["prefetch_factor"] == [None, 2, 4]
+    assert space.conflicts({"num_workers": 0, "prefetch_factor": 2}) and not space.conflicts({"num_workers": 1, "prefetch_factor": 2})
+
+
+def test_user_knobs_resolve_with_their_declared_class():
+    base = {**K.pytorch_defaults(32), "args.gpu_normalize": False}
+    space = K.resolve_space({"args.gpu_normalize": [False, True], "args.size": [32, 64]}, {**base, "args.size": 32}, CPU,
+                            allowed_classes={"safe", "numerics", "reproducibility"},
+                            user={"gpu_normalize": {"safety": "safe", "stage": "loader"}, "size": {"safety": "dynamics", "stage": None}})
+    assert space.search == {"args.gpu_normalize": [False, True]}  # `size` is dynamics (the default): not at this level
+    assert "a dynamics knob" in space.fixed["args.size"]
+    K.declare(space.user)
+    assert K.lookup("args.gpu_normalize").safety == "safe" and K.lookup("args.gpu_normalize").bottlenecks == ("input",)
+    assert K.workload_args({"num_workers": 0, "args.gpu_normalize": True}) == {"gpu_normalize": True}

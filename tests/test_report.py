@@ -80,16 +80,26 @@ CONFIG = {"knobs": {"num_workers": 1, "pin_memory": False, "batch_size": 8, "pre
 def test_the_python_snippet_runs_and_applies_the_knobs():
     from tests.workloads import Recorder, WorkerTagged
 
-    code = render(CONFIG, "python")
+    code = render({**CONFIG, "knobs": {**CONFIG["knobs"], "num_threads": 1}}, "python")
     assert code.startswith("# autotune: 1.5x over the baseline") and "# numerics: precision" in code
     ns = {}
-    exec(compile(code, "snippet.py", "exec"), ns)
-    loader = ns["make_loader"](WorkerTagged())
-    assert (loader.batch_size, loader.num_workers) == (8, 1)
+    threads = torch.get_num_threads()
+    try:
+        exec(compile(code, "snippet.py", "exec"), ns)
+        assert torch.get_num_threads() == 1  # what was measured is what runs
+    finally:
+        torch.set_num_threads(threads)
+    # the user's own DataLoader arguments pass through (and win)
+    loader = ns["make_loader"](WorkerTagged(), shuffle=False, drop_last=True, num_workers=0)
+    assert (loader.batch_size, loader.num_workers, loader.drop_last) == (8, 0, True)
     model = ns["prepare"](Recorder())
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
-    images, labels, _ = next(iter(loader))
-    loss = ns["train_step"](model, optimizer, images, labels, torch.nn.functional.cross_entropy)
+
+    def loss(model, batch):  # the workload contract: loss(model, batch) on a device batch
+        images, labels, _ = batch
+        return torch.nn.functional.cross_entropy(model(images), labels)
+
+    loss = ns["train_step"](model, optimizer, next(iter(loader)), loss)
     assert torch.isfinite(loss)
     assert model.seen[0]["autocast_dtype"] == torch.bfloat16 and model.seen[0]["channels_last"]
     assert all(p.grad is not None for p in model.parameters())  # set_to_none=False
@@ -99,7 +109,8 @@ def test_the_lightning_form_has_the_trainer_and_loader_arguments():
     ns = {}
     exec(render(CONFIG, "lightning"), ns)
     assert ns["trainer_kwargs"] == {"precision": "bf16-mixed", "benchmark": False}
-    assert ns["dataloader_kwargs"] == {"batch_size": 8, "num_workers": 1, "pin_memory": False}
+    assert ns["dataloader_kwargs"] == {"batch_size": 8, "num_workers": 1, "pin_memory": False,
+                                       "persistent_workers": False}
     tf32 = render({**CONFIG, "knobs": {**CONFIG["knobs"], "precision": "tf32"}}, "lightning")
     assert "'precision': '32-true'" in tf32 and 'set_float32_matmul_precision("high")' in tf32
 

@@ -129,3 +129,34 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
     assert all((r.throughput or 0) <= 1.02 * best_before for r in records[-2:])
     tags = MlflowClient(f"sqlite:///{result.run_dir / 'mlflow.db'}").get_run(slow[0].mlflow_run_id).data.tags
     assert tags["status"] == "pruned"
+
+
+def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
+    """Workload arguments searched as knobs (a trials.csv column, MLflow params,
+    exported), and prefetch_factor never runs without loader workers."""
+    spec = make_spec(tmp_path, search_space={
+        "preset": None, "knobs": {"num_workers": [0, 1], "prefetch_factor": [2, 4]},
+        "workload_args": {"width": {"values": [8, 16], "safety": "safe", "stage": "model"}}},
+        search={"sampler": "grid", "n_trials": 20}, trial={**TRIAL, "profile_steps": 0, "diagnose": False})
+    result = run(spec)
+    rows = pd.read_csv(result.paths["trials_csv"])
+    # 2 workers x 3 prefetch (the baseline's null, 2, 4) x 2 widths, less prefetch 2/4 with 0 workers
+    assert len(rows) == 8 and (rows.status == "ok").all()
+    assert not ((rows.num_workers == 0) & rows.prefetch_factor.notna()).any()
+    assert sorted(set(rows["args.width"])) == [8, 16] and result.ended == "every point of the space measured or known infeasible"
+    for r in result.records:  # what each trial ran with: its knobs and its factory argument
+        config = yaml.safe_load(open(f"{r.trial_dir}/config.json"))
+        assert config["workload"]["args"] == {"batch_size": 16, "width": r.knobs["args.width"]}
+        assert config["knobs"]["prefetch_factor"] == r.knobs["prefetch_factor"]
+    run_params = MlflowClient(result.paths["mlflow_uri"]).get_run(result.best.mlflow_run_id).data.params
+    assert run_params["args.width"] == str(result.best.knobs["args.width"])
+    cfg = load_config(result.paths["best_config"])
+    assert cfg.workload_args == {"width": result.best.knobs["args.width"]}
+    assert cfg.knobs["prefetch_factor"] == result.best.knobs["prefetch_factor"]
+
+
+def test_a_bad_user_knob_is_one_clear_error(tmp_path):
+    spec = make_spec(tmp_path, search_space={"preset": None, "workload_args": {"depth": [1, 2]}})
+    with pytest.raises(S.SpecError, match=r"workload_args.depth: the factory `tiny_cnn` takes no argument `depth`"):
+        run(spec)
+    assert not (tmp_path / "run").exists()

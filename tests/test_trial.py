@@ -13,7 +13,7 @@ TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5,
 
 
 def test_a_trial_reports_measured_metrics():
-    result = run_trial({**TINY, "knobs": {"batch_size": 16}, "cpus": 1})
+    result = run_trial({**TINY, "knobs": {"batch_size": 16, "num_threads": 1}})
     assert result["status"] == "ok", result
     m = result["metrics"]
     assert result["knobs"]["batch_size"] == 16 and result["device"]["torch_threads"] == 1
@@ -35,7 +35,7 @@ def test_a_trial_reports_measured_metrics():
 
 
 def test_a_trial_clearly_below_prune_below_stops_early_and_skips_the_rest():
-    config = {**TINY, "knobs": {"batch_size": 16}, "cpus": 1, "min_window_s": 2.0, "max_window_s": 4.0, "measure_steps": 20}
+    config = {**TINY, "knobs": {"batch_size": 16, "num_threads": 1}, "min_window_s": 2.0, "max_window_s": 4.0, "measure_steps": 20}
     fast = run_trial({**config, "prune_below": 1.0})  # far below anything: a complete trial
     assert fast["status"] == "ok" and fast["metrics"]["window_s"] >= 2.0
     slow = run_trial({**config, "prune_below": 1e9})
@@ -52,7 +52,7 @@ def test_the_trace_is_saved_where_asked(tmp_path):
 
 
 def test_loader_workers_are_not_limited_by_the_torch_threads():
-    result = run_trial({**TINY, "knobs": {"num_workers": 2}, "cpus": 1, "diagnose": False, "profile_steps": 0})
+    result = run_trial({**TINY, "knobs": {"num_workers": 2, "num_threads": 1}, "diagnose": False, "profile_steps": 0})
     assert result["status"] == "ok", result.get("error")
     assert result["device"]["torch_threads"] == 1 and result["device"]["cpus"] >= 2
 
@@ -75,13 +75,19 @@ def test_a_knob_that_cannot_apply_here_is_refused():
 
 
 @pytest.mark.parametrize("config, message", [
-    ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, batch_size, precision, compile, set_to_none, channels_last, cudnn_benchmark"),
-    ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed; expected 32-true | tf32 | bf16-mixed | 16-mixed"),
-    ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed; expected int"),
+    ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
+                                     "persistent_workers, num_threads, precision, batch_size, channels_last, "
+                                     "cudnn_benchmark, compile, set_to_none (workload arguments go in workload.args)"),
+    ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed: expected one of 32-true | tf32 | bf16-mixed | 16-mixed"),
+    ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed: expected int"),
+    ({**TINY, "knobs": {"batch_size": 0}}, "knobs.batch_size: 0 is not allowed: must be >= 1"),
+    ({**TINY, "knobs": {"prefetch_factor": 4}}, "knobs cannot run together: prefetch_factor=4: needs loader workers (num_workers > 0)"),
+    ({**TINY, "knobs": {"persistent_workers": True, "num_workers": 0}},
+     "knobs cannot run together: persistent_workers=True: needs loader workers (num_workers > 0)"),
     ({"workload": {}}, "`workload` must be an object with `name` (built-in) or `factory` (pkg.module:fn), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, device, cpus, seed"),
+                           "prune_below, device, seed"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
@@ -108,4 +114,4 @@ def test_runner_cli_rejects_a_bad_config_with_exit_2(tmp_path):
     config.write_text(json.dumps({**TINY, "knobs": {"compile": "fast"}}))
     proc = subprocess.run([sys.executable, "-m", "autotune.trial", str(config)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: knobs.compile: 'fast' is not allowed; expected none | default | reduce-overhead | max-autotune"
+    assert proc.stderr.strip() == "error: knobs.compile: 'fast' is not allowed: expected one of none | default | reduce-overhead | max-autotune"

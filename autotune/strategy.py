@@ -35,11 +35,13 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import TrialState
 
+from autotune.knobs import KNOBS
+
 SAMPLERS = ("autotune", "tpe", "random", "grid")
 # knobs that only change the host side: they never change device memory
-HOST_KNOBS = ("num_workers", "pin_memory")
+HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
 # knobs whose values are ordered (a ladder: try the next value up, then down)
-LADDERS = ("num_workers", "batch_size")
+LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
 # local moves, by the bottleneck the baseline's diagnosis found (PLAYBOOK.md)
 FIRST = {
     "input": ("num_workers", "pin_memory", "batch_size"),
@@ -55,8 +57,7 @@ KNOWLEDGE = {
     "compute": {"precision": ("bf16-mixed", "16-mixed", "tf32"), "channels_last": True},
     "memory": {"precision": ("bf16-mixed", "16-mixed")},
 }
-DEFAULT_ORDER = ("num_workers", "pin_memory", "precision", "batch_size", "channels_last", "cudnn_benchmark",
-                 "compile", "set_to_none")
+DEFAULT_ORDER = tuple(KNOBS)  # the registry's order: the cheapest big levers first
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
 
 
@@ -135,7 +136,8 @@ class Strategy:
     def plan_order(self) -> list[str]:
         first = FIRST.get(self.bottleneck() or "", ())
         order = [n for n in first if n in self.search]
-        return order + [n for n in DEFAULT_ORDER if n in self.search and n not in order]
+        order += [n for n in DEFAULT_ORDER if n in self.search and n not in order]
+        return order + [n for n in self.search if n not in order]  # user knobs last
 
     def knowledge_move(self, center: dict) -> dict:
         """The baseline with every change its diagnosis recommends (KNOWLEDGE)."""

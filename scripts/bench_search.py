@@ -50,7 +50,7 @@ class Landscape:
         with path.open() as f:
             rows = list(csv.DictReader(f))
         for r in rows:
-            r["knobs"] = {k: K.from_cell(k, r[k]) for k in K.KNOBS}
+            r["knobs"] = {k: K.from_cell(k, r.get(k)) for k in K.KNOBS}  # a column it lacks: the default
         self.restricted = {}
         while True:  # knobs recorded off the grid: keep their most common value
             values = {k: sorted({r["knobs"][k] for r in rows}, key=str) for k in K.KNOBS}

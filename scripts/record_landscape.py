@@ -77,7 +77,7 @@ def read_rows(path: Path) -> list[dict]:
 
 
 def row_key(row: dict) -> str:
-    return key({k: K.from_cell(k, row[k]) for k in K.KNOBS})
+    return key({k: K.from_cell(k, row.get(k)) for k in K.KNOBS})
 
 
 def forget(path: Path, point: dict) -> None:
@@ -107,7 +107,7 @@ def main() -> None:
     from autotune.workload import load
 
     base_batch = load(args.workload).batch_size
-    fixed = {**K.pytorch_defaults(base_batch), **parse_set(args.set)}
+    fixed = {**K.pytorch_defaults(base_batch), **({"num_threads": args.cpus} if args.cpus else {}), **parse_set(args.set)}
     todo, dropped = points(grid, fixed, device, args.seed)
     out = Path(args.out)
     if args.diagnose_baseline and out.exists():
@@ -132,8 +132,6 @@ def main() -> None:
             if args.budget_s and time.perf_counter() - started > args.budget_s:
                 print(f"budget of {args.budget_s:g} s spent; rerun with the same -o to continue")
                 break
-            if args.cpus:
-                knobs = {**knobs, "num_threads": args.cpus}
             config = {"workload": workload, "knobs": knobs, **trial, "seed": args.seed}
             if knobs == fixed:  # the baseline: profiled and diagnosed
                 config.update(diagnose=True, profile_steps=max(trial["profile_steps"], 5))

@@ -1,0 +1,141 @@
+"""Is what a search measured what production gets? Measured = exported.
+
+For a finished search, re-measures the baseline (the user's settings) and the
+exported best config (best_config.yaml through `load_config`, as production code
+applies it) in a plain PyTorch loop: a fresh process per measurement, the two
+configs interleaved (so a drift of the machine hits both alike), torch's default
+threads unless the config exports `num_threads`. Compares with the search's own
+figures: the baseline's samples/s, the best's, and the claimed speedup.
+
+    python scripts/bench_exported.py runs/<search> --reps 3
+
+Needs torch only (and pyyaml). Prints a table; the last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+# a plain process, as the user starts one: no launcher's thread settings
+ENV = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
+
+
+def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -> dict:
+    """A hand-written training loop that applies a best_config.yaml the way the
+    README tells production code to; samples counted batch by batch."""
+    import torch
+
+    from autotune import load_config
+    from autotune.workload import count_samples, load
+
+    cfg = load_config(config_path)
+    wl = load(workload["ref"], {**workload.get("args", {}), **cfg.workload_args})
+    torch.manual_seed(0)
+    model = wl.model()
+    optimizer = wl.build_optimizer(model.parameters())
+    model, optimizer = cfg.prepare(model, optimizer)
+    scaler = cfg.grad_scaler()
+    loader = torch.utils.data.DataLoader(wl.dataset, shuffle=True, drop_last=True, collate_fn=wl.collate_fn,
+                                         generator=torch.Generator().manual_seed(0), **cfg.dataloader_kwargs())
+    sync = torch.cuda.synchronize if cfg.device_type == "cuda" else (lambda: None)
+
+    def step(batch) -> int:
+        batch = cfg.to_device(batch, wl.preprocess)
+        with cfg.autocast():
+            loss = wl.loss(model, batch)
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        cfg.zero_grad(optimizer)
+        return count_samples(wl, batch)
+
+    batches = iter(loader)
+    for _ in range(warmup):
+        step(next(batches))
+    sync()
+    samples, steps, t = 0, 0, time.perf_counter()
+    while time.perf_counter() - t < window_s:
+        samples += step(next(batches))
+        steps += 1
+    sync()
+    return {"samples_per_s": samples / (time.perf_counter() - t), "steps": steps, "torch_threads": torch.get_num_threads()}
+
+
+def baseline_config(run_dir: Path, best: dict) -> dict:
+    """The baseline as a best_config.yaml: its knobs and searched workload arguments."""
+    from autotune.knobs import KNOBS, workload_args
+
+    base = json.loads((run_dir / "search.json").read_text())["space"]["baseline"]
+    return {**best, "knobs": {k: v for k, v in base.items() if k in KNOBS}, "workload_args": workload_args(base),
+            "safety": []}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dir", type=Path, help="a finished search's output dir")
+    p.add_argument("--reps", type=int, default=3, help="measurements per config")
+    p.add_argument("--warmup", type=int, default=5, help="untimed steps")
+    p.add_argument("--window-s", type=float, default=4.0, help="timed seconds per measurement")
+    p.add_argument("--child", nargs=2, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    import yaml
+
+    if args.child:
+        workload = json.loads(args.child[1])
+        print(json.dumps(plain_loop(args.child[0], workload, args.warmup, args.window_s)))
+        return
+
+    best = yaml.safe_load((args.run_dir / "best_config.yaml").read_text())
+    configs = {"baseline": baseline_config(args.run_dir, best), "best": best}
+    searched = {"baseline": best["measured"]["baseline_samples_per_s"], "best": best["measured"]["best_samples_per_s"]}
+    tmp = args.run_dir / "bench_exported"
+    tmp.mkdir(exist_ok=True)
+    for name, data in configs.items():
+        (tmp / f"{name}.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    measured = {name: [] for name in configs}
+    print(f"{'rep':>3}  {'config':<8}  {'plain samples/s':>15}  {'steps':>6}  {'threads':>7}")
+    for rep in range(args.reps):
+        for name in (list(configs) if rep % 2 == 0 else list(configs)[::-1]):  # interleaved, alternating
+            proc = subprocess.run([sys.executable, __file__, str(args.run_dir), "--warmup", str(args.warmup),
+                                   "--window-s", str(args.window_s), "--child", str(tmp / f"{name}.yaml"),
+                                   json.dumps(best["workload"])], capture_output=True, text=True, env=ENV, timeout=1800)
+            if proc.returncode:
+                raise SystemExit(f"plain loop for {name} failed: {proc.stderr[-2000:]}")
+            r = json.loads(proc.stdout.strip().splitlines()[-1])
+            measured[name].append(r["samples_per_s"])
+            print(f"{rep:>3}  {name:<8}  {r['samples_per_s']:>15.1f}  {r['steps']:>6}  {r['torch_threads']:>7}")
+    plain = {name: statistics.median(v) for name, v in measured.items()}
+    summary = {
+        "run_dir": str(args.run_dir), "device": best["device"].get("name"), "reps": args.reps,
+        "best_knobs": best["knobs"], "workload_args": best.get("workload_args") or {},
+        "search": {**searched, "speedup_x": searched["best"] / searched["baseline"]},
+        "plain": {**plain, "speedup_x": plain["best"] / plain["baseline"],
+                  "range": {name: [min(v), max(v)] for name, v in measured.items()}},
+    }
+    summary["search_vs_plain"] = {name: searched[name] / plain[name] for name in configs}
+    summary["speedup_claimed_vs_plain"] = summary["search"]["speedup_x"] / summary["plain"]["speedup_x"]
+    print()
+    print(f"{'':<10}  {'search':>10}  {'plain loop':>10}  {'search / plain':>14}")
+    for name in configs:
+        print(f"{name:<10}  {searched[name]:>10.1f}  {plain[name]:>10.1f}  {summary['search_vs_plain'][name]:>14.3f}")
+    print(f"{'speedup':<10}  {summary['search']['speedup_x']:>9.2f}x  {summary['plain']['speedup_x']:>9.2f}x  "
+          f"{summary['speedup_claimed_vs_plain']:>14.3f}   (target: within 5%)")
+    print(json.dumps(summary))
+
+
+if __name__ == "__main__":
+    main()

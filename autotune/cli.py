@@ -53,6 +53,9 @@ def search(
     try:
         from autotune import spec as S
 
+        if resume is not None and spec_path is not None:
+            raise UserError(f"give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it was "
+                            f"started with (`{resume / 'spec.yaml'}`)")
         if resume is not None:
             if not (resume / "spec.yaml").exists():
                 raise UserError(f"`{resume}` has no spec.yaml: not a search's output dir, nothing to resume")
@@ -72,7 +75,8 @@ def search(
 
         view = report.LiveView(quiet=quiet)
         try:
-            result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None)
+            result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None,
+                                   on_wait=report.waiting)
         except KeyboardInterrupt:
             from autotune.report import error
 

@@ -15,6 +15,7 @@ at once; a trial on another node sends its files back with its result.
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import io
 import json
@@ -44,6 +45,7 @@ from ray.tune.search import Searcher  # noqa: E402
 from autotune import export, plots, tracking
 from autotune import knobs as K
 from autotune import workload as W
+from autotune.lock import device_lock
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
                               read_run, same_device, write_csv, write_state)
 from autotune.safety import LEVELS
@@ -335,11 +337,13 @@ class _Stop(_DriverOnly, tune.Stopper):
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
-        resume: bool = False) -> SearchResult:
+        resume: bool = False, on_wait: Callable[[str], None] | None = None) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM). With `resume`, continue the search in `spec.output_dir`
     from its Optuna storage: finished trials are neither lost nor repeated.
-    Everything that can be checked is checked before anything is written."""
+    Everything that can be checked is checked before anything is written. A
+    local search waits while another one measures on the same device (`on_wait`
+    hears why)."""
     started = time.perf_counter()
     run_dir = spec.resolved_output_dir().resolve()
     state = None
@@ -365,13 +369,15 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     if clash:
         raise SpecError(f"baseline: {'; '.join(clash)}")
     K.declare(user)
+    lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
 
     started_ray = _init_ray(spec.resources.ray_address)
     _stop_on_sigterm()
     try:
         device = _detect_device(spec)
-        space = K.resolve_space(spec.search_space.lists(), baseline, device, LEVELS[spec.safety.level],
+        space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
                                 spec.safety.keep_effective_batch, user)
+        space.dropped += too_big
         if not space.search:
             raise SpecError(
                 "search_space: nothing to search on this device; every knob is fixed: "
@@ -383,12 +389,29 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
             (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
-        return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state)
+        # a cluster's scheduler places trials; on this host, one search per device at a time
+        lock = contextlib.nullcontext() if spec.resources.ray_address else device_lock(device.type, run_dir, on_wait)
+        with lock as waited:
+            started += waited or 0.0  # waiting is not searching (time budget, wall time)
+            return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state)
     finally:
         if started_ray:
             import ray
 
             ray.shutdown()
+
+
+def _fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:
+    """Batch sizes larger than the dataset cannot make one batch: refused for the
+    baseline, dropped from the space with the reason."""
+    if base_batch > samples:
+        raise SpecError(f"baseline: batch_size {base_batch} is larger than the workload's dataset ({samples} samples); "
+                        "use a smaller batch or a larger dataset")
+    batches = lists.get("batch_size", [])
+    too_big = [f"batch_size={b}: larger than the dataset ({samples} samples)" for b in batches if b > samples]
+    if batches:
+        lists = {**lists, "batch_size": [b for b in batches if b <= samples]}
+    return lists, too_big
 
 
 def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> None:
@@ -422,6 +445,7 @@ class _Opened:
     state: dict
     n_trials: int
     storage_url: str
+    wall_before: float = 0.0  # seconds the search ran before this run of it (a resume)
 
 
 def _open(spec, run_dir, device, space, state) -> _Opened:
@@ -444,16 +468,20 @@ def _open(spec, run_dir, device, space, state) -> _Opened:
     n_trials = spec.search.n_trials
     if spec.search.sampler == "grid":
         n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
+    wall_before = 0.0
     if state:
         n_trials = state["n_trials"]
-        state = {k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")}
+        wall_before = state.get("wall_s") or state.get("wall_before_s") or 0.0
+        # until this run finishes, the time already spent stays on record (a kill loses nothing)
+        state = {**{k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")},
+                 "wall_before_s": wall_before}
         tracker.client.update_run(tracker.parent_run_id, status="RUNNING")
     else:
         state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
                  "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
                  "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
                  "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    return _Opened(tracker, paths, state, n_trials, storage_url)
+    return _Opened(tracker, paths, state, n_trials, storage_url, wall_before)
 
 
 def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state) -> SearchResult:
@@ -574,7 +602,7 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
     ok = [r for r in records if r.throughput]
     best = pick_best(records)
     stopped = None
-    wall = time.perf_counter() - started
+    wall = time.perf_counter() - started + opened.wall_before  # a resumed search counts all its runs
     budget = spec.search.time_budget_s
     if recorder.baseline_failed:
         stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"

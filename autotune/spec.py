@@ -248,6 +248,9 @@ class Spec(_Strict):
 
     def resolved_output_dir(self) -> Path:
         if self.output_dir is not None:
+            if self.output_dir.exists() and not self.output_dir.is_dir():
+                raise SpecError(f"output_dir: `{self.output_dir}` is a file, not a directory; name a directory "
+                                "(it is created) or leave output_dir out for runs/<name>-<timestamp>")
             return self.output_dir
         return Path("runs") / f"{self.name}-{datetime.now():%Y%m%d-%H%M%S}"
 
@@ -283,5 +286,8 @@ def load(path: str | Path) -> Spec:
     except FileNotFoundError:
         raise SpecError(f"spec file `{path}` not found") from None
     except yaml.YAMLError as e:
-        raise SpecError(f"{path}: not valid YAML: {e}") from e
+        mark = getattr(e, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise SpecError(f"{where}: not valid YAML: {problem}") from e
     return parse(data, str(path))

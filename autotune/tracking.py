@@ -72,12 +72,12 @@ class Tracker:
 
     def log_trial(self, record, baseline_knobs: dict | None = None) -> str:
         """A nested run for one finished trial; returns its run id."""
-        run = self.client.create_run(
+        # a run left by a driver killed while logging this trial is finished, not doubled
+        run_id = self._trial_run(record.number) or self.client.create_run(
             self.experiment_id,
             run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
-            tags={"mlflow.parentRunId": self.parent_run_id, "autotune.role": "trial"},
-        )
-        run_id = run.info.run_id
+            tags={"mlflow.parentRunId": self.parent_run_id, "autotune.role": "trial", "trial_number": str(record.number)},
+        ).info.run_id
         tags = {"status": record.status, "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
@@ -102,6 +102,13 @@ class Tracker:
             self.client.log_artifacts(run_id, str(record.trial_dir), artifact_path="trial")
         self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"))
         return run_id
+
+    def _trial_run(self, number: int) -> str | None:
+        """The run already created for trial `number` of this search, if any."""
+        runs = self.client.search_runs(
+            [self.experiment_id], max_results=1,
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}' and tags.trial_number = '{number}'")
+        return runs[0].info.run_id if runs else None
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
         self._log(run_id, metrics=metrics)

@@ -321,6 +321,9 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
         if knobs["batch_size"] is None:
             knobs["batch_size"] = workload.batch_size
         result["knobs"] = knobs
+        if knobs["batch_size"] > len(workload.dataset):
+            raise TrialConfigError(f"knobs.batch_size={knobs['batch_size']} is larger than the dataset "
+                                   f"({len(workload.dataset)} samples): a batch would repeat samples")
         for name, value in knobs.items():
             why = K.KNOBS[name].unavailable(value, device)
             if why:

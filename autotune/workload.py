@@ -82,12 +82,22 @@ def load(ref: str, args: dict[str, Any] | None = None) -> Workload:
         workload = factory(**(args or {}))
     except TypeError as e:
         raise WorkloadError(f"workload factory `{ref}` rejected its args {args or {}}: {e}") from e
+    except Exception as e:  # the user's factory may fail in any way: one line, the traceback with --debug
+        raise WorkloadError(f"workload factory `{ref}` raised {type(e).__name__}: {e}; fix the factory or its "
+                            f"arguments (workload.args: {args or {}}); --debug shows the traceback") from e
     if not isinstance(workload, Workload):
         raise WorkloadError(
             f"workload factory `{ref}` returned {type(workload).__name__}; it must return autotune.Workload"
         )
     if not isinstance(workload.batch_size, int) or workload.batch_size < 1:
         raise WorkloadError(f"workload factory `{ref}`: batch_size must be a positive int, got {workload.batch_size!r}")
+    try:
+        n = len(workload.dataset)
+    except TypeError:
+        raise WorkloadError(f"workload factory `{ref}`: the dataset ({type(workload.dataset).__name__}) has no len(); "
+                            "it must be a map-style Dataset (samples read in random order)") from None
+    if n == 0:
+        raise WorkloadError(f"workload factory `{ref}`: the dataset is empty; nothing to train on")
     return workload
 
 

@@ -1,5 +1,6 @@
 """Faults in trials, interruptions and bad input never lose a search."""
 
+import json
 import os
 import signal
 import subprocess
@@ -149,6 +150,8 @@ def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path, sig)
     assert len(final["csv"]) == 5 and len(set(final["csv"])) == 5  # the budget, no trial lost or repeated
     assert set(stopped["csv"]) <= set(final["csv"])
     assert yaml.safe_load((run_dir / "best_config.yaml").read_text())["measured"]["trials"] == 5
+    state = json.loads((run_dir / "search.json").read_text())
+    assert state["wall_s"] > state["wall_before_s"] > 0  # the resumed search counts both runs
 
 
 @pytest.mark.timeout(400)
@@ -197,9 +200,19 @@ def spec_file(tmp_path, **overrides) -> Path:
      "(`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out for a local store"),
     ({"search_space": {"preset": None, "knobs": {"cudnn_benchmark": [True]}}},
      "search_space: nothing to search on this device; every knob is fixed: num_workers (not in the search space); "
-     "pin_memory (not in the search space); batch_size (not in the search space); precision (not in the search space); "
-     "compile (not in the search space); set_to_none (not in the search space); channels_last (not in the search space); "
-     "cudnn_benchmark (cuDNN runs only on CUDA devices; no CUDA device)"),
+     "pin_memory (not in the search space); prefetch_factor (not in the search space); persistent_workers (not in the "
+     "search space); num_threads (not in the search space); precision (not in the search space); batch_size (not in "
+     "the search space); channels_last (not in the search space); cudnn_benchmark (cuDNN runs only on CUDA devices; "
+     "no CUDA device); compile (not in the search space); set_to_none (not in the search space)"),
+    ({"workload": {"factory": "tests.workloads:make_raising"}},
+     "workload: workload factory `tests.workloads:make_raising` raised ValueError: expected a batch like [images, labels] "
+     "from the dataset; fix the factory or its arguments (workload.args: {}); --debug shows the traceback"),
+    ({"workload": {"factory": "tests.workloads:make_small", "args": {"samples": 0}}},
+     "workload: workload factory `tests.workloads:make_small`: the dataset is empty; nothing to train on"),
+    ({"workload": {"factory": "tests.workloads:make_small", "args": {"samples": 3, "batch_size": 8}}},
+     "baseline: batch_size 8 is larger than the workload's dataset (3 samples); use a smaller batch or a larger dataset"),
+    ({"baseline": {"num_workers": 0, "prefetch_factor": 4}},
+     "baseline: prefetch_factor=4: needs loader workers (num_workers > 0)"),
 ])
 def test_bad_input_is_one_error_and_writes_nothing(tmp_path, ray_local, overrides, message):
     result = runner.invoke(app, ["search", str(spec_file(tmp_path, **overrides))])
@@ -214,3 +227,88 @@ def test_resume_needs_a_search(tmp_path):
     assert result.stderr == f"error: `{tmp_path}` has no spec.yaml: not a search's output dir, nothing to resume\n"
     result = runner.invoke(app, ["search"])
     assert result.stderr == "error: give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)\n"
+
+
+def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
+    (tmp_path / "run").write_text("my notes\n")
+    result = runner.invoke(app, ["search", str(spec_file(tmp_path))])
+    assert result.exit_code == 2 and (tmp_path / "run").read_text() == "my notes\n"
+    assert result.stderr == (f"error: output_dir: `{tmp_path / 'run'}` is a file, not a directory; name a directory "
+                             "(it is created) or leave output_dir out for runs/<name>-<timestamp>\n")
+
+
+def test_a_yaml_syntax_error_is_one_line_with_its_place(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text("workload:\n  name: tiny_cnn\n  args: {batch_size: 8\n")
+    result = runner.invoke(app, ["search", str(path)])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {path}:4:1: not valid YAML: expected ',' or '}}', but got '<stream end>'\n"
+
+
+def test_a_spec_and_resume_together_are_refused(tmp_path):
+    result = runner.invoke(app, ["search", str(spec_file(tmp_path)), "--resume", str(tmp_path / "run")])
+    assert result.exit_code == 2
+    assert result.stderr == (f"error: give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it "
+                             f"was started with (`{tmp_path / 'run' / 'spec.yaml'}`)\n")
+
+
+@pytest.mark.timeout(300)
+def test_batches_larger_than_the_dataset_are_dropped_and_samples_counted(tmp_path, ray_local):
+    spec = S.parse({"name": "small", "workload": {"factory": "tests.workloads:make_small", "args": {"samples": 20}},
+                    "search_space": {"preset": None, "knobs": {"batch_size": [8, 16, 32, 64]}},
+                    "trial": {**TRIAL, "profile_steps": 0, "diagnose": False}, "search": {"n_trials": 5},
+                    "safety": {"level": "dynamics"}, "output_dir": str(tmp_path / "run")})
+    result = run(spec)
+    assert result.space.search == {"batch_size": [8, 16]}
+    assert {"batch_size=32: larger than the dataset (20 samples)", "batch_size=64: larger than the dataset (20 samples)"} \
+        <= set(result.space.dropped)
+    for r in result.records:  # every batch is full: samples/s is steps/s times the batch
+        assert r.metrics["samples_per_s"] == pytest.approx(r.metrics["steps_per_s"] * r.knobs["batch_size"])
+
+
+@pytest.mark.timeout(400)
+def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml", n_trials=3)
+    run_dir = tmp_path / "run"
+    proc = start_search(str(spec))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    # as if the driver died after creating trial 2's MLflow run, before its trials.csv row
+    rows = pd.read_csv(run_dir / "trials.csv")
+    last = int(rows.trial.max())
+    rows[rows.trial != last].to_csv(run_dir / "trials.csv", index=False)
+    state = json.loads((run_dir / "search.json").read_text())
+    client = MlflowClient(state["mlflow_uri"])
+    [left] = client.search_runs([client.get_experiment_by_name("autotune").experiment_id],
+                                filter_string=f"tags.trial_number = '{last}'")
+    client.update_run(left.info.run_id, status="RUNNING")
+    proc = start_search("--resume", str(run_dir))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    runs = client.search_runs([left.info.experiment_id], filter_string=f"tags.trial_number = '{last}'")
+    assert [r.info.run_id for r in runs] == [left.info.run_id] and runs[0].info.status == "FINISHED"
+    final = count(run_dir)
+    assert final["csv"] == final["mlflow"] == final["optuna"] and len(final["csv"]) == 3
+
+
+@pytest.mark.timeout(300)
+def test_a_second_search_on_the_device_waits_its_turn(tmp_path):
+    from autotune.lock import lock_path
+
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from autotune.lock import device_lock\n"
+                               "with device_lock('cpu', 'the-other-search'):\n"
+                               "    print('held', flush=True); time.sleep(15)\n"
+                               "print('released', time.time(), flush=True)"],
+        stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline() == "held\n"
+    spec = write_spec(tmp_path / "s.yaml", n_trials=2)
+    proc = start_search(str(spec))
+    out, _ = proc.communicate(timeout=250)
+    released = float(holder.stdout.readline().split()[1])
+    assert proc.returncode == 0, out
+    assert ("waiting: another autotune search is measuring on this cpu (pid "
+            f"{holder.pid}, the-other-search); waiting for it to finish") in " ".join(out.split())
+    started = pd.read_csv(tmp_path / "run" / "trials.csv").started_unix
+    assert (started >= released).all()  # no trial of ours ran while the other search held the device
+    assert lock_path("cpu").exists()

@@ -138,3 +138,25 @@ def make_slow_large_batches(batch_size: int = 16) -> Workload:
         return recorder_loss(model, batch)
 
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
+
+
+def make_raising(batch_size: int = 16) -> Workload:
+    """A factory that fails the way user code does (its message has square brackets)."""
+    raise ValueError("expected a batch like [images, labels] from the dataset")
+
+
+class Small(Dataset):
+    def __init__(self, samples: int):
+        self.samples = samples
+
+    def __len__(self):
+        return self.samples
+
+    def __getitem__(self, i):
+        return torch.full((3, 8, 8), float(i)), i % 4
+
+
+def make_small(samples: int = 20, batch_size: int = 8) -> Workload:
+    """A dataset of a few samples: batch sizes above it cannot make one batch."""
+    return Workload(model=Recorder, dataset=Small(samples), batch_size=batch_size,
+                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))

@@ -50,7 +50,7 @@ from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecor
                               read_run, same_device, write_csv, write_state)
 from autotune.safety import LEVELS
 from autotune.strategy import Strategy, no_improvement_for
-from autotune.trial import THREAD_ENV, run_in_process
+from autotune.launcher import THREAD_ENV, run_in_process
 from autotune.spec import Spec, SpecError
 
 

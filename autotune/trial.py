@@ -53,9 +53,6 @@ DEFAULTS = {
     "seed": 0,
 }
 MAX_STEPS_FACTOR = 50
-# thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
-# a trial process gets the user's own values, so what is timed is what the user runs
-THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 
 class TrialConfigError(ValueError):
@@ -342,60 +339,6 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
             traceback=traceback.format_exc()[-4000:],
         )
     result["trial_s"] = time.perf_counter() - started
-    return result
-
-
-def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None,
-                   thread_env: dict[str, str | None] | None = None) -> dict[str, Any]:
-    """Run one trial as `python -m autotune.trial` in a fresh process and its own
-    session, in `trial_dir` (config.json, result.json, trial.log, trace.json);
-    kill its whole process group (loader workers included) at the timeout.
-    Compile caches are per trial: a warm cache from an earlier trial would hide
-    compile time."""
-    import shutil
-    import signal
-    import subprocess
-    from pathlib import Path
-
-    trial_dir = Path(trial_dir)
-    trial_dir.mkdir(parents=True, exist_ok=True)
-    (trial_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    out = trial_dir / "result.json"
-    env = dict(os.environ, TORCHINDUCTOR_CACHE_DIR=str(trial_dir / "inductor-cache"),
-               TRITON_CACHE_DIR=str(trial_dir / "triton-cache"), AUTOTUNE_WATCH_PARENT="1")
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
-    for name, value in (thread_env or {}).items():  # the user's, not the launcher's
-        if value is None:
-            env.pop(name, None)
-        else:
-            env[name] = value
-    started = time.perf_counter()
-    try:
-        with open(trial_dir / "trial.log", "w") as log:
-            proc = subprocess.Popen([sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
-                                    cwd=trial_dir, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-            try:
-                proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            except BaseException:  # the caller was cancelled: take the process group along
-                os.killpg(proc.pid, signal.SIGKILL)
-                raise
-    finally:
-        for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
-            shutil.rmtree(trial_dir / cache, ignore_errors=True)
-    wall = time.perf_counter() - started
-    if proc.returncode == -signal.SIGKILL and not out.exists():
-        result = {"status": "timeout", "error_type": "Timeout",
-                  "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
-    elif out.exists():
-        result = json.loads(out.read_text())
-    else:
-        tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
-        result = {"status": "error", "error_type": "TrialProcessDied",
-                  "error": f"trial process exited with code {proc.returncode}: {tail[-1] if tail else 'no output'}"}
-    result["trial_wall_s"] = wall
     return result
 
 

@@ -160,3 +160,28 @@ def make_small(samples: int = 20, batch_size: int = 8) -> Workload:
     """A dataset of a few samples: batch sizes above it cannot make one batch."""
     return Workload(model=Recorder, dataset=Small(samples), batch_size=batch_size,
                     loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))
+
+
+LEAKED = []  # what a trial left in its process: a later trial must never see it
+
+
+def make_leaky(batch_size: int = 8) -> Workload:
+    """Records the process state it finds (in seen.json, in the trial dir), then
+    leaves some behind: cuDNN and TF32 flags, fp32 matmul precision, threads, and
+    memory held by a module global (the allocator grown)."""
+    import json
+    import os
+
+    seen = {"pid": os.getpid(), "cudnn_benchmark": torch.backends.cudnn.benchmark,
+            "cuda_matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+            "matmul_precision": torch.get_float32_matmul_precision(), "threads": torch.get_num_threads(),
+            "leaked_tensors": len(LEAKED)}
+    with open("seen.json", "w") as f:
+        json.dump(seen, f)
+    torch.backends.cudnn.benchmark = True
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.set_float32_matmul_precision("medium")
+    torch.set_num_threads(1)
+    LEAKED.append(torch.ones(16 * 2**20))  # 64 MiB kept alive
+    return Workload(model=Recorder, dataset=WorkerTagged(), batch_size=batch_size,
+                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))

@@ -13,22 +13,14 @@ the server answers {"pid": N} once the child runs, then {"pid": N, "status": S}
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import json
 import os
+import select
 import signal
 import sys
 
 PRELOAD = ("torch", "torch.utils.data", "torch._dynamo", "torchvision", "autotune.trial")
-
-
-def _die_with_parent() -> None:
-    """Linux: the kernel kills the server when the launcher's process dies."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _child(request: dict) -> None:
@@ -62,8 +54,23 @@ def _child(request: dict) -> None:
     os._exit(code)
 
 
+def _wait(pid: int) -> int | None:
+    """Wait for the child; if the launcher goes away meanwhile (its end of our
+    stdin closes), kill the child's process group and return None."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        readable, _, _ = select.select([sys.stdin], [], [], 0.2)
+        # the launcher writes nothing while a trial runs: readable here means end of file
+        if readable and not os.read(sys.stdin.fileno(), 1):  # EOF: the launcher's process is gone
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+
+
 def serve(preload: list[str]) -> None:
-    _die_with_parent()
+    """Single-threaded on purpose: a fork copies only the forking thread."""
     for name in [*PRELOAD, *preload]:
         try:
             importlib.import_module(name)
@@ -71,13 +78,18 @@ def serve(preload: list[str]) -> None:
             print(json.dumps({"preload_failed": name, "error": f"{type(e).__name__}: {e}"}), file=sys.stderr)
     out = sys.stdout
     print(json.dumps({"ready": os.getpid()}), file=out, flush=True)
-    for line in sys.stdin:
+    while True:
+        line = sys.stdin.readline()
+        if not line:  # the launcher's process is gone
+            return
         request = json.loads(line)
         pid = os.fork()
         if pid == 0:
             _child(request)
         print(json.dumps({"pid": pid}), file=out, flush=True)
-        _, status = os.waitpid(pid, 0)
+        status = _wait(pid)
+        if status is None:
+            return
         print(json.dumps({"pid": pid, "status": status}), file=out, flush=True)
 
 

@@ -256,7 +256,7 @@ def test_a_spec_and_resume_together_are_refused(tmp_path):
 def test_batches_larger_than_the_dataset_are_dropped_and_samples_counted(tmp_path, ray_local):
     spec = S.parse({"name": "small", "workload": {"factory": "tests.workloads:make_small", "args": {"samples": 20}},
                     "search_space": {"preset": None, "knobs": {"batch_size": [8, 16, 32, 64]}},
-                    "trial": {**TRIAL, "profile_steps": 0, "diagnose": False}, "search": {"n_trials": 5},
+                    "trial": {**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0}, "search": {"n_trials": 5},
                     "safety": {"level": "dynamics"}, "output_dir": str(tmp_path / "run")})
     result = run(spec)
     assert result.space.search == {"batch_size": [8, 16]}

@@ -137,7 +137,7 @@ def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
     spec = make_spec(tmp_path, search_space={
         "preset": None, "knobs": {"num_workers": [0, 1], "prefetch_factor": [2, 4]},
         "workload_args": {"width": {"values": [8, 16], "safety": "safe", "stage": "model"}}},
-        search={"sampler": "grid", "n_trials": 20}, trial={**TRIAL, "profile_steps": 0, "diagnose": False})
+        search={"sampler": "grid", "n_trials": 20}, trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
     result = run(spec)
     rows = pd.read_csv(result.paths["trials_csv"])
     # 2 workers x 3 prefetch (the baseline's null, 2, 4) x 2 widths, less prefetch 2/4 with 0 workers

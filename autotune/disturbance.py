@@ -1,0 +1,84 @@
+"""Was a timed window disturbed? Load from outside the trial (another search,
+a build, a notebook) slows the steps it shares the machine with, and the trial's
+figure then says nothing about its knobs. Measured, not assumed: the host's busy
+CPU time during the window less the trial's own (its process and its loader
+workers), as a share of the host's CPU capacity; on a GPU, other processes on the
+device (NVML). Linux /proc only; elsewhere nothing is reported."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+OTHER_CPU_LIMIT = 0.25  # others used more than a quarter of the host's CPU time: disturbed
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _host_busy_s() -> float | None:
+    try:
+        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return (sum(fields[:8]) - idle) / TICK  # user..steal; guest time is already in user
+
+
+def _tree_cpu_s(root: int) -> float:
+    """CPU seconds of `root` and its descendants (the loader workers)."""
+    stats = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                text = (entry / "stat").read_text()
+            except OSError:
+                continue
+            fields = text[text.rindex(")") + 2:].split()
+            stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)  # ppid, utime+stime
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for pid, (ppid, _) in stats.items():
+            if ppid in tree and pid not in tree:
+                tree.add(pid)
+                grew = True
+    return sum(stats[p][1] for p in tree if p in stats)
+
+
+class CpuWatch:
+    """`start()` at the window's start, `stop(window_s)` at its end."""
+
+    def start(self) -> None:
+        self.host0, self.own0 = _host_busy_s(), _tree_cpu_s(os.getpid())
+
+    def stop(self, window_s: float) -> dict[str, float]:
+        host1, own1 = _host_busy_s(), _tree_cpu_s(os.getpid())
+        if self.host0 is None or host1 is None or window_s <= 0:
+            return {}
+        other = max(0.0, (host1 - self.host0) - (own1 - self.own0))  # /proc/stat counts every CPU of the host
+        return {"host_other_cpu_frac": other / (window_s * (os.cpu_count() or 1))}
+
+
+def gpu_other_processes(device_index: int = 0) -> int | None:
+    """Processes on the GPU that are not this trial's (None without NVML)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None
+    try:
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(device_index)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+    except Exception:
+        return None
+    return sum(1 for p in procs if p.pid != os.getpid())
+
+
+def verdict(metrics: dict[str, float]) -> str | None:
+    """Why a window's figure is suspect, or None."""
+    other = metrics.get("host_other_cpu_frac")
+    reasons = []
+    if other is not None and other > OTHER_CPU_LIMIT:
+        reasons.append(f"other processes used {other:.0%} of the host's CPU time during the window")
+    if metrics.get("gpu_other_processes"):
+        reasons.append(f"{int(metrics['gpu_other_processes'])} other process(es) on the GPU")
+    return "; ".join(reasons) or None

@@ -2,6 +2,7 @@
 
 import pytest
 
+from autotune import knobs as K
 from autotune import spec as S
 
 WL = {"workload": {"name": "tiny_cnn"}}
@@ -19,8 +20,8 @@ def test_minimal_spec_gets_embedded_defaults():
     assert spec.search.sampler == "autotune" and spec.search.n_trials == 20 and spec.search.patience is None
     assert spec.search_space.preset == "default"
     assert spec.resources.ray_address is None and spec.tracking.uri is None
-    assert set(spec.search_space.lists()) == {"num_workers", "pin_memory", "batch_size", "precision", "compile",
-                                             "set_to_none", "channels_last", "cudnn_benchmark"}
+    # every built-in knob that acts within a trial (persistent_workers only between epochs)
+    assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"}
 
 
 def test_inline_knobs_override_the_preset():
@@ -73,7 +74,7 @@ def test_load_reports_missing_file_and_bad_yaml(tmp_path):
         S.load(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("workload: [unclosed\n")
-    with pytest.raises(S.SpecError, match=r"bad.yaml: not valid YAML"):
+    with pytest.raises(S.SpecError, match=r"bad.yaml:2:1: not valid YAML: expected ',' or '\]', but got '<stream end>'$"):
         S.load(bad)
 
 

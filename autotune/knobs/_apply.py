@@ -1,0 +1,118 @@
+"""Applying knobs to a training job, stage by stage (torch imported on call, so
+the registry stays importable without it)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+from autotune.knobs._registry import KNOBS, USER_PREFIX
+
+
+def loader_kwargs(knobs: dict[str, Any]) -> dict[str, Any]:
+    """DataLoader keyword arguments for these knobs: every `loader` knob, by its
+    DataLoader name; a knob at torch's default (None) is left to torch."""
+    out = {k.kwarg: knobs[name] for name, k in KNOBS.items() if k.stage == "loader" and name in knobs}
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def build_loader(dataset, knobs: dict[str, Any], **kwargs):
+    """The one DataLoader builder (the trial, the 2x-batch probe, loss parity and
+    production code): the loader knobs, then the caller's own arguments (sampler,
+    collate_fn, drop_last, shuffle, ...), which win."""
+    from torch.utils.data import DataLoader
+
+    return DataLoader(dataset, **{**loader_kwargs(knobs), **kwargs})
+
+
+def apply_process_flags(knobs: dict[str, Any]) -> None:
+    """Process-wide settings: intra-op threads (None: torch's default, untouched)."""
+    import torch
+
+    if knobs.get("num_threads") is not None:
+        torch.set_num_threads(knobs["num_threads"])
+
+
+def apply_backend_flags(knobs: dict[str, Any]) -> None:
+    """Process-wide flags: cuDNN autotuning and fp32 matmul precision."""
+    import torch
+
+    torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
+    if knobs["precision"] == "tf32":
+        torch.set_float32_matmul_precision("high")
+        torch.backends.cudnn.allow_tf32 = True
+    else:
+        torch.set_float32_matmul_precision("highest")
+
+
+def workload_args(knobs: dict[str, Any]) -> dict[str, Any]:
+    """The user knobs among `knobs`, as factory keyword arguments."""
+    return {k[len(USER_PREFIX):]: v for k, v in knobs.items() if k.startswith(USER_PREFIX)}
+
+
+def prepare_model(model, knobs: dict[str, Any], device):
+    """Move to the device, then memory format, then compile (compile last: it
+    traces the model as it will run)."""
+    import torch
+
+    model = model.to(device)
+    if knobs["channels_last"]:
+        model = model.to(memory_format=torch.channels_last)
+    if knobs["compile"] != "none":
+        mode = None if knobs["compile"] == "default" else knobs["compile"]
+        model = torch.compile(model, mode=mode)
+    return model
+
+
+def autocast_dtype(knobs: dict[str, Any]):
+    import torch
+
+    return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(knobs["precision"])
+
+
+def autocast(knobs: dict[str, Any], device_type: str):
+    """Context manager for the forward pass and loss."""
+    import torch
+
+    dtype = autocast_dtype(knobs)
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, dtype=dtype)
+
+
+def grad_scaler(knobs: dict[str, Any], device_type: str):
+    """A GradScaler for fp16 (as production needs one), else None."""
+    import torch
+
+    if knobs["precision"] != "16-mixed":
+        return None
+    return torch.amp.GradScaler(device_type)
+
+
+def map_tensors(fn, batch):
+    """Apply `fn` to every tensor of a batch of (nested) tuples, lists and dicts."""
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return fn(batch)
+    if isinstance(batch, dict):
+        return {k: map_tensors(fn, v) for k, v in batch.items()}
+    if isinstance(batch, (tuple, list)):
+        return type(batch)(map_tensors(fn, v) for v in batch)
+    return batch
+
+
+def to_device(batch, device, non_blocking: bool):
+    return map_tensors(lambda t: t.to(device, non_blocking=non_blocking), batch)
+
+
+def to_channels_last(batch):
+    """Put the 4-D floating-point tensors of a batch in channels_last."""
+    import torch
+
+    def convert(t):
+        if t.dim() == 4 and t.is_floating_point():
+            return t.contiguous(memory_format=torch.channels_last)
+        return t
+
+    return map_tensors(convert, batch)

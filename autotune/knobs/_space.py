@@ -1,0 +1,95 @@
+"""The search space on one device: which values of each knob apply, what is fixed
+and why, which combinations cannot run together."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from autotune.knobs._registry import Device, Knob, conflicts, registry
+
+
+@dataclass
+class Space:
+    """The search space on one device: what is sampled, what is fixed and why."""
+
+    baseline: dict[str, Any]
+    search: dict[str, list]  # knobs with two or more applicable values
+    fixed: dict[str, str]  # knob -> why it is not sampled (it stays at the baseline value)
+    dropped: list[str]  # "knob=value: why" for values that cannot apply here
+    user: dict[str, dict] = field(default_factory=dict)  # user knobs: name -> {safety, stage}
+
+    def knobs(self) -> dict[str, Knob]:
+        return registry(self.user)
+
+    def conflicts(self, params: dict[str, Any]) -> list[str]:
+        """Why the searched `params`, with the fixed knobs at the baseline, cannot run together."""
+        return conflicts({**self.baseline, **params}, self.knobs())
+
+
+def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Device,
+                  allowed_classes: set[str] | None = None, keep_effective_batch: bool = False,
+                  user: dict[str, dict] | None = None) -> Space:
+    """Keep the values that apply on `device`; the baseline's value is always in
+    the space, so the baseline is a point of the search and ratios compare like
+    with like. A baseline value that cannot apply falls back to PyTorch's.
+    `allowed_classes`: the safety classes the search may change (safety.level);
+    `keep_effective_batch`: batch sizes must divide the baseline's (the rest is
+    made up by gradient accumulation), which keeps the optimization unchanged.
+    `user`: user knobs (name -> {safety, stage}); their lists are under `args.NAME`
+    and their baseline values under the same names. Values that conflict with the
+    baseline's other knobs stay in the space (another point may allow them); the
+    strategy never proposes a conflicting combination."""
+    base, search, fixed, dropped = {}, {}, {}, []
+    for name, knob in registry(user).items():
+        value = baseline.get(name, knob.pytorch_default)
+        why = knob.unavailable(value, device)
+        if why:
+            dropped.append(f"baseline {name}={value!r}: {why}; using {knob.pytorch_default!r}")
+            value = knob.pytorch_default
+        base[name] = value
+        if name not in lists:
+            fixed[name] = "not in the search space"
+            continue
+        # with accumulation the optimization batch is kept, but BatchNorm and rounding
+        # see the micro-batch: a numerics-level change rather than a dynamics one
+        safety = "numerics" if name == "batch_size" and keep_effective_batch else knob.safety
+        if allowed_classes is not None and safety not in allowed_classes:
+            fixed[name] = f"a {knob.safety} knob; safety.level allows only {', '.join(sorted(allowed_classes))} knobs"
+            continue
+        values = []
+        for v in lists[name]:
+            why = knob.unavailable(v, device)
+            if not why and name == "batch_size" and keep_effective_batch and (v > value or value % v):
+                why = f"keep_effective_batch: a micro-batch must divide the baseline batch {value}"
+            if why:
+                dropped.append(f"{name}={v!r}: {why}")
+            elif v not in values:
+                values.append(v)
+        if value not in values:
+            values.insert(0, value)
+        if len(values) > 1:
+            search[name] = values
+        else:
+            reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
+            fixed[name] = reasons[0] if reasons else "one value in the search space"
+    table = registry(user)
+    for name in list(search):  # constraints between knobs (prefetch_factor needs workers)
+        knob, keep = table[name], []
+        for v in search[name]:
+            why = knob.requires(v, {**base, name: v})
+            # runs where some other searched value allows it (e.g. more workers)
+            if why is None or any(knob.requires(v, {**base, other: ov, name: v}) is None
+                                  for other in search if other != name for ov in search[other]):
+                keep.append(v)
+                if why:
+                    dropped.append(f"{name}={v!r} at the baseline: {why}; run only with values that allow it")
+            else:
+                dropped.append(f"{name}={v!r}: {why}")
+        if len(keep) > 1:
+            search[name] = keep
+        else:
+            del search[name]
+            reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
+            fixed[name] = reasons[-1] if reasons else "one value in the search space"
+    return Space(base, search, fixed, dropped, dict(user or {}))

@@ -103,7 +103,9 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
         time.sleep(0.3)
     output = proc.stdout.read().decode()
     assert proc.returncode == 0, output[-3000:]
-    assert any("gcs_server" in c for c in commands) and any("autotune.trial" in c for c in commands), commands
+    # the trial processes ran (forked by the warm fork server, or started from scratch)
+    assert any("gcs_server" in c for c in commands), commands
+    assert any("autotune.forkserver" in c or "autotune.trial" in c for c in commands), commands
     assert any("gcs_server" in cmd for _, cmd in seen), f"no Ray server socket seen: {seen}"
     exposed = sorted(s for s in seen if not _is_loopback(s[0]))
     assert not exposed, f"listening beyond loopback: {exposed}"

@@ -72,7 +72,8 @@ def search(
 
         view = report.LiveView(quiet=quiet)
         try:
-            result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None)
+            result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None,
+                                   on_trial_start=view.trial_started)
         except KeyboardInterrupt:
             from autotune.report import error
 

@@ -240,6 +240,7 @@ class _Recorder:
     def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
         self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
         self.csv_path, self.on_trial = csv_path, on_trial
+        self.on_trial_start: Callable | None = None
         self.baseline_failed: TrialRecord | None = None
 
     def baseline(self) -> TrialRecord | None:
@@ -270,8 +271,8 @@ class _Recorder:
             base = record
             if status != "ok":
                 self.baseline_failed = record
-        if base and base.throughput and record.throughput and same_device(base, record):
-            record.metrics["speedup_x"] = record.throughput / base.throughput
+        if base and base.throughput and record.measured and same_device(base, record):  # a pruned trial's too
+            record.metrics["speedup_x"] = record.measured / base.throughput
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
         write_csv(self.records, self.csv_path)
@@ -291,6 +292,10 @@ class _DriverOnly:
 
 
 class _RecordTrials(_DriverOnly, tune.Callback):
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if self.recorder.on_trial_start:  # the live view's row for the running trial
+            self.recorder.on_trial_start(trial.config["trial_number"], {k: trial.config[k] for k in K.KNOBS})
+
     def on_trial_complete(self, iteration, trials, trial, **info):
         self.recorder.add(trial.config, trial.last_result)
 
@@ -319,7 +324,7 @@ class _Stop(_DriverOnly, tune.Stopper):
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
-        resume: bool = False) -> SearchResult:
+        resume: bool = False, on_trial_start: Callable | None = None) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM). With `resume`, continue the search in `spec.output_dir`
     from its Optuna storage: finished trials are neither lost nor repeated.
@@ -360,7 +365,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
             (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
-        return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state)
+        return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state, on_trial_start)
     finally:
         if started_ray:
             import ray
@@ -433,7 +438,8 @@ def _open(spec, run_dir, device, space, state) -> _Opened:
     return _Opened(tracker, paths, state, n_trials, storage_url)
 
 
-def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state) -> SearchResult:
+def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state,
+            on_trial_start=None) -> SearchResult:
     import ray
 
     cuda = device.type == "cuda"
@@ -469,7 +475,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     study = optuna.create_study(study_name=state["optuna_study"], storage=storage_url, direction="maximize",
                                 load_if_exists=True, sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed))
     _reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
-    recorder.on_trial = on_trial
+    recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
                         spec.search.seed)
     remaining = n_trials - len(records)
@@ -562,7 +568,9 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
     result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended)
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
     if baseline and baseline.throughput and best:
-        export.write_best_config(result, spec, paths["best_config"])
+        config = export.write_best_config(result, spec, paths["best_config"])
+        if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)
+            paths["best_config"].write_text(_dump_yaml({**config, "tie": best.tie}))
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
                        speedup_x=best.throughput / baseline.throughput)
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})

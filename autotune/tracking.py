@@ -1,7 +1,10 @@
 """MLflow: one parent run per search, one nested run per trial.
 
 Params are the knobs, metrics carry their units in their names, tags hold the
-status and failure reason. Only the driver writes to MLflow, so trials on other
+status, the outcome and the failure reason. A trial's run spans the trial's own
+start and end (not when the driver wrote it). A pruned trial is its own outcome,
+not a failure: FINISHED in MLflow (its throughput was measured), tag
+`outcome=pruned`. Only the driver writes to MLflow, so trials on other
 hosts need no access to the store.
 """
 
@@ -13,7 +16,12 @@ from typing import Any
 
 from autotune import __version__
 
-STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "KILLED"}  # every other status: FAILED
+STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"}  # every other status: FAILED
+OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed
+
+
+def _ms(unix_s) -> int | None:
+    return int(unix_s * 1000) if unix_s else None
 
 
 def default_uri(run_dir: Path) -> str:
@@ -71,14 +79,17 @@ class Tracker:
         self._log(self.parent_run_id, params=params, tags=tags)
 
     def log_trial(self, record, baseline_knobs: dict | None = None) -> str:
-        """A nested run for one finished trial; returns its run id."""
+        """A nested run for one finished trial, spanning the trial's start and
+        end; returns its run id."""
         run = self.client.create_run(
             self.experiment_id,
             run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
             tags={"mlflow.parentRunId": self.parent_run_id, "autotune.role": "trial"},
+            start_time=_ms(record.info.get("started_unix")),
         )
         run_id = run.info.run_id
-        tags = {"status": record.status, "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
+        tags = {"status": record.status, "outcome": OUTCOME.get(record.status, "failed"),
+                "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
         if baseline_knobs:  # the safety classes of the knobs this trial changed
@@ -100,7 +111,8 @@ class Tracker:
         self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)
         if record.trial_dir and Path(record.trial_dir).is_dir():
             self.client.log_artifacts(run_id, str(record.trial_dir), artifact_path="trial")
-        self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"))
+        self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"),
+                                   end_time=_ms(record.info.get("ended_unix")))
         return run_id
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:

@@ -339,18 +339,20 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     user_cwd = os.getcwd()
     if user_cwd not in sys.path:
         sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
-    try:
-        workload = W.load(spec.workload.ref, spec.workload.args)
-    except W.WorkloadError as e:
-        raise SpecError(f"workload: {e}") from e
     if spec.tracking.uri:
         tracking.check_uri(spec.tracking.uri)
-    baseline = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
-    baseline = {**K.pytorch_defaults(workload.batch_size), **baseline}
+    from concurrent.futures import ThreadPoolExecutor
 
-    started_ray = _init_ray(spec.resources.ray_address)
+    local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
+    with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
+        preparing = pool.submit(_prepare, spec, run_dir, local_store)
+        started_ray = _init_ray(spec.resources.ray_address)
     _stop_on_sigterm()
+    store = None
     try:
+        workload, store = preparing.result()
+        baseline = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
+        baseline = {**K.pytorch_defaults(workload.batch_size), **baseline}
         device = _detect_device(spec)
         space = K.resolve_space(spec.search_space.lists(), baseline, device, LEVELS[spec.safety.level],
                                 spec.safety.keep_effective_batch)
@@ -365,12 +367,26 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
             (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
+        tracking.adopt_store(store, run_dir)
         return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state, on_trial_start)
     finally:
+        tracking.adopt_store(store, None)  # not adopted (a check failed): removed
         if started_ray:
             import ray
 
             ray.shutdown()
+
+
+def _prepare(spec: Spec, run_dir: Path, local_store: bool) -> tuple[W.Workload, Path | None]:
+    """The user's workload, checked (imports torch and the factory), and an
+    empty local MLflow store to adopt (`tracking.empty_store`, which imports
+    MLflow). Runs while Ray starts: on 2 shared cores (load ~3) the first trial
+    of the quickstart started after 7.6-10.7 s instead of 10.5-13.6 s."""
+    try:
+        workload = W.load(spec.workload.ref, spec.workload.args)
+    except W.WorkloadError as e:
+        raise SpecError(f"workload: {e}") from e
+    return workload, tracking.empty_store(run_dir) if local_store else None
 
 
 def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> None:

@@ -59,7 +59,9 @@ def test_search_records_every_trial_everywhere(tmp_path):
     assert seen[0].is_baseline and seen[0].knobs["batch_size"] == 16 and not seen[0].knobs["channels_last"]
     assert all(r.status == "ok" for r in seen), [(r.error_type, r.error) for r in seen]
     assert "pin_memory" in result.space.fixed  # a CPU host: fixed, not sampled
-    assert result.best.throughput == max(r.throughput for r in seen)
+    # the fastest, unless it only tied (overlapping 95% CIs) with a safer config, which then says so
+    fastest = max(seen, key=lambda r: r.throughput)
+    assert result.best is fastest or result.best.tie["faster_trial"] == fastest.number
     assert all(r.speedup == pytest.approx(r.throughput / seen[0].throughput) for r in seen)
     # each trial was announced when it started (the live view's running row), before it finished
     assert [(n, k) for n, k, _ in started] == [(r.number, r.knobs) for r in seen]
@@ -97,9 +99,9 @@ def test_search_records_every_trial_everywhere(tmp_path):
     for t in study.trials:
         if "repeat_of" in t.user_attrs:  # a repeat: told the value measured before
             assert t.values == study.trials[t.user_attrs["repeat_of"]].values
-    assert study.best_value == pytest.approx(result.best.throughput)
+    assert study.best_value == pytest.approx(fastest.throughput)
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
-    assert best["knobs"] == result.best.knobs
+    assert best["knobs"] == result.best.knobs and best.get("tie") == result.best.tie
     assert best["measured"]["speedup_x"] == pytest.approx(result.best.throughput / seen[0].throughput, abs=1e-3)
     assert load_config(run_dir / "best_config.yaml").knobs == result.best.knobs
 

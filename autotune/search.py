@@ -386,7 +386,10 @@ def _prepare(spec: Spec, run_dir: Path, local_store: bool) -> tuple[W.Workload, 
         workload = W.load(spec.workload.ref, spec.workload.args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
-    return workload, tracking.empty_store(run_dir) if local_store else None
+    try:
+        return workload, tracking.empty_store(run_dir) if local_store else None
+    except Exception:  # no head start: the Tracker creates the store itself
+        return workload, None
 
 
 def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> None:

@@ -224,3 +224,22 @@ def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
     importance = knob_importance(storage, "s")
     assert max(importance, key=importance.get) == "precision" and importance["precision"] > 0.5
     assert knob_importance(storage, "s") == importance  # seeded: the same every time
+
+
+def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
+    from autotune.report import as_dict, as_markdown, console, summary
+
+    records = _records()[:2] + [_records()[1]]
+    records[2].number, records[2].knobs = 2, {**records[1].knobs, "batch_size": 256}
+    for r, ci in zip(records, (0.02, 0.04, 0.06)):
+        r.metrics["step_mean_ci95"] = ci
+    records[2].metrics["samples_per_s"] = 158.0  # 5.3% faster than #1, inside both CIs: a tie
+    result = _result(records, tmp_path)
+    assert result.best.number == 1 and as_dict(result)["tie"]["faster_trial"] == 2
+    note = ("trial #2 (158.0 samples/s +-6.0%) is 5.3% faster than #1 (150.0 +-4.0%), inside the measured "
+            "uncertainty (95% CIs overlap): a tie, won by the safer config (safe, 1 knob changed vs dynamics, "
+            "2 knobs changed)")
+    with console.capture() as out:
+        summary(result, show_paths=False)
+    assert f"tie: {note}" in out.get().replace("\n", " ")
+    assert f"**Tie:** {note}" in as_markdown(result)

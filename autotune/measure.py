@@ -256,7 +256,7 @@ class WindowRule:
     slow steps is prunable too: at any step, a mean step (one step, even) above
     `hopeless_factor` x prune_ms; once the window has run `min_s`, a mean step
     above `slow_factor` x prune_ms; every 10 steps and at the caps, a step-time
-    mean whose 95% CI lies wholly above prune_ms."""
+    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms."""
 
     min_steps: int = 30
     min_s: float = 1.0
@@ -289,7 +289,7 @@ class WindowRule:
             return True
         if check_ci:
             times = step_times()
-            return len(times) >= 5 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.prune_ms
+            return len(times) >= 9 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.prune_ms
         return False
 
 

@@ -81,6 +81,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         data["rejected_faster_but_unsafe"] = rejected
     if not data["workload_args"]:
         del data["workload_args"]
+    if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)
+        data["tie"] = best.tie
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
 

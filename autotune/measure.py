@@ -249,29 +249,48 @@ def rel_ci95(xs: list[float]) -> float:
 class WindowRule:
     """When the timed window stops: at least `min_steps` steps and `min_s` seconds,
     then as soon as the step-time mean is known to within ±`target_ci` (95%), or at
-    `max_steps` / `max_s`, whichever comes first."""
+    `max_steps` / `max_s`, whichever comes first.
+
+    With `prune_ms`, a window clearly slower than that stops early (`pruned`),
+    decided on elapsed time as well as on the step count, so a window of a few
+    slow steps is prunable too: at any step, a mean step (one step, even) above
+    `hopeless_factor` x prune_ms; once the window has run `min_s`, a mean step
+    above `slow_factor` x prune_ms; every 10 steps and at the caps, a step-time
+    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms."""
 
     min_steps: int = 30
     min_s: float = 1.0
     target_ci: float = 0.02
     max_steps: int = 3000
     max_s: float = 30.0
-    prune_ms: float | None = None  # stop early once the mean step time is clearly (95%) above this
+    prune_ms: float | None = None  # stop early once the mean step time is clearly above this
+    slow_factor: float = 1.5
+    hopeless_factor: float = 4.0
     pruned: bool = False
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
-        if steps >= self.max_steps or elapsed >= self.max_s:
+        capped = steps >= self.max_steps or elapsed >= self.max_s
+        if self.prune_ms and self._clearly_slow(steps, elapsed, step_times, check_ci=capped or steps % 10 == 0):
+            self.pruned = True
+            return True
+        if capped:
             return True
         if steps % 10 or steps < min(self.min_steps, 10):
             return False
-        if self.prune_ms:
-            times = step_times()
-            if len(times) >= 10 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.prune_ms:
-                self.pruned = True
-                return True
         if steps < self.min_steps or elapsed < self.min_s:
             return False
         return rel_ci95(step_times()) <= self.target_ci
+
+    def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
+        mean_ms = elapsed / steps * 1e3  # the host clock over the steps run (on a GPU it runs ahead: never too high)
+        if mean_ms > self.hopeless_factor * self.prune_ms:
+            return True
+        if elapsed >= self.min_s and mean_ms > self.slow_factor * self.prune_ms:
+            return True
+        if check_ci:
+            times = step_times()
+            return len(times) >= 9 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.prune_ms
+        return False
 
 
 def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:

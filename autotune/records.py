@@ -36,6 +36,14 @@ class TrialRecord:
     mlflow_run_id: str | None = None
     diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
     parity: dict[str, Any] | None = None  # loss parity against the baseline (None: no numerics knob changed)
+    tie: dict[str, Any] | None = None  # set by pick_best on the best: a faster, riskier trial it tied with
+
+    @property
+    def measured(self) -> float | None:
+        """Throughput as measured, a pruned trial's too (over its shortened
+        window): what plots and per-knob effects show. `throughput` is only a
+        complete trial's: what can be the best."""
+        return self.metrics.get(METRIC) if self.status in ("ok", "pruned") else None
 
     @property
     def safe(self) -> bool:
@@ -94,13 +102,71 @@ def same_device(a: TrialRecord | None, b: TrialRecord) -> bool:
     return a is None or a.info.get("device_name") == b.info.get("device_name")
 
 
+# safe < reproducibility < numerics < dynamics: what a changed knob may alter
+SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < reproducibility < numerics < dynamics
+
+
+def risk(record: TrialRecord, baseline_knobs: dict[str, Any]) -> tuple[int, int]:
+    """How risky a config is to adopt: the highest safety class among the knobs
+    it changes from the baseline, then how many it changes."""
+    changed = [k for k, v in record.knobs.items() if v != baseline_knobs.get(k)]
+    return max((SAFETY_RANK[K.lookup(k).safety] for k in changed), default=0), len(changed)
+
+
+def _ci(record: TrialRecord) -> float:
+    """The relative half-width of the 95% CI of the step-time mean; 0 where
+    unknown (a trial with no measured precision cannot claim a tie)."""
+    ci = record.metrics.get("step_mean_ci95")
+    return ci if ci is not None and math.isfinite(ci) else 0.0
+
+
+def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
+    """The two throughputs' 95% CIs overlap (a throughput's relative CI is its
+    step-time mean's: samples/s = batch / step time)."""
+    lo, hi = sorted((a, b), key=lambda r: r.throughput)
+    return lo.throughput * (1 + _ci(lo)) >= hi.throughput * (1 - _ci(hi))
+
+
 def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     """The fastest trial that finished and passed its safety checks, on the
     baseline's device type; a faster one that failed loss parity is never the
-    one exported."""
+    one exported.
+
+    Ties are ties: among the trials whose 95% CI overlaps the fastest's (its
+    advantage is inside the measured uncertainty), the safer config wins
+    (lower safety class: safe < reproducibility < numerics < dynamics; then
+    fewer changed knobs; then the faster). The winner's `tie` then names the
+    faster-but-riskier trial and both CIs."""
     base = next((r for r in records if r.is_baseline), None)
     ok = [r for r in records if r.throughput and r.safe and same_device(base, r)]
-    return max(ok, key=lambda r: r.throughput) if ok else None
+    for r in records:
+        r.tie = None
+    if not ok:
+        return None
+    fastest = max(ok, key=lambda r: r.throughput)
+    if base is None:
+        return fastest
+    tied = [r for r in ok if _overlap(r, fastest)]
+    best = min(tied, key=lambda r: (*risk(r, base.knobs), -r.throughput))
+    if best is not fastest:
+        best.tie = {
+            "faster_trial": fastest.number, "faster_samples_per_s": round(fastest.throughput, 2),
+            "faster_ci95": round(_ci(fastest), 4), "faster_risk": _risk_name(fastest, base.knobs),
+            "chosen_trial": best.number, "chosen_samples_per_s": round(best.throughput, 2),
+            "chosen_ci95": round(_ci(best), 4), "chosen_risk": _risk_name(best, base.knobs),
+            "note": (f"trial #{fastest.number} ({fastest.throughput:.1f} samples/s +-{_ci(fastest):.1%}) is "
+                     f"{fastest.throughput / best.throughput - 1:.1%} faster than #{best.number} "
+                     f"({best.throughput:.1f} +-{_ci(best):.1%}), inside the measured uncertainty (95% CIs "
+                     f"overlap): a tie, won by the safer config ({_risk_name(best, base.knobs)} vs "
+                     f"{_risk_name(fastest, base.knobs)})"),
+        }
+    return best
+
+
+def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
+    rank, n = risk(record, baseline_knobs)
+    cls = next(name for name, r in SAFETY_RANK.items() if r == rank)
+    return "the baseline's knobs" if n == 0 else f"{cls}, {n} knob{'s' if n > 1 else ''} changed"
 
 
 def write_csv(records: list[TrialRecord], path: Path) -> None:

@@ -63,12 +63,14 @@ def _perf(r) -> str:
 
 
 class LiveView:
-    """A table of trials that grows as they finish; a plain line per trial when
-    quiet or when the output is not a terminal (CI logs)."""
+    """A table of trials that grows as they finish, with a row for each running
+    trial (its knobs and how long it has run); a plain line per finished trial
+    when quiet or when the output is not a terminal (CI logs)."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
         self.rows = []
+        self.running: dict[int, tuple[dict, float]] = {}  # trial number -> knobs, start (monotonic)
         self.live: Live | None = None
         self.searched: list[str] = []
         self.best = None
@@ -92,9 +94,15 @@ class LiveView:
             self.live = Live(get_renderable=self._view, console=console, refresh_per_second=2)
             self.live.start()
 
+    def trial_started(self, number: int, knobs: dict) -> None:
+        self.running[number] = dict(knobs), time.monotonic()
+        if self.live:
+            self.live.update(self._view())
+
     def trial(self, record) -> None:
         if record.throughput and (self.best is None or record.throughput > self.best.throughput):
             self.best = record
+        self.running.pop(record.number, None)
         self.rows.append(record)
         if self.live:
             self.live.update(self._view())
@@ -120,7 +128,8 @@ class LiveView:
     def _view(self):
         done, total = len(self.rows), self.n_trials or 1
         bar = ProgressBar(total=total, completed=done, width=40)
-        status = Text(f" {done}/{self.n_trials} trials, {self._eta()}")
+        running = f", {len(self.running)} running" if self.running else ""
+        status = Text(f" {done}/{self.n_trials} trials{running}, {self._eta()}")
         return Group(self._table(), Columns([bar, status]))
 
     def _line(self, r) -> str:
@@ -147,6 +156,10 @@ class LiveView:
                 _perf(r),
                 f"{r.speedup:.2f}x" if r.speedup else "", f"{best:.1f}" if best else "",
             )
+        now = time.monotonic()
+        for number, (knobs, started) in sorted(self.running.items()):
+            table.add_row(f"{number}", f"[blue]running {_clock(now - started)}[/]",
+                          *(_fmt(knobs.get(k, "")) for k in self.searched), "", "", "")
         return table
 
 
@@ -175,12 +188,16 @@ def as_dict(result, importance: dict | None = None) -> dict:
     base, best = result.baseline, result.best
     measured = [r for r in result.records if r.throughput]
     ok = [r for r in measured if same_device(base, r)]  # comparisons never mix device types
+    # per-knob effects count pruned trials too, at the throughput of their shortened window
+    seen = [r for r in result.records if r.measured and same_device(base, r)]
     effects = {}
     for knob, values in result.space.search.items():
         effects[knob] = []
         for value in values:
-            ys = sorted(r.throughput for r in ok if r.knobs[knob] == value)
-            effects[knob].append({"value": value, "trials": len(ys), "median_samples_per_s": ys[len(ys) // 2] if ys else None})
+            group = [r for r in seen if r.knobs[knob] == value]
+            ys = sorted(r.measured for r in group)
+            effects[knob].append({"value": value, "trials": len(ys), "pruned": sum(r.status == "pruned" for r in group),
+                                  "median_samples_per_s": ys[len(ys) // 2] if ys else None})
     compared = base is not None and base.throughput and best is not None
     eager_first = base.metrics.get("first_step_s") if base else None
     compiled = [{"trial": r.number, "compile": r.knobs["compile"], "first_step_s": r.metrics.get("first_step_s"),
@@ -191,7 +208,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "trials": len(result.records), "trials_ok": len(ok), "wall_s": result.wall_s,
         "stopped_reason": result.stopped_reason, "ended": result.ended,
         "pruning": pruning_savings(result.records), "compile": compiled,
-        "baseline": _trial(base), "best": _trial(best),
+        "baseline": _trial(base), "best": _trial(best), "tie": best.tie if best else None,
         "speedup_x": best.throughput / base.throughput if compared else None,
         "knob_effects": effects, "importance": importance,
         "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
@@ -236,16 +253,19 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
         table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, best)))
         table.add_row("[bold]speedup[/]", "1.00x", f"[bold green]{d['speedup_x']:.2f}x[/]")
         console.print(table)
-        effects = Table(title="per-knob effect (median samples/s over the trials with that value)", title_justify="left")
+        effects = Table(title="per-knob effect (median samples/s over the trials with that value, pruned ones included "
+                              "at their measured throughput)", title_justify="left")
         effects.add_column("knob")
         effects.add_column("values")
         if importance:
             effects.add_column("importance", justify="right")
         for knob, rows in d["knob_effects"].items():
-            cells = ", ".join(f"{_fmt(e['value'])}: {e['median_samples_per_s']:.0f} ({e['trials']})" if e["trials"]
+            cells = ", ".join(f"{_fmt(e['value'])}: {e['median_samples_per_s']:.0f} ({_count(e)})" if e["trials"]
                               else f"{_fmt(e['value'])}: -" for e in rows)
             effects.add_row(knob, cells, *([f"{importance.get(knob, 0):.2f}"] if importance else []))
         console.print(effects)
+        if d["tie"]:
+            console.print(f"[yellow]tie[/]: {d['tie']['note']}")
         for flag in d["safety"]:
             if flag["safety"] != "safe":
                 parity = flag.get("parity")
@@ -272,6 +292,11 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
             if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists()):
                 console.print(f"  {label:15} {path}")
         console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
+
+
+def _count(effect: dict) -> str:
+    """Trials with a knob value: "3", or "3, 1 pruned"."""
+    return f"{effect['trials']}" + (f", {effect['pruned']} pruned" if effect.get("pruned") else "")
 
 
 def _search_notes(d: dict) -> list[str]:
@@ -313,6 +338,8 @@ def as_markdown(result, importance: dict | None = None) -> str:
             lines.append(f"| `{flag['knob']}` ({flag['safety']}) | {_fmt(flag['baseline'])} | **{_fmt(flag['tuned'])}** |")
         lines.append(f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
                      f"{(best['diagnosis'] or {}).get('bottleneck', '-')} |")
+        if d["tie"]:
+            lines += ["", f"**Tie:** {d['tie']['note']}"]
         notes = [f"- **{f['safety']}**: `{f['knob']}`: {f['note']}" for f in d["safety"] if f["safety"] != "safe"]
         if notes:
             lines += ["", "Convergence safety:", *notes]

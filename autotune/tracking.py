@@ -1,7 +1,10 @@
 """MLflow: one parent run per search, one nested run per trial.
 
 Params are the knobs, metrics carry their units in their names, tags hold the
-status and failure reason. Only the driver writes to MLflow, so trials on other
+status, the outcome and the failure reason. A trial's run spans the trial's own
+start and end (not when the driver wrote it). A pruned trial is its own outcome,
+not a failure: FINISHED in MLflow (its throughput was measured), tag
+`outcome=pruned`. Only the driver writes to MLflow, so trials on other
 hosts need no access to the store.
 """
 
@@ -13,11 +16,66 @@ from typing import Any
 
 from autotune import __version__
 
-STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "KILLED"}  # every other status: FAILED
+STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"}  # every other status: FAILED
+OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed
+
+
+def _ms(unix_s) -> int | None:
+    return int(unix_s * 1000) if unix_s else None
 
 
 def default_uri(run_dir: Path) -> str:
     return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+
+
+def empty_store(run_dir: Path) -> Path:
+    """An empty local MLflow store (SQLite, schema created), in a temporary dir;
+    `adopt_store` moves it into the run dir once the search is checked (nothing
+    is written in the run dir before that), so it is made while Ray starts.
+    MLflow's schema migrations take 1.4-5 s on 2 cores: they run once per MLflow
+    version, into a copy kept in the user's cache dir (~/.cache/autotune)."""
+    import logging
+    import os
+    import shutil
+    import sqlite3
+    import tempfile
+
+    import mlflow
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # no "creating tables" chatter
+    path = Path(tempfile.mkdtemp(prefix="autotune-mlflow-")) / "mlflow.db"
+    artifacts = (run_dir / "mlartifacts").resolve().as_uri()
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autotune" / f"mlflow-{mlflow.__version__}.db"
+    try:
+        shutil.copyfile(cache, path)
+        with sqlite3.connect(path) as db:  # MLflow's own "Default" experiment: its artifacts in this run dir too
+            db.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = 0", (f"{artifacts}/0",))
+        return path
+    except (OSError, sqlite3.Error):
+        path.unlink(missing_ok=True)
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    SqlAlchemyStore(f"sqlite:///{path}", artifacts).engine.dispose()
+    try:  # atomically: two searches may start at once
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cache.with_name(f"{cache.name}.{os.getpid()}.tmp")
+        shutil.copyfile(path, tmp)
+        tmp.replace(cache)
+    except OSError:
+        pass  # no cache: the next search migrates again
+    return path
+
+
+def adopt_store(store: Path | None, run_dir: Path | None) -> None:
+    """Move an `empty_store` into `run_dir` (unless it has a store; None:
+    discard it); its temporary dir goes either way."""
+    import shutil
+
+    if store is None:
+        return
+    if run_dir is not None and store.exists() and not (run_dir / "mlflow.db").exists():
+        shutil.move(str(store), run_dir / "mlflow.db")
+    shutil.rmtree(store.parent, ignore_errors=True)
 
 
 def check_uri(uri: str) -> None:
@@ -71,14 +129,17 @@ class Tracker:
         self._log(self.parent_run_id, params=params, tags=tags)
 
     def log_trial(self, record, baseline_knobs: dict | None = None) -> str:
-        """A nested run for one finished trial; returns its run id."""
-        # a run left by a driver killed while logging this trial is finished, not doubled
+        """A nested run for one finished trial, spanning the trial's start and
+        end; returns its run id. A run left by a driver killed while logging this
+        trial is finished, not doubled."""
         run_id = self._trial_run(record.number) or self.client.create_run(
             self.experiment_id,
             run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
             tags={"mlflow.parentRunId": self.parent_run_id, "autotune.role": "trial", "trial_number": str(record.number)},
+            start_time=_ms(record.info.get("started_unix")),
         ).info.run_id
-        tags = {"status": record.status, "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
+        tags = {"status": record.status, "outcome": OUTCOME.get(record.status, "failed"),
+                "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
         if baseline_knobs:  # the safety classes of the knobs this trial changed
@@ -100,7 +161,8 @@ class Tracker:
         self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)
         if record.trial_dir and Path(record.trial_dir).is_dir():
             self.client.log_artifacts(run_id, str(record.trial_dir), artifact_path="trial")
-        self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"))
+        self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"),
+                                   end_time=_ms(record.info.get("ended_unix")))
         return run_id
 
     def _trial_run(self, number: int) -> str | None:

@@ -68,11 +68,22 @@ def resolve(ref: str) -> Callable[..., Workload]:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # the user's module may fail in any way while importing
-        raise WorkloadError(f"workload factory `{target}`: cannot import `{module_name}`: {type(e).__name__}: {e}") from e
+        raise WorkloadError(f"workload factory `{target}`: cannot import `{module_name}`: {type(e).__name__}: {e}"
+                            + _import_hint(module_name, e)) from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise WorkloadError(f"workload factory `{target}`: `{module_name}` has no function `{attr}`")
     return factory
+
+
+def _import_hint(module_name: str, e: Exception) -> str:
+    """What to do when the factory's own package is not importable (not when
+    it imports and something inside it fails)."""
+    if not isinstance(e, ModuleNotFoundError) or not e.name or not (module_name + ".").startswith(e.name + "."):
+        return ""
+    top = module_name.split(".")[0]
+    return (f"; run the search from the directory that contains `{top}` (trials import it the same way), "
+            f"or add that directory to PYTHONPATH")
 
 
 def load(ref: str, args: dict[str, Any] | None = None) -> Workload:

@@ -39,7 +39,8 @@ def test_a_factory_that_does_not_import_is_a_user_error(tmp_path, ray_local):
     result = runner.invoke(app, ["search", str(spec)])
     assert result.exit_code == 2
     assert result.stderr == ("error: workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: "
-                             "ModuleNotFoundError: No module named 'no_such_pkg'\n")
+                             "ModuleNotFoundError: No module named 'no_such_pkg'; run the search from the directory that "
+                             "contains `no_such_pkg` (trials import it the same way), or add that directory to PYTHONPATH\n")
 
 
 @pytest.mark.timeout(300)

@@ -118,3 +118,38 @@ def test_window_rule_prunes_only_what_is_clearly_slower():
     close = M.WindowRule(min_steps=30, min_s=5.0, prune_ms=9.0)
     assert not close.done(10, 0.1, lambda: [5.0, 15.0] * 6) and not close.pruned  # 10 +- 3 ms: not clearly above
     assert not M.WindowRule(min_steps=30, min_s=5.0).done(10, 0.1, slow)  # no threshold: never pruned
+
+
+def test_a_window_of_few_slow_steps_is_pruned_on_elapsed_time():
+    # the case: ~360 ms steps against a 100 ms threshold, a 4 s window (only ~11 steps fit)
+    slow = lambda: [360.0, 350.0]  # noqa: E731  (too few step times for a confidence interval)
+    rule = M.WindowRule(min_steps=40, min_s=1.0, max_s=4.0, prune_ms=100.0)
+    assert not rule.done(2, 0.71, slow) and not rule.pruned  # 3.6x, before min_s: not yet
+    assert rule.done(3, 1.07, slow) and rule.pruned  # min_s run, the mean step clearly (>1.5x) above
+    one = M.WindowRule(min_steps=40, min_s=1.0, max_s=4.0, prune_ms=100.0)
+    assert one.done(1, 0.45, lambda: []) and one.pruned  # one step over 4x the threshold: no need to wait
+    near = M.WindowRule(min_steps=40, min_s=1.0, max_s=4.0, prune_ms=100.0)
+    noisy = lambda: [60.0, 200.0] * 3  # noqa: E731  (130 ms +- a lot)
+    assert not near.done(7, 1.0, noisy) and not near.pruned  # 1.3x and noisy: keep measuring
+    assert near.done(31, 4.0, noisy) and not near.pruned  # the cap: still not clearly above, a complete trial
+    capped = M.WindowRule(min_steps=40, min_s=1.0, max_s=4.0, prune_ms=100.0)
+    assert capped.done(31, 4.0, lambda: [125.0, 126.0, 124.0] * 10) and capped.pruned  # at the cap: 125 +- 0.3 ms
+
+
+def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_parity(tmp_path):
+    from autotune import knobs as K
+    from autotune.trial import run_trial
+
+    baseline = K.pytorch_defaults(16)
+    result = run_trial({
+        "workload": {"factory": "tests.workloads:make_slow_large_batches", "args": {"sleep_s": 0.3}},
+        "knobs": {"batch_size": 64, "channels_last": True}, "warmup_steps": 1, "measure_steps": 40,
+        "min_window_s": 1.0, "max_window_s": 4.0, "profile_steps": 2, "diagnose": True, "cpus": 1,
+        "prune_below": 64 / 0.1,  # 100 ms a step; this config takes ~300 ms
+        "parity": {"baseline": baseline, "steps": 5, "tolerance": 0.05},
+    })
+    assert result["status"] == "pruned", result.get("error")
+    m = result["metrics"]
+    assert m["window_steps"] <= 5 and 1.0 <= m["window_s"] < 2.0  # stopped once min_window_s had run
+    assert m["step_ms_mean"] > 250 and m["samples_per_s"] < 64 / 0.25  # its throughput is measured
+    assert not {"profile", "diagnosis", "parity"} & set(result) and "batch2x_step_ratio" not in m

@@ -29,3 +29,37 @@ def test_pruning_savings_are_against_a_complete_trial():
     records = [record(0, 100.0, wall=10.0), record(1, 120.0, wall=12.0), record(2, 50.0, status="pruned", wall=4.0)]
     assert pruning_savings(records) == {"trials_pruned": 1, "pruning_saved_s": 8.0}  # median complete: 12 s
     assert pick_best(records).number == 1 and records[2].throughput is None
+
+
+def timed(number, samples_per_s, ci, **knobs):
+    r = record(number, samples_per_s, **knobs)
+    r.metrics["step_mean_ci95"] = ci
+    return r
+
+
+def test_a_tie_inside_the_measured_uncertainty_goes_to_the_safer_config():
+    # the quickstart's case: batch 256 + channels_last (dynamics) 1.26x +-6% vs channels_last (safe) 1.19x +-4%
+    records = [timed(0, 100.0, 0.02), timed(1, 119.0, 0.04, channels_last=True),
+               timed(2, 126.0, 0.06, batch_size=256, channels_last=True)]
+    best = pick_best(records)
+    assert best.number == 1
+    assert best.tie["faster_trial"] == 2 and (best.tie["faster_ci95"], best.tie["chosen_ci95"]) == (0.06, 0.04)
+    assert best.tie["chosen_risk"] == "safe, 1 knob changed"
+    assert best.tie["faster_risk"] == "dynamics, 2 knobs changed"
+    assert "5.9% faster than #1" in best.tie["note"] and "95% CIs overlap" in best.tie["note"]
+    assert records[2].tie is None
+
+
+def test_a_clear_win_is_not_a_tie_and_fewer_knobs_break_a_tie_within_a_class():
+    records = [timed(0, 100.0, 0.02), timed(1, 119.0, 0.01, channels_last=True),
+               timed(2, 126.0, 0.01, batch_size=256, channels_last=True)]  # 119*1.01 < 126*0.99: no overlap
+    assert pick_best(records).number == 2 and pick_best(records).tie is None
+    records = [timed(0, 100.0, 0.01), timed(1, 152.0, 0.05, channels_last=True, set_to_none=False),
+               timed(2, 150.0, 0.05, channels_last=True), timed(3, 153.0, 0.05, precision="bf16-mixed")]
+    best = pick_best(records)  # all tie: the safe ones beat numerics, then one knob beats two
+    assert best.number == 2 and best.tie["faster_trial"] == 3
+    # no better than the baseline within the noise: the baseline's own knobs win
+    records = [timed(0, 100.0, 0.05), timed(1, 104.0, 0.05, num_workers=1)]
+    assert pick_best(records).number == 0 and pick_best(records).tie["faster_trial"] == 1
+    # unknown precision claims no tie
+    assert pick_best([record(0, 100.0), record(1, 101.0, num_workers=1)]).number == 1

@@ -194,7 +194,9 @@ def spec_file(tmp_path, **overrides) -> Path:
     ({"workload": {"factory": "tests.workloads:not_a_workload"}},
      "workload: workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload"),
     ({"workload": {"factory": "no_such_pkg.train:make"}},
-     "workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: ModuleNotFoundError: No module named 'no_such_pkg'"),
+     "workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: ModuleNotFoundError: No module named 'no_such_pkg'"
+     "; run the search from the directory that contains `no_such_pkg` (trials import it the same way), or add that "
+     "directory to PYTHONPATH"),
     ({"tracking": {"uri": "http://127.0.0.1:9"}},
      "tracking.uri: cannot reach an MLflow server at `http://127.0.0.1:9` ([Errno 111] Connection refused); start one "
      "(`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out for a local store"),

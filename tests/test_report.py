@@ -22,7 +22,7 @@ def test_report_text(finished_run):
     assert result.exit_code == 0, result.output
     out = result.output
     assert "baseline vs best (3 trials" in out and "speedup" in out
-    assert "per-knob effect (median samples/s over the trials with that value)" in out
+    assert "per-knob effect (median samples/s over the trials with that value, pruned ones included" in out
     assert "baseline: " in out and "-bound (" in out  # the diagnosis with its evidence
     for name in ("throughput_per_trial", "throughput_by_knob", "parallel_coordinates"):
         assert f"plot: {run_dir / 'plots' / name}.png" in out
@@ -37,7 +37,9 @@ def test_report_json_matches_the_csv(finished_run):
     assert data["trials"] == 3 and data["baseline"]["trial"] == 0 and data["stopped_reason"] is None
     assert data["speedup_x"] == pytest.approx(data["best"]["metrics"]["samples_per_s"] / data["baseline"]["metrics"]["samples_per_s"])
     assert set(data["knob_effects"]) == {"batch_size", "channels_last"}
-    assert sum(e["trials"] for e in data["knob_effects"]["batch_size"]) == data["trials_ok"]
+    pruned = data["pruning"].get("trials_pruned", 0)  # counted in the effects at their measured throughput
+    assert sum(e["trials"] for e in data["knob_effects"]["batch_size"]) == data["trials_ok"] + pruned
+    assert sum(e["pruned"] for e in data["knob_effects"]["batch_size"]) == pruned
     assert data["fixed"]["pin_memory"] == "pinned memory only speeds host-to-GPU copies; no CUDA device"
     assert data["baseline"]["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
 
@@ -133,3 +135,122 @@ def test_load_config_applies_compile_cudnn_and_tf32(tmp_path):
     finally:
         torch.backends.cudnn.benchmark = False
         torch.set_float32_matmul_precision("highest")
+
+
+def _result(records, tmp_path):
+    from autotune import knobs as K
+    from autotune.records import SearchResult, pick_best
+
+    space = K.Space(baseline=records[0].knobs, search={"batch_size": [32, 64], "channels_last": [False, True]},
+                    fixed={}, dropped=[])
+    return SearchResult(tmp_path, space, K.Device("cpu", 2, "cpu"), records, records[0], pick_best(records), 10.0, {})
+
+
+def _records():
+    from autotune import knobs as K
+    from autotune.records import TrialRecord
+
+    def rec(number, status, samples_per_s=None, **knobs):
+        return TrialRecord(number=number, status=status, knobs={**K.pytorch_defaults(32), **knobs},
+                           metrics={"samples_per_s": samples_per_s} if samples_per_s else {}, is_baseline=number == 0,
+                           error_type=None if samples_per_s else "RuntimeError", error=None if samples_per_s else "boom")
+
+    return [rec(0, "ok", 100.0), rec(1, "ok", 150.0, channels_last=True), rec(2, "pruned", 40.0, batch_size=64),
+            rec(3, "error", batch_size=64, channels_last=True)]
+
+
+def test_pruned_trials_are_drawn_at_their_measured_throughput_and_the_legend_hides_no_point(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from autotune.plots import PRUNED_LABEL, per_trial_figure
+
+    fig = per_trial_figure(_result(_records(), tmp_path))
+    ax = fig.axes[0]
+    legend = ax.get_legend()
+    labels = [t.get_text() for t in legend.get_texts()]
+    assert labels == ["trial", PRUNED_LABEL, "best so far", "baseline", "failed (oom / error / timeout)"]
+    points = {c.get_label(): c.get_offsets().tolist() for c in ax.collections}
+    assert points[PRUNED_LABEL] == [[2, 40.0]]  # at its measured throughput, not at 0
+    assert points["failed (oom / error / timeout)"] == [[3, 0.0]] and points["trial"] == [[0, 100.0], [1, 150.0]]
+    fig.canvas.draw()
+    box = legend.get_window_extent()
+    assert not box.overlaps(ax.get_window_extent())  # below the axes: no point under it
+    for offsets in points.values():
+        for x, y in ax.transData.transform(offsets):
+            assert not box.contains(x, y)
+
+
+def test_per_knob_effects_count_pruned_trials_and_say_so(tmp_path):
+    from autotune.report import as_dict, console, summary
+
+    result = _result(_records(), tmp_path)
+    d = as_dict(result)
+    assert d["knob_effects"]["batch_size"] == [
+        {"value": 32, "trials": 2, "pruned": 0, "median_samples_per_s": 150.0},
+        {"value": 64, "trials": 1, "pruned": 1, "median_samples_per_s": 40.0}]  # the pruned trial's measured 40
+    with console.capture() as out:
+        summary(result, show_paths=False)
+    text = out.get()
+    assert "pruned ones included at their measured throughput" in text
+    assert "64: 40 (1, 1 pruned)" in text
+
+
+def test_the_live_table_shows_the_running_trial():
+    from rich.console import Console
+
+    from autotune.report import LiveView
+
+    view = LiveView(quiet=True)
+    view.searched = ["batch_size", "channels_last"]
+    records = _records()
+    view.trial(records[0])
+    view.trial_started(1, records[1].knobs)
+    render = Console(width=200, record=True)
+    render.print(view._table())
+    lines = render.export_text().splitlines()
+    assert "│  1 │ running 0:00 │ 32    │ on      │           │" in lines[-2], lines
+    view.trial(records[1])  # finished: its row is the result, no longer a running row
+    render.print(view._table())
+    assert "running" not in render.export_text()
+
+
+def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
+    # the search: bf16 ran 7-9x slower (its trials pruned, told with their measured throughput);
+    # Optuna's default evaluator (PedANOVA: what sets the top 10% apart) gave precision 0.03
+    import optuna
+    from optuna.distributions import CategoricalDistribution as C
+
+    from autotune.plots import knob_importance
+
+    storage = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
+    space = {"batch_size": C([32, 64, 128, 256]), "precision": C(["32-true", "bf16-mixed"]),
+             "channels_last": C([False, True])}
+    for b, p, c, v in [(32, "32-true", False, 1000), (32, "32-true", True, 1190), (256, "32-true", True, 1260),
+                       (64, "32-true", True, 1200), (32, "bf16-mixed", False, 130), (128, "bf16-mixed", True, 150),
+                       (128, "32-true", True, 1230), (256, "32-true", False, 1100), (64, "32-true", False, 1050)]:
+        study.add_trial(optuna.trial.create_trial(params={"batch_size": b, "precision": p, "channels_last": c},
+                                                  distributions=space, value=v))
+    importance = knob_importance(storage, "s")
+    assert max(importance, key=importance.get) == "precision" and importance["precision"] > 0.5
+    assert knob_importance(storage, "s") == importance  # seeded: the same every time
+
+
+def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
+    from autotune.report import as_dict, as_markdown, console, summary
+
+    records = _records()[:2] + [_records()[1]]
+    records[2].number, records[2].knobs = 2, {**records[1].knobs, "batch_size": 256}
+    for r, ci in zip(records, (0.02, 0.04, 0.06)):
+        r.metrics["step_mean_ci95"] = ci
+    records[2].metrics["samples_per_s"] = 158.0  # 5.3% faster than #1, inside both CIs: a tie
+    result = _result(records, tmp_path)
+    assert result.best.number == 1 and as_dict(result)["tie"]["faster_trial"] == 2
+    note = ("trial #2 (158.0 samples/s +-6.0%) is 5.3% faster than #1 (150.0 +-4.0%), inside the measured "
+            "uncertainty (95% CIs overlap): a tie, won by the safer config (safe, 1 knob changed vs dynamics, "
+            "2 knobs changed)")
+    with console.capture() as out:
+        summary(result, show_paths=False)
+    assert f"tie: {note}" in out.get().replace("\n", " ")
+    assert f"**Tie:** {note}" in as_markdown(result)

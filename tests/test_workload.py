@@ -11,7 +11,16 @@ def test_builtins_load_and_return_workloads():
 
 @pytest.mark.parametrize("ref, message", [
     ("nope", "workload `nope` is neither a built-in (tiny_cnn, resnet18_cifar, jpeg_pipeline) nor a factory path `pkg.module:function`"),
-    ("no_such_pkg.mod:fn", "workload factory `no_such_pkg.mod:fn`: cannot import `no_such_pkg.mod`: ModuleNotFoundError: No module named 'no_such_pkg'"),
+    ("no_such_pkg.mod:fn", "workload factory `no_such_pkg.mod:fn`: cannot import `no_such_pkg.mod`: ModuleNotFoundError: "
+                           "No module named 'no_such_pkg'; run the search from the directory that contains `no_such_pkg` "
+                           "(trials import it the same way), or add that directory to PYTHONPATH"),
+    ("tests.no_such_module:fn", "workload factory `tests.no_such_module:fn`: cannot import `tests.no_such_module`: "
+                                "ModuleNotFoundError: No module named 'tests.no_such_module'; run the search from the "
+                                "directory that contains `tests` (trials import it the same way), or add that directory "
+                                "to PYTHONPATH"),
+    # the package imports, but something it imports is missing: no hint about the directory
+    ("tests.workloads_broken:fn", "workload factory `tests.workloads_broken:fn`: cannot import `tests.workloads_broken`: "
+                                  "ModuleNotFoundError: No module named 'a_dependency_not_installed'"),
     ("tests.workloads:missing", "workload factory `tests.workloads:missing`: `tests.workloads` has no function `missing`"),
     ("tests.workloads:not_a_workload", "workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload"),
 ])

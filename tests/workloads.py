@@ -128,13 +128,13 @@ def make_fp16_overflow(batch_size: int = 32) -> Workload:
     return Workload(model=lambda: Offset(scale=1e6, offset=0.0), dataset=Vectors(), loss=loss, batch_size=batch_size)
 
 
-def make_slow_large_batches(batch_size: int = 16) -> Workload:
-    """Batches above 16 samples cost 40 ms a step: several times slower per sample."""
+def make_slow_large_batches(batch_size: int = 16, sleep_s: float = 0.04) -> Workload:
+    """Batches above 16 samples cost `sleep_s` (40 ms) a step: several times slower per sample."""
     import time
 
     def loss(model, batch):
         if batch[0].shape[0] > 16:
-            time.sleep(0.04)
+            time.sleep(sleep_s)
         return recorder_loss(model, batch)
 
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)

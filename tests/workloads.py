@@ -155,14 +155,14 @@ class Shifted(nn.Module):
         return self.lin(x) + self.offset
 
 
-def make_vanishing(batch_size: int = 32) -> Workload:
+def make_vanishing(batch_size: int = 32, offset: float = 1e4) -> Workload:
     def loss(model, batch):
         x, y = batch
         pred = model(x)
         target = y.to(pred.dtype) + model.offset
         return ((pred - target).float() ** 2).mean()
 
-    return Workload(model=Shifted, dataset=Vectors(), loss=loss, batch_size=batch_size)
+    return Workload(model=lambda: Shifted(offset), dataset=Vectors(), loss=loss, batch_size=batch_size)
 
 
 class NaiveNorm(nn.Module):
@@ -187,3 +187,13 @@ def make_naive_variance(batch_size: int = 32) -> Workload:
         return nn.functional.cross_entropy(model(x).float(), (y[:, 0] > 0).long())
 
     return Workload(model=NaiveNorm, dataset=Vectors(), loss=loss, batch_size=batch_size)
+
+
+def make_chaotic(batch_size: int = 16, lr: float = 0.5) -> Workload:
+    """The tiny CNN at a learning rate where training is chaotic: rounding-level
+    differences grow to large loss differences within a few steps."""
+    from trials.tiny_cnn import make_workload
+
+    wl = make_workload(batch_size=batch_size, width=8)
+    wl.optimizer = lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return wl

@@ -16,7 +16,7 @@ from autotune.export import safety_flags
 from autotune.records import TrialRecord, pick_best
 from autotune.safety import LEVELS, STEP_METRICS, batch_advice, loss_parity, needs_parity, trial_parity
 from autotune.search import run
-from autotune.trial import prepare
+from autotune.trial import prepare, run_trial
 
 CPU = K.Device("cpu", 2)
 
@@ -129,6 +129,16 @@ def test_the_reference_is_computed_once_and_reused(tmp_path):
     assert alone["reference"] == "computed" and alone["passed"]
 
 
+def test_a_trial_run_alone_computes_its_own_reference():
+    base = K.pytorch_defaults(16)
+    result = run_trial({"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}}, "knobs": {"channels_last": True},
+                        "warmup_steps": 1, "measure_steps": 3, "min_window_s": 0, "max_window_s": 1,
+                        "profile_steps": 0, "diagnose": False, "device": "cpu", "parity": {"baseline": base, "steps": 4}})
+    assert result["status"] == "ok", result.get("error")
+    assert result["parity"]["passed"] and result["parity"]["reference"] == "computed"
+    assert result["metrics"]["parity_s"] == result["parity"]["parity_s"] > 0
+
+
 def test_the_verdict_carries_its_numbers():
     base = K.pytorch_defaults(32)
     parity = loss_parity(W.load("tiny_cnn"), base, {**base, "channels_last": True}, CPU, steps=4)
@@ -218,3 +228,18 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
     table = pd.read_csv(result.run_dir / "trials.csv")
     assert set(table.loc[table.precision == "bf16-mixed", "parity"]) == {"failed"}
     assert load_config(result.run_dir / "best_config.yaml").accumulation_steps == 1
+
+
+@pytest.mark.timeout(300)
+def test_parity_table_has_no_false_alarm_and_catches_every_planted_fault():
+    import json
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "scripts/parity_table.py", "--workloads", "tiny_transformer", "--steps", "6",
+                          "--skip-compile"], capture_output=True, text=True, timeout=280, check=True).stdout
+    table = json.loads(out.strip().splitlines()[-1])
+    assert {(r["knob"], r["value"]) for r in table["rows"] if not r.get("planted")} == {
+        ("precision", "bf16-mixed"), ("channels_last", True), ("set_to_none", False)}  # what a CPU has
+    assert table["false_alarms"] == 0, table["false_alarm_rows"]
+    assert table["planted_total"] == 3 and table["planted_caught"] == 3

@@ -129,6 +129,14 @@ def _batches(workload, batch_size: int, steps: int, seed: int) -> list:
                            collate_fn=workload.collate_fn))
 
 
+def _device_batch(run: _Run, batch):
+    """A batch as the model sees it in a trial: on the device, preprocessed, channels_last."""
+    batch = K.to_device(batch, run.device, non_blocking=False)
+    if run.workload.preprocess is not None:
+        batch = run.workload.preprocess(batch)
+    return K.to_channels_last(batch) if run.knobs["channels_last"] else batch
+
+
 def _params(run: _Run) -> list:
     return [p for p in run.model.parameters() if p.requires_grad]
 
@@ -140,13 +148,8 @@ def _step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, Any]:
 
     K.apply_backend_flags(run.knobs)  # process-wide: the baseline and the candidate take turns
     torch.manual_seed(seed)  # dropout and other random ops draw the same for every run
-    batch = K.to_device(batch, run.device, non_blocking=False)
-    if run.workload.preprocess is not None:
-        batch = run.workload.preprocess(batch)
-    if run.knobs["channels_last"]:
-        batch = K.to_channels_last(batch)
     with K.autocast(run.knobs, run.device.type):
-        loss = run.workload.loss(run.model, batch)
+        loss = run.workload.loss(run.model, _device_batch(run, batch))
     params = _params(run)
     (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
     if run.scaler is not None:
@@ -235,13 +238,7 @@ def _trajectory(run: _Run, batches: list, seed: int, level: float = 0.0, noise_s
     out["buffers"], out["optim"] = _buffers(run), _optim_tensors(run)
     out["scale"] = run.scaler.get_scale() if run.scaler is not None else None
     with K.autocast(run.knobs, run.device.type):  # the first batch again: did the loss move at all?
-        batch = K.to_device(batches[0], run.device, non_blocking=False)
-        if run.workload.preprocess is not None:
-            batch = run.workload.preprocess(batch)
-        if run.knobs["channels_last"]:
-            batch = K.to_channels_last(batch)
-        out["probe"] = float(run.workload.loss(run.model, batch).detach().float())
-    run.optimizer.zero_grad(set_to_none=True)
+        out["probe"] = float(run.workload.loss(run.model, _device_batch(run, batches[0])).detach().float())
     return out
 
 

@@ -17,8 +17,9 @@ clears a safe knob nor catches a broken one. So parity has two parts:
 2. A short multi-step run, for what one step cannot show (GradScaler dynamics,
    BatchNorm running statistics, optimizer state): NaN/inf, steps the GradScaler
    skipped, the deviations of the loss, the buffers and the optimizer state against
-   a band from NOISE_SEEDS noise runs, and whether the loss moved at all (a run
-   that does not train must not pass because the reference barely moves).
+   a band from NOISE_SEEDS noise runs (judged only where those stay below the
+   tolerance: past it, training is chaotic), and whether the loss moved at all (a
+   run that does not train must not pass because the reference barely moves).
 
 The baseline's side (its trajectory, checkpoints and noise reference) is computed
 once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE).
@@ -408,7 +409,15 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
         per_step[m] = {"max": worst[m], "band": worst[m + "_band"], "noise": worst[m + "_noise"], "at": worst["step"]}
     per_step["grad"]["cos_min"] = min(p["grad_cos"] for p in per_point)
     per_step["at"] = per_point
-    bands = {m: _band([s[m] for s in noise["multi"]], MULTI_FACTOR, tolerance) for m in MULTI_METRICS}
+    # multi-step deviations are judged only where rounding noise alone stays below the
+    # tolerance; where it does not, training is chaotic and the deviation says nothing about
+    # the knob (measured: ResNet-18 at lr 0.1, compile 352% against noise runs' 112%)
+    multi_step = {}
+    for m in MULTI_METRICS:
+        if multi[m] is not None:
+            noise_m = max(s[m] for s in noise["multi"])
+            multi_step[m] = {"value": multi[m], "band": _band([noise_m], MULTI_FACTOR, tolerance), "noise": noise_m,
+                             "judged": noise_m <= tolerance}
     moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in noise["multi"]])
     nonfinite = not end["finite"] or not all(p["finite"] for p in per_point)
     out = {
@@ -418,7 +427,7 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
         "noise_floor": max(s["loss_dev"] for s in noise["multi"]),  # the noise runs' largest loss deviation
         "nonfinite": nonfinite, "skipped_steps": end["skipped"],
         "per_step": per_step,
-        "multi_step": {m: {"value": multi[m], "band": bands[m]} for m in MULTI_METRICS if multi[m] is not None},
+        "multi_step": multi_step,
         "moved": {"candidate": multi["moved"], "baseline": moved_ref},
     }
     if end["scale"] is not None:
@@ -435,8 +444,8 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
             if e["max"] > e["band"]:
                 reasons.append(f"per-step {m} error {e['max']:.2e} above its band {e['band']:.2e} at step {e['at']} "
                                f"(rtol {tol:g}; rounding noise alone: {e['noise']:.2e})")
-        for m, e in out["multi_step"].items():
-            if e["value"] > e["band"]:
+        for m, e in multi_step.items():
+            if e["judged"] and e["value"] > e["band"]:
                 reasons.append(f"{m.replace('_dev', '')} deviates {e['value']:.1%} from the baseline over {steps} steps "
                                f"(band {e['band']:.1%})")
         if moved_ref >= STILL and multi["moved"] < MIN_MOVED * moved_ref:
@@ -515,8 +524,9 @@ def describe(parity: dict[str, Any]) -> str:
         return f"loss parity over {parity['steps']} steps: max deviation {parity['max_rel_dev']:.2%}"
     ps = parity["per_step"]
     errs = ", ".join(f"{m} {ps[m]['max']:.1e} (band {ps[m]['band']:.1e})" for m in STEP_METRICS)
-    return (f"per-step errors: {errs}; over {parity['steps']} steps: loss deviation {parity['max_rel_dev']:.1%} "
-            f"(band {parity['multi_step']['loss_dev']['band']:.1%})")
+    loss = parity["multi_step"]["loss_dev"]
+    band = f"band {loss['band']:.1%}" if loss["judged"] else f"chaotic: noise alone {loss['noise']:.1%}, not judged"
+    return f"per-step errors: {errs}; over {parity['steps']} steps: loss deviation {loss['value']:.1%} ({band})"
 
 
 def batch_advice(baseline_batch: int, tuned_batch: int, optimizer: str | None, has_batchnorm: bool,

@@ -45,7 +45,8 @@ def _row(name: str, knob: str, value, r: dict, note: str = "") -> dict:
     return {"workload": name, "knob": knob, "value": value, "passed": r["passed"], "reason": r["reason"], "note": note,
             **{f"{m}_err": ps[m]["max"] for m in S.STEP_METRICS}, **{f"{m}_band": ps[m]["band"] for m in S.STEP_METRICS},
             "grad_cos_min": ps["grad"]["cos_min"], "multi_loss_dev": r["max_rel_dev"],
-            "multi_loss_band": r["multi_step"]["loss_dev"]["band"], "moved": r["moved"]["candidate"],
+            "multi_loss_band": r["multi_step"]["loss_dev"]["band"], "multi_judged": r["multi_step"]["loss_dev"]["judged"],
+            "moved": r["moved"]["candidate"],
             "moved_baseline": r["moved"]["baseline"], "skipped_steps": r["skipped_steps"], "parity_s": r["parity_s"]}
 
 
@@ -63,8 +64,9 @@ def _finite(obj):
 def _print(row: dict) -> None:
     cells = " ".join(f"{row[m + '_err']:>8.1e}/{row[m + '_band']:<8.1e}" for m in S.STEP_METRICS)
     verdict = "pass" if row["passed"] else "FAIL"
+    band = f"{row['multi_loss_band']:.1e}" if row["multi_judged"] else "chaotic"  # noise alone above tolerance
     print(f"{row['workload'].split(':')[-1]:22} {row['knob'] + '=' + str(row['value']):24} {cells} "
-          f"{row['multi_loss_dev']:>8.1e}/{row['multi_loss_band']:<8.1e} {verdict:5} {row['parity_s']:6.1f}  "
+          f"{row['multi_loss_dev']:>8.1e}/{band:<8} {verdict:5} {row['parity_s']:6.1f}  "
           f"{row['note']}{'; ' if row['note'] and row['reason'] else ''}{row['reason'] or ''}")
 
 

@@ -34,7 +34,7 @@ from autotune.safety import batch_advice
 def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict | None = None) -> list[dict[str, Any]]:
     """Each knob the best config changes from the baseline, with its safety class,
     and the measured loss parity for the knobs that can change numerics."""
-    from autotune.safety import PARITY_KNOBS
+    from autotune.safety import PARITY_KNOBS, parity_summary
 
     flags = []
     for name, value in knobs.items():
@@ -45,8 +45,7 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
             if name == "compile":
                 flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
             if parity is not None and (name in PARITY_KNOBS or knob.user and knob.numerics):
-                flag["parity"] = {k: parity[k] for k in ("passed", "max_rel_dev", "noise_floor", "tolerance", "steps",
-                                                         "nonfinite", "skipped_steps") if k in parity}
+                flag["parity"] = parity_summary(parity)
             flags.append(flag)
     return flags
 

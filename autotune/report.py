@@ -13,6 +13,8 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from autotune import safety as S
+
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -269,8 +271,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
         for flag in d["safety"]:
             if flag["safety"] != "safe":
                 parity = flag.get("parity")
-                measured = (f" (loss parity over {parity['steps']} steps: max deviation {parity['max_rel_dev']:.2%}, "
-                            f"tolerance {parity['tolerance']:.0%})") if parity else ""
+                measured = f" ({S.describe(parity)})" if parity else ""
                 console.print(f"[yellow]{flag['safety']}[/]: {flag['knob']} {_fmt(flag['baseline'])} -> "
                               f"{_fmt(flag['tuned'])}: {flag['note']}{measured}")
         for u in d["unsafe"]:

@@ -48,7 +48,7 @@ from autotune import workload as W
 from autotune.lock import device_lock
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
                               read_run, same_device, write_csv, write_state)
-from autotune.safety import LEVELS
+from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.strategy import Strategy, no_improvement_for
 from autotune.launcher import THREAD_ENV, run_in_process
 from autotune.spec import Spec, SpecError
@@ -560,7 +560,9 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     settings = {
         "workload": spec.workload.model_dump(exclude_none=True),
         "trial": {**spec.trial.model_dump(exclude={"timeout_s", "prune_margin"}),
-                  "parity": {"baseline": space.baseline, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance}},
+                  # the baseline's parity reference: computed by the first trial that needs it, then reused
+                  "parity": {"baseline": space.baseline, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
+                             "reference": str(run_dir / REFERENCE_FILE)}},
         "timeout_s": spec.trial.timeout_s,
         "device": device.type, "seed": spec.search.seed,
         "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn, "accum_fn": accum_fn,

@@ -222,8 +222,8 @@ class Safety(_Strict):
     level: Literal["strict", "numerics", "dynamics"] = Field(
         "numerics", description="strict: only safe knobs; numerics: + precision/compile/cudnn when loss parity passes; "
                                 "dynamics: + batch size")
-    tolerance: float = Field(0.05, gt=0, description="largest per-step relative loss deviation from the baseline")
-    parity_steps: StrictInt = Field(20, ge=2, description="training steps compared against the baseline")
+    tolerance: float = Field(0.05, gt=0, description="multi-step deviations from the baseline below this always pass")
+    parity_steps: StrictInt = Field(20, ge=2, description="training steps of the multi-step parity check")
     keep_effective_batch: StrictBool = Field(
         False, description="search batch sizes that divide the baseline's, with gradient accumulation, "
                            "so the optimization batch never changes")

@@ -35,7 +35,7 @@ from autotune import knobs as K
 from autotune import measure as M
 from autotune import workload as W
 from autotune.diagnose import diagnose
-from autotune.safety import loss_parity, needs_parity
+from autotune.safety import needs_parity, trial_parity
 
 DEFAULTS = {
     "warmup_steps": 5,  # untimed
@@ -47,7 +47,7 @@ DEFAULTS = {
     "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
     "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
     "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
-    "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05}: measure loss parity
+    "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "device": "auto",
     "seed": 0,
@@ -235,10 +235,10 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         result["diagnosis"] = diagnose(metrics, knobs, device)
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):
-        result["parity"] = loss_parity(workload, parity["baseline"], knobs, device, parity.get("steps", 20),
-                                       parity.get("tolerance", 0.05), cfg["seed"])
+        result["parity"] = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])
         metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
         metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
+        metrics["parity_s"] = result["parity"]["parity_s"]
 
 
 def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:

@@ -21,6 +21,7 @@ BUILTINS = {
     "tiny_cnn": "trials.tiny_cnn:make_workload",
     "resnet18_cifar": "trials.resnet18_cifar:make_workload",
     "jpeg_pipeline": "trials.jpeg_pipeline:make_workload",
+    "tiny_transformer": "trials.tiny_transformer:make_workload",
 }
 
 

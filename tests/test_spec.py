@@ -38,7 +38,7 @@ def test_preset_shorthand_and_no_preset():
 
 @pytest.mark.parametrize("data, message", [
     ({"workload": {"name": "x"}},
-     "s.yaml: workload.name: `x` is not a built-in workload; built-ins: tiny_cnn, resnet18_cifar, jpeg_pipeline"),
+     "s.yaml: workload.name: `x` is not a built-in workload; built-ins: tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer"),
     ({"workload": {"factory": "foo"}}, "s.yaml: workload.factory: `foo` is not of the form `pkg.module:function`"),
     ({"workload": {}}, "s.yaml: workload: give exactly one of `name` (built-in) or `factory` (pkg.module:function)"),
     ({}, "s.yaml: workload: required, missing"),

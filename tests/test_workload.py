@@ -10,7 +10,7 @@ def test_builtins_load_and_return_workloads():
 
 
 @pytest.mark.parametrize("ref, message", [
-    ("nope", "workload `nope` is neither a built-in (tiny_cnn, resnet18_cifar, jpeg_pipeline) nor a factory path `pkg.module:function`"),
+    ("nope", "workload `nope` is neither a built-in (tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer) nor a factory path `pkg.module:function`"),
     ("no_such_pkg.mod:fn", "workload factory `no_such_pkg.mod:fn`: cannot import `no_such_pkg.mod`: ModuleNotFoundError: "
                            "No module named 'no_such_pkg'; run the search from the directory that contains `no_such_pkg` "
                            "(trials import it the same way), or add that directory to PYTHONPATH"),
@@ -50,3 +50,33 @@ def test_builtin_datasets_make_the_documented_samples():
     assert raw.dtype.itemsize == 1  # uint8 on the host, normalized on the device
     yuv, _ = W.load("jpeg_pipeline").dataset[3]
     assert yuv.shape == (3, 256, 256)
+
+
+def test_tiny_transformer_trains_on_dict_batches():
+    """The built-in transformer: dict batches, AdamW, and a real trial of it runs
+    (warm-up, timed window) with the loss going down on a repeated batch."""
+    import torch
+
+    from autotune.trial import run_trial
+
+    wl = W.load("tiny_transformer", {"batch_size": 8})
+    sample = wl.dataset[0]
+    assert set(sample) == {"input_ids", "labels"} and sample["input_ids"].dtype == torch.int64
+    batch = torch.utils.data.default_collate([wl.dataset[i] for i in range(8)])
+    assert W.count_samples(wl, batch) == 8
+    torch.manual_seed(0)
+    model = wl.model()
+    opt = wl.build_optimizer(model.parameters())
+    assert isinstance(opt, torch.optim.AdamW)
+    losses = []
+    for _ in range(10):
+        loss = wl.loss(model, batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    assert losses[-1] < 0.7 * losses[0]  # it learns (2.06 -> 1.23 in 10 steps)
+    result = run_trial({"workload": {"name": "tiny_transformer", "args": {"batch_size": 8}}, "warmup_steps": 1,
+                        "measure_steps": 3, "min_window_s": 0, "max_window_s": 1, "profile_steps": 0,
+                        "diagnose": False, "device": "cpu"})
+    assert result["status"] == "ok" and result["metrics"]["samples_per_s"] > 0

@@ -185,3 +185,62 @@ def make_leaky(batch_size: int = 8) -> Workload:
     LEAKED.append(torch.ones(16 * 2**20))  # 64 MiB kept alive
     return Workload(model=Recorder, dataset=WorkerTagged(), batch_size=batch_size,
                     loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))
+
+
+class Shifted(nn.Module):
+    """A linear model whose prediction and target sit on a large shared offset,
+    both in the autocast dtype: their difference, the loss, is a difference of two
+    large nearly equal terms. In bf16 (spacing 64 at 1e4) or fp16 (8) the residuals
+    round to 0: no loss, no gradient, a model that does not train."""
+
+    def __init__(self, offset: float = 1e4):
+        super().__init__()
+        self.lin = nn.Linear(16, 1)
+        self.offset = offset
+
+    def forward(self, x):
+        return self.lin(x) + self.offset
+
+
+def make_vanishing(batch_size: int = 32, offset: float = 1e4) -> Workload:
+    def loss(model, batch):
+        x, y = batch
+        pred = model(x)
+        target = y.to(pred.dtype) + model.offset
+        return ((pred - target).float() ** 2).mean()
+
+    return Workload(model=lambda: Shifted(offset), dataset=Vectors(), loss=loss, batch_size=batch_size)
+
+
+class NaiveNorm(nn.Module):
+    """Normalization with the variance as E[x^2] - E[x]^2, on features with a large
+    mean (100): exact enough in fp32, cancellation in bf16 (spacing 64 at 1e4)."""
+
+    def __init__(self, width: int = 32, classes: int = 4):
+        super().__init__()
+        self.lin = nn.Linear(16, width)
+        self.head = nn.Linear(width, classes)
+
+    def forward(self, x):
+        h = self.lin(x) + 100.0
+        mean = h.mean(-1, keepdim=True)
+        var = (h * h).mean(-1, keepdim=True) - mean * mean
+        return self.head((h - mean) / (var.clamp_min(0) + 1e-5).sqrt())
+
+
+def make_naive_variance(batch_size: int = 32) -> Workload:
+    def loss(model, batch):
+        x, y = batch
+        return nn.functional.cross_entropy(model(x).float(), (y[:, 0] > 0).long())
+
+    return Workload(model=NaiveNorm, dataset=Vectors(), loss=loss, batch_size=batch_size)
+
+
+def make_chaotic(batch_size: int = 16, lr: float = 0.5) -> Workload:
+    """The tiny CNN at a learning rate where training is chaotic: rounding-level
+    differences grow to large loss differences within a few steps."""
+    from trials.tiny_cnn import make_workload
+
+    wl = make_workload(batch_size=batch_size, width=8)
+    wl.optimizer = lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
+    return wl

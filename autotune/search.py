@@ -22,7 +22,6 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import sys
 import tarfile
 import time
@@ -40,7 +39,7 @@ from autotune import workload as W
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
                               read_run, same_device, write_csv, write_state)
 from autotune.safety import LEVELS
-from autotune.strategy import Strategy, no_improvement_for
+from autotune.strategy import Strategy, estimate_cost, no_improvement_for
 from autotune.trial import run_in_process
 from autotune.spec import Spec, SpecError
 
@@ -158,7 +157,7 @@ class _Searcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
             return
-        trial, source = self.live.pop(trial_id)
+        trial, _ = self.live.pop(trial_id)
         result = result or {}
         parity = json.loads(result.get("parity_json") or "null")
         diagnosis = json.loads(result.get("diagnosis_json") or "null")
@@ -166,7 +165,7 @@ class _Searcher(Searcher):
             trial, "error" if error else result.get("status", "error"), result.get("m/samples_per_s"),
             safe=parity is None or bool(parity.get("passed")),
             error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
-            bottleneck=(diagnosis or {}).get("bottleneck") if source == "baseline" else None,
+            diagnosis=diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
         )
 
     def save(self, checkpoint_path: str) -> None:
@@ -491,12 +490,16 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
 
     def fits(params: dict) -> bool:
         """Will a trial of this config finish within the time budget? Estimated
-        from the trials with its compile mode (compile's warm-up dominates)."""
+        from the trials with its compile mode, or scaled from another compile
+        mode's (compile's warm-up dominates): the modes the budget affords."""
         if not budget:
             return True
-        mode = {**space.baseline, **params}["compile"]
-        costs = [r.info["trial_wall_s"] for r in records if r.knobs["compile"] == mode and r.info.get("trial_wall_s")]
-        return not costs or statistics.median(costs) <= budget - (time.perf_counter() - started)
+        costs: dict[str, list[float]] = {}
+        for r in records:
+            if r.info.get("trial_wall_s"):
+                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
+        cost = estimate_cost({**space.baseline, **params}["compile"], costs)
+        return cost is None or cost <= budget - (time.perf_counter() - started)
 
     searcher = _Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
                          spec.trial.prune_margin, fits)

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -402,3 +403,21 @@ def no_improvement_for(values: list[float | None], min_improvement: float = 0.02
         else:
             since += 1
     return since
+
+
+# A compile trial's cost is its warm-up (compilation) above all: relative to mode
+# "default", from the live H100 searches of 2026-11-23 (resnet18_cifar: default
+# 40-118 s a trial, reduce-overhead 101 s, max-autotune past a 60 s timeout).
+COMPILE_COST = {"default": 1.0, "reduce-overhead": 1.5, "max-autotune": 3.0}
+
+
+def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
+    """Seconds a trial with compile `mode` will take, from the trials so far
+    (`costs`: compile mode -> their wall times): the median of its own mode,
+    else scaled from another compile mode's (COMPILE_COST); None when nothing
+    says (the first compile trial runs, and says)."""
+    if costs.get(mode):
+        return statistics.median(costs[mode])
+    scaled = [statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
+              for m, c in costs.items() if c and m in COMPILE_COST and mode in COMPILE_COST]
+    return max(scaled) if scaled else None

@@ -9,7 +9,7 @@ import pytest
 
 from autotune.diagnose import diagnose
 from autotune.knobs import Device, pytorch_defaults
-from autotune.strategy import Strategy, no_improvement_for
+from autotune.strategy import Strategy, estimate_cost, no_improvement_for
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -233,3 +233,22 @@ def test_with_only_the_baseline_diagnosed_the_climb_does_not_follow_the_bottlene
     _, seen = run_moving(6, diagnose_every_trial=False)
     i = next(i for i, (p, b, new) in enumerate(seen) if new and b == "input" and p["batch_size"] > 32)
     assert seen[i + 1][0]["num_workers"] == seen[i][0]["num_workers"]
+
+
+def test_compile_modes_are_scheduled_by_what_the_budget_affords():
+    costs = {"none": [12.0, 14.0], "default": [40.0, 60.0]}
+    assert estimate_cost("default", costs) == 50.0  # measured: its own median
+    assert estimate_cost("reduce-overhead", costs) == 75.0  # scaled from default
+    assert estimate_cost("max-autotune", costs) == 150.0
+    assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
+    # overhead-bound: the playbook asks for reduce-overhead first; with 60 s left only default fits
+    space = {"pin_memory": [False, True], "compile": ["none", "default", "reduce-overhead", "max-autotune"]}
+    moves = [{"knob": "compile", "to": ["reduce-overhead", "default"], "why": "compile"}]
+    for left, expected in ((None, "reduce-overhead"), (60.0, "default")):
+        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+        strategy = Strategy(study, space, {"pin_memory": False, "compile": "none"})
+        p = strategy.ask()
+        strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "overhead", "moves": moves})
+        fits = (lambda params: True) if left is None else (
+            lambda params: (estimate_cost(params["compile"], costs) or 0.0) <= left)
+        assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}

@@ -100,3 +100,77 @@ def test_recommendations_are_rendered_from_the_moves_and_the_playbook_is_data():
         moves = playbook_moves(bottleneck, KNOBS, cuda=True)
         assert moves and all(set(mv) <= {"knob", "to", "why"} for mv in moves)
         assert [render(mv) for mv in moves] == [mv["why"] for mv in moves]
+
+
+# --- the two sides, measured on a real tiny model (CPU) ------------------------------
+
+
+class CountingDataset:
+    """A map-style dataset that counts its reads."""
+
+    def __init__(self, inner):
+        self.inner, self.reads = inner, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        self.reads += 1
+        return self.inner[i]
+
+
+def recording(batch_size=8, model=None):
+    from autotune import Workload
+    from tests.workloads import Recorder, WorkerTagged, recorder_loss
+
+    return Workload(model=model or Recorder, dataset=CountingDataset(WorkerTagged()), loss=recorder_loss,
+                    batch_size=batch_size)
+
+
+def test_the_compute_side_runs_on_a_cached_batch_without_the_loader():
+    import torch
+
+    from autotune import measure as M
+    from autotune.trial import prepare
+
+    wl = recording()
+    session = prepare(wl, pytorch_defaults(8), CPU, steps=4)
+    batch = next(iter(session.loader))
+    reads, before = wl.dataset.reads, [p.detach().clone() for p in session.model.parameters()]
+    out = M.compute_ceiling(session, batch, min_steps=5, min_s=0.0)
+    assert wl.dataset.reads == reads  # no loader
+    seen = session.model.seen
+    assert len(seen) == 6 and {s["batch"] for s in seen} == {8}  # one untimed step, then the window, one shape
+    assert any(not torch.equal(a, b) for a, b in zip(before, session.model.parameters()))  # real training steps
+    assert out["compute_ceiling_samples_per_s"] > 0 and out["compute_ceiling_step_ms"] > 0
+
+
+def test_the_input_side_runs_the_loader_without_a_model_on_one_thread():
+    import torch
+
+    from autotune import measure as M
+
+    def no_model():
+        raise AssertionError("the loader side must not build the model")
+
+    wl = recording(model=no_model)
+    threads = torch.get_num_threads()
+    out = M.loader_rate(wl, batch_size=64, min_batches=3, min_s=0.0)
+    assert torch.get_num_threads() == threads  # restored
+    assert wl.dataset.reads == 4 * 32  # one untimed batch, then 3, at the probe's batch of 32
+    assert out["loader_batches_per_s_per_worker"] == out["loader_samples_per_s_per_worker"] / 64
+
+
+def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
+    from autotune.trial import run_trial
+
+    result = run_trial({"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2,
+                        "max_window_s": 1.0, "profile_steps": 2, "knobs": {"batch_size": 16}, "cpus": 1})
+    assert result["status"] == "ok", result
+    m = result["metrics"]
+    assert m["compute_ceiling_samples_per_s"] > 0 and m["loader_samples_per_s_per_worker"] > 0
+    assert m["host_cpus_per_gpu"] == result["device"]["cpus"]  # a CPU host: all of them
+    evidence = result["diagnosis"]["evidence"]
+    assert evidence[0].startswith("timed window: waiting on data") and evidence[1].startswith("profiled window:")
+    assert any(e.startswith("two sides apart: compute ceiling") for e in evidence)
+    assert result["diagnosis"]["recommendations"] == [render(mv, result["knobs"]) for mv in result["diagnosis"]["moves"]]

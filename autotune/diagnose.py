@@ -130,9 +130,8 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device) -> dict[str, An
         cap = int(m.get("host_cpus_per_gpu") or device.cpus)
         need = min(cap, max(1, math.ceil(ceiling * LOADER_HEADROOM / per_worker)))
         evidence.append(f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
-                        f"{per_worker:.0f} samples/s per worker, so {max(workers, 1)} "
-                        f"{'worker' if max(workers, 1) == 1 else 'workers'} give {capacity:.0f} "
-                        f"(about {need} needed, at most {cap} CPUs per GPU)")
+                        f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
+                        f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cap} CPUs per GPU)")
         if wait is None and capacity < ceiling / LOADER_HEADROOM:
             input_bound = True  # no timed wait to read: the two rates decide
     overhead_bound = False

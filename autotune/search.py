@@ -39,7 +39,7 @@ from autotune import workload as W
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
                               read_run, same_device, write_csv, write_state)
 from autotune.safety import LEVELS
-from autotune.strategy import Strategy, estimate_cost, no_improvement_for
+from autotune.strategy import Strategy, budget_fits, no_improvement_for
 from autotune.trial import run_in_process
 from autotune.spec import Spec, SpecError
 
@@ -488,18 +488,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     }
     budget = spec.search.time_budget_s
 
-    def fits(params: dict) -> bool:
-        """Will a trial of this config finish within the time budget? Estimated
-        from the trials with its compile mode, or scaled from another compile
-        mode's (compile's warm-up dominates): the modes the budget affords."""
-        if not budget:
-            return True
-        costs: dict[str, list[float]] = {}
-        for r in records:
-            if r.info.get("trial_wall_s"):
-                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
-        cost = estimate_cost({**space.baseline, **params}["compile"], costs)
-        return cost is None or cost <= budget - (time.perf_counter() - started)
+    fits = budget_fits(records, space.baseline, budget, started)  # the compile modes the budget affords
 
     searcher = _Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
                          spec.trial.prune_margin, fits)

@@ -421,3 +421,24 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
     scaled = [statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
               for m, c in costs.items() if c and m in COMPILE_COST and mode in COMPILE_COST]
     return max(scaled) if scaled else None
+
+
+def budget_fits(records: list, baseline: dict, budget: float | None, started: float) -> Callable[[dict], bool]:
+    """`fits(params)` for `Strategy.ask`: will a trial of this config finish
+    within the time budget (`budget` s from `started`, a perf_counter time)?
+    Estimated from the finished trials (`records`: their `knobs` and
+    `info["trial_wall_s"]`, read at each call) with its compile mode, or scaled
+    from another compile mode's: the compile modes the budget affords."""
+    import time
+
+    def fits(params: dict) -> bool:
+        if not budget:
+            return True
+        costs: dict[str, list[float]] = {}
+        for r in records:
+            if r.info.get("trial_wall_s"):
+                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
+        cost = estimate_cost({**baseline, **params}["compile"], costs)
+        return cost is None or cost <= budget - (time.perf_counter() - started)
+
+    return fits

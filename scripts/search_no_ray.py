@@ -174,7 +174,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.export import write_best_config
     from autotune.records import SearchResult, pick_best, write_csv, write_state
     from autotune.safety import LEVELS
-    from autotune.strategy import Strategy, estimate_cost, no_improvement_for
+    from autotune.strategy import Strategy, budget_fits, no_improvement_for
     from autotune.trial import detect_device, run_in_process
 
     started = time.perf_counter()
@@ -210,15 +210,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []
 
-    def fits(params: dict) -> bool:  # as autotune.search: compile modes the time budget affords
-        if not budget:
-            return True
-        costs: dict[str, list[float]] = {}
-        for r in records:
-            if r.info.get("trial_wall_s"):
-                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
-        cost = estimate_cost({**space.baseline, **params}["compile"], costs)
-        return cost is None or cost <= budget - (time.perf_counter() - started)
+    fits = budget_fits(records, space.baseline, budget, started)  # as autotune.search
 
     ended = f"{n_trials} trials"
     baseline_record = None

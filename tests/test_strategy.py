@@ -2,14 +2,16 @@
 synthetic landscapes: what it proposes, in what order, and what it never runs."""
 
 import itertools
+import time
 import warnings
+from types import SimpleNamespace
 
 import optuna
 import pytest
 
 from autotune.diagnose import diagnose
 from autotune.knobs import Device, pytorch_defaults
-from autotune.strategy import Strategy, estimate_cost, no_improvement_for
+from autotune.strategy import Strategy, budget_fits, estimate_cost, no_improvement_for
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -241,6 +243,11 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
     assert estimate_cost("reduce-overhead", costs) == 75.0  # scaled from default
     assert estimate_cost("max-autotune", costs) == 150.0
     assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
+    # what autotune.search and search_no_ray ask with: the finished trials, read at each call
+    records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}) for m, cs in costs.items() for c in cs]
+    fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())
+    assert fits({}) and fits({"compile": "reduce-overhead"}) and not fits({"compile": "max-autotune"})
+    assert budget_fits(records, {"compile": "none"}, None, 0.0)({"compile": "max-autotune"})  # no budget
     # overhead-bound: the playbook asks for reduce-overhead first; with 60 s left only default fits
     space = {"pin_memory": [False, True], "compile": ["none", "default", "reduce-overhead", "max-autotune"]}
     moves = [{"knob": "compile", "to": ["reduce-overhead", "default"], "why": "compile"}]

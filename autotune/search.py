@@ -23,7 +23,6 @@ import math
 import os
 import shutil
 import signal
-import statistics
 import sys
 import tarfile
 import time
@@ -48,9 +47,9 @@ from autotune import workload as W
 from autotune.lock import device_lock
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
                               read_run, same_device, write_csv, write_state)
-from autotune.safety import LEVELS, REFERENCE_FILE
-from autotune.strategy import Strategy, no_improvement_for
 from autotune.launcher import THREAD_ENV, run_in_process
+from autotune.safety import LEVELS, REFERENCE_FILE
+from autotune.strategy import Strategy, budget_fits, no_improvement_for
 from autotune.spec import Spec, SpecError
 
 
@@ -167,7 +166,7 @@ class _Searcher(Searcher):
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
             return
-        trial, source = self.live.pop(trial_id)
+        trial, _ = self.live.pop(trial_id)
         result = result or {}
         parity = json.loads(result.get("parity_json") or "null")
         diagnosis = json.loads(result.get("diagnosis_json") or "null")
@@ -175,7 +174,7 @@ class _Searcher(Searcher):
             trial, "error" if error else result.get("status", "error"), result.get("m/samples_per_s"),
             safe=parity is None or bool(parity.get("passed")),
             error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
-            bottleneck=(diagnosis or {}).get("bottleneck") if source == "baseline" else None,
+            diagnosis=diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
         )
 
     def save(self, checkpoint_path: str) -> None:
@@ -572,17 +571,12 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     }
     budget = spec.search.time_budget_s
 
+    affordable = budget_fits(records, space.baseline, budget, started)  # the compile modes the budget affords
+
     def fits(params: dict) -> bool:
-        """Can this config run (no two knobs in conflict, e.g. prefetch_factor
-        without workers), and will it finish within the time budget? Estimated
-        from the trials with its compile mode (compile's warm-up dominates)."""
-        if space.conflicts(params):
-            return False
-        if not budget:
-            return True
-        mode = {**space.baseline, **params}["compile"]
-        costs = [r.info["trial_wall_s"] for r in records if r.knobs["compile"] == mode and r.info.get("trial_wall_s")]
-        return not costs or statistics.median(costs) <= budget - (time.perf_counter() - started)
+        """Can this config run: no two knobs in conflict (prefetch_factor without
+        workers), and within the time budget."""
+        return not space.conflicts(params) and affordable(params)
 
     searcher = _Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
                          spec.trial.prune_margin, fits)

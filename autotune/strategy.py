@@ -7,14 +7,15 @@ benchmark measures the code users run. Its state is the study and nothing else
 continues where it stopped.
 
 Samplers:
-- `autotune` (default): the baseline, then knowledge first: local moves from the
-  incumbent (the best config so far, moved only by a gain above
-  `min_improvement`), one knob at a time, in an order set by the baseline's
-  diagnosed bottleneck (input-bound: loader workers and pinning first;
-  overhead-bound: batch size and compile; compute-bound: precision and
-  channels_last), as a performance engineer does by hand; when no move around
-  the incumbent is left, TPE (multivariate, constant liar) explores, and any new
-  incumbent it finds is explored around again.
+- `autotune` (default): the baseline, then knowledge first, as a performance
+  engineer does by hand: local moves from the incumbent (the best config so far,
+  moved only by a gain above `min_improvement`), starting with the moves its own
+  diagnosis names (`autotune.diagnose.PLAYBOOK`: input-bound: loader workers,
+  sized from the measured rates, and pinning; overhead-bound: batch size and
+  compile; compute-bound: precision, channels_last, cudnn), every new incumbent
+  diagnosed again, because fixing one bottleneck exposes the next. When no move
+  around the incumbent gains, TPE (multivariate, constant liar) explores, and
+  any new incumbent it finds is explored around again.
 - `tpe`, `random`: Optuna's samplers, after the baseline.
 - `grid`: every point, the baseline first.
 
@@ -29,36 +30,48 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass
+import statistics
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.knobs import KNOBS
+from autotune.diagnose import STEP_COST_KNOBS, playbook_moves
+from autotune.knobs import KNOBS, ladder_key
 
 SAMPLERS = ("autotune", "tpe", "random", "grid")
 # knobs that only change the host side: they never change device memory
 HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
 # knobs whose values are ordered (a ladder: try the next value up, then down)
 LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
-# local moves, by the bottleneck the baseline's diagnosis found (PLAYBOOK.md)
-FIRST = {
-    "input": ("num_workers", "pin_memory", "batch_size"),
-    "overhead": ("batch_size", "compile", "set_to_none", "num_workers"),
-    "compute": ("precision", "channels_last", "cudnn_benchmark", "compile"),
-    "memory": ("precision", "compile", "channels_last"),
-}
-# the first move after the baseline: every change the diagnosis recommends, at
-# once (a ladder goes to its upper-middle value, near CPUs/GPU for workers)
-KNOWLEDGE = {
-    "input": {"num_workers": "ladder", "pin_memory": True},
-    "overhead": {"batch_size": "ladder"},
-    "compute": {"precision": ("bf16-mixed", "16-mixed", "tf32"), "channels_last": True},
-    "memory": {"precision": ("bf16-mixed", "16-mixed")},
-}
-DEFAULT_ORDER = tuple(KNOBS)  # the registry's order: the cheapest big levers first
+# the knobs in the order the bottleneck usually moves through them (input ->
+# overhead -> compute -> memory, PLAYBOOK.md): the registry's order, the order of
+# the moves no diagnosis asked for. A knob of the space not listed (a user knob) is
+# tried after these.
+DEFAULT_ORDER = tuple(KNOBS)
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
+
+
+@dataclass
+class _Path:
+    """What the climb did so far: per knob, the step it last moved at, and the
+    values it moved away from."""
+
+    moved: dict = field(default_factory=dict)
+    left: dict = field(default_factory=dict)
+    steps: int = 0
+
+    def record(self, before: dict, after: dict) -> None:
+        self.steps += 1
+        for n in after:
+            if after[n] != before[n]:
+                self.moved[n] = self.steps
+                self.left.setdefault(n, set()).add(before[n])
+
+
+class _Need(Exception):
+    """The climb needs this point measured (None: it waits on a running trial)."""
 
 
 @dataclass
@@ -74,7 +87,7 @@ def key(params: dict[str, Any], names) -> tuple:
 
 class Strategy:
     def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
-                 min_improvement: float = 0.02, seed: int = 0):
+                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
         self.study, self.search, self.kind = study, search, sampler
@@ -82,6 +95,8 @@ class Strategy:
         self.baseline = {k: baseline[k] for k in self.names}
         self.min_improvement, self.seed = min_improvement, seed
         self.rng = random.Random(seed)
+        # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
+        self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
 
     @staticmethod
     def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -129,50 +144,113 @@ class Strategy:
         return max(done) if done else None
 
     def bottleneck(self) -> str | None:
-        return self.study.user_attrs.get("bottleneck")
+        """The baseline's diagnosed bottleneck."""
+        return (self.diagnosis_of(self.baseline) or {}).get("bottleneck")
+
+    def diagnosis_of(self, point: dict) -> dict | None:
+        """The diagnosis of the trial that measured `point` (bottleneck and
+        moves; stored with the trial by `tell`); for the baseline of a study
+        from before per-trial diagnoses, its stored bottleneck."""
+        k = key(point, self.names)
+        for t in self._trials():
+            if t.user_attrs.get("diagnosis") and not t.user_attrs.get("virtual") and self._counts(t) \
+                    and key(t.params, self.names) == k:
+                return t.user_attrs["diagnosis"]
+        if point == self.baseline and self.study.user_attrs.get("bottleneck"):
+            return {"bottleneck": self.study.user_attrs["bottleneck"]}
+        return None
 
     # --- proposals ---------------------------------------------------------------
 
-    def plan_order(self) -> list[str]:
-        first = FIRST.get(self.bottleneck() or "", ())
-        order = [n for n in first if n in self.search]
-        order += [n for n in DEFAULT_ORDER if n in self.search and n not in order]
-        return order + [n for n in self.search if n not in order]  # user knobs last
+    def _is_ladder(self, name: str) -> bool:
+        """Ordered values (workers, batch size, threads, any integer knob): step up or down."""
+        return name in LADDERS or all(isinstance(v, int) and not isinstance(v, bool) for v in self.search[name])
 
-    def knowledge_move(self, center: dict) -> dict:
-        """The baseline with every change its diagnosis recommends (KNOWLEDGE)."""
-        point = dict(center)
-        for name, want in KNOWLEDGE.get(self.bottleneck() or "", {}).items():
-            options = self.search.get(name)
-            if not options:
-                continue
-            if want == "ladder":
-                higher = [o for o in options if o > center[name]]
-                if higher:
-                    point[name] = higher[(len(higher) - 1) // 2]
-            elif isinstance(want, tuple):
-                point[name] = next((o for o in want if o in options), center[name])
-            elif want in options:
-                point[name] = want
-        return point
+    def _rungs(self, name: str) -> list:
+        """A ladder's values in order (None, torch's default, where the registry places it)."""
+        return sorted(self.search[name], key=ladder_key(name))
+
+    def _step(self, center: dict, name: str, direction: int) -> dict | None:
+        rungs = self._rungs(name)
+        i = rungs.index(center[name]) + direction
+        return {**center, name: rungs[i]} if 0 <= i < len(rungs) else None
+
+    def _targets(self, center: dict, move: dict) -> list[dict]:
+        """The points a diagnosis move names, from `center`, best guess first:
+        the next rung of a ladder ("up"/"down"); the smallest rung at or above a
+        sized target (workers from the two measured rates), else the top one;
+        one point per listed value."""
+        name, to = move.get("knob"), move.get("to")
+        if name not in self.search:
+            return []
+        options = self.search[name]
+        if to in ("up", "down"):
+            point = self._step(center, name, 1 if to == "up" else -1) if self._is_ladder(name) else None
+            return [point] if point else []
+        if isinstance(to, int) and not isinstance(to, bool) and self._is_ladder(name):
+            rungs, rank = self._rungs(name), ladder_key(name)
+            pick = next((r for r in rungs if rank(r) >= to), rungs[-1])
+            return [{**center, name: pick}] if pick != center[name] else []
+        wanted = to if isinstance(to, list) else [to]
+        return [{**center, name: v} for v in wanted if v in options and v != center[name]]
+
+    def candidates(self, center: dict, came_from: dict | None, path: "_Path | None" = None) -> list[dict]:
+        """The local moves from an incumbent, in the order they are tried:
+        1. what its own diagnosis says (every move at once, then each alone);
+        2. after a change in step cost (precision, layout, compile): the batch
+           ladder again, since a cheaper step brings overhead back;
+        3. every other neighbour (a rung up, another value), knobs never moved
+           on the climb first, in DEFAULT_ORDER (then any other knob of the
+           space), then the knobs moved longest ago: each knob gets its turn
+           before one is moved again, unless a diagnosis asks for it (step 1);
+        4. last: a rung down, and the values the climb moved away from
+           (`path.left`; undoing the move that led here among them)."""
+        path = path or _Path()
+        left = path.left
+        changed = [n for n in self.names if came_from is not None and came_from[n] != center[n]]
+        diagnosis = self.diagnosis_of(center)
+        out: list[dict] = []
+        if diagnosis is not None:
+            moves = diagnosis.get("moves")
+            if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
+                moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda)
+            targets = [t for t in (self._targets(center, mv) for mv in moves) if t]
+            if len(targets) > 1:
+                out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})
+            out += [p for t in targets for p in t]
+        if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
+            out.append(self._step(center, "batch_size", 1))
+        order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
+        order.sort(key=lambda n: path.moved.get(n, -1))  # stable: DEFAULT_ORDER among equals
+        last: list[dict | None] = []
+        for name in order:
+            if self._is_ladder(name):
+                out.append(self._step(center, name, 1))
+                last.append(self._step(center, name, -1))
+            else:
+                for v in self.search[name]:
+                    undo = v in left.get(name, ()) or (name in changed and v == came_from[name])
+                    if v != center[name]:
+                        (last if undo else out).append({**center, name: v})
+        seen, ordered = {key(center, self.names)}, []
+        for p in out + last:
+            if p is not None and key(p, self.names) not in seen:
+                seen.add(key(p, self.names))
+                ordered.append(p)
+        return ordered
 
     def plan(self, free, infeasible) -> dict | None:
         """The next point of the hand-tuning procedure, replayed over what the
-        study already knows. First the knowledge move (all the diagnosis's
-        recommendations at once); then knob by knob in plan order, from the
-        incumbent (the knobs the knowledge move set wait for the second pass). A
-        ladder (workers, batch size) climbs while each step up gains more than
-        min_improvement (an OOM ends the climb), and steps down only when the
-        first step up gained nothing; any other knob tries each of its values and
-        keeps the best. A second pass follows a pass that changed something.
-        None when the procedure is done, or waits on a running trial."""
+        study already knows: from the baseline, try the incumbent's local moves
+        (`candidates`: its own diagnosis first); the first that gains more than
+        min_improvement is the new incumbent, which is diagnosed again and moved
+        from in turn, so a ladder re-opens whenever its bottleneck comes back.
+        None when no move gains (a local optimum: the sampler explores from
+        there), or when the next point waits on a running trial."""
         values: dict[tuple, float | None] = {}
         for t in self._trials():
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
                 values.setdefault(key(t.params, self.names), t.values[0] if t.state == TrialState.COMPLETE else None)
-
-        class Need(Exception):
-            pass
 
         def value(point):
             k = key(point, self.names)
@@ -181,49 +259,27 @@ class Strategy:
             if not free(point):  # predicted OOM or over the budget: a failure; running: wait
                 if infeasible(point):
                     return None
-                raise Need(None)
-            raise Need(point)
+                raise _Need(None)
+            raise _Need(point)
 
         try:
-            center = self.baseline
+            center, came_from, path = self.baseline, None, _Path()
             best = value(center)
             if best is None:
                 return None  # the baseline failed: nothing to climb from
-            skip: set[str] = set()
-            move = self.knowledge_move(center)
-            if move != center:
-                v = value(move)
-                if v is not None and v > best * (1 + self.min_improvement):
-                    skip = {n for n in self.names if move[n] != center[n]}
-                    center, best = move, v
-            for sweep in range(2):
-                moved = False
-                for name in self.plan_order():
-                    if sweep == 0 and name in skip:
-                        continue
-                    options = self.search[name]
-                    i = options.index(center[name])
-                    if name in LADDERS:
-                        for direction in (1, -1):
-                            j, climbed = i + direction, False
-                            while 0 <= j < len(options):
-                                point = {**center, name: options[j]}
-                                v = value(point)
-                                if v is None or v <= best * (1 + self.min_improvement):
-                                    break
-                                center, best, climbed, moved = point, v, True, True
-                                j += direction
-                            if climbed or direction == -1 or i + 1 >= len(options):
-                                break
-                    else:
-                        scored = [(value({**center, name: o}), o) for o in options if o != center[name]]
-                        top = max(((v, o) for v, o in scored if v is not None), default=None, key=lambda x: x[0])
-                        if top and top[0] > best * (1 + self.min_improvement):
-                            center, best, moved = {**center, name: top[1]}, top[0], True
-                if not moved and not (sweep == 0 and skip):
-                    break
-            return None
-        except Need as need:
+            while True:
+                for point in self.candidates(center, came_from, path):
+                    v = value(point)
+                    if v is not None and v > best * (1 + self.min_improvement):
+                        path.record(center, point)
+                        came_from, center, best = center, point, v
+                        break
+                else:  # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
+                    top = max(((v, k) for k, v in values.items() if v is not None), default=None, key=lambda x: x[0])
+                    if top is None or top[0] <= best * (1 + self.min_improvement):
+                        return None
+                    came_from, center, best = None, dict(zip(self.names, top[1])), top[0]
+        except _Need as need:
             return need.args[0]
 
     def _feasibility(self, fits):
@@ -310,17 +366,23 @@ class Strategy:
         return None
 
     def tell(self, trial: optuna.trial.Trial, status: str, value: float | None = None, *, safe: bool = True,
-             error: str | None = None, bottleneck: str | None = None, attrs: dict | None = None) -> None:
+             error: str | None = None, bottleneck: str | None = None, diagnosis: dict | None = None,
+             attrs: dict | None = None) -> None:
         """A trial finished: ok (with its throughput; unsafe ones count as
         failed), pruned (a partial throughput, below the best), oom, error or
-        timeout. The baseline's bottleneck orders the local moves."""
+        timeout. Its diagnosis (bottleneck and moves; or a `bottleneck` alone)
+        is kept with the trial: the local moves from it, when it becomes the
+        incumbent, start with what it says."""
         trial.set_user_attr("status", status if safe else "unsafe")
         for k, v in (attrs or {}).items():
             trial.set_user_attr(k, v)
         if error:
             trial.set_user_attr("error", error[:1000])
-        if bottleneck and "bottleneck" not in self.study.user_attrs:
-            self.study.set_user_attr("bottleneck", bottleneck)
+        if diagnosis or bottleneck:
+            diagnosis = {k: v for k, v in (diagnosis or {"bottleneck": bottleneck}).items() if k in ("bottleneck", "moves")}
+            trial.set_user_attr("diagnosis", diagnosis)
+            if key(trial.params, self.names) == key(self.baseline, self.names) and "bottleneck" not in self.study.user_attrs:
+                self.study.set_user_attr("bottleneck", diagnosis["bottleneck"])
         if status in ("ok", "pruned") and value is not None and safe:
             self.study.tell(trial, value)
         else:
@@ -346,3 +408,42 @@ def no_improvement_for(values: list[float | None], min_improvement: float = 0.02
         else:
             since += 1
     return since
+
+
+# A compile trial's cost is its warm-up (compilation) above all: relative to mode
+# "default", from the live H100 searches of 2026-11-23 (resnet18_cifar: default
+# 40-118 s a trial, reduce-overhead 101 s, max-autotune past a 60 s timeout).
+COMPILE_COST = {"default": 1.0, "reduce-overhead": 1.5, "max-autotune": 3.0}
+
+
+def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
+    """Seconds a trial with compile `mode` will take, from the trials so far
+    (`costs`: compile mode -> their wall times): the median of its own mode,
+    else scaled from another compile mode's (COMPILE_COST); None when nothing
+    says (the first compile trial runs, and says)."""
+    if costs.get(mode):
+        return statistics.median(costs[mode])
+    scaled = [statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
+              for m, c in costs.items() if c and m in COMPILE_COST and mode in COMPILE_COST]
+    return max(scaled) if scaled else None
+
+
+def budget_fits(records: list, baseline: dict, budget: float | None, started: float) -> Callable[[dict], bool]:
+    """`fits(params)` for `Strategy.ask`: will a trial of this config finish
+    within the time budget (`budget` s from `started`, a perf_counter time)?
+    Estimated from the finished trials (`records`: their `knobs` and
+    `info["trial_wall_s"]`, read at each call) with its compile mode, or scaled
+    from another compile mode's: the compile modes the budget affords."""
+    import time
+
+    def fits(params: dict) -> bool:
+        if not budget:
+            return True
+        costs: dict[str, list[float]] = {}
+        for r in records:
+            if r.info.get("trial_wall_s"):
+                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
+        cost = estimate_cost({**baseline, **params}["compile"], costs)
+        return cost is None or cost <= budget - (time.perf_counter() - started)
+
+    return fits

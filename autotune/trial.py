@@ -190,8 +190,14 @@ def seeded_loader(workload: W.Workload, knobs: dict[str, Any], steps: int, seed:
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
-    """Warm up (untimed), the timed window, the profiled window, then FLOPs and
-    the 2x-batch probe; each adds to `result` as soon as it has its numbers. A
+    """Warm up (untimed), the timed window, the profiled window, then the two
+    sides apart (measure.two_sides), FLOPs and the 2x-batch probe; each adds to
+    `result` as soon as it has its numbers. A compiled model is compiled once:
+    the profiled window, the two sides and FLOPs (on the uncompiled module) run
+    on it at the timed window's shape; the 2x-batch probe (a new shape, compiled
+    again) is skipped; `compile_s` is the first step's time above a later one's.
+    Loss parity (safety.loss_parity) builds its own sessions from the seeded
+    initial weights, so it compiles its candidate again. A
     window clearly slower than `prune_below` ends early and the trial stops
     there (status "pruned": its throughput is measured, the rest skipped)."""
     import torch
@@ -212,11 +218,15 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         if i == 0:  # time to first step: imports, model, compile, loader start
             session.sync()
             first_step_s = time.perf_counter() - started
+            first_step_done = time.perf_counter()
     session.sync()
     warmup_s = time.perf_counter() - t
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
     if first_step_s is not None:
         metrics["first_step_s"] = first_step_s
+        if knobs["compile"] != "none" and cfg["warmup_steps"] > 1:  # the first step compiles: less a compiled step
+            first = first_step_done - t
+            metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (cfg["warmup_steps"] - 1))
     if rule.pruned:
         result["status"] = "pruned"
         return
@@ -229,9 +239,11 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     batch = next(batches)
     del batches  # shuts the loader workers down
     if cfg["diagnose"]:
+        metrics.update(M.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
         flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
         metrics.update(M.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
-        metrics.update(_double_batch_probe(session, metrics["step_ms_mean"]))
+        if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
+            metrics.update(_double_batch_probe(session, metrics["step_ms_mean"]))
         result["diagnosis"] = diagnose(metrics, knobs, device)
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):

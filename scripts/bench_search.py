@@ -7,6 +7,13 @@ point, else PyTorch defaults at the smallest batch), over many seeds. Reports th
 seconds (the sum of the recorded trial costs) until a trial reaches 95% of the
 landscape's best throughput. Needs optuna only (no torch, no Ray).
 
+What a replay can and cannot show: a point is diagnosed in the replay only
+where its row records a bottleneck (the recorded landscapes: the baseline
+only), so the strategy's climb past the first incumbent runs as it does without
+a diagnosis (each knob its turn). Re-diagnosing every incumbent (a bottleneck
+that moves) is tested on synthetic landscapes (tests/test_strategy.py), and
+live on a GPU; the time budget's compile scheduling is not replayed.
+
     python scripts/bench_search.py [LANDSCAPE.csv ...] [--seeds 100]
 
 Readable table; the last line is one JSON object: per landscape and strategy,
@@ -88,6 +95,13 @@ class Landscape:
         window = float(r["window_s"] or 0)
         return r["status"], value, float(r["trial_wall_s"]), window
 
+    def diagnosis(self, params: dict) -> dict | None:
+        """The point's recorded bottleneck, as a diagnosis the strategy moves
+        from (its moves: the playbook's for that bottleneck); None where the
+        landscape has none (all but the baseline, today)."""
+        bottleneck = self.rows[tuple(params[k] for k in self.names)].get("bottleneck")
+        return {"bottleneck": bottleneck} if bottleneck else None
+
 
 def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int, float, bool]:
     """Trials and seconds until a trial reaches 95% of the landscape's best."""
@@ -125,8 +139,7 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         if value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
         trials, spent = trials + 1, spent + cost
-        strategy.tell(proposal.trial, status, value,
-                      bottleneck=land.bottleneck if proposal.source == "baseline" else None)
+        strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None)
         if value is not None and value >= TARGET * land.best:
             return trials, spent, True
     return max_trials, spent, False

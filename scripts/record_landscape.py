@@ -14,6 +14,15 @@ landscape recorded without).
 
     python scripts/record_landscape.py -o landscape.csv --workload tiny_cnn \\
         --grid num_workers=0,1,2 --grid batch_size=32,64,128,256 --grid precision=32-true,bf16-mixed
+
+A landscape that looks like the real space (GPU only; not recorded yet: the
+H100 sessions so far had no time for it), every point diagnosed so a replay
+follows the moving bottleneck:
+
+    python scripts/record_landscape.py -o scripts/landscapes/h100_resnet18_gpunorm.csv \\
+        --workload resnet18_cifar --args '{"gpu_normalize": true}' --diagnose-all --budget-s 3000 \\
+        --grid num_workers=0,4,8,16 --grid pin_memory=false,true --grid batch_size=32,128,512,1024 \\
+        --grid precision=32-true,bf16-mixed,16-mixed --grid channels_last=false,true --grid compile=none,default
 """
 
 from __future__ import annotations
@@ -36,7 +45,8 @@ from autotune.launcher import run_in_process  # noqa: E402
 from autotune.trial import detect_device, parse_set  # noqa: E402
 
 RESULT_COLUMNS = ["samples_per_s", "step_ms_mean", "step_mean_ci95", "warmup_s", "window_s", "trial_wall_s",
-                  "mem_peak_allocated_gib", "mem_rss_peak_gib"]
+                  "mem_peak_allocated_gib", "mem_rss_peak_gib", "data_wait_frac", "compile_s",
+                  "compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker"]
 COLUMNS = ["point", "status", *K.KNOBS, *RESULT_COLUMNS, "bottleneck", "error_type", "device_name", "host", "workload"]
 TRIAL = {"warmup_steps": 5, "measure_steps": 10, "min_window_s": 1.0, "max_window_s": 4.0, "target_ci": 0.03,
          "profile_steps": 0, "diagnose": False}
@@ -77,13 +87,18 @@ def read_rows(path: Path) -> list[dict]:
         return list(csv.DictReader(f))
 
 
+def header(path: Path) -> list[str]:
+    with path.open() as f:
+        return next(csv.reader(f), [])
+
+
 def row_key(row: dict) -> str:
     return key({k: K.from_cell(k, row.get(k)) for k in K.KNOBS})
 
 
-def forget(path: Path, point: dict) -> None:
+def forget(path: Path, point: dict | None) -> None:
     """Rewrite the CSV without `point` (and with today's columns)."""
-    rows = [r for r in read_rows(path) if row_key(r) != key(point)]
+    rows = [r for r in read_rows(path) if point is None or row_key(r) != key(point)]
     with path.open("w", newline="") as f:
         writer = csv.DictWriter(f, COLUMNS, lineterminator="\n")
         writer.writeheader()
@@ -102,17 +117,21 @@ def main() -> None:
     p.add_argument("--budget-s", type=float, default=None, help="stop starting points after this long")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--diagnose-baseline", action="store_true", help="re-measure the baseline point with its diagnosis")
+    p.add_argument("--diagnose-all", action="store_true",
+                   help="profile and diagnose every point (its bottleneck: a replay moves from each incumbent's own)")
+    p.add_argument("--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'")
     args = p.parse_args()
     device = detect_device()
     grid = parse_grid(args.grid)
     from autotune.workload import load
 
-    base_batch = load(args.workload).batch_size
+    wl_args = json.loads(args.args)
+    base_batch = load(args.workload, wl_args).batch_size
     fixed = {**K.pytorch_defaults(base_batch), **({"num_threads": args.cpus} if args.cpus else {}), **parse_set(args.set)}
     todo, dropped = points(grid, fixed, device, args.seed)
     out = Path(args.out)
-    if args.diagnose_baseline and out.exists():
-        forget(out, fixed)
+    if out.exists() and (args.diagnose_baseline or header(out) != COLUMNS):
+        forget(out, fixed if args.diagnose_baseline else None)  # (an older CSV gets today's columns)
     done = {row_key(r) for r in read_rows(out)}
     todo = [pt for pt in todo if key(pt) not in done]
     for d in dropped:
@@ -120,6 +139,7 @@ def main() -> None:
     print(f"{device.type}:{device.name}, {len(done)} points recorded, {len(todo)} to go")
     trial = {**TRIAL, **parse_set(args.trial)}
     workload = {"factory": args.workload} if ":" in args.workload else {"name": args.workload}
+    workload["args"] = wl_args
     new = not out.exists()
     out.parent.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
@@ -134,7 +154,7 @@ def main() -> None:
                 print(f"budget of {args.budget_s:g} s spent; rerun with the same -o to continue")
                 break
             config = {"workload": workload, "knobs": knobs, **trial, "seed": args.seed}
-            if knobs == fixed:  # the baseline: profiled and diagnosed
+            if knobs == fixed or args.diagnose_all:  # the baseline (or every point): profiled and diagnosed
                 config.update(diagnose=True, profile_steps=max(trial["profile_steps"], 5))
             r = run_in_process(config, Path(tmp) / f"{i:04d}", args.timeout_s, str(Path.cwd()))
             m = r.get("metrics") or {}

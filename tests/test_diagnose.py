@@ -1,6 +1,6 @@
-"""Bottleneck classes and recommendations from planted metrics."""
+"""Bottleneck classes, evidence and moves from planted metrics."""
 
-from autotune.diagnose import diagnose
+from autotune.diagnose import PLAYBOOK, diagnose, playbook_moves, render
 from autotune.knobs import Device, pytorch_defaults
 
 H100 = Device("cuda", 16, "NVIDIA H100 80GB HBM3", (9, 0))
@@ -11,8 +11,45 @@ KNOBS = pytorch_defaults(32)
 def test_input_bound_when_the_loader_takes_over_5_percent():
     d = diagnose({"dataloader_frac": 0.35, "gpu_util_frac": 0.3, "batch2x_step_ratio": 1.9}, KNOBS, H100)
     assert d["bottleneck"] == "input"
-    assert d["evidence"][0] == "data loading takes 35.0% of the step (> 5%)"
+    assert d["evidence"][0] == "profiled window: data loading 35.0% of the step"
     assert d["recommendations"][:2] == ["more DataLoader workers (num_workers=0 now)", "pin_memory=True with non_blocking copies"]
+    assert [(m["knob"], m["to"]) for m in d["moves"][:2]] == [("num_workers", "up"), ("pin_memory", True)]
+
+
+def test_input_judged_on_the_timed_window_not_the_profiled_one():
+    # the live H100 case: the loader kept up under the profiler (slower steps), not in the timed window
+    m = {"data_wait_frac": 0.65, "dataloader_frac": 0.01, "gpu_util_frac": 0.3, "batch2x_step_ratio": 1.2,
+         "gpu_compute_kernel_frac": 0.4}
+    d = diagnose(m, {**KNOBS, "num_workers": 4, "pin_memory": True}, H100)
+    assert d["bottleneck"] == "input"
+    assert d["evidence"][:2] == [
+        "timed window: waiting on data 65.0% of the step (> 5%)",
+        "profiled window: data loading 1.0% of the step (the profiler slows each step, so there the loader keeps up)"]
+    assert d["moves"][0]["knob"] == "num_workers"  # pinning is on already: no pin move
+    assert all(mv["knob"] != "pin_memory" for mv in d["moves"])
+
+
+def test_the_timed_window_clears_a_profiled_reader_ratio():
+    d = diagnose({"data_wait_frac": 0.01, "dataloader_frac": 0.2, "batch2x_step_ratio": 1.1}, KNOBS, CPU)
+    assert d["bottleneck"] == "overhead"
+
+
+def test_two_rates_size_the_loader_within_the_cpus_per_gpu():
+    m = {"data_wait_frac": 0.4, "compute_ceiling_samples_per_s": 10000.0, "loader_samples_per_s_per_worker": 1500.0,
+         "host_cpus_per_gpu": 16}
+    d = diagnose(m, {**KNOBS, "num_workers": 4}, H100)
+    assert d["moves"][0] == {"knob": "num_workers", "to": 8, "why": "more DataLoader workers"}  # ceil(1.2 * 10000 / 1500)
+    assert d["recommendations"][0] == "more DataLoader workers (num_workers=4 now, about 8 needed)"
+    assert any(e.startswith("two sides apart: compute ceiling 10000 samples/s") for e in d["evidence"])
+    capped = diagnose({**m, "host_cpus_per_gpu": 6}, {**KNOBS, "num_workers": 4}, H100)
+    assert capped["moves"][0]["to"] == 6
+
+
+def test_two_rates_decide_when_there_is_no_timed_wait():
+    m = {"compute_ceiling_samples_per_s": 5000.0, "loader_samples_per_s_per_worker": 500.0, "batch2x_step_ratio": 1.9,
+         "gpu_compute_kernel_frac": 0.9}
+    assert diagnose(m, {**KNOBS, "num_workers": 2}, H100)["bottleneck"] == "input"
+    assert diagnose(m, {**KNOBS, "num_workers": 16}, H100)["bottleneck"] == "compute"
 
 
 def test_overhead_bound_when_doubling_the_batch_is_nearly_free():
@@ -20,6 +57,7 @@ def test_overhead_bound_when_doubling_the_batch_is_nearly_free():
     assert d["bottleneck"] == "overhead"
     assert "2x the batch takes 1.10x the step time" in d["evidence"]
     assert d["recommendations"][0].startswith("a larger batch")
+    assert [(m["knob"], m["to"]) for m in d["moves"]] == [("batch_size", "up"), ("compile", ["default"])]
 
 
 def test_overhead_bound_when_the_gpu_idles():
@@ -35,12 +73,16 @@ def test_compute_bound_fp32_without_tensor_cores_gets_mixed_precision():
     assert d["bottleneck"] == "compute"
     assert "no tensor-core kernels" in d["evidence"]
     assert d["recommendations"][0] == "mixed precision (bf16-mixed, or 16-mixed with a GradScaler) for tensor cores"
+    # once in bf16 with channels_last, the playbook moves on to what is left
+    later = diagnose(m, {**KNOBS, "precision": "bf16-mixed", "channels_last": True}, H100)
+    assert [mv["knob"] for mv in later["moves"]] == ["cudnn_benchmark", "compile"]
 
 
 def test_memory_bound_when_pointwise_work_dominates():
     d = diagnose({"dataloader_frac": 0.0, "gpu_util_frac": 0.95, "gpu_compute_kernel_frac": 0.2}, KNOBS, H100)
     assert d["bottleneck"] == "memory"
-    assert d["recommendations"] == ["torch.compile to fuse pointwise ops (fewer round trips to memory)"]
+    assert d["recommendations"][0] == "torch.compile to fuse pointwise ops (fewer round trips to memory)"
+    assert [mv["knob"] for mv in d["moves"]] == ["compile", "precision", "channels_last"]
 
 
 def test_near_full_memory_is_flagged():
@@ -50,3 +92,85 @@ def test_near_full_memory_is_flagged():
     assert "peak memory 76.0 of 79.6 GiB (> 90%)" in d["evidence"]
     assert "2x the batch runs out of memory: the batch is at the memory limit" in d["evidence"]
     assert d["recommendations"][-1] == "a smaller batch, activation checkpointing or mixed precision to free memory"
+    assert d["moves"][-1]["to"] == "down"
+
+
+def test_recommendations_are_rendered_from_the_moves_and_the_playbook_is_data():
+    for bottleneck in PLAYBOOK:
+        moves = playbook_moves(bottleneck, KNOBS, cuda=True)
+        assert moves and all(set(mv) <= {"knob", "to", "why"} for mv in moves)
+        assert [render(mv) for mv in moves] == [mv["why"] for mv in moves]
+
+
+# --- the two sides, measured on a real tiny model (CPU) ------------------------------
+
+
+class CountingDataset:
+    """A map-style dataset that counts its reads."""
+
+    def __init__(self, inner):
+        self.inner, self.reads = inner, 0
+
+    def __len__(self):
+        return len(self.inner)
+
+    def __getitem__(self, i):
+        self.reads += 1
+        return self.inner[i]
+
+
+def recording(batch_size=8, model=None):
+    from autotune import Workload
+    from tests.workloads import Recorder, WorkerTagged, recorder_loss
+
+    return Workload(model=model or Recorder, dataset=CountingDataset(WorkerTagged()), loss=recorder_loss,
+                    batch_size=batch_size)
+
+
+def test_the_compute_side_runs_on_a_cached_batch_without_the_loader():
+    import torch
+
+    from autotune import measure as M
+    from autotune.trial import prepare
+
+    wl = recording()
+    session = prepare(wl, pytorch_defaults(8), CPU, steps=4)
+    batch = next(iter(session.loader))
+    reads, before = wl.dataset.reads, [p.detach().clone() for p in session.model.parameters()]
+    out = M.compute_ceiling(session, batch, min_steps=5, min_s=0.0)
+    assert wl.dataset.reads == reads  # no loader
+    seen = session.model.seen
+    assert len(seen) == 6 and {s["batch"] for s in seen} == {8}  # one untimed step, then the window, one shape
+    assert any(not torch.equal(a, b) for a, b in zip(before, session.model.parameters()))  # real training steps
+    assert out["compute_ceiling_samples_per_s"] > 0 and out["compute_ceiling_step_ms"] > 0
+
+
+def test_the_input_side_runs_the_loader_without_a_model_on_one_thread():
+    import torch
+
+    from autotune import measure as M
+
+    def no_model():
+        raise AssertionError("the loader side must not build the model")
+
+    wl = recording(model=no_model)
+    threads = torch.get_num_threads()
+    out = M.loader_rate(wl, batch_size=64, min_batches=3, min_s=0.0)
+    assert torch.get_num_threads() == threads  # restored
+    assert wl.dataset.reads == 4 * 32  # one untimed batch, then 3, at the probe's batch of 32
+    assert out["loader_batches_per_s_per_worker"] == out["loader_samples_per_s_per_worker"] / 64
+
+
+def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
+    from autotune.trial import run_trial
+
+    result = run_trial({"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2,
+                        "max_window_s": 1.0, "profile_steps": 2, "knobs": {"batch_size": 16}, "cpus": 1})
+    assert result["status"] == "ok", result
+    m = result["metrics"]
+    assert m["compute_ceiling_samples_per_s"] > 0 and m["loader_samples_per_s_per_worker"] > 0
+    assert m["host_cpus_per_gpu"] == result["device"]["cpus"]  # a CPU host: all of them
+    evidence = result["diagnosis"]["evidence"]
+    assert evidence[0].startswith("timed window: waiting on data") and evidence[1].startswith("profiled window:")
+    assert any(e.startswith("two sides apart: compute ceiling") for e in evidence)
+    assert result["diagnosis"]["recommendations"] == [render(mv, result["knobs"]) for mv in result["diagnosis"]["moves"]]

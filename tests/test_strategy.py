@@ -2,12 +2,16 @@
 synthetic landscapes: what it proposes, in what order, and what it never runs."""
 
 import itertools
+import time
 import warnings
+from types import SimpleNamespace
 
 import optuna
 import pytest
 
-from autotune.strategy import Strategy, no_improvement_for
+from autotune.diagnose import diagnose
+from autotune.knobs import Device, pytorch_defaults
+from autotune.strategy import Strategy, budget_fits, estimate_cost, no_improvement_for
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -48,9 +52,20 @@ def drive(strategy, landscape, n, bottleneck="input"):
 def test_baseline_first_then_what_the_diagnosis_recommends():
     seen = drive(make(), input_bound, 3)
     assert seen[0][:2] == ("baseline", BASE)
-    # input-bound: workers (to the middle of the ladder above) and pinning together
-    assert seen[1][:2] == ("plan", {**BASE, "num_workers": 4, "pin_memory": True})
-    assert seen[2][1]["batch_size"] == 64  # then the next knob of the plan, from the new incumbent
+    # input-bound (a bottleneck alone: the playbook's moves): a rung more workers and pinning together
+    assert seen[1][:2] == ("plan", {**BASE, "num_workers": 2, "pin_memory": True})
+    # no diagnosis of the new incumbent: nothing says it is still input-bound; the next knob gets its turn
+    assert seen[2][1] == {**BASE, "num_workers": 2, "pin_memory": True, "batch_size": 64}
+
+
+def test_a_sized_workers_move_jumps_to_the_rung_the_rates_ask_for():
+    strategy = make()
+    p = strategy.ask()
+    moves = [{"knob": "num_workers", "to": 3, "why": "more DataLoader workers"},
+             {"knob": "pin_memory", "to": True, "why": "pin"}, {"knob": None, "why": "cheaper transforms"}]
+    strategy.tell(p.trial, *input_bound(p.params), diagnosis={"bottleneck": "input", "moves": moves, "evidence": []})
+    assert strategy.study.trials[0].user_attrs["diagnosis"] == {"bottleneck": "input", "moves": moves}
+    assert strategy.ask().params == {**BASE, "num_workers": 4, "pin_memory": True}
 
 
 def test_reaches_the_best_of_a_landscape_in_few_trials_and_never_repeats():
@@ -148,3 +163,99 @@ def test_parallel_asks_never_propose_a_running_config():
         running = [strategy.ask() for _ in range(8)]  # eight GPUs ask before any trial finishes
         keys = {tuple(r.params.values()) for r in running} | {tuple(p.params.values())}
         assert len(keys) == 9, sampler
+
+
+# --- a bottleneck that moves: input -> overhead -> compute -> input again -------------
+
+H100 = Device("cuda", 16, "NVIDIA H100 80GB HBM3", (9, 0))
+MOVING_SPACE = {"num_workers": [0, 2, 4, 8, 16], "pin_memory": [False, True], "batch_size": [32, 64, 128, 256, 512],
+                "precision": ["32-true", "bf16-mixed"]}
+MOVING_BASE = {"num_workers": 0, "pin_memory": False, "batch_size": 32, "precision": "32-true"}
+PER_WORKER = 1000.0  # samples/s one loader worker delivers
+
+
+def step_ms(p, batch=None):
+    """A fixed 10 ms per step (launch overhead) plus per-sample work; bf16 does it 2.5x faster."""
+    return 10.0 + (batch or p["batch_size"]) * (0.1 if p["precision"] == "32-true" else 0.04)
+
+
+def moving(p):
+    """Two sides, as the trial measures them: the compute ceiling (a cached batch on
+    the device; pinning saves 10% of the copy) and the loader (1000 samples/s per
+    worker; no workers: loading runs in series with the step). The timed
+    throughput is the slower side; the metrics are what a trial reports."""
+    ceiling = p["batch_size"] / step_ms(p) * 1e3 * (1.1 if p["pin_memory"] else 1.0)
+    if p["num_workers"] == 0:
+        value = 1 / (1 / PER_WORKER + 1 / ceiling)
+    else:
+        value = min(ceiling, PER_WORKER * p["num_workers"])
+    metrics = {"samples_per_s": value, "data_wait_frac": 1 - value / ceiling,
+               "compute_ceiling_samples_per_s": ceiling, "loader_samples_per_s_per_worker": PER_WORKER,
+               "host_cpus_per_gpu": 16, "batch2x_step_ratio": step_ms(p, 2 * p["batch_size"]) / step_ms(p),
+               "gpu_compute_kernel_frac": 0.9, "tensor_core_frac": 0.0 if p["precision"] == "32-true" else 0.6}
+    return value, metrics
+
+
+def run_moving(n, diagnose_every_trial=True):
+    """Drive the strategy on `moving`; each trial diagnosed from its own metrics
+    (or only the baseline). Returns [(knobs, bottleneck, new incumbent?)]."""
+    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    strategy = Strategy(study, MOVING_SPACE, MOVING_BASE, "autotune")
+    seen, best = [], 0.0
+    for _ in range(n):
+        p = strategy.ask()
+        value, metrics = moving(p.params)
+        d = diagnose(metrics, {**pytorch_defaults(32), **p.params}, H100)
+        strategy.tell(p.trial, "ok", value, diagnosis=d if diagnose_every_trial or p.source == "baseline" else None)
+        seen.append((p.params, d["bottleneck"], value > best * 1.02))
+        best = max(best, value)
+    return strategy, seen
+
+
+def test_the_search_follows_the_moving_bottleneck_and_climbs_workers_again():
+    strategy, seen = run_moving(25)
+    top = max(moving(dict(zip(MOVING_SPACE, v)))[0] for v in itertools.product(*MOVING_SPACE.values()))
+    assert max(moving(p)[0] for p, *_ in seen[:12]) >= 0.95 * top
+    incumbents = [(i, p, b) for i, (p, b, new) in enumerate(seen) if new]
+    assert [b for *_, b in incumbents][:5] == ["input", "overhead", "input", "overhead", "compute"]
+    # every input-bound incumbent (below the top rung) is moved from by more workers, at once
+    reopened = [(p, seen[i + 1][0]) for i, p, b in incumbents if b == "input" and p["num_workers"] < 16]
+    assert len(reopened) >= 3
+    assert all(after["num_workers"] > p["num_workers"] for p, after in reopened), reopened
+    # ... also after the batch and the precision made the step cheaper
+    assert any(p["batch_size"] > 32 and p["precision"] != "32-true" for p, _ in reopened)
+    ran = strategy.real_trials()  # each trial keeps its diagnosis (bottleneck and moves)
+    assert len(ran) == 25 and all("moves" in t.user_attrs["diagnosis"] for t in ran)
+
+
+def test_with_only_the_baseline_diagnosed_the_climb_does_not_follow_the_bottleneck():
+    """The same landscape with only the baseline diagnosed (the search before
+    per-trial diagnoses): the input-bound incumbent after the batch move is not
+    given more workers next. The strict check above can fail."""
+    _, seen = run_moving(6, diagnose_every_trial=False)
+    i = next(i for i, (p, b, new) in enumerate(seen) if new and b == "input" and p["batch_size"] > 32)
+    assert seen[i + 1][0]["num_workers"] == seen[i][0]["num_workers"]
+
+
+def test_compile_modes_are_scheduled_by_what_the_budget_affords():
+    costs = {"none": [12.0, 14.0], "default": [40.0, 60.0]}
+    assert estimate_cost("default", costs) == 50.0  # measured: its own median
+    assert estimate_cost("reduce-overhead", costs) == 75.0  # scaled from default
+    assert estimate_cost("max-autotune", costs) == 150.0
+    assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
+    # what autotune.search and search_no_ray ask with: the finished trials, read at each call
+    records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}) for m, cs in costs.items() for c in cs]
+    fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())
+    assert fits({}) and fits({"compile": "reduce-overhead"}) and not fits({"compile": "max-autotune"})
+    assert budget_fits(records, {"compile": "none"}, None, 0.0)({"compile": "max-autotune"})  # no budget
+    # overhead-bound: the playbook asks for reduce-overhead first; with 60 s left only default fits
+    space = {"pin_memory": [False, True], "compile": ["none", "default", "reduce-overhead", "max-autotune"]}
+    moves = [{"knob": "compile", "to": ["reduce-overhead", "default"], "why": "compile"}]
+    for left, expected in ((None, "reduce-overhead"), (60.0, "default")):
+        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+        strategy = Strategy(study, space, {"pin_memory": False, "compile": "none"})
+        p = strategy.ask()
+        strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "overhead", "moves": moves})
+        fits = (lambda params: True) if left is None else (
+            lambda params: (estimate_cost(params["compile"], costs) or 0.0) <= left)
+        assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}

@@ -12,14 +12,14 @@ from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, aut
                                    grad_scaler, loader_kwargs, map_tensors, prepare_model, to_channels_last,
                                    to_device, workload_args)
 from autotune.knobs._registry import (BOTTLENECKS, COMPILE_MODES, KNOBS, PRECISIONS, SAFETY_CLASSES, STAGES, USER,
-                                      USER_PREFIX, Device, Knob, conflicts, declare, from_cell, lookup,
+                                      USER_PREFIX, Device, Knob, conflicts, declare, from_cell, ladder_key, lookup,
                                       pytorch_defaults, registry, to_cell, user_knob)
 from autotune.knobs._space import Space, resolve_space
 
 __all__ = [
     "BOTTLENECKS", "COMPILE_MODES", "KNOBS", "PRECISIONS", "SAFETY_CLASSES", "STAGES", "USER", "USER_PREFIX",
     "Device", "Knob", "Space", "apply_backend_flags", "apply_process_flags", "autocast", "autocast_dtype",
-    "build_loader", "conflicts", "declare", "from_cell", "grad_scaler", "loader_kwargs", "lookup", "map_tensors",
+    "build_loader", "conflicts", "declare", "from_cell", "ladder_key", "grad_scaler", "loader_kwargs", "lookup", "map_tensors",
     "prepare_model", "pytorch_defaults", "registry", "resolve_space", "to_cell", "to_channels_last", "to_device",
     "user_knob", "workload_args",
 ]

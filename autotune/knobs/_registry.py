@@ -57,6 +57,7 @@ class Knob:
     nullable: bool = False  # None is a value: "torch's default"
     minimum: int | None = None  # ints: the smallest value
     ladder: bool = False  # ordered values: the strategy climbs them one step at a time
+    none_rank: float = float("-inf")  # where None (torch's default) stands on the ladder
     host_only: bool = False  # acts on the host only: never changes device memory (memory ladder)
     numerics: bool = False  # can change the loss a step computes (measured by loss parity)
     bottlenecks: tuple[str, ...] = ()  # what this knob can relieve (BOTTLENECKS)
@@ -139,22 +140,23 @@ KNOBS: dict[str, Knob] = {
              bottlenecks=("input",), unavailable=_no_cuda("pinned memory only speeds host-to-GPU copies")),
         Knob("prefetch_factor", int, None, "safe", f"{NO_NUMERICS}; each batch prefetched costs host memory",
              "batches each loader worker loads ahead (null: torch's default, 2)", "prefetch", "loader",
-             nullable=True, minimum=1, ladder=True, host_only=True, bottlenecks=("input",), requires=_needs_workers),
+             nullable=True, minimum=1, ladder=True, none_rank=2, host_only=True, bottlenecks=("input",), requires=_needs_workers),
         Knob("persistent_workers", bool, False, "safe", NO_NUMERICS,
              "loader workers kept alive between epochs (no restart cost per epoch)", "persist", "loader",
              host_only=True, bottlenecks=("input",), requires=_needs_workers),
         Knob("num_threads", int, None, "safe",
              "reductions may split differently (rounding only); the loader workers share the cores",
              "intra-op threads of the training process, torch.set_num_threads (null: torch's default)", "threads",
-             "process", nullable=True, minimum=1, ladder=True, host_only=True, bottlenecks=("input", "overhead"),
+             "process", nullable=True, minimum=1, ladder=True, none_rank=float("inf"),  # torch's default: every core
+             host_only=True, bottlenecks=("input", "overhead"),
              unavailable=_at_most_cpus),
-        Knob("precision", str, "32-true", "numerics", "changes rounding; check loss parity (fp16 can overflow)",
-             "autocast dtype / matmul precision", "precision", "step", choices=PRECISIONS, numerics=True,
-             bottlenecks=("compute", "memory"), unavailable=_precision),
         Knob("batch_size", int, None, "dynamics",
              "changes optimization; scale the learning rate or accumulate gradients to keep the effective batch",
              "samples per optimizer step", "batch", "loader", minimum=1, ladder=True,
              bottlenecks=("overhead", "input")),
+        Knob("precision", str, "32-true", "numerics", "changes rounding; check loss parity (fp16 can overflow)",
+             "autocast dtype / matmul precision", "precision", "step", choices=PRECISIONS, numerics=True,
+             bottlenecks=("compute", "memory"), unavailable=_precision),
         Knob("channels_last", bool, False, "safe", "different memory layout, rounding-level differences only",
              "model and 4-D inputs in torch.channels_last", "ch-last", "model", numerics=True,
              bottlenecks=("compute",)),
@@ -169,6 +171,16 @@ KNOBS: dict[str, Knob] = {
              "optimizer.zero_grad(set_to_none=...)", "none-grad", "step", numerics=True, bottlenecks=("overhead",)),
     )
 }
+
+
+def ladder_key(name: str) -> Callable[[Any], float]:
+    """Sort key of a ladder's values: None (torch's default) where the knob places it."""
+    rank = lookup(name).none_rank
+
+    def key(value):
+        return rank if value is None else value
+
+    return key
 
 
 def user_knob(name: str, safety: str = "dynamics", stage: str | None = None) -> Knob:

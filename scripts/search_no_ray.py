@@ -1,0 +1,286 @@
+"""A search on a host without Ray or MLflow (the GPU hosts: torch, optuna,
+pandas, pyyaml): the same `autotune.strategy.Strategy` and the same trial runner
+(`autotune.trial.run_in_process`, a fresh `python -m autotune.trial` per trial)
+as `autotune search`, one trial at a time, on an in-memory Optuna study (copied
+to optuna.db at the end). Writes the run-dir format, so `autotune report DIR`
+and `autotune export DIR` read it: trials.csv, search.json, best_config.yaml,
+trials/NNNN/{config,result}.json.
+
+    python scripts/search_no_ray.py SPEC.yaml [--output-dir DIR]
+
+The spec: with pydantic installed it is read and checked by `autotune.spec`;
+without it (the GPU hosts), by a small reader here (YAML, the same sections and
+defaults, unknown keys refused) that checks less (types and values are checked
+by the trial runner, `autotune.trial.check_config`), and says so. Not
+supported here: `resources.ray_address` and `tracking` (MLflow), `--resume`.
+
+A readable line per trial; the last line of stdout is one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from types import SimpleNamespace
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import yaml  # noqa: E402
+
+from autotune import knobs as K  # noqa: E402
+from autotune import workload as W  # noqa: E402
+from autotune.trial import DEFAULTS as TRIAL_DEFAULTS  # noqa: E402
+
+# the spec's sections and their defaults (autotune/spec.py), for hosts without pydantic
+SECTIONS = {
+    "name": None, "workload": None, "baseline": {}, "search_space": "default", "output_dir": None,
+    "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "measure_steps", "min_window_s", "target_ci",
+                                                "max_window_s", "profile_steps", "diagnose")},
+              "timeout_s": 600.0, "prune_margin": 0.2},
+    "search": {"sampler": "autotune", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
+               "min_improvement": 0.02},
+    "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {}},
+    "safety": {"level": "numerics", "tolerance": 0.05, "parity_steps": 20, "keep_effective_batch": False},
+    "tracking": {"uri": None, "experiment": "autotune"},
+}
+
+
+class SpecError(Exception):
+    pass
+
+
+def read_spec(path: Path) -> tuple[dict, str]:
+    """The spec as plain data (the sections of SECTIONS, defaults filled), and
+    which reader read it."""
+    try:
+        from autotune import spec as S
+    except ImportError:  # no pydantic: the small reader
+        return _read_plain(path), "plain YAML reader (pydantic not installed: fewer checks)"
+    try:
+        spec = S.load(path)
+    except S.SpecError as e:
+        raise SpecError(str(e)) from None
+    data = spec.model_dump(mode="json")
+    data["search_space"] = {"lists": spec.search_space.lists()}
+    return data, "autotune.spec"
+
+
+def _read_plain(path: Path) -> dict:
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise SpecError(f"{path}: {e}") from None
+    if not isinstance(raw, dict) or not isinstance(raw.get("workload"), dict):
+        raise SpecError(f"{path}: the spec must be a YAML mapping with a `workload` mapping")
+    unknown = set(raw) - set(SECTIONS)
+    if unknown:
+        raise SpecError(f"{path}: unknown key `{sorted(unknown)[0]}`; allowed: {', '.join(SECTIONS)}")
+    data = {}
+    for section, default in SECTIONS.items():
+        given = raw.get(section)
+        if isinstance(default, dict) and section != "baseline":
+            given = given or {}
+            bad = set(given) - set(default)
+            if bad:
+                raise SpecError(f"{path}: {section}: unknown key `{sorted(bad)[0]}`; allowed: {', '.join(default)}")
+            data[section] = {**default, **given}
+        else:
+            data[section] = default if given is None else given
+    wl = data["workload"]
+    if bool(wl.get("name")) == bool(wl.get("factory")):
+        raise SpecError(f"{path}: workload: give exactly one of `name` (built-in) or `factory` (pkg.module:function)")
+    bad = set(data["baseline"]) - set(K.KNOBS)
+    if bad:
+        raise SpecError(f"{path}: baseline: unknown knob `{sorted(bad)[0]}`; knobs: {', '.join(K.KNOBS)}")
+    space = data["search_space"]
+    space = {"preset": space} if isinstance(space, str) else {"preset": "default", **(space or {})}
+    lists = {}
+    if space.get("preset"):
+        preset = ROOT / "search_spaces" / f"{space['preset']}.yaml"
+        if not preset.exists():
+            raise SpecError(f"{path}: search_space.preset: unknown preset `{space['preset']}`")
+        lists = yaml.safe_load(preset.read_text()) or {}
+    lists.update(space.get("knobs") or {})
+    bad = set(lists) - set(K.KNOBS)
+    if bad:
+        raise SpecError(f"{path}: search_space: unknown knob `{sorted(bad)[0]}`; knobs: {', '.join(K.KNOBS)}")
+    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}}
+    data["name"] = data["name"] or path.stem
+    return data
+
+
+def trial_config(data: dict, params: dict, device: K.Device, baseline: dict, prune_below: float | None) -> dict:
+    """The trial config for a proposal (what autotune.search gives its runner):
+    with a GPU, CPUs for the loader workers + the main process; on a CPU host,
+    every CPU but one (one trial at a time)."""
+    trial, res = data["trial"], data["resources"]
+    cpus = res["cpus_per_trial"] or (min(params["num_workers"] + 1, device.cpus) if device.type == "cuda"
+                                     else max(1, device.cpus - 1))
+    return {
+        "workload": {k: v for k, v in data["workload"].items() if v is not None},
+        "knobs": params,
+        **{k: trial[k] for k in trial if k not in ("timeout_s", "prune_margin")},
+        "trace_path": "trace.json" if trial["profile_steps"] else None,
+        "device": device.type, "cpus": cpus, "seed": data["search"]["seed"],
+        "accum_steps": baseline["batch_size"] // params["batch_size"] if data["safety"]["keep_effective_batch"] else 1,
+        "parity": {"baseline": baseline, "steps": data["safety"]["parity_steps"], "tolerance": data["safety"]["tolerance"]},
+        "prune_below": prune_below,
+    }
+
+
+def record_of(number: int, knobs: dict, result: dict, trial_dir: Path, baseline):
+    from autotune.records import TrialRecord
+
+    device = result.get("device") or {}
+    info = {"host": result.get("host"), "device_type": device.get("type"), "device_name": device.get("name"),
+            "torch": result.get("torch"), "trial_wall_s": result.get("trial_wall_s"),
+            "optimizer": result.get("optimizer"), "has_batchnorm": result.get("has_batchnorm")}
+    record = TrialRecord(number=number, status=result.get("status", "error"), knobs=knobs,
+                         metrics=dict(result.get("metrics") or {}), is_baseline=baseline is None,
+                         error_type=result.get("error_type"), error=result.get("error"), trial_dir=str(trial_dir),
+                         info={k: v for k, v in info.items() if v is not None}, diagnosis=result.get("diagnosis"),
+                         parity=result.get("parity"))
+    base = record if record.is_baseline else baseline
+    if base and base.throughput and record.throughput:
+        record.metrics["speedup_x"] = record.throughput / base.throughput
+    return record
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("spec", type=Path)
+    p.add_argument("--output-dir", type=Path, help="the run dir (default: the spec's output_dir, else runs/NAME-TIME)")
+    args = p.parse_args(argv)
+    try:
+        data, reader = read_spec(args.spec)
+        if data["resources"]["ray_address"]:
+            raise SpecError("resources.ray_address: a cluster needs Ray; run `autotune search` there")
+    except SpecError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return search(data, reader, args.output_dir)
+
+
+def search(data: dict, reader: str, output_dir: Path | None) -> int:
+    import optuna
+
+    from autotune.export import write_best_config
+    from autotune.records import SearchResult, pick_best, write_csv, write_state
+    from autotune.safety import LEVELS
+    from autotune.strategy import Strategy, budget_fits, no_improvement_for
+    from autotune.trial import detect_device, run_in_process
+
+    started = time.perf_counter()
+    settings = data["search"]
+    run_dir = (output_dir or (Path(data["output_dir"]) if data["output_dir"] else
+                              Path("runs") / f"{data['name']}-{datetime.now():%Y%m%d-%H%M%S}")).resolve()
+    user_cwd = os.getcwd()
+    sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
+    wl = data["workload"]
+    workload = W.load(wl.get("factory") or wl["name"], wl.get("args"))
+    device = detect_device(data["resources"]["device"])
+    baseline = {**K.pytorch_defaults(workload.batch_size), **{k: v for k, v in data["baseline"].items() if v is not None}}
+    space = K.resolve_space(data["search_space"]["lists"], baseline, device, LEVELS[data["safety"]["level"]],
+                            data["safety"]["keep_effective_batch"])
+    if not space.search:
+        print("error: search_space: nothing to search on this device: "
+              + "; ".join(f"{k} ({why})" for k, why in space.fixed.items()), file=sys.stderr)
+        return 2
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump({k: v for k, v in data.items()}, sort_keys=False))
+    n_trials, budget = settings["n_trials"], settings["time_budget_s"]
+    state = {"name": data["name"], "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
+             "n_trials": n_trials, "time_budget_s": budget, "mlflow_uri": None, "optuna_study": data["name"],
+             "runner": "scripts/search_no_ray.py", "spec_reader": reader,
+             "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    write_state(run_dir, state)
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    study = optuna.create_study(study_name=data["name"], direction="maximize",
+                                sampler=Strategy.make_sampler(settings["sampler"], settings["seed"]))
+    strategy = Strategy(study, space.search, space.baseline, settings["sampler"], settings["min_improvement"],
+                        settings["seed"], cuda=device.type == "cuda")
+    print(f"search {data['name']} on {device.type}:{device.name} ({device.cpus} CPUs), spec read by {reader}; "
+          f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
+    records = []
+
+    fits = budget_fits(records, space.baseline, budget, started)  # as autotune.search
+
+    ended = f"{n_trials} trials"
+    baseline_record = None
+    try:
+        while len(records) < n_trials:
+            if budget and time.perf_counter() - started >= budget:
+                ended = "the time budget"
+                break
+            if settings["patience"] and no_improvement_for([r.throughput if r.safe else None for r in records],
+                                                           settings["min_improvement"]) >= settings["patience"]:
+                ended = f"no gain above {settings['min_improvement']:.0%} in {settings['patience']} trials"
+                break
+            proposal = strategy.ask(fits)
+            if proposal is None:
+                ended = "every point of the space measured or known infeasible"
+                break
+            knobs = {**space.baseline, **proposal.params}
+            number = proposal.trial.number
+            config = trial_config(data, knobs, device, space.baseline, strategy.prune_below(data["trial"]["prune_margin"]))
+            trial_dir = run_dir / "trials" / f"{number:04d}"
+            result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_cwd)
+            record = record_of(number, knobs, result, trial_dir, baseline_record)
+            if record.is_baseline:
+                baseline_record = record
+            records.append(record)
+            strategy.tell(proposal.trial, record.status, record.metrics.get("samples_per_s"), safe=record.safe,
+                          error=f"{record.error_type}: {record.error}" if record.error else None,
+                          diagnosis=record.diagnosis)
+            write_csv(records, run_dir / "trials.csv")
+            changed = ", ".join(f"{k}={v}" for k, v in knobs.items() if v != space.baseline[k]) or "baseline"
+            tp = record.metrics.get("samples_per_s")
+            speedup = "-" if record.speedup is None else f"{record.speedup:.2f}x"
+            print(f"{number:3d} {proposal.source:8} {record.status:7} {'-' if tp is None else f'{tp:.1f}':>9} samples/s "
+                  f"{speedup:>6} {(record.diagnosis or {}).get('bottleneck', '-'):8} "
+                  f"{record.info.get('trial_wall_s', 0):6.1f}s  {changed}", flush=True)
+            if baseline_record is record and not record.throughput:
+                ended = "the baseline failed"
+                break
+    except KeyboardInterrupt:
+        ended = "interrupted"
+    wall = time.perf_counter() - started
+    best = pick_best(records)
+    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
+             "optuna_storage": run_dir / "optuna.db"}
+    result = SearchResult(run_dir, space, device, records, baseline_record, best, wall, paths, None, ended)
+    spec_view = SimpleNamespace(name=data["name"], workload=SimpleNamespace(ref=wl.get("factory") or wl["name"],
+                                                                            args=wl.get("args") or {}),
+                                safety=SimpleNamespace(keep_effective_batch=data["safety"]["keep_effective_batch"]))
+    if baseline_record and baseline_record.throughput and best:
+        write_best_config(result, spec_view, paths["best_config"])
+    try:  # for `autotune report`: the study's importances
+        optuna.copy_study(from_study_name=data["name"], from_storage=study._storage,
+                          to_storage=f"sqlite:///{paths['optuna_storage']}")
+    except Exception as e:  # noqa: BLE001 (no SQLite driver: the report does without importances)
+        print(f"note: optuna.db not written ({type(e).__name__}: {e})")
+    write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": "interrupted" if ended == "interrupted" else None,
+                          "ended": ended})
+    summary = {"run_dir": str(run_dir), "trials": len(records), "wall_s": round(wall, 1), "ended": ended,
+               "spec_reader": reader, "device": f"{device.type}:{device.name}"}
+    if baseline_record and baseline_record.throughput and best:
+        summary.update(baseline_samples_per_s=round(baseline_record.throughput, 1),
+                       best_samples_per_s=round(best.throughput, 1), speedup_x=round(best.throughput /
+                                                                                    baseline_record.throughput, 3),
+                       best_knobs={k: v for k, v in best.knobs.items() if v != space.baseline[k]})
+        print(f"best: {best.throughput:.1f} samples/s, {summary['speedup_x']:.2f}x the baseline "
+              f"({', '.join(f'{k}={v}' for k, v in summary['best_knobs'].items()) or 'the baseline'}); "
+              f"{len(records)} trials in {wall:.0f} s; ended: {ended}")
+    print(json.dumps(summary))
+    return 0 if best else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

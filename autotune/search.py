@@ -45,6 +45,7 @@ from autotune import export, plots, tracking
 from autotune import knobs as K
 from autotune import workload as W
 from autotune.lock import device_lock
+from autotune.request import TrialSettings
 from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
                               read_run, same_device, write_csv, write_state)
 from autotune.launcher import THREAD_ENV, run_in_process
@@ -57,19 +58,9 @@ from autotune.spec import Spec, SpecError
 
 
 def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
-    """The trial config for this Ray config, run in a fresh process."""
-    workload = settings["workload"]
-    trial_config = {
-        "workload": {**workload, "args": {**workload.get("args", {}), **K.workload_args(config)}},
-        "knobs": {k: config[k] for k in K.KNOBS},
-        **settings["trial"],
-        "trace_path": "trace.json" if settings["trial"]["profile_steps"] else None,
-        "device": settings["device"],
-        "accum_steps": settings["accum_fn"](config),
-        "seed": settings["seed"],
-        "prune_below": config.get("prune_below"),
-    }
-    return run_in_process(trial_config, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
+    """The trial config for this Ray config (the one request builder), run in a fresh process."""
+    request = settings["request"].config(config, config.get("prune_below"))
+    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
 
 
 def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
@@ -527,11 +518,6 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
             return cpus_per_trial
         return min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1)
 
-    base_batch = space.baseline["batch_size"]
-
-    def accum_fn(config) -> int:  # keep_effective_batch: micro-batches per optimizer step
-        return base_batch // config["batch_size"] if spec.safety.keep_effective_batch else 1
-
     # failed trials report no throughput; Optuna records them as FAIL (see _Searcher)
     os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
     # Tune's own per-trial result files would duplicate trials.csv (and the trial
@@ -549,22 +535,21 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     _reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed)
+                        spec.search.seed, cuda=device.type == "cuda")
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
     for record in sorted(records, key=lambda r: r.number) if on_trial else ():
         on_trial(record)  # what an earlier run of this search finished
 
+    base_knobs = {k: v for k, v in space.baseline.items() if k in K.KNOBS}
     settings = {
-        "workload": spec.workload.model_dump(exclude_none=True),
-        "trial": {**spec.trial.model_dump(exclude={"timeout_s", "prune_margin"}),
-                  # the baseline's parity reference: computed by the first trial that needs it, then reused
-                  "parity": {"baseline": space.baseline, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
-                             "reference": str(run_dir / REFERENCE_FILE)}},
+        "request": TrialSettings.of(spec.model_dump(mode="json"), device.type, space.baseline, parity={
+            # the baseline's parity reference: computed by the first trial that needs it, then reused
+            "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
+            "reference": str(run_dir / REFERENCE_FILE)}),
         "timeout_s": spec.trial.timeout_s,
-        "device": device.type, "seed": spec.search.seed,
-        "run_dir": str(run_dir), "user_cwd": user_cwd, "cpus_fn": cpus_fn, "accum_fn": accum_fn,
+        "run_dir": str(run_dir), "user_cwd": user_cwd,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
         "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
         "driver_node": ray.get_runtime_context().get_node_id(),

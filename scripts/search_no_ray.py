@@ -1,6 +1,7 @@
 """A search on a host without Ray or MLflow (the GPU hosts: torch, optuna,
 pandas, pyyaml): the same `autotune.strategy.Strategy` and the same trial runner
-(`autotune.trial.run_in_process`, a fresh `python -m autotune.trial` per trial)
+(`autotune.launcher.run_in_process`: a fresh process per trial, the request
+built by `autotune.request.TrialSettings`)
 as `autotune search`, one trial at a time, on an in-memory Optuna study (copied
 to optuna.db at the end). Writes the run-dir format, so `autotune report DIR`
 and `autotune export DIR` read it: trials.csv, search.json, best_config.yaml,
@@ -68,7 +69,7 @@ def read_spec(path: Path) -> tuple[dict, str]:
     except S.SpecError as e:
         raise SpecError(str(e)) from None
     data = spec.model_dump(mode="json")
-    data["search_space"] = {"lists": spec.search_space.lists()}
+    data["search_space"] = {"lists": spec.search_space.lists(), "user": spec.search_space.user()}
     return data, "autotune.spec"
 
 
@@ -116,25 +117,6 @@ def _read_plain(path: Path) -> dict:
     return data
 
 
-def trial_config(data: dict, params: dict, device: K.Device, baseline: dict, prune_below: float | None) -> dict:
-    """The trial config for a proposal (what autotune.search gives its runner):
-    with a GPU, CPUs for the loader workers + the main process; on a CPU host,
-    every CPU but one (one trial at a time)."""
-    trial, res = data["trial"], data["resources"]
-    cpus = res["cpus_per_trial"] or (min(params["num_workers"] + 1, device.cpus) if device.type == "cuda"
-                                     else max(1, device.cpus - 1))
-    return {
-        "workload": {k: v for k, v in data["workload"].items() if v is not None},
-        "knobs": params,
-        **{k: trial[k] for k in trial if k not in ("timeout_s", "prune_margin")},
-        "trace_path": "trace.json" if trial["profile_steps"] else None,
-        "device": device.type, "cpus": cpus, "seed": data["search"]["seed"],
-        "accum_steps": baseline["batch_size"] // params["batch_size"] if data["safety"]["keep_effective_batch"] else 1,
-        "parity": {"baseline": baseline, "steps": data["safety"]["parity_steps"], "tolerance": data["safety"]["tolerance"]},
-        "prune_below": prune_below,
-    }
-
-
 def record_of(number: int, knobs: dict, result: dict, trial_dir: Path, baseline):
     from autotune.records import TrialRecord
 
@@ -174,8 +156,10 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.export import write_best_config
     from autotune.records import SearchResult, pick_best, write_csv, write_state
     from autotune.safety import LEVELS
+    from autotune.launcher import THREAD_ENV, run_in_process
+    from autotune.request import TrialSettings
     from autotune.strategy import Strategy, budget_fits, no_improvement_for
-    from autotune.trial import detect_device, run_in_process
+    from autotune.trial import detect_device
 
     started = time.perf_counter()
     settings = data["search"]
@@ -184,11 +168,14 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     user_cwd = os.getcwd()
     sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
     wl = data["workload"]
-    workload = W.load(wl.get("factory") or wl["name"], wl.get("args"))
+    ref, user = wl.get("factory") or wl["name"], data["search_space"].get("user") or {}
+    workload = W.load(ref, wl.get("args"))
     device = detect_device(data["resources"]["device"])
-    baseline = {**K.pytorch_defaults(workload.batch_size), **{k: v for k, v in data["baseline"].items() if v is not None}}
+    K.declare(user)
+    baseline = {**K.pytorch_defaults(workload.batch_size), **{k: v for k, v in data["baseline"].items() if v is not None},
+                **{K.USER_PREFIX + n: v for n, v in W.user_knob_baseline(ref, wl.get("args") or {}, user).items()}}
     space = K.resolve_space(data["search_space"]["lists"], baseline, device, LEVELS[data["safety"]["level"]],
-                            data["safety"]["keep_effective_batch"])
+                            data["safety"]["keep_effective_batch"], user)
     if not space.search:
         print("error: search_space: nothing to search on this device: "
               + "; ".join(f"{k} ({why})" for k, why in space.fixed.items()), file=sys.stderr)
@@ -210,7 +197,13 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []
 
-    fits = budget_fits(records, space.baseline, budget, started)  # as autotune.search
+    affordable = budget_fits(records, space.baseline, budget, started)  # as autotune.search
+
+    def fits(params: dict) -> bool:
+        return not space.conflicts(params) and affordable(params)
+
+    request = TrialSettings.of(data, device.type, space.baseline)
+    thread_env = {k: os.environ.get(k) for k in THREAD_ENV}  # the user's, as in autotune.search
 
     ended = f"{n_trials} trials"
     baseline_record = None
@@ -229,9 +222,9 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                 break
             knobs = {**space.baseline, **proposal.params}
             number = proposal.trial.number
-            config = trial_config(data, knobs, device, space.baseline, strategy.prune_below(data["trial"]["prune_margin"]))
+            config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]))
             trial_dir = run_dir / "trials" / f"{number:04d}"
-            result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_cwd)
+            result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_cwd, thread_env)
             record = record_of(number, knobs, result, trial_dir, baseline_record)
             if record.is_baseline:
                 baseline_record = record

@@ -73,11 +73,13 @@ def gpu_other_processes(device_index: int = 0) -> int | None:
     return sum(1 for p in procs if p.pid != os.getpid())
 
 
-def verdict(metrics: dict[str, float]) -> str | None:
-    """Why a window's figure is suspect, or None."""
+def verdict(metrics: dict[str, float], device_type: str = "cpu") -> str | None:
+    """Why a window's figure is suspect, or None. On a GPU the device decides
+    (other processes on it): trials on the other GPUs of a host share its CPUs by
+    design, each within its reservation; the CPU share is still recorded."""
     other = metrics.get("host_other_cpu_frac")
     reasons = []
-    if other is not None and other > OTHER_CPU_LIMIT:
+    if device_type == "cpu" and other is not None and other > OTHER_CPU_LIMIT:
         reasons.append(f"other processes used {other:.0%} of the host's CPU time during the window")
     if metrics.get("gpu_other_processes"):
         reasons.append(f"{int(metrics['gpu_other_processes'])} other process(es) on the GPU")

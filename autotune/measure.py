@@ -316,8 +316,12 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
             done += 1
         return [events[i].elapsed_time(events[i + 1]) for i in range(done - 1)]
 
+    from autotune.disturbance import CpuWatch, gpu_other_processes
+
+    outside = CpuWatch()  # load from outside the trial during the window
     with GpuUtilSampler(enabled=cuda) as util:
         sync()
+        outside.start()
         t0, cpu0 = clock(), time.process_time()
         while not starts or not rule.done(len(starts), clock() - t0, step_times):
             starts.append(clock())
@@ -334,6 +338,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         sync()
         window = clock() - t0
         cpu = time.process_time() - cpu0
+        disturbed = outside.stop(window)
     steps = len(starts)
     if cuda:
         steps_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
@@ -356,8 +361,12 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         "window_s": window,
         "window_steps": steps,
         "loss_last": float(loss.detach().float()),
+        **disturbed,  # host_other_cpu_frac
     }
     if cuda:
+        others = gpu_other_processes(session.device.index or 0)
+        if others is not None:
+            metrics["gpu_other_processes"] = others
         metrics["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
         metrics["mem_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
         metrics["mem_device_gib"] = torch.cuda.get_device_properties(session.device).total_memory / 2**30

@@ -15,7 +15,7 @@ from autotune import knobs as K
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
 INFO = ("host", "node_ip", "gpu_ids", "started_unix", "ended_unix", "device_type", "device_name", "torch",
-        "trial_wall_s", "optimizer", "has_batchnorm")
+        "trial_wall_s", "optimizer", "has_batchnorm", "disturbed")
 NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "parity", "parity_reason", "error_type", "error",
                "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
 
@@ -82,6 +82,31 @@ class SearchResult:
     paths: dict[str, Path]
     stopped_reason: str | None = None
     ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
+
+
+def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
+    """A trial's result.json as the flat dict Ray Tune carries to the driver."""
+    flat = {
+        "trial_number": number,
+        "status": result.get("status", "error"),
+        "error_type": result.get("error_type"),
+        "error": result.get("error"),
+        "trial_dir": str(trial_dir),
+        "host": result.get("host"),
+        "device_type": (result.get("device") or {}).get("type"),
+        "device_name": (result.get("device") or {}).get("name"),
+        "torch": result.get("torch"),
+        "trial_wall_s": result.get("trial_wall_s", result.get("trial_s", 0.0)),
+        "diagnosis_json": json.dumps(result["diagnosis"]) if result.get("diagnosis") else None,
+        "parity_json": json.dumps(result["parity"]) if result.get("parity") else None,
+        "optimizer": result.get("optimizer"),
+        "has_batchnorm": result.get("has_batchnorm"),
+        "disturbed": result.get("disturbed"),  # why its window's figure is suspect (load from outside)
+        **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
+    }
+    if flat["status"] == "ok":
+        flat[METRIC] = result["metrics"][METRIC]
+    return flat
 
 
 def pruning_savings(records: list[TrialRecord]) -> dict[str, float]:

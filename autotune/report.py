@@ -9,6 +9,7 @@ import time
 from rich.columns import Columns
 from rich.console import Console, Group
 from rich.live import Live
+from rich.markup import escape
 from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
@@ -221,6 +222,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
                            "samples_per_s": r.throughput} for r in measured if not same_device(base, r)],
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
                    for r in result.records if r.status not in ("ok", "pruned")],
+        "disturbed": [{"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")],
     }
 
 
@@ -284,6 +286,10 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
                     console.print(f"  try: {rec}")
     for line in _search_notes(d):
         console.print(line)
+    if d["disturbed"]:
+        console.print(f"[yellow]disturbed[/]: {len(d['disturbed'])} trial(s) measured while other work loaded the "
+                      "machine, their figures are suspect: "
+                      + "; ".join(f"#{t['trial']} ({escape(t['why'])})" for t in d["disturbed"]))
     if d["failed"]:
         console.print(f"{len(d['failed'])} trial(s) failed: "
                       + "; ".join(f"#{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]))
@@ -347,6 +353,9 @@ def as_markdown(result, importance: dict | None = None) -> str:
     notes = _search_notes(d)
     if notes:
         lines += ["", *(f"- {n}" for n in notes)]
+    if d["disturbed"]:
+        lines += ["", "Disturbed trials (measured while other work loaded the machine; figures suspect):",
+                  *(f"- #{t['trial']}: {t['why']}" for t in d["disturbed"])]
     if d["failed"]:
         lines += ["", "Failed trials:", *(f"- #{f['trial']} {f['status']}: {f['error_type']}: {f['error']}" for f in d["failed"])]
     return "\n".join(lines) + "\n"

@@ -1,6 +1,7 @@
-"""The search: `autotune.strategy` chooses, on an Optuna study (RDB storage in the
-run dir, resumable); Ray Tune places and runs each trial (on this host or any node
-of a cluster); each trial runs in a fresh process (`python -m autotune.trial`).
+"""The search's driver: `autotune.strategy` chooses, on an Optuna study (RDB
+storage in the run dir, resumable); Ray Tune places and runs each trial on this
+host or any node of a cluster (`autotune.raytune`); each trial runs in a fresh
+process (`autotune.launcher`); `autotune.recorder` writes each result everywhere.
 
 Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and
 the CUDA allocator are process state, and a reused process would carry them from
@@ -14,17 +15,12 @@ at once; a trial on another node sends its files back with its result.
 
 from __future__ import annotations
 
-import base64
 import contextlib
 import dataclasses
-import io
 import json
 import math
 import os
-import shutil
-import signal
 import sys
-import tarfile
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -32,303 +28,19 @@ from typing import Callable
 
 import optuna
 
-# Ray reads this when it is imported (DESIGN.md facts): set before `import ray`, the
-# local node's address is 127.0.0.1 and every Ray server binds there, so a local
-# search is not reachable from the network. `_init_ray` opens it again only for an
-# explicit cluster address.
-os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
-
-from ray import tune  # noqa: E402
-from ray.tune.search import Searcher  # noqa: E402
-
 from autotune import export, plots, tracking
 from autotune import knobs as K
+from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
 from autotune import workload as W
+from autotune.launcher import THREAD_ENV
 from autotune.lock import device_lock
+from autotune.recorder import Recorder, reconcile
+from autotune.records import (STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
+                              write_csv, write_state)
 from autotune.request import TrialSettings
-from autotune.records import (INFO, METRIC, STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings,
-                              read_run, same_device, write_csv, write_state)
-from autotune.launcher import THREAD_ENV, run_in_process
 from autotune.safety import LEVELS, REFERENCE_FILE
-from autotune.strategy import Strategy, budget_fits, no_improvement_for
 from autotune.spec import Spec, SpecError
-
-
-# --- the trial, inside a Ray worker ---------------------------------------------
-
-
-def _run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
-    """The trial config for this Ray config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, config.get("prune_below"))
-    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
-
-
-def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
-    """A trial's result.json as the flat dict Ray Tune carries to the driver."""
-    flat = {
-        "trial_number": number,
-        "status": result.get("status", "error"),
-        "error_type": result.get("error_type"),
-        "error": result.get("error"),
-        "trial_dir": str(trial_dir),
-        "host": result.get("host"),
-        "device_type": (result.get("device") or {}).get("type"),
-        "device_name": (result.get("device") or {}).get("name"),
-        "torch": result.get("torch"),
-        "trial_wall_s": result.get("trial_wall_s", result.get("trial_s", 0.0)),
-        "diagnosis_json": json.dumps(result["diagnosis"]) if result.get("diagnosis") else None,
-        "parity_json": json.dumps(result["parity"]) if result.get("parity") else None,
-        "optimizer": result.get("optimizer"),
-        "has_batchnorm": result.get("has_batchnorm"),
-        **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
-    }
-    if flat["status"] == "ok":
-        flat[METRIC] = result["metrics"][METRIC]
-    return flat
-
-
-def _trainable(config: dict, settings: dict) -> None:
-    """Ray Tune's function trainable: one trial process, one report. Never
-    raises: whatever goes wrong is reported as the trial's error. On the
-    driver's node the trial writes its dir in the run dir; on another node it
-    runs in a temporary dir whose files travel back in the report."""
-    import tempfile
-
-    import ray
-
-    number = config["trial_number"]
-    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
-    started = time.time()
-    remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
-    work_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else trial_dir
-    try:
-        result = _run_trial_in(config, settings, work_dir)
-    except Exception as e:
-        result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
-    flat = flat_result(number, trial_dir, result)
-    flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
-                started_unix=started, ended_unix=time.time())
-    if remote:
-        flat["files_b64"] = pack_dir(work_dir)
-        shutil.rmtree(work_dir, ignore_errors=True)
-    tune.report(flat)
-
-
-def pack_dir(path: Path) -> str:
-    """A trial dir as base64 tar.gz text (Tune carries results as data)."""
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
-        for f in sorted(path.iterdir()):
-            if f.is_file():
-                tar.add(f, arcname=f.name)
-    return base64.b64encode(buf.getvalue()).decode()
-
-
-def unpack_dir(data: str, path: Path) -> None:
-    path.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:gz") as tar:
-        tar.extractall(path, filter="data")
-
-
-class _Searcher(Searcher):
-    """Ray Tune's view of `autotune.strategy.Strategy`: each suggestion is the
-    strategy's next proposal (an Optuna trial in the run dir's storage), each
-    finished trial is told back with its status. The study holds all state, so
-    save/restore have nothing to add."""
-
-    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool]):
-        super().__init__(metric=METRIC, mode="max")
-        self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
-        self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
-        self.exhausted = False  # every point measured, or known infeasible / over the budget
-
-    def set_search_properties(self, metric, mode, config, **spec) -> bool:
-        return True
-
-    def suggest(self, trial_id: str):
-        proposal = self.strategy.ask(self.fits)
-        if proposal is None:
-            self.exhausted = True
-            return Searcher.FINISHED
-        self.live[trial_id] = proposal.trial, proposal.source
-        return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
-                "prune_below": self.strategy.prune_below(self.prune_margin)}
-
-    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if trial_id not in self.live:
-            return
-        trial, _ = self.live.pop(trial_id)
-        result = result or {}
-        parity = json.loads(result.get("parity_json") or "null")
-        diagnosis = json.loads(result.get("diagnosis_json") or "null")
-        self.strategy.tell(
-            trial, "error" if error else result.get("status", "error"), result.get("m/samples_per_s"),
-            safe=parity is None or bool(parity.get("passed")),
-            error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
-            diagnosis=diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
-        )
-
-    def save(self, checkpoint_path: str) -> None:
-        pass
-
-    def __getstate__(self):  # lives in the driver (its `fits` reads the driver's records)
-        return {}
-
-    def restore(self, checkpoint_path: str) -> None:
-        pass
-
-
-# --- the driver -------------------------------------------------------------------
-
-
-def _detect_device(spec: Spec) -> K.Device:
-    """The device trials will run on, and the CPUs of the largest node."""
-    import ray
-
-    cpus = int(max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=os.cpu_count() or 1))
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if spec.resources.device == "cpu" or (spec.resources.device == "auto" and gpus == 0):
-        return K.Device("cpu", cpus, "cpu")
-    if gpus == 0:
-        raise SpecError("resources.device: `cuda` requested but the Ray cluster has no GPU")
-
-    @ray.remote(num_gpus=1, num_cpus=0)
-    def probe():
-        import torch
-
-        return torch.cuda.get_device_name(), tuple(torch.cuda.get_device_capability())
-
-    name, capability = ray.get(probe.remote())
-    return K.Device("cuda", cpus, name, capability)
-
-
-def _init_ray(address: str | None) -> bool:
-    """Connect to `address`, or start a local Ray bound to 127.0.0.1. Returns
-    whether this call started Ray (and so should stop it). A local Ray that
-    would not be on loopback is refused, not started."""
-    import ray
-    from ray._private import ray_constants
-
-    if ray.is_initialized():
-        return False
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # autotune prints its own table
-    # Ray decides its node address from this flag (read at import from
-    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, set above): off, everything binds 127.0.0.1.
-    # A cluster is the user's explicit choice, and keeps Ray's token auth unless
-    # the user turns it off (RAY_AUTH_MODE=disabled).
-    ray_constants.ENABLE_RAY_CLUSTER = address is not None
-    if address is None:
-        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing off this host can reach it
-    # a cluster on loopback addresses runs on this machine: join it from its head's address
-    host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
-    node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}
-    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
-    if address is None and not ray.util.get_node_ip_address().startswith("127."):
-        ray.shutdown()
-        raise SpecError(f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
-                        "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)")
-    return True
-
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM stops a search the way Ctrl-C does: Ray Tune stops the running
-    trial, everything finished is already written, `--resume` continues. Set
-    after ray.init, whose core worker installs a handler of its own."""
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
-
-
-class _Recorder:
-    """Ray Tune callback: turns each finished trial into a record, writes it
-    everywhere at once, and tells the caller."""
-
-    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
-        self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
-        self.csv_path, self.on_trial = csv_path, on_trial
-        self.on_trial_start: Callable | None = None
-        self.baseline_failed: TrialRecord | None = None
-
-    def baseline(self) -> TrialRecord | None:
-        return next((r for r in self.records if r.is_baseline), None)
-
-    def add(self, config: dict, result: dict | None, ray_error: str | None = None) -> None:
-        result = dict(result or {})
-        if result.get("files_b64"):  # a trial from another node: its files, into the run dir
-            unpack_dir(result.pop("files_b64"), Path(result["trial_dir"]))
-        knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
-        status = result.get("status") or "error"
-        record = TrialRecord(
-            number=config["trial_number"],
-            status=status,
-            knobs=knobs,
-            metrics={k[2:]: v for k, v in result.items() if k.startswith("m/") and v is not None},
-            # the baseline is enqueued first; a later trial with its knobs is a repeat
-            is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
-            error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
-            error=result.get("error") or ray_error,
-            trial_dir=result.get("trial_dir"),
-            info={k: result.get(k) for k in INFO if result.get(k) is not None},
-            diagnosis=json.loads(result.get("diagnosis_json") or "null"),
-            parity=json.loads(result.get("parity_json") or "null"),
-        )
-        base = self.baseline()
-        if record.is_baseline:
-            base = record
-            if status != "ok":
-                self.baseline_failed = record
-        if base and base.throughput and record.measured and same_device(base, record):  # a pruned trial's too
-            record.metrics["speedup_x"] = record.measured / base.throughput
-        self.records.append(record)
-        record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
-        write_csv(self.records, self.csv_path)
-        if self.on_trial:
-            self.on_trial(record)
-
-
-class _DriverOnly:
-    """Ray pickles callbacks and stoppers into its experiment state; the recorder
-    (live view, MLflow client) lives in the driver only and is left out."""
-
-    def __init__(self, recorder: _Recorder):
-        self.recorder = recorder
-
-    def __getstate__(self):
-        return {}
-
-
-class _RecordTrials(_DriverOnly, tune.Callback):
-    def on_trial_start(self, iteration, trials, trial, **info):
-        if self.recorder.on_trial_start:  # the live view's row for the running trial
-            self.recorder.on_trial_start(trial.config["trial_number"], {k: trial.config[k] for k in K.KNOBS})
-
-    def on_trial_complete(self, iteration, trials, trial, **info):
-        self.recorder.add(trial.config, trial.last_result)
-
-    def on_trial_error(self, iteration, trials, trial, **info):
-        error = trial.get_pickled_error()
-        self.recorder.add(trial.config, trial.last_result, ray_error=str(error or "the Ray trial failed"))
-
-
-class _Stop(_DriverOnly, tune.Stopper):
-    """Stop the search when the baseline failed, or when `patience` trials in a
-    row improved the best by no more than `min_improvement`."""
-
-    def __init__(self, recorder: _Recorder, patience: int | None, min_improvement: float):
-        super().__init__(recorder)
-        self.patience, self.min_improvement = patience, min_improvement
-
-    def __call__(self, trial_id, result):
-        return False
-
-    def stop_all(self):
-        return self.recorder.baseline_failed is not None or self.stalled()
-
-    def stalled(self) -> bool:
-        return bool(self.patience) and no_improvement_for(
-            [r.throughput if r.safe else None for r in self.recorder.records], self.min_improvement) >= self.patience
+from autotune.strategy import Strategy, budget_fits
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
@@ -368,14 +80,14 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
     with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
         preparing = pool.submit(_prepare, spec, run_dir, local_store)
-        started_ray = _init_ray(spec.resources.ray_address)
-    _stop_on_sigterm()
+        started_ray = RT.init_ray(spec.resources.ray_address)
+    RT.stop_on_sigterm()
     store = None
     try:
         workload, store = preparing.result()
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
         lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
-        device = _detect_device(spec)
+        device = RT.detect_device(spec)
         space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
                                 spec.safety.keep_effective_batch, user)
         space.dropped += too_big
@@ -430,30 +142,6 @@ def _prepare(spec: Spec, run_dir: Path, local_store: bool) -> tuple[W.Workload, 
         return workload, tracking.empty_store(run_dir) if local_store else None
     except Exception:  # no head start: the Tracker creates the store itself
         return workload, None
-
-
-def _reconcile(study, recorder: "_Recorder", space: K.Space, run_dir: Path) -> None:
-    """After a crash or an interruption: trials Optuna saw finish but the driver
-    did not record (killed in between) are recorded from their result.json;
-    trials left RUNNING are marked FAIL and `interrupted` (the strategy proposes
-    them again first)."""
-    from optuna.trial import TrialState
-
-    recorded = {r.number for r in recorder.records}
-    fixed = {k: v for k, v in space.baseline.items() if k not in space.search}
-    for t in study.get_trials(deepcopy=False):
-        if t.user_attrs.get("virtual"):
-            continue  # never ran: a repeat or a predicted failure told to the sampler
-        result_file = run_dir / "trials" / f"{t.number:04d}" / "result.json"
-        finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
-        if finished and t.number not in recorded and result_file.exists():
-            result = json.loads(result_file.read_text())
-            recorder.add({**fixed, **t.params, "trial_number": t.number},
-                         flat_result(t.number, result_file.parent, result))
-        elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
-            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-            if t.state == TrialState.RUNNING:
-                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
 
 
 @dataclasses.dataclass
@@ -529,10 +217,10 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
                                                     opened.storage_url)
     write_state(run_dir, state)
     records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
-    recorder = _Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
+    recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
     study = optuna.create_study(study_name=state["optuna_study"], storage=storage_url, direction="maximize",
                                 load_if_exists=True, sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed))
-    _reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
+    reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
                         spec.search.seed, cuda=device.type == "cuda")
@@ -563,18 +251,18 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         workers), and within the time budget."""
         return not space.conflicts(params) and affordable(params)
 
-    searcher = _Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
+    searcher = RT.Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
                          spec.trial.prune_margin, fits)
-    stopper = _Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
+    stopper = RT.Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
                     spec.search.min_improvement)
     custom = spec.resources.custom
-    trainable = tune.with_resources(
-        tune.with_parameters(_trainable, settings=settings),
-        lambda config: tune.PlacementGroupFactory([{"CPU": cpus_fn(config), "GPU": gpus_per_trial, **custom}]),
+    trainable = RT.tune.with_resources(
+        RT.tune.with_parameters(RT.trainable, settings=settings),
+        lambda config: RT.tune.PlacementGroupFactory([{"CPU": cpus_fn(config), "GPU": gpus_per_trial, **custom}]),
     )
-    tuner = tune.Tuner(
+    tuner = RT.tune.Tuner(
         trainable,
-        tune_config=tune.TuneConfig(
+        tune_config=RT.tune.TuneConfig(
             search_alg=searcher,
             num_samples=max(remaining, 1),
             # a local CPU host runs one trial at a time (two at once disturb each
@@ -586,9 +274,9 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
             # carries no torch state from one trial to the next
             reuse_actors=True,
         ),
-        run_config=tune.RunConfig(
-            name="ray", storage_path=str(run_dir), verbose=0, callbacks=[_RecordTrials(recorder)],
-            stop=stopper, failure_config=tune.FailureConfig(max_failures=0),
+        run_config=RT.tune.RunConfig(
+            name="ray", storage_path=str(run_dir), verbose=0, callbacks=[RT.RecordTrials(recorder)],
+            stop=stopper, failure_config=RT.tune.FailureConfig(max_failures=0),
         ),
     )
     if remaining > 0:
@@ -597,8 +285,8 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher)
 
 
-def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: _Recorder, stopper: _Stop,
-            searcher: _Searcher) -> SearchResult:
+def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,
+            searcher: RT.Searcher) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best config,
     why the search ended, the plots, and the parent run closed."""
     tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records

@@ -155,7 +155,7 @@ class Tracker:
             tags["diagnosis"] = record.diagnosis["bottleneck"]
             tags["diagnosis_evidence"] = "; ".join(record.diagnosis["evidence"])
             tags["recommendations"] = "; ".join(record.diagnosis["recommendations"])
-        for key in ("host", "device_type", "device_name"):
+        for key in ("host", "device_type", "device_name", "disturbed"):
             if record.info.get(key):
                 tags[key] = str(record.info[key])
         self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)

@@ -35,6 +35,7 @@ from autotune import knobs as K
 from autotune import measure as M
 from autotune import workload as W
 from autotune.diagnose import diagnose
+from autotune.disturbance import verdict
 from autotune.safety import needs_parity, trial_parity
 
 DEFAULTS = {
@@ -222,6 +223,9 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     session.sync()
     warmup_s = time.perf_counter() - t
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    disturbed = verdict(metrics, device.type)  # load from outside the trial during its window
+    if disturbed:
+        result["disturbed"] = disturbed
     if first_step_s is not None:
         metrics["first_step_s"] = first_step_s
         if knobs["compile"] != "none" and cfg["warmup_steps"] > 1:  # the first step compiles: less a compiled step

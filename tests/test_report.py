@@ -254,3 +254,17 @@ def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
         summary(result, show_paths=False)
     assert f"tie: {note}" in out.get().replace("\n", " ")
     assert f"**Tie:** {note}" in as_markdown(result)
+
+
+def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
+    from autotune.report import as_dict, as_markdown, summary
+
+    records = _records()
+    records[1].info["disturbed"] = "other processes used 48% of the host's CPU time during the window"
+    result = _result(records, tmp_path)
+    assert as_dict(result)["disturbed"] == [{"trial": 1, "why": records[1].info["disturbed"]}]
+    assert "- #1: other processes used 48% of the host's CPU time during the window" in as_markdown(result)
+    summary(result, show_paths=False)
+    out = " ".join(capsys.readouterr().out.split())
+    assert ("disturbed: 1 trial(s) measured while other work loaded the machine, their figures are suspect: "
+            "#1 (other processes used 48% of the host's CPU time during the window)") in out

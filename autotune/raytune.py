@@ -1,0 +1,256 @@
+"""The Ray adapter: a local Ray bound to loopback (or a cluster), the trial as a
+Ray Tune function trainable (a fresh trial process per trial, its files carried
+back from other nodes), `autotune.strategy.Strategy` as a Tune searcher, and the
+driver-side callbacks (recording, stopping).
+
+Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml
+(`autotune.recorder`), as each trial's result arrives.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import shutil
+import signal
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import optuna
+
+# Ray reads this when it is imported (DESIGN.md facts): set before `import ray`, the
+# local node's address is 127.0.0.1 and every Ray server binds there, so a local
+# search is not reachable from the network. `init_ray` opens it again only for an
+# explicit cluster address.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+from ray import tune  # noqa: E402
+from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
+
+from autotune import knobs as K  # noqa: E402
+from autotune.launcher import run_in_process  # noqa: E402
+from autotune.records import METRIC, flat_result  # noqa: E402
+from autotune.spec import Spec, SpecError  # noqa: E402
+from autotune.strategy import Strategy, no_improvement_for  # noqa: E402
+
+if TYPE_CHECKING:
+    from autotune.recorder import Recorder
+
+# --- the trial, inside a Ray worker ---------------------------------------------
+
+
+def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
+    """The trial config for this Ray config (the one request builder), run in a fresh process."""
+    request = settings["request"].config(config, config.get("prune_below"))
+    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
+
+
+def trainable(config: dict, settings: dict) -> None:
+    """Ray Tune's function trainable: one trial process, one report. Never
+    raises: whatever goes wrong is reported as the trial's error. On the
+    driver's node the trial writes its dir in the run dir; on another node it
+    runs in a temporary dir whose files travel back in the report."""
+    import tempfile
+
+    import ray
+
+    number = config["trial_number"]
+    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
+    started = time.time()
+    remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
+    work_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else trial_dir
+    try:
+        result = run_trial_in(config, settings, work_dir)
+    except Exception as e:
+        result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
+    flat = flat_result(number, trial_dir, result)
+    flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
+                started_unix=started, ended_unix=time.time())
+    if remote:
+        flat["files_b64"] = pack_dir(work_dir)
+        shutil.rmtree(work_dir, ignore_errors=True)
+    tune.report(flat)
+
+
+def pack_dir(path: Path) -> str:
+    """A trial dir as base64 tar.gz text (Tune carries results as data)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for f in sorted(path.iterdir()):
+            if f.is_file():
+                tar.add(f, arcname=f.name)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def unpack_dir(data: str, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:gz") as tar:
+        tar.extractall(path, filter="data")
+
+
+# --- the search, in the driver ---------------------------------------------------
+
+
+class Searcher(TuneSearcher):
+    """Ray Tune's view of `autotune.strategy.Strategy`: each suggestion is the
+    strategy's next proposal (an Optuna trial in the run dir's storage), each
+    finished trial is told back with its status. The study holds all state, so
+    save/restore have nothing to add."""
+
+    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool]):
+        super().__init__(metric=METRIC, mode="max")
+        self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
+        self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
+        self.exhausted = False  # every point measured, or known infeasible / over the budget
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str):
+        proposal = self.strategy.ask(self.fits)
+        if proposal is None:
+            self.exhausted = True
+            return TuneSearcher.FINISHED
+        self.live[trial_id] = proposal.trial, proposal.source
+        return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
+                "prune_below": self.strategy.prune_below(self.prune_margin)}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self.live:
+            return
+        trial, _ = self.live.pop(trial_id)
+        result = result or {}
+        parity = json.loads(result.get("parity_json") or "null")
+        diagnosis = json.loads(result.get("diagnosis_json") or "null")
+        self.strategy.tell(
+            trial, "error" if error else result.get("status", "error"), result.get("m/samples_per_s"),
+            safe=parity is None or bool(parity.get("passed")),
+            error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
+            diagnosis=diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
+        )
+
+    def save(self, checkpoint_path: str) -> None:
+        pass
+
+    def __getstate__(self):  # lives in the driver (its `fits` reads the driver's records)
+        return {}
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+
+def detect_device(spec: Spec) -> K.Device:
+    """The device trials will run on, and the CPUs of the largest node."""
+    import ray
+
+    cpus = int(max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=os.cpu_count() or 1))
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if spec.resources.device == "cpu" or (spec.resources.device == "auto" and gpus == 0):
+        return K.Device("cpu", cpus, "cpu")
+    if gpus == 0:
+        raise SpecError("resources.device: `cuda` requested but the Ray cluster has no GPU")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def probe():
+        import torch
+
+        return torch.cuda.get_device_name(), tuple(torch.cuda.get_device_capability())
+
+    name, capability = ray.get(probe.remote())
+    return K.Device("cuda", cpus, name, capability)
+
+
+def init_ray(address: str | None) -> bool:
+    """Connect to `address`, or start a local Ray bound to 127.0.0.1. Returns
+    whether this call started Ray (and so should stop it). A local Ray that
+    would not be on loopback is refused, not started."""
+    import ray
+    from ray._private import ray_constants
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # autotune prints its own table
+    # Ray decides its node address from this flag (read at import from
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, set above): off, everything binds 127.0.0.1.
+    # A cluster is the user's explicit choice, and keeps Ray's token auth unless
+    # the user turns it off (RAY_AUTH_MODE=disabled).
+    ray_constants.ENABLE_RAY_CLUSTER = address is not None
+    if address is None:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing off this host can reach it
+    # a cluster on loopback addresses runs on this machine: join it from its head's address
+    host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
+    node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
+    if address is None and not ray.util.get_node_ip_address().startswith("127."):
+        ray.shutdown()
+        raise SpecError(f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
+                        "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)")
+    return True
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops a search the way Ctrl-C does: Ray Tune stops the running
+    trial, everything finished is already written, `--resume` continues. Set
+    after ray.init, whose core worker installs a handler of its own."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+
+
+class DriverOnly:
+    """Ray pickles callbacks and stoppers into its experiment state; the recorder
+    (live view, MLflow client) lives in the driver only and is left out."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+
+    def __getstate__(self):
+        return {}
+
+
+class RecordTrials(DriverOnly, tune.Callback):
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if self.recorder.on_trial_start:  # the live view's row for the running trial
+            self.recorder.on_trial_start(trial.config["trial_number"], {k: trial.config[k] for k in K.KNOBS})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.recorder.add(trial.config, _landed(trial.last_result))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        error = trial.get_pickled_error()
+        self.recorder.add(trial.config, _landed(trial.last_result), ray_error=str(error or "the Ray trial failed"))
+
+
+def _landed(result: dict | None) -> dict:
+    """A trial's result in the driver: the files of a trial from another node unpacked into the run dir."""
+    result = dict(result or {})
+    if result.get("files_b64"):
+        unpack_dir(result.pop("files_b64"), Path(result["trial_dir"]))
+    return result
+
+
+class Stop(DriverOnly, tune.Stopper):
+    """Stop the search when the baseline failed, or when `patience` trials in a
+    row improved the best by no more than `min_improvement`."""
+
+    def __init__(self, recorder: Recorder, patience: int | None, min_improvement: float):
+        super().__init__(recorder)
+        self.patience, self.min_improvement = patience, min_improvement
+
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        return self.recorder.baseline_failed is not None or self.stalled()
+
+    def stalled(self) -> bool:
+        return bool(self.patience) and no_improvement_for(
+            [r.throughput if r.safe else None for r in self.recorder.records], self.min_improvement) >= self.patience
+
+

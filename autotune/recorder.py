@@ -1,0 +1,83 @@
+"""The recorder: each finished trial becomes a record, written everywhere at once
+(MLflow, trials.csv, the caller's view), and `reconcile` makes a resumed search
+whole again (trials Optuna saw finish but nobody recorded; trials cut short)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+from autotune import knobs as K
+from autotune.records import INFO, TrialRecord, flat_result, same_device, write_csv
+
+
+class Recorder:
+    """Turns each finished trial (as the Ray adapter, or a resume, hands it over)
+    into a record, writes it everywhere at once, and tells the caller."""
+
+    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
+        self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
+        self.csv_path, self.on_trial = csv_path, on_trial
+        self.on_trial_start: Callable | None = None
+        self.baseline_failed: TrialRecord | None = None
+
+    def baseline(self) -> TrialRecord | None:
+        return next((r for r in self.records if r.is_baseline), None)
+
+    def add(self, config: dict, result: dict | None, ray_error: str | None = None) -> None:
+        result = dict(result or {})
+        knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
+        status = result.get("status") or "error"
+        record = TrialRecord(
+            number=config["trial_number"],
+            status=status,
+            knobs=knobs,
+            metrics={k[2:]: v for k, v in result.items() if k.startswith("m/") and v is not None},
+            # the baseline is enqueued first; a later trial with its knobs is a repeat
+            is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
+            error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
+            error=result.get("error") or ray_error,
+            trial_dir=result.get("trial_dir"),
+            info={k: result.get(k) for k in INFO if result.get(k) is not None},
+            diagnosis=json.loads(result.get("diagnosis_json") or "null"),
+            parity=json.loads(result.get("parity_json") or "null"),
+        )
+        base = self.baseline()
+        if record.is_baseline:
+            base = record
+            if status != "ok":
+                self.baseline_failed = record
+        if base and base.throughput and record.measured and same_device(base, record):  # a pruned trial's too
+            record.metrics["speedup_x"] = record.measured / base.throughput
+        self.records.append(record)
+        record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
+        write_csv(self.records, self.csv_path)
+        if self.on_trial:
+            self.on_trial(record)
+
+
+def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> None:
+    """After a crash or an interruption: trials Optuna saw finish but the driver
+    did not record (killed in between) are recorded from their result.json;
+    trials left RUNNING are marked FAIL and `interrupted` (the strategy proposes
+    them again first)."""
+    from optuna.trial import TrialState
+
+    recorded = {r.number for r in recorder.records}
+    fixed = {k: v for k, v in space.baseline.items() if k not in space.search}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("virtual"):
+            continue  # never ran: a repeat or a predicted failure told to the sampler
+        result_file = run_dir / "trials" / f"{t.number:04d}" / "result.json"
+        finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
+        if finished and t.number not in recorded and result_file.exists():
+            result = json.loads(result_file.read_text())
+            recorder.add({**fixed, **t.params, "trial_number": t.number},
+                         flat_result(t.number, result_file.parent, result))
+        elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            if t.state == TrialState.RUNNING:
+                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+

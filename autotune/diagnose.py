@@ -33,13 +33,16 @@ LOADER_HEADROOM = 1.2  # size the loader for 20% above the compute ceiling (work
 # The playbook, as data: per bottleneck, the moves in the order a performance
 # engineer tries them. `to`: "up" / "down" (the next value of a ladder), a value,
 # or a list of values in order of preference; `cuda`: only on a CUDA device;
-# `when`: the knob value the move starts from (None: any). A move with knob None
+# `when`: the knob value the move starts from (None: any); `batch`: only for
+# batches of this kind (images: 4-D float/uint8 tensors; tokens: integer ids;
+# see autotune.workload.batch_kind; unknown: every move). A move with knob None
 # is advice no knob can follow (it is rendered, never searched).
 PLAYBOOK: dict[str, list[dict[str, Any]]] = {
     "input": [
         {"knob": "num_workers", "to": "up", "why": "more DataLoader workers"},
         {"knob": "pin_memory", "to": True, "when": False, "cuda": True, "why": "pin_memory=True with non_blocking copies"},
-        {"knob": None, "why": "cheaper per-sample transforms, or ship uint8 and normalize on the device"},
+        {"knob": None, "batch": "images", "why": "cheaper per-sample transforms, or ship uint8 and normalize on the device"},
+        {"knob": None, "batch": "tokens", "why": "cheaper per-sample work: tokenize ahead of time, pad per batch (collate_fn)"},
     ],
     "overhead": [
         {"knob": "batch_size", "to": "up",
@@ -51,7 +54,7 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
     "compute": [
         {"knob": "precision", "to": ["bf16-mixed", "16-mixed", "tf32"], "when": ("32-true", "tf32"),
          "why": "mixed precision (bf16-mixed, or 16-mixed with a GradScaler) for tensor cores"},
-        {"knob": "channels_last", "to": True, "when": False,
+        {"knob": "channels_last", "to": True, "when": False, "batch": "images",
          "why": "channels_last for convolutions (with mixed precision on a GPU)"},
         {"knob": "cudnn_benchmark", "to": True, "when": False, "cuda": True,
          "why": "cudnn.benchmark to pick the fastest convolution algorithms (fixed shapes)"},
@@ -62,7 +65,8 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
          "why": "torch.compile to fuse pointwise ops (fewer round trips to memory)"},
         {"knob": "precision", "to": ["bf16-mixed", "16-mixed"], "when": ("32-true", "tf32"),
          "why": "mixed precision: half the bytes per activation"},
-        {"knob": "channels_last", "to": True, "when": False, "why": "channels_last: no layout transposes around convolutions"},
+        {"knob": "channels_last", "to": True, "when": False, "batch": "images",
+         "why": "channels_last: no layout transposes around convolutions"},
     ],
 }
 NEAR_FULL = {"knob": "batch_size", "to": "down",
@@ -72,19 +76,34 @@ NEAR_FULL = {"knob": "batch_size", "to": "down",
 STEP_COST_KNOBS = ("precision", "channels_last", "compile")
 
 
-def playbook_moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool) -> list[dict[str, Any]]:
+def playbook_moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool,
+                   batch_kind: str | None = None) -> list[dict[str, Any]]:
     """The playbook's moves for a bottleneck, from `knobs`, on a device with or
-    without CUDA (moves whose `when` does not hold are left out)."""
+    without CUDA, for batches of `batch_kind` (moves whose `when` does not hold,
+    or meant for another kind of batch, are left out); then the user knobs
+    declared with a stage that can relieve this bottleneck."""
     out = []
     for move in PLAYBOOK.get(bottleneck or "", []):
         if move.get("cuda") is not None and move["cuda"] != cuda:
+            continue
+        if batch_kind is not None and move.get("batch") not in (None, batch_kind):
             continue
         when = move.get("when")
         if when is not None and move["knob"] in knobs:
             if knobs[move["knob"]] not in (when if isinstance(when, tuple) else (when,)):
                 continue
         out.append({k: v for k, v in move.items() if k in ("knob", "to", "why")})
-    return out
+    return out + user_moves(bottleneck)
+
+
+def user_moves(bottleneck: str | None) -> list[dict[str, Any]]:
+    """Moves for the user knobs (workload arguments) declared with a stage that
+    relieves `bottleneck` (e.g. `gpu_normalize` at stage loader, when input-bound)."""
+    from autotune.knobs import USER
+
+    return [{"knob": name, "to": "other", "why": f"your workload argument `{knob.kwarg}` (declared to act on "
+                                                 f"what bounds a {bottleneck}-bound step)"}
+            for name, knob in USER.items() if bottleneck in knob.bottlenecks]
 
 
 def render(move: dict[str, Any], knobs: dict[str, Any] | None = None) -> str:
@@ -99,7 +118,7 @@ def render(move: dict[str, Any], knobs: dict[str, Any] | None = None) -> str:
     return why
 
 
-def diagnose(m: dict[str, float], knobs: dict[str, Any], device) -> dict[str, Any]:
+def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str | None = None) -> dict[str, Any]:
     """`m`: a trial's metrics; `device`: autotune.knobs.Device. Returns the
     bottleneck class, the evidence for it (each number with its window), the
     moves (knob, to, why) and the recommendations rendered from them."""
@@ -161,7 +180,7 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device) -> dict[str, An
         cc = device.capability or (0, 0)
         if cuda and cc >= (7, 0) and knobs.get("precision") in ("32-true", "tf32") and (tc is None or tc < 0.05):
             evidence.append("no tensor-core kernels" if tc is not None else "tensor-core use unknown")
-    moves = playbook_moves(bottleneck, knobs, cuda)
+    moves = playbook_moves(bottleneck, knobs, cuda, batch_kind)
     if bottleneck == "input" and need is not None:
         for move in moves:
             if move["knob"] == "num_workers":

@@ -37,7 +37,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import TrialState
 
-from autotune.diagnose import STEP_COST_KNOBS, playbook_moves
+from autotune.diagnose import STEP_COST_KNOBS, playbook_moves, user_moves
 from autotune.knobs import KNOBS, ladder_key
 
 SAMPLERS = ("autotune", "tpe", "random", "grid")
@@ -191,6 +191,8 @@ class Strategy:
             rungs, rank = self._rungs(name), ladder_key(name)
             pick = next((r for r in rungs if rank(r) >= to), rungs[-1])
             return [{**center, name: pick}] if pick != center[name] else []
+        if to == "other":  # a user knob: each of its other values
+            return [{**center, name: v} for v in options if v != center[name]]
         wanted = to if isinstance(to, list) else [to]
         return [{**center, name: v} for v in wanted if v in options and v != center[name]]
 
@@ -214,6 +216,8 @@ class Strategy:
             moves = diagnosis.get("moves")
             if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
                 moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda)
+            else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
+                moves = moves + user_moves(diagnosis.get("bottleneck"))
             targets = [t for t in (self._targets(center, mv) for mv in moves) if t]
             if len(targets) > 1:
                 out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})

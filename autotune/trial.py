@@ -248,7 +248,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         metrics.update(M.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
             metrics.update(_double_batch_probe(session, metrics["step_ms_mean"]))
-        result["diagnosis"] = diagnose(metrics, knobs, device)
+        result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):
         result["parity"] = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])

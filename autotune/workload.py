@@ -136,6 +136,31 @@ def user_knob_baseline(ref: str, args: dict[str, Any], names) -> dict[str, Any]:
     return out
 
 
+def batch_kind(batch) -> str:
+    """What a batch holds, for advice that only fits some models: "images" (a 4-D
+    float or uint8 tensor), "tokens" (integer ids, no 4-D tensor), else "other"."""
+    import torch
+
+    tensors = []
+
+    def walk(x):
+        if isinstance(x, torch.Tensor):
+            tensors.append(x)
+        elif isinstance(x, dict):
+            for v in x.values():
+                walk(v)
+        elif isinstance(x, (tuple, list)):
+            for v in x:
+                walk(v)
+
+    walk(batch)
+    if any(t.dim() == 4 and (t.is_floating_point() or t.dtype == torch.uint8) for t in tensors):
+        return "images"
+    if tensors and any(not t.is_floating_point() and t.dim() >= 2 for t in tensors):
+        return "tokens"
+    return "other"
+
+
 def count_samples(workload: Workload, batch) -> int:
     if workload.count_samples is not None:
         return int(workload.count_samples(batch))

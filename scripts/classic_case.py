@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from pathlib import Path
@@ -61,9 +60,8 @@ def main() -> None:
     print(f"{'config':26} {'samples/s':>10} {'x defaults':>10} {'step ms':>8} {'GPU busy':>9} {'NVML util':>9} "
           f"{'data wait':>9} {'compile s':>9}  bottleneck")
     for name, (wl_args, knobs) in cases(args.workers, args.found).items():
-        # as a search runs it: torch threads for the main process, one CPU per loader worker
-        cpus = min(knobs.get("num_workers", 0) + 1, os.cpu_count() or 1)
-        config = {"workload": {"name": "resnet18_cifar", "args": wl_args}, "knobs": knobs, "cpus": cpus,
+        # as a search runs it: torch's default threads unless the case sets num_threads
+        config = {"workload": {"name": "resnet18_cifar", "args": wl_args}, "knobs": knobs,
                   "warmup_steps": 10, "measure_steps": 50, "min_window_s": 3.0, "max_window_s": 20.0,
                   "trace_path": str(tmp / f"trace-{len(rows)}.json")}
         (tmp / "c.json").write_text(json.dumps(config))

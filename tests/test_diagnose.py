@@ -165,7 +165,7 @@ def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
     from autotune.trial import run_trial
 
     result = run_trial({"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2,
-                        "max_window_s": 1.0, "profile_steps": 2, "knobs": {"batch_size": 16}, "cpus": 1})
+                        "max_window_s": 1.0, "profile_steps": 2, "knobs": {"batch_size": 16, "num_threads": 1}})
     assert result["status"] == "ok", result
     m = result["metrics"]
     assert m["compute_ceiling_samples_per_s"] > 0 and m["loader_samples_per_s_per_worker"] > 0
@@ -174,3 +174,37 @@ def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
     assert evidence[0].startswith("timed window: waiting on data") and evidence[1].startswith("profiled window:")
     assert any(e.startswith("two sides apart: compute ceiling") for e in evidence)
     assert result["diagnosis"]["recommendations"] == [render(mv, result["knobs"]) for mv in result["diagnosis"]["moves"]]
+
+
+def test_advice_fits_what_the_model_eats():
+    import torch
+
+    from autotune.workload import batch_kind
+
+    tokens = {"input_ids": torch.randint(0, 100, (8, 16)), "attention_mask": torch.ones(8, 16, dtype=torch.long),
+              "labels": torch.randint(0, 2, (8,))}
+    images = (torch.zeros(8, 3, 32, 32, dtype=torch.uint8), torch.zeros(8, dtype=torch.long))
+    assert (batch_kind(tokens), batch_kind(images), batch_kind(torch.randn(8, 10))) == ("tokens", "images", "other")
+    compute = {"dataloader_frac": 0.0, "gpu_util_frac": 0.95, "gpu_compute_kernel_frac": 0.9, "batch2x_step_ratio": 1.9}
+    text = diagnose(compute, KNOBS, H100, "tokens")
+    assert "channels_last" not in {m["knob"] for m in text["moves"]}
+    assert not any("channels_last" in r or "uint8" in r for r in text["recommendations"])
+    assert "channels_last" in {m["knob"] for m in diagnose(compute, KNOBS, H100, "images")["moves"]}
+    loader = diagnose({"data_wait_frac": 0.4}, KNOBS, H100, "tokens")
+    assert "tokenize ahead of time" in " ".join(loader["recommendations"]) and "uint8" not in " ".join(loader["recommendations"])
+
+
+def test_user_knobs_declared_for_the_loader_are_moves_when_input_bound():
+    from autotune import knobs as K
+    from autotune.diagnose import user_moves
+
+    K.declare({"gpu_normalize": {"safety": "safe", "stage": "loader"}, "depth": {"safety": "dynamics", "stage": "model"}})
+    try:
+        assert [m["knob"] for m in user_moves("input")] == ["args.gpu_normalize"]
+        assert [m["knob"] for m in user_moves("compute")] == ["args.depth"]
+        moves = playbook_moves("input", {**KNOBS, "args.gpu_normalize": False}, cuda=True)
+        assert moves[-1] == {"knob": "args.gpu_normalize", "to": "other",
+                             "why": "your workload argument `gpu_normalize` (declared to act on what bounds a "
+                                    "input-bound step)"}
+    finally:
+        K.declare(None)

@@ -143,8 +143,8 @@ def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_pa
     baseline = K.pytorch_defaults(16)
     result = run_trial({
         "workload": {"factory": "tests.workloads:make_slow_large_batches", "args": {"sleep_s": 0.3}},
-        "knobs": {"batch_size": 64, "channels_last": True}, "warmup_steps": 1, "measure_steps": 40,
-        "min_window_s": 1.0, "max_window_s": 4.0, "profile_steps": 2, "diagnose": True, "cpus": 1,
+        "knobs": {"batch_size": 64, "channels_last": True, "num_threads": 1}, "warmup_steps": 1, "measure_steps": 40,
+        "min_window_s": 1.0, "max_window_s": 4.0, "profile_steps": 2, "diagnose": True,
         "prune_below": 64 / 0.1,  # 100 ms a step; this config takes ~300 ms
         "parity": {"baseline": baseline, "steps": 5, "tolerance": 0.05},
     })

@@ -4,9 +4,8 @@ Importing this package is cheap: torch, Ray, MLflow and Optuna load only when a
 command or function needs them.
 """
 
+from autotune._version import __version__
 from autotune.workload import Workload
-
-__version__ = "0.1.0"
 __all__ = ["Workload", "load_config", "__version__"]
 
 

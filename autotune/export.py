@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from autotune import __version__
+from autotune._version import __version__
 from autotune import knobs as K
 from autotune.safety import batch_advice
 

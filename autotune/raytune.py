@@ -35,7 +35,8 @@ from autotune import knobs as K  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, flat_result  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
-from autotune.strategy import Strategy, no_improvement_for  # noqa: E402
+from autotune.budget import no_improvement_for  # noqa: E402
+from autotune.strategy import Strategy  # noqa: E402
 
 if TYPE_CHECKING:
     from autotune.recorder import Recorder

@@ -40,7 +40,8 @@ from autotune.records import (STATE_FILE, SearchResult, TrialRecord, pick_best, 
 from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
-from autotune.strategy import Strategy, budget_fits
+from autotune.budget import budget_fits
+from autotune.strategy import Strategy
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,

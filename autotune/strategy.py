@@ -1,10 +1,9 @@
 """What to try next: the search strategy, on an Optuna study, without Ray.
 
-The same `Strategy` drives a real search (through Ray Tune, `autotune.search`)
-and the replays of recorded landscapes (`scripts/bench_search.py`), so the
-benchmark measures the code users run. Its state is the study and nothing else
-(every decision is recomputed from the study's trials), so a resumed search
-continues where it stopped.
+The same `Strategy` drives a real search (`autotune.search`, and the search
+without Ray) and the replays of recorded landscapes (`scripts/bench_search.py`).
+Its state is the study alone (every decision is recomputed from its trials), so
+a resumed search continues where it stopped.
 
 Samplers:
 - `autotune` (default): the baseline, then knowledge first, as a performance
@@ -30,7 +29,6 @@ from __future__ import annotations
 
 import itertools
 import random
-import statistics
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -400,54 +398,3 @@ class Strategy:
 
     def real_trials(self) -> list:
         return [t for t in self._trials() if not t.user_attrs.get("virtual")]
-
-
-def no_improvement_for(values: list[float | None], min_improvement: float = 0.02) -> int:
-    """Trials since the best improved by more than `min_improvement` (values in
-    the order trials finished; None for failed ones)."""
-    best, since = None, 0
-    for v in values:
-        if v is not None and (best is None or v > best * (1 + min_improvement)):
-            best, since = v, 0
-        else:
-            since += 1
-    return since
-
-
-# A compile trial's cost is its warm-up (compilation) above all: relative to mode
-# "default", from the live H100 searches of 2026-11-23 (resnet18_cifar: default
-# 40-118 s a trial, reduce-overhead 101 s, max-autotune past a 60 s timeout).
-COMPILE_COST = {"default": 1.0, "reduce-overhead": 1.5, "max-autotune": 3.0}
-
-
-def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
-    """Seconds a trial with compile `mode` will take, from the trials so far
-    (`costs`: compile mode -> their wall times): the median of its own mode,
-    else scaled from another compile mode's (COMPILE_COST); None when nothing
-    says (the first compile trial runs, and says)."""
-    if costs.get(mode):
-        return statistics.median(costs[mode])
-    scaled = [statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
-              for m, c in costs.items() if c and m in COMPILE_COST and mode in COMPILE_COST]
-    return max(scaled) if scaled else None
-
-
-def budget_fits(records: list, baseline: dict, budget: float | None, started: float) -> Callable[[dict], bool]:
-    """`fits(params)` for `Strategy.ask`: will a trial of this config finish
-    within the time budget (`budget` s from `started`, a perf_counter time)?
-    Estimated from the finished trials (`records`: their `knobs` and
-    `info["trial_wall_s"]`, read at each call) with its compile mode, or scaled
-    from another compile mode's: the compile modes the budget affords."""
-    import time
-
-    def fits(params: dict) -> bool:
-        if not budget:
-            return True
-        costs: dict[str, list[float]] = {}
-        for r in records:
-            if r.info.get("trial_wall_s"):
-                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
-        cost = estimate_cost({**baseline, **params}["compile"], costs)
-        return cost is None or cost <= budget - (time.perf_counter() - started)
-
-    return fits

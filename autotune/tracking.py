@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from autotune import __version__
+from autotune._version import __version__
 
 STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"}  # every other status: FAILED
 OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed

@@ -33,6 +33,7 @@ from typing import Any
 
 from autotune import knobs as K
 from autotune import measure as M
+from autotune import sides, trace
 from autotune import workload as W
 from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
@@ -243,11 +244,13 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     batch = next(batches)
     del batches  # shuts the loader workers down
     if cfg["diagnose"]:
-        metrics.update(M.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
+        metrics.update(sides.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
         flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
-        metrics.update(M.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
+        metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
-            metrics.update(_double_batch_probe(session, metrics["step_ms_mean"]))
+            double_batch = lambda batch_size, steps: seeded_loader(  # noqa: E731
+                workload, {**knobs, "batch_size": batch_size}, steps, seed=1)
+            metrics.update(M.double_batch_probe(session, metrics["step_ms_mean"], double_batch))
         result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):
@@ -265,51 +268,6 @@ def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:
         if key in profile:
             out[key + ("_frac" if key == "gpu_util" else "")] = profile[key]
     return out
-
-
-def _double_batch_probe(session: Session, step_ms: float, steps: int = 8) -> dict[str, float]:
-    """Step time at twice the batch, over step time at the batch: far below 2
-    means a fixed per-step cost (overhead) dominates. OOM says the batch is at
-    the memory limit."""
-    import torch
-
-    probe = seeded_loader(session.workload, {**session.knobs, "batch_size": session.knobs["batch_size"] * 2},
-                          steps + 2, seed=1)
-    try:
-        batches = iter(probe)
-        for _ in range(2):
-            session.step(next(batches))
-        session.sync()
-        t = time.perf_counter()
-        for _ in range(steps):
-            session.step(next(batches))
-        session.sync()
-        return {"batch2x_step_ratio": (time.perf_counter() - t) / steps * 1e3 / step_ms}
-    except Exception as e:
-        if not _is_oom(e):
-            raise
-        return {"batch2x_oom": 1.0}
-    finally:
-        if session.device.type == "cuda":
-            torch.cuda.empty_cache()
-
-
-def _memory_at_failure(device: K.Device) -> dict[str, float]:
-    import resource
-
-    import torch
-
-    out = {"mem_rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB on Linux
-    if device.type == "cuda":
-        out["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        out["mem_device_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return out
-
-
-def _is_oom(e: BaseException) -> bool:
-    import torch
-
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
 
 
 def run_trial(config: dict[str, Any]) -> dict[str, Any]:
@@ -346,10 +304,10 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
         if not math.isfinite(result["metrics"]["loss_last"]):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except Exception as e:  # a failing workload is a result, not a crash
-        if _is_oom(e):  # infeasible: record the memory at the failure with the knobs
-            result["metrics"] = {**result.get("metrics", {}), **_memory_at_failure(device)}
+        if M.is_oom(e):  # infeasible: record the memory at the failure with the knobs
+            result["metrics"] = {**result.get("metrics", {}), **M.memory_at_failure(device)}
         result.update(
-            status="oom" if _is_oom(e) else "error",
+            status="oom" if M.is_oom(e) else "error",
             error_type=type(e).__name__,
             error=str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__,
             traceback=traceback.format_exc()[-4000:],

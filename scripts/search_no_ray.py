@@ -158,7 +158,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.safety import LEVELS
     from autotune.launcher import THREAD_ENV, run_in_process
     from autotune.request import TrialSettings
-    from autotune.strategy import Strategy, budget_fits, no_improvement_for
+    from autotune.budget import budget_fits, no_improvement_for
+    from autotune.strategy import Strategy
     from autotune.trial import detect_device
 
     started = time.perf_counter()

@@ -130,14 +130,14 @@ def recording(batch_size=8, model=None):
 def test_the_compute_side_runs_on_a_cached_batch_without_the_loader():
     import torch
 
-    from autotune import measure as M
+    from autotune import sides as S
     from autotune.trial import prepare
 
     wl = recording()
     session = prepare(wl, pytorch_defaults(8), CPU, steps=4)
     batch = next(iter(session.loader))
     reads, before = wl.dataset.reads, [p.detach().clone() for p in session.model.parameters()]
-    out = M.compute_ceiling(session, batch, min_steps=5, min_s=0.0)
+    out = S.compute_ceiling(session, batch, min_steps=5, min_s=0.0)
     assert wl.dataset.reads == reads  # no loader
     seen = session.model.seen
     assert len(seen) == 6 and {s["batch"] for s in seen} == {8}  # one untimed step, then the window, one shape
@@ -148,14 +148,14 @@ def test_the_compute_side_runs_on_a_cached_batch_without_the_loader():
 def test_the_input_side_runs_the_loader_without_a_model_on_one_thread():
     import torch
 
-    from autotune import measure as M
+    from autotune import sides as S
 
     def no_model():
         raise AssertionError("the loader side must not build the model")
 
     wl = recording(model=no_model)
     threads = torch.get_num_threads()
-    out = M.loader_rate(wl, batch_size=64, min_batches=3, min_s=0.0)
+    out = S.loader_rate(wl, batch_size=64, min_batches=3, min_s=0.0)
     assert torch.get_num_threads() == threads  # restored
     assert wl.dataset.reads == 4 * 32  # one untimed batch, then 3, at the probe's batch of 32
     assert out["loader_batches_per_s_per_worker"] == out["loader_samples_per_s_per_worker"] / 64

@@ -3,6 +3,7 @@
 import pytest
 
 from autotune import measure as M
+from autotune import trace as T
 
 
 def X(name, ts, dur, cat):
@@ -34,7 +35,7 @@ GPU_TRACE = {"traceEvents": [
 
 
 def test_gpu_trace_figures_are_exact():
-    a = M.analyze_trace(GPU_TRACE)
+    a = T.analyze_trace(GPU_TRACE)
     total = 210  # first step start .. last kernel end
     assert a["profiled_steps"] == 2
     assert a["step_ms"] == pytest.approx(total / 2 / 1e3)
@@ -61,7 +62,7 @@ def test_cpu_trace_has_no_gpu_fields():
         X("aten::convolution", 12, 20, "cpu_op"),
         X("aten::add_", 40, 5, "cpu_op"),
     ]}
-    a = M.analyze_trace(trace)
+    a = T.analyze_trace(trace)
     assert a["breakdown"] == pytest.approx({"dataloader": 0.2, "cpu_exec": 0.5, "other": 0.3})
     assert a["cpu_compute_op_frac"] == pytest.approx(20 / 25)
     assert not {"gpu_util", "tensor_core_frac", "h2d_ms_per_step"} & set(a)
@@ -71,33 +72,33 @@ def test_nccl_kernels_count_as_communication():
     trace = {"traceEvents": [X("ProfilerStep#0", 0, 100, "user_annotation"),
                              X("ncclKernel_AllReduce_RING_LL_Sum_float", 0, 40, "kernel"),
                              X("ampere_sgemm_128x64_nn", 20, 40, "kernel")]}
-    b = M.analyze_trace(trace)["breakdown"]
+    b = T.analyze_trace(trace)["breakdown"]
     assert b["kernel"] == pytest.approx(0.4) and b["communication"] == pytest.approx(0.2)
 
 
 def test_a_trace_without_steps_is_refused():
     with pytest.raises(ValueError, match="no ProfilerStep# spans"):
-        M.analyze_trace({"traceEvents": [X("aten::mm", 0, 1, "cpu_op")]})
+        T.analyze_trace({"traceEvents": [X("aten::mm", 0, 1, "cpu_op")]})
 
 
 def test_interval_sets():
-    assert M.merge([(5, 8), (0, 2), (1, 3), (8, 9), (4, 4)]) == [(0, 3), (5, 9)]
-    assert M.intersect([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
-    assert M.subtract([(0, 10), (20, 30)], [(2, 4), (8, 22)]) == [(0, 2), (4, 8), (22, 30)]
-    assert M.length([(0, 3), (5, 9)]) == 7
+    assert T.merge([(5, 8), (0, 2), (1, 3), (8, 9), (4, 4)]) == [(0, 3), (5, 9)]
+    assert T.intersect([(0, 10), (20, 30)], [(5, 25)]) == [(5, 10), (20, 25)]
+    assert T.subtract([(0, 10), (20, 30)], [(2, 4), (8, 22)]) == [(0, 2), (4, 8), (22, 30)]
+    assert T.length([(0, 3), (5, 9)]) == 7
 
 
 def test_mfu_only_where_the_peak_is_known():
-    assert M.peak_tflops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989.4
-    assert M.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
-    assert M.peak_tflops("NVIDIA H200", "16-mixed") == 989.4
-    assert M.peak_tflops("NVIDIA A100-SXM4-80GB", "tf32") == 156.0
-    assert M.peak_tflops("NVIDIA L40S", "bf16-mixed") is None  # not in the table: no guess
-    assert M.peak_tflops("NVIDIA H100 80GB HBM3", "32-true") is None  # no single fp32 peak
-    assert M.peak_tflops("cpu", "bf16-mixed") is None
-    m = M.flop_metrics(1e9, 100_000, "NVIDIA A100-SXM4-80GB", "bf16-mixed")
+    assert T.peak_tflops("NVIDIA H100 80GB HBM3", "bf16-mixed") == 989.4
+    assert T.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
+    assert T.peak_tflops("NVIDIA H200", "16-mixed") == 989.4
+    assert T.peak_tflops("NVIDIA A100-SXM4-80GB", "tf32") == 156.0
+    assert T.peak_tflops("NVIDIA L40S", "bf16-mixed") is None  # not in the table: no guess
+    assert T.peak_tflops("NVIDIA H100 80GB HBM3", "32-true") is None  # no single fp32 peak
+    assert T.peak_tflops("cpu", "bf16-mixed") is None
+    m = T.flop_metrics(1e9, 100_000, "NVIDIA A100-SXM4-80GB", "bf16-mixed")
     assert m["achieved_tflops"] == pytest.approx(100.0) and m["mfu"] == pytest.approx(100 / 312)
-    assert "mfu" not in M.flop_metrics(1e9, 1000, "cpu", "32-true")
+    assert "mfu" not in T.flop_metrics(1e9, 1000, "cpu", "32-true")
 
 
 def test_window_rule_stops_on_precision_or_caps():

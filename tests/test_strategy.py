@@ -11,7 +11,8 @@ import pytest
 
 from autotune.diagnose import diagnose
 from autotune.knobs import Device, pytorch_defaults
-from autotune.strategy import Strategy, budget_fits, estimate_cost, no_improvement_for
+from autotune.budget import budget_fits, estimate_cost, no_improvement_for
+from autotune.strategy import Strategy
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)

@@ -1,0 +1,185 @@
+"""Reading a profile the way a performance engineer does: trace analysis (GPU
+utilization, step-time breakdown, reader ratio, H2D copies, tensor-core share),
+FLOPs and MFU. Pure Python over a Chrome trace, so it is tested on synthetic
+traces; the profiler itself runs in `autotune.measure.profile_window`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Iterable
+
+Interval = tuple[float, float]
+
+# the profiler plugin's order: each instant of a step counts once, for the first
+# category active then
+BREAKDOWN_ORDER = ("kernel", "memcpy", "memset", "communication", "runtime", "dataloader", "cpu_exec")
+
+# kernel names of tensor-core GEMMs/convolutions (cuBLAS, cuDNN, CUTLASS families);
+# a name heuristic, as in the profiler plugin
+TENSOR_CORE_KERNEL = re.compile(r"884|1688|16816|hmma|wmma|xmma|gmma|tensorop|_tc_|bf16gemm|f16gemm", re.I)
+# matmul/convolution work, on the GPU (kernel names) and the CPU (aten op names)
+COMPUTE_KERNEL = re.compile(r"gemm|conv|cutlass|cublas|xmma|gmma|hmma|fprop|dgrad|wgrad|winograd|implicit|flash|fmha", re.I)
+COMPUTE_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution(_backward)?|mkldnn_convolution|"
+                        r"cudnn_convolution|conv\dd|_scaled_dot_product_\w+|scaled_dot_product_attention)$")
+
+
+
+# --- interval sets (sorted, disjoint) ------------------------------------------
+
+
+def merge(intervals: Iterable[Interval]) -> list[Interval]:
+    out: list[list[float]] = []
+    for s, e in sorted(i for i in intervals if i[1] > i[0]):
+        if out and s <= out[-1][1]:
+            out[-1][1] = max(out[-1][1], e)
+        else:
+            out.append([s, e])
+    return [(s, e) for s, e in out]
+
+
+def length(u: list[Interval]) -> float:
+    return sum(e - s for s, e in u)
+
+
+def intersect(u: list[Interval], v: list[Interval]) -> list[Interval]:
+    out, i, j = [], 0, 0
+    while i < len(u) and j < len(v):
+        s, e = max(u[i][0], v[j][0]), min(u[i][1], v[j][1])
+        if s < e:
+            out.append((s, e))
+        if u[i][1] < v[j][1]:
+            i += 1
+        else:
+            j += 1
+    return out
+
+
+def subtract(u: list[Interval], v: list[Interval]) -> list[Interval]:
+    out = []
+    for s, e in u:
+        for vs, ve in v:
+            if ve <= s or vs >= e:
+                continue
+            if vs > s:
+                out.append((s, vs))
+            s = max(s, ve)
+            if s >= e:
+                break
+        if s < e:
+            out.append((s, e))
+    return out
+
+
+# --- the trace -------------------------------------------------------------------
+
+
+def _category(event: dict) -> str | None:
+    cat, name = event.get("cat", ""), event.get("name", "")
+    if cat == "kernel":
+        return "communication" if "nccl" in name.lower() else "kernel"
+    if cat == "gpu_memcpy":
+        return "memcpy"
+    if cat == "gpu_memset":
+        return "memset"
+    if cat in ("cuda_runtime", "cuda_driver"):
+        return "runtime"
+    if cat == "user_annotation" and name.startswith("enumerate(DataLoader)"):
+        return "dataloader"
+    if cat == "cpu_op":
+        return "cpu_exec"
+    return None
+
+
+def analyze_trace(trace: dict) -> dict:
+    """Per-step figures from a torch.profiler Chrome trace (times in us).
+
+    The window runs from the first `ProfilerStep#` span's start to the later of
+    the last step's end and the last GPU activity (kernels of the last step run
+    after the host has moved on). Returns fractions of that window, except
+    `h2d_ms_per_step` and `step_ms`; GPU figures only when the trace has GPU
+    activity (absent, not zero, on a CPU).
+    """
+    events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events  # the host's step spans (not their GPU-side marks)
+             if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    if not steps:
+        raise ValueError("trace has no ProfilerStep# spans: profile with a schedule and call prof.step()")
+    by_cat: dict[str, list[dict]] = {c: [] for c in BREAKDOWN_ORDER}
+    for e in events:
+        c = _category(e)
+        if c:
+            by_cat[c].append(e)
+    gpu = by_cat["kernel"] + by_cat["memcpy"] + by_cat["memset"] + by_cat["communication"]
+    start = min(s for s, _ in steps)
+    end = max([e for _, e in steps] + [e["ts"] + e["dur"] for e in gpu if e["ts"] >= start])
+    window = [(start, end)]
+    total = end - start
+
+    def union(evs):
+        return intersect(merge((e["ts"], e["ts"] + e["dur"]) for e in evs), window)
+
+    covered: list[Interval] = []
+    breakdown = {}
+    has_gpu = bool(gpu or by_cat["runtime"])
+    for c in BREAKDOWN_ORDER if has_gpu else ("dataloader", "cpu_exec"):
+        u = union(by_cat[c])
+        breakdown[c] = length(subtract(u, covered)) / total
+        covered = merge(covered + u)
+    breakdown["other"] = length(subtract(window, covered)) / total
+    out = {
+        "profiled_steps": len(steps),
+        "step_ms": total / len(steps) / 1e3,
+        "breakdown": breakdown,
+        "dataloader_frac": length(union(by_cat["dataloader"])) / total,  # the reader ratio
+    }
+    ops = by_cat["cpu_exec"]
+    op_time = length(union(ops))
+    if op_time:
+        out["cpu_compute_op_frac"] = length(union(e for e in ops if COMPUTE_OP.match(e["name"]))) / op_time
+    kernels = by_cat["kernel"] + by_cat["communication"]
+    if kernels:
+        kernel_time = sum(k["dur"] for k in kernels)
+        out["gpu_util"] = length(union(kernels)) / total
+        out["tensor_core_frac"] = sum(k["dur"] for k in kernels if TENSOR_CORE_KERNEL.search(k["name"])) / kernel_time
+        out["gpu_compute_kernel_frac"] = sum(k["dur"] for k in kernels if COMPUTE_KERNEL.search(k["name"])) / kernel_time
+    if by_cat["memcpy"]:
+        h2d = sum(e["dur"] for e in by_cat["memcpy"] if "htod" in e["name"].lower().replace(" ", ""))
+        out["h2d_ms_per_step"] = h2d / len(steps) / 1e3
+    return out
+
+
+# --- FLOPs and MFU ------------------------------------------------------------------
+
+# Dense peak TFLOP/s per GPU from NVIDIA's datasheets, by the tensor-core precision a
+# step runs in. No entry: no MFU (never a guess). 32-true has none on purpose: an
+# "fp32" step runs cuDNN convolutions in TF32 and matmuls in FP32, no single peak.
+PEAK_TFLOPS = (
+    (re.compile(r"H100.*(PCIe)", re.I), {"tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
+    (re.compile(r"H200|H100", re.I), {"tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
+    (re.compile(r"A100", re.I), {"tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    (re.compile(r"V100", re.I), {"fp16": 125.0}),
+    (re.compile(r"\bL4\b", re.I), {"tf32": 60.0, "bf16": 121.0, "fp16": 121.0}),
+)
+PRECISION_PEAK_KEY = {"tf32": "tf32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
+
+
+def peak_tflops(device_name: str, precision: str) -> float | None:
+    key = PRECISION_PEAK_KEY.get(precision)
+    if key is None:
+        return None
+    for pattern, peaks in PEAK_TFLOPS:
+        if pattern.search(device_name):
+            return peaks.get(key)
+    return None
+
+
+def flop_metrics(flops_per_sample: float, samples_per_s: float, device_name: str, precision: str) -> dict:
+    """Achieved TFLOP/s, and MFU where the device's peak for the precision is known.
+    FLOPs are model FLOPs (forward + backward, as FlopCounterMode counts them)."""
+    achieved = flops_per_sample * samples_per_s / 1e12
+    out = {"flops_per_sample": flops_per_sample, "achieved_tflops": achieved}
+    peak = peak_tflops(device_name, precision)
+    if peak:
+        out["mfu"] = achieved / peak
+    return out

@@ -25,7 +25,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import knobs as K  # noqa: E402
-from autotune import safety as S  # noqa: E402
+from autotune import parity as S  # noqa: E402
 from autotune import workload as W  # noqa: E402
 from autotune.trial import detect_device  # noqa: E402
 

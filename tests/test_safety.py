@@ -11,7 +11,7 @@ from autotune import knobs as K
 from autotune import load_config
 from autotune import spec as S
 from autotune import workload as W
-from autotune import safety
+from autotune import safety, stepping
 from autotune.export import safety_flags
 from autotune.records import TrialRecord, pick_best
 from autotune.safety import LEVELS, STEP_METRICS, batch_advice, loss_parity, needs_parity, trial_parity
@@ -78,7 +78,7 @@ def test_fp16_overflow_is_flagged():
     assert not r["passed"] and r["nonfinite"]
     assert r["reason"].startswith("NaN/inf in the loss, gradients or weights (fp16 overflow)")
     assert "the GradScaler skipped 6 of 6 steps (fp16 overflow)" in r["reason"]
-    assert r["per_step"]["at"][0]["backoffs"] == safety.MAX_BACKOFF - 1  # no loss scale made it finite
+    assert r["per_step"]["at"][0]["backoffs"] == stepping.MAX_BACKOFF - 1  # no loss scale made it finite
     assert loss_parity(wl, base, {**base, "precision": "bf16-mixed"}, CPU, steps=6)["passed"]  # bf16 has fp32's range
 
 
@@ -183,7 +183,7 @@ def test_batch_size_advice():
 def test_strict_searches_only_safe_knobs():
     lists = S.load_preset("default").given()
     space = K.resolve_space(lists, K.pytorch_defaults(32), K.Device("cuda", 16, "H100", (9, 0)), LEVELS["strict"])
-    assert set(space.search) == {"num_workers", "pin_memory", "set_to_none", "channels_last"}
+    assert set(space.search) == {"num_workers", "pin_memory", "prefetch_factor", "num_threads", "set_to_none", "channels_last"}
     for knob in ("batch_size", "precision", "compile", "cudnn_benchmark"):
         assert "safety.level allows only safe knobs" in space.fixed[knob]
     numerics = K.resolve_space(lists, K.pytorch_defaults(32), K.Device("cuda", 16, "H100", (9, 0)), LEVELS["numerics"])

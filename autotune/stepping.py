@@ -1,0 +1,234 @@
+"""Training runs stepped by hand, for loss parity: the workload with the knobs
+applied as a trial applies them, one optimizer step at a time (what happens
+inside a step: loss, gradients, update), state saved and loaded, weights
+perturbed at a given level; and the errors between two runs."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from autotune import knobs as K
+
+MAX_BACKOFF = 24  # fp16, per step: halve the loss scale up to this many times for finite gradients
+
+
+# --- one training run, stepped by hand (parity needs what happens inside a step) ---
+
+
+@dataclass
+class _Run:
+    workload: Any
+    knobs: dict[str, Any]
+    device: Any  # torch.device
+    model: Any
+    optimizer: Any
+    scaler: Any
+
+
+def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int) -> _Run:
+    """The workload with the knobs applied, in the order a trial applies them;
+    seeded, so every run starts from identical weights."""
+    import torch
+
+    torch.manual_seed(seed)
+    K.apply_backend_flags(knobs)
+    dev = torch.device(device_type)
+    model = K.prepare_model(workload.model(), knobs, dev)
+    return _Run(workload, knobs, dev, model, workload.build_optimizer(model.parameters()),
+                K.grad_scaler(knobs, device_type))
+
+
+def seeded_batches(workload, batch_size: int, steps: int, seed: int) -> list:
+    """`steps` full batches in a seeded random order, loaded in this process (the
+    loader knobs do not change what a batch holds)."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    sampler = RandomSampler(workload.dataset, num_samples=steps * batch_size,
+                            generator=torch.Generator().manual_seed(seed))
+    return list(K.build_loader(workload.dataset, {"batch_size": batch_size}, sampler=sampler, drop_last=True,
+                               collate_fn=workload.collate_fn))
+
+
+def _device_batch(run: _Run, batch):
+    """A batch as the model sees it in a trial: on the device, preprocessed, channels_last."""
+    batch = K.to_device(batch, run.device, non_blocking=False)
+    if run.workload.preprocess is not None:
+        batch = run.workload.preprocess(batch)
+    return K.to_channels_last(batch) if run.knobs["channels_last"] else batch
+
+
+def _params(run: _Run) -> list:
+    return [p for p in run.model.parameters() if p.requires_grad]
+
+
+def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, Any]:
+    """One optimizer step as a trial takes it; with `capture`, the (unscaled)
+    gradient and the update it made."""
+    import torch
+
+    K.apply_backend_flags(run.knobs)  # process-wide: the baseline and the candidate take turns
+    torch.manual_seed(seed)  # dropout and other random ops draw the same for every run
+    with K.autocast(run.knobs, run.device.type):
+        loss = run.workload.loss(run.model, _device_batch(run, batch))
+    params = _params(run)
+    (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+    if run.scaler is not None:
+        run.scaler.unscale_(run.optimizer)
+    grads = [p.grad for p in params if p.grad is not None]
+    out = {"loss": float(loss.detach().float()), "skipped": False}
+    out["grads_finite"] = all(bool(torch.isfinite(g).all()) for g in grads)
+    # under a GradScaler, inf/NaN gradients are its business (a skipped step, counted apart)
+    out["finite"] = math.isfinite(out["loss"]) and (out["grads_finite"] or run.scaler is not None)
+    if capture:
+        out["grad"] = [p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p, dtype=torch.float)
+                       for p in params]
+        before = [p.detach().float().clone() for p in params]
+    if run.scaler is not None:
+        scale = run.scaler.get_scale()
+        run.scaler.step(run.optimizer)
+        run.scaler.update()
+        out["skipped"] = run.scaler.get_scale() < scale  # inf/NaN gradients: the step was skipped
+    else:
+        run.optimizer.step()
+    if capture:
+        out["update"] = [p.detach().float() - b for p, b in zip(params, before)]
+    run.optimizer.zero_grad(set_to_none=run.knobs["set_to_none"])
+    return out
+
+
+def _cpu(obj):
+    return K.map_tensors(lambda t: t.detach().to("cpu", copy=True), obj)
+
+
+def _module(run: _Run):
+    return getattr(run.model, "_orig_mod", run.model)  # under torch.compile: the module it wraps
+
+
+def _state(run: _Run) -> dict[str, Any]:
+    return {"model": _cpu(_module(run).state_dict()), "optim": _cpu(run.optimizer.state_dict()),
+            "scale": run.scaler.get_scale() if run.scaler is not None else None}
+
+
+def load_state(run: _Run, state: dict[str, Any], scale: float | None) -> None:
+    import torch
+
+    _module(run).load_state_dict(state["model"])
+    run.optimizer.load_state_dict(_cpu(state["optim"]))  # a copy: the step updates the state in place
+    if run.scaler is not None:
+        run.scaler = torch.amp.GradScaler(run.device.type, init_scale=scale or state["scale"] or 2.0**16)
+
+
+def _buffers(run: _Run) -> list:
+    return [b.detach().float().cpu().clone() for b in _module(run).buffers() if b.is_floating_point()]
+
+
+def _optim_tensors(run: _Run) -> list:
+    state = run.optimizer.state_dict()["state"]
+    return [v.detach().float().cpu().clone().reshape(-1) for i in sorted(state) for _, v in sorted(state[i].items())
+            if hasattr(v, "is_floating_point") and v.is_floating_point() and v.dim() > 0]
+
+
+def perturb_weights(run: _Run, level: float, g) -> None:
+    """Rounding-level noise on the weights: relative, `level` standard deviation."""
+    import torch
+
+    with torch.no_grad():
+        for p in _params(run):
+            p.mul_(1 + level * torch.randn(p.shape, generator=g).to(p.device, p.dtype))
+
+
+def run_trajectory(run: _Run, batches: list, seed: int, level: float = 0.0, noise_seed: int = 0,
+                keep: tuple = ()) -> dict[str, Any]:
+    """Train on `batches`; with `level`, weights perturbed before every step (the
+    rounding a lower precision would add). States at the steps in `keep`."""
+    import torch
+
+    g = torch.Generator().manual_seed(noise_seed)
+    out: dict[str, Any] = {"losses": [], "skipped": 0, "finite": True, "states": {}}
+    for t, batch in enumerate(batches):
+        if t in keep:
+            out["states"][t] = _state(run)
+        if level:
+            perturb_weights(run, level, g)
+        s = take_step(run, batch, seed + t)
+        out["losses"].append(s["loss"])
+        out["skipped"] += s["skipped"]
+        out["finite"] = out["finite"] and s["finite"]
+    out["finite"] = out["finite"] and all(bool(torch.isfinite(p).all()) for p in _params(run))
+    out["buffers"], out["optim"] = _buffers(run), _optim_tensors(run)
+    out["scale"] = run.scaler.get_scale() if run.scaler is not None else None
+    with K.autocast(run.knobs, run.device.type):  # the first batch again: did the loss move at all?
+        out["probe"] = float(run.workload.loss(run.model, _device_batch(run, batches[0])).detach().float())
+    return out
+
+
+# --- errors ----------------------------------------------------------------------
+
+
+def rel_error(a: list, b: list) -> float:
+    """|a - b| / |b| over all tensors together (inf where anything is not finite)."""
+    num = sum(float(((x.double() - y.double()) ** 2).sum()) for x, y in zip(a, b))
+    den = sum(float((y.double() ** 2).sum()) for y in b)
+    if not (math.isfinite(num) and math.isfinite(den)):
+        return math.inf
+    return math.sqrt(num / den) if den > 0 else (0.0 if num == 0 else math.inf)
+
+
+def _cos(a: list, b: list) -> float:
+    dot = sum(float((x.double() * y.double()).sum()) for x, y in zip(a, b))
+    na = math.sqrt(sum(float((x.double() ** 2).sum()) for x in a))
+    nb = math.sqrt(sum(float((y.double() ** 2).sum()) for y in b))
+    return dot / (na * nb) if na * nb > 0 and math.isfinite(dot) else (1.0 if na == nb == 0 else 0.0)
+
+
+def _rel_scalar(x: float, ref: float) -> float:
+    return abs(x - ref) / max(abs(ref), 1e-8) if math.isfinite(x) else math.inf
+
+
+def step_errors(c: dict, b: dict) -> dict[str, float]:
+    return {"loss": _rel_scalar(c["loss"], b["loss"]), "grad": rel_error(c["grad"], b["grad"]),
+            "grad_cos": _cos(c["grad"], b["grad"]), "update_total": rel_error(c["update"], b["update"])}
+
+
+def update_from(run: _Run, state: dict, grads: list) -> list:
+    """The update `run`'s optimizer makes from `state` given these gradients."""
+    load_state(run, state, None)
+    params = _params(run)
+    before = [p.detach().float().clone() for p in params]
+    for p, g in zip(params, grads):
+        p.grad = g.to(p.device, p.dtype)
+    run.optimizer.step()
+    run.optimizer.zero_grad(set_to_none=True)
+    return [p.detach().float() - b for p, b in zip(params, before)]
+
+
+def loss_moved(end: dict, scale: float) -> float:
+    """How far the loss on the first batch moved over the run, relative to `scale`."""
+    return abs(end["probe"] - end["losses"][0]) / max(abs(scale), 1e-8) if math.isfinite(end["probe"]) else math.inf
+
+
+def multi_errors(end: dict, ref: dict) -> dict[str, Any]:
+    devs = [_rel_scalar(x, y) for x, y in zip(end["losses"], ref["losses"])]
+    return {"loss_dev": max(devs), "mean_loss_dev": sum(devs) / len(devs), "final_loss_dev": devs[-1],
+            "buffer_dev": rel_error(end["buffers"], ref["buffers"]) if ref["buffers"] else None,
+            "optim_dev": rel_error(end["optim"], ref["optim"]) if ref["optim"] else None,
+            "moved": loss_moved(end, ref["losses"][0])}
+
+
+def reset_and_step(run: _Run, state: dict, batch, seed: int, scale: float | None = None) -> dict[str, Any]:
+    """One step from `state`. Under a GradScaler: from `scale`, halved while the
+    gradients overflow (the scaler's own back-off), so an fp16 step that can be
+    taken is compared, and one that overflows at every scale is reported."""
+    for backoffs in range(MAX_BACKOFF if run.scaler is not None else 1):
+        load_state(run, state, scale)
+        out = take_step(run, batch, seed, capture=True)
+        if out["grads_finite"] or run.scaler is None:
+            break
+        scale = run.scaler.get_scale()  # already halved by the skipped step
+    out["backoffs"] = backoffs
+    return out
+
+

@@ -203,7 +203,7 @@ def spec_file(tmp_path, **overrides) -> Path:
     ({"search_space": {"preset": None, "knobs": {"cudnn_benchmark": [True]}}},
      "search_space: nothing to search on this device; every knob is fixed: num_workers (not in the search space); "
      "pin_memory (not in the search space); prefetch_factor (not in the search space); persistent_workers (not in the "
-     "search space); num_threads (not in the search space); precision (not in the search space); batch_size (not in "
+     "search space); num_threads (not in the search space); batch_size (not in the search space); precision (not in "
      "the search space); channels_last (not in the search space); cudnn_benchmark (cuDNN runs only on CUDA devices; "
      "no CUDA device); compile (not in the search space); set_to_none (not in the search space)"),
     ({"workload": {"factory": "tests.workloads:make_raising"}},
@@ -297,17 +297,28 @@ def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
 def test_a_second_search_on_the_device_waits_its_turn(tmp_path):
     from autotune.lock import lock_path
 
-    holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from autotune.lock import device_lock\n"
+    go = tmp_path / "release"
+    holder = subprocess.Popen(  # another search's lock, held until the test has seen ours wait
+        [sys.executable, "-c", "import os, sys, time; from autotune.lock import device_lock\n"
                                "with device_lock('cpu', 'the-other-search'):\n"
-                               "    print('held', flush=True); time.sleep(15)\n"
-                               "print('released', time.time(), flush=True)"],
+                               "    print('held', flush=True)\n"
+                               "    deadline = time.time() + 200\n"
+                               "    while not os.path.exists(sys.argv[1]) and time.time() < deadline: time.sleep(0.1)\n"
+                               "print('released', time.time(), flush=True)", str(go)],
         stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "held\n"
     spec = write_spec(tmp_path / "s.yaml", n_trials=2)
     proc = start_search(str(spec))
-    out, _ = proc.communicate(timeout=250)
+    lines = []
+    for line in proc.stdout:  # until our search says it waits
+        lines.append(line)
+        if line.startswith("waiting:"):
+            break
+    time.sleep(2)
+    assert not (tmp_path / "run" / "trials.csv").exists()  # waiting: no trial of ours runs
+    go.touch()
     released = float(holder.stdout.readline().split()[1])
+    out = "".join(lines) + proc.communicate(timeout=250)[0]
     assert proc.returncode == 0, out
     assert ("waiting: another autotune search is measuring on this cpu (pid "
             f"{holder.pid}, the-other-search); waiting for it to finish") in " ".join(out.split())

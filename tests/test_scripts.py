@@ -70,7 +70,8 @@ def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_ru
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(report["plain"]["range"]["best"]) == 2 and report["plain"]["baseline"] > 0
-    # the same jobs measured two ways (the search's figures, the plain loop's): of one order
-    # (tiny windows on a shared 2-core host vary; scripts/, not tests, judge the 5% target)
-    assert 0.1 < report["search_vs_plain"]["baseline"] < 10 and 0.1 < report["speedup_claimed_vs_plain"] < 10
+    # the same jobs measured two ways, compared (the script, not a test, judges the 5% target: timings vary)
+    search, plain = report["search"], report["plain"]
+    assert report["search_vs_plain"]["best"] == pytest.approx(search["best"] / plain["best"])
+    assert report["speedup_claimed_vs_plain"] == pytest.approx(search["speedup_x"] / plain["speedup_x"])
     assert "speedup" in proc.stdout and "(target: within 5%)" in proc.stdout

@@ -223,6 +223,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
                    for r in result.records if r.status not in ("ok", "pruned")],
         "disturbed": [{"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")],
+        "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
     }
 
 
@@ -308,7 +309,7 @@ def _count(effect: dict) -> str:
 
 def _search_notes(d: dict) -> list[str]:
     """Compile trials (time to first step vs steady state), pruning, why the search ended."""
-    notes = []
+    notes = [f"baseline replaced: {line}" for line in d["replaced"]]  # the user's reference, not run as given
     for c in d["compile"]:
         if c["first_step_s"] is not None:
             eager = f" (baseline, eager: {c['eager_first_step_s']:.1f} s)" if c["eager_first_step_s"] else ""

@@ -86,3 +86,13 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
         parent = next(r for r in runs if r not in trials)
         listed = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}&path=plots")
         assert {f["path"] for f in listed["files"]} >= {"plots/throughput_per_trial.png", "plots/parallel_coordinates.png"}
+
+
+def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local):
+    spec = write_spec(tmp_path / "s.yaml", baseline={"precision": "16-mixed"}, output_dir=str(tmp_path / "run"),
+                      search_space={"preset": None, "knobs": {"batch_size": [16, 32]}}, search={"n_trials": 2})
+    result = runner.invoke(app, ["search", str(spec), "--quiet"])
+    assert result.exit_code == 0, result.output
+    line = ("precision='16-mixed': fp16 mixed precision with GradScaler needs a CUDA device; using '32-true'")
+    assert f"not run: baseline {line}" in result.stdout  # when the search starts
+    assert f"baseline replaced: {line}" in result.stdout  # and in the summary

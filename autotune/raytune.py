@@ -33,7 +33,7 @@ from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
-from autotune.records import METRIC, flat_result  # noqa: E402
+from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.budget import no_improvement_for  # noqa: E402
 from autotune.strategy import Strategy  # noqa: E402
@@ -60,7 +60,7 @@ def trainable(config: dict, settings: dict) -> None:
     import ray
 
     number = config["trial_number"]
-    trial_dir = Path(settings["run_dir"]) / "trials" / f"{number:04d}"
+    trial_dir = trial_dir_of(settings["run_dir"], number)
     started = time.time()
     remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
     work_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else trial_dir
@@ -68,7 +68,7 @@ def trainable(config: dict, settings: dict) -> None:
         result = run_trial_in(config, settings, work_dir)
     except Exception as e:
         result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
-    flat = flat_result(number, trial_dir, result)
+    flat = transport(number, trial_dir, result)
     flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
                 started_unix=started, ended_unix=time.time())
     if remote:
@@ -124,14 +124,13 @@ class Searcher(TuneSearcher):
         if trial_id not in self.live:
             return
         trial, _ = self.live.pop(trial_id)
-        result = result or {}
-        parity = json.loads(result.get("parity_json") or "null")
-        diagnosis = json.loads(result.get("diagnosis_json") or "null")
+        result = json.loads((result or {}).get("result_json") or "{}")  # the runner's result (records.transport)
+        parity = result.get("parity")
         self.strategy.tell(
-            trial, "error" if error else result.get("status", "error"), result.get("m/samples_per_s"),
+            trial, "error" if error else result.get("status", "error"), (result.get("metrics") or {}).get(METRIC),
             safe=parity is None or bool(parity.get("passed")),
             error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
-            diagnosis=diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
+            diagnosis=result.get("diagnosis"),  # every trial's: the strategy moves from each incumbent's own bottleneck
         )
 
     def save(self, checkpoint_path: str) -> None:

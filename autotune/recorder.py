@@ -9,7 +9,9 @@ from pathlib import Path
 from typing import Callable
 
 from autotune import knobs as K
-from autotune.records import INFO, TrialRecord, flat_result, same_device, write_csv
+from autotune.records import TrialRecord, add_speedup, record_of, transport, trial_dir_of, write_csv
+
+LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what the Ray adapter adds to a result
 
 
 class Recorder:
@@ -25,31 +27,21 @@ class Recorder:
     def baseline(self) -> TrialRecord | None:
         return next((r for r in self.records if r.is_baseline), None)
 
-    def add(self, config: dict, result: dict | None, ray_error: str | None = None) -> None:
-        result = dict(result or {})
+    def add(self, config: dict, carried: dict | None, ray_error: str | None = None) -> None:
+        """`carried`: what the Ray adapter (or a resume) hands over (`records.transport`)."""
+        carried = dict(carried or {})
         knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
-        status = result.get("status") or "error"
-        record = TrialRecord(
-            number=config["trial_number"],
-            status=status,
-            knobs=knobs,
-            metrics={k[2:]: v for k, v in result.items() if k.startswith("m/") and v is not None},
+        record = record_of(
+            config["trial_number"], knobs, json.loads(carried.get("result_json") or "{}"), carried.get("trial_dir"),
             # the baseline is enqueued first; a later trial with its knobs is a repeat
             is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
-            error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
-            error=result.get("error") or ray_error,
-            trial_dir=result.get("trial_dir"),
-            info={k: result.get(k) for k in INFO if result.get(k) is not None},
-            diagnosis=json.loads(result.get("diagnosis_json") or "null"),
-            parity=json.loads(result.get("parity_json") or "null"),
-        )
+            info={k: carried.get(k) for k in LAUNCH_INFO}, ray_error=ray_error)
         base = self.baseline()
         if record.is_baseline:
             base = record
-            if status != "ok":
+            if record.status != "ok":
                 self.baseline_failed = record
-        if base and base.throughput and record.measured and same_device(base, record):  # a pruned trial's too
-            record.metrics["speedup_x"] = record.measured / base.throughput
+        add_speedup(record, base)
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
         write_csv(self.records, self.csv_path)
@@ -69,12 +61,12 @@ def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> Non
     for t in study.get_trials(deepcopy=False):
         if t.user_attrs.get("virtual"):
             continue  # never ran: a repeat or a predicted failure told to the sampler
-        result_file = run_dir / "trials" / f"{t.number:04d}" / "result.json"
+        result_file = trial_dir_of(run_dir, t.number) / "result.json"
         finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
         if finished and t.number not in recorded and result_file.exists():
             result = json.loads(result_file.read_text())
             recorder.add({**fixed, **t.params, "trial_number": t.number},
-                         flat_result(t.number, result_file.parent, result))
+                         transport(t.number, result_file.parent, result))
         elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             if t.state == TrialState.RUNNING:

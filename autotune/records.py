@@ -84,29 +84,50 @@ class SearchResult:
     ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
 
 
-def flat_result(number: int, trial_dir: Path, result: dict) -> dict:
-    """A trial's result.json as the flat dict Ray Tune carries to the driver."""
-    flat = {
-        "trial_number": number,
-        "status": result.get("status", "error"),
-        "error_type": result.get("error_type"),
-        "error": result.get("error"),
-        "trial_dir": str(trial_dir),
-        "host": result.get("host"),
-        "device_type": (result.get("device") or {}).get("type"),
-        "device_name": (result.get("device") or {}).get("name"),
-        "torch": result.get("torch"),
-        "trial_wall_s": result.get("trial_wall_s", result.get("trial_s", 0.0)),
-        "diagnosis_json": json.dumps(result["diagnosis"]) if result.get("diagnosis") else None,
-        "parity_json": json.dumps(result["parity"]) if result.get("parity") else None,
-        "optimizer": result.get("optimizer"),
-        "has_batchnorm": result.get("has_batchnorm"),
-        "disturbed": result.get("disturbed"),  # why its window's figure is suspect (load from outside)
-        **{f"m/{k}": v for k, v in (result.get("metrics") or {}).items()},
-    }
-    if flat["status"] == "ok":
-        flat[METRIC] = result["metrics"][METRIC]
-    return flat
+def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | str]:
+    """What a search leaves in its run dir, by name (one place for the layout)."""
+    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
+             "optuna_storage": run_dir / "optuna.db", "plots": run_dir / "plots"}
+    return {**paths, "mlflow_uri": mlflow_uri} if mlflow_uri else paths
+
+
+def trial_dir_of(run_dir: Path, number: int) -> Path:
+    """A trial's own dir: config.json, result.json, trial.log, trace.json."""
+    return Path(run_dir) / "trials" / f"{number:04d}"
+
+
+def transport(number: int, trial_dir: Path, result: dict) -> dict:
+    """What Ray Tune carries from a trial to the driver: the runner's result as
+    it is (JSON text), with the metric Tune schedules on."""
+    carried = {"trial_number": number, "trial_dir": str(trial_dir), "status": result.get("status", "error"),
+               "result_json": json.dumps(result)}
+    if carried["status"] == "ok":
+        carried[METRIC] = result["metrics"][METRIC]
+    return carried
+
+
+def record_of(number: int, knobs: dict[str, Any], result: dict, trial_dir, is_baseline: bool = False,
+              info: dict | None = None, ray_error: str | None = None) -> TrialRecord:
+    """The one conversion from the runner's result (result.json) to a record; `info`:
+    what the launcher adds (node, GPU ids, start and end times)."""
+    device = result.get("device") or {}
+    facts = {"host": result.get("host"), "device_type": device.get("type"), "device_name": device.get("name"),
+             "torch": result.get("torch"), "trial_wall_s": result.get("trial_wall_s", result.get("trial_s")),
+             "optimizer": result.get("optimizer"), "has_batchnorm": result.get("has_batchnorm"),
+             "disturbed": result.get("disturbed"), **(info or {})}
+    return TrialRecord(
+        number=number, status=result.get("status") or "error", knobs=knobs,
+        metrics={k: v for k, v in (result.get("metrics") or {}).items() if v is not None}, is_baseline=is_baseline,
+        error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
+        error=result.get("error") or ray_error, trial_dir=str(trial_dir) if trial_dir else None,
+        info={k: v for k, v in facts.items() if k in INFO and v is not None},
+        diagnosis=result.get("diagnosis"), parity=result.get("parity"))
+
+
+def add_speedup(record: TrialRecord, baseline: TrialRecord | None) -> None:
+    """The record's speedup over the baseline, where the two compare (a pruned trial's too)."""
+    if baseline and baseline.throughput and record.measured and same_device(baseline, record):
+        record.metrics["speedup_x"] = record.measured / baseline.throughput
 
 
 def pruning_savings(records: list[TrialRecord]) -> dict[str, float]:
@@ -242,8 +263,7 @@ def read_run(run_dir: Path) -> SearchResult:
     baseline = next((r for r in records if r.is_baseline), None)
     best = pick_best(records)
     device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
-    paths = {"run_dir": run_dir, "trials_csv": csv, "best_config": run_dir / "best_config.yaml",
-             "optuna_storage": run_dir / "optuna.db", "mlflow_uri": state["mlflow_uri"], "plots": run_dir / "plots"}
+    paths = run_paths(run_dir, state["mlflow_uri"])
     return SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
                         state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
                         state.get("ended"))

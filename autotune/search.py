@@ -35,7 +35,7 @@ from autotune import workload as W
 from autotune.launcher import THREAD_ENV
 from autotune.lock import device_lock
 from autotune.recorder import Recorder, reconcile
-from autotune.records import (STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
+from autotune.records import (STATE_FILE, run_paths, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
                               write_csv, write_state)
 from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
@@ -158,10 +158,7 @@ class _Opened:
 def _open(spec, run_dir, device, space, state) -> _Opened:
     """The search's MLflow parent run and search.json: new, or reopened to resume."""
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
-    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
-             "optuna_storage": run_dir / "optuna.db", "mlflow_uri": spec.tracking.uri or tracking.default_uri(run_dir)}
-    if state:
-        paths["mlflow_uri"] = state["mlflow_uri"]
+    paths = run_paths(run_dir, state["mlflow_uri"] if state else spec.tracking.uri or tracking.default_uri(run_dir))
     tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name,
                                parent_run_id=state["mlflow_parent_run_id"] if state else None)
     if not state:
@@ -321,7 +318,6 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
                        speedup_x=best.throughput / baseline.throughput)
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
     tracker.tag_search({"ended": ended})
-    paths["plots"] = run_dir / "plots"
     plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok else []
     tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
                    status="FAILED" if stopped else "FINISHED", plots=plot_files)

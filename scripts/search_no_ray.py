@@ -117,24 +117,6 @@ def _read_plain(path: Path) -> dict:
     return data
 
 
-def record_of(number: int, knobs: dict, result: dict, trial_dir: Path, baseline):
-    from autotune.records import TrialRecord
-
-    device = result.get("device") or {}
-    info = {"host": result.get("host"), "device_type": device.get("type"), "device_name": device.get("name"),
-            "torch": result.get("torch"), "trial_wall_s": result.get("trial_wall_s"),
-            "optimizer": result.get("optimizer"), "has_batchnorm": result.get("has_batchnorm")}
-    record = TrialRecord(number=number, status=result.get("status", "error"), knobs=knobs,
-                         metrics=dict(result.get("metrics") or {}), is_baseline=baseline is None,
-                         error_type=result.get("error_type"), error=result.get("error"), trial_dir=str(trial_dir),
-                         info={k: v for k, v in info.items() if v is not None}, diagnosis=result.get("diagnosis"),
-                         parity=result.get("parity"))
-    base = record if record.is_baseline else baseline
-    if base and base.throughput and record.throughput:
-        record.metrics["speedup_x"] = record.throughput / base.throughput
-    return record
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("spec", type=Path)
@@ -154,7 +136,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
     from autotune.export import write_best_config
-    from autotune.records import SearchResult, pick_best, write_csv, write_state
+    from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
+                                  write_state)
     from autotune.safety import LEVELS
     from autotune.launcher import THREAD_ENV, run_in_process
     from autotune.request import TrialSettings
@@ -224,9 +207,10 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
             knobs = {**space.baseline, **proposal.params}
             number = proposal.trial.number
             config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]))
-            trial_dir = run_dir / "trials" / f"{number:04d}"
+            trial_dir = trial_dir_of(run_dir, number)
             result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_cwd, thread_env)
-            record = record_of(number, knobs, result, trial_dir, baseline_record)
+            record = record_of(number, knobs, result, trial_dir, is_baseline=baseline_record is None)  # as the recorder
+            add_speedup(record, baseline_record or record)
             if record.is_baseline:
                 baseline_record = record
             records.append(record)
@@ -247,8 +231,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
         ended = "interrupted"
     wall = time.perf_counter() - started
     best = pick_best(records)
-    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
-             "optuna_storage": run_dir / "optuna.db"}
+    paths = run_paths(run_dir)
     result = SearchResult(run_dir, space, device, records, baseline_record, best, wall, paths, None, ended)
     spec_view = SimpleNamespace(name=data["name"], workload=SimpleNamespace(ref=wl.get("factory") or wl["name"],
                                                                             args=wl.get("args") or {}),

@@ -121,8 +121,6 @@ class Session:
     scaler: Any
     accum_steps: int = 1  # micro-batches per optimizer step
     micro_step: int = 0
-    check_grads: bool = False  # loss parity: look for NaN/inf gradients (one sync per step)
-    nonfinite_grads: int = 0
 
     def sync(self) -> None:
         """Wait for the device (a no-op on the CPU, where work is synchronous)."""
@@ -149,11 +147,6 @@ class Session:
         self.micro_step += 1
         if self.micro_step % self.accum_steps:
             return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
-        if self.check_grads and self.scaler is None:  # (a GradScaler skips such steps itself: counted apart)
-            import torch
-
-            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            self.nonfinite_grads += not all(bool(torch.isfinite(g).all()) for g in grads)
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()

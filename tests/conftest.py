@@ -4,6 +4,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import urllib.request
@@ -80,3 +81,20 @@ def serving(cmd: list, url: str, timeout: float = 120):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
+
+
+@pytest.fixture
+def outside_hogs():
+    """Processes that burn CPU and are not ours (reparented, as another user's job is)."""
+    pids = []
+
+    def start(n: int = 1) -> None:
+        for _ in range(n):
+            out = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                                 capture_output=True, text=True, check=True)
+            pids.append(int(out.stdout))
+        time.sleep(0.5)
+
+    yield start
+    for pid in pids:
+        os.kill(pid, signal.SIGKILL)

@@ -118,16 +118,9 @@ def test_runner_cli_rejects_a_bad_config_with_exit_2(tmp_path):
 
 
 @pytest.mark.timeout(120)
-def test_load_from_outside_during_the_window_is_recorded():
-    import subprocess
-
-    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    try:
-        result = run_trial({**TINY, "knobs": {"batch_size": 16}, "min_window_s": 1.5, "max_window_s": 2.0,
-                            "profile_steps": 0, "diagnose": False})
-    finally:
-        for hog in hogs:
-            hog.kill()
-            hog.wait()
+def test_load_from_outside_during_the_window_is_recorded(outside_hogs):
+    outside_hogs(2)  # two processes that are not the trial's burn both cores
+    result = run_trial({**TINY, "knobs": {"batch_size": 16}, "min_window_s": 1.5, "max_window_s": 2.0,
+                        "profile_steps": 0, "diagnose": False})
     assert result["status"] == "ok" and result["metrics"]["host_other_cpu_frac"] > 0.25
     assert result["disturbed"].startswith("other processes used ")

@@ -204,7 +204,7 @@ USER: dict[str, Knob] = {}  # the user knobs of the search this process works on
 def declare(user: dict[str, dict] | None) -> None:
     """Make a search's user knobs known to `lookup` (the search, and `read_run` for reports)."""
     USER.clear()
-    USER.update({USER_PREFIX + n: user_knob(n, **d) for n, d in (user or {}).items()})
+    USER.update({name: knob for name, knob in registry(user).items() if knob.user})
 
 
 def lookup(name: str) -> Knob:

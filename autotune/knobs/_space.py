@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.knobs._registry import Device, Knob, conflicts, registry
+from autotune.knobs._registry import Device, conflicts, registry
 
 
 @dataclass
@@ -19,12 +19,9 @@ class Space:
     dropped: list[str]  # "knob=value: why" for values that cannot apply here
     user: dict[str, dict] = field(default_factory=dict)  # user knobs: name -> {safety, stage}
 
-    def knobs(self) -> dict[str, Knob]:
-        return registry(self.user)
-
     def conflicts(self, params: dict[str, Any]) -> list[str]:
         """Why the searched `params`, with the fixed knobs at the baseline, cannot run together."""
-        return conflicts({**self.baseline, **params}, self.knobs())
+        return conflicts({**self.baseline, **params}, registry(self.user))
 
 
 def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Device,
@@ -41,7 +38,8 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
     baseline's other knobs stay in the space (another point may allow them); the
     strategy never proposes a conflicting combination."""
     base, search, fixed, dropped = {}, {}, {}, []
-    for name, knob in registry(user).items():
+    table = registry(user)
+    for name, knob in table.items():
         value = baseline.get(name, knob.pytorch_default)
         why = knob.unavailable(value, device)
         if why:
@@ -71,9 +69,7 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
         if len(values) > 1:
             search[name] = values
         else:
-            reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
-            fixed[name] = reasons[0] if reasons else "one value in the search space"
-    table = registry(user)
+            fixed[name] = _why_one_value(name, dropped, first=True)
     for name in list(search):  # constraints between knobs (prefetch_factor needs workers)
         knob, keep = table[name], []
         for v in search[name]:
@@ -90,6 +86,11 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
             search[name] = keep
         else:
             del search[name]
-            reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
-            fixed[name] = reasons[-1] if reasons else "one value in the search space"
+            fixed[name] = _why_one_value(name, dropped, first=False)
     return Space(base, search, fixed, dropped, dict(user or {}))
+
+
+def _why_one_value(name: str, dropped: list[str], first: bool) -> str:
+    """Why a knob is left with one value: a reason its other values were dropped."""
+    reasons = [d.split(": ", 1)[1] for d in dropped if d.startswith(f"{name}=")]
+    return (reasons[0] if first else reasons[-1]) if reasons else "one value in the search space"

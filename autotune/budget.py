@@ -37,15 +37,19 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
     return max(scaled) if scaled else None
 
 
-def budget_fits(records: list, baseline: dict, budget: float | None, started: float) -> Callable[[dict], bool]:
-    """`fits(params)` for `Strategy.ask`: will a trial of this config finish
-    within the time budget (`budget` s from `started`, a perf_counter time)?
-    Estimated from the finished trials (`records`: their `knobs` and
-    `info["trial_wall_s"]`, read at each call) with its compile mode, or scaled
-    from another compile mode's: the compile modes the budget affords."""
+def budget_fits(records: list, baseline: dict, budget: float | None, started: float,
+                conflicts: Callable[[dict], list] | None = None) -> Callable[[dict], bool]:
+    """`fits(params)` for `Strategy.ask`: can this config run (no two knobs in
+    `conflicts`, e.g. prefetch_factor without workers), and will it finish within
+    the time budget (`budget` s from `started`, a perf_counter time)? Estimated
+    from the finished trials (`records`: their `knobs` and `info["trial_wall_s"]`,
+    read at each call) with its compile mode, or scaled from another compile
+    mode's: the compile modes the budget affords."""
     import time
 
     def fits(params: dict) -> bool:
+        if conflicts is not None and conflicts(params):
+            return False
         if not budget:
             return True
         costs: dict[str, list[float]] = {}

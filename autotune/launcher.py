@@ -31,6 +31,11 @@ THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
 LAUNCHERS = ("fork", "spawn")
 
 
+def user_thread_env() -> dict[str, str | None]:
+    """The thread settings of this (the user's) process, for its trials."""
+    return {name: os.environ.get(name) for name in THREAD_ENV}
+
+
 def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) -> dict[str, str]:
     """The environment of every trial of a search: this one, the user's module path
     first, the user's own thread settings, and a watch on the parent."""

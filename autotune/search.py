@@ -32,7 +32,7 @@ from autotune import export, plots, tracking
 from autotune import knobs as K
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
 from autotune import workload as W
-from autotune.launcher import THREAD_ENV
+from autotune.launcher import user_thread_env
 from autotune.lock import device_lock
 from autotune.recorder import Recorder, reconcile
 from autotune.records import (STATE_FILE, run_paths, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
@@ -237,17 +237,12 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         "timeout_s": spec.trial.timeout_s,
         "run_dir": str(run_dir), "user_cwd": user_cwd,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
-        "thread_env": {k: os.environ.get(k) for k in THREAD_ENV},
+        "thread_env": user_thread_env(),
         "driver_node": ray.get_runtime_context().get_node_id(),
     }
     budget = spec.search.time_budget_s
 
-    affordable = budget_fits(records, space.baseline, budget, started)  # the compile modes the budget affords
-
-    def fits(params: dict) -> bool:
-        """Can this config run: no two knobs in conflict (prefetch_factor without
-        workers), and within the time budget."""
-        return not space.conflicts(params) and affordable(params)
+    fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # what can run, and in time
 
     searcher = RT.Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
                          spec.trial.prune_margin, fits)

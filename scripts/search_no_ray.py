@@ -139,7 +139,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
     from autotune.safety import LEVELS
-    from autotune.launcher import THREAD_ENV, run_in_process
+    from autotune.launcher import run_in_process, user_thread_env
     from autotune.request import TrialSettings
     from autotune.budget import budget_fits, no_improvement_for
     from autotune.strategy import Strategy
@@ -181,13 +181,10 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []
 
-    affordable = budget_fits(records, space.baseline, budget, started)  # as autotune.search
-
-    def fits(params: dict) -> bool:
-        return not space.conflicts(params) and affordable(params)
+    fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # as autotune.search
 
     request = TrialSettings.of(data, device.type, space.baseline)
-    thread_env = {k: os.environ.get(k) for k in THREAD_ENV}  # the user's, as in autotune.search
+    thread_env = user_thread_env()  # as autotune.search
 
     ended = f"{n_trials} trials"
     baseline_record = None

@@ -30,15 +30,11 @@ def short(name: str) -> str:
 
 def error(message: str) -> None:
     """One line for the user, verbatim (square brackets in it are text, not markup)."""
-    from rich.markup import escape
-
     err_console.print(f"[bold red]error:[/] {escape(message)}")
 
 
 def waiting(message: str) -> None:
     """Why the search has not started yet (another search holds the device)."""
-    from rich.markup import escape
-
     err_console.print(f"[yellow]waiting:[/] {escape(message)}")
 
 

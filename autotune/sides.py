@@ -53,15 +53,11 @@ def loader_rate(workload, batch_size: int, seed: int = 0, max_batch: int = 32, m
     not depend on the batch; a small one keeps the probe short), for `min_s` to
     `max_s` seconds or `max_batches` batches."""
     import torch
-    from torch.utils.data import RandomSampler
 
     from autotune import knobs as K
 
     batch = min(batch_size, max_batch)
-    sampler = RandomSampler(workload.dataset, num_samples=(max_batches + 1) * batch,
-                            generator=torch.Generator().manual_seed(seed + 2))
-    loader = K.build_loader(workload.dataset, {"batch_size": batch, "num_workers": 0}, sampler=sampler,
-                            collate_fn=workload.collate_fn, drop_last=True)
+    loader = K.seeded_loader(workload, {"batch_size": batch, "num_workers": 0}, max_batches + 1, seed + 2)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:

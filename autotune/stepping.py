@@ -43,13 +43,7 @@ def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int) -> _
 def seeded_batches(workload, batch_size: int, steps: int, seed: int) -> list:
     """`steps` full batches in a seeded random order, loaded in this process (the
     loader knobs do not change what a batch holds)."""
-    import torch
-    from torch.utils.data import RandomSampler
-
-    sampler = RandomSampler(workload.dataset, num_samples=steps * batch_size,
-                            generator=torch.Generator().manual_seed(seed))
-    return list(K.build_loader(workload.dataset, {"batch_size": batch_size}, sampler=sampler, drop_last=True,
-                               collate_fn=workload.collate_fn))
+    return list(K.seeded_loader(workload, {"batch_size": batch_size}, steps, seed))
 
 
 def _device_batch(run: _Run, batch):

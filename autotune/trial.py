@@ -170,18 +170,8 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     dev = torch.device(device.type)
     model = K.prepare_model(workload.model(), knobs, dev)
     optimizer = workload.build_optimizer(model.parameters())
-    loader = seeded_loader(workload, knobs, steps, seed)
+    loader = K.seeded_loader(workload, knobs, steps, seed)
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps)
-
-
-def seeded_loader(workload: W.Workload, knobs: dict[str, Any], steps: int, seed: int = 0):
-    """The knobs' DataLoader over exactly `steps` full batches in a seeded random order."""
-    import torch
-    from torch.utils.data import RandomSampler
-
-    sampler = RandomSampler(workload.dataset, num_samples=steps * knobs["batch_size"],
-                            generator=torch.Generator().manual_seed(seed))
-    return K.build_loader(workload.dataset, knobs, sampler=sampler, drop_last=True, collate_fn=workload.collate_fn)
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
@@ -241,7 +231,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
-            double_batch = lambda batch_size, steps: seeded_loader(  # noqa: E731
+            double_batch = lambda batch_size, steps: K.seeded_loader(  # noqa: E731
                 workload, {**knobs, "batch_size": batch_size}, steps, seed=1)
             metrics.update(M.double_batch_probe(session, metrics["step_ms_mean"], double_batch))
         result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats

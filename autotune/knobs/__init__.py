@@ -9,7 +9,8 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
 """
 
 from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, autocast, autocast_dtype, build_loader,
-                                   grad_scaler, loader_kwargs, map_tensors, prepare_model, to_channels_last,
+                                   grad_scaler, loader_kwargs, map_tensors, prepare_model, seeded_loader,
+                                   to_channels_last,
                                    to_device, workload_args)
 from autotune.knobs._registry import (BOTTLENECKS, COMPILE_MODES, KNOBS, PRECISIONS, SAFETY_CLASSES, STAGES, USER,
                                       USER_PREFIX, Device, Knob, conflicts, declare, from_cell, ladder_key, lookup,
@@ -20,6 +21,6 @@ __all__ = [
     "BOTTLENECKS", "COMPILE_MODES", "KNOBS", "PRECISIONS", "SAFETY_CLASSES", "STAGES", "USER", "USER_PREFIX",
     "Device", "Knob", "Space", "apply_backend_flags", "apply_process_flags", "autocast", "autocast_dtype",
     "build_loader", "conflicts", "declare", "from_cell", "ladder_key", "grad_scaler", "loader_kwargs", "lookup", "map_tensors",
-    "prepare_model", "pytorch_defaults", "registry", "resolve_space", "to_cell", "to_channels_last", "to_device",
+    "prepare_model", "pytorch_defaults", "registry", "resolve_space", "seeded_loader", "to_cell", "to_channels_last", "to_device",
     "user_knob", "workload_args",
 ]

@@ -25,6 +25,17 @@ def build_loader(dataset, knobs: dict[str, Any], **kwargs):
     return DataLoader(dataset, **{**loader_kwargs(knobs), **kwargs})
 
 
+def seeded_loader(workload, knobs: dict[str, Any], steps: int, seed: int = 0):
+    """The knobs' DataLoader over exactly `steps` full batches of `workload` in a
+    seeded random order (every trial, probe and parity run sees the same data)."""
+    import torch
+    from torch.utils.data import RandomSampler
+
+    sampler = RandomSampler(workload.dataset, num_samples=steps * knobs["batch_size"],
+                            generator=torch.Generator().manual_seed(seed))
+    return build_loader(workload.dataset, knobs, sampler=sampler, drop_last=True, collate_fn=workload.collate_fn)
+
+
 def apply_process_flags(knobs: dict[str, Any]) -> None:
     """Process-wide settings: intra-op threads (None: torch's default, untouched)."""
     import torch

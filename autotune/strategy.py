@@ -342,7 +342,7 @@ class Strategy:
                 oom = self.predicted_oom(params, bounds)
                 why = ("repeat of a failed or running trial" if known is not None or k in taken
                        else f"predicted OOM: batch_size >= {oom} ran out of memory" if oom
-                       else "would not finish within the time budget")
+                       else "cannot run: knobs in conflict, or over the time budget")
                 trial.set_user_attr("status", "skipped")
                 trial.set_user_attr("error", why)
                 self.study.tell(trial, state=TrialState.FAIL)

@@ -71,7 +71,7 @@ def search(
             spec.resources.ray_address = address
         if tracking_uri is not None and resume is None:
             spec.tracking.uri = tracking_uri
-        from autotune import report, search as searching
+        from autotune import driver as searching, report
 
         view = report.LiveView(quiet=quiet)
         try:

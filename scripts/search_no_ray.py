@@ -181,10 +181,10 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []
 
-    fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # as autotune.search
+    fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # as autotune.driver
 
     request = TrialSettings.of(data, device.type, space.baseline)
-    thread_env = user_thread_env()  # as autotune.search
+    thread_env = user_thread_env()  # as autotune.driver
 
     ended = f"{n_trials} trials"
     baseline_record = None

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from autotune import spec as S
 from autotune.cli import app
-from autotune.search import run
+from autotune.driver import run
 
 TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2}
 

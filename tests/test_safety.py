@@ -15,7 +15,7 @@ from autotune import safety, stepping
 from autotune.export import safety_flags
 from autotune.records import TrialRecord, pick_best
 from autotune.safety import LEVELS, STEP_METRICS, batch_advice, loss_parity, needs_parity, trial_parity
-from autotune.search import run
+from autotune.driver import run
 from autotune.trial import prepare, run_trial
 
 CPU = K.Device("cpu", 2)

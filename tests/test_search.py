@@ -10,7 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune import load_config
 from autotune import spec as S
-from autotune.search import run
+from autotune.driver import run
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]
 

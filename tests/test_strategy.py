@@ -244,7 +244,7 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
     assert estimate_cost("reduce-overhead", costs) == 75.0  # scaled from default
     assert estimate_cost("max-autotune", costs) == 150.0
     assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
-    # what autotune.search and search_no_ray ask with: the finished trials, read at each call
+    # what autotune.driver and search_no_ray ask with: the finished trials, read at each call
     records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}) for m, cs in costs.items() for c in cs]
     fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())
     assert fits({}) and fits({"compile": "reduce-overhead"}) and not fits({"compile": "max-autotune"})

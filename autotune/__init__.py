@@ -5,8 +5,10 @@ command or function needs them.
 """
 
 from autotune._version import __version__
+from autotune.api import search
 from autotune.workload import Workload
-__all__ = ["Workload", "load_config", "__version__"]
+
+__all__ = ["Workload", "search", "load_config", "__version__"]
 
 
 def load_config(path):

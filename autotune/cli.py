@@ -46,6 +46,9 @@ def search(
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", metavar="URI",
                                                help="an MLflow server, http://host:port (overrides tracking.uri)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
+    reuse: bool = typer.Option(False, "--reuse", help="an earlier finished search of the same question on this machine "
+                                                      "(same runs dir) is the result: no trial runs"),
+    refresh: bool = typer.Option(False, "--refresh", help="search even when an earlier search matches"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
     """Run a search: trials through Ray, Optuna choosing, MLflow recording.
@@ -53,6 +56,10 @@ def search(
     try:
         from autotune import spec as S
 
+        if reuse and refresh:
+            raise UserError("give `--reuse` or `--refresh`, not both")
+        if resume is not None and (reuse or refresh):
+            raise UserError("`--resume` continues that search; `--reuse` and `--refresh` are for a new one")
         if resume is not None and spec_path is not None:
             raise UserError(f"give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it was "
                             f"started with (`{resume / 'spec.yaml'}`)")
@@ -71,12 +78,13 @@ def search(
             spec.resources.ray_address = address
         if tracking_uri is not None and resume is None:
             spec.tracking.uri = tracking_uri
-        from autotune import driver as searching, report
+        from autotune import api, report
 
         view = report.LiveView(quiet=quiet)
         try:
-            result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None,
-                                   on_trial_start=view.trial_started, on_wait=report.waiting)
+            result = api.search(spec, reuse=reuse, refresh=refresh, resume=resume is not None, on_match=report.note,
+                                on_start=view.start, on_trial=view.trial, on_trial_start=view.trial_started,
+                                on_wait=report.waiting)
         except KeyboardInterrupt:
             from autotune.report import error
 
@@ -85,13 +93,22 @@ def search(
             raise typer.Exit(130) from None
         finally:
             view.stop()
-        from autotune.plots import knob_importance
-
-        report.summary(result, knob_importance(f"sqlite:///{result.paths['optuna_storage']}", spec.name))
+        report.summary(result, _importance(result.run_dir)[2])
     except _user_errors() as e:
         _fail(e, debug)
     if result.stopped_reason:
         raise typer.Exit(1)
+
+
+def _importance(run_dir: Path) -> tuple[str, str, dict]:
+    """The search's Optuna storage, its study, and each knob's importance."""
+    import json
+
+    from autotune.plots import knob_importance
+
+    study = json.loads((run_dir / "search.json").read_text())["optuna_study"]
+    storage = f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
+    return storage, study, knob_importance(storage, study)
 
 
 def _read_run(run_dir: Path):
@@ -122,10 +139,8 @@ def report(
     from autotune import plots as P
     from autotune import report as R
 
-    state = json.loads((run_dir / "search.json").read_text())
-    storage = f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
-    importance = P.knob_importance(storage, state["optuna_study"])
-    drawn = P.write_all(result, storage, state["optuna_study"]) if plots and result.best else []
+    storage, study, importance = _importance(run_dir)
+    drawn = P.write_all(result, storage, study) if plots and result.best else []
     if fmt == "json":
         print(json.dumps({**R.as_dict(result, importance), "plots": [str(p) for p in drawn]}, indent=2, default=str))
     elif fmt == "markdown":

@@ -20,7 +20,6 @@ import dataclasses
 import json
 import math
 import os
-import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import Callable
 
 import optuna
 
-from autotune import export, plots, tracking
+from autotune import cache, export, plots, tracking
 from autotune import knobs as K
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
 from autotune import workload as W
@@ -46,13 +45,17 @@ from autotune.strategy import Strategy
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
         resume: bool = False, on_trial_start: Callable | None = None,
-        on_wait: Callable[[str], None] | None = None) -> SearchResult:
+        on_wait: Callable[[str], None] | None = None, factory: Callable | None = None, refresh: bool = False,
+        on_match: Callable[[str], None] | None = None) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM). With `resume`, continue the search in `spec.output_dir`
     from its Optuna storage: finished trials are neither lost nor repeated.
     Everything that can be checked is checked before anything is written. A
     local search waits while another one measures on the same device (`on_wait`
-    hears why)."""
+    hears why). `factory`: the callable a spec's `workload.pickled` names.
+    A finished search of the same question on this machine (`autotune.cache`) is
+    named to `on_match` before the trials start (with `refresh`, it is not looked
+    for); `autotune.search(reuse=True)` returns it before this driver is imported."""
     started = time.perf_counter()
     run_dir = spec.resolved_output_dir().resolve()
     state = None
@@ -60,12 +63,11 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         if not (run_dir / STATE_FILE).exists():
             raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
         state = json.loads((run_dir / STATE_FILE).read_text())
-    user_cwd = os.getcwd()
-    if user_cwd not in sys.path:
-        sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
+    user_cwd = W.importable_cwd()  # user factories resolve as the trials will resolve them
     user = spec.search_space.user()
+    source, pickled = _source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
-        user_base = W.user_knob_baseline(spec.workload.ref, spec.workload.args, user)
+        user_base = W.user_knob_baseline(source, spec.workload.args, user)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     given = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
@@ -78,14 +80,19 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         tracking.check_uri(spec.tracking.uri)
     from concurrent.futures import ThreadPoolExecutor
 
+    asked = None if resume or refresh else cache.question(spec)
     local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
     with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
-        preparing = pool.submit(_prepare, spec, run_dir, local_store)
+        preparing = pool.submit(_prepare, spec, run_dir, local_store, source)
         started_ray = RT.init_ray(spec.resources.ray_address)
     RT.stop_on_sigterm()
     store = None
     try:
         workload, store = preparing.result()
+        remembered = cache.key(asked, cache.machine(spec, workload) if asked else None)
+        found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
+        if found and on_match:
+            on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
         lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = RT.detect_device(spec)
@@ -103,12 +110,15 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
             (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
+            if pickled:  # what --resume and `python -m autotune.trial` load
+                (run_dir / W.PICKLE_FILE).write_bytes(pickled)
         tracking.adopt_store(store, run_dir)
         # a cluster's scheduler places trials; on this host, one search per device at a time
         lock = contextlib.nullcontext() if spec.resources.ray_address else device_lock(device.type, run_dir, on_wait)
         with lock as waited:
             started += waited or 0.0  # waiting is not searching (time budget, wall time)
-            return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state, on_trial_start)
+            return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state, on_trial_start,
+                           pickled, remembered)
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
         if started_ray:
@@ -130,13 +140,30 @@ def _fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple
     return lists, too_big
 
 
-def _prepare(spec: Spec, run_dir: Path, local_store: bool) -> tuple[W.Workload, Path | None]:
+def _source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) -> tuple[W.Source, bytes | None]:
+    """The workload's factory: the spec's ref, or a callable (`workload.pickled`)
+    with its pickled bytes; a resumed search loads the run dir's own."""
+    if not spec.workload.pickled:
+        return spec.workload.ref, None
+    path = run_dir / W.PICKLE_FILE
+    try:
+        if resume or factory is None:
+            if not path.exists():
+                raise SpecError(f"workload.pickled: `{spec.workload.pickled}` is a factory given in Python and "
+                                f"`{run_dir}` has no {W.PICKLE_FILE}; pass it: autotune.search(spec, workload=fn)")
+            return W.load_factory(str(path)), path.read_bytes()
+        return factory, W.dump_factory(factory)
+    except W.WorkloadError as e:
+        raise SpecError(str(e)) from e
+
+
+def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source) -> tuple[W.Workload, Path | None]:
     """The user's workload, checked (imports torch and the factory), and an
     empty local MLflow store to adopt (`tracking.empty_store`, which imports
     MLflow). Runs while Ray starts: on 2 shared cores (load ~3) the first trial
     of the quickstart started after 7.6-10.7 s instead of 10.5-13.6 s."""
     try:
-        workload = W.load(spec.workload.ref, spec.workload.args)
+        workload = W.load(source, spec.workload.args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     try:
@@ -155,7 +182,7 @@ class _Opened:
     wall_before: float = 0.0  # seconds the search ran before this run of it (a resume)
 
 
-def _open(spec, run_dir, device, space, state) -> _Opened:
+def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -> _Opened:
     """The search's MLflow parent run and search.json: new, or reopened to resume."""
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     paths = run_paths(run_dir, state["mlflow_uri"] if state else spec.tracking.uri or tracking.default_uri(run_dir))
@@ -184,12 +211,13 @@ def _open(spec, run_dir, device, space, state) -> _Opened:
         state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
                  "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
                  "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
-                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 cache.KEY: remembered}
     return _Opened(tracker, paths, state, n_trials, storage_url, wall_before)
 
 
 def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state,
-            on_trial_start=None) -> SearchResult:
+            on_trial_start=None, pickled: bytes | None = None, remembered: dict | None = None) -> SearchResult:
     import ray
 
     cuda = device.type == "cuda"
@@ -210,7 +238,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     # files that travel back from other nodes)
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    opened = _open(spec, run_dir, device, space, state)
+    opened = _open(spec, run_dir, device, space, state, remembered)
     tracker, paths, state, n_trials, storage_url = (opened.tracker, opened.paths, opened.state, opened.n_trials,
                                                     opened.storage_url)
     write_state(run_dir, state)
@@ -229,8 +257,11 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         on_trial(record)  # what an earlier run of this search finished
 
     base_knobs = {k: v for k, v in space.baseline.items() if k in K.KNOBS}
+    data = spec.model_dump(mode="json")
+    if pickled:  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
+        data["workload"].update(W.pickled_ref(pickled))
     settings = {
-        "request": TrialSettings.of(spec.model_dump(mode="json"), device.type, space.baseline, parity={
+        "request": TrialSettings.of(data, device.type, space.baseline, parity={
             # the baseline's parity reference: computed by the first trial that needs it, then reused
             "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
             "reference": str(run_dir / REFERENCE_FILE)}),
@@ -239,6 +270,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
         "thread_env": user_thread_env(),
         "driver_node": ray.get_runtime_context().get_node_id(),
+        "workload_pickle": pickled,
     }
     budget = spec.search.time_budget_s
 

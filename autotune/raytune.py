@@ -35,6 +35,7 @@ from autotune import knobs as K  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
+from autotune.workload import PICKLE_FILE  # noqa: E402
 from autotune.budget import no_improvement_for  # noqa: E402
 from autotune.strategy import Strategy  # noqa: E402
 
@@ -54,7 +55,8 @@ def trainable(config: dict, settings: dict) -> None:
     """Ray Tune's function trainable: one trial process, one report. Never
     raises: whatever goes wrong is reported as the trial's error. On the
     driver's node the trial writes its dir in the run dir; on another node it
-    runs in a temporary dir whose files travel back in the report."""
+    runs in a temporary copy of the run dir's layout (with the pickled factory,
+    which travels in `settings`), whose trial files travel back in the report."""
     import tempfile
 
     import ray
@@ -63,7 +65,10 @@ def trainable(config: dict, settings: dict) -> None:
     trial_dir = trial_dir_of(settings["run_dir"], number)
     started = time.time()
     remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
-    work_dir = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else trial_dir
+    root = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else None
+    work_dir = trial_dir_of(root, number) if remote else trial_dir
+    if remote and settings.get("workload_pickle"):  # where the trial config's relative `file` points
+        (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
     try:
         result = run_trial_in(config, settings, work_dir)
     except Exception as e:
@@ -73,7 +78,7 @@ def trainable(config: dict, settings: dict) -> None:
                 started_unix=started, ended_unix=time.time())
     if remote:
         flat["files_b64"] = pack_dir(work_dir)
-        shutil.rmtree(work_dir, ignore_errors=True)
+        shutil.rmtree(root, ignore_errors=True)
     tune.report(flat)
 
 

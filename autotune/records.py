@@ -72,6 +72,8 @@ class TrialRecord:
 
 @dataclass
 class SearchResult:
+    """A search, finished or not: what `autotune.search` returns and `read_run` reads back."""
+
     run_dir: Path
     space: K.Space
     device: K.Device
@@ -82,6 +84,21 @@ class SearchResult:
     paths: dict[str, Path]
     stopped_reason: str | None = None
     ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
+    reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
+
+    @property
+    def best_config(self):
+        """The best config as production loads it (`autotune.load_config`); None
+        when nothing was exported (no measured baseline, or no safe trial)."""
+        from autotune.export import load_config
+
+        path = Path(self.paths["best_config"])
+        return load_config(path) if path.exists() else None
+
+    @property
+    def trials(self):
+        """The trials as a pandas DataFrame, one row per trial (trials.csv's columns)."""
+        return trials_frame(self.records)
 
 
 def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | str]:
@@ -215,11 +232,16 @@ def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
     return "the baseline's knobs" if n == 0 else f"{cls}, {n} knob{'s' if n > 1 else ''} changed"
 
 
-def write_csv(records: list[TrialRecord], path: Path) -> None:
+def trials_frame(records: list[TrialRecord]):
+    """One row per trial, in trial order: knobs, metrics, status, error."""
     import pandas as pd
 
+    return pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)])
+
+
+def write_csv(records: list[TrialRecord], path: Path) -> None:
     tmp = path.with_suffix(".csv.tmp")
-    pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)]).to_csv(tmp, index=False)
+    trials_frame(records).to_csv(tmp, index=False)
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 

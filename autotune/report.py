@@ -38,6 +38,11 @@ def waiting(message: str) -> None:
     err_console.print(f"[yellow]waiting:[/] {escape(message)}")
 
 
+def note(message: str) -> None:
+    """A fact the user may act on before the search starts (an earlier search matches)."""
+    err_console.print(f"[cyan]note:[/] {escape(message)}")
+
+
 def _fmt(value) -> str:
     if isinstance(value, bool):
         return "on" if value else "off"

@@ -38,6 +38,9 @@ class _Strict(BaseModel):
 class WorkloadSpec(_Strict):
     name: Optional[str] = Field(None, description=f"a built-in workload: {', '.join(BUILTINS)}")
     factory: Optional[str] = Field(None, description="a user factory `pkg.module:function` returning autotune.Workload")
+    pickled: Optional[str] = Field(
+        None, description="set by autotune.search(spec, workload=fn): the qualified name of a factory given in Python, "
+                          "kept pickled in the run dir's workload.pkl (what --resume loads)")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
 
     @field_validator("name")
@@ -56,13 +59,14 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_of(self):
-        if (self.name is None) == (self.factory is None):
+        if sum(v is not None for v in (self.name, self.factory, self.pickled)) != 1:
             raise ValueError("give exactly one of `name` (built-in) or `factory` (pkg.module:function)")
         return self
 
     @property
     def ref(self) -> str:
-        return self.factory or self.name  # type: ignore[return-value]
+        """How records name the factory: the built-in, the factory path, or the pickled callable's name."""
+        return self.factory or self.name or self.pickled  # type: ignore[return-value]
 
 
 def _value_type(knob: Knob):
@@ -265,21 +269,32 @@ def _describe(err: dict) -> str:
     return f"{path}: {msg}, got {err['input']!r}"
 
 
-def parse(data: Any, source: str = "spec") -> Spec:
+def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> Spec:
+    """`factory_name`: a factory callable comes with the spec (`autotune.search(spec,
+    workload=fn)`); the spec must not name another, and records it as `workload.pickled`."""
     if not isinstance(data, dict):
         raise SpecError(f"{source}: the spec must be a YAML mapping with at least `workload`, got {type(data).__name__}")
+    if factory_name is not None:
+        wl = data.get("workload") or {}
+        if not isinstance(wl, dict):
+            raise SpecError(f"{source}: workload: expected a mapping (`args`, with a factory callable), got {wl!r}")
+        named = next((f"{k}: {wl[k]}" for k in ("name", "factory", "pickled") if wl.get(k)), None)
+        if named:
+            raise SpecError(f"{source}: workload: the spec names `{named}` and a factory callable (`{factory_name}`) "
+                            "was given; give one (leave workload.name and workload.factory out to use the callable)")
+        data = {**data, "workload": {**wl, "pickled": factory_name}}
     try:
         spec = Spec.model_validate(data)
     except ValidationError as e:
         # the first error of a field is the one to fix; union branches repeat it
         lines = list(dict.fromkeys(_describe(err) for err in e.errors(include_url=False)))
         raise SpecError(f"{source}: " + "\n  ".join(lines)) from e
-    if spec.name is None:
-        spec.name = Path(source).stem if source != "spec" else "search"
+    if spec.name is None:  # the file's name, else the factory's
+        spec.name = Path(source).stem if source != "spec" else re.sub(r"\W", "", (factory_name or "").rsplit(".", 1)[-1]) or "search"
     return spec
 
 
-def load(path: str | Path) -> Spec:
+def load(path: str | Path, factory_name: str | None = None) -> Spec:
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text())
@@ -290,4 +305,4 @@ def load(path: str | Path) -> Spec:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"{where}: not valid YAML: {problem}") from e
-    return parse(data, str(path))
+    return parse(data, str(path), factory_name)

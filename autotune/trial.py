@@ -67,8 +67,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
     wl = config.get("workload")
-    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory")):
-        raise TrialConfigError("`workload` must be an object with `name` (built-in) or `factory` (pkg.module:fn), and optional `args`")
+    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file")):
+        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
+                               "(a pickled factory, relative to the config's dir), and optional `args`")
     cfg = {**DEFAULTS, **config}
     given = dict(config.get("knobs") or {})
     for name, value in given.items():
@@ -253,8 +254,9 @@ def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:
     return out
 
 
-def run_trial(config: dict[str, Any]) -> dict[str, Any]:
-    """Run one trial; never raises for a failing workload: the result says what failed."""
+def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
+    """Run one trial; never raises for a failing workload: the result says what failed.
+    `base_dir`: where a pickled factory's relative `file` starts (the config's dir)."""
     started = time.perf_counter()
     cfg = check_config(config)
     import torch
@@ -270,7 +272,7 @@ def run_trial(config: dict[str, Any]) -> dict[str, Any]:
         "metrics": {},
     }
     try:
-        workload = W.load(wl.get("factory") or wl["name"], wl.get("args"))
+        workload = W.load(W.trial_source(wl, base_dir), wl.get("args"))
         knobs = dict(cfg["knobs"])
         if knobs["batch_size"] is None:
             knobs["batch_size"] = workload.batch_size
@@ -337,7 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()
         config = json.loads(text)
         config["knobs"] = {**config.get("knobs", {}), **parse_set(args.set)}
-        result = run_trial(config)
+        result = run_trial(config, os.path.dirname(os.path.abspath(args.config)) if args.config != "-" else ".")
     except (OSError, json.JSONDecodeError, TrialConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

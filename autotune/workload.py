@@ -1,4 +1,5 @@
-"""The workload contract, and loading a workload factory ("pkg.module:fn").
+"""The workload contract, and loading a workload factory ("pkg.module:fn", or a
+callable given in Python, which trials get pickled by value: `dump_factory`).
 
 A factory returns the *pieces* of a training job, not a loop: autotune owns the
 training step, because it must apply the knobs (loader, copies, memory format,
@@ -13,9 +14,11 @@ Batches may be tensors, tuples, lists or dicts (nested).
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import os
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Union
 
 BUILTINS = {
     "tiny_cnn": "trials.tiny_cnn:make_workload",
@@ -23,6 +26,11 @@ BUILTINS = {
     "jpeg_pipeline": "trials.jpeg_pipeline:make_workload",
     "tiny_transformer": "trials.tiny_transformer:make_workload",
 }
+
+
+PICKLE_FILE = "workload.pkl"  # a pickled factory, in the run dir
+# a factory: a built-in name, "pkg.module:function", or the callable itself
+Source = Union[str, Callable[..., "Workload"]]
 
 
 class WorkloadError(Exception):
@@ -58,8 +66,17 @@ class Workload:
         return torch.optim.SGD(params, lr=0.01, momentum=0.9)
 
 
-def resolve(ref: str) -> Callable[..., Workload]:
-    """A built-in name or "pkg.module:function" -> the factory function."""
+def name_of(source: Source) -> str:
+    """How messages and records name a factory: its ref, or a callable's qualified name."""
+    if isinstance(source, str):
+        return source
+    return f"{getattr(source, '__module__', None) or '?'}.{getattr(source, '__qualname__', type(source).__name__)}"
+
+
+def resolve(ref: Source) -> Callable[..., Workload]:
+    """A built-in name or "pkg.module:function" -> the factory function; a callable is its own factory."""
+    if not isinstance(ref, str):
+        return ref
     target = BUILTINS.get(ref, ref)
     if ":" not in target:
         raise WorkloadError(
@@ -77,6 +94,17 @@ def resolve(ref: str) -> Callable[..., Workload]:
     return factory
 
 
+def importable_cwd() -> str:
+    """Make this process's working dir importable, as trials import factories
+    (the launcher puts it first on their PYTHONPATH); returns it."""
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    return cwd
+
+
 def _import_hint(module_name: str, e: Exception) -> str:
     """What to do when the factory's own package is not importable (not when
     it imports and something inside it fails)."""
@@ -87,9 +115,67 @@ def _import_hint(module_name: str, e: Exception) -> str:
             f"or add that directory to PYTHONPATH")
 
 
-def load(ref: str, args: dict[str, Any] | None = None) -> Workload:
+def check_factory(factory) -> None:
+    """A factory given in Python must be a callable."""
+    if isinstance(factory, str) or not callable(factory):
+        raise WorkloadError(f"workload: expected a factory callable returning autotune.Workload, got "
+                            f"{type(factory).__name__}; or leave it out and name the factory in the spec "
+                            "(workload.name or workload.factory)")
+
+
+def dump_factory(factory) -> bytes:
+    """A factory callable pickled by value (cloudpickle), so a trial process, the
+    fork server or another node can call it without importing where it was
+    defined (a notebook's `__main__`, a function's locals)."""
+    check_factory(factory)
+    import cloudpickle
+
+    try:
+        return cloudpickle.dumps(factory)
+    except Exception as e:  # whatever it closes over may refuse: a lock, an open file, a CUDA stream
+        raise WorkloadError(f"workload factory `{name_of(factory)}` cannot be pickled for the trial processes "
+                            f"({type(e).__name__}: {e}); build such objects inside the factory, not around it") from e
+
+
+def pickled_ref(blob: bytes) -> dict[str, str]:
+    """How a trial config names a pickled factory: the run dir's file, relative to
+    the trial's dir (runs/<search>/trials/NNNN), and its digest."""
+    return {"file": os.path.join("..", "..", PICKLE_FILE), "sha256": hashlib.sha256(blob).hexdigest()}
+
+
+def load_factory(path: str, sha256: str | None = None) -> Callable[..., Workload]:
+    """A pickled factory from `path` (checked against its digest when given)."""
+    import pickle
+
+    try:
+        with open(path, "rb") as f:
+            blob = f.read()
+    except OSError as e:
+        raise WorkloadError(f"workload: the pickled factory `{path}` cannot be read ({e.strerror}); it is the "
+                            f"search's {PICKLE_FILE}, kept in its run dir") from None
+    if sha256 and hashlib.sha256(blob).hexdigest() != sha256:
+        raise WorkloadError(f"workload: `{path}` is not the pickled factory this trial was run with (sha256 differs)")
+    try:
+        return pickle.loads(blob)
+    except Exception as e:  # a module the factory needs by reference, or another Python
+        hint = (f"; it uses `{e.name}` by reference: run from the directory the search ran from, or add that "
+                "directory to PYTHONPATH") if isinstance(e, ModuleNotFoundError) and e.name else ""
+        raise WorkloadError(f"workload: the pickled factory `{path}` cannot be loaded: {type(e).__name__}: {e}"
+                            + hint) from e
+
+
+def trial_source(wl: dict[str, Any], base_dir: str = ".") -> Source:
+    """The factory a trial config's `workload` names: a ref, or a pickled factory
+    (`file` relative to `base_dir`, the config's own dir)."""
+    if wl.get("file"):
+        return load_factory(os.path.join(base_dir, wl["file"]), wl.get("sha256"))
+    return wl.get("factory") or wl["name"]
+
+
+def load(ref: Source, args: dict[str, Any] | None = None) -> Workload:
     """Call the factory with `args` and check that it returned a Workload."""
     factory = resolve(ref)
+    ref = name_of(ref)
     try:
         workload = factory(**(args or {}))
     except TypeError as e:
@@ -113,13 +199,14 @@ def load(ref: str, args: dict[str, Any] | None = None) -> Workload:
     return workload
 
 
-def user_knob_baseline(ref: str, args: dict[str, Any], names) -> dict[str, Any]:
+def user_knob_baseline(ref: Source, args: dict[str, Any], names) -> dict[str, Any]:
     """The current value of each searched factory argument: from the spec's
     workload.args, else the factory's default. A name the factory does not take,
     or one with no value anywhere, is a WorkloadError naming it."""
     import inspect
 
     params = inspect.signature(resolve(ref)).parameters
+    ref = name_of(ref)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     out = {}
     for name in names:

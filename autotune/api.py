@@ -1,0 +1,82 @@
+"""`autotune.search`: the Python API, also what `autotune search` calls.
+
+    import autotune
+
+    def make_workload(batch_size=32):          # in a notebook, a test, anywhere
+        return autotune.Workload(model=..., dataset=..., loss=..., batch_size=batch_size)
+
+    result = autotune.search({"search": {"n_trials": 10}}, workload=make_workload)
+    result.best_config          # a TunedConfig, as load_config returns it
+    result.trials               # a pandas DataFrame, one row per trial
+    result.run_dir
+
+Cheap to import: the driver (Ray, Optuna, MLflow) is imported only when a search
+runs, so a search answered by an earlier one (`reuse=True`) never starts them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Union
+
+if TYPE_CHECKING:
+    from autotune.records import SearchResult
+    from autotune.spec import Spec
+
+
+def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = None, *, reuse: bool = False,
+           refresh: bool = False, resume: bool = False, on_match: Callable[[str], None] | None = None,
+           on_start: Callable | None = None, on_trial: Callable | None = None, on_trial_start: Callable | None = None,
+           on_wait: Callable[[str], None] | None = None) -> "SearchResult":
+    """Run a search (see README "The spec") and return its result.
+
+    spec: a spec file's path, the spec as a dict, or a typed `autotune.spec.Spec`.
+    workload: a factory callable returning `autotune.Workload`, instead of the
+        spec's workload.name / workload.factory (the spec's workload.args are its
+        arguments). It may live in a notebook's `__main__` or in a function: trials
+        get it pickled by value (cloudpickle); the run dir keeps it as workload.pkl.
+    reuse: return an earlier finished search of the same question on this machine
+        (README "Winners are remembered") without running a trial; else search.
+    refresh: search even when an earlier one matches, and say nothing of it.
+    resume: continue the stopped search in the spec's output_dir.
+    on_match: hears the line naming a matching earlier search (default: printed).
+    on_start, on_trial, on_trial_start, on_wait: progress callbacks (the CLI's live view).
+    """
+    from autotune import cache
+    from autotune import workload as W
+    from autotune.records import read_run
+    from autotune.spec import SpecError
+
+    if sum((reuse, refresh, resume)) > 1:
+        raise ValueError("give at most one of reuse, refresh and resume")
+    if workload is not None:
+        W.check_factory(workload)
+    spec = as_spec(spec, W.name_of(workload) if workload is not None else None)
+    on_match = on_match or print
+    if reuse and (workload is not None or not spec.workload.pickled):
+        try:
+            found = cache.find(spec, workload if workload is not None else spec.workload.ref)
+        except W.WorkloadError as e:
+            raise SpecError(f"workload: {e}") from e
+        if found:
+            on_match(cache.describe(found, reused=True))
+            return dataclasses.replace(read_run(found), reused=True)
+    from autotune import driver
+
+    return driver.run(spec, on_start=on_start, on_trial=on_trial, resume=resume, on_trial_start=on_trial_start,
+                      on_wait=on_wait, factory=workload, refresh=refresh, on_match=on_match)
+
+
+def as_spec(spec: Any, factory_name: str | None = None) -> "Spec":
+    """A typed Spec from a path, a dict or a Spec; `factory_name`: a factory
+    callable comes with it (the spec then must not name another)."""
+    from autotune import spec as S
+
+    if isinstance(spec, (str, Path)):
+        return S.load(spec, factory_name)
+    if isinstance(spec, S.Spec):
+        return S.parse(spec.model_dump(mode="json"), "spec", factory_name) if factory_name else spec
+    if isinstance(spec, dict):
+        return S.parse(spec, "spec", factory_name)
+    raise S.SpecError(f"spec: expected a spec file's path, a dict or an autotune.spec.Spec, got {type(spec).__name__}")

@@ -1,0 +1,139 @@
+"""`autotune.search`: a real search (Ray, Optuna, MLflow) with a factory that
+cannot be imported by module path, shipped to the trials by value."""
+
+import json
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from mlflow.tracking import MlflowClient
+from typer.testing import CliRunner
+
+import autotune
+from autotune.cli import app
+from autotune.export import TunedConfig
+from autotune.spec import SpecError
+from autotune.workload import WorkloadError
+from tests import api_workloads as AW
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.mark.timeout(300)
+def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_path, ray_local):
+    width = 6  # a closure: travels with the pickled factory
+
+    def make(batch_size=16, extra=1):
+        return autotune.Workload(model=lambda: AW.cnn(width * extra), dataset=AW.images(), loss=AW.classify,
+                                 batch_size=batch_size)
+
+    spec = AW.spec(tmp_path / "run", n_trials=3, search_space={
+        "preset": None, "knobs": {"batch_size": [16, 64]}, "workload_args": {"extra": {"values": [1, 2], "safety": "safe"}}})
+    result = autotune.search(spec, workload=make)
+
+    trials = result.trials
+    assert isinstance(trials, pd.DataFrame) and len(trials) == 3
+    assert list(trials["status"]) == ["ok"] * 3, trials[["status", "error"]]
+    assert isinstance(result.best_config, TunedConfig) and not result.reused
+    assert result.best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
+    # the factory's own argument is a searched knob: its signature was read from the callable
+    assert result.best_config.workload_args == {"extra": result.best.knobs["args.extra"]}
+    assert set(trials["args.extra"]) <= {1, 2} and trials["args.extra"][0] == 1  # the baseline: the default
+    run_dir = result.run_dir
+    name = f"{__name__}.test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced.<locals>.make"
+    assert yaml.safe_load((run_dir / "spec.yaml").read_text())["workload"]["pickled"] == name
+    assert yaml.safe_load((run_dir / "best_config.yaml").read_text())["workload"]["ref"] == name
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    parent = client.search_runs([client.get_experiment_by_name("autotune").experiment_id],
+                                "tags.`autotune.role` = 'search'")[0]
+    assert parent.data.params["workload"] == name
+
+    # a trial by hand: its config points at the run dir's workload.pkl, wherever the config is read from;
+    # what the factory uses by reference (tests.api_workloads) imports as it did in the search
+    config = run_dir / "trials" / "0001" / "config.json"
+    assert json.loads(config.read_text())["workload"]["file"] == "../../workload.pkl"
+    out = tmp_path / "again.json"
+    again = json.loads(_trial_by_hand(config, out, ROOT).read_text())
+    assert again["status"] == "ok" and again["knobs"]["batch_size"] == trials["batch_size"][1]
+    elsewhere = json.loads(_trial_by_hand(config, out, tmp_path).read_text())
+    assert elsewhere["status"] == "error" and elsewhere["error"].endswith(
+        "No module named 'tests'; it uses `tests` by reference: run from the directory the search ran from, or add "
+        "that directory to PYTHONPATH")
+
+
+def _trial_by_hand(config: Path, out: Path, cwd: Path) -> Path:
+    subprocess.run([sys.executable, "-m", "autotune.trial", str(config), "-o", str(out)], cwd=cwd,
+                   capture_output=True, text=True, timeout=120)
+    return out
+
+
+NOTEBOOK = """
+import json, sys
+import torch
+import autotune
+
+def make_workload(batch_size=16):          # in __main__, as in a notebook
+    data = torch.utils.data.TensorDataset(torch.randn(256, 3, 8, 8), torch.randint(0, 4, (256,)))
+    model = lambda: torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(192, 4))
+    return autotune.Workload(model=model, dataset=data, batch_size=batch_size,
+                             loss=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]))
+
+result = autotune.search(json.loads(sys.argv[1]), workload=make_workload)
+print(json.dumps({"status": list(result.trials["status"]), "best": result.best_config.knobs["batch_size"]}))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
+    """A script's `__main__` (a notebook's scope), every trial started from scratch."""
+    env = {**__import__("os").environ, "AUTOTUNE_LAUNCHER": "spawn", "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(AW.spec(tmp_path / "run"))],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["status"] == ["ok", "ok"] and out["best"] in (16, 64)
+    assert (tmp_path / "run" / "workload.pkl").exists()
+    assert "__main__.make_workload" in (tmp_path / "run" / "spec.yaml").read_text()
+
+
+def test_a_workload_that_is_not_callable_is_one_line(tmp_path):
+    with pytest.raises(WorkloadError) as e:
+        autotune.search(AW.spec(tmp_path / "run"), workload="tests.api_workloads:make_cnn")
+    assert str(e.value) == ("workload: expected a factory callable returning autotune.Workload, got str; or leave it "
+                            "out and name the factory in the spec (workload.name or workload.factory)")
+
+
+def test_a_spec_naming_a_workload_and_a_callable_is_one_line(tmp_path):
+    with pytest.raises(SpecError) as e:
+        autotune.search({**AW.spec(tmp_path / "run"), "workload": {"name": "tiny_cnn"}}, workload=AW.make_cnn)
+    assert str(e.value) == ("spec: workload: the spec names `name: tiny_cnn` and a factory callable "
+                            "(`tests.api_workloads.make_cnn`) was given; give one (leave workload.name and "
+                            "workload.factory out to use the callable)")
+
+
+def test_a_factory_that_cannot_be_pickled_is_one_line_and_nothing_is_written(tmp_path):
+    lock = threading.Lock()
+
+    def make():
+        with lock:
+            return AW.make_cnn()
+
+    with pytest.raises(SpecError) as e:
+        autotune.search(AW.spec(tmp_path / "run"), workload=make)
+    message = str(e.value)
+    assert message.startswith(f"workload factory `{__name__}.test_a_factory_that_cannot_be_pickled_is_one_line_and_"
+                              "nothing_is_written.<locals>.make` cannot be pickled for the trial processes (TypeError: ")
+    assert message.endswith("build such objects inside the factory, not around it") and "\n" not in message
+    assert not (tmp_path / "run").exists()
+
+
+def test_reuse_and_refresh_together_is_one_line(tmp_path):
+    spec = tmp_path / "s.yaml"
+    spec.write_text(yaml.safe_dump(AW.spec(tmp_path / "run", workload={"name": "tiny_cnn"})))
+    result = CliRunner().invoke(app, ["search", str(spec), "--reuse", "--refresh"])
+    assert result.exit_code == 2 and result.stderr == "error: give `--reuse` or `--refresh`, not both\n"

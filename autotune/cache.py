@@ -74,8 +74,9 @@ def param_fingerprint(workload) -> str | None:
         except Exception:
             return None
     digest = hashlib.sha256()
-    for name, p in model.named_parameters():
-        digest.update(f"{name}:{tuple(p.shape)}:{p.dtype};".encode())
+    for name, p in model.named_parameters():  # a lazy module's parameters have no shape until a first batch
+        shape = "lazy" if isinstance(p, torch.nn.parameter.UninitializedParameter) else tuple(p.shape)
+        digest.update(f"{name}:{shape}:{p.dtype};".encode())
     return digest.hexdigest()[:16]
 
 

@@ -93,7 +93,9 @@ def search(
             raise typer.Exit(130) from None
         finally:
             view.stop()
-        report.summary(result, _importance(result.run_dir)[2])
+        # reused: the summary without knob importance (Optuna's evaluator imports scikit-learn, ~1.5 s;
+        # `autotune report RUN_DIR` shows it)
+        report.summary(result, None if result.reused else _importance(result.run_dir)[2])
     except _user_errors() as e:
         _fail(e, debug)
     if result.stopped_reason:

@@ -2,6 +2,7 @@
 cannot be imported by module path, shipped to the trials by value."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -20,6 +21,7 @@ from autotune.export import TunedConfig
 from autotune.spec import SpecError
 from autotune.workload import WorkloadError
 from tests import api_workloads as AW
+from tests.test_cluster import cluster, cluster_env  # noqa: F401  (a two-node Ray cluster on loopback)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -91,7 +93,7 @@ print(json.dumps({"status": list(result.trials["status"]), "best": result.best_c
 @pytest.mark.timeout(300)
 def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
     """A script's `__main__` (a notebook's scope), every trial started from scratch."""
-    env = {**__import__("os").environ, "AUTOTUNE_LAUNCHER": "spawn", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "AUTOTUNE_LAUNCHER": "spawn", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(AW.spec(tmp_path / "run"))],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -99,6 +101,22 @@ def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
     assert out["status"] == ["ok", "ok"] and out["best"] in (16, 64)
     assert (tmp_path / "run" / "workload.pkl").exists()
     assert "__main__.make_workload" in (tmp_path / "run" / "spec.yaml").read_text()
+
+
+@pytest.mark.timeout(300)
+def test_a_factory_in_main_reaches_trials_on_another_node(tmp_path, cluster):
+    """The pickled bytes travel with the request: a node without the run dir runs the factory."""
+    spec = AW.spec(tmp_path / "run", n_trials=4, search={"sampler": "grid", "n_trials": 4},
+                   search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
+                   resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1})
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(spec)], cwd=tmp_path,
+                          env={**cluster_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
+    remote = table[table["node_ip"] == "127.0.0.3"]["trial"].iloc[0]
+    config = json.loads((tmp_path / "run" / "trials" / f"{remote:04d}" / "config.json").read_text())
+    assert config["workload"]["file"] == "../../workload.pkl"  # as on the driver's node: reproducible from the run dir
 
 
 def test_a_workload_that_is_not_callable_is_one_line(tmp_path):

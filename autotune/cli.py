@@ -76,7 +76,8 @@ def search(
         view = report.LiveView(quiet=quiet)
         try:
             result = searching.run(spec, on_start=view.start, on_trial=view.trial, resume=resume is not None,
-                                   on_trial_start=view.trial_started, on_wait=report.waiting)
+                                   on_trial_start=view.trial_started, on_wait=report.waiting,
+                                   on_remeasure=report.note)
         except KeyboardInterrupt:
             from autotune.report import error
 

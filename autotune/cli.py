@@ -82,9 +82,9 @@ def search(
 
         view = report.LiveView(quiet=quiet)
         try:
-            result = api.search(spec, reuse=reuse, refresh=refresh, resume=resume is not None, on_match=report.note,
-                                on_start=view.start, on_trial=view.trial, on_trial_start=view.trial_started,
-                                on_wait=report.waiting)
+            result = api.search(spec, reuse=reuse, refresh=refresh, resume=resume is not None,
+                                on_match=report.remembered, on_start=view.start, on_trial=view.trial,
+                                on_trial_start=view.trial_started, on_wait=report.waiting, on_remeasure=report.note)
         except KeyboardInterrupt:
             from autotune.report import error
 

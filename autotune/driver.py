@@ -40,12 +40,14 @@ from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
 from autotune.budget import budget_fits
+from autotune.confirm import settle
 from autotune.strategy import Strategy
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
         resume: bool = False, on_trial_start: Callable | None = None,
-        on_wait: Callable[[str], None] | None = None, factory: Callable | None = None, refresh: bool = False,
+        on_wait: Callable[[str], None] | None = None, on_remeasure: Callable[[str], None] | None = None,
+        factory: Callable | None = None, refresh: bool = False,
         on_match: Callable[[str], None] | None = None) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM). With `resume`, continue the search in `spec.output_dir`
@@ -118,7 +120,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         with lock as waited:
             started += waited or 0.0  # waiting is not searching (time budget, wall time)
             return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state, on_trial_start,
-                           pickled, remembered)
+                           on_remeasure, pickled, remembered)
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
         if started_ray:
@@ -217,7 +219,8 @@ def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -
 
 
 def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state,
-            on_trial_start=None, pickled: bytes | None = None, remembered: dict | None = None) -> SearchResult:
+            on_trial_start=None, on_remeasure=None, pickled: bytes | None = None,
+            remembered: dict | None = None) -> SearchResult:
     import ray
 
     cuda = device.type == "cuda"
@@ -280,10 +283,12 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
                          spec.trial.prune_margin, fits)
     stopper = RT.Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
                     spec.search.min_improvement)
-    custom = spec.resources.custom
+    def resources(config) -> dict:
+        return {"CPU": cpus_fn(config), "GPU": gpus_per_trial, **spec.resources.custom}
+
     trainable = RT.tune.with_resources(
         RT.tune.with_parameters(RT.trainable, settings=settings),
-        lambda config: RT.tune.PlacementGroupFactory([{"CPU": cpus_fn(config), "GPU": gpus_per_trial, **custom}]),
+        lambda config: RT.tune.PlacementGroupFactory([resources(config)]),
     )
     tuner = RT.tune.Tuner(
         trainable,
@@ -307,13 +312,21 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     if remaining > 0:
         tuner.fit()
 
-    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher)
+    def remeasure(baseline: dict, best: dict) -> dict:
+        if on_remeasure:
+            on_remeasure(f"re-measuring the best against the baseline: {spec.search.confirm_rounds} interleaved "
+                         f"round(s), a fresh process each")
+        need = max((resources(baseline), resources(best)), key=lambda r: (r["CPU"], r["GPU"]))
+        return RT.remeasure(settings, need, baseline, best, spec.search.confirm_rounds)
+
+    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure)
 
 
 def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,
-            searcher: RT.Searcher) -> SearchResult:
-    """Speedups of trials that finished before the baseline, the best config,
-    why the search ended, the plots, and the parent run closed."""
+            searcher: RT.Searcher, remeasure: Callable[[dict, dict], dict]) -> SearchResult:
+    """Speedups of trials that finished before the baseline, the best
+    re-measured against the baseline (autotune.confirm), the best config, why
+    the search ended, the plots, and the parent run closed."""
     tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
@@ -337,12 +350,23 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
                                        f"{spec.search.patience} trials")
              or (searcher.exhausted and "every point of the space measured or known infeasible")
              or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
-    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended)
+    confirm = None
+    if not stopped and spec.search.confirm_rounds and baseline and baseline.throughput and best and best is not baseline:
+        confirm = {"baseline_trial": baseline.number, "best_trial": best.number,
+                   **remeasure(baseline.knobs, best.knobs)}
+        state["confirm"] = confirm
+        wall = time.perf_counter() - started + opened.wall_before
+    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended, confirm)
+    settle(result)  # a best that did not beat the baseline in every pair ties with it
+    best = result.best
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
     if baseline and baseline.throughput and best:
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
-                       speedup_x=best.throughput / baseline.throughput)
+                       speedup_x=result.speedup, trials_speedup_x=best.throughput / baseline.throughput)
+        if confirm and confirm.get("verdict"):
+            summary.update(confirm_rounds=confirm["rounds"], confirm_speedup_low=confirm["speedup_low"],
+                           confirm_speedup_high=confirm["speedup_high"])
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
     tracker.tag_search({"ended": ended})
     plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok else []

@@ -28,6 +28,7 @@ import yaml
 
 from autotune._version import __version__
 from autotune import knobs as K
+from autotune.confirm import describe
 from autotune.safety import batch_advice
 
 
@@ -62,7 +63,7 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         "measured": {
             "baseline_samples_per_s": round(base.throughput, 2),
             "best_samples_per_s": round(best.throughput, 2),
-            "speedup_x": round(best.throughput / base.throughput, 3),
+            "speedup_x": round(result.speedup, 3),  # re-measured side by side where it was (autotune.confirm)
             "best_trial": best.number, "baseline_trial": base.number,
             "trials": len(result.records), "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
@@ -78,6 +79,9 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
                 for r in result.records if r.throughput and not r.safe and r.throughput > best.throughput]
     if rejected:
         data["rejected_faster_but_unsafe"] = rejected
+    if result.confirm:
+        data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)
+        data["confirmed"] = {**result.confirm, "note": describe(result.confirm)}
     if not data["workload_args"]:
         del data["workload_args"]
     if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)

@@ -51,35 +51,83 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
 
 
-def trainable(config: dict, settings: dict) -> None:
-    """Ray Tune's function trainable: one trial process, one report. Never
-    raises: whatever goes wrong is reported as the trial's error. On the
-    driver's node the trial writes its dir in the run dir; on another node it
-    runs in a temporary copy of the run dir's layout (with the pickled factory,
-    which travels in `settings`), whose trial files travel back in the report."""
+def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[dict, str | None]:
+    """Run the trial where Ray placed this call. Never raises: whatever goes
+    wrong is the trial's error. On the driver's node the trial writes
+    `local_dir`; on another node a temporary copy of the run dir's layout (with
+    the pickled factory, which travels in `settings`), whose trial files travel
+    back packed (the second item; None on the driver's node)."""
     import tempfile
 
     import ray
 
-    number = config["trial_number"]
-    trial_dir = trial_dir_of(settings["run_dir"], number)
-    started = time.time()
     remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
-    root = Path(tempfile.mkdtemp(prefix=f"autotune-trial-{number:04d}-")) if remote else None
-    work_dir = trial_dir_of(root, number) if remote else trial_dir
-    if remote and settings.get("workload_pickle"):  # where the trial config's relative `file` points
+    root = Path(tempfile.mkdtemp(prefix=f"autotune-{local_dir.name}-")) if remote else None
+    # the run dir's last two levels (trials/NNNN, confirm/LABEL): a trial config's relative `file` finds the factory
+    work_dir = root / local_dir.parent.name / local_dir.name if remote else local_dir
+    if remote and settings.get("workload_pickle"):
         (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
     try:
         result = run_trial_in(config, settings, work_dir)
     except Exception as e:
         result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
+    if not remote:
+        return result, None
+    packed = pack_dir(work_dir)
+    shutil.rmtree(root, ignore_errors=True)
+    return result, packed
+
+
+def trainable(config: dict, settings: dict) -> None:
+    """Ray Tune's function trainable: one trial process, one report."""
+    import ray
+
+    number = config["trial_number"]
+    trial_dir = trial_dir_of(settings["run_dir"], number)
+    started = time.time()
+    result, packed = run_on_node(config, settings, trial_dir)
     flat = transport(number, trial_dir, result)
     flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
                 started_unix=started, ended_unix=time.time())
-    if remote:
-        flat["files_b64"] = pack_dir(work_dir)
-        shutil.rmtree(root, ignore_errors=True)
+    if packed:
+        flat["files_b64"] = packed
     tune.report(flat)
+
+
+class _Remeasurer:
+    """A Ray actor holding one trial's reservation while the best and the
+    baseline are measured again (autotune.confirm); its fork server stays warm
+    from one run to the next."""
+
+    def __init__(self, settings: dict):
+        self.settings = settings
+
+    def run(self, knobs: dict, label: str) -> tuple[dict, str | None]:
+        return run_on_node(knobs, self.settings, Path(self.settings["run_dir"]) / "confirm" / label)
+
+
+def remeasure(settings: dict, resources: dict, baseline: dict, best: dict, rounds: int) -> dict:
+    """`autotune.confirm.remeasure` through Ray: each run placed like a trial
+    (`resources`), with the trial settings less profiling, diagnosis and parity."""
+    import ray
+
+    from autotune import confirm
+
+    settings = {**settings, "request": settings["request"].timed_only()}
+    actor = ray.remote(_Remeasurer).options(
+        num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
+        resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote(settings)
+
+    def run(knobs: dict, label: str) -> dict:
+        result, packed = ray.get(actor.run.remote(knobs, label))
+        if packed:
+            unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
+        return result
+
+    try:
+        return confirm.remeasure(run, baseline, best, rounds)
+    finally:
+        ray.kill(actor)
 
 
 def pack_dir(path: Path) -> str:

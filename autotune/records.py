@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as K
+from autotune.confirm import settle
 
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
@@ -84,7 +85,18 @@ class SearchResult:
     paths: dict[str, Path]
     stopped_reason: str | None = None
     ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
+    confirm: dict[str, Any] | None = None  # the best re-measured against the baseline (autotune.confirm)
     reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
+
+    @property
+    def speedup(self) -> float | None:
+        """The best's speedup over the baseline: the re-measured one where the
+        search re-measured this best (autotune.confirm), else the trials' ratio."""
+        if not (self.best and self.baseline and self.baseline.throughput):
+            return None
+        if self.confirm and self.confirm.get("best_trial") == self.best.number and self.confirm.get("verdict"):
+            return self.confirm["speedup_x"]
+        return self.best.throughput / self.baseline.throughput
 
     @property
     def best_config(self):
@@ -286,6 +298,8 @@ def read_run(run_dir: Path) -> SearchResult:
     best = pick_best(records)
     device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
     paths = run_paths(run_dir, state["mlflow_uri"])
-    return SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
-                        state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
-                        state.get("ended"))
+    result = SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
+                          state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
+                          state.get("ended"), state.get("confirm"))
+    settle(result)
+    return result

@@ -14,6 +14,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from autotune import confirm as C
 from autotune import safety as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -39,7 +40,12 @@ def waiting(message: str) -> None:
 
 
 def note(message: str) -> None:
-    """A fact the user may act on before the search starts (an earlier search matches)."""
+    """What the search is doing between trials."""
+    console.print(f"[dim]{escape(message)}[/]")
+
+
+def remembered(message: str) -> None:
+    """An earlier search that asked the same (autotune.cache), named before the search starts."""
     err_console.print(f"[cyan]note:[/] {escape(message)}")
 
 
@@ -213,7 +219,9 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "stopped_reason": result.stopped_reason, "ended": result.ended,
         "pruning": pruning_savings(result.records), "compile": compiled,
         "baseline": _trial(base), "best": _trial(best), "tie": best.tie if best else None,
-        "speedup_x": best.throughput / base.throughput if compared else None,
+        "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
+        "search_speedup_x": best.throughput / base.throughput if compared else None,  # the two trials' ratio
+        "confirm": result.confirm,
         "knob_effects": effects, "importance": importance,
         "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
         "unsafe": [{"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
@@ -320,6 +328,9 @@ def _search_notes(d: dict) -> list[str]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})
         notes.append(f"{len(d['other_devices'])} trial(s) ran on other device types ({', '.join(names)}): "
                      "not compared with the baseline, never the best")
+    if d["confirm"] and d["speedup_x"] is not None:
+        notes.append(f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
+                     + C.describe(d["confirm"]))
     p = d["pruning"]
     if p.get("trials_pruned"):
         saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""
@@ -338,7 +349,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
     if d["speedup_x"] is not None:
         base, best = d["baseline"], d["best"]
         lines += [f"**Speedup: {d['speedup_x']:.2f}x** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
-                  "measured in the same search)", "", "| | baseline | best |", "|---|---:|---:|"]
+                  + ("re-measured side by side)" if d["confirm"] else "measured in the same search)"), "", "| | baseline | best |", "|---|---:|---:|"]
         for label, key, fmt in ROWS:
             cells = _cells(d, key, fmt)
             if cells:

@@ -9,7 +9,7 @@ neither torch nor Ray.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
@@ -40,6 +40,11 @@ class TrialSettings:
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
         )
+
+    def timed_only(self) -> "TrialSettings":
+        """The same trials with the window only: no profiled window, diagnosis or
+        loss parity (a re-measurement, autotune.confirm)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False}, parity=None)
 
     def config(self, knobs: dict[str, Any], prune_below: float | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs)."""

@@ -208,6 +208,10 @@ class SearchSettings(_Strict):
     patience: Optional[StrictInt] = Field(
         None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")
     min_improvement: float = Field(0.02, ge=0, description="a gain below this fraction is noise: it moves nothing")
+    confirm_rounds: StrictInt = Field(
+        2, ge=0, description="after the trials, the baseline and the best measured again this many times each, "
+                             "interleaved, a fresh process each; the speedup reported is the median of the paired "
+                             "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring)")
 
 
 class Resources(_Strict):

@@ -46,7 +46,7 @@ SECTIONS = {
                                                 "max_window_s", "profile_steps", "diagnose")},
               "timeout_s": 600.0, "prune_margin": 0.2},
     "search": {"sampler": "autotune", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
-               "min_improvement": 0.02},
+               "min_improvement": 0.02, "confirm_rounds": 2},
     "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {}},
     "safety": {"level": "numerics", "tolerance": 0.05, "parity_steps": 20, "keep_effective_batch": False},
     "tracking": {"uri": None, "experiment": "autotune"},
@@ -135,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
 def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
+    from autotune.confirm import describe, remeasure, settle
     from autotune.export import write_best_config
     from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
@@ -226,10 +227,23 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                 break
     except KeyboardInterrupt:
         ended = "interrupted"
-    wall = time.perf_counter() - started
     best = pick_best(records)
+    confirm = None
+    rounds = settings["confirm_rounds"]
+    if ended != "interrupted" and rounds and baseline_record and baseline_record.throughput and best \
+            and best is not baseline_record:  # as autotune.search: the best re-measured against the baseline
+        print(f"re-measuring the best against the baseline: {rounds} interleaved round(s), a fresh process each")
+        plain = request.timed_only()
+        confirm = {"baseline_trial": baseline_record.number, "best_trial": best.number, **remeasure(
+            lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
+                                                data["trial"]["timeout_s"], user_cwd, thread_env),
+            baseline_record.knobs, best.knobs, rounds)}
+        state["confirm"] = confirm
+    wall = time.perf_counter() - started
     paths = run_paths(run_dir)
-    result = SearchResult(run_dir, space, device, records, baseline_record, best, wall, paths, None, ended)
+    result = SearchResult(run_dir, space, device, records, baseline_record, best, wall, paths, None, ended, confirm)
+    settle(result)
+    best = result.best
     spec_view = SimpleNamespace(name=data["name"], workload=SimpleNamespace(ref=wl.get("factory") or wl["name"],
                                                                             args=wl.get("args") or {}),
                                 safety=SimpleNamespace(keep_effective_batch=data["safety"]["keep_effective_batch"]))
@@ -246,9 +260,11 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                "spec_reader": reader, "device": f"{device.type}:{device.name}"}
     if baseline_record and baseline_record.throughput and best:
         summary.update(baseline_samples_per_s=round(baseline_record.throughput, 1),
-                       best_samples_per_s=round(best.throughput, 1), speedup_x=round(best.throughput /
-                                                                                    baseline_record.throughput, 3),
+                       best_samples_per_s=round(best.throughput, 1), speedup_x=round(result.speedup, 3),
+                       trials_speedup_x=round(best.throughput / baseline_record.throughput, 3),
                        best_knobs={k: v for k, v in best.knobs.items() if v != space.baseline[k]})
+        if confirm:
+            print(describe(confirm))
         print(f"best: {best.throughput:.1f} samples/s, {summary['speedup_x']:.2f}x the baseline "
               f"({', '.join(f'{k}={v}' for k, v in summary['best_knobs'].items()) or 'the baseline'}); "
               f"{len(records)} trials in {wall:.0f} s; ended: {ended}")

@@ -12,10 +12,10 @@ TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window
          "diagnose": False, "timeout_s": 120, "prune_margin": 0}
 
 
-def spec(output_dir, n_trials: int = 2, **overrides) -> dict:
-    """A search of 2 cheap trials on the CPU (the baseline and one more)."""
+def spec(output_dir, n_trials: int = 2, confirm_rounds: int = 0, **overrides) -> dict:
+    """A search of 2 cheap trials on the CPU (the baseline and one more), not re-measured."""
     return {"search_space": {"preset": None, "knobs": {"batch_size": [16, 64]}}, "trial": TRIAL,
-            "search": {"n_trials": n_trials, "seed": 1}, "safety": {"level": "dynamics"},
+            "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": confirm_rounds}, "safety": {"level": "dynamics"},
             "resources": {"device": "cpu"}, "output_dir": str(output_dir), **overrides}
 
 

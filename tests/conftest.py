@@ -39,7 +39,8 @@ def write_spec(path, **overrides):
             "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
                                                      "pin_memory": [False, True]}},
             "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
-            "search": {"n_trials": 3}, "safety": {"level": "dynamics"}, **overrides}
+            # no re-measuring unless a test asks (autotune.confirm); finished_run does
+            "search": {"n_trials": 3, "confirm_rounds": 0}, "safety": {"level": "dynamics"}, **overrides}
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -52,7 +53,7 @@ def finished_run(tmp_path_factory, ray_local):
     from autotune.cli import app
 
     tmp = tmp_path_factory.mktemp("cli")
-    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"))
+    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"), search={"n_trials": 3, "confirm_rounds": 2})
     result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
     return tmp / "run", result
 

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import autotune
 from autotune.cli import app
 from autotune.export import TunedConfig
+from autotune import spec as S
 from autotune.spec import SpecError
 from autotune.workload import WorkloadError
 from tests import api_workloads as AW
@@ -34,7 +35,7 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
         return autotune.Workload(model=lambda: AW.cnn(width * extra), dataset=AW.images(), loss=AW.classify,
                                  batch_size=batch_size)
 
-    spec = AW.spec(tmp_path / "run", n_trials=3, search_space={
+    spec = AW.spec(tmp_path / "run", n_trials=3, confirm_rounds=1, search_space={
         "preset": None, "knobs": {"batch_size": [16, 64]}, "workload_args": {"extra": {"values": [1, 2], "safety": "safe"}}})
     result = autotune.search(spec, workload=make)
 
@@ -42,6 +43,7 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     assert isinstance(trials, pd.DataFrame) and len(trials) == 3
     assert list(trials["status"]) == ["ok"] * 3, trials[["status", "error"]]
     assert isinstance(result.best_config, TunedConfig) and not result.reused
+    assert result.confirm["rounds"] == 1 and "error" not in result.confirm  # re-measured with the pickled factory too
     assert result.best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
     # the factory's own argument is a searched knob: its signature was read from the callable
     assert result.best_config.workload_args == {"extra": result.best.knobs["args.extra"]}
@@ -54,6 +56,12 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     parent = client.search_runs([client.get_experiment_by_name("autotune").experiment_id],
                                 "tags.`autotune.role` = 'search'")[0]
     assert parent.data.params["workload"] == name
+
+    # --resume reads the spec as written, and the run dir's own workload.pkl (here: nothing left to run)
+    written = S.load(run_dir / "spec.yaml")
+    written.output_dir = run_dir
+    resumed = autotune.search(written, resume=True)
+    assert [r.number for r in resumed.records] == [0, 1, 2] and resumed.best.number == result.best.number
 
     # a trial by hand: its config points at the run dir's workload.pkl, wherever the config is read from;
     # what the factory uses by reference (tests.api_workloads) imports as it did in the search
@@ -106,7 +114,7 @@ def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
 @pytest.mark.timeout(300)
 def test_a_factory_in_main_reaches_trials_on_another_node(tmp_path, cluster):
     """The pickled bytes travel with the request: a node without the run dir runs the factory."""
-    spec = AW.spec(tmp_path / "run", n_trials=4, search={"sampler": "grid", "n_trials": 4},
+    spec = AW.spec(tmp_path / "run", n_trials=4, search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 1},
                    search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
                    resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1})
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(spec)], cwd=tmp_path,
@@ -114,6 +122,8 @@ def test_a_factory_in_main_reaches_trials_on_another_node(tmp_path, cluster):
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pd.read_csv(tmp_path / "run" / "trials.csv")
     assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
+    confirm = json.loads((tmp_path / "run" / "search.json").read_text())["confirm"]
+    assert confirm["rounds"] == 1 and "error" not in confirm
     remote = table[table["node_ip"] == "127.0.0.3"]["trial"].iloc[0]
     config = json.loads((tmp_path / "run" / "trials" / f"{remote:04d}" / "config.json").read_text())
     assert config["workload"]["file"] == "../../workload.pkl"  # as on the driver's node: reproducible from the run dir

@@ -90,7 +90,7 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
 
 def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local):
     spec = write_spec(tmp_path / "s.yaml", baseline={"precision": "16-mixed"}, output_dir=str(tmp_path / "run"),
-                      search_space={"preset": None, "knobs": {"batch_size": [16, 32]}}, search={"n_trials": 2})
+                      search_space={"preset": None, "knobs": {"batch_size": [16, 32]}}, search={"n_trials": 2, "confirm_rounds": 0})
     result = runner.invoke(app, ["search", str(spec), "--quiet"])
     assert result.exit_code == 0, result.output
     line = ("precision='16-mixed': fp16 mixed precision with GradScaler needs a CUDA device; using '32-true'")

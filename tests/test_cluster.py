@@ -1,6 +1,7 @@
 """Beyond one machine: a real two-node Ray cluster on loopback addresses, and a
 real MLflow tracking server on 127.0.0.1."""
 
+import json
 import os
 import shutil
 import signal
@@ -75,7 +76,7 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
     spec.write_text(yaml.safe_dump({
         "name": "cluster", "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
         "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64], "channels_last": [False, True]}},
-        "trial": TRIAL, "search": {"sampler": "grid", "n_trials": 6}, "safety": {"level": "dynamics"},
+        "trial": TRIAL, "search": {"sampler": "grid", "n_trials": 6, "confirm_rounds": 1}, "safety": {"level": "dynamics"},
         # the GPUs are fake (no CUDA here): each trial reserves one, and runs on the CPU
         "resources": {"device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1},
         "output_dir": str(tmp_path / "run"),
@@ -108,6 +109,12 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
         assert "trial/trace.json" in artifacts
         assert client.get_run(row["mlflow_run_id"]).data.metrics["samples_per_s"] > 0
 
+    # the best re-measured against the baseline, placed like a trial; its files reached the run dir too
+    confirm = json.loads((run_dir / "search.json").read_text()).get("confirm")
+    if confirm:
+        assert confirm["rounds"] == 1 and confirm["verdict"] in ("faster", "tie", "slower")
+        assert sorted(p.parent.name for p in (run_dir / "confirm").glob("*/result.json")) == ["00-baseline", "00-best"]
+
 
 @pytest.fixture
 def mlflow_server(tmp_path):
@@ -125,7 +132,7 @@ def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local)
     result = run(S.parse({
         "name": "served", "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
         "search_space": {"preset": None, "knobs": {"channels_last": [False, True]}},
-        "trial": TRIAL, "search": {"n_trials": 2}, "tracking": {"uri": url, "experiment": "served"},
+        "trial": TRIAL, "search": {"n_trials": 2, "confirm_rounds": 0}, "tracking": {"uri": url, "experiment": "served"},
         "output_dir": str(tmp_path / "run"),
     }, "served.yaml"))
     assert [r.status for r in result.records] == ["ok", "ok"]

@@ -40,7 +40,7 @@ def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
         "name": "faults", "workload": {"factory": "tests.workloads:make_faulty"},
         "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64, 128], "num_workers": [0, 1]}},
         # no diagnosis: its 2x-batch probe of batch 32 would run into the batch-64 hang
-        "trial": {**TRIAL, "timeout_s": 12, "diagnose": False}, "search": {"sampler": "grid", "n_trials": 8},
+        "trial": {**TRIAL, "timeout_s": 12, "diagnose": False}, "search": {"sampler": "grid", "n_trials": 8, "confirm_rounds": 0},
         "safety": {"level": "dynamics"},
         "output_dir": str(tmp_path / "run"),
     })
@@ -79,7 +79,7 @@ def write_spec(path: Path, n_trials: int) -> Path:
     path.write_text(yaml.safe_dump({
         "name": "stop", "workload": {"name": "tiny_cnn"},
         "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64], "channels_last": [False, True]}},
-        "trial": TRIAL, "search": {"n_trials": n_trials}, "safety": {"level": "dynamics"},
+        "trial": TRIAL, "search": {"n_trials": n_trials, "confirm_rounds": 0}, "safety": {"level": "dynamics"},
         "output_dir": str(path.parent / "run")}))
     return path
 
@@ -258,7 +258,7 @@ def test_a_spec_and_resume_together_are_refused(tmp_path):
 def test_batches_larger_than_the_dataset_are_dropped_and_samples_counted(tmp_path, ray_local):
     spec = S.parse({"name": "small", "workload": {"factory": "tests.workloads:make_small", "args": {"samples": 20}},
                     "search_space": {"preset": None, "knobs": {"batch_size": [8, 16, 32, 64]}},
-                    "trial": {**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0}, "search": {"n_trials": 5},
+                    "trial": {**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0}, "search": {"n_trials": 5, "confirm_rounds": 0},
                     "safety": {"level": "dynamics"}, "output_dir": str(tmp_path / "run")})
     result = run(spec)
     assert result.space.search == {"batch_size": [8, 16]}

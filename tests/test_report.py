@@ -35,7 +35,11 @@ def test_report_json_matches_the_csv(finished_run):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["trials"] == 3 and data["baseline"]["trial"] == 0 and data["stopped_reason"] is None
-    assert data["speedup_x"] == pytest.approx(data["best"]["metrics"]["samples_per_s"] / data["baseline"]["metrics"]["samples_per_s"])
+    ratio = data["best"]["metrics"]["samples_per_s"] / data["baseline"]["metrics"]["samples_per_s"]
+    assert data["search_speedup_x"] == pytest.approx(ratio)
+    confirm = data["confirm"]  # the best re-measured against the baseline: its speedup is the one reported
+    remeasured = confirm and confirm["best_trial"] == data["best"]["trial"]
+    assert data["speedup_x"] == pytest.approx(confirm["speedup_x"] if remeasured else ratio)
     assert set(data["knob_effects"]) == {"batch_size", "channels_last"}
     pruned = data["pruning"].get("trials_pruned", 0)  # counted in the effects at their measured throughput
     assert sum(e["trials"] for e in data["knob_effects"]["batch_size"]) == data["trials_ok"] + pruned

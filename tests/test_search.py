@@ -25,7 +25,7 @@ def make_spec(tmp_path, **overrides):
         "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
                                                    "pin_memory": [False, True]}},
         "trial": TRIAL,
-        "search": {"n_trials": 4, "seed": 1},
+        "search": {"n_trials": 4, "seed": 1, "confirm_rounds": 0},
         "safety": {"level": "dynamics"},
         "output_dir": str(tmp_path / "run"),
         **overrides,
@@ -128,7 +128,7 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
     spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_slow_large_batches"},
                      search_space={"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
                                                              "set_to_none": [True, False]}},
-                     search={"n_trials": 8, "patience": 2},
+                     search={"n_trials": 8, "patience": 2, "confirm_rounds": 0},
                      trial={**TRIAL, "min_window_s": 1.0, "max_window_s": 3.0, "measure_steps": 20})
     result = run(spec)
     records = sorted(result.records, key=lambda r: r.number)
@@ -154,7 +154,7 @@ def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
     spec = make_spec(tmp_path, search_space={
         "preset": None, "knobs": {"num_workers": [0, 1], "prefetch_factor": [2, 4]},
         "workload_args": {"width": {"values": [8, 16], "safety": "safe", "stage": "model"}}},
-        search={"sampler": "grid", "n_trials": 20}, trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
+        search={"sampler": "grid", "n_trials": 20, "confirm_rounds": 0}, trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
     result = run(spec)
     rows = pd.read_csv(result.paths["trials_csv"])
     # 2 workers x 3 prefetch (the baseline's null, 2, 4) x 2 widths, less prefetch 2/4 with 0 workers

@@ -42,3 +42,11 @@ def test_a_search_without_ray_mlflow_or_pydantic_writes_a_run_dir_the_report_rea
     assert (tmp_path / "run" / "best_config.yaml").exists() and (tmp_path / "run" / "optuna.db").exists()
     for r in run.records:  # each trial ran in its own process, under the block too
         assert (Path(r.trial_dir) / "result.json").exists()
+    # the best re-measured against the baseline (confirm_rounds: 2 by default), as `autotune search` does
+    state = json.loads((tmp_path / "run" / "search.json").read_text())
+    if state.get("confirm"):
+        assert state["confirm"]["rounds"] == 2 and "re-measured side by side" in proc.stdout
+        assert summary["speedup_x"] == pytest.approx(run.speedup, abs=1e-3)
+        assert len(list((tmp_path / "run" / "confirm").glob("*/result.json"))) == 4
+    else:
+        assert run.best is run.baseline

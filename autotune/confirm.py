@@ -1,0 +1,106 @@
+"""The speedup's last word: after the trials, the baseline and the winner are
+measured again side by side, a fresh process each, alternating (A B, B A, A B,
+...), and the speedup reported is the median of the paired ratios.
+
+Why: a trial is one fresh process, and on a small shared host one process of
+the same config varies 5-10% from the next (jpeg_pipeline on 2 cores: 99.8,
+105.2, 111.1 and 111.3 samples/s). A speedup from one baseline trial and one
+best trial measured minutes apart carries that error twice; a pair measured
+back to back shares the host's state, so its ratio is steadier, and the spread
+of the pairs' ratios is the speedup's uncertainty.
+
+When the pairs do not all say "faster", the winner's advantage is inside that
+uncertainty: a tie, and a tie goes to the safer config, the baseline.
+
+Needs neither torch nor Ray: the driver hands in `run(knobs, label) -> result`
+(a trial runner's result dict), through Ray or in a plain process.
+"""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any, Callable
+
+ROLES = ("baseline", "best")
+METRIC = "samples_per_s"
+
+
+def order(rounds: int) -> list[tuple[int, str]]:
+    """(round, role) in measuring order: A B, B A, A B, ... so a drift of the
+    host over the rounds weighs on both sides alike."""
+    out = []
+    for i in range(rounds):
+        out += [(i, role) for role in (ROLES if i % 2 == 0 else ROLES[::-1])]
+    return out
+
+
+def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],
+              rounds: int) -> dict[str, Any]:
+    """Measure `baseline` and `best` (knob dicts) `rounds` times each,
+    interleaved; the summary of `summarize`. A run that does not finish ends
+    the re-measurement with its error: the figures up to there are kept."""
+    measured: list[dict[str, float]] = [{} for _ in range(rounds)]
+    error = None
+    for i, role in order(rounds):
+        result = run(baseline if role == "baseline" else best, f"{i:02d}-{role}")
+        value = (result.get("metrics") or {}).get(METRIC) if result.get("status") == "ok" else None
+        if value is None:
+            error = (f"round {i + 1}, {role}: {result.get('status')} "
+                     f"({result.get('error_type')}: {result.get('error')})")
+            break
+        measured[i][role] = value
+    return summarize([m for m in measured if len(m) == 2], error)
+
+
+def summarize(pairs: list[dict[str, float]], error: str | None = None) -> dict[str, Any]:
+    """The paired measurements -> the confirmed speedup (median of the pairs'
+    ratios), its range, and the verdict: `faster` when every pair says so,
+    `slower` when every pair says so, else `tie`."""
+    ratios = [p["best"] / p["baseline"] for p in pairs]
+    out: dict[str, Any] = {"rounds": len(pairs), "pairs": [{"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
+                                                  for p, r in zip(pairs, ratios)]}
+    if error:
+        out["error"] = error
+    if not ratios:
+        out["verdict"] = None
+        return out
+    out.update(
+        baseline_samples_per_s=round(statistics.median(p["baseline"] for p in pairs), 2),
+        best_samples_per_s=round(statistics.median(p["best"] for p in pairs), 2),
+        speedup_x=round(statistics.median(ratios), 4), speedup_low=round(min(ratios), 4),
+        speedup_high=round(max(ratios), 4),
+        verdict="faster" if min(ratios) > 1 else "slower" if max(ratios) < 1 else "tie",
+    )
+    return out
+
+
+def describe(confirm: dict[str, Any]) -> str:
+    """One line for the summary and best_config.yaml."""
+    if confirm.get("verdict") is None:
+        return f"not re-measured: {confirm.get('error') or 'no round finished'}"
+    n = confirm["rounds"]
+    spread = (f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x" if n > 1
+              else f"one pair: {confirm['speedup_x']:.2f}x")
+    line = (f"re-measured side by side, {n} interleaved round{'s' if n > 1 else ''} in fresh processes: "
+            f"{confirm['speedup_x']:.2f}x ({spread})")
+    if confirm["verdict"] != "faster":
+        line += "; not faster in every pair: a tie, won by the safer config (the baseline)"
+    if confirm.get("error"):
+        line += f"; stopped early: {confirm['error']}"
+    return line
+
+
+def settle(result) -> None:
+    """Apply the re-measurement to a `records.SearchResult` (from the search or
+    read back from its run dir): a best that was not faster in every pair
+    ties with the baseline, and the baseline wins the tie."""
+    confirm, best, base = result.confirm, result.best, result.baseline
+    if not confirm or confirm.get("verdict") in (None, "faster") or best is None or base is None or best is base:
+        return
+    base.tie = {
+        "faster_trial": best.number, "faster_samples_per_s": round(best.throughput, 2),
+        "chosen_trial": base.number, "chosen_samples_per_s": round(base.throughput, 2),
+        "note": (f"trial #{best.number} measured {best.throughput / base.throughput:.2f}x the baseline in the "
+                 f"search, but {describe(confirm).removeprefix('re-measured ')}"),
+    }
+    result.best = base

@@ -1,0 +1,80 @@
+import json
+
+import pytest
+import yaml
+
+from autotune import confirm as C
+from autotune.records import read_run
+
+
+def test_rounds_alternate_so_a_drift_weighs_on_both_sides():
+    assert C.order(3) == [(0, "baseline"), (0, "best"), (1, "best"), (1, "baseline"), (2, "baseline"), (2, "best")]
+
+
+def fake_runs(values):
+    """A run function over prepared results, in measuring order (the unit under test is the bookkeeping)."""
+    calls = []
+
+    def run(knobs, label):
+        calls.append((knobs["id"], label))
+        value = values.pop(0)
+        return {"status": "ok", "metrics": {"samples_per_s": value}} if value else {
+            "status": "oom", "error_type": "OutOfMemoryError", "error": "CUDA out of memory"}
+
+    return run, calls
+
+
+def test_the_speedup_is_the_median_of_the_paired_ratios():
+    run, calls = fake_runs([100.0, 190.0, 210.0, 105.0, 95.0, 200.0])
+    out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 3)
+    assert calls == [("A", "00-baseline"), ("B", "00-best"), ("B", "01-best"), ("A", "01-baseline"),
+                     ("A", "02-baseline"), ("B", "02-best")]
+    assert [p["ratio"] for p in out["pairs"]] == [1.9, 2.0, pytest.approx(2.1053, abs=1e-4)]
+    assert out["speedup_x"] == 2.0 and out["speedup_low"] == 1.9 and out["verdict"] == "faster"
+    assert out["baseline_samples_per_s"] == 100.0 and out["best_samples_per_s"] == 200.0
+    assert C.describe(out) == ("re-measured side by side, 3 interleaved rounds in fresh processes: 2.00x "
+                               "(pairs 1.90-2.11x)")
+
+
+def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
+    run, _ = fake_runs([100.0, 104.0, 95.0, 101.0])
+    tie = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)
+    assert tie["verdict"] == "tie" and "a tie, won by the safer config (the baseline)" in C.describe(tie)
+    run, _ = fake_runs([100.0, 150.0, None])
+    cut = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)
+    assert cut["rounds"] == 1 and cut["verdict"] == "faster"
+    assert cut["error"] == "round 2, best: oom (OutOfMemoryError: CUDA out of memory)"
+    run, _ = fake_runs([None])
+    assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)["verdict"] is None
+
+
+@pytest.mark.timeout(300)
+def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
+    """The shared CLI search (confirm_rounds: 2): the re-measurement ran as
+    trials run (fresh processes, the window only), and every output tells the
+    same speedup."""
+    run_dir, _ = finished_run
+    state = json.loads((run_dir / "search.json").read_text())
+    result = read_run(run_dir)
+    confirm = state.get("confirm")
+    if confirm is None:  # the baseline itself won: nothing to re-measure
+        assert result.best is result.baseline
+        return
+    assert confirm["rounds"] == 2 and confirm["baseline_trial"] == 0 and confirm["verdict"] in ("faster", "tie", "slower")
+    labels = sorted(p.name for p in (run_dir / "confirm").iterdir())
+    assert labels == ["00-baseline", "00-best", "01-baseline", "01-best"]
+    trials = {r.number: r for r in result.records}
+    for label in labels:
+        config = json.loads((run_dir / "confirm" / label / "config.json").read_text())
+        knobs = trials[confirm[label[3:] + "_trial"]].knobs
+        assert config["knobs"] == {k: v for k, v in knobs.items() if k in config["knobs"]}
+        assert config["profile_steps"] == 0 and config["diagnose"] is False and config["parity"] is None
+        assert json.loads((run_dir / "confirm" / label / "result.json").read_text())["status"] == "ok"
+    best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    assert best["confirmed"]["note"] == C.describe(confirm)
+    if confirm["verdict"] == "faster":
+        assert result.best.number == confirm["best_trial"] and result.speedup == confirm["speedup_x"]
+        assert best["measured"]["speedup_x"] == round(confirm["speedup_x"], 3)
+    else:  # a tie with the baseline: the baseline is exported, and says why
+        assert result.best is result.baseline and best["measured"]["speedup_x"] == 1.0
+        assert "not faster in every pair" in best["tie"]["note"]

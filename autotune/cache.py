@@ -16,8 +16,10 @@ The run dirs are the cache: each search keeps its key in search.json
 - `machine` (computed only when some earlier search's question matches, or once
   the workload is built for the search itself): the torch version, the device
   (`cpu`, or the GPUs' names, read without creating a CUDA context in this
-  process), and a fingerprint of the model's parameter names, shapes and dtypes
-  (the model built on the meta device: no memory, no weights).
+  process), a fingerprint of the model's parameter names, shapes and dtypes
+  (the model built on the meta device: no memory, no weights), and the
+  workload's own batch size and dataset length (a factory's defaults may change
+  while its name and args do not).
 
 A search on a Ray cluster is neither remembered nor reused: its devices are known
 only once Ray runs.
@@ -57,7 +59,8 @@ def machine(spec, workload) -> dict[str, Any] | None:
     params = param_fingerprint(workload)
     if device is None or params is None:
         return None
-    return {"torch": str(torch.__version__), "device": device, "params": params}
+    return {"torch": str(torch.__version__), "device": device, "params": params, "batch_size": workload.batch_size,
+            "samples": len(workload.dataset)}
 
 
 def param_fingerprint(workload) -> str | None:

@@ -115,6 +115,7 @@ def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
     shapes = cache.machine(spec, make())
     assert shapes["device"] == "cpu" and shapes["params"] == cache.machine(spec, make())["params"]
     assert cache.machine(spec, make(width=4))["params"] != shapes["params"]
+    assert shapes["batch_size"] == 16 and shapes["samples"] == 512
 
 
 def test_only_finished_searches_answer(first, tmp_path):

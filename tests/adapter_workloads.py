@@ -21,13 +21,16 @@ SEEN: list[dict] = []
 
 def note(x: torch.Tensor, record: str | None, **extra) -> None:
     """What a forward saw: compiled or eager, memory format, autocast."""
-    seen = {"compiling": torch.compiler.is_compiling(),
-            "channels_last": x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)
-            and not x.is_contiguous(),
-            "autocast": str(torch.get_autocast_dtype(x.device.type)) if torch.is_autocast_enabled(x.device.type)
-            else None, **extra}
+    _keep({"compiling": torch.compiler.is_compiling(),
+           "channels_last": x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
+           "autocast": str(torch.get_autocast_dtype(x.device.type)) if torch.is_autocast_enabled(x.device.type)
+           else None, **extra}, record)
+
+
+@torch.compiler.disable  # runs eagerly, with what the traced forward saw (no guard on SEEN, no recompiles)
+def _keep(seen: dict, record: str | None) -> None:
     SEEN.append(seen)
-    if record and not torch.compiler.is_compiling() and seen not in SEEN[:-1]:
+    if record and seen not in SEEN[:-1]:
         with open(record, "a") as f:
             f.write(json.dumps(seen) + "\n")
 

@@ -243,7 +243,8 @@ def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
     trials = pd.read_csv(tmp_path / "run" / "trials.csv")
     assert len(trials) == 3 and list(trials["status"]) == ["ok"] * 3, trials.get("error")
     assert trials["baseline"].iloc[0] and trials["batch_size"].iloc[0] == 16
-    checked = trials[trials["channels_last"]]  # channels_last can change the loss: checked for parity
-    assert len(checked) >= 1 and checked["parity"].isin(["passed", "failed"]).all(), checked
+    # channels_last can change the loss: checked for parity, from identical copies of the module, and within fp32 noise
+    checked = trials[trials["channels_last"]]
+    assert len(checked) >= 1 and (checked["parity"] == "passed").all(), checked[["parity", "parity_reason"]]
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["ref"] == "tests.adapter_workloads:make_lightning_cnn"

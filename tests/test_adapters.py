@@ -32,6 +32,14 @@ def train(workload, steps: int, **knobs):
     return [float(session.step(batch).detach()) for batch in session.loader], session
 
 
+def assert_one_line_errors(cases):
+    """Each `make()` raises a WorkloadError with exactly its message."""
+    for make, message in cases:
+        with pytest.raises(WorkloadError) as e:
+            make()
+        assert str(e.value) == message
+
+
 # -- Lightning -------------------------------------------------------------------------------------------------------
 
 def test_lightning_takes_the_datamodules_data_and_the_modules_optimizer():
@@ -107,10 +115,7 @@ def test_lightning_says_what_it_cannot_run():
          "autotune.adapters.lightning: the batch size (batch_size= or the train_dataloader's) must be a positive "
          "int, got 0"),
     ]
-    for make, message in cases:
-        with pytest.raises(WorkloadError) as e:
-            make()
-        assert str(e.value) == message
+    assert_one_line_errors(cases)
 
 
 def test_lightning_training_step_trains_outside_a_trainer():
@@ -187,10 +192,7 @@ def test_huggingface_says_what_it_cannot_batch():
         (lambda: adapters.huggingface(aw.tiny_bert(), aw.token_samples(), batch_size="8"),
          "autotune.adapters.huggingface: the batch size (batch_size=) must be a positive int, got '8'"),
     ]
-    for make, message in cases:
-        with pytest.raises(WorkloadError) as e:
-            make()
-        assert str(e.value) == message
+    assert_one_line_errors(cases)
 
 
 @pytest.mark.parametrize("adapter, package, extra", [("huggingface", "transformers", "hf"),

@@ -55,6 +55,23 @@ def test_bf16_passes_on_a_transformer_with_dict_batches():
     assert r["moved"]["candidate"] > 0.5 * r["moved"]["baseline"] > 0
 
 
+@pytest.mark.parametrize("ref", ["tiny_transformer", "tiny_cnn"])  # AdamW, SGD with momentum
+def test_a_fused_optimizer_passes_parity_with_its_update_checked(ref):
+    """fused_optimizer is a numerics knob: the candidate steps with the fused kernel
+    (still fused after each reset to the baseline's state) and its update, from the
+    same gradient and state, matches the baseline optimizer's within fp32's rtol."""
+    wl = W.load(ref)
+    base = K.pytorch_defaults(wl.batch_size)
+    assert needs_parity({**base, "fused_optimizer": True}, base)
+    r = loss_parity(wl, base, {**base, "fused_optimizer": True}, CPU, steps=6)
+    assert r["passed"], r["reason"]
+    update = r["per_step"]["update"]
+    assert update["band"] == 1.3e-6 and update["max"] <= update["band"]
+    if ref == "tiny_transformer":  # fused AdamW rounds its update differently (SGD's is bitwise the same on the CPU)
+        assert update["max"] > 0
+    assert r["per_step"]["loss"]["max"] == 0.0  # the forward is the baseline's: same weights, same loss
+
+
 def test_chaotic_training_is_judged_per_step():
     """The classic case (ResNet-18, SGD lr 0.1, momentum 0.9; tiny images): rounding
     noise alone moves the loss far within a few steps, so the multi-step deviation is

@@ -271,6 +271,7 @@ def test_parity_table_has_no_false_alarm_and_catches_every_planted_fault():
                           "--skip-compile"], capture_output=True, text=True, timeout=280, check=True).stdout
     table = json.loads(out.strip().splitlines()[-1])
     assert {(r["knob"], r["value"]) for r in table["rows"] if not r.get("planted")} == {
-        ("precision", "bf16-mixed"), ("channels_last", True), ("set_to_none", False)}  # what a CPU has
+        ("precision", "bf16-mixed"), ("channels_last", True), ("set_to_none", False),
+        ("fused_optimizer", True)}  # what a CPU has
     assert table["false_alarms"] == 0, table["false_alarm_rows"]
     assert table["planted_total"] == 3 and table["planted_caught"] == 3

@@ -82,6 +82,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     if result.confirm:
         data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)
         data["confirmed"] = {**result.confirm, "note": describe(result.confirm)}
+    if result.break_even:
+        data["break_even"] = result.break_even  # the search's time against the winner's per-step saving
     if not data["workload_args"]:
         del data["workload_args"]
     if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)

@@ -95,6 +95,20 @@ class SearchResult:
             return self.confirm["speedup_x"]
         return self.best.throughput / self.baseline.throughput
 
+    @property
+    def break_even(self) -> dict[str, Any] | None:
+        """When the search pays for itself (`budget.break_even`): its wall time
+        against the winner's per-step saving at the winner's batch size and
+        measured rate (the re-measured one where the speedup is)."""
+        from autotune.budget import break_even
+
+        best = self.best
+        if self.speedup is None:
+            return None
+        confirmed = self.confirm and self.confirm.get("best_trial") == best.number and self.confirm.get("verdict")
+        rate = self.confirm["best_samples_per_s"] if confirmed else best.throughput
+        return break_even(self.wall_s, self.speedup, rate, best.knobs["batch_size"], best is not self.baseline)
+
 
 def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | str]:
     """What a search leaves in its run dir, by name (one place for the layout)."""

@@ -5,7 +5,7 @@ import torch
 
 from autotune import knobs as K
 from autotune.trial import prepare
-from tests.workloads import make_recording, make_with_optimizer
+from tests.workloads import make_model_bound_optimizer, make_recording, make_with_optimizer
 
 CPU = K.Device("cpu", 2)
 
@@ -242,6 +242,8 @@ def test_an_optimizer_torch_cannot_fuse_is_dropped_with_the_reason():
         assert space.fixed["fused_optimizer"] == why and f"fused_optimizer=True: {why}" in space.dropped
         with pytest.raises(ValueError, match=f"torch.optim.{name}.{cls} has no fused implementation"):
             run_steps(workload=make_with_optimizer(name), fused_optimizer=True)
+    # an optimizer that wants its own model's parameters is known from a model built for it
+    assert K.optimizer_of(make_model_bound_optimizer()) == "torch.optim.rmsprop:RMSprop"
     adamw = K.Device("cpu", 2, optimizer=K.optimizer_of(make_with_optimizer("adamw")))
     space = K.resolve_space({"fused_optimizer": [False, True]}, K.pytorch_defaults(8), adamw)
     assert space.search == {"fused_optimizer": [False, True]}

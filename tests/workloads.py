@@ -255,3 +255,16 @@ def make_with_optimizer(optimizer: str = "adamw", batch_size: int = 8) -> Worklo
     """The recording net trained by one of torch's optimizers (OPTIMIZERS)."""
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size,
                     optimizer=OPTIMIZERS[optimizer])
+
+
+def make_model_bound_optimizer(batch_size: int = 8) -> Workload:
+    """An optimizer that takes only its own model's parameters (as a LightningModule's
+    configure_optimizers does): RMSprop, which torch cannot fuse."""
+
+    def optimizer(params):
+        params = list(params)
+        if len(params) != 4:  # Recorder: conv and head, weight and bias
+            raise ValueError("not my model's parameters")
+        return torch.optim.RMSprop(params, lr=1e-3)
+
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size, optimizer=optimizer)

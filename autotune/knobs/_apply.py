@@ -175,15 +175,19 @@ def load_optimizer_state(optimizer, state: dict[str, Any]) -> None:
 
 
 def optimizer_of(workload) -> str | None:
-    """The workload's optimizer class as "module:QualName", built over a dummy
-    parameter (no model); None when it cannot be built that way."""
+    """The workload's optimizer class as "module:QualName": built over a dummy
+    parameter, else (an optimizer that wants its model's own parameters, as a
+    LightningModule's configure_optimizers does) over a model built on the CPU;
+    None when neither builds (the trial finds out)."""
     import torch
 
-    try:
-        cls = type(workload.build_optimizer([torch.nn.Parameter(torch.zeros(1))]))
-    except Exception:  # a factory that needs the real parameters: the trial finds out
-        return None
-    return f"{cls.__module__}:{cls.__qualname__}"
+    for params in (lambda: [torch.nn.Parameter(torch.zeros(1))], lambda: workload.model().parameters()):
+        try:
+            cls = type(workload.build_optimizer(params()))
+            return f"{cls.__module__}:{cls.__qualname__}"
+        except Exception:  # the user's code may fail in any way here: try the next, or leave it to the trial
+            continue
+    return None
 
 
 def fused_unavailable(optimizer: str, device_type: str) -> str | None:

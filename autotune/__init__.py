@@ -4,11 +4,12 @@ Importing this package is cheap: torch, Ray, MLflow and Optuna load only when a
 command or function needs them.
 """
 
+from autotune import adapters
 from autotune._version import __version__
 from autotune.api import search
 from autotune.workload import Workload
 
-__all__ = ["Workload", "search", "load_config", "__version__"]
+__all__ = ["Workload", "search", "adapters", "load_config", "__version__"]
 
 
 def load_config(path):

@@ -50,6 +50,8 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
         {"knob": "compile", "to": ["reduce-overhead", "default"], "when": "none", "cuda": True,
          "why": "torch.compile with mode reduce-overhead (CUDA graphs) to cut per-op overhead"},
         {"knob": "compile", "to": ["default"], "when": "none", "cuda": False, "why": "torch.compile to cut per-op overhead"},
+        {"knob": "fused_optimizer", "to": True, "when": False,
+         "why": "a fused optimizer step (a few kernels for all parameters instead of a few per tensor)"},
     ],
     "compute": [
         {"knob": "precision", "to": ["bf16-mixed", "16-mixed", "tf32"], "when": ("32-true", "tf32"),
@@ -67,6 +69,8 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
          "why": "mixed precision: half the bytes per activation"},
         {"knob": "channels_last", "to": True, "when": False, "batch": "images",
          "why": "channels_last: no layout transposes around convolutions"},
+        {"knob": "fused_optimizer", "to": True, "when": False,
+         "why": "a fused optimizer step: one pass over weights, gradients and optimizer state"},
     ],
 }
 NEAR_FULL = {"knob": "batch_size", "to": "down",

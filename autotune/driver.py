@@ -97,7 +97,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
         lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
-        device = RT.detect_device(spec)
+        device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload))  # fused_optimizer
         space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
                                 spec.safety.keep_effective_batch, user)
         space.dropped += too_big

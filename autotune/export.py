@@ -3,7 +3,7 @@
     cfg = autotune.load_config("best_config.yaml")
     workload = make_workload(**cfg.workload_args)     # your searched factory arguments, if any
     loader = DataLoader(dataset, **cfg.dataloader_kwargs())
-    model, optimizer = cfg.prepare(model, optimizer)  # threads, backend flags, layout, compile
+    model, optimizer = cfg.prepare(model, optimizer)  # threads, backend flags, layout, compile, fused optimizer
     for batch in loader:
         batch = cfg.to_device(batch, preprocess)
         with cfg.autocast():
@@ -82,6 +82,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     if result.confirm:
         data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)
         data["confirmed"] = {**result.confirm, "note": describe(result.confirm)}
+    if result.break_even:
+        data["break_even"] = result.break_even  # the search's time against the winner's per-step saving
     if not data["workload_args"]:
         del data["workload_args"]
     if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)
@@ -114,10 +116,12 @@ class TunedConfig:
     def prepare(self, model, optimizer=None):
         """Threads and backend flags, then the model on the device in its memory
         format, then compile. Parameters stay the same objects, so `optimizer`
-        stays valid."""
+        stays valid; with `fused_optimizer` it comes back rebuilt with fused=True
+        (same class, groups and state): use the one returned."""
         K.apply_process_flags(self.knobs)
         K.apply_backend_flags(self.knobs)
-        return K.prepare_model(model, self.knobs, self.device_type), optimizer
+        model = K.prepare_model(model, self.knobs, self.device_type)
+        return model, None if optimizer is None else K.prepare_optimizer(optimizer, self.knobs)
 
     def to_device(self, batch, preprocess=None):
         """A loader batch on the device (non_blocking when pinned), then your
@@ -222,6 +226,11 @@ def prepare(model):
 {compile_line}    return model
 
 
+def prepare_optimizer(optimizer):
+    """Your optimizer, built over the prepared model's parameters, as measured."""
+    return {"fuse_optimizer(optimizer)" if k["fused_optimizer"] else "optimizer  # fused_optimizer: false"}
+{_fuse_source(k)}
+
 SCALER = {"torch.amp.GradScaler(DEVICE)" if k["precision"] == "16-mixed" else "None"}
 
 
@@ -260,6 +269,13 @@ def train_step(model, optimizer, batch, loss, preprocess=None):
 '''
 
 
+def _fuse_source(knobs: dict[str, Any]) -> str:
+    """The function the trials rebuilt the optimizer with, for a snippet (fused_optimizer on)."""
+    import inspect
+
+    return "\n\n" + inspect.getsource(K.fuse_optimizer) if knobs["fused_optimizer"] else ""
+
+
 def _lightning(data) -> str:
     k = {**K.pytorch_defaults(None), **data["knobs"]}
     precision = "32-true" if k["precision"] == "tf32" else k["precision"]
@@ -280,6 +296,9 @@ def _lightning(data) -> str:
     if k["compile"] != "none":
         mode = "" if k["compile"] == "default" else f", mode={k['compile']!r}"
         lines.append(f"# compile: model = torch.compile(model{mode}) before trainer.fit(model)")
+    if k["fused_optimizer"]:
+        lines += ["# fused_optimizer: in configure_optimizers, return fuse_optimizer(your optimizer) (or build it with fused=True)",
+                  _fuse_source(k).strip() + "\n"]
     lines.append(f"# set_to_none={k['set_to_none']}: Lightning calls optimizer.zero_grad() (set_to_none=True by default)"
                  + ("" if k["set_to_none"] else "; override LightningModule.optimizer_zero_grad to pass set_to_none=False"))
     return "\n".join(lines) + "\n"

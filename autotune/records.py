@@ -99,6 +99,20 @@ class SearchResult:
         return self.best.throughput / self.baseline.throughput
 
     @property
+    def break_even(self) -> dict[str, Any] | None:
+        """When the search pays for itself (`budget.break_even`): its wall time
+        against the winner's per-step saving at the winner's batch size and
+        measured rate (the re-measured one where the speedup is)."""
+        from autotune.budget import break_even
+
+        best = self.best
+        if self.speedup is None:
+            return None
+        confirmed = self.confirm and self.confirm.get("best_trial") == best.number and self.confirm.get("verdict")
+        rate = self.confirm["best_samples_per_s"] if confirmed else best.throughput
+        return break_even(self.wall_s, self.speedup, rate, best.knobs["batch_size"], best is not self.baseline)
+
+    @property
     def best_config(self):
         """The best config as production loads it (`autotune.load_config`); None
         when nothing was exported (no measured baseline, or no safe trial)."""

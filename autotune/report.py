@@ -221,7 +221,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "baseline": _trial(base), "best": _trial(best), "tie": best.tie if best else None,
         "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
         "search_speedup_x": best.throughput / base.throughput if compared else None,  # the two trials' ratio
-        "confirm": result.confirm,
+        "confirm": result.confirm, "break_even": result.break_even if compared else None,
         "knob_effects": effects, "importance": importance,
         "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
         "unsafe": [{"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
@@ -331,6 +331,8 @@ def _search_notes(d: dict) -> list[str]:
     if d["confirm"] and d["speedup_x"] is not None:
         notes.append(f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
                      + C.describe(d["confirm"]))
+    if d["break_even"]:
+        notes.append(f"break-even: {d['break_even']['note']}")
     p = d["pruning"]
     if p.get("trials_pruned"):
         saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""

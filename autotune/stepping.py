@@ -36,8 +36,7 @@ def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int) -> _
     K.apply_backend_flags(knobs)
     dev = torch.device(device_type)
     model = K.prepare_model(workload.model(), knobs, dev)
-    return _Run(workload, knobs, dev, model, workload.build_optimizer(model.parameters()),
-                K.grad_scaler(knobs, device_type))
+    return _Run(workload, knobs, dev, model, K.build_optimizer(workload, model, knobs), K.grad_scaler(knobs, device_type))
 
 
 def seeded_batches(workload, batch_size: int, steps: int, seed: int) -> list:
@@ -110,7 +109,7 @@ def load_state(run: _Run, state: dict[str, Any], scale: float | None) -> None:
     import torch
 
     _module(run).load_state_dict(state["model"])
-    run.optimizer.load_state_dict(_cpu(state["optim"]))  # a copy: the step updates the state in place
+    K.load_optimizer_state(run.optimizer, _cpu(state["optim"]))  # a copy: the step updates the state in place
     if run.scaler is not None:
         run.scaler = torch.amp.GradScaler(run.device.type, init_scale=scale or state["scale"] or 2.0**16)
 

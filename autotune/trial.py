@@ -19,6 +19,7 @@ device synchronized at its two ends only; per-step times come from CUDA events
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -170,7 +171,7 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     K.apply_backend_flags(knobs)
     dev = torch.device(device.type)
     model = K.prepare_model(workload.model(), knobs, dev)
-    optimizer = workload.build_optimizer(model.parameters())
+    optimizer = K.build_optimizer(workload, model, knobs)
     loader = K.seeded_loader(workload, knobs, steps, seed)
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps)
 
@@ -195,6 +196,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     steps = cfg["warmup_steps"] + rule.max_steps + cfg["profile_steps"] + 3
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"])
     result["optimizer"] = type(session.optimizer).__name__
+    result["optimizer_fused"] = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
     t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
@@ -280,6 +282,7 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
         if knobs["batch_size"] > len(workload.dataset):
             raise TrialConfigError(f"knobs.batch_size={knobs['batch_size']} is larger than the dataset "
                                    f"({len(workload.dataset)} samples): a batch would repeat samples")
+        device = dataclasses.replace(device, optimizer=K.optimizer_of(workload))  # decides fused_optimizer
         for name, value in knobs.items():
             why = K.KNOBS[name].unavailable(value, device)
             if why:

@@ -16,6 +16,7 @@ line is JSON: rows, false_alarms, planted_total, planted_caught.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -30,7 +31,7 @@ from autotune import workload as W  # noqa: E402
 from autotune.trial import detect_device  # noqa: E402
 
 KNOB_CHANGES = [("precision", "tf32"), ("precision", "bf16-mixed"), ("precision", "16-mixed"), ("channels_last", True),
-                ("cudnn_benchmark", True), ("set_to_none", False), ("compile", "default")]
+                ("cudnn_benchmark", True), ("set_to_none", False), ("compile", "default"), ("fused_optimizer", True)]
 ARGS = {"resnet18_cifar": {"batch_size": 16, "image_size": 32}}  # the classic case, small enough for a CPU
 # planted faults (tests/workloads.py), each must fail parity: (workload, knob, value, what)
 PLANTED = [
@@ -91,8 +92,9 @@ def main() -> None:
         ref = S.build_reference(wl, base, device.type, args.steps, 0, levels)
         references[name] = time.perf_counter() - t
         print(f"{name}: baseline reference (once per search) {references[name]:.1f} s")
+        trains = dataclasses.replace(device, optimizer=K.optimizer_of(wl))  # decides fused_optimizer
         for knob, value in KNOB_CHANGES:
-            why = K.KNOBS[knob].unavailable(value, device)
+            why = K.KNOBS[knob].unavailable(value, trains)
             emulated = why and (knob, value) == ("precision", "16-mixed") and args.cpu_fp16
             if knob == "compile" and args.skip_compile:
                 why = "skipped (--skip-compile)"

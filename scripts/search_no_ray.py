@@ -155,7 +155,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     wl = data["workload"]
     ref, user = wl.get("factory") or wl["name"], data["search_space"].get("user") or {}
     workload = W.load(ref, wl.get("args"))
-    device = detect_device(data["resources"]["device"])
+    device = dataclasses.replace(detect_device(data["resources"]["device"]), optimizer=K.optimizer_of(workload))
     K.declare(user)
     baseline = {**K.pytorch_defaults(workload.batch_size), **{k: v for k, v in data["baseline"].items() if v is not None},
                 **{K.USER_PREFIX + n: v for n, v in W.user_knob_baseline(ref, wl.get("args") or {}, user).items()}}

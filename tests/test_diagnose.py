@@ -57,7 +57,10 @@ def test_overhead_bound_when_doubling_the_batch_is_nearly_free():
     assert d["bottleneck"] == "overhead"
     assert "2x the batch takes 1.10x the step time" in d["evidence"]
     assert d["recommendations"][0].startswith("a larger batch")
-    assert [(m["knob"], m["to"]) for m in d["moves"]] == [("batch_size", "up"), ("compile", ["default"])]
+    assert [(m["knob"], m["to"]) for m in d["moves"]] == [("batch_size", "up"), ("compile", ["default"]),
+                                                         ("fused_optimizer", True)]
+    fused = diagnose({"dataloader_frac": 0.01, "batch2x_step_ratio": 1.1}, {**KNOBS, "fused_optimizer": True}, CPU)
+    assert "fused_optimizer" not in [m["knob"] for m in fused["moves"]]  # fused already
 
 
 def test_overhead_bound_when_the_gpu_idles():
@@ -82,7 +85,7 @@ def test_memory_bound_when_pointwise_work_dominates():
     d = diagnose({"dataloader_frac": 0.0, "gpu_util_frac": 0.95, "gpu_compute_kernel_frac": 0.2}, KNOBS, H100)
     assert d["bottleneck"] == "memory"
     assert d["recommendations"][0] == "torch.compile to fuse pointwise ops (fewer round trips to memory)"
-    assert [mv["knob"] for mv in d["moves"]] == ["compile", "precision", "channels_last"]
+    assert [mv["knob"] for mv in d["moves"]] == ["compile", "precision", "channels_last", "fused_optimizer"]
 
 
 def test_near_full_memory_is_flagged():

@@ -45,3 +45,19 @@ def test_not_a_config(tmp_path):
     (tmp_path / "x.yaml").write_text("hello: 1\n")
     with pytest.raises(ValueError, match="not an autotune best_config.yaml"):
         load_config(tmp_path / "x.yaml")
+
+
+def test_load_config_builds_the_fused_optimizer(tmp_path):
+    cfg = load_config(write(tmp_path / "best.yaml", {"fused_optimizer": True}))
+    model = Recorder()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.05)
+    model, fused = cfg.prepare(model, optimizer)
+    assert type(fused) is torch.optim.AdamW and fused is not optimizer
+    assert all(g["fused"] and g["weight_decay"] == 0.05 for g in fused.param_groups)
+    before = model.conv.weight.detach().clone()
+    model(cfg.to_device(torch.randn(4, 3, 8, 8))).sum().backward()
+    fused.step()
+    assert not torch.equal(model.conv.weight, before)
+    assert fused.state[model.conv.weight]["step"].dtype == torch.float32  # the fused kernel's own step counter
+    off = load_config(write(tmp_path / "off.yaml", {}))
+    assert off.prepare(model, optimizer)[1] is optimizer  # not tuned: your optimizer as it is

@@ -5,14 +5,14 @@ import torch
 
 from autotune import knobs as K
 from autotune.trial import prepare
-from tests.workloads import make_recording
+from tests.workloads import make_model_bound_optimizer, make_recording, make_with_optimizer
 
 CPU = K.Device("cpu", 2)
 
 
-def run_steps(n=2, **overrides):
+def run_steps(n=2, workload=None, **overrides):
     knobs = {**K.pytorch_defaults(8), **overrides}
-    session = prepare(make_recording(), knobs, CPU, steps=n)
+    session = prepare(workload or make_recording(), knobs, CPU, steps=n)
     batches = iter(session.loader)
     for _ in range(n):
         session.step(next(batches))
@@ -142,12 +142,15 @@ def test_unavailable_baseline_value_falls_back_to_pytorch_default():
 
 def test_every_knob_is_in_the_spec_the_loader_the_report_and_the_cells():
     from autotune import spec as S
+    from autotune.parity import PARITY_KNOBS
     from autotune.report import short
 
     for name, knob in K.KNOBS.items():
         assert name in S.KnobSettings.model_fields and name in S.KnobLists.model_fields
         assert knob.stage in K.STAGES and knob.safety in K.SAFETY_CLASSES and short(name) == knob.label
         assert set(knob.bottlenecks) <= set(K.BOTTLENECKS)
+        assert (name in PARITY_KNOBS) == knob.numerics  # what can change the loss is checked for loss parity
+        assert knob.unavailable(knob.pytorch_default, CPU) is None  # PyTorch's default runs anywhere
         if knob.stage == "loader":
             assert knob.kwarg in K.loader_kwargs({**K.pytorch_defaults(8), "num_workers": 1, "prefetch_factor": 2})
         for value in {knob.pytorch_default, *(knob.choices or ())}:
@@ -194,3 +197,72 @@ def test_user_knobs_resolve_with_their_declared_class():
     K.declare(space.user)
     assert K.lookup("args.gpu_normalize").safety == "safe" and K.lookup("args.gpu_normalize").bottlenecks == ("input",)
     assert K.workload_args({"num_workers": 0, "args.gpu_normalize": True}) == {"gpu_normalize": True}
+
+
+# --- fused_optimizer: the workload's optimizer rebuilt with fused=True ------------------
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam", "adamw"])
+def test_fused_optimizer_takes_the_same_step_with_a_fused_kernel(name):
+    plain = run_steps(n=3, workload=make_with_optimizer(name))
+    fused = run_steps(n=3, workload=make_with_optimizer(name), fused_optimizer=True)
+    assert type(fused.optimizer) is type(plain.optimizer)
+    assert all(g["fused"] is True and g["foreach"] is None for g in fused.optimizer.param_groups)
+    assert not any(g["fused"] for g in plain.optimizer.param_groups)
+    assert fused.optimizer.defaults["lr"] == plain.optimizer.defaults["lr"]  # the user's hyper-parameters
+    start = make_with_optimizer(name)
+    torch.manual_seed(0)
+    initial = start.model().state_dict()
+    for p, q, p0 in zip(fused.model.parameters(), plain.model.parameters(), initial.values()):
+        assert not torch.equal(p, p0)  # 3 real steps moved the weights
+        torch.testing.assert_close(p, q, rtol=1e-5, atol=1e-6)  # as the unfused optimizer moves them
+
+
+def test_fuse_optimizer_keeps_groups_and_state():
+    model = torch.nn.Linear(4, 2)
+    adam = torch.optim.Adam([{"params": [model.weight], "lr": 0.1}, {"params": [model.bias]}], lr=0.01, betas=(0.8, 0.9))
+    model(torch.randn(3, 4)).sum().backward()
+    adam.step()
+    fused = K.fuse_optimizer(adam)
+    assert [g["lr"] for g in fused.param_groups] == [0.1, 0.01] and fused.param_groups[1]["betas"] == (0.8, 0.9)
+    assert fused.param_groups[0]["params"][0] is model.weight
+    assert torch.equal(fused.state[model.weight]["exp_avg"], adam.state[model.weight]["exp_avg"])
+    assert K.fuse_optimizer(fused) is fused  # already fused: as it is
+    fused.step()  # the fused kernel runs on the carried state
+    assert float(fused.state[model.weight]["step"]) == 2
+
+
+def test_an_optimizer_torch_cannot_fuse_is_dropped_with_the_reason():
+    for name, cls in (("rmsprop", "RMSprop"), ("lbfgs", "LBFGS")):
+        device = K.Device("cpu", 2, optimizer=K.optimizer_of(make_with_optimizer(name)))
+        assert device.optimizer == f"torch.optim.{name}:{cls}"
+        space = K.resolve_space({"fused_optimizer": [False, True]}, K.pytorch_defaults(8), device)
+        why = (f"the workload's optimizer {cls} has no fused implementation in torch {torch.__version__} "
+               "(torch.optim has one for Adagrad, Adam, AdamW, SGD)")
+        assert space.fixed["fused_optimizer"] == why and f"fused_optimizer=True: {why}" in space.dropped
+        with pytest.raises(ValueError, match=f"torch.optim.{name}.{cls} has no fused implementation"):
+            run_steps(workload=make_with_optimizer(name), fused_optimizer=True)
+    # an optimizer that wants its own model's parameters is known from a model built for it
+    assert K.optimizer_of(make_model_bound_optimizer()) == "torch.optim.rmsprop:RMSprop"
+    adamw = K.Device("cpu", 2, optimizer=K.optimizer_of(make_with_optimizer("adamw")))
+    space = K.resolve_space({"fused_optimizer": [False, True]}, K.pytorch_defaults(8), adamw)
+    assert space.search == {"fused_optimizer": [False, True]}
+
+
+def test_a_trial_of_an_optimizer_torch_cannot_fuse_says_why():
+    from autotune.trial import check_config, run_trial
+
+    config = check_config({"workload": {"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
+                           "knobs": {"fused_optimizer": True}, "device": "cpu"})
+    result = run_trial(config)
+    assert result["status"] == "error" and result["error_type"] == "TrialConfigError"
+    assert result["error"].startswith("knobs.fused_optimizer=True cannot apply on cpu: the workload's optimizer "
+                                      "RMSprop has no fused implementation")
+
+
+def test_loading_another_runs_state_keeps_the_fused_kernel():
+    plain = run_steps(n=2, workload=make_with_optimizer("adamw"))
+    fused = run_steps(n=1, workload=make_with_optimizer("adamw"), fused_optimizer=True)
+    K.load_optimizer_state(fused.optimizer, plain.optimizer.state_dict())  # loss parity resets the candidate so
+    assert all(g["fused"] for g in fused.optimizer.param_groups)
+    assert float(next(iter(fused.optimizer.state.values()))["step"]) == 2

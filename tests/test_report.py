@@ -111,6 +111,28 @@ def test_the_python_snippet_runs_and_applies_the_knobs():
     assert all(p.grad is not None for p in model.parameters())  # set_to_none=False
 
 
+def test_the_snippets_build_the_fused_optimizer():
+    from tests.workloads import Recorder, WorkerTagged, recorder_loss
+
+    fused = {**CONFIG, "knobs": {**CONFIG["knobs"], "fused_optimizer": True}}
+    ns = {}
+    exec(compile(render(fused, "python"), "snippet.py", "exec"), ns)
+    model = ns["prepare"](Recorder())
+    optimizer = ns["prepare_optimizer"](torch.optim.Adam(model.parameters(), lr=1e-2))
+    assert all(g["fused"] for g in optimizer.param_groups)
+    loader = ns["make_loader"](WorkerTagged(), num_workers=0)
+    assert torch.isfinite(ns["train_step"](model, optimizer, next(iter(loader)), recorder_loss))
+    assert optimizer.state[model.conv.weight]["step"] == 1
+    ns = {}
+    exec(render(fused, "lightning"), ns)
+    sgd = ns["fuse_optimizer"](torch.optim.SGD(Recorder().parameters(), lr=0.1, momentum=0.9))
+    assert all(g["fused"] and g["momentum"] == 0.9 for g in sgd.param_groups)
+    plain = {}
+    exec(render(CONFIG, "python"), plain)
+    sgd = torch.optim.SGD(Recorder().parameters(), lr=0.1)
+    assert plain["prepare_optimizer"](sgd) is sgd and "fuse_optimizer" not in plain
+
+
 def test_the_lightning_form_has_the_trainer_and_loader_arguments():
     ns = {}
     exec(render(CONFIG, "lightning"), ns)
@@ -272,3 +294,55 @@ def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
     out = " ".join(capsys.readouterr().out.split())
     assert ("disturbed: 1 trial(s) measured while other work loaded the machine, their figures are suspect: "
             "#1 (other processes used 48% of the host's CPU time during the window)") in out
+
+
+def test_break_even_weighs_the_search_against_the_per_step_saving():
+    from autotune.budget import break_even
+
+    # the winner: 100 samples a step at 1000 samples/s, 0.1 s; the baseline 1.5x that: 50 ms saved a step
+    b = break_even(600.0, 1.5, 1000.0, 100)
+    assert (b["saved_ms_per_step"], b["steps"], b["hours"]) == (50.0, 12_000, pytest.approx(1 / 3, abs=1e-4))
+    assert b["note"] == ("the search (10.0 min) pays for itself after 12,000 training steps of batch 100, 20.0 min of "
+                         "training at the best config's 1,000 samples/s (it saves 50 ms a step, 1.50x)")
+    assert break_even(7200.0, 1.02, 500.0, 32)["hours"] == pytest.approx(100.0)  # a 2% gain takes 50x the search
+    assert break_even(600.0, 1.5, 1000.0, 100)["steps"] * 0.05 >= 600.0 > (12_000 - 1) * 0.05
+    slower = break_even(600.0, 0.97, 1000.0, 100)
+    assert slower["steps"] is None and slower["hours"] is None
+    assert slower["note"] == ("never pays back: the best config is not faster than the baseline (0.97x), "
+                              "so no training step saves anything")
+    assert break_even(600.0, 1.0, 1000.0, 100, changed=False)["note"].startswith(
+        "never pays back: the best config is the baseline's own")
+    assert break_even(600.0, None, None, 100) is None  # no measured baseline: nothing to weigh
+
+
+def test_break_even_is_in_the_summary_markdown_and_json(tmp_path):
+    from autotune.report import as_dict, as_markdown, console, summary
+
+    result = _result(_records(), tmp_path)  # 10 s of search; best 150 samples/s at batch 32, 1.5x the baseline
+    note = ("the search (10 s) pays for itself after 94 training steps of batch 32, 20 s of training at the best "
+            "config's 150 samples/s (it saves 107 ms a step, 1.50x)")  # 32 x 0.5 / 150 = 0.107 s; 10 / 0.107 = 93.8
+    assert as_dict(result)["break_even"]["steps"] == 94
+    with console.capture() as out:
+        summary(result, show_paths=False)
+    assert f"break-even: {note}" in " ".join(out.get().split())
+    assert f"- break-even: {note}" in as_markdown(result)
+    result.best = result.baseline  # the baseline won (a tie): it never pays back, and the report says so plainly
+    assert as_dict(result)["break_even"]["note"].startswith("never pays back: the best config is the baseline's own")
+
+
+def test_a_search_writes_its_break_even_to_best_config_and_its_summary(finished_run):
+    import math
+
+    run_dir, cli = finished_run
+    best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    be, wall = best["break_even"], json.loads((run_dir / "search.json").read_text())["wall_s"]
+    assert be["search_s"] == pytest.approx(wall, abs=0.1) and be["batch_size"] == best["knobs"]["batch_size"]
+    assert be["speedup_x"] == pytest.approx(best["measured"]["speedup_x"], abs=1e-3)
+    if be["steps"] is None:  # the winner is the baseline, or not faster
+        assert be["note"].startswith("never pays back: ") and be["speedup_x"] <= 1
+    else:
+        saved_s = be["batch_size"] * (be["speedup_x"] - 1) / be["samples_per_s"]
+        assert be["saved_ms_per_step"] == pytest.approx(saved_s * 1e3, rel=1e-3)
+        assert be["steps"] == pytest.approx(math.ceil(be["search_s"] / saved_s), rel=1e-2)
+        assert be["hours"] == pytest.approx(be["search_s"] / (be["speedup_x"] - 1) / 3600, rel=1e-2)
+    assert f"break-even: {be['note']}" in " ".join(cli.stdout.split())  # the summary at the end of the search

@@ -55,6 +55,23 @@ def test_bf16_passes_on_a_transformer_with_dict_batches():
     assert r["moved"]["candidate"] > 0.5 * r["moved"]["baseline"] > 0
 
 
+@pytest.mark.parametrize("ref", ["tiny_transformer", "tiny_cnn"])  # AdamW, SGD with momentum
+def test_a_fused_optimizer_passes_parity_with_its_update_checked(ref):
+    """fused_optimizer is a numerics knob: the candidate steps with the fused kernel
+    (still fused after each reset to the baseline's state) and its update, from the
+    same gradient and state, matches the baseline optimizer's within fp32's rtol."""
+    wl = W.load(ref)
+    base = K.pytorch_defaults(wl.batch_size)
+    assert needs_parity({**base, "fused_optimizer": True}, base)
+    r = loss_parity(wl, base, {**base, "fused_optimizer": True}, CPU, steps=6)
+    assert r["passed"], r["reason"]
+    update = r["per_step"]["update"]
+    assert update["band"] == 1.3e-6 and update["max"] <= update["band"]
+    if ref == "tiny_transformer":  # fused AdamW rounds its update differently (SGD's is bitwise the same on the CPU)
+        assert update["max"] > 0
+    assert r["per_step"]["loss"]["max"] == 0.0  # the forward is the baseline's: same weights, same loss
+
+
 def test_chaotic_training_is_judged_per_step():
     """The classic case (ResNet-18, SGD lr 0.1, momentum 0.9; tiny images): rounding
     noise alone moves the loss far within a few steps, so the multi-step deviation is
@@ -254,6 +271,7 @@ def test_parity_table_has_no_false_alarm_and_catches_every_planted_fault():
                           "--skip-compile"], capture_output=True, text=True, timeout=280, check=True).stdout
     table = json.loads(out.strip().splitlines()[-1])
     assert {(r["knob"], r["value"]) for r in table["rows"] if not r.get("planted")} == {
-        ("precision", "bf16-mixed"), ("channels_last", True), ("set_to_none", False)}  # what a CPU has
+        ("precision", "bf16-mixed"), ("channels_last", True), ("set_to_none", False),
+        ("fused_optimizer", True)}  # what a CPU has
     assert table["false_alarms"] == 0, table["false_alarm_rows"]
     assert table["planted_total"] == 3 and table["planted_caught"] == 3

@@ -75,3 +75,24 @@ def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_ru
     assert report["search_vs_plain"]["best"] == pytest.approx(search["best"] / plain["best"])
     assert report["speedup_claimed_vs_plain"] == pytest.approx(search["speedup_x"] / plain["speedup_x"])
     assert "speedup" in proc.stdout and "(target: within 5%)" in proc.stdout
+
+
+@pytest.mark.timeout(300)
+def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
+    bench = [sys.executable, "scripts/bench_fused.py", "--model", "tiny_cnn", "--image-size", "16", "--batch-size", "8",
+             "--reps", "1", "--warmup", "2", "--measure-steps", "3", "--min-window-s", "0.2", "--max-window-s", "0.5",
+             "--precision", "32-true", "--no-channels-last"]
+    proc = subprocess.run([*bench, "--optimizers", "sgd,adamw"], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (report["model"], report["reps"], set(report["effects"])) == ("tiny_cnn", 1, {"sgd", "adamw"})
+    for name, cls in (("sgd", "SGD"), ("adamw", "AdamW")):
+        unfused, fused = report["runs"][name]  # each a fresh trial process, and what ran in it
+        assert (unfused["optimizer"], unfused["fused"], fused["optimizer"], fused["fused"]) == (cls, False, cls, True)
+        effect = report["effects"][name]
+        assert effect["speedup_x"] == pytest.approx(fused["samples_per_s"] / unfused["samples_per_s"], rel=1e-3)
+        assert effect["saved_ms_per_step"] == pytest.approx(unfused["step_ms"] - fused["step_ms"], abs=1e-2)
+    assert "fused/unfused (pairs)" in proc.stdout
+    refused = subprocess.run([*bench, "--optimizers", "sgd,rmsprop"], capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2
+    assert "--optimizers: rmsprop not allowed; torch fuses: sgd, adam, adamw, adagrad" in refused.stderr

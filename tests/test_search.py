@@ -177,3 +177,28 @@ def test_a_bad_user_knob_is_one_clear_error(tmp_path):
     with pytest.raises(S.SpecError, match=r"workload_args.depth: the factory `tiny_cnn` takes no argument `depth`"):
         run(spec)
     assert not (tmp_path / "run").exists()
+
+
+def test_fused_optimizer_is_searched_checked_and_recorded(tmp_path):
+    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "adamw"}},
+                     search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
+                     search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0}, safety={"level": "numerics"},
+                     trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
+    result = run(spec)
+    rows = pd.read_csv(result.paths["trials_csv"])
+    assert rows.fused_optimizer.tolist() == [False, True] and (rows.status == "ok").all(), rows.error.tolist()
+    assert rows.optimizer.tolist() == ["AdamW", "AdamW"] and rows.parity.tolist()[1] == "passed"  # numerics: checked
+    fused = yaml.safe_load(open(f"{result.records[1].trial_dir}/result.json"))
+    assert fused["knobs"]["fused_optimizer"] is True and fused["optimizer_fused"] is True  # what ran
+    assert result.device.optimizer == "torch.optim.adamw:AdamW"
+    run_params = MlflowClient(result.paths["mlflow_uri"]).get_run(result.records[1].mlflow_run_id).data.params
+    assert run_params["fused_optimizer"] == "True"
+    assert load_config(result.paths["best_config"]).knobs["fused_optimizer"] == result.best.knobs["fused_optimizer"]
+
+
+def test_fused_optimizer_for_an_optimizer_torch_cannot_fuse_is_fixed_with_the_reason(tmp_path):
+    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
+                     search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}})
+    with pytest.raises(S.SpecError, match=r"fused_optimizer \(the workload's optimizer RMSprop has no fused implementation"):
+        run(spec)
+    assert not (tmp_path / "run").exists()

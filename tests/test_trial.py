@@ -77,7 +77,8 @@ def test_a_knob_that_cannot_apply_here_is_refused():
 @pytest.mark.parametrize("config, message", [
     ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
                                      "persistent_workers, num_threads, batch_size, precision, channels_last, "
-                                     "cudnn_benchmark, compile, set_to_none (workload arguments go in workload.args)"),
+                                     "cudnn_benchmark, compile, set_to_none, fused_optimizer (workload arguments go in "
+                                     "workload.args)"),
     ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed: expected one of 32-true | tf32 | bf16-mixed | 16-mixed"),
     ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed: expected int"),
     ({**TINY, "knobs": {"batch_size": 0}}, "knobs.batch_size: 0 is not allowed: must be >= 1"),

@@ -244,3 +244,27 @@ def make_chaotic(batch_size: int = 16, lr: float = 0.5) -> Workload:
     wl = make_workload(batch_size=batch_size, width=8)
     wl.optimizer = lambda params: torch.optim.SGD(params, lr=lr, momentum=0.9)
     return wl
+
+
+OPTIMIZERS = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4),
+              "adam": lambda p: torch.optim.Adam(p, lr=1e-2), "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
+              "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3), "lbfgs": lambda p: torch.optim.LBFGS(p)}
+
+
+def make_with_optimizer(optimizer: str = "adamw", batch_size: int = 8) -> Workload:
+    """The recording net trained by one of torch's optimizers (OPTIMIZERS)."""
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size,
+                    optimizer=OPTIMIZERS[optimizer])
+
+
+def make_model_bound_optimizer(batch_size: int = 8) -> Workload:
+    """An optimizer that takes only its own model's parameters (as a LightningModule's
+    configure_optimizers does): RMSprop, which torch cannot fuse."""
+
+    def optimizer(params):
+        params = list(params)
+        if len(params) != 4:  # Recorder: conv and head, weight and bias
+            raise ValueError("not my model's parameters")
+        return torch.optim.RMSprop(params, lr=1e-3)
+
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size, optimizer=optimizer)

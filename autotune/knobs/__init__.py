@@ -6,12 +6,13 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
     K.KNOBS["num_workers"].safety     # the registry
     K.resolve_space(lists, baseline, device)
     K.build_loader(dataset, knobs)    # applying knobs (imports torch on call)
+    K.build_optimizer(workload, model, knobs)
 """
 
 from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, autocast, autocast_dtype, build_loader,
-                                   grad_scaler, loader_kwargs, map_tensors, prepare_model, seeded_loader,
-                                   to_channels_last,
-                                   to_device, workload_args)
+                                   build_optimizer, fuse_optimizer, fused_unavailable, grad_scaler, load_optimizer_state,
+                                   loader_kwargs, map_tensors, optimizer_of, prepare_model, prepare_optimizer,
+                                   seeded_loader, to_channels_last, to_device, workload_args)
 from autotune.knobs._registry import (BOTTLENECKS, COMPILE_MODES, KNOBS, PRECISIONS, SAFETY_CLASSES, STAGES, USER,
                                       USER_PREFIX, Device, Knob, conflicts, declare, from_cell, ladder_key, lookup,
                                       pytorch_defaults, registry, to_cell, user_knob)
@@ -20,7 +21,8 @@ from autotune.knobs._space import Space, resolve_space
 __all__ = [
     "BOTTLENECKS", "COMPILE_MODES", "KNOBS", "PRECISIONS", "SAFETY_CLASSES", "STAGES", "USER", "USER_PREFIX",
     "Device", "Knob", "Space", "apply_backend_flags", "apply_process_flags", "autocast", "autocast_dtype",
-    "build_loader", "conflicts", "declare", "from_cell", "ladder_key", "grad_scaler", "loader_kwargs", "lookup", "map_tensors",
-    "prepare_model", "pytorch_defaults", "registry", "resolve_space", "seeded_loader", "to_cell", "to_channels_last", "to_device",
+    "build_loader", "build_optimizer", "conflicts", "declare", "from_cell", "fuse_optimizer", "fused_unavailable",
+    "ladder_key", "grad_scaler", "load_optimizer_state", "loader_kwargs", "lookup", "map_tensors", "optimizer_of",
+    "prepare_model", "prepare_optimizer", "pytorch_defaults", "registry", "resolve_space", "seeded_loader", "to_cell", "to_channels_last", "to_device",
     "user_knob", "workload_args",
 ]

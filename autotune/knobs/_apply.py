@@ -127,3 +127,90 @@ def to_channels_last(batch):
         return t
 
     return map_tensors(convert, batch)
+
+
+# --- the optimizer -----------------------------------------------------------------
+
+
+def fuse_optimizer(optimizer):
+    """`optimizer` rebuilt with fused=True: the same class, parameter groups
+    (hyper-parameters) and state; the fused update runs on the parameters'
+    device, so rebuild after the model is there. Already fused: returned as is."""
+    import inspect
+
+    if all(group.get("fused") for group in optimizer.param_groups):
+        return optimizer
+    cls = type(optimizer)
+    accepted = inspect.signature(cls.__init__).parameters
+    if "fused" not in accepted:
+        raise ValueError(f"{cls.__module__}.{cls.__qualname__} has no fused implementation (fused_optimizer=true)")
+    flags = {"fused": True, "foreach": None}  # fused and foreach are exclusive
+    kwargs = {k: v for k, v in {**optimizer.defaults, **flags}.items() if k in accepted}
+    fused = cls([{**group, **flags} for group in optimizer.param_groups], **kwargs)
+    if optimizer.state:  # a model trained before: its optimizer state goes along
+        state = optimizer.state_dict()
+        for group in state["param_groups"]:
+            group.update(flags)
+        fused.load_state_dict(state)
+    return fused
+
+
+def prepare_optimizer(optimizer, knobs: dict[str, Any]):
+    """The optimizer as the knobs want it (after `prepare_model`: parameters on
+    the device): fused when `fused_optimizer` is on, else as built."""
+    return fuse_optimizer(optimizer) if knobs.get("fused_optimizer") else optimizer
+
+
+def build_optimizer(workload, model, knobs: dict[str, Any]):
+    """The workload's optimizer over the prepared model's parameters, with the
+    knobs applied (the trial and loss parity; production: `TunedConfig.prepare`)."""
+    return prepare_optimizer(workload.build_optimizer(model.parameters()), knobs)
+
+
+def load_optimizer_state(optimizer, state: dict[str, Any]) -> None:
+    """Load `state` (another run's optimizer state_dict) keeping this optimizer's
+    own implementation (fused or not): a state_dict carries its groups' flags."""
+    flags = {k: optimizer.param_groups[0][k] for k in ("fused", "foreach") if k in optimizer.param_groups[0]}
+    optimizer.load_state_dict({**state, "param_groups": [{**g, **flags} for g in state["param_groups"]]})
+
+
+def optimizer_of(workload) -> str | None:
+    """The workload's optimizer class as "module:QualName": built over a dummy
+    parameter, else (an optimizer that wants its model's own parameters, as a
+    LightningModule's configure_optimizers does) over a model built on the CPU;
+    None when neither builds (the trial finds out)."""
+    import torch
+
+    for params in (lambda: [torch.nn.Parameter(torch.zeros(1))], lambda: workload.model().parameters()):
+        try:
+            cls = type(workload.build_optimizer(params()))
+            return f"{cls.__module__}:{cls.__qualname__}"
+        except Exception:  # the user's code may fail in any way here: try the next, or leave it to the trial
+            continue
+    return None
+
+
+def fused_unavailable(optimizer: str, device_type: str) -> str | None:
+    """Why torch cannot fuse this optimizer class ("module:QualName") on this
+    device type, or None (also when the class cannot be imported here)."""
+    import importlib
+    import inspect
+
+    import torch
+    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
+
+    module, _, qualname = optimizer.partition(":")
+    try:
+        cls = importlib.import_module(module)
+        for part in qualname.split("."):
+            cls = getattr(cls, part)
+    except Exception:
+        return None
+    if "fused" not in inspect.signature(cls.__init__).parameters:
+        have = sorted(n for n, c in vars(torch.optim).items() if isinstance(c, type)
+                      and issubclass(c, torch.optim.Optimizer) and "fused" in inspect.signature(c.__init__).parameters)
+        return (f"the workload's optimizer {qualname} has no fused implementation in torch {torch.__version__} "
+                f"(torch.optim has one for {', '.join(have)})")
+    if device_type not in _get_fused_kernels_supported_devices():
+        return f"torch {torch.__version__} has no fused optimizer kernels for {device_type}"
+    return None

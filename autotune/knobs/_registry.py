@@ -38,6 +38,8 @@ class Device:
     cpus: int
     name: str = "cpu"
     capability: tuple[int, int] | None = None  # CUDA compute capability
+    # the workload's optimizer class, "module:QualName" (None: not known); decides fused_optimizer
+    optimizer: str | None = None
 
 
 Why = "str | None"  # a reason a value cannot apply, or None when it can
@@ -127,6 +129,14 @@ def _compile(value, device):
     return None
 
 
+def _fused(value, device):
+    if not value or device.optimizer is None:  # not known: the trial finds out (and says)
+        return None
+    from autotune.knobs._apply import fused_unavailable  # imports torch: only where a workload was built
+
+    return fused_unavailable(device.optimizer, device.type)
+
+
 NO_NUMERICS = "no effect on numerics"
 # In the strategy's default order: one knob at a time, the cheapest big levers first.
 KNOBS: dict[str, Knob] = {
@@ -169,6 +179,10 @@ KNOBS: dict[str, Knob] = {
              bottlenecks=("overhead", "memory"), unavailable=_compile),
         Knob("set_to_none", bool, True, "safe", "safe unless your code reads .grad after zero_grad",
              "optimizer.zero_grad(set_to_none=...)", "none-grad", "step", numerics=True, bottlenecks=("overhead",)),
+        Knob("fused_optimizer", bool, False, "numerics",
+             "the update runs as fused kernels, which may round differently; check loss parity",
+             "your optimizer rebuilt with fused=True (torch's SGD, Adam, AdamW, Adagrad)", "fused-opt", "step",
+             numerics=True, bottlenecks=("overhead", "memory"), unavailable=_fused),
     )
 }
 

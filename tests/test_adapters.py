@@ -1,0 +1,252 @@
+"""autotune.adapters: a LightningModule + LightningDataModule and a tiny Hugging Face
+BERT, trained for real through the trial runner and a search (nothing downloaded)."""
+
+import json
+import os
+import sys
+
+import pandas as pd
+import pytest
+import torch
+import yaml
+from torch import nn
+
+os.environ["HF_HUB_OFFLINE"] = "1"  # never the hub, here or in the trials
+
+from autotune import adapters  # noqa: E402
+from autotune import knobs as K  # noqa: E402
+from autotune import trial as T  # noqa: E402
+from autotune.launcher import run_in_process  # noqa: E402
+from autotune.workload import WorkloadError  # noqa: E402
+from tests import adapter_workloads as aw  # noqa: E402
+from tests.conftest import write_spec  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+CPU = K.Device("cpu", os.cpu_count(), "cpu")
+SHORT = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2}
+
+
+def train(workload, steps: int, **knobs):
+    """`steps` real optimizer steps of a trial's session; the losses."""
+    session = T.prepare(workload, {**K.pytorch_defaults(workload.batch_size), **knobs}, CPU, steps)
+    return [float(session.step(batch).detach()) for batch in session.loader], session
+
+
+def assert_one_line_errors(cases):
+    """Each `make()` raises a WorkloadError with exactly its message."""
+    for make, message in cases:
+        with pytest.raises(WorkloadError) as e:
+            make()
+        assert str(e.value) == message
+
+
+# -- Lightning -------------------------------------------------------------------------------------------------------
+
+def test_lightning_takes_the_datamodules_data_and_the_modules_optimizer():
+    wl = aw.make_lightning_cnn(batch_size=12)
+    assert isinstance(wl.dataset, aw.Images) and len(wl.dataset) == 512 and wl.batch_size == 12
+    a, b = wl.model(), wl.model()
+    assert a is not b and a.training and all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters()))
+    opt = wl.build_optimizer(b.parameters())  # the copy's own configure_optimizers()
+    assert type(opt) is torch.optim.Adam and opt.defaults["lr"] == 1e-2
+    assert {id(p) for g in opt.param_groups for p in g["params"]} == {id(p) for p in b.parameters()}
+
+
+@pytest.mark.parametrize("form", ["single", "list", "pair", "dict", "list_of_dicts"])
+def test_lightning_takes_the_optimizer_from_any_form_of_configure_optimizers(form):
+    wl = aw.make_lightning_cnn(optimizers=form)
+    model = wl.model()  # alive while its optimizer is built, as in a trial
+    assert type(wl.build_optimizer(model.parameters())) is torch.optim.Adam
+
+
+@pytest.mark.parametrize("form, message", [
+    ("two", "autotune.adapters.lightning: configure_optimizers() returned 2 optimizers; autotune steps one "
+            "(several need manual optimization, which it does not support)"),
+    ("none", "autotune.adapters.lightning: configure_optimizers() returned None; autotune needs one "
+             "torch.optim.Optimizer (alone, in a list, or under \"optimizer\" in a dict), or pass "
+             "optimizer=lambda params: ... to autotune.adapters.lightning"),
+])
+def test_lightning_unsupported_optimizers_are_one_line(form, message):
+    wl = aw.make_lightning_cnn(optimizers=form)
+    model = wl.model()
+    with pytest.raises(WorkloadError) as e:
+        wl.build_optimizer(model.parameters())
+    assert str(e.value) == message
+
+
+class NeedsTrainer(aw.LitCNN):
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.1, weight_decay=1 / self.trainer.estimated_stepping_batches)
+
+
+class MovesBatches(aw.LitCNN):
+    def transfer_batch_to_device(self, batch, device, dataloader_idx):
+        return batch
+
+
+class Manual(aw.LitCNN):
+    def __init__(self):
+        super().__init__()
+        self.automatic_optimization = False
+
+
+def test_lightning_says_what_it_cannot_run():
+    with pytest.raises(WorkloadError, match=r"^autotune\.adapters\.lightning: configure_optimizers\(\) failed outside "
+                                            r"a Trainer: NeedsTrainer is not attached to a `Trainer`\.; pass optimizer="):
+        wl = adapters.lightning(NeedsTrainer(), aw.ImageData())
+        model = wl.model()
+        wl.build_optimizer(model.parameters())
+    wl = adapters.lightning(NeedsTrainer(), aw.ImageData(), optimizer=lambda params: torch.optim.SGD(params, lr=0.5))
+    model = wl.model()
+    assert wl.build_optimizer(model.parameters()).defaults["lr"] == 0.5
+    cases = [
+        (lambda: adapters.lightning(nn.Linear(2, 2), aw.ImageData()),
+         "autotune.adapters.lightning: `module` must be a LightningModule, got Linear"),
+        (lambda: adapters.lightning(Manual(), aw.ImageData()),
+         "autotune.adapters.lightning: manual optimization (automatic_optimization = False) is not supported: "
+         "autotune runs backward and the optimizer step itself"),
+        (lambda: adapters.lightning(MovesBatches(), aw.ImageData()),
+         "autotune.adapters.lightning: transfer_batch_to_device is overridden, and autotune moves batches to the "
+         "device itself; move that work into the dataset or collate_fn, or into on_after_batch_transfer (which runs)"),
+        (lambda: adapters.lightning(aw.LitCNN()),
+         "autotune.adapters.lightning: no datamodule given and LitCNN defines no train_dataloader(); pass your "
+         "LightningDataModule"),
+        (lambda: adapters.lightning(aw.LitCNN(), aw.ImageData(), batch_size=0),
+         "autotune.adapters.lightning: the batch size (batch_size= or the train_dataloader's) must be a positive "
+         "int, got 0"),
+    ]
+    assert_one_line_errors(cases)
+
+
+def test_lightning_training_step_trains_outside_a_trainer():
+    wl = aw.make_lightning_cnn(batch_size=32)
+    losses, session = train(wl, 60)
+    assert session.optimizer.state  # Adam took steps
+    assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8, losses  # and the loss fell
+
+
+def test_lightning_compiled_runs_training_step_through_the_compiler():
+    """With compile on, the whole training_step (it calls self.net directly) runs
+    compiled, channels_last on the weights and inputs; the uncompiled module (the
+    FLOP count's) runs eager."""
+    wl = aw.make_lightning_cnn()
+    knobs = {**K.pytorch_defaults(16), "compile": "default", "channels_last": True}
+    losses, session = train(wl, 3, **knobs)
+    assert session.model is not session.model._orig_mod
+    batch = session.device_batch(next(iter(K.seeded_loader(wl, knobs, 1))))
+    del aw.SEEN[:]
+    session.workload.loss(session.model, batch)  # the compiled step (dynamo replays the forward's note)
+    session.workload.loss(session.model._orig_mod, batch)
+    assert aw.SEEN == [{"compiling": True, "channels_last": True, "autocast": None, "weights_channels_last": True},
+                       {"compiling": False, "channels_last": True, "autocast": None, "weights_channels_last": True}]
+
+
+# -- Hugging Face ----------------------------------------------------------------------------------------------------
+
+def test_huggingface_bert_trains_on_its_own_loss():
+    wl = aw.make_bert(batch_size=16)
+    batch = next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1)))
+    assert sorted(batch) == ["attention_mask", "input_ids", "labels"] and batch["input_ids"].shape == (16, 16)
+    losses, session = train(wl, 40)
+    assert type(session.optimizer) is torch.optim.AdamW and session.optimizer.defaults["lr"] == 5e-5
+    assert session.model.training and not torch.equal(session.model.classifier.weight, wl.model().classifier.weight)
+    assert all(map(torch.isfinite, map(torch.tensor, losses)))
+
+
+def test_huggingface_without_labels_asks_for_a_loss():
+    wl = aw.make_bert(labels=False)
+    batch = next(iter(K.seeded_loader(wl, K.pytorch_defaults(8), 1)))
+    with pytest.raises(WorkloadError) as e:
+        wl.loss(wl.model(), batch)
+    assert str(e.value) == ("autotune.adapters.huggingface: BertForSequenceClassification returned no loss for a batch "
+                            "with keys ['attention_mask', 'input_ids'] (a model computes its loss when the batch has "
+                            "`labels`); add labels, or pass loss=lambda model, batch: ...")
+    from transformers import BertModel
+
+    model = BertModel(aw.tiny_bert().config)
+    wl = adapters.huggingface(model, aw.token_samples(labels=False), batch_size=8,
+                              loss=lambda model, batch: model(**batch).last_hidden_state.float().pow(2).mean(),
+                              optimizer=lambda params: torch.optim.SGD(params, lr=0.1))
+    losses, _ = train(wl, 10)
+    assert losses[-1] < losses[0], losses
+
+
+def test_huggingface_says_what_it_cannot_batch():
+    ragged = [{"input_ids": torch.ones(n, dtype=torch.long)} for n in (4, 5, 6)]
+    cases = [
+        (lambda: adapters.huggingface(aw.tiny_bert(), ragged),
+         "autotune.adapters.huggingface: the samples do not stack into a batch (stack expects each tensor to be equal "
+         "size, but got [4] at entry 0 and [5] at entry 1); pad them to one length, or pass collate_fn= "
+         "(e.g. transformers.DataCollatorWithPadding(tokenizer))"),
+        (lambda: adapters.huggingface(aw.tiny_bert(), [(torch.ones(4), 1)] * 4),
+         "autotune.adapters.huggingface: dataset[0] is a tuple; the default collate_fn batches dict samples (the "
+         "model's keyword arguments): return dicts, or pass collate_fn="),
+        (lambda: adapters.huggingface(aw.tiny_bert(), iter(aw.token_samples())),
+         "autotune.adapters.huggingface: `dataset` (list_iterator) must be a map-style dataset (len() and dataset[i]: "
+         "a torch Dataset, a list, a datasets.Dataset); an IterableDataset or a generator cannot be sampled in "
+         "random order"),
+        (lambda: adapters.huggingface(aw.tiny_bert(), []),
+         "autotune.adapters.huggingface: `dataset` is empty; nothing to train on"),
+        (lambda: adapters.huggingface(aw.tiny_bert().state_dict(), aw.token_samples()),
+         "autotune.adapters.huggingface: `model` must be a torch.nn.Module (a transformers model), got OrderedDict"),
+        (lambda: adapters.huggingface(aw.tiny_bert(), aw.token_samples(), batch_size="8"),
+         "autotune.adapters.huggingface: the batch size (batch_size=) must be a positive int, got '8'"),
+    ]
+    assert_one_line_errors(cases)
+
+
+@pytest.mark.parametrize("adapter, package, extra", [("huggingface", "transformers", "hf"),
+                                                     ("lightning", "lightning.pytorch", "lightning")])
+def test_a_missing_package_names_its_extra(monkeypatch, adapter, package, extra):
+    for name in (package, "pytorch_lightning"):
+        monkeypatch.setitem(sys.modules, name, None)  # as if not installed: importing it raises ImportError
+    with pytest.raises(ImportError, match=rf"^autotune\.adapters\.{adapter} needs `{package}`, which is not "
+                                          rf"installed: pip install 'autotune\[{extra}\]' \("):
+        getattr(adapters, adapter)(nn.Linear(2, 2), aw.token_samples())
+
+
+# -- through the trial runner and a search ---------------------------------------------------------------------------
+
+@pytest.mark.parametrize("factory, knobs, seen", [
+    ("make_lightning_cnn", {}, {"channels_last": False, "autocast": None, "weights_channels_last": False}),
+    ("make_lightning_cnn", {"channels_last": True, "precision": "bf16-mixed"},
+     {"channels_last": True, "autocast": "torch.bfloat16", "weights_channels_last": True}),
+    ("make_lightning_cnn", {"channels_last": True, "compile": "default"},
+     {"channels_last": True, "autocast": None, "weights_channels_last": True}),
+    ("make_bert", {"precision": "bf16-mixed", "batch_size": 16}, {"channels_last": False, "autocast": "torch.bfloat16"}),
+])
+def test_adapter_trials_apply_the_knobs(tmp_path, factory, knobs, seen):
+    """A trial in a fresh process, as a search runs it: the step ran with the knobs
+    (compiled: the step ran through the compiler; the FLOP count, eager)."""
+    record = tmp_path / "seen.jsonl"
+    config = {"workload": {"factory": f"tests.adapter_workloads:{factory}", "args": {"record": str(record)}},
+              "knobs": knobs, "device": "cpu", **SHORT}
+    result = run_in_process(config, tmp_path / "trial", timeout_s=240)
+    assert result["status"] == "ok", result.get("traceback") or result.get("error")
+    assert result["knobs"]["batch_size"] == knobs.get("batch_size", aw.make_lightning_cnn().batch_size)
+    metrics = result["metrics"]
+    assert metrics["samples_per_s"] > 0 and metrics["flops_per_sample"] > 0 and metrics["window_steps"] >= 2, metrics
+    states = [json.loads(line) for line in record.read_text().splitlines()]
+    compiled = [{"compiling": True, **seen}] if knobs.get("compile") else []
+    assert states == compiled + [{"compiling": False, **seen}], states
+
+
+def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    spec = write_spec(tmp_path / "lit.yaml", output_dir=str(tmp_path / "run"),
+                      workload={"factory": "tests.adapter_workloads:make_lightning_cnn", "args": {"batch_size": 16}},
+                      search_space={"preset": None, "knobs": {"batch_size": [16, 32], "channels_last": [False, True]}},
+                      safety={"level": "dynamics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240, "prune_margin": 0})
+    result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    trials = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert len(trials) == 3 and list(trials["status"]) == ["ok"] * 3, trials.get("error")
+    assert trials["baseline"].iloc[0] and trials["batch_size"].iloc[0] == 16
+    # channels_last can change the loss: checked for parity, from identical copies of the module, and within fp32 noise
+    checked = trials[trials["channels_last"]]
+    assert len(checked) >= 1 and (checked["parity"] == "passed").all(), checked[["parity", "parity_reason"]]
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["workload"]["ref"] == "tests.adapter_workloads:make_lightning_cnn"

@@ -53,8 +53,8 @@ def test_reuse_returns_the_earlier_winner_without_starting_anything(first):
                           capture_output=True, text=True, timeout=100)
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # printed, not asserted (timings are measured, never asserted in tests); what makes it fast is asserted below
     print(f"reuse took {out['s']:.2f} s (imports, spec, the model's shapes, reading the run)")
-    assert out["s"] < 5
     assert out["reused"] and out["run_dir"] == str(first.run_dir) and out["best"] == first.best.number
     assert out["knobs"] == first.best_config.knobs
     assert out["started"] == []  # neither Ray nor MLflow (nor Optuna) was imported, let alone started

@@ -273,7 +273,9 @@ def _fuse_source(knobs: dict[str, Any]) -> str:
     """The function the trials rebuilt the optimizer with, for a snippet (fused_optimizer on)."""
     import inspect
 
-    return "\n\n" + inspect.getsource(K.fuse_optimizer) if knobs["fused_optimizer"] else ""
+    if not knobs["fused_optimizer"]:
+        return ""
+    return "".join("\n\n" + inspect.getsource(f) for f in (K.fuse_optimizer, K.lay_out_state_like_params))
 
 
 def _lightning(data) -> str:

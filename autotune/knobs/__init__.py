@@ -10,9 +10,10 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
 """
 
 from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, autocast, autocast_dtype, build_loader,
-                                   build_optimizer, fuse_optimizer, fused_unavailable, grad_scaler, load_optimizer_state,
-                                   loader_kwargs, map_tensors, optimizer_of, prepare_model, prepare_optimizer,
-                                   seeded_loader, to_channels_last, to_device, workload_args)
+                                   build_optimizer, fuse_optimizer, fused_unavailable, grad_scaler,
+                                   lay_out_state_like_params, load_optimizer_state, loader_kwargs, map_tensors,
+                                   optimizer_of, prepare_model, prepare_optimizer, seeded_loader, to_channels_last,
+                                   to_device, workload_args)
 from autotune.knobs._registry import (BOTTLENECKS, COMPILE_MODES, KNOBS, PRECISIONS, SAFETY_CLASSES, STAGES, USER,
                                       USER_PREFIX, Device, Knob, conflicts, declare, from_cell, ladder_key, lookup,
                                       pytorch_defaults, registry, to_cell, user_knob)
@@ -22,7 +23,7 @@ __all__ = [
     "BOTTLENECKS", "COMPILE_MODES", "KNOBS", "PRECISIONS", "SAFETY_CLASSES", "STAGES", "USER", "USER_PREFIX",
     "Device", "Knob", "Space", "apply_backend_flags", "apply_process_flags", "autocast", "autocast_dtype",
     "build_loader", "build_optimizer", "conflicts", "declare", "from_cell", "fuse_optimizer", "fused_unavailable",
-    "ladder_key", "grad_scaler", "load_optimizer_state", "loader_kwargs", "lookup", "map_tensors", "optimizer_of",
-    "prepare_model", "prepare_optimizer", "pytorch_defaults", "registry", "resolve_space", "seeded_loader", "to_cell", "to_channels_last", "to_device",
-    "user_knob", "workload_args",
+    "ladder_key", "grad_scaler", "lay_out_state_like_params", "load_optimizer_state", "loader_kwargs", "lookup",
+    "map_tensors", "optimizer_of", "prepare_model", "prepare_optimizer", "pytorch_defaults", "registry",
+    "resolve_space", "seeded_loader", "to_cell", "to_channels_last", "to_device", "user_knob", "workload_args",
 ]

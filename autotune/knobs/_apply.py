@@ -152,7 +152,24 @@ def fuse_optimizer(optimizer):
         for group in state["param_groups"]:
             group.update(flags)
         fused.load_state_dict(state)
+        lay_out_state_like_params(fused)
     return fused
+
+
+def lay_out_state_like_params(optimizer) -> None:
+    """Each per-parameter state tensor (momentum, Adam's moments) in its
+    parameter's memory layout, as a fresh run creates it. A state_dict loaded
+    into a channels_last model from a run without it keeps its contiguous
+    layout, and torch's fused CPU SGD (2.14) then updates wrongly: measured, a
+    1.18 relative update error on a small CNN (the unfused step: 7e-6)."""
+    import torch
+
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            state = optimizer.state.get(p, {})
+            for key, t in state.items():
+                if isinstance(t, torch.Tensor) and t.shape == p.shape and t.stride() != p.stride():
+                    state[key] = torch.empty_like(p, dtype=t.dtype).copy_(t)
 
 
 def prepare_optimizer(optimizer, knobs: dict[str, Any]):
@@ -172,6 +189,7 @@ def load_optimizer_state(optimizer, state: dict[str, Any]) -> None:
     own implementation (fused or not): a state_dict carries its groups' flags."""
     flags = {k: optimizer.param_groups[0][k] for k in ("fused", "foreach") if k in optimizer.param_groups[0]}
     optimizer.load_state_dict({**state, "param_groups": [{**g, **flags} for g in state["param_groups"]]})
+    lay_out_state_like_params(optimizer)
 
 
 def optimizer_of(workload) -> str | None:

@@ -205,7 +205,8 @@ def spec_file(tmp_path, **overrides) -> Path:
      "pin_memory (not in the search space); prefetch_factor (not in the search space); persistent_workers (not in the "
      "search space); num_threads (not in the search space); batch_size (not in the search space); precision (not in "
      "the search space); channels_last (not in the search space); cudnn_benchmark (cuDNN runs only on CUDA devices; "
-     "no CUDA device); compile (not in the search space); set_to_none (not in the search space)"),
+     "no CUDA device); compile (not in the search space); set_to_none (not in the search space); fused_optimizer "
+     "(not in the search space)"),
     ({"workload": {"factory": "tests.workloads:make_raising"}},
      "workload: workload factory `tests.workloads:make_raising` raised ValueError: expected a batch like [images, labels] "
      "from the dataset; fix the factory or its arguments (workload.args: {}); --debug shows the traceback"),

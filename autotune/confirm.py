@@ -40,27 +40,34 @@ def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: di
     interleaved; the summary of `summarize`. A run that does not finish ends
     the re-measurement with its error: the figures up to there are kept."""
     measured: list[dict[str, float]] = [{} for _ in range(rounds)]
-    error = None
+    error, disturbed = None, []
     for i, role in order(rounds):
-        result = run(baseline if role == "baseline" else best, f"{i:02d}-{role}")
+        label = f"{i:02d}-{role}"
+        result = run(baseline if role == "baseline" else best, label)
         value = (result.get("metrics") or {}).get(METRIC) if result.get("status") == "ok" else None
         if value is None:
             error = (f"round {i + 1}, {role}: {result.get('status')} "
                      f"({result.get('error_type')}: {result.get('error')})")
             break
         measured[i][role] = value
-    return summarize([m for m in measured if len(m) == 2], error)
+        if result.get("disturbed"):  # load from outside during its window (autotune.disturbance)
+            disturbed.append(f"{label}: {result['disturbed']}")
+    return summarize([m for m in measured if len(m) == 2], error, disturbed)
 
 
-def summarize(pairs: list[dict[str, float]], error: str | None = None) -> dict[str, Any]:
+def summarize(pairs: list[dict[str, float]], error: str | None = None,
+              disturbed: list[str] | None = None) -> dict[str, Any]:
     """The paired measurements -> the confirmed speedup (median of the pairs'
     ratios), its range, and the verdict: `faster` when every pair says so,
     `slower` when every pair says so, else `tie`."""
     ratios = [p["best"] / p["baseline"] for p in pairs]
-    out: dict[str, Any] = {"rounds": len(pairs), "pairs": [{"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
-                                                  for p, r in zip(pairs, ratios)]}
+    out: dict[str, Any] = {"rounds": len(pairs), "pairs": [
+        {"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
+        for p, r in zip(pairs, ratios)]}
     if error:
         out["error"] = error
+    if disturbed:
+        out["disturbed"] = disturbed
     if not ratios:
         out["verdict"] = None
         return out
@@ -87,6 +94,9 @@ def describe(confirm: dict[str, Any]) -> str:
         line += "; not faster in every pair: a tie, won by the safer config (the baseline)"
     if confirm.get("error"):
         line += f"; stopped early: {confirm['error']}"
+    if confirm.get("disturbed"):
+        line += (f"; {len(confirm['disturbed'])} run(s) measured under load from outside, figures suspect: "
+                 + "; ".join(confirm["disturbed"]))
     return line
 
 

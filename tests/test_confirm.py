@@ -36,6 +36,15 @@ def test_the_speedup_is_the_median_of_the_paired_ratios():
                                "(pairs 1.90-2.11x)")
 
 
+def test_a_run_measured_under_outside_load_is_named():
+    results = [{"status": "ok", "metrics": {"samples_per_s": v}} for v in (100.0, 150.0)]
+    results[1]["disturbed"] = "other processes used 60% of the host's CPU time"
+    out = C.remeasure(lambda knobs, label: results.pop(0), {}, {}, 1)
+    assert out["disturbed"] == ["00-best: other processes used 60% of the host's CPU time"]
+    assert C.describe(out).endswith("1 run(s) measured under load from outside, figures suspect: "
+                                    "00-best: other processes used 60% of the host's CPU time")
+
+
 def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
     run, _ = fake_runs([100.0, 104.0, 95.0, 101.0])
     tie = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)

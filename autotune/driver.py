@@ -102,10 +102,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
                                 spec.safety.keep_effective_batch, user)
         space.dropped += too_big
         if not space.search:
-            raise SpecError(
-                "search_space: nothing to search on this device; every knob is fixed: "
-                + "; ".join(f"{k} ({why})" for k, why in space.fixed.items())
-            )
+            raise SpecError(space.nothing_to_search())
         if state and state["space"]["search"] != space.search:
             raise SpecError(f"`{run_dir}` searched {state['space']['search']}; this machine resolves the space to "
                             f"{space.search}: resume on the same kind of device")

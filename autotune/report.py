@@ -15,6 +15,7 @@ from rich.table import Table
 from rich.text import Text
 
 from autotune import confirm as C
+from autotune import knobs as K
 from autotune import safety as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -91,7 +92,7 @@ class LiveView:
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
         console.print(f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}")
         console.print("searching: " + ", ".join(f"{k} {space.search[k]}" for k in self.searched))
-        unsearched = [n for n, why in space.fixed.items() if why == "not in the search space"]
+        unsearched = [n for n, why in space.fixed.items() if why == K.NOT_SEARCHED]
         if unsearched:
             console.print("  [dim]not searched: " + ", ".join(f"{n}={_fmt(space.baseline[n])}" for n in unsearched) + "[/]")
         for name, why in space.fixed.items():

@@ -162,8 +162,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     space = K.resolve_space(data["search_space"]["lists"], baseline, device, LEVELS[data["safety"]["level"]],
                             data["safety"]["keep_effective_batch"], user)
     if not space.search:
-        print("error: search_space: nothing to search on this device: "
-              + "; ".join(f"{k} ({why})" for k, why in space.fixed.items()), file=sys.stderr)
+        print(f"error: {space.nothing_to_search()}", file=sys.stderr)
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.yaml").write_text(yaml.safe_dump({k: v for k, v in data.items()}, sort_keys=False))

@@ -201,12 +201,9 @@ def spec_file(tmp_path, **overrides) -> Path:
      "tracking.uri: cannot reach an MLflow server at `http://127.0.0.1:9` ([Errno 111] Connection refused); start one "
      "(`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out for a local store"),
     ({"search_space": {"preset": None, "knobs": {"cudnn_benchmark": [True]}}},
-     "search_space: nothing to search on this device; every knob is fixed: num_workers (not in the search space); "
-     "pin_memory (not in the search space); prefetch_factor (not in the search space); persistent_workers (not in the "
-     "search space); num_threads (not in the search space); batch_size (not in the search space); precision (not in "
-     "the search space); channels_last (not in the search space); cudnn_benchmark (cuDNN runs only on CUDA devices; "
-     "no CUDA device); compile (not in the search space); set_to_none (not in the search space); fused_optimizer "
-     "(not in the search space)"),
+     "search_space: nothing to search on this device; every knob is fixed: cudnn_benchmark (cuDNN runs only on CUDA "
+     "devices; no CUDA device); not in the search space: num_workers, pin_memory, prefetch_factor, persistent_workers, "
+     "num_threads, batch_size, precision, channels_last, compile, set_to_none, fused_optimizer"),
     ({"workload": {"factory": "tests.workloads:make_raising"}},
      "workload: workload factory `tests.workloads:make_raising` raised ValueError: expected a batch like [images, labels] "
      "from the dataset; fix the factory or its arguments (workload.args: {}); --debug shows the traceback"),

@@ -120,7 +120,8 @@ def test_a_failing_baseline_stops_the_search_and_says_why(tmp_path):
 
 def test_nothing_to_search_is_a_spec_error(tmp_path):
     spec = make_spec(tmp_path, search_space={"preset": None, "knobs": {"pin_memory": [True]}})
-    with pytest.raises(S.SpecError, match=r"search_space: nothing to search on this device; every knob is fixed: num_workers \(not in the search space\)"):
+    with pytest.raises(S.SpecError, match=r"search_space: nothing to search on this device; every knob is fixed: pin_memory \(pinned memory only "
+                       r"speeds host-to-GPU copies; no CUDA device\); not in the search space: num_workers, "):
         run(spec)
 
 

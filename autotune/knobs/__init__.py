@@ -17,11 +17,11 @@ from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, aut
 from autotune.knobs._registry import (BOTTLENECKS, COMPILE_MODES, KNOBS, PRECISIONS, SAFETY_CLASSES, STAGES, USER,
                                       USER_PREFIX, Device, Knob, conflicts, declare, from_cell, ladder_key, lookup,
                                       pytorch_defaults, registry, to_cell, user_knob)
-from autotune.knobs._space import Space, resolve_space
+from autotune.knobs._space import NOT_SEARCHED, Space, resolve_space
 
 __all__ = [
     "BOTTLENECKS", "COMPILE_MODES", "KNOBS", "PRECISIONS", "SAFETY_CLASSES", "STAGES", "USER", "USER_PREFIX",
-    "Device", "Knob", "Space", "apply_backend_flags", "apply_process_flags", "autocast", "autocast_dtype",
+    "NOT_SEARCHED", "Device", "Knob", "Space", "apply_backend_flags", "apply_process_flags", "autocast", "autocast_dtype",
     "build_loader", "build_optimizer", "conflicts", "declare", "from_cell", "fuse_optimizer", "fused_unavailable",
     "ladder_key", "grad_scaler", "lay_out_state_like_params", "load_optimizer_state", "loader_kwargs", "lookup",
     "map_tensors", "optimizer_of", "prepare_model", "prepare_optimizer", "pytorch_defaults", "registry",

@@ -8,6 +8,8 @@ from typing import Any
 
 from autotune.knobs._registry import Device, conflicts, registry
 
+NOT_SEARCHED = "not in the search space"
+
 
 @dataclass
 class Space:
@@ -18,6 +20,14 @@ class Space:
     fixed: dict[str, str]  # knob -> why it is not sampled (it stays at the baseline value)
     dropped: list[str]  # "knob=value: why" for values that cannot apply here
     user: dict[str, dict] = field(default_factory=dict)  # user knobs: name -> {safety, stage}
+
+    def nothing_to_search(self) -> str:
+        """Why nothing is searched: each fixed knob's reason, the knobs merely
+        left out of the search space in one group."""
+        left_out = [k for k, why in self.fixed.items() if why == NOT_SEARCHED]
+        parts = [f"{k} ({why})" for k, why in self.fixed.items() if why != NOT_SEARCHED]
+        parts += ["not in the search space: " + ", ".join(left_out)] if left_out else []
+        return "search_space: nothing to search on this device; every knob is fixed: " + "; ".join(parts)
 
     def conflicts(self, params: dict[str, Any]) -> list[str]:
         """Why the searched `params`, with the fixed knobs at the baseline, cannot run together."""
@@ -47,7 +57,7 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
             value = knob.pytorch_default
         base[name] = value
         if name not in lists:
-            fixed[name] = "not in the search space"
+            fixed[name] = NOT_SEARCHED
             continue
         # with accumulation the optimization batch is kept, but BatchNorm and rounding
         # see the micro-batch: a numerics-level change rather than a dynamics one

@@ -34,6 +34,20 @@ def order(rounds: int) -> list[tuple[int, str]]:
     return out
 
 
+def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline, best, rounds: int,
+                 announce: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+    """The best trial (a `records.TrialRecord`) re-measured against the
+    baseline's, for both drivers (Ray's and the search without Ray): the
+    `remeasure` summary with the two trial numbers; None where there is nothing
+    to re-measure (no rounds, no measured baseline, or the baseline is the best)."""
+    if not rounds or not (baseline and baseline.throughput and best) or best is baseline:
+        return None
+    if announce:
+        announce(f"re-measuring the best against the baseline: {rounds} interleaved round(s), a fresh process each")
+    return {"baseline_trial": baseline.number, "best_trial": best.number,
+            **remeasure(run, baseline.knobs, best.knobs, rounds)}
+
+
 def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],
               rounds: int) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,

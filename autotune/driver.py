@@ -40,7 +40,7 @@ from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
 from autotune.budget import budget_fits
-from autotune.confirm import settle
+from autotune.confirm import confirm_best, settle
 from autotune.strategy import Strategy
 
 
@@ -309,18 +309,16 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
     if remaining > 0:
         tuner.fit()
 
-    def remeasure(baseline: dict, best: dict) -> dict:
-        if on_remeasure:
-            on_remeasure(f"re-measuring the best against the baseline: {spec.search.confirm_rounds} interleaved "
-                         f"round(s), a fresh process each")
-        need = max((resources(baseline), resources(best)), key=lambda r: (r["CPU"], r["GPU"]))
-        return RT.remeasure(settings, need, baseline, best, spec.search.confirm_rounds)
+    def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
+        need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={})
+        with RT.remeasurer(settings, need) as run:
+            return confirm_best(run, baseline, best, spec.search.confirm_rounds, on_remeasure)
 
     return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure)
 
 
 def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,
-            searcher: RT.Searcher, remeasure: Callable[[dict, dict], dict]) -> SearchResult:
+            searcher: RT.Searcher, remeasure: Callable[[TrialRecord, TrialRecord], dict | None]) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best
     re-measured against the baseline (autotune.confirm), the best config, why
     the search ended, the plots, and the parent run closed."""
@@ -347,10 +345,8 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
                                        f"{spec.search.patience} trials")
              or (searcher.exhausted and "every point of the space measured or known infeasible")
              or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
-    confirm = None
-    if not stopped and spec.search.confirm_rounds and baseline and baseline.throughput and best and best is not baseline:
-        confirm = {"baseline_trial": baseline.number, "best_trial": best.number,
-                   **remeasure(baseline.knobs, best.knobs)}
+    confirm = None if stopped else remeasure(baseline, best)
+    if confirm:
         state["confirm"] = confirm
         wall = time.perf_counter() - started + opened.wall_before
     result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended, confirm)

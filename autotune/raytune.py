@@ -10,6 +10,7 @@ Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.ya
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -106,28 +107,32 @@ class _Remeasurer:
         return run_on_node(knobs, self.settings, Path(self.settings["run_dir"]) / "confirm" / label)
 
 
-def remeasure(settings: dict, resources: dict, baseline: dict, best: dict, rounds: int) -> dict:
-    """`autotune.confirm.remeasure` through Ray: each run placed like a trial
-    (`resources`), with the trial settings less profiling, diagnosis and parity."""
+@contextlib.contextmanager
+def remeasurer(settings: dict, resources: dict):
+    """`run(knobs, label) -> result` for `autotune.confirm`, through Ray: each run
+    placed like a trial (`resources`, one actor holding them), with the trial
+    settings less profiling, diagnosis and parity."""
     import ray
 
-    from autotune import confirm
-
     settings = {**settings, "request": settings["request"].timed_only()}
-    actor = ray.remote(_Remeasurer).options(
-        num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
-        resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote(settings)
+    actor = None  # started by the first run: none when there is nothing to re-measure
 
     def run(knobs: dict, label: str) -> dict:
+        nonlocal actor
+        if actor is None:
+            actor = ray.remote(_Remeasurer).options(
+                num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
+                resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote(settings)
         result, packed = ray.get(actor.run.remote(knobs, label))
         if packed:
             unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
         return result
 
     try:
-        return confirm.remeasure(run, baseline, best, rounds)
+        yield run
     finally:
-        ray.kill(actor)
+        if actor is not None:
+            ray.kill(actor)
 
 
 def pack_dir(path: Path) -> str:

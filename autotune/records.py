@@ -89,14 +89,19 @@ class SearchResult:
     reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
 
     @property
+    def confirmed(self) -> dict[str, Any] | None:
+        """The re-measurement of this best against the baseline (autotune.confirm),
+        None where there is none (or the baseline won it)."""
+        c = self.confirm
+        return c if c and self.best and c.get("best_trial") == self.best.number and c.get("verdict") else None
+
+    @property
     def speedup(self) -> float | None:
         """The best's speedup over the baseline: the re-measured one where the
         search re-measured this best (autotune.confirm), else the trials' ratio."""
         if not (self.best and self.baseline and self.baseline.throughput):
             return None
-        if self.confirm and self.confirm.get("best_trial") == self.best.number and self.confirm.get("verdict"):
-            return self.confirm["speedup_x"]
-        return self.best.throughput / self.baseline.throughput
+        return self.confirmed["speedup_x"] if self.confirmed else self.best.throughput / self.baseline.throughput
 
     @property
     def break_even(self) -> dict[str, Any] | None:
@@ -108,8 +113,7 @@ class SearchResult:
         best = self.best
         if self.speedup is None:
             return None
-        confirmed = self.confirm and self.confirm.get("best_trial") == best.number and self.confirm.get("verdict")
-        rate = self.confirm["best_samples_per_s"] if confirmed else best.throughput
+        rate = self.confirmed["best_samples_per_s"] if self.confirmed else best.throughput
         return break_even(self.wall_s, self.speedup, rate, best.knobs["batch_size"], best is not self.baseline)
 
     @property

@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -135,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
 def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
-    from autotune.confirm import describe, remeasure, settle
+    from autotune.confirm import confirm_best, describe, settle
     from autotune.export import write_best_config
     from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
@@ -150,8 +149,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     settings = data["search"]
     run_dir = (output_dir or (Path(data["output_dir"]) if data["output_dir"] else
                               Path("runs") / f"{data['name']}-{datetime.now():%Y%m%d-%H%M%S}")).resolve()
-    user_cwd = os.getcwd()
-    sys.path.insert(0, user_cwd)  # user factories resolve as the trials will resolve them
+    user_cwd = W.importable_cwd()  # user factories resolve as the trials will resolve them
     wl = data["workload"]
     ref, user = wl.get("factory") or wl["name"], data["search_space"].get("user") or {}
     workload = W.load(ref, wl.get("args"))
@@ -228,15 +226,12 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
         ended = "interrupted"
     best = pick_best(records)
     confirm = None
-    rounds = settings["confirm_rounds"]
-    if ended != "interrupted" and rounds and baseline_record and baseline_record.throughput and best \
-            and best is not baseline_record:  # as autotune.search: the best re-measured against the baseline
-        print(f"re-measuring the best against the baseline: {rounds} interleaved round(s), a fresh process each")
+    if ended != "interrupted":  # as autotune.driver: the best re-measured against the baseline
         plain = request.timed_only()
-        confirm = {"baseline_trial": baseline_record.number, "best_trial": best.number, **remeasure(
-            lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
-                                                data["trial"]["timeout_s"], user_cwd, thread_env),
-            baseline_record.knobs, best.knobs, rounds)}
+        confirm = confirm_best(lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
+                                                                   data["trial"]["timeout_s"], user_cwd, thread_env),
+                               baseline_record, best, settings["confirm_rounds"], print)
+    if confirm:
         state["confirm"] = confirm
     wall = time.perf_counter() - started
     paths = run_paths(run_dir)

@@ -10,13 +10,12 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
 """
 
 from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, autocast, autocast_dtype, build_loader,
-                                   build_optimizer, fuse_optimizer, fused_unavailable, grad_scaler,
-                                   lay_out_state_like_params, load_optimizer_state, loader_kwargs, map_tensors,
-                                   optimizer_of, prepare_model, prepare_optimizer, seeded_loader, to_channels_last,
-                                   to_device, workload_args)
+                                   build_optimizer, fuse_optimizer, grad_scaler, lay_out_state_like_params,
+                                   load_optimizer_state, loader_kwargs, map_tensors, optimizer_of, prepare_model,
+                                   prepare_optimizer, seeded_loader, to_channels_last, to_device, workload_args)
 from autotune.knobs._registry import (BOTTLENECKS, COMPILE_MODES, KNOBS, PRECISIONS, SAFETY_CLASSES, STAGES, USER,
-                                      USER_PREFIX, Device, Knob, conflicts, declare, from_cell, ladder_key, lookup,
-                                      pytorch_defaults, registry, to_cell, user_knob)
+                                      USER_PREFIX, Device, Knob, conflicts, declare, from_cell, fused_unavailable,
+                                      ladder_key, lookup, pytorch_defaults, registry, to_cell, user_knob)
 from autotune.knobs._space import NOT_SEARCHED, Space, resolve_space
 
 __all__ = [

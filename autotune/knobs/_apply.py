@@ -206,29 +206,3 @@ def optimizer_of(workload) -> str | None:
         except Exception:  # the user's code may fail in any way here: try the next, or leave it to the trial
             continue
     return None
-
-
-def fused_unavailable(optimizer: str, device_type: str) -> str | None:
-    """Why torch cannot fuse this optimizer class ("module:QualName") on this
-    device type, or None (also when the class cannot be imported here)."""
-    import importlib
-    import inspect
-
-    import torch
-    from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
-
-    module, _, qualname = optimizer.partition(":")
-    try:
-        cls = importlib.import_module(module)
-        for part in qualname.split("."):
-            cls = getattr(cls, part)
-    except Exception:
-        return None
-    if "fused" not in inspect.signature(cls.__init__).parameters:
-        have = sorted(n for n, c in vars(torch.optim).items() if isinstance(c, type)
-                      and issubclass(c, torch.optim.Optimizer) and "fused" in inspect.signature(c.__init__).parameters)
-        return (f"the workload's optimizer {qualname} has no fused implementation in torch {torch.__version__} "
-                f"(torch.optim has one for {', '.join(have)})")
-    if device_type not in _get_fused_kernels_supported_devices():
-        return f"torch {torch.__version__} has no fused optimizer kernels for {device_type}"
-    return None

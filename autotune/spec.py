@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import re
+import tempfile
 from datetime import datetime
 from importlib import resources
 from pathlib import Path
@@ -255,12 +258,47 @@ class Spec(_Strict):
     output_dir: Optional[Path] = Field(None, description="default: runs/<name>-<timestamp>")
 
     def resolved_output_dir(self) -> Path:
-        if self.output_dir is not None:
-            if self.output_dir.exists() and not self.output_dir.is_dir():
-                raise SpecError(f"output_dir: `{self.output_dir}` is a file, not a directory; name a directory "
-                                "(it is created) or leave output_dir out for runs/<name>-<timestamp>")
-            return self.output_dir
-        return Path("runs") / f"{self.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        """The search's output dir, checked: a directory this process can create
+        and write, on a disk with room (nothing is written to check it). The
+        default, runs/<name>-<timestamp>, is fixed by the first call, so every
+        later one (the interrupted line's `--resume DIR`) names the same dir."""
+        if self.output_dir is None:
+            self.output_dir = Path("runs") / f"{self.name}-{datetime.now():%Y%m%d-%H%M%S}"
+        check_output_dir(self.output_dir)
+        return self.output_dir
+
+
+MIN_FREE_BYTES = 64 << 20  # a search writes its MLflow store, Optuna storage, trial files and traces
+
+
+def check_output_dir(path: Path) -> None:
+    """Refuse, in one line, an output dir that is a file, cannot be created or
+    written, or is on a read-only or full disk: before anything starts."""
+    fix = "name a directory you can write (it is created) or leave output_dir out for runs/<name>-<timestamp>"
+    if path.exists() and not path.is_dir():
+        raise SpecError(f"output_dir: `{path}` is a file, not a directory; name a directory "
+                        "(it is created) or leave output_dir out for runs/<name>-<timestamp>")
+    chain = (path.absolute(), *path.absolute().parents)
+    existing = next(p for p in chain if p.is_dir())
+    below = chain[chain.index(existing) - 1] if existing != chain[0] else None
+    if below is not None and below.exists():
+        raise SpecError(f"output_dir: `{path}` cannot be created: `{below}` is a file, not a directory; {fix}")
+    try:
+        fs = os.statvfs(existing)
+    except OSError as e:
+        raise SpecError(f"output_dir: `{path}` cannot be written: {e.strerror} (`{existing}`); {fix}") from None
+    if fs.f_flag & os.ST_RDONLY:
+        raise SpecError(f"output_dir: `{path}` is on a read-only file system (`{existing}`); {fix}")
+    try:  # what a search will do there first: create a directory (removed at once)
+        os.rmdir(tempfile.mkdtemp(prefix=".autotune-check-", dir=existing))
+    except OSError as e:
+        why = os.strerror(e.errno) if e.errno else str(e)
+        raise SpecError(f"output_dir: `{path}` cannot be written: creating a directory in `{existing}` fails "
+                        f"({why}{'; the disk is full' if e.errno == errno.ENOSPC else ''}); {fix}") from None
+    free = fs.f_bavail * fs.f_frsize
+    if fs.f_blocks and free < MIN_FREE_BYTES:  # f_blocks 0: a pseudo file system that reports no sizes
+        raise SpecError(f"output_dir: `{path}` is on a full disk ({free >> 20} MiB free in `{existing}`; a search "
+                        f"needs at least {MIN_FREE_BYTES >> 20} MiB for its stores and trial files); {fix}")
 
 
 def _describe(err: dict) -> str:

@@ -237,6 +237,27 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
                              "(it is created) or leave output_dir out for runs/<name>-<timestamp>\n")
 
 
+@pytest.mark.parametrize("where, existing, why", [
+    ("/proc/autotune-cannot-write-here", "/proc", "No such file or directory"),
+    ("{tmp}/notes.txt/run", "{tmp}", None),
+])
+def test_an_unwritable_output_dir_is_one_line_and_nothing_starts(tmp_path, where, existing, why):
+    (tmp_path / "notes.txt").write_text("my notes\n")
+    out = where.format(tmp=tmp_path)
+    result = runner.invoke(app, ["search", str(spec_file(tmp_path)), "--output-dir", out])
+    assert result.exit_code == 2
+    if why is None:  # the path runs through a file
+        assert result.stderr == (f"error: output_dir: `{out}` cannot be created: `{tmp_path / 'notes.txt'}` is a file, "
+                                 "not a directory; name a directory you can write (it is created) or leave output_dir "
+                                 "out for runs/<name>-<timestamp>\n")
+    else:
+        assert result.stderr == (f"error: output_dir: `{out}` cannot be written: creating a directory in `{existing}` "
+                                 f"fails ({why}); name a directory you can write (it is created) or leave output_dir "
+                                 "out for runs/<name>-<timestamp>\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "s.yaml"]  # nothing written, nothing started
+    assert (tmp_path / "notes.txt").read_text() == "my notes\n"
+
+
 def test_a_yaml_syntax_error_is_one_line_with_its_place(tmp_path):
     path = tmp_path / "s.yaml"
     path.write_text("workload:\n  name: tiny_cnn\n  args: {batch_size: 8\n")

@@ -154,7 +154,7 @@ def find(spec, source) -> Path | None:
     earlier = Lookup(spec.resolved_output_dir().resolve().parent, asked) if asked else None
     if not earlier or not earlier.found:
         return None
-    W.importable_cwd()  # a user factory resolves as the search would resolve it
+    W.importable_paths()  # a user factory resolves as the search would resolve it
     return earlier.match(machine(spec, W.load(source, spec.workload.args)))
 
 

@@ -65,7 +65,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         if not (run_dir / STATE_FILE).exists():
             raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
         state = json.loads((run_dir / STATE_FILE).read_text())
-    user_cwd = W.importable_cwd()  # user factories resolve as the trials will resolve them
+    user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
     user = spec.search_space.user()
     source, pickled = _source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
@@ -116,7 +116,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         lock = contextlib.nullcontext() if spec.resources.ray_address else device_lock(device.type, run_dir, on_wait)
         with lock as waited:
             started += waited or 0.0  # waiting is not searching (time budget, wall time)
-            return _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state, on_trial_start,
+            return _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state, on_trial_start,
                            on_remeasure, pickled, remembered)
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
@@ -215,7 +215,7 @@ def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -
     return _Opened(tracker, paths, state, n_trials, storage_url, wall_before)
 
 
-def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial, state,
+def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state,
             on_trial_start=None, on_remeasure=None, pickled: bytes | None = None,
             remembered: dict | None = None) -> SearchResult:
     import ray
@@ -266,7 +266,7 @@ def _search(spec, run_dir, user_cwd, device, space, started, on_start, on_trial,
             "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
             "reference": str(run_dir / REFERENCE_FILE)}),
         "timeout_s": spec.trial.timeout_s,
-        "run_dir": str(run_dir), "user_cwd": user_cwd,
+        "run_dir": str(run_dir), "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
         "thread_env": user_thread_env(),
         "driver_node": ray.get_runtime_context().get_node_id(),

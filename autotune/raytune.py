@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, config.get("prune_below"))
-    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
+    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
 
 
 def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[dict, str | None]:

@@ -94,15 +94,51 @@ def resolve(ref: Source) -> Callable[..., Workload]:
     return factory
 
 
-def importable_cwd() -> str:
-    """Make this process's working dir importable, as trials import factories
-    (the launcher puts it first on their PYTHONPATH); returns it."""
+def importable_paths() -> str:
+    """Make this process's working dir importable, and return what trials need
+    on their PYTHONPATH to import what this (the driver's) process imports: the
+    working dir first, then every directory the user put on sys.path (a
+    notebook's `sys.path.insert(0, "../lib")`, made absolute), less the
+    interpreter's own (stdlib, site-packages), which every trial has."""
     import sys
 
     cwd = os.getcwd()
     if cwd not in sys.path:
         sys.path.insert(0, cwd)
-    return cwd
+    return os.pathsep.join(_user_dirs())
+
+
+def _user_dirs() -> list[str]:
+    import sys
+    import sysconfig
+
+    own = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, *sysconfig.get_paths().values())}
+    out: list[str] = []
+    for entry in sys.path:
+        path = os.path.realpath(entry or os.getcwd())
+        inside = any(path == o or path.startswith(o + os.sep) for o in own)
+        if os.path.isdir(path) and not inside and "site-packages" not in path and path not in out:
+            out.append(path)
+    return out
+
+
+def by_value_modules() -> list[str]:
+    """The top-level modules this process imported from the user's own directories
+    (`_user_dirs`: not installed, not the interpreter's): what a trial on another
+    node cannot import, so a pickled factory carries them by value."""
+    import sys
+    from importlib.metadata import packages_distributions
+
+    dirs, installed = _user_dirs(), set(packages_distributions())
+    out = []
+    for name, module in list(sys.modules.items()):
+        origin = getattr(module, "__file__", None)
+        if "." in name or name == "__main__" or name in installed or not origin:
+            continue
+        origin = os.path.realpath(origin)
+        if any(origin.startswith(d + os.sep) for d in dirs):
+            out.append(name)
+    return sorted(out)
 
 
 def _import_hint(module_name: str, e: Exception) -> str:
@@ -126,15 +162,26 @@ def check_factory(factory) -> None:
 def dump_factory(factory) -> bytes:
     """A factory callable pickled by value (cloudpickle), so a trial process, the
     fork server or another node can call it without importing where it was
-    defined (a notebook's `__main__`, a function's locals)."""
+    defined (a notebook's `__main__`, a function's locals), with the user's own
+    modules it uses (`by_value_modules`: a helper the notebook imported through
+    sys.path) by value too."""
     check_factory(factory)
     import cloudpickle
 
+    import sys
+
+    # what the factory uses from the user's own modules travels with it (another node has no ../lib)
+    modules = [sys.modules[name] for name in by_value_modules()]
+    for module in modules:
+        cloudpickle.register_pickle_by_value(module)
     try:
         return cloudpickle.dumps(factory)
     except Exception as e:  # whatever it closes over may refuse: a lock, an open file, a CUDA stream
         raise WorkloadError(f"workload factory `{name_of(factory)}` cannot be pickled for the trial processes "
                             f"({type(e).__name__}: {e}); build such objects inside the factory, not around it") from e
+    finally:
+        for module in modules:
+            cloudpickle.unregister_pickle_by_value(module)
 
 
 def pickled_ref(blob: bytes) -> dict[str, str]:

@@ -149,7 +149,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     settings = data["search"]
     run_dir = (output_dir or (Path(data["output_dir"]) if data["output_dir"] else
                               Path("runs") / f"{data['name']}-{datetime.now():%Y%m%d-%H%M%S}")).resolve()
-    user_cwd = W.importable_cwd()  # user factories resolve as the trials will resolve them
+    user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
     wl = data["workload"]
     ref, user = wl.get("factory") or wl["name"], data["search_space"].get("user") or {}
     workload = W.load(ref, wl.get("args"))
@@ -203,7 +203,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
             number = proposal.trial.number
             config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]))
             trial_dir = trial_dir_of(run_dir, number)
-            result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_cwd, thread_env)
+            result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
             record = record_of(number, knobs, result, trial_dir, is_baseline=baseline_record is None)  # as the recorder
             add_speedup(record, baseline_record or record)
             if record.is_baseline:
@@ -229,7 +229,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     if ended != "interrupted":  # as autotune.driver: the best re-measured against the baseline
         plain = request.timed_only()
         confirm = confirm_best(lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
-                                                                   data["trial"]["timeout_s"], user_cwd, thread_env),
+                                                                   data["trial"]["timeout_s"], user_path, thread_env),
                                baseline_record, best, settings["confirm_rounds"], print)
     if confirm:
         state["confirm"] = confirm

@@ -165,3 +165,86 @@ def test_reuse_and_refresh_together_is_one_line(tmp_path):
     spec.write_text(yaml.safe_dump(AW.spec(tmp_path / "run", workload={"name": "tiny_cnn"})))
     result = CliRunner().invoke(app, ["search", str(spec), "--reuse", "--refresh"])
     assert result.exit_code == 2 and result.stderr == "error: give `--reuse` or `--refresh`, not both\n"
+
+
+HELPER = """
+import torch
+import autotune
+
+
+class Net(torch.nn.Module):                 # a class of the helper: pickled by reference unless carried by value
+    def __init__(self):
+        super().__init__()
+        self.fc = torch.nn.Linear(192, 4)
+
+    def forward(self, x):
+        return self.fc(x.flatten(1))
+
+
+def build(batch_size=16):
+    data = torch.utils.data.TensorDataset(torch.randn(256, 3, 8, 8), torch.randint(0, 4, (256,)))
+    return autotune.Workload(model=Net, dataset=data, batch_size=batch_size,
+                             loss=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]))
+"""
+
+SYS_PATH_NOTEBOOK = """
+import json, sys
+sys.path.insert(0, "../lib")              # the helper is importable only through the notebook's sys.path
+import nbhelper
+import autotune
+
+spec = json.loads(sys.argv[1])
+if spec.get("workload"):                  # the factory by reference: `nbhelper:build`
+    result = autotune.search(spec)
+else:                                     # a notebook's function calling the helper
+    def make_workload(batch_size=16):
+        return nbhelper.build(batch_size)
+    result = autotune.search(spec, workload=make_workload)
+print(json.dumps({"status": list(result.trials["status"])}))
+"""
+
+
+def sys_path_notebook(tmp_path: Path, spec: dict, env: dict) -> subprocess.CompletedProcess:
+    """Run SYS_PATH_NOTEBOOK from tmp/nb with the helper in tmp/lib; PYTHONPATH names neither."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "lib" / "nbhelper.py").write_text(textwrap.dedent(HELPER))
+    (tmp_path / "nb").mkdir()
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(SYS_PATH_NOTEBOOK), json.dumps(spec)],
+                          cwd=tmp_path / "nb", env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=280)
+
+
+def loads_without_the_helper(pickled: Path) -> str:
+    """Unpickle and call the factory in a process that cannot import nbhelper."""
+    code = "import pickle, sys; f = pickle.load(open(sys.argv[1], 'rb')); print(type(f().model()).__name__)"
+    proc = subprocess.run([sys.executable, "-c", code, str(pickled)], cwd=pickled.parent, capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout.strip()
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("by_reference", [False, True])
+def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_reference):
+    """The trials on the driver's node get the driver's sys.path directories; the
+    pickled factory carries the helper by value (a node without ../lib can load it)."""
+    spec = AW.spec(tmp_path / "run")
+    if by_reference:
+        spec["workload"] = {"factory": "nbhelper:build"}
+    proc = sys_path_notebook(tmp_path, spec, dict(os.environ))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["status"] == ["ok", "ok"]
+    if not by_reference:
+        assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"
+
+
+@pytest.mark.timeout(300)
+def test_a_helper_on_the_notebooks_sys_path_reaches_trials_on_another_node(tmp_path, cluster):
+    spec = AW.spec(tmp_path / "run", search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
+                   search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
+                   resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1})
+    proc = sys_path_notebook(tmp_path, spec, cluster_env())
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    table = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
+    assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"

@@ -121,9 +121,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
         if started_ray:
-            import ray
-
-            ray.shutdown()
+            RT.shutdown_ray()
 
 
 def _fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:

@@ -33,6 +33,7 @@ from ray import tune  # noqa: E402
 from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
+from autotune import reaper  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
@@ -243,12 +244,28 @@ def init_ray(address: str | None) -> bool:
     # a cluster on loopback addresses runs on this machine: join it from its head's address
     host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
     node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}
+    global _reaper
+    if address is None:  # a local Ray is this process's: it ends with it, a kill -9 included
+        _reaper = reaper.start()
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
     if address is None and not ray.util.get_node_ip_address().startswith("127."):
-        ray.shutdown()
+        shutdown_ray()
         raise SpecError(f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
                         "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)")
     return True
+
+
+_reaper = None  # autotune.reaper's process while a local Ray started by `init_ray` runs
+
+
+def shutdown_ray() -> None:
+    """Stop the Ray `init_ray` started, then let its reaper go."""
+    import ray
+
+    global _reaper
+    ray.shutdown()
+    reaper.stop(_reaper)
+    _reaper = None
 
 
 def stop_on_sigterm() -> None:

@@ -15,6 +15,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from autotune import reaper
 from autotune import spec as S
 from autotune.cli import app
 from autotune.driver import run
@@ -99,22 +100,6 @@ def wait_for_rows(csv: Path, n: int, proc, timeout=180):
     raise AssertionError(f"no {n} finished trials in {timeout} s")
 
 
-def descendants(pid: int) -> list[int]:
-    children = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-        except (OSError, IndexError, ValueError):
-            continue
-    out, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
 def count(run_dir: Path) -> dict:
     """What each store holds: CSV rows, MLflow trial runs, Optuna finished trials."""
     rows = pd.read_csv(run_dir / "trials.csv")
@@ -154,19 +139,26 @@ def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path, sig)
     assert state["wall_s"] > state["wall_before_s"] > 0  # the resumed search counts both runs
 
 
+def alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
+    """Those of `procs` (pid, start time) still running as the same process."""
+    now = {(pid, start) for pid, (_, start) in reaper._procs().items()}
+    return procs & now
+
+
 @pytest.mark.timeout(400)
-def test_sigkill_between_trials_leaves_the_stores_consistent(tmp_path):
+def test_sigkill_of_the_driver_leaves_the_stores_consistent_and_no_process_behind(tmp_path):
     spec = write_spec(tmp_path / "s.yaml", n_trials=4)
     run_dir = tmp_path / "run"
     proc = start_search(str(spec))
     wait_for_rows(run_dir / "trials.csv", 2, proc)
-    doomed = [proc.pid, *descendants(proc.pid)]  # the driver, Ray, the trial: nothing gets to clean up
-    for pid in doomed:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    started = reaper.descendants(proc.pid, since=0)  # Ray's processes (its agents too), the fork server, a trial
+    assert any("raylet" in Path(f"/proc/{pid}/cmdline").read_text() for pid, _ in alive(started))
+    os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as `kill -9 PID` does: nothing in it gets to clean up
     proc.wait(timeout=30)
+    deadline = time.time() + 20
+    while alive(started) and time.time() < deadline:
+        time.sleep(0.5)
+    assert alive(started) == set(), "processes of the killed search outlived it"
     killed = count(run_dir)
     # every recorded trial is in all three stores; Optuna may know one more, finished
     # but not yet recorded, which --resume records from its result.json
@@ -178,6 +170,7 @@ def test_sigkill_between_trials_leaves_the_stores_consistent(tmp_path):
     assert proc.returncode == 0, out
     final = count(run_dir)
     assert final["csv"] == final["mlflow"] == final["optuna"] and len(final["csv"]) == 4
+    assert alive(started) == set()
 
 
 runner = CliRunner()

@@ -111,24 +111,6 @@ def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
     assert "__main__.make_workload" in (tmp_path / "run" / "spec.yaml").read_text()
 
 
-@pytest.mark.timeout(300)
-def test_a_factory_in_main_reaches_trials_on_another_node(tmp_path, cluster):
-    """The pickled bytes travel with the request: a node without the run dir runs the factory."""
-    spec = AW.spec(tmp_path / "run", n_trials=4, search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 1},
-                   search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
-                   resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1})
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(spec)], cwd=tmp_path,
-                          env={**cluster_env(), "PYTHONPATH": str(ROOT)}, capture_output=True, text=True, timeout=280)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    table = pd.read_csv(tmp_path / "run" / "trials.csv")
-    assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
-    confirm = json.loads((tmp_path / "run" / "search.json").read_text())["confirm"]
-    assert confirm["rounds"] == 1 and "error" not in confirm
-    remote = table[table["node_ip"] == "127.0.0.3"]["trial"].iloc[0]
-    config = json.loads((tmp_path / "run" / "trials" / f"{remote:04d}" / "config.json").read_text())
-    assert config["workload"]["file"] == "../../workload.pkl"  # as on the driver's node: reproducible from the run dir
-
-
 def test_a_workload_that_is_not_callable_is_one_line(tmp_path):
     with pytest.raises(WorkloadError) as e:
         autotune.search(AW.spec(tmp_path / "run"), workload="tests.api_workloads:make_cnn")
@@ -239,8 +221,10 @@ def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_refe
 
 
 @pytest.mark.timeout(300)
-def test_a_helper_on_the_notebooks_sys_path_reaches_trials_on_another_node(tmp_path, cluster):
-    spec = AW.spec(tmp_path / "run", search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
+def test_a_factory_in_main_with_a_sys_path_helper_reaches_trials_on_another_node(tmp_path, cluster):
+    """The pickled bytes travel with the request, the helper by value in them: a
+    node without the run dir (or ../lib) runs the factory; re-measuring too."""
+    spec = AW.spec(tmp_path / "run", search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 1},
                    search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
                    resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1})
     proc = sys_path_notebook(tmp_path, spec, cluster_env())
@@ -248,3 +232,8 @@ def test_a_helper_on_the_notebooks_sys_path_reaches_trials_on_another_node(tmp_p
     table = pd.read_csv(tmp_path / "run" / "trials.csv")
     assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
     assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"
+    confirm = json.loads((tmp_path / "run" / "search.json").read_text())["confirm"]
+    assert confirm["rounds"] == 1 and "error" not in confirm
+    remote = table[table["node_ip"] == "127.0.0.3"]["trial"].iloc[0]
+    config = json.loads((tmp_path / "run" / "trials" / f"{remote:04d}" / "config.json").read_text())
+    assert config["workload"]["file"] == "../../workload.pkl"  # as on the driver's node: reproducible from the run dir

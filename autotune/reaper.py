@@ -27,7 +27,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Iterator
 
 POLL_S = 0.5
 

@@ -7,6 +7,7 @@ is computed once per workload and reused by every row (as a search does), so its
 time is reported apart. Needs torch only.
 
     python scripts/parity_table.py [--steps 20] [--workloads resnet18_cifar,tiny_transformer]
+    python scripts/parity_table.py --workloads resnet18_cifar --image-size 224   # the GPU rows at full size
 
 Rows marked "emulated" run fp16 autocast on a CPU, which the knob registry does not
 offer (it needs CUDA); planted faults use it on a CPU for fp16 overflow. The last
@@ -77,13 +78,17 @@ def main() -> None:
     p.add_argument("--workloads", default="resnet18_cifar,tiny_transformer")
     p.add_argument("--skip-compile", action="store_true")
     p.add_argument("--cpu-fp16", action="store_true", help="on a CPU, also run the knob rows with fp16 (emulated)")
+    p.add_argument("--image-size", type=int, default=ARGS["resnet18_cifar"]["image_size"],
+                   help="resnet18_cifar's image size (224: the classic case as trained on a GPU)")
+    p.add_argument("--batch-size", type=int, default=ARGS["resnet18_cifar"]["batch_size"], help="resnet18_cifar's batch")
     args = p.parse_args()
+    wl_args = {**ARGS, "resnet18_cifar": {"batch_size": args.batch_size, "image_size": args.image_size}}
     device = detect_device("auto")
     rows, references = [], {}
     print(f"{'workload':22} {'knob':24} " + " ".join(f"{m + ' err/band':17}" for m in S.STEP_METRICS)
           + f" {'multi loss/band':17} {'verdict':5} {'time_s':>6}  note")
     for name in args.workloads.split(","):
-        wl = W.load(name, ARGS.get(name))
+        wl = W.load(name, wl_args.get(name))
         base = K.pytorch_defaults(wl.batch_size)
         levels = S.device_levels(base, device)
         if device.type == "cpu" and args.cpu_fp16:
@@ -115,7 +120,8 @@ def main() -> None:
     false_alarms = [f"{r['workload']} {r['knob']}={r['value']}" for r in rows if not r["passed"]]
     caught = sum(not r["passed"] for r in planted)
     print(f"false alarms: {len(false_alarms)} of {len(rows)} knob rows; planted faults caught: {caught} of {len(planted)}")
-    print(json.dumps(_finite({"device": device.name, "steps": args.steps, "reference_s": references, "rows": rows + planted,
+    print(json.dumps(_finite({"device": device.name, "steps": args.steps, "workload_args": wl_args,
+                              "reference_s": references, "rows": rows + planted,
                       "false_alarms": len(false_alarms), "false_alarm_rows": false_alarms,
                       "planted_total": len(planted), "planted_caught": caught})))
 

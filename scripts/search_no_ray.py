@@ -107,11 +107,24 @@ def _read_plain(path: Path) -> dict:
         if not preset.exists():
             raise SpecError(f"{path}: search_space.preset: unknown preset `{space['preset']}`")
         lists = yaml.safe_load(preset.read_text()) or {}
+    bad = set(space) - {"preset", "knobs", "workload_args"}
+    if bad:
+        raise SpecError(f"{path}: search_space: unknown key `{sorted(bad)[0]}`; allowed: preset, knobs, workload_args")
     lists.update(space.get("knobs") or {})
     bad = set(lists) - set(K.KNOBS)
     if bad:
         raise SpecError(f"{path}: search_space: unknown knob `{sorted(bad)[0]}`; knobs: {', '.join(K.KNOBS)}")
-    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}}
+    user, stages = {}, [s for s in K.STAGES if s != "workload"]
+    for name, k in (space.get("workload_args") or {}).items():  # as autotune.spec's UserKnob
+        k = {"values": k} if isinstance(k, list) else k
+        if not (str(name).isidentifier() and isinstance(k, dict) and isinstance(k.get("values"), list) and k["values"]
+                and set(k) <= {"values", "safety", "stage"} and k.get("safety", "dynamics") in K.SAFETY_CLASSES
+                and k.get("stage") in (None, *stages)):
+            raise SpecError(f"{path}: search_space.workload_args.{name}: give a list of values or {{values: [...], "
+                            f"safety: {' | '.join(K.SAFETY_CLASSES)}, stage: {' | '.join(stages)}}}")
+        user[name] = {"safety": k.get("safety", "dynamics"), "stage": k.get("stage")}
+        lists[K.USER_PREFIX + name] = k["values"]
+    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}, "user": user}
     data["name"] = data["name"] or path.stem
     return data
 

@@ -3,8 +3,11 @@
 import csv
 import json
 import os
+import runpy
+import shlex
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -96,3 +99,66 @@ def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
     refused = subprocess.run([*bench, "--optimizers", "sgd,rmsprop"], capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2
     assert "--optimizers: rmsprop not allowed; torch fuses: sgd, adam, adamw, adagrad" in refused.stderr
+
+
+def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
+    proc = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHON": sys.executable})
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    plan = json.loads(proc.stdout.strip().splitlines()[-1])
+    keys = [s["step"] for s in plan["steps"]]
+    assert keys == ["1-fidelity", "2-classic", "3-search", "3b-classic-found", "4-parity", "5-fused", "6-overhead",
+                    "7-landscape"]  # the priority order
+    assert plan["budget_s"] == 40 * 60 and sum(s["cap_s"] for s in plan["steps"][:-1]) <= plan["budget_s"]
+    assert plan["steps"][-1]["cap_s"] is None and "cap: the rest of the budget" in proc.stdout  # the landscape
+    for step in plan["steps"]:
+        assert step["parses"] == "ok", step  # each command line parses (and the search's spec reads) without a GPU
+        assert f"{plan['dir']}/{step['step']}.json" in step["writes"]
+        assert f"{step['step']}: " in proc.stdout and shlex.join(["python3", *step["command"]]) in proc.stdout
+    fidelity = plan["steps"][0]["command"]
+    assert fidelity[:3] == ["scripts/bench_fidelity.py", "--workload", "resnet18_cifar"]
+    assert "precision=bf16-mixed" in fidelity and "batch_size=256" in fidelity
+    assert "scripts/landscapes/<gpu>_resnet18_gpunorm.csv" in plan["steps"][-1]["writes"]
+    assert "8 of 8 steps parse" in proc.stdout
+
+    short = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run", "--budget-min", "0"], capture_output=True,
+                           text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    assert short.returncode == 2 and short.stderr.strip() == "error: --budget-min 0: must be > 0 (minutes)"
+    typo = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run", "--redo", "9"], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    assert typo.returncode == 2 and typo.stderr.strip() == "error: --redo 9: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
+
+
+def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp_path, monkeypatch):
+    day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
+    Step = day["Step"]
+    typo = Step("x", "a typo", 60, [sys.executable, "scripts/bench_fused.py", "--optimiser", "sgd"])
+    assert day["check_parses"](typo) == "does not parse (exit 2)"  # caught by the dry run, before a GPU is lent
+
+    ok = [sys.executable, "-c", "print('measured'); print('{\"x\": 1}')"]
+    plan = [Step("1-fails", "exits 3", 60, [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]),
+            Step("2-hangs", "outlives its cap", 1.5, [sys.executable, "-c", "import time; time.sleep(60)"]),
+            Step("3-ok", "prints its JSON line", 60, ok),
+            Step("4-too-long", "its cap does not fit the budget", 3600, ok)]
+    (tmp_path / "day.json").write_text(json.dumps({"gpu": "cpu", "started": "2026-11-24T00:00:00+00:00"}))
+    monkeypatch.delenv("OUT", raising=False)
+    assert day["run_day"](tmp_path, "cpu", 600, set(), plan) == 0
+    records = {s.key: json.loads((tmp_path / f"{s.key}.json").read_text()) for s in plan[:3]}
+    assert (records["1-fails"]["status"], records["1-fails"]["returncode"]) == ("failed", 3)
+    assert "boom" in records["1-fails"]["error"]
+    assert records["2-hangs"]["status"] == "timeout" and records["2-hangs"]["wall_s"] < 30
+    assert records["3-ok"]["status"] == "ok" and records["3-ok"]["result"] == {"x": 1}
+    assert "measured" in (tmp_path / "3-ok.log").read_text()
+    assert not (tmp_path / "4-too-long.json").exists()  # not recorded: a later run does it
+    readme = (tmp_path / "README.md").read_text()
+    assert "| 1-fails | exits 3 | failed |" in readme
+    assert "| 4-too-long | its cap does not fit the budget | not run |" in readme
+
+    plan[2].argv = [sys.executable, "-c", "raise SystemExit('run twice')"]
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    (tmp_path / "out").mkdir()
+    assert day["run_day"](tmp_path, "cpu", 600, {"1"}, plan) == 0  # --redo 1: only step 1 runs again
+    assert json.loads((tmp_path / "3-ok.json").read_text())["status"] == "ok"
+    with tarfile.open(tmp_path / "out" / "gpu_day.tar.gz") as tar:  # what a device command brings back
+        names = tar.getnames()
+    assert {"3-ok.json", "README.md", "1-fails.log"} <= {n.rsplit("/", 1)[-1] for n in names}

@@ -50,3 +50,20 @@ def test_a_search_without_ray_mlflow_or_pydantic_writes_a_run_dir_the_report_rea
         assert len(list((tmp_path / "run" / "confirm").glob("*/result.json"))) == 4
     else:
         assert run.best is run.baseline
+
+
+def test_the_plain_reader_searches_workload_args_as_the_spec_does(tmp_path):
+    import runpy
+
+    script = runpy.run_path(str(ROOT / "scripts" / "search_no_ray.py"), run_name="search_no_ray")
+    spec = write_spec(tmp_path / "spec.yaml", search_space={
+        "preset": "default", "workload_args": {"gpu_normalize": {"values": [False, True], "safety": "safe",
+                                                                 "stage": "loader"}, "width": [8, 16]}})
+    plain = script["_read_plain"](spec)["search_space"]
+    typed = script["read_spec"](spec)[0]["search_space"]  # autotune.spec, pydantic installed here
+    assert plain["user"] == typed["user"] == {"gpu_normalize": {"safety": "safe", "stage": "loader"},
+                                              "width": {"safety": "dynamics", "stage": None}}
+    assert plain["lists"] == typed["lists"] and plain["lists"]["args.gpu_normalize"] == [False, True]
+    bad = write_spec(tmp_path / "bad.yaml", search_space={"workload_args": {"width": {"values": [8], "stage": "gpu"}}})
+    with pytest.raises(script["SpecError"], match="search_space.workload_args.width: give a list of values or"):
+        script["_read_plain"](bad)

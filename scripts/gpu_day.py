@@ -1,0 +1,384 @@
+"""The GPU day's steps (scripts/gpu_day.sh is the entry; its header says how to run
+it on a lent GPU): each step a command under a time cap, run in priority order while
+the budget lasts, its result written to scripts/measurements/<gpu>-<date>/ as it
+finishes: NN-step.json (command, commit, status, wall time, the script's JSON line)
+and NN-step.log (its output). A step whose .json exists is skipped (--redo reruns
+it); a failed or timed-out step is recorded as such and the rest still run. A step
+starts only when its whole cap fits in what is left of the budget; the landscape
+takes the rest.
+
+    python scripts/gpu_day.py [--budget-min 40] [--dry-run] [--detach] [--wait S] [--redo STEP]
+
+The last line of stdout is one JSON object (the steps' statuses, or with --dry-run
+the plan and its checks).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import runpy
+import shlex
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+MEASUREMENTS = ROOT / "scripts" / "measurements"
+PY = sys.executable
+SEARCH_BUDGET_S = 900
+# the search on the classic case: resnet18_cifar batch 32, the default space, gpu_normalize searchable
+SEARCH_SPEC = {
+    "name": "gpu-day-classic",
+    "workload": {"name": "resnet18_cifar", "args": {"batch_size": 32}},
+    "search_space": {"preset": "default",
+                     "workload_args": {"gpu_normalize": {"values": [False, True], "safety": "safe", "stage": "loader"}}},
+    "safety": {"level": "dynamics"},
+    "search": {"n_trials": 200, "time_budget_s": SEARCH_BUDGET_S, "seed": 0},
+}
+# the realistic landscape (record_landscape.py's docstring), every point diagnosed
+LANDSCAPE_GRID = ["num_workers=0,4,8,16", "pin_memory=false,true", "batch_size=32,128,512,1024",
+                  "precision=32-true,bf16-mixed,16-mixed", "channels_last=false,true", "compile=none,default"]
+
+
+@dataclass
+class Step:
+    key: str  # NN-name: the result's file name
+    what: str
+    cap_s: float
+    argv: list[str]
+    writes: list[str] = field(default_factory=list)  # beside NN-name.json and .log, from the repo root
+    again: bool = False  # runs on every day with time left (the landscape continues where it stopped)
+
+
+def landscape_of(gpu: str) -> Path:
+    """The GPU model's landscape (h100-80gb-hbm3 -> h100_resnet18_gpunorm.csv), continued by each lent one."""
+    return ROOT / "scripts" / "landscapes" / f"{gpu.split('-')[0]}_resnet18_gpunorm.csv"
+
+
+def steps(day: Path, gpu: str) -> list[Step]:
+    rel = day.relative_to(ROOT)
+    landscape = show(landscape_of(gpu))
+    run = f"/tmp/gpu_day/{day.name}/search"  # the run dir (traces, per-trial files) stays out of git
+    return [
+        Step("1-fidelity", "trial fidelity on a GPU-bound config (CV over fresh trials, trial vs plain loop, profiler)",
+             270, [PY, "scripts/bench_fidelity.py", "--workload", "resnet18_cifar", "--args", '{"gpu_normalize": true}',
+                   "--set", "num_workers=12", "--set", "pin_memory=true", "--set", "batch_size=256",
+                   "--set", "precision=bf16-mixed"]),
+        Step("2-classic", "the classic case: defaults, 8 workers + pinned, the hand-tuned end state", 240,
+             [PY, "scripts/classic_case.py"]),
+        Step("3-search", f"the live search on the classic case ({SEARCH_BUDGET_S // 60}-minute budget, dynamics, "
+                         "gpu_normalize searchable), no Ray or MLflow", SEARCH_BUDGET_S + 180,
+             [PY, "scripts/search_no_ray.py", f"{rel}/search_spec.yaml", "--output-dir", run],
+             [f"{rel}/{name}" for name in ("search_spec.yaml", "search/trials.csv", "search/search.json",
+                                             "search/best_config.yaml")]),
+        Step("3b-classic-found", "the classic case with the search's winner, side by side with the hand-tuned end state",
+             270, [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"]),
+        Step("4-parity", "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
+             180, [PY, "scripts/parity_table.py", "--workloads", "resnet18_cifar", "--image-size", "224"]),
+        Step("5-fused", "fused vs unfused optimizers (SGD, AdamW, Adagrad), ResNet-18 at 224 px", 240,
+             [PY, "scripts/bench_fused.py", "--optimizers", "sgd,adamw,adagrad"]),
+        Step("6-overhead", "first_step_s and fixed cost per trial: fork server vs from scratch, with CUDA", 120,
+             [PY, "scripts/bench_overhead.py", "--workload", "resnet18_cifar", "--args", '{"gpu_normalize": true}',
+              "--set", "num_workers=8", "--set", "pin_memory=true"]),
+        Step("7-landscape", f"the realistic GPU landscape, appended point by point to {landscape}", 60,
+             [PY, "scripts/record_landscape.py", "-o", landscape, "--workload", "resnet18_cifar",
+              "--args", '{"gpu_normalize": true}', "--diagnose-all", *(a for g in LANDSCAPE_GRID for a in ("--grid", g))],
+             [landscape], again=True),
+    ]
+
+
+def gpu_name() -> str | None:
+    """A slug of the GPU's name (NVIDIA H100 80GB HBM3 -> h100-80gb-hbm3), None without CUDA."""
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    name = torch.cuda.get_device_name(0).lower().replace("nvidia", "")
+    return re.sub(r"[^a-z0-9]+", "-", name).strip("-")
+
+
+def day_dir(gpu: str) -> Path:
+    """The newest folder of this GPU started less than a day ago and not finished, else today's."""
+    now = datetime.now(timezone.utc)
+    for d in sorted(MEASUREMENTS.glob(f"{gpu}-*"), reverse=True):
+        state = d / "day.json"
+        if state.exists():
+            started = datetime.fromisoformat(json.loads(state.read_text())["started"])
+            if now - started < timedelta(days=1) and not all((d / f"{s.key}.json").exists() for s in steps(d, gpu)):
+                return d
+    return MEASUREMENTS / f"{gpu}-{now:%Y-%m-%d}"
+
+
+def show(path: Path) -> str:
+    """A path from the repo root (where the results are unpacked)."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def commit() -> str:
+    try:
+        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
+                              check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):  # the device's copy of the tree has no .git
+        staged = ROOT / ".whl" / "COMMIT"
+        return f"{staged.read_text().strip()} (as staged)" if staged.exists() else "unknown"
+
+
+def last_json(text: str):
+    lines = text.strip().splitlines()
+    try:
+        return json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        return None
+
+
+def run_step(step: Step, day: Path, cap_s: float) -> dict:
+    """Run one step under its cap; its output to NN-name.log, its record to NN-name.json."""
+    log = day / f"{step.key}.log"
+    t = time.monotonic()
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    with log.open("w") as out:
+        proc = subprocess.Popen(step.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            rc = proc.wait(timeout=cap_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # the step and its trial processes
+            rc = proc.wait()
+            status = "timeout"
+        else:
+            status = "ok" if rc == 0 else "failed"
+    text = log.read_text(errors="replace")
+    result = last_json(text) if status == "ok" else None
+    if status == "ok" and result is None:
+        status = "failed"  # every step's script ends with one JSON line
+    record = {"step": step.key, "what": step.what, "command": shlex.join(step.argv[1:]), "commit": commit(),
+              "started": started, "wall_s": round(time.monotonic() - t, 1), "cap_s": cap_s, "status": status,
+              "returncode": rc, "result": result, "error": None if status == "ok" else text[-2000:]}
+    (day / f"{step.key}.json").write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def prepare(step: Step, day: Path) -> None:
+    if step.key == "3-search":
+        import yaml
+
+        (day / "search_spec.yaml").write_text(yaml.safe_dump(SEARCH_SPEC, sort_keys=False))
+
+
+def finish(step: Step, day: Path) -> None:
+    if step.key == "3-search":  # the run dir's small files beside the results; traces stay behind
+        run = Path(step.argv[-1])
+        (day / "search").mkdir(exist_ok=True)
+        for name in ("trials.csv", "search.json", "best_config.yaml"):
+            if (run / name).exists():
+                (day / "search" / name).write_bytes((run / name).read_bytes())
+
+
+def write_readme(day: Path, gpu: str, plan: list[Step]) -> None:
+    rows = []
+    for step in plan:
+        f = day / f"{step.key}.json"
+        r = json.loads(f.read_text()) if f.exists() else None
+        rows.append(f"| {step.key} | {step.what} | {r['status'] if r else 'not run'} | "
+                    f"{r['wall_s'] if r else ''} | `{r['command'] if r else shlex.join(step.argv[1:])}` | "
+                    f"{r['commit'] if r else ''} |")
+    (day / "README.md").write_text(
+        f"# GPU day: {gpu}, started {json.loads((day / 'day.json').read_text())['started']}\n\n"
+        "Written by `bash scripts/gpu_day.sh` (see its header). Per step: `NN-step.json` (the command, the commit, "
+        "status, wall time, the script's last JSON line as `result`) and `NN-step.log` (its output).\n"
+        "Commands run from the repo root with the GPU host's python3.\n\n"
+        "| step | what | status | wall s | command | commit |\n|---|---|---|---:|---|---|\n" + "\n".join(rows) + "\n")
+
+
+def check_parses(step: Step) -> str:
+    """Run the step's script up to its argument parsing (not further), in this process."""
+    import argparse as ap
+
+    class Parsed(Exception):
+        pass
+
+    original = ap.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        original(self, args, namespace)
+        raise Parsed
+
+    argv, path = sys.argv, str(ROOT / step.argv[1])
+    ap.ArgumentParser.parse_args = parse_then_stop
+    sys.argv = [path, *step.argv[2:]]
+    try:
+        runpy.run_path(path, run_name="__main__")
+        return "no argument parsing reached"
+    except Parsed:
+        return "ok"
+    except SystemExit as e:
+        return f"does not parse (exit {e.code})"
+    finally:
+        ap.ArgumentParser.parse_args, sys.argv = original, argv
+
+
+def check_spec() -> str:
+    """The search's spec as the GPU host reads it (search_no_ray.py's own reader, no pydantic)."""
+    import yaml
+
+    reader = runpy.run_path(str(ROOT / "scripts" / "search_no_ray.py"), run_name="gpu_day_check")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "search_spec.yaml"
+        path.write_text(yaml.safe_dump(SEARCH_SPEC, sort_keys=False))
+        try:
+            data = reader["_read_plain"](path)
+        except reader["SpecError"] as e:
+            return f"spec refused: {e}"
+    user = data["search_space"].get("user") or {}
+    return "ok" if "gpu_normalize" in user else "spec: gpu_normalize not searchable"
+
+
+def dry_run(budget_s: float, gpu: str | None) -> int:
+    shown = gpu or "<gpu>"
+    day = MEASUREMENTS / f"{shown}-{datetime.now(timezone.utc):%Y-%m-%d}"
+    print(f"GPU day plan: budget {budget_s / 60:.0f} min, results in {day.relative_to(ROOT)}/ "
+          f"({'this machine has ' + gpu if gpu else 'no CUDA here: <gpu> is the GPU name'}); a step starts only when "
+          "its cap fits in what is left")
+    plan, failed = [], 0
+    for step in steps(day, shown):
+        rel = day.relative_to(ROOT)
+        writes = [f"{rel}/{step.key}.json", f"{rel}/{step.key}.log", *step.writes]
+        parses = check_parses(step)
+        if step.key == "3-search" and parses == "ok":
+            parses = check_spec()
+        failed += parses != "ok"
+        cap = "the rest of the budget" if step.again else f"{step.cap_s / 60:g} min"
+        print(f"\n{step.key}: {step.what}\n  cap: {cap}\n  command: {shlex.join(['python3', *step.argv[1:]])}\n"
+              f"  writes: {', '.join(writes)}\n  parses: {parses}")
+        plan.append({"step": step.key, "cap_s": None if step.again else step.cap_s, "command": step.argv[1:],
+                     "writes": writes, "parses": parses})
+    print(f"\n{len(plan) - failed} of {len(plan)} steps parse")
+    print(json.dumps({"dry_run": True, "budget_s": budget_s, "dir": str(day.relative_to(ROOT)), "steps": plan}))
+    return 1 if failed else 0
+
+
+def collect(day: Path, gpu: str) -> None:
+    """What is done, as one tarball in $OUT (paths from the repo root: unpack there)."""
+    out = os.environ.get("OUT")
+    if not out:
+        return
+    landscape = landscape_of(gpu)
+    with tarfile.open(Path(out) / "gpu_day.tar.gz", "w:gz") as tar:
+        tar.add(day, arcname=show(day), filter=lambda i: None if i.name.endswith(".pid") else i)
+        if landscape.exists():
+            tar.add(landscape, arcname=str(landscape.relative_to(ROOT)))
+    print(f"collected {show(day)} into $OUT/gpu_day.tar.gz (unpack in the repo root)")
+
+
+def alive(pid_file: Path) -> int | None:
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, 0)
+        return pid
+    except (OSError, ValueError):
+        return None
+
+
+def wait(day: Path, seconds: float) -> None:
+    """Follow the detached day's log until it ends or `seconds` pass."""
+    log, deadline, pos = day / "day.log", time.monotonic() + seconds, 0
+    while True:
+        if log.exists():
+            with log.open() as f:
+                f.seek(pos)
+                sys.stdout.write(f.read())
+                pos = f.tell()
+            sys.stdout.flush()
+        if not alive(day / "day.pid") or time.monotonic() > deadline:
+            break
+        time.sleep(5)
+    print(f"the day is {'still running (detached)' if alive(day / 'day.pid') else 'not running'}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--budget-min", type=float, default=40, help="the day's total time (default 40)")
+    p.add_argument("--dry-run", action="store_true", help="list each step: cap, command, files; check it parses")
+    p.add_argument("--detach", action="store_true", help="run the day in its own session (setsid), log to day.log")
+    p.add_argument("--wait", type=float, metavar="S", help="follow a detached day up to S seconds, then collect")
+    p.add_argument("--redo", action="append", default=[], metavar="STEP", help="rerun a step with a result (e.g. 4)")
+    args = p.parse_args()
+    if args.budget_min <= 0:
+        print(f"error: --budget-min {args.budget_min:g}: must be > 0 (minutes)", file=sys.stderr)
+        return 2
+    known = [s.key.split("-")[0] for s in steps(MEASUREMENTS / "x", "x")]
+    if set(args.redo) - set(known):
+        print(f"error: --redo {sorted(set(args.redo) - set(known))[0]}: not a step; steps: {', '.join(known)}",
+              file=sys.stderr)
+        return 2
+    gpu = gpu_name()
+    if args.dry_run:
+        return dry_run(args.budget_min * 60, gpu)
+    if gpu is None:
+        print("error: no CUDA device: the GPU day needs one (--dry-run lists the steps on a CPU)", file=sys.stderr)
+        return 2
+    day = day_dir(gpu)
+    day.mkdir(parents=True, exist_ok=True)
+    if not (day / "day.json").exists():
+        (day / "day.json").write_text(json.dumps({"gpu": gpu, "started": datetime.now(timezone.utc).isoformat()}))
+    if args.detach:
+        if alive(day / "day.pid"):
+            print(f"the day is already running (pid {alive(day / 'day.pid')})")
+        else:
+            argv = ["--budget-min", str(args.budget_min), *(a for r in args.redo for a in ("--redo", r))]
+            with (day / "day.log").open("a") as log:
+                proc = subprocess.Popen([PY, __file__, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
+                                        stdin=subprocess.DEVNULL, start_new_session=True,
+                                        env={**{k: v for k, v in os.environ.items() if k != "OUT"},
+                                             "PYTHONUNBUFFERED": "1"})  # $OUT is the command's: --wait collects
+            (day / "day.pid").write_text(str(proc.pid))
+            print(f"the day runs detached (pid {proc.pid}), log: {(day / 'day.log').relative_to(ROOT)}")
+    if args.detach or args.wait is not None:
+        wait(day, args.wait or 0)
+        collect(day, gpu)
+        return 0
+    return run_day(day, gpu, args.budget_min * 60, set(args.redo), steps(day, gpu))
+
+
+def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step]) -> int:
+    end = time.monotonic() + budget_s
+    statuses = {}
+    print(f"GPU day on {gpu}: {show(day)}, budget {budget_s / 60:.0f} min, commit {commit()}")
+    for step in plan:
+        done = day / f"{step.key}.json"
+        if done.exists() and not step.again and step.key.split("-")[0] not in redo:
+            statuses[step.key] = json.loads(done.read_text())["status"] + " (earlier)"
+            print(f"== {step.key}: done earlier ({statuses[step.key]}), skipped")
+            continue
+        left = end - time.monotonic()
+        cap = left - 10 if step.again else step.cap_s
+        if cap > left or (step.again and cap < 60):  # the landscape: a point takes more than a minute
+            statuses[step.key] = "no time left"
+            print(f"== {step.key}: skipped, needs {cap / 60:.1f} min, {left / 60:.1f} left (a later run does it)")
+            continue
+        if step.again:  # stop starting points in time for the one in flight to end under the cap
+            step.argv += ["--budget-s", str(int(max(cap - 330, 30)))]
+        print(f"== {step.key}: {step.what} (cap {cap / 60:.1f} min)\n   {shlex.join(step.argv[1:])}", flush=True)
+        prepare(step, day)
+        record = run_step(step, day, cap)
+        finish(step, day)
+        statuses[step.key] = record["status"]
+        print(f"   {record['status']} in {record['wall_s']:.0f} s -> {step.key}.json", flush=True)
+        write_readme(day, gpu, plan)
+    write_readme(day, gpu, plan)
+    collect(day, gpu)
+    print(json.dumps({"dir": show(day), "steps": statuses}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One command makes a lent GPU count (issue 23): on one GPU, in priority order,
+# each step under a time cap, each result written as it finishes to
+# scripts/measurements/<gpu>-<date>/ (JSON/CSV and the step's log; a README there
+# says what ran, with the commands and the commit):
+#   1 fidelity   2 classic case   3 live search (15 min) + 3b classic --found
+#   4 parity rows at 224 px   5 fused optimizers   6 first-step overhead
+#   7 the realistic GPU landscape, with whatever time is left (appended point by point
+#     to scripts/landscapes/<gpu>_resnet18_gpunorm.csv, so the next GPU continues it)
+# A failed step is recorded and the rest still run; a step with a result is skipped,
+# so the day spans several 10-minute device commands. Total time: --budget-min
+# (default 40). The steps' logic is in scripts/gpu_day.py.
+#
+# Here, before lending (downloads the wheels the GPU host lacks into .whl/, git-ignored):
+#     bash scripts/gpu_day.sh --stage
+#     bash scripts/gpu_day.sh --dry-run           # each step, its cap, command and files
+# On the GPU, through the device tool (carry: [".whl"]); the first command starts the day
+# detached (setsid: it outlives the command) and each one waits up to N seconds, then
+# leaves what is done in $OUT/gpu_day.tar.gz:
+#     bash scripts/gpu_day.sh --detach --wait 540
+#     bash scripts/gpu_day.sh --wait 540          # the next commands, same machine
+# Back here, unpack each tarball in the repo root (tar xzf .../gpu_day.tar.gz) and
+# commit scripts/measurements/<gpu>-<date>/ and the landscape. On a machine given back
+# before the day ended, the same first command goes on where it stopped (the unpacked
+# results travel with the working tree). In the foreground: bash scripts/gpu_day.sh
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
+# What search_no_ray.py needs that the GPU host lacks (/work/.library/device/KINDS.md:
+# torch, pandas, pyyaml, numpy, tqdm, packaging, typing-extensions, markupsafe are
+# there): optuna and its needs, alembic + sqlalchemy + mako for optuna.db. No Ray, no
+# MLflow, no pydantic (search_no_ray.py reads the spec without it). The versions are
+# this checkout's .venv's, the ones the tests ran.
+WHEELS=(optuna colorlog sqlalchemy alembic mako)
+
+if [ "${1:-}" = "--stage" ]; then
+    mkdir -p .whl
+    for name in "${WHEELS[@]}"; do
+        version=$("$PY" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$name")
+        "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+            --platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64 \
+            --platform manylinux2014_x86_64 --platform manylinux1_x86_64 -d .whl "$name==$version"
+    done
+    (git describe --always --dirty 2>/dev/null || echo unknown) >.whl/COMMIT  # the device copy has no .git
+    ls .whl
+    exit 0
+fi
+if [ -d .whl ] && ! "$PY" -c "import optuna" 2>/dev/null; then  # on the GPU host: install the staged wheels
+    "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+exec "$PY" scripts/gpu_day.py "$@"

@@ -1,6 +1,7 @@
 """The command line as a user sees it: exact messages, exit codes, a real search, the UI."""
 
 import json
+import shutil
 import sys
 import urllib.request
 
@@ -91,7 +92,6 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
 def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run, tmp_path):
     """The view the printed link names is in the store: this search's trials, flat
     (no parent run among them), by samples_per_s; a store without it gets it."""
-    import shutil
 
     from mlflow.tracking import MlflowClient
 
@@ -127,26 +127,24 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
     assert json.loads(client.get_experiment(exp.experiment_id).tags[key]) == view
 
 
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="chromium is not installed (apt-get install chromium): the UI's first screen is not checked")
 @pytest.mark.timeout(300)
 def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run, tmp_path):
     """A real browser on the printed link: every trial a row, fastest first, the
     samples_per_s column drawn, the sidebar in model-training mode (Debian's
     chromium; `apt-get install chromium`)."""
     import re
-    import shutil
     import subprocess
 
     from mlflow.tracking import MlflowClient
 
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    if browser is None:
-        pytest.skip("chromium is not installed (apt-get install chromium): the UI's first screen is not checked")
     run_dir, _ = finished_run
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     with serving([sys.executable, "-m", "autotune.cli", "ui", str(run_dir), "--port", str(port)], base) as proc:
         url = re.search(r"http://\S+", proc.stdout.readline().decode()).group(0)
-        dom = subprocess.run([browser, "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}",
+        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}",
                               "--window-size=1600,1000", "--virtual-time-budget=20000", "--dump-dom", url],
                              capture_output=True, text=True, timeout=240).stdout
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")

@@ -200,25 +200,34 @@ def ui(
         _fail(e, debug)
     from autotune.report import console
 
-    url = f"http://127.0.0.1:{port}/#/experiments/{_experiment_id(run_dir, db)}/runs"
-    console.print(f"MLflow UI for {run_dir}: [bold]{url}[/] (Ctrl-C to stop; expand the search's run to compare its trials)")
+    url = _trials_url(run_dir, db, f"http://127.0.0.1:{port}")
+    console.print(f"MLflow UI for {run_dir}: [bold]{url}[/] (its trials, fastest first; Ctrl-C to stop)")
     sys.stdout.flush()
     args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db.resolve()}",
             "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     os.execv(sys.executable, args)
 
 
-def _experiment_id(run_dir: Path, db: Path) -> str:
-    """The search's experiment, so the printed link opens its runs table (MLflow 3's
-    start page is a GenAI overview)."""
+def _trials_url(run_dir: Path, db: Path, base: str) -> str:
+    """The runs page on the search's trials (tracking.trials_view); a store
+    written before autotune saved that view gets it now. Without search.json:
+    the experiment's runs page (MLflow 3's start page is a GenAI overview)."""
     import json
 
     from mlflow.tracking import MlflowClient
 
+    from autotune import tracking
+
     state = run_dir / "search.json"
-    name = json.loads(state.read_text()).get("mlflow_experiment", "autotune") if state.exists() else "autotune"
-    exp = MlflowClient(f"sqlite:///{db.resolve()}").get_experiment_by_name(name)
-    return exp.experiment_id if exp else "0"
+    state = json.loads(state.read_text()) if state.exists() else {}
+    client = MlflowClient(f"sqlite:///{db.resolve()}")
+    exp = client.get_experiment_by_name(state.get("mlflow_experiment", "autotune"))
+    parent = state.get("mlflow_parent_run_id")
+    if exp is None or parent is None:
+        return f"{base}/#/experiments/{exp.experiment_id if exp else '0'}/runs?workflowType=machine_learning"
+    if tracking.VIEW_TAG + tracking.view_key(parent) not in exp.tags:
+        tracking.share_trials_view(client, exp.experiment_id, parent, client.get_run(parent).data.params)
+    return tracking.trials_url(base, exp.experiment_id, parent)
 
 
 def _newest_run() -> Path:

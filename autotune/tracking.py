@@ -16,6 +16,7 @@ from typing import Any
 
 from autotune._version import __version__
 
+VIEW_TAG = "mlflow.sharedViewState."  # + a key: an experiment tag the 3.x UI opens as a preset view
 STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"}  # every other status: FAILED
 OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed
 
@@ -78,6 +79,46 @@ def adopt_store(store: Path | None, run_dir: Path | None) -> None:
     shutil.rmtree(store.parent, ignore_errors=True)
 
 
+def view_key(parent_run_id: str) -> str:
+    return f"autotune-{parent_run_id}"
+
+
+def trials_view(parent_run_id: str, knobs) -> dict:
+    """The MLflow 3 runs page's state for one search: its trials only (ordered
+    by a metric, the UI shows them flat, not nested under the search's run),
+    fastest first, throughput, speedup, outcome, parity and the searched knobs
+    as columns; in the chart view, every trial, throughput and speedup first
+    (MLflow 3.17's ui-state keys, read from its JS bundle). The UI reads it from the
+    experiment tag VIEW_TAG + view_key, opened by `trials_url`."""
+    cols = ["metrics.`samples_per_s`", "metrics.`speedup_x`", "tags.`outcome`", "tags.`safety.parity`",
+            *(f"params.`{k}`" for k in knobs), "tags.`safety.flags`"]
+    section = "autotune-metrics"  # MLflow appends a chart for each other metric after these (sorted by name)
+    charts = [{"uuid": f"autotune-{m}", "type": "BAR", "metricKey": m, "displayName": m, "runsCountToCompare": 100,
+               "metricSectionId": section, "deleted": False, "isGenerated": False} for m in ("samples_per_s", "speedup_x")]
+    return {"searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+            "orderByKey": "metrics.`samples_per_s`", "orderByAsc": False,
+            "selectedColumns": cols, "columnOrder": ["attributes.`Run Name`", *cols], "runsHiddenMode": "SHOW_ALL",
+            "compareRunCharts": charts, "isAccordionReordered": True,
+            "compareRunSections": [{"uuid": section, "name": "Model metrics", "display": True, "isReordered": True,
+                                    "deleted": False, "isGenerated": True}]}
+
+
+def trials_url(base: str, experiment_id: str, parent_run_id: str) -> str:
+    """The runs page on `trials_view`, with the sidebar in model-training mode
+    (MLflow 3 starts in GenAI mode whatever the experiment's kind)."""
+    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+            f"?workflowType=machine_learning&viewStateShareKey={view_key(parent_run_id)}")
+
+
+def share_trials_view(client, experiment_id: str, parent_run_id: str, search_params) -> None:
+    """Save `trials_view` for a search whose run has `search_params` (its knobs: `space.<knob>`)."""
+    import json
+
+    knobs = [k.removeprefix("space.") for k in search_params if k.startswith("space.")]
+    view = json.dumps(trials_view(parent_run_id, knobs))
+    client.set_experiment_tag(experiment_id, VIEW_TAG + view_key(parent_run_id), view)
+
+
 def check_uri(uri: str) -> None:
     """A tracking server must answer before a search starts, so a wrong address
     fails in a second, not after the first trial."""
@@ -127,6 +168,7 @@ class Tracker:
 
     def log_search(self, params: dict[str, Any], tags: dict[str, str]) -> None:
         self._log(self.parent_run_id, params=params, tags=tags)
+        share_trials_view(self.client, self.experiment_id, self.parent_run_id, params)
 
     def log_trial(self, record, baseline_knobs: dict | None = None) -> str:
         """A nested run for one finished trial, spanning the trial's start and

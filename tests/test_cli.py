@@ -1,6 +1,7 @@
 """The command line as a user sees it: exact messages, exit codes, a real search, the UI."""
 
 import json
+import shutil
 import sys
 import urllib.request
 
@@ -86,6 +87,73 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
         parent = next(r for r in runs if r not in trials)
         listed = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}&path=plots")
         assert {f["path"] for f in listed["files"]} >= {"plots/throughput_per_trial.png", "plots/parallel_coordinates.png"}
+
+
+def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run, tmp_path):
+    """The view the printed link names is in the store: this search's trials, flat
+    (no parent run among them), by samples_per_s; a store without it gets it."""
+
+    from mlflow.tracking import MlflowClient
+
+    from autotune import tracking
+    from autotune.cli import _trials_url
+
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    for name in ("mlflow.db", "search.json"):
+        shutil.copy(finished_run[0] / name, run_dir / name)
+    state = json.loads((run_dir / "search.json").read_text())
+    parent = state["mlflow_parent_run_id"]
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    exp = client.get_experiment_by_name("autotune")
+    key = tracking.VIEW_TAG + f"autotune-{parent}"
+    view = json.loads(exp.tags[key])
+    assert _trials_url(run_dir, run_dir / "mlflow.db", "http://127.0.0.1:5000") == (
+        f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs"
+        f"?workflowType=machine_learning&viewStateShareKey=autotune-{parent}")
+    order = view["orderByKey"].replace("`", "") + (" ASC" if view["orderByAsc"] else " DESC")
+    runs = client.search_runs([exp.experiment_id], view["searchFilter"], order_by=[order])
+    assert [r.data.tags["autotune.role"] for r in runs] == ["trial"] * 3
+    speeds = [r.data.metrics["samples_per_s"] for r in runs]
+    assert speeds == sorted(speeds, reverse=True)
+    knobs = [k.removeprefix("space.") for k in client.get_run(parent).data.params if k.startswith("space.")]
+    assert knobs and view["selectedColumns"] == ["metrics.`samples_per_s`", "metrics.`speedup_x`", "tags.`outcome`",
+                                                 "tags.`safety.parity`", *(f"params.`{k}`" for k in knobs), "tags.`safety.flags`"]
+    assert [c["metricKey"] for c in view["compareRunCharts"]] == ["samples_per_s", "speedup_x"]
+    assert all({"samples_per_s", "speedup_x"} <= set(r.data.metrics) and set(knobs) <= set(r.data.params)
+               and {"outcome", "safety.flags"} <= set(r.data.tags) for r in runs)
+    client.delete_experiment_tag(exp.experiment_id, key)  # a store from before the view was saved
+    _trials_url(run_dir, run_dir / "mlflow.db", "http://127.0.0.1:5000")
+    assert json.loads(client.get_experiment(exp.experiment_id).tags[key]) == view
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None,
+                    reason="chromium is not installed (apt-get install chromium): the UI's first screen is not checked")
+@pytest.mark.timeout(300)
+def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run, tmp_path):
+    """A real browser on the printed link: every trial a row, fastest first, the
+    samples_per_s column drawn, the sidebar in model-training mode (Debian's
+    chromium; `apt-get install chromium`)."""
+    import re
+    import subprocess
+
+    from mlflow.tracking import MlflowClient
+
+    run_dir, _ = finished_run
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with serving([sys.executable, "-m", "autotune.cli", "ui", str(run_dir), "--port", str(port)], base) as proc:
+        url = re.search(r"http://\S+", proc.stdout.readline().decode()).group(0)
+        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}",
+                              "--window-size=1600,1000", "--virtual-time-budget=20000", "--dump-dom", url],
+                             capture_output=True, text=True, timeout=240).stdout
+    client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
+    runs = client.search_runs([client.get_experiment_by_name("autotune").experiment_id])
+    trials = sorted((r for r in runs if r.data.tags["autotune.role"] == "trial"), key=lambda r: -r.data.metrics["samples_per_s"])
+    rows = dict(re.findall(r'row-index="(\d+)" row-id="(\w+)"', dom))
+    assert [rows.get(str(i)) for i in range(len(rows))] == [r.info.run_id for r in trials], dom[-3000:]
+    assert 'col-id="metrics.`samples_per_s`"' in dom
+    assert "Model registry" in dom and "Judges" not in dom  # the sidebar in model-training mode, not GenAI
 
 
 def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local):

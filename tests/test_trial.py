@@ -24,8 +24,10 @@ def test_a_trial_reports_measured_metrics():
     assert m["step_ms_p50"] <= m["step_ms_p95"]
     assert 0 <= m["data_wait_frac"] < 1 and m["step_time_cv"] >= 0
     assert m["step_mean_ci95"] <= 0.02 or m["window_s"] >= 1.0  # precise enough, or the cap
-    # GPU-only fields are absent on a CPU, not zero
-    assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))}
+    # GPU-only fields are absent on a CPU, not zero; the process's peak RSS is measured on a CPU too
+    assert 0.01 < m["mem_rss_peak_gib"] < 16
+    assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))
+                and k != "mem_rss_peak_gib"}
     # profiled window, FLOPs, 2x-batch probe and diagnosis
     assert set(result["profile"]["breakdown"]) == {"dataloader", "cpu_exec", "other"}
     assert 0 <= m["dataloader_frac"] <= 1 and m["cpu_compute_op_frac"] > 0

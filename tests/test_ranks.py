@@ -1,0 +1,68 @@
+"""Multi-rank trials (autotune.ranks): real gloo process groups of 2 ranks on 127.0.0.1,
+tiny models, few steps."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from autotune.launcher import run_in_process
+
+pytestmark = pytest.mark.timeout(300)
+
+SHORT = {"warmup_steps": 2, "measure_steps": 6, "profile_steps": 0, "diagnose": False, "device": "cpu", "ranks": 2}
+
+
+def trial(tmp_path, knobs, workload=None, launcher="fork", **extra):
+    config = {"workload": workload or {"name": "tiny_transformer", "args": {"batch_size": 8}}, "knobs": knobs,
+              **SHORT, **extra}
+    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=".", launcher=launcher)
+
+
+def test_a_two_rank_ddp_trial_is_one_result_with_its_ranks(tmp_path):
+    result = trial(tmp_path, {"ddp_bucket_cap_mb": 1, "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True})
+    assert result["status"] == "ok", result
+    m, ranks = result["metrics"], result["ranks"]
+    assert m["ranks"] == 2 and [r["rank"] for r in ranks] == [0, 1] and all(r["status"] == "ok" for r in ranks)
+    # every rank ran the same steps; the window is the slowest rank's and the throughput global
+    assert [r["metrics"]["window_steps"] for r in ranks] == [6, 6]
+    assert m["window_s"] == max(r["metrics"]["window_s"] for r in ranks)
+    assert m["step_ms_mean"] == max(r["metrics"]["step_ms_mean"] for r in ranks)
+    assert m["samples_per_s"] == pytest.approx(2 * 8 * 6 / m["window_s"])
+    assert m["rank_samples_per_s_min"] <= m["rank_samples_per_s_max"] < m["samples_per_s"]
+    assert 0 <= m["comm_frac"] < 1 and m["step_ms_unsynced"] > 0
+    assert 0.01 < m["mem_rss_peak_gib"] <= m["mem_rss_peak_total_gib"] < 32
+    assert result["knobs"]["ddp_bucket_cap_mb"] == 1 and result["launcher"] == "fork"
+    assert {"rank0.json", "rank1.json"} <= {p.name for p in tmp_path.iterdir()}
+
+
+def test_fsdp_with_checkpointing_runs_spawned(tmp_path):
+    result = trial(tmp_path, {"sharding": "fsdp", "fsdp_reshard_after_forward": False,
+                              "activation_checkpointing": True}, launcher="spawn")
+    assert result["status"] == "ok", result
+    assert result["metrics"]["ranks"] == 2 and result["metrics"]["samples_per_s"] > 0
+
+
+def test_a_failing_rank_stops_the_others_and_names_itself(tmp_path):
+    result = trial(tmp_path, {}, workload={"factory": "tests.workloads:make_rank_one_fails"}, dist_timeout_s=200)
+    assert result["status"] == "error"
+    assert result["error"].startswith("rank 1: rank 1 cannot build its model")
+    assert result["trial_wall_s"] < 120  # rank 0 was killed, not left waiting for the group's timeout
+    assert {r["rank"]: r["status"] for r in result["ranks"]} == {0: "error", 1: "error"}
+
+
+@pytest.mark.parametrize("extra, message", [
+    ({"ranks": 64}, "ranks=64: more ranks than CPUs"),
+    ({"backend": "nccl"}, "backend='nccl' needs CUDA devices"),
+    ({"knobs": {"sharding": "fsdp"}, "workload": {"name": "tiny_cnn"}}, "sharding=fsdp shards per repeated block"),
+])
+def test_bad_multi_rank_input_is_one_line_and_exit_2(tmp_path, extra, message):
+    config = {"workload": {"name": "tiny_transformer"}, "knobs": {}, **SHORT, **extra}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    proc = subprocess.run([sys.executable, "-m", "autotune.trial", str(path)], capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 2, proc.stderr
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: ") and message in last, proc.stderr

@@ -79,7 +79,9 @@ def test_a_knob_that_cannot_apply_here_is_refused():
 @pytest.mark.parametrize("config, message", [
     ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
                                      "persistent_workers, num_threads, batch_size, precision, channels_last, "
-                                     "cudnn_benchmark, compile, set_to_none, fused_optimizer (workload arguments go in "
+                                     "cudnn_benchmark, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
+                                     "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, "
+                                     "activation_checkpointing (workload arguments go in "
                                      "workload.args)"),
     ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed: expected one of 32-true | tf32 | bf16-mixed | 16-mixed"),
     ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed: expected int"),
@@ -91,7 +93,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, device, seed"),
+                           "prune_below, device, seed, ranks, backend, dist_timeout_s, blocks"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),

@@ -9,6 +9,9 @@ its share of the data and writes rank<R>.json. Teardown is symmetric: each rank
 leaves the group in its own `finally`, and when one rank fails or dies the
 others are killed at once rather than left waiting in a collective.
 
+Like torchrun, a rank runs one intra-op thread unless OMP_NUM_THREADS is set
+(or the num_threads knob says otherwise).
+
 What a multi-rank trial measures (`merge`): every rank runs the same fixed
 number of steps; the window starts after a barrier and ends with a device sync
 and a barrier on every rank (`Session.sync`), so it is the slowest rank's.
@@ -99,6 +102,9 @@ def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], de
     try:
         if device_type == "cuda":
             torch.cuda.set_device(r)
+        if "OMP_NUM_THREADS" not in os.environ:  # as torchrun does with several processes per node
+            os.environ["OMP_NUM_THREADS"] = "1"
+            torch.set_num_threads(1)  # torch has read the variable already (the num_threads knob still wins)
         dist.init_process_group(cfg.get("backend") or BACKENDS[device_type], rank=r, world_size=cfg["ranks"],
                                 timeout=timedelta(seconds=cfg["dist_timeout_s"]))
         try:
@@ -240,3 +246,24 @@ def comm_share(session, batches, steps: int, metrics: dict[str, float]) -> dict[
     synced = metrics["step_ms_mean"]
     return {"step_ms_unsynced": alone["step_ms_mean"],
             "comm_frac": max(0.0, 1 - alone["step_ms_mean"] / synced) if synced else 0.0}
+
+
+def search_problem(device, workload, blocks: list[str] | None, lists: dict[str, list],
+                   baseline: dict[str, Any]) -> str | None:
+    """Why a search's multi-rank settings cannot run (bad input, before any trial):
+    more ranks than a node's CPUs on a CPU host, or FSDP / checkpointing asked of
+    a model with no repeated block. None when they can."""
+    ranks = device.ranks
+    if device.type == "cpu" and ranks > device.cpus:
+        return (f"resources.ranks_per_trial: {ranks} ranks, but the largest node has {device.cpus} CPUs; on a CPU "
+                f"host at most {device.cpus} (one process each)")
+    wants = [f"{name}={value!r}" for name, value in (("sharding", "fsdp"), ("activation_checkpointing", True))
+             if value in lists.get(name, ()) or baseline.get(name) == value]
+    if wants or blocks:
+        from autotune.knobs import find_blocks
+
+        if not find_blocks(workload.model(), blocks):
+            named = f"no module of class {', '.join(blocks)}" if blocks else "no module class with two or more instances holding parameters"
+            return (f"{' and '.join(wants) or 'resources.blocks'} needs the model's repeated blocks, and it has "
+                    f"{named}; name the block class in resources.blocks" + (", or leave those values out" if wants else ""))
+    return None

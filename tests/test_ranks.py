@@ -66,3 +66,50 @@ def test_bad_multi_rank_input_is_one_line_and_exit_2(tmp_path, extra, message):
     assert proc.returncode == 2, proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("error: ") and message in last, proc.stderr
+
+
+@pytest.mark.usefixtures("ray_local")
+def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(tmp_path):
+    import pandas as pd
+    from mlflow.tracking import MlflowClient
+
+    from autotune import spec as S
+    from autotune.driver import run
+
+    spec = S.parse({
+        "name": "ddp", "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
+        "search_space": {"preset": None, "knobs": {"ddp_bucket_cap_mb": [25, 1], "ddp_static_graph": [False, True],
+                                                   "activation_checkpointing": [False, True]}},
+        "resources": {"device": "cpu", "ranks_per_trial": 2},
+        "trial": {"warmup_steps": 2, "measure_steps": 6, "profile_steps": 0, "diagnose": False, "timeout_s": 120},
+        "search": {"n_trials": 3, "seed": 0, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run"),
+    }, "ddp.yaml")
+    result = run(spec)
+    assert all(r.status == "ok" for r in result.records), [(r.error_type, r.error) for r in result.records]
+    assert len(result.records) == 3 and result.device.ranks == 2
+    rows = pd.read_csv(result.run_dir / "trials.csv")
+    for column in ("ranks", "samples_per_s", "rank_samples_per_s_min", "rank_samples_per_s_max", "comm_frac",
+                   "mem_rss_peak_gib", "mem_rss_peak_total_gib", "ddp_bucket_cap_mb", "activation_checkpointing"):
+        assert rows[column].notna().all(), column
+    assert (rows["ranks"] == 2).all() and (rows["rank_samples_per_s_max"] < rows["samples_per_s"]).all()
+    client = MlflowClient(f"sqlite:///{result.run_dir}/mlflow.db")
+    run_id = result.records[0].mlflow_run_id
+    metrics = client.get_run(run_id).data.metrics
+    assert metrics["ranks"] == 2 and {"comm_frac", "mem_rss_peak_gib", "rank_samples_per_s_min"} <= set(metrics)
+
+
+@pytest.mark.usefixtures("ray_local")
+@pytest.mark.parametrize("overrides, message", [
+    ({"resources": {"device": "cpu", "ranks_per_trial": 64}}, "resources.ranks_per_trial: 64 ranks, but the largest node"),
+    ({"workload": {"name": "tiny_cnn"}, "resources": {"device": "cpu", "ranks_per_trial": 2},
+      "search_space": {"preset": None, "knobs": {"sharding": ["ddp", "fsdp"]}}},
+     "sharding='fsdp' needs the model's repeated blocks, and it has no module class with two or more instances"),
+])
+def test_bad_multi_rank_specs_are_spec_errors(tmp_path, overrides, message):
+    from autotune import spec as S
+    from autotune.driver import run
+
+    data = {"workload": {"name": "tiny_transformer"}, "output_dir": str(tmp_path / "run"),
+            "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}}, **overrides}
+    with pytest.raises(S.SpecError, match=message.replace("(", r"\(")):
+        run(S.parse(data, "bad.yaml"))

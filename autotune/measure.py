@@ -288,6 +288,17 @@ def peak_rss_gib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
 
 
+class MemoryCapExceeded(MemoryError):
+    """The trial's peak RSS went over its cap (`memory_limit_gib`): an out of memory, status "oom"."""
+
+
+def check_rss_cap(limit_gib: float | None) -> None:
+    """Raise MemoryCapExceeded when this process's peak RSS is above `limit_gib`
+    (a forced memory limit on the CPU, where nothing else bounds a batch)."""
+    if limit_gib is not None and peak_rss_gib() > limit_gib:
+        raise MemoryCapExceeded(f"out of memory: peak RSS {peak_rss_gib():.2f} GiB above memory_limit_gib={limit_gib:g}")
+
+
 def memory_at_failure(device) -> dict[str, float]:
     import resource
 

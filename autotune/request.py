@@ -30,6 +30,7 @@ class TrialSettings:
     parity: dict[str, Any]  # {"baseline": knobs, "steps", "tolerance", ...}
     ranks: int = 1  # processes per trial (resources.ranks_per_trial)
     blocks: list[str] | None = None  # the model's repeated block classes (resources.blocks)
+    memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
 
     @classmethod
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None):
@@ -42,6 +43,7 @@ class TrialSettings:
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
+            memory_limit_gib=spec["resources"].get("memory_limit_gib"),
         )
 
     def timed_only(self) -> "TrialSettings":
@@ -65,4 +67,5 @@ class TrialSettings:
             # several ranks: a fixed window on every rank, no pruning (autotune.ranks)
             **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
             **({"blocks": self.blocks} if self.blocks else {}),
+            **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
         }

@@ -59,6 +59,7 @@ DEFAULTS = {
     "backend": None,  # torch.distributed backend (default: gloo on the CPU, nccl on CUDA)
     "dist_timeout_s": 300,  # the process group's timeout: a collective waiting longer fails the trial
     "blocks": None,  # class names of the model's repeated blocks (default: found; knobs._parallel.find_blocks)
+    "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
 }
 MAX_STEPS_FACTOR = 50
 
@@ -100,9 +101,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("min_window_s", "target_ci", "max_window_s"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
-    prune = cfg["prune_below"]
-    if prune is not None and (not isinstance(prune, (int, float)) or isinstance(prune, bool) or prune <= 0):
-        raise TrialConfigError(f"`prune_below` must be null or samples/s > 0, got {prune!r}")
+    for key, unit in (("prune_below", "samples/s"), ("memory_limit_gib", "GiB")):
+        if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
+            raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
     return cfg
 
 
@@ -134,6 +135,7 @@ class Session:
     micro_step: int = 0
     world_size: int = 1  # ranks in the trial's process group
     unsynced: bool = False  # every backward without gradient synchronization (ranks.comm_share)
+    memory_limit_gib: float | None = None  # a forced memory limit (M.check_rss_cap)
 
     def sync(self) -> None:
         """Wait for the device (a no-op on the CPU, where work is synchronous),
@@ -163,6 +165,7 @@ class Session:
         with K.no_sync(self.model, self.world_size > 1 and micro):
             (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         self.micro_step += 1
+        M.check_rss_cap(self.memory_limit_gib)
         if self.micro_step % self.accum_steps:
             return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
         if self.scaler is not None:
@@ -215,6 +218,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         rule = R.fixed_rule(cfg["measure_steps"])
     steps = cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
+    session.memory_limit_gib = cfg["memory_limit_gib"]
     result["optimizer"] = type(session.optimizer).__name__
     result["optimizer_fused"] = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())

@@ -93,7 +93,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, device, seed, ranks, backend, dist_timeout_s, blocks"),
+                           "prune_below, device, seed, ranks, backend, dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
@@ -130,3 +130,9 @@ def test_load_from_outside_during_the_window_is_recorded(outside_hogs):
                         "profile_steps": 0, "diagnose": False})
     assert result["status"] == "ok" and result["metrics"]["host_other_cpu_frac"] > 0.25
     assert result["disturbed"].startswith("other processes used ")
+
+
+def test_a_peak_rss_over_the_memory_limit_is_an_out_of_memory():
+    result = run_trial({**TINY, "profile_steps": 0, "diagnose": False, "memory_limit_gib": 0.05, "device": "cpu"})
+    assert result["status"] == "oom" and result["error_type"] == "MemoryCapExceeded", result
+    assert "above memory_limit_gib=0.05" in result["error"] and result["metrics"]["mem_rss_peak_gib"] > 0.05

@@ -113,3 +113,11 @@ def test_bad_multi_rank_specs_are_spec_errors(tmp_path, overrides, message):
             "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}}, **overrides}
     with pytest.raises(S.SpecError, match=message.replace("(", r"\(")):
         run(S.parse(data, "bad.yaml"))
+
+
+def test_resnet18_runs_two_ranks_with_checkpointed_blocks(tmp_path):
+    result = trial(tmp_path, {"activation_checkpointing": True, "ddp_gradient_as_bucket_view": True},
+                   workload={"name": "resnet18_cifar", "args": {"batch_size": 8}}, measure_steps=3)
+    assert result["status"] == "ok", result
+    assert result["metrics"]["ranks"] == 2 and result["metrics"]["samples_per_s"] > 0
+

@@ -25,14 +25,14 @@ def find_blocks(model, names: list[str] | None = None) -> list:
     `names` (class names, e.g. ["TransformerEncoderLayer"]), or else of the class
     with two or more instances that holds the most parameters (a transformer
     layer, a ResNet block), as a ModuleWrapPolicy would be given it; containers
-    (Sequential, ModuleList) and leaf modules are never blocks. [] when none."""
+    (Sequential, ModuleList) and leaf modules are never found, only named. [] when none."""
+    if names:
+        return [m for m in model.modules() if m is not model and type(m).__name__ in names]
     by_class: dict[type, list] = {}
     for module in model.modules():
         if module is model or type(module).__name__ in CONTAINERS or not any(True for _ in module.children()):
             continue
         by_class.setdefault(type(module), []).append(module)
-    if names:
-        return [m for cls, ms in by_class.items() if cls.__name__ in names for m in ms]
     repeated = {cls: ms for cls, ms in by_class.items() if len(ms) >= 2 and _params(ms[0])}
     if not repeated:
         return []

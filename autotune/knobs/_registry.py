@@ -235,7 +235,7 @@ KNOBS: dict[str, Knob] = {
              unavailable=_multi_rank(True), requires=_fsdp_only),
         Knob("activation_checkpointing", bool, False, "safe",
              "activations of each repeated block are recomputed in backward: the same values, more compute, "
-             "less memory", "torch.utils.checkpoint around each repeated block", "act-ckpt", "model",
+             "less memory; a block with BatchNorm updates its running statistics again in the recompute", "torch.utils.checkpoint around each repeated block", "act-ckpt", "model",
              bottlenecks=("memory", "capacity")),
     )
 }

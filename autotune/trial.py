@@ -245,8 +245,10 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     if rule.pruned:
         result["status"] = "pruned"
         return
-    if device.ranks > 1:  # profile, diagnosis and parity of a multi-rank trial: not yet (issue 24)
+    if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
         metrics.update(R.comm_share(session, batches, rule.max_steps, metrics))
+        if cfg["diagnose"]:  # from the timed windows (communication-bound)
+            result["diagnosis"] = diagnose(metrics, knobs, device)
         return
     profile = None
     if cfg["profile_steps"]:

@@ -96,6 +96,12 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
     run_id = result.records[0].mlflow_run_id
     metrics = client.get_run(run_id).data.metrics
     assert metrics["ranks"] == 2 and {"comm_frac", "mem_rss_peak_gib", "rank_samples_per_s_min"} <= set(metrics)
+    # exported = measured: cfg.wrap in a torchrun-launched plain loop (scripts/bench_exported.py), a smoke run
+    proc = subprocess.run([sys.executable, "scripts/bench_exported.py", str(result.run_dir), "--reps", "1",
+                           "--warmup", "2", "--window-s", "0.5"], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["ranks"] == 2 and report["plain"]["best"] > 0 and report["plain"]["baseline"] > 0
 
 
 @pytest.mark.usefixtures("ray_local")

@@ -2,6 +2,7 @@
 tiny models, few steps."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -17,7 +18,7 @@ SHORT = {"warmup_steps": 2, "measure_steps": 6, "profile_steps": 0, "diagnose": 
 def trial(tmp_path, knobs, workload=None, launcher="fork", **extra):
     config = {"workload": workload or {"name": "tiny_transformer", "args": {"batch_size": 8}}, "knobs": knobs,
               **SHORT, **extra}
-    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=".", launcher=launcher)
+    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launcher=launcher)
 
 
 def test_a_two_rank_ddp_trial_is_one_result_with_its_ranks(tmp_path):
@@ -45,7 +46,9 @@ def test_fsdp_with_checkpointing_runs_spawned(tmp_path):
 
 
 def test_a_failing_rank_stops_the_others_and_names_itself(tmp_path):
-    result = trial(tmp_path, {}, workload={"factory": "tests.workloads:make_rank_one_fails"}, dist_timeout_s=200)
+    # spawned: a fork server preloading tests.workloads is test_launcher's to count
+    result = trial(tmp_path, {}, workload={"factory": "tests.workloads:make_rank_one_fails"}, launcher="spawn",
+                   dist_timeout_s=200)
     assert result["status"] == "error"
     assert result["error"].startswith("rank 1: rank 1 cannot build its model")
     assert result["trial_wall_s"] < 120  # rank 0 was killed, not left waiting for the group's timeout

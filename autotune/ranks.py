@@ -5,7 +5,7 @@ fresh child per rank before it builds anything, sets the environment torchrun
 sets (RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1,
 MASTER_PORT), and each child joins one process group (gloo on the CPU, nccl on
 CUDA, one device each) with an explicit timeout, runs the single-rank runner on
-its share of the data and writes rank<R>.json. Teardown is symmetric: each rank
+its share of the data and writes rank<R>.json (in a temporary dir). Teardown is symmetric: each rank
 leaves the group in its own `finally`, and when one rank fails or dies the
 others are killed at once rather than left waiting in a collective.
 
@@ -93,7 +93,7 @@ def torchrun_env(r: int, ranks: int, port: int) -> dict[str, str]:
             "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
 
 
-def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str) -> int:
+def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str, out: str) -> int:
     """In rank `r`'s process: join the group, run, write rank<r>.json, leave the group."""
     import torch
     import torch.distributed as dist
@@ -120,34 +120,40 @@ def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], de
         result = {"status": "error", "error_type": type(e).__name__, "metrics": {}, "ended_unix": time.time(),
                   "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:500]}
     result["rank"] = r
-    with open(RANK_FILE.format(r) + ".tmp", "w") as f:
+    path = os.path.join(out, RANK_FILE.format(r))
+    with open(path + ".tmp", "w") as f:
         json.dump(result, f)
-    os.replace(RANK_FILE.format(r) + ".tmp", RANK_FILE.format(r))
+    os.replace(path + ".tmp", path)
     return code
 
 
 def run_ranks(cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str) -> dict[str, Any]:
     """Fork cfg["ranks"] ranks in the current dir, each running `run_one(cfg)` in
     the process group; wait for all, tear down symmetrically, merge their results."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="ranks") as out:  # the ranks' results, read back here
+        return _run_ranks(cfg, run_one, device_type, out)
+
+
+def _run_ranks(cfg, run_one, device_type: str, out: str) -> dict[str, Any]:
     ranks, port = cfg["ranks"], free_port()
     started = time.perf_counter()
     pids = {}
     for r in range(ranks):
-        if os.path.exists(RANK_FILE.format(r)):
-            os.remove(RANK_FILE.format(r))
         pid = os.fork()
         if pid == 0:
             code = 1
             try:
                 os.environ.update(torchrun_env(r, ranks, port))
-                code = _rank_child(r, cfg, run_one, device_type)
+                code = _rank_child(r, cfg, run_one, device_type, out)
             finally:
                 os._exit(code)
         pids[pid] = r
     died = _wait_all(pids)
     results = []
     for r in range(ranks):
-        path = RANK_FILE.format(r)
+        path = os.path.join(out, RANK_FILE.format(r))
         if os.path.exists(path):
             with open(path) as f:
                 results.append(json.load(f))

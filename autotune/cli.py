@@ -156,7 +156,7 @@ def report(
 @app.command()
 def export(
     run_dir: Path = typer.Argument(..., help="a search's output dir"),
-    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning"),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | torchrun"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:

@@ -28,12 +28,14 @@ GPU_UTIL_LOW = 0.5  # GPU busy < 50% of the step: grow the batch
 BATCH2X_OVERHEAD = 1.5  # 2x the batch costs < 1.5x the step time: a fixed per-step cost dominates
 COMPUTE_SHARE = 0.5  # matmul/conv >= 50% of device time: compute-bound, else memory-bound
 MEMORY_HIGH = 0.9  # peak memory > 90% of the device
+COMM_SHARE = 0.2  # gradient synchronization exposed > 20% of a multi-rank step: communication-bound
 LOADER_HEADROOM = 1.2  # size the loader for 20% above the compute ceiling (workers are not perfectly parallel)
 
 # The playbook, as data: per bottleneck, the moves in the order a performance
 # engineer tries them. `to`: "up" / "down" (the next value of a ladder), a value,
 # or a list of values in order of preference; `cuda`: only on a CUDA device;
-# `when`: the knob value the move starts from (None: any); `batch`: only for
+# `when`: the knob value the move starts from (None: any); `sharding`: only with
+# that sharding (a DDP or an FSDP argument); `batch`: only for
 # batches of this kind (images: 4-D float/uint8 tensors; tokens: integer ids;
 # see autotune.workload.batch_kind; unknown: every move). A move with knob None
 # is advice no knob can follow (it is rendered, never searched).
@@ -72,6 +74,25 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
         {"knob": "fused_optimizer", "to": True, "when": False,
          "why": "a fused optimizer step: one pass over weights, gradients and optimizer state"},
     ],
+    # multi-rank trials (autotune.ranks): the all-reduce / reduce-scatter the step waits for
+    "communication": [
+        {"knob": "ddp_bucket_cap_mb", "to": [100, 50, 5], "when": 25, "sharding": "ddp",
+         "why": "another DDP bucket size (larger: fewer all-reduce calls; smaller: earlier overlap with backward)"},
+        {"knob": "ddp_gradient_as_bucket_view", "to": True, "when": False, "sharding": "ddp",
+         "why": "gradients as views into the buckets (no copy into them)"},
+        {"knob": "ddp_static_graph", "to": True, "when": False, "sharding": "ddp",
+         "why": "static_graph: DDP plans the buckets once (the same parameters used every step)"},
+        {"knob": "fsdp_reshard_after_forward", "to": False, "when": True, "sharding": "fsdp",
+         "why": "keep the gathered parameters from forward to backward (one all-gather fewer per block)"},
+        {"knob": "batch_size", "to": "up", "why": "a larger per-rank batch: more compute per gradient exchange"},
+    ],
+    # the batch cannot grow (2x the batch, or the ladder's next batch, ran out of memory)
+    "capacity": [
+        {"knob": "activation_checkpointing", "to": True, "when": False,
+         "why": "activation checkpointing per repeated block: recompute in backward, keep less (a larger batch fits)"},
+        {"knob": "sharding", "to": "fsdp", "when": "ddp",
+         "why": "FSDP: parameters, gradients and optimizer state sharded over the ranks"},
+    ],
 }
 NEAR_FULL = {"knob": "batch_size", "to": "down",
              "why": "a smaller batch, activation checkpointing or mixed precision to free memory"}
@@ -91,6 +112,8 @@ def playbook_moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool,
         if move.get("cuda") is not None and move["cuda"] != cuda:
             continue
         if batch_kind is not None and move.get("batch") not in (None, batch_kind):
+            continue
+        if move.get("sharding") not in (None, knobs.get("sharding", "ddp")):  # a DDP or an FSDP setting
             continue
         when = move.get("when")
         if when is not None and move["knob"] in knobs:
@@ -171,9 +194,15 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
         evidence.append(f"profiled window: matmul/convolution {compute:.0%} of {'GPU kernel' if cuda else 'CPU op'} time")
     if "mfu" in m:
         evidence.append(f"MFU {m['mfu']:.1%}")
+    comm = m.get("comm_frac")
+    if comm is not None:
+        evidence.append(f"timed windows: gradient synchronization exposed {comm:.0%} of the step "
+                        f"({m['step_ms_mean']:.1f} ms synced, {m['step_ms_unsynced']:.1f} ms without)")
 
     if input_bound:
         bottleneck = "input"
+    elif comm is not None and comm > COMM_SHARE:
+        bottleneck = "communication"
     elif overhead_bound:
         bottleneck = "overhead"
     elif compute is not None and compute < COMPUTE_SHARE:
@@ -189,8 +218,9 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
         for move in moves:
             if move["knob"] == "num_workers":
                 move["to"] = need  # sized from the two rates, not one step of the ladder
-    if m.get("batch2x_oom"):
+    if m.get("batch2x_oom"):  # capacity-bound too: the moves that let the batch grow again
         moves = [mv for mv in moves if not (mv["knob"] == "batch_size" and mv["to"] == "up")]
+        moves += playbook_moves("capacity", knobs, cuda, batch_kind)
     peak, total = m.get("mem_peak_reserved_gib"), m.get("mem_device_gib")
     if peak and total and peak / total > MEMORY_HIGH:
         evidence.append(f"peak memory {peak:.1f} of {total:.1f} GiB (> {MEMORY_HIGH:.0%})")

@@ -29,6 +29,7 @@ import optuna
 
 from autotune import cache, export, plots, tracking
 from autotune import knobs as K
+from autotune import ranks as R
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
 from autotune import workload as W
 from autotune.launcher import user_thread_env
@@ -97,7 +98,11 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
         lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
-        device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload))  # fused_optimizer
+        device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload),  # fused_optimizer
+                                     ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
+        why = R.search_problem(device, workload, spec.resources.blocks, lists, baseline)
+        if why:
+            raise SpecError(why)
         space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
                                 spec.safety.keep_effective_batch, user)
         space.dropped += too_big
@@ -220,7 +225,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
 
     cuda = device.type == "cuda"
     cpus_per_trial = spec.resources.cpus_per_trial
-    gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (1 if cuda else 0)
+    gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (spec.resources.ranks_per_trial if cuda else 0)
 
     def cpus_fn(config) -> int:
         # Ray's reservation, not the trial's threads (those are torch's default or

@@ -18,6 +18,7 @@ measured is what production runs.
 
 from __future__ import annotations
 
+import os
 import warnings
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -28,6 +29,7 @@ import yaml
 
 from autotune._version import __version__
 from autotune import knobs as K
+from autotune import scale_out
 from autotune.confirm import describe
 from autotune.safety import batch_advice
 
@@ -70,6 +72,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         "safety": safety_flags(best.knobs, base.knobs, best.parity),
         "fixed": result.space.fixed,
     }
+    if spec.resources.ranks_per_trial > 1 or spec.resources.blocks:  # what cfg.wrap, torchrun and -f hf need
+        data["parallel"] = {"ranks": spec.resources.ranks_per_trial, "blocks": spec.resources.blocks}
     accum = base.knobs["batch_size"] // best.knobs["batch_size"] if spec.safety.keep_effective_batch else 1
     advice = batch_advice(base.knobs["batch_size"], best.knobs["batch_size"], best.info.get("optimizer"),
                           bool(best.info.get("has_batchnorm")), accum)
@@ -123,6 +127,24 @@ class TunedConfig:
         model = K.prepare_model(model, self.knobs, self.device_type)
         return model, None if optimizer is None else K.prepare_optimizer(optimizer, self.knobs)
 
+    def wrap(self, model):
+        """The model as the trials ran it, in torchtitan's order: activation
+        checkpointing per repeated block, then device, memory format and compile
+        (`prepare`'s), then, in a process group of two or more ranks (torchrun),
+        DDP with the tuned bucket size, gradient views and static graph, or FSDP2
+        `fully_shard` per block. Call it instead of `prepare`'s model part, after
+        `dist.init_process_group()`, and build the optimizer after it (FSDP
+        replaces the parameters by shards)."""
+        import torch
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        device = torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0))) if self.device_type == "cuda" \
+            else torch.device("cpu")
+        K.apply_process_flags(self.knobs)
+        K.apply_backend_flags(self.knobs)
+        return K.wrap(model, self.knobs, device, world, scale_out.parallel(self.data)["blocks"])
+
     def to_device(self, batch, preprocess=None):
         """A loader batch on the device (non_blocking when pinned), then your
         on-device `preprocess` if any, then 4-D inputs in channels_last."""
@@ -167,7 +189,7 @@ def load_config(path: str | Path) -> TunedConfig:
 
 # --- other forms of the same config ----------------------------------------------------
 
-FORMATS = ("yaml", "json", "python", "lightning")
+FORMATS = ("yaml", "json", "python", "lightning", "hf", "torchrun")
 
 
 def render(data: dict[str, Any], fmt: str) -> str:
@@ -183,6 +205,12 @@ def render(data: dict[str, Any], fmt: str) -> str:
         return _python(data)
     if fmt == "lightning":
         return _lightning(data)
+    if fmt == "hf":  # one JSON object of transformers.TrainingArguments keyword arguments
+        import json
+
+        return json.dumps(scale_out.hf_kwargs(data)) + "\n"
+    if fmt == "torchrun":
+        return scale_out.torchrun(data)
     raise ValueError(f"unknown format `{fmt}`; formats: {', '.join(FORMATS)}")
 
 
@@ -301,6 +329,7 @@ def _lightning(data) -> str:
     if k["fused_optimizer"]:
         lines += ["# fused_optimizer: in configure_optimizers, return fuse_optimizer(your optimizer) (or build it with fused=True)",
                   _fuse_source(k).strip() + "\n"]
+    lines += scale_out.lightning_strategy(data)
     lines.append(f"# set_to_none={k['set_to_none']}: Lightning calls optimizer.zero_grad() (set_to_none=True by default)"
                  + ("" if k["set_to_none"] else "; override LightningModule.optimizer_zero_grad to pass set_to_none=False"))
     return "\n".join(lines) + "\n"

@@ -132,6 +132,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
     clock = time.perf_counter
     if cuda:
         torch.cuda.reset_peak_memory_stats()
+    reset_peak_rss()
     events, starts, data_wait, samples = [], [], 0.0, 0
 
     def step_times() -> list[float]:  # ms, of the steps known to be complete
@@ -187,6 +188,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         "window_s": window,
         "window_steps": steps,
         "loss_last": float(loss.detach().float()),
+        "mem_rss_peak_gib": peak_rss_gib(),  # the training process's, over the window (not its loader workers)
         **disturbed,  # host_other_cpu_frac
     }
     if cuda:
@@ -264,6 +266,37 @@ def double_batch_probe(session, step_ms: float, loader_at: Callable[[int, int], 
     finally:
         if session.device.type == "cuda":
             torch.cuda.empty_cache()
+
+
+def reset_peak_rss() -> None:
+    """Restart this process's peak RSS (Linux VmHWM) from its current RSS; elsewhere a no-op."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_gib() -> float:
+    """This process's peak RSS since `reset_peak_rss` (Linux; elsewhere since it started)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**20  # kB
+    except (OSError, StopIteration):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+class MemoryCapExceeded(MemoryError):
+    """The trial's peak RSS went over its cap (`memory_limit_gib`): an out of memory, status "oom"."""
+
+
+def check_rss_cap(limit_gib: float | None) -> None:
+    """Raise MemoryCapExceeded when this process's peak RSS is above `limit_gib`
+    (a forced memory limit on the CPU, where nothing else bounds a batch)."""
+    if limit_gib is not None and peak_rss_gib() > limit_gib:
+        raise MemoryCapExceeded(f"out of memory: peak RSS {peak_rss_gib():.2f} GiB above memory_limit_gib={limit_gib:g}")
 
 
 def memory_at_failure(device) -> dict[str, float]:

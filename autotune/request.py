@@ -28,6 +28,9 @@ class TrialSettings:
     base_batch: int
     keep_effective_batch: bool
     parity: dict[str, Any]  # {"baseline": knobs, "steps", "tolerance", ...}
+    ranks: int = 1  # processes per trial (resources.ranks_per_trial)
+    blocks: list[str] | None = None  # the model's repeated block classes (resources.blocks)
+    memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
 
     @classmethod
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None):
@@ -39,6 +42,8 @@ class TrialSettings:
             base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
+            ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
+            memory_limit_gib=spec["resources"].get("memory_limit_gib"),
         )
 
     def timed_only(self) -> "TrialSettings":
@@ -59,4 +64,8 @@ class TrialSettings:
             "parity": self.parity,
             "seed": self.seed,
             "prune_below": prune_below,
+            # several ranks: a fixed window on every rank, no pruning (autotune.ranks)
+            **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
+            **({"blocks": self.blocks} if self.blocks else {}),
+            **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
         }

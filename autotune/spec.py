@@ -223,7 +223,16 @@ class Resources(_Strict):
     cpus_per_trial: Optional[StrictInt] = Field(
         None, ge=1, description="default: num_workers + 1 with a GPU; without one, every CPU but one (one trial at a time)"
     )
-    gpus_per_trial: Optional[float] = Field(None, ge=0, description="default: 1 with CUDA, else 0")
+    gpus_per_trial: Optional[float] = Field(None, ge=0, description="default: ranks_per_trial with CUDA, else 0")
+    ranks_per_trial: StrictInt = Field(
+        1, ge=1, description="processes per trial, one device each (DDP or FSDP over torch.distributed: gloo on CPUs, "
+                             "nccl on GPUs); on a CPU host at most its CPUs")
+    blocks: Optional[list[str]] = Field(
+        None, description="class names of the model's repeated blocks, for FSDP and activation checkpointing "
+                          "(default: the module class with two or more instances holding the most parameters)")
+    memory_limit_gib: Optional[float] = Field(
+        None, gt=0, description="a forced memory limit per trial process: a peak RSS above it, checked after each "
+                                "step, ends the trial as out of memory (shows on a CPU what a GPU's memory bounds)")
     custom: dict[str, float] = Field(
         default_factory=dict, description="custom Ray resources each trial needs, e.g. {gpu_h100: 1} for nodes "
                                           "started with --resources='{\"gpu_h100\": 8}'")

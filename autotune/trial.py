@@ -34,6 +34,7 @@ from typing import Any
 
 from autotune import knobs as K
 from autotune import measure as M
+from autotune import ranks as R
 from autotune import sides, trace
 from autotune import workload as W
 from autotune.diagnose import diagnose
@@ -54,11 +55,16 @@ DEFAULTS = {
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "device": "auto",
     "seed": 0,
+    "ranks": 1,  # processes of one trial, one device each (autotune.ranks)
+    "backend": None,  # torch.distributed backend (default: gloo on the CPU, nccl on CUDA)
+    "dist_timeout_s": 300,  # the process group's timeout: a collective waiting longer fails the trial
+    "blocks": None,  # class names of the model's repeated blocks (default: found; knobs._parallel.find_blocks)
+    "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
 }
 MAX_STEPS_FACTOR = 50
 
 
-class TrialConfigError(ValueError):
+class TrialConfigError(R.ConfigError):
     """A trial config that cannot run; the message names the field."""
 
 
@@ -85,15 +91,19 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     clash = K.conflicts(cfg["knobs"])
     if clash:
         raise TrialConfigError(f"knobs cannot run together: {'; '.join(clash)}")
-    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1)):
+    blocks = cfg["blocks"]
+    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) and b for b in blocks)):
+        raise TrialConfigError(f"`blocks` must be null or a list of module class names, got {blocks!r}")
+    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1), ("ranks", 1),
+                     ("dist_timeout_s", 1)):
         if type(cfg[key]) is not int or cfg[key] < low:
             raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
     for key in ("min_window_s", "target_ci", "max_window_s"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
-    prune = cfg["prune_below"]
-    if prune is not None and (not isinstance(prune, (int, float)) or isinstance(prune, bool) or prune <= 0):
-        raise TrialConfigError(f"`prune_below` must be null or samples/s > 0, got {prune!r}")
+    for key, unit in (("prune_below", "samples/s"), ("memory_limit_gib", "GiB")):
+        if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
+            raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
     return cfg
 
 
@@ -123,13 +133,19 @@ class Session:
     scaler: Any
     accum_steps: int = 1  # micro-batches per optimizer step
     micro_step: int = 0
+    world_size: int = 1  # ranks in the trial's process group
+    unsynced: bool = False  # every backward without gradient synchronization (ranks.comm_share)
+    memory_limit_gib: float | None = None  # a forced memory limit (M.check_rss_cap)
 
     def sync(self) -> None:
-        """Wait for the device (a no-op on the CPU, where work is synchronous)."""
-        if self.device.type == "cuda":
-            import torch
+        """Wait for the device (a no-op on the CPU, where work is synchronous),
+        then, with ranks, for every rank (so a window starts and ends together)."""
+        import torch
 
+        if self.device.type == "cuda":
             torch.cuda.synchronize()
+        if self.world_size > 1:
+            torch.distributed.barrier()
 
     def device_batch(self, batch):
         """A loader batch as the model sees it: on the device (non_blocking when
@@ -145,8 +161,11 @@ class Session:
         with K.autocast(k, self.device.type):
             loss = self.workload.loss(self.model, batch)
         scaled = loss / self.accum_steps if self.accum_steps > 1 else loss
-        (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
+        micro = self.unsynced or (self.micro_step + 1) % self.accum_steps != 0  # no all-reduce on a micro-step
+        with K.no_sync(self.model, self.world_size > 1 and micro):
+            (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         self.micro_step += 1
+        M.check_rss_cap(self.memory_limit_gib)
         if self.micro_step % self.accum_steps:
             return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
         if self.scaler is not None:
@@ -159,21 +178,23 @@ class Session:
 
 
 def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps: int, seed: int = 0,
-            accum_steps: int = 1) -> Session:
+            accum_steps: int = 1, blocks: list[str] | None = None) -> Session:
     """Apply the knobs stage by stage: process (threads), backend flags, model
-    (device, memory format, compile), optimizer, loader. The loader samples
-    exactly `steps` full batches in a seeded random order, so every trial sees
-    the same data."""
+    (checkpointing, device, memory format, compile, then DDP/FSDP with ranks:
+    `K.wrap`), optimizer, loader. The loader samples exactly `steps` full batches
+    in a seeded random order, so every trial sees the same data (each rank its own)."""
     import torch
 
-    torch.manual_seed(seed)
+    torch.manual_seed(seed)  # the same initial weights on every rank
     K.apply_process_flags(knobs)
     K.apply_backend_flags(knobs)
     dev = torch.device(device.type)
-    model = K.prepare_model(workload.model(), knobs, dev)
+    world = R.world_size()
+    model = K.wrap(workload.model(), knobs, dev, world, blocks)
     optimizer = K.build_optimizer(workload, model, knobs)
-    loader = K.seeded_loader(workload, knobs, steps, seed)
-    return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps)
+    loader = K.seeded_loader(workload, knobs, steps, seed + R.rank())
+    return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps,
+                   world_size=world)
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
@@ -193,8 +214,11 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
                         prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None)
-    steps = cfg["warmup_steps"] + rule.max_steps + cfg["profile_steps"] + 3
-    session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"])
+    if device.ranks > 1:  # every rank runs the same steps (a collective waits for all)
+        rule = R.fixed_rule(cfg["measure_steps"])
+    steps = cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
+    session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
+    session.memory_limit_gib = cfg["memory_limit_gib"]
     result["optimizer"] = type(session.optimizer).__name__
     result["optimizer_fused"] = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
@@ -220,6 +244,11 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
             metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (cfg["warmup_steps"] - 1))
     if rule.pruned:
         result["status"] = "pruned"
+        return
+    if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
+        metrics.update(R.comm_share(session, batches, rule.max_steps, metrics))
+        if cfg["diagnose"]:  # from the timed windows (communication-bound)
+            result["diagnosis"] = diagnose(metrics, knobs, device)
         return
     profile = None
     if cfg["profile_steps"]:
@@ -264,6 +293,15 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
     import torch
 
     device = detect_device(cfg["device"])
+    if cfg["ranks"] > 1:
+        why = R.unavailable(cfg["ranks"], device.type, device.cpus, cfg["backend"])
+        if why:
+            raise TrialConfigError(why)
+        if R.world_size() == 1:  # the trial's process: run its ranks, one result
+            result = R.run_ranks(cfg, lambda c: run_trial(c, base_dir), device.type)
+            result["trial_s"] = time.perf_counter() - started
+            return result
+        device = dataclasses.replace(device, ranks=R.world_size())  # a rank: decides the DDP/FSDP knobs
     wl = cfg["workload"]
     result: dict[str, Any] = {
         "status": "ok",
@@ -291,6 +329,8 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
         result["device"]["torch_threads"] = torch.get_num_threads()  # in effect during the window
         if not math.isfinite(result["metrics"]["loss_last"]):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
+    except K.BlockError as e:  # the model lacks what the knobs need: bad input
+        raise TrialConfigError(str(e)) from e
     except Exception as e:  # a failing workload is a result, not a crash
         if M.is_oom(e):  # infeasible: record the memory at the failure with the knobs
             result["metrics"] = {**result.get("metrics", {}), **M.memory_at_failure(device)}
@@ -343,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
         config = json.loads(text)
         config["knobs"] = {**config.get("knobs", {}), **parse_set(args.set)}
         result = run_trial(config, os.path.dirname(os.path.abspath(args.config)) if args.config != "-" else ".")
-    except (OSError, json.JSONDecodeError, TrialConfigError) as e:
+    except (OSError, json.JSONDecodeError, R.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     text = json.dumps(result, indent=2)

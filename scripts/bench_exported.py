@@ -10,6 +10,11 @@ search's re-measured figures where it re-measured the best, autotune.confirm).
 
     python scripts/bench_exported.py runs/<search> --reps 3
 
+A multi-rank search (best_config.yaml's `parallel.ranks` > 1) is re-measured the way
+`autotune export -f torchrun` says to launch it: torchrun starts the ranks, each
+applies `cfg.wrap(model)` (checkpointing, compile, DDP/FSDP), and every rank runs the
+same steps between two barriers; the throughput is the global samples/s.
+
 Needs torch only (and pyyaml). Prints a table; the last line is one JSON object.
 """
 
@@ -41,14 +46,29 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
 
     cfg = load_config(config_path)
     wl = load(workload["ref"], {**workload.get("args", {}), **cfg.workload_args})
+    ranks = int(os.environ.get("WORLD_SIZE", 1))  # launched by torchrun: a multi-rank config
+    if ranks > 1:
+        import torch.distributed as dist
+
+        dist.init_process_group("nccl" if cfg.device_type == "cuda" else "gloo")
     torch.manual_seed(0)
-    model = wl.model()
-    optimizer = wl.build_optimizer(model.parameters())
-    model, optimizer = cfg.prepare(model, optimizer)
+    if ranks > 1:  # as `autotune export -f torchrun` says: cfg.wrap, then the optimizer
+        model = cfg.wrap(wl.model())
+        optimizer = wl.build_optimizer(model.parameters())
+    else:
+        model = wl.model()
+        optimizer = wl.build_optimizer(model.parameters())
+        model, optimizer = cfg.prepare(model, optimizer)
     scaler = cfg.grad_scaler()
+    rank = int(os.environ.get("RANK", 0))
     loader = torch.utils.data.DataLoader(wl.dataset, shuffle=True, drop_last=True, collate_fn=wl.collate_fn,
-                                         generator=torch.Generator().manual_seed(0), **cfg.dataloader_kwargs())
-    sync = torch.cuda.synchronize if cfg.device_type == "cuda" else (lambda: None)
+                                         generator=torch.Generator().manual_seed(rank), **cfg.dataloader_kwargs())
+    device_sync = torch.cuda.synchronize if cfg.device_type == "cuda" else (lambda: None)
+
+    def sync():  # every rank starts and ends the window together
+        device_sync()
+        if ranks > 1:
+            torch.distributed.barrier()
 
     def step(batch) -> int:
         batch = cfg.to_device(batch, wl.preprocess)
@@ -69,11 +89,21 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
         step(next(batches))
     sync()
     samples, steps, t = 0, 0, time.perf_counter()
-    while time.perf_counter() - t < window_s:
+    # one rank: a timed window; ranks: the same steps on each (a window of `window_s` at the first rate seen)
+    fixed = None
+    while (steps < fixed) if fixed else (time.perf_counter() - t < window_s):
         samples += step(next(batches))
         steps += 1
+        if ranks > 1 and steps == 3 and fixed is None:
+            rate = torch.tensor([steps / (time.perf_counter() - t)])
+            torch.distributed.broadcast(rate, 0)
+            fixed = max(4, int(rate.item() * window_s))
     sync()
-    return {"samples_per_s": samples / (time.perf_counter() - t), "steps": steps, "torch_threads": torch.get_num_threads()}
+    out = {"samples_per_s": samples * ranks / (time.perf_counter() - t), "steps": steps,
+           "torch_threads": torch.get_num_threads(), "ranks": ranks}
+    if ranks > 1:
+        torch.distributed.destroy_process_group()
+    return out
 
 
 def baseline_config(run_dir: Path, best: dict) -> dict:
@@ -97,7 +127,9 @@ def main() -> None:
 
     if args.child:
         workload = json.loads(args.child[1])
-        print(json.dumps(plain_loop(args.child[0], workload, args.warmup, args.window_s)))
+        result = plain_loop(args.child[0], workload, args.warmup, args.window_s)
+        if os.environ.get("RANK", "0") == "0":
+            print(json.dumps(result))
         return
 
     best = yaml.safe_load((args.run_dir / "best_config.yaml").read_text())
@@ -114,7 +146,10 @@ def main() -> None:
     print(f"{'rep':>3}  {'config':<8}  {'plain samples/s':>15}  {'steps':>6}  {'threads':>7}")
     for rep in range(args.reps):
         for name in (list(configs) if rep % 2 == 0 else list(configs)[::-1]):  # interleaved, alternating
-            proc = subprocess.run([sys.executable, __file__, str(args.run_dir), "--warmup", str(args.warmup),
+            ranks = (best.get("parallel") or {}).get("ranks", 1)
+            launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
+                      f"--nproc-per-node={ranks}"] if ranks > 1 else [sys.executable]
+            proc = subprocess.run([*launch, __file__, str(args.run_dir), "--warmup", str(args.warmup),
                                    "--window-s", str(args.window_s), "--child", str(tmp / f"{name}.yaml"),
                                    json.dumps(best["workload"])], capture_output=True, text=True, env=ENV, timeout=1800)
             if proc.returncode:
@@ -125,6 +160,7 @@ def main() -> None:
     plain = {name: statistics.median(v) for name, v in measured.items()}
     summary = {
         "run_dir": str(args.run_dir), "device": best["device"].get("name"), "reps": args.reps,
+        "ranks": (best.get("parallel") or {}).get("ranks", 1),  # >1: torchrun-launched, cfg.wrap
         "best_knobs": best["knobs"], "workload_args": best.get("workload_args") or {},
         "search": {**searched, "speedup_x": best["measured"]["speedup_x"],  # the speedup the search claims
                    "figures": "re-measured" if source is confirmed else "trials",

@@ -211,3 +211,24 @@ def test_user_knobs_declared_for_the_loader_are_moves_when_input_bound():
                                     "input-bound step)"}
     finally:
         K.declare(None)
+
+
+def test_communication_bound_when_the_gradient_sync_is_exposed():
+    m = {"data_wait_frac": 0.0, "batch2x_step_ratio": 1.9, "comm_frac": 0.4, "step_ms_mean": 50.0,
+         "step_ms_unsynced": 30.0}
+    d = diagnose(m, KNOBS, Device("cpu", 2, ranks=2))
+    assert d["bottleneck"] == "communication"
+    assert "timed windows: gradient synchronization exposed 40% of the step (50.0 ms synced, 30.0 ms without)" in d["evidence"]
+    assert [mv["knob"] for mv in d["moves"]] == ["ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view",
+                                                 "ddp_static_graph", "batch_size"]  # fsdp_reshard: not resharding
+    low = diagnose({**m, "comm_frac": 0.1}, KNOBS, Device("cpu", 2, ranks=2))
+    assert low["bottleneck"] != "communication"
+
+
+def test_capacity_bound_moves_when_2x_the_batch_runs_out_of_memory():
+    m = {"data_wait_frac": 0.0, "batch2x_oom": 1.0, "cpu_compute_op_frac": 0.9}
+    d = diagnose(m, KNOBS, CPU)
+    assert [mv["knob"] for mv in d["moves"]][-2:] == ["activation_checkpointing", "sharding"]
+    assert "batch_size" not in [mv["knob"] for mv in d["moves"] if mv["to"] == "up"]
+    checkpointed = diagnose(m, {**KNOBS, "activation_checkpointing": True, "sharding": "fsdp"}, CPU)
+    assert not {"activation_checkpointing", "sharding"} & {mv["knob"] for mv in checkpointed["moves"]}

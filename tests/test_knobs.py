@@ -311,3 +311,17 @@ def test_state_from_a_run_without_channels_last_is_laid_out_like_the_parameters(
 
     for a, b in zip(update(False), update(True)):
         assert (a - b).abs().max() <= 1e-5 * a.abs().max()
+
+
+def test_blocks_are_the_repeated_class_holding_the_most_parameters():
+    from torchvision.models import resnet18
+
+    from autotune import knobs as K
+    from trials.tiny_cnn import tiny_cnn
+    from trials.tiny_transformer import TinyTransformer
+
+    assert {type(b).__name__ for b in K.find_blocks(TinyTransformer())} == {"TransformerEncoderLayer"}
+    assert len(K.find_blocks(TinyTransformer(layers=3))) == 3
+    assert {type(b).__name__ for b in K.find_blocks(resnet18())} == {"BasicBlock"}
+    assert K.find_blocks(tiny_cnn()) == []
+    assert len(K.find_blocks(TinyTransformer(), ["LayerNorm"])) == 5  # named: 2 per layer and the final norm

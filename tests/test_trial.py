@@ -24,8 +24,10 @@ def test_a_trial_reports_measured_metrics():
     assert m["step_ms_p50"] <= m["step_ms_p95"]
     assert 0 <= m["data_wait_frac"] < 1 and m["step_time_cv"] >= 0
     assert m["step_mean_ci95"] <= 0.02 or m["window_s"] >= 1.0  # precise enough, or the cap
-    # GPU-only fields are absent on a CPU, not zero
-    assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))}
+    # GPU-only fields are absent on a CPU, not zero; the process's peak RSS is measured on a CPU too
+    assert 0.01 < m["mem_rss_peak_gib"] < 16
+    assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))
+                and k != "mem_rss_peak_gib"}
     # profiled window, FLOPs, 2x-batch probe and diagnosis
     assert set(result["profile"]["breakdown"]) == {"dataloader", "cpu_exec", "other"}
     assert 0 <= m["dataloader_frac"] <= 1 and m["cpu_compute_op_frac"] > 0
@@ -77,7 +79,9 @@ def test_a_knob_that_cannot_apply_here_is_refused():
 @pytest.mark.parametrize("config, message", [
     ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
                                      "persistent_workers, num_threads, batch_size, precision, channels_last, "
-                                     "cudnn_benchmark, compile, set_to_none, fused_optimizer (workload arguments go in "
+                                     "cudnn_benchmark, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
+                                     "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, "
+                                     "activation_checkpointing (workload arguments go in "
                                      "workload.args)"),
     ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed: expected one of 32-true | tf32 | bf16-mixed | 16-mixed"),
     ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed: expected int"),
@@ -89,7 +93,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, device, seed"),
+                           "prune_below, device, seed, ranks, backend, dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
@@ -126,3 +130,9 @@ def test_load_from_outside_during_the_window_is_recorded(outside_hogs):
                         "profile_steps": 0, "diagnose": False})
     assert result["status"] == "ok" and result["metrics"]["host_other_cpu_frac"] > 0.25
     assert result["disturbed"].startswith("other processes used ")
+
+
+def test_a_peak_rss_over_the_memory_limit_is_an_out_of_memory():
+    result = run_trial({**TINY, "profile_steps": 0, "diagnose": False, "memory_limit_gib": 0.05, "device": "cpu"})
+    assert result["status"] == "oom" and result["error_type"] == "MemoryCapExceeded", result
+    assert "above memory_limit_gib=0.05" in result["error"] and result["metrics"]["mem_rss_peak_gib"] > 0.05

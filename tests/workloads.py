@@ -268,3 +268,21 @@ def make_model_bound_optimizer(batch_size: int = 8) -> Workload:
         return torch.optim.RMSprop(params, lr=1e-3)
 
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size, optimizer=optimizer)
+
+
+def make_rank_one_fails(batch_size: int = 8) -> Workload:
+    """tiny_transformer whose model cannot be built on rank 1 (a multi-rank trial's teardown)."""
+    import os
+
+    from trials.tiny_transformer import make_workload
+
+    workload = make_workload(batch_size=batch_size)
+    build = workload.model
+
+    def model():
+        if os.environ.get("RANK") == "1":
+            raise RuntimeError("rank 1 cannot build its model")
+        return build()
+
+    workload.model = model
+    return workload

@@ -26,7 +26,8 @@ PRECISIONS = ("32-true", "tf32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SAFETY_CLASSES = ("safe", "reproducibility", "numerics", "dynamics")  # from least to most risky
 STAGES = ("process", "backend", "model", "loader", "step", "workload")
-BOTTLENECKS = ("input", "overhead", "compute", "memory")
+BOTTLENECKS = ("input", "overhead", "compute", "memory", "communication", "capacity")
+SHARDINGS = ("ddp", "fsdp")
 USER_PREFIX = "args."  # user knobs (workload factory arguments) are named args.NAME
 
 
@@ -40,6 +41,7 @@ class Device:
     capability: tuple[int, int] | None = None  # CUDA compute capability
     # the workload's optimizer class, "module:QualName" (None: not known); decides fused_optimizer
     optimizer: str | None = None
+    ranks: int = 1  # processes per trial (resources.ranks_per_trial); decides the DDP/FSDP knobs
 
 
 Why = "str | None"  # a reason a value cannot apply, or None when it can
@@ -161,6 +163,32 @@ def fused_unavailable(optimizer: str, device_type: str) -> str | None:
     return None
 
 
+def _multi_rank(default):
+    """A knob of gradient synchronization: only a trial of two or more ranks has one."""
+
+    def check(value, device):
+        if value != default and device.ranks < 2:
+            return "acts on the gradient all-reduce of two or more ranks; resources.ranks_per_trial is 1"
+        return None
+
+    return check
+
+
+def _fsdp_only(value, knobs):
+    if value is not True and knobs.get("sharding", "ddp") != "fsdp":
+        return "an FSDP setting; needs sharding=fsdp"
+    return None
+
+
+def _ddp_only(default):
+    def check(value, knobs):
+        if value != default and knobs.get("sharding", "ddp") != "ddp":
+            return "a DistributedDataParallel setting; needs sharding=ddp"
+        return None
+
+    return check
+
+
 NO_NUMERICS = "no effect on numerics"
 # In the strategy's default order: one knob at a time, the cheapest big levers first.
 KNOBS: dict[str, Knob] = {
@@ -207,6 +235,32 @@ KNOBS: dict[str, Knob] = {
              "the update runs as fused kernels, which may round differently; check loss parity",
              "your optimizer rebuilt with fused=True (torch's SGD, Adam, AdamW, Adagrad)", "fused-opt", "step",
              numerics=True, bottlenecks=("overhead", "memory"), unavailable=_fused),
+        # multi-rank (resources.ranks_per_trial > 1): DDP or FSDP2 per repeated block (autotune.knobs._parallel)
+        Knob("ddp_bucket_cap_mb", int, 25, "safe",
+             "gradients are all-reduced in other groups; the averaged gradient is the same up to rounding",
+             "DistributedDataParallel(bucket_cap_mb=...): MiB of gradients per all-reduce", "bucket-mb", "model",
+             minimum=1, bottlenecks=("communication",), unavailable=_multi_rank(25), requires=_ddp_only(25)),
+        Knob("ddp_gradient_as_bucket_view", bool, False, "safe",
+             "gradients are views into the all-reduce buckets (saves a copy and its memory); safe unless your "
+             "code replaces .grad tensors", "DistributedDataParallel(gradient_as_bucket_view=...)", "grad-view",
+             "model", bottlenecks=("communication", "memory"), unavailable=_multi_rank(False),
+             requires=_ddp_only(False)),
+        Knob("ddp_static_graph", bool, False, "safe",
+             "the same parameters take part in every step; wrong (an error) for a model whose used parameters vary",
+             "DistributedDataParallel(static_graph=...)", "static", "model", bottlenecks=("communication",),
+             unavailable=_multi_rank(False), requires=_ddp_only(False)),
+        Knob("sharding", str, "ddp", "numerics",
+             "fsdp shards parameters, gradients and optimizer state per repeated block; reductions round differently",
+             "ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard per repeated block", "sharding", "model",
+             choices=SHARDINGS, bottlenecks=("memory", "capacity", "communication"), unavailable=_multi_rank("ddp")),
+        Knob("fsdp_reshard_after_forward", bool, True, "safe",
+             "false keeps the gathered parameters from forward to backward: less communication, more memory",
+             "fully_shard(reshard_after_forward=...)", "reshard", "model", bottlenecks=("communication",),
+             unavailable=_multi_rank(True), requires=_fsdp_only),
+        Knob("activation_checkpointing", bool, False, "safe",
+             "activations of each repeated block are recomputed in backward: the same values, more compute, "
+             "less memory; a block with BatchNorm updates its running statistics again in the recompute", "torch.utils.checkpoint around each repeated block", "act-ckpt", "model",
+             bottlenecks=("memory", "capacity")),
     )
 }
 

@@ -82,7 +82,14 @@ class WindowRule:
     slow steps is prunable too: at any step, a mean step (one step, even) above
     `hopeless_factor` x prune_ms; once the window has run `min_s`, a mean step
     above `slow_factor` x prune_ms; every 10 steps and at the caps, a step-time
-    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms."""
+    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms.
+
+    With `screen_ms` (the step time a config must beat to become the incumbent:
+    the incumbent's, less `search.min_improvement`), the window is a screening
+    window: once it has `min_steps` and `min_s`, every 10 steps, a step-time
+    mean whose 95% CI lies wholly above screen_ms stops it (`screened`: this
+    config cannot gain enough to move the incumbent, at 95%). Its throughput is
+    a complete measurement, to a wider CI than the target."""
 
     min_steps: int = 30
     min_s: float = 1.0
@@ -90,9 +97,11 @@ class WindowRule:
     max_steps: int = 3000
     max_s: float = 30.0
     prune_ms: float | None = None  # stop early once the mean step time is clearly above this
+    screen_ms: float | None = None  # stop once the mean step time is known to be above this (cannot win)
     slow_factor: float = 1.5
     hopeless_factor: float = 4.0
     pruned: bool = False
+    screened: bool = False
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
         capped = steps >= self.max_steps or elapsed >= self.max_s
@@ -105,7 +114,11 @@ class WindowRule:
             return False
         if steps < self.min_steps or elapsed < self.min_s:
             return False
-        return rel_ci95(step_times()) <= self.target_ci
+        times = step_times()
+        if self.screen_ms and len(times) >= 9 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.screen_ms:
+            self.screened = True
+            return True
+        return rel_ci95(times) <= self.target_ci
 
     def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
         mean_ms = elapsed / steps * 1e3  # the host clock over the steps run (on a GPU it runs ahead: never too high)

@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, config.get("prune_below"))
+    request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"))
     return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
 
 
@@ -108,13 +108,15 @@ class _Remeasurer:
 
 
 @contextlib.contextmanager
-def remeasurer(settings: dict, resources: dict):
+def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
     """`run(knobs, label) -> result` for `autotune.confirm`, through Ray: each run
     placed like a trial (`resources`, one actor holding them), with the trial
-    settings less profiling, diagnosis and parity."""
+    settings less profiling, diagnosis and parity (`parity_only`: loss parity
+    alone, the late check of `autotune.checked`)."""
     import ray
 
-    settings = {**settings, "request": settings["request"].timed_only()}
+    request = settings["request"]
+    settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only()}
     actor = None  # started by the first run: none when there is nothing to re-measure
 
     def run(knobs: dict, label: str) -> dict:
@@ -160,9 +162,11 @@ class Searcher(TuneSearcher):
     finished trial is told back with its status. The study holds all state, so
     save/restore have nothing to add."""
 
-    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool]):
+    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool],
+                 pay_on_demand: bool = False):
         super().__init__(metric=METRIC, mode="max")
         self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
+        self.pay_on_demand = pay_on_demand  # search.strategy v2: profile, diagnosis, parity for a new incumbent only
         self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
         self.exhausted = False  # every point measured, or known infeasible / over the budget
 
@@ -176,7 +180,8 @@ class Searcher(TuneSearcher):
             return TuneSearcher.FINISHED
         self.live[trial_id] = proposal.trial, proposal.source
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
-                "prune_below": self.strategy.prune_below(self.prune_margin)}
+                "prune_below": self.strategy.prune_below(self.prune_margin),
+                "incumbent_above": self.strategy.incumbent_above() if self.pay_on_demand else None}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
@@ -189,7 +194,18 @@ class Searcher(TuneSearcher):
             safe=parity is None or bool(parity.get("passed")),
             error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
             diagnosis=result.get("diagnosis"),  # every trial's: the strategy moves from each incumbent's own bottleneck
+            attrs=self._unchecked(result),
         )
+
+    def _unchecked(self, result: dict) -> dict:
+        """A config whose parity was skipped (not the incumbent then) but needed:
+        the climb does not build on it (Strategy.plan)."""
+        from autotune.parity import needs_parity
+
+        base = {**self.fixed, **self.strategy.baseline}
+        knobs = result.get("knobs") or {}
+        needed = result.get("skipped") and all(k in knobs and k in base for k in K.KNOBS) and needs_parity(knobs, base)
+        return {"unchecked": True} if needed else {}
 
     def save(self, checkpoint_path: str) -> None:
         pass

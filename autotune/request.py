@@ -4,7 +4,7 @@ settings and the proposal's knobs, so every launcher runs the same trial. Needs
 neither torch nor Ray.
 
     settings = TrialSettings.of(spec_dict, device_type, baseline)
-    config = settings.config(knobs, prune_below)   # -> python -m autotune.trial's JSON
+    config = settings.config(knobs, prune_below, incumbent_above)   # -> python -m autotune.trial's JSON
 """
 
 from __future__ import annotations
@@ -46,7 +46,13 @@ class TrialSettings:
         loss parity (a re-measurement, autotune.confirm)."""
         return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False}, parity=None)
 
-    def config(self, knobs: dict[str, Any], prune_below: float | None = None) -> dict[str, Any]:
+    def parity_check(self) -> "TrialSettings":
+        """Loss parity alone, no window (the late check of a config about to be
+        exported whose trial did not run it)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
+
+    def config(self, knobs: dict[str, Any], prune_below: float | None = None,
+               incumbent_above: float | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs)."""
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
@@ -59,4 +65,5 @@ class TrialSettings:
             "parity": self.parity,
             "seed": self.seed,
             "prune_below": prune_below,
+            "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
         }

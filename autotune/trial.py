@@ -52,6 +52,9 @@ DEFAULTS = {
     "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
     "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
+    "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
+    # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
+    "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
     "device": "auto",
     "seed": 0,
 }
@@ -91,9 +94,12 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("min_window_s", "target_ci", "max_window_s"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
-    prune = cfg["prune_below"]
-    if prune is not None and (not isinstance(prune, (int, float)) or isinstance(prune, bool) or prune <= 0):
-        raise TrialConfigError(f"`prune_below` must be null or samples/s > 0, got {prune!r}")
+    for key in ("prune_below", "incumbent_above"):
+        rate = cfg[key]
+        if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0):
+            raise TrialConfigError(f"`{key}` must be null or samples/s > 0, got {rate!r}")
+    if cfg["parity_only"] and not cfg["parity"]:
+        raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
     return cfg
 
 
@@ -189,10 +195,11 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     there (status "pruned": its throughput is measured, the rest skipped)."""
     import torch
 
-    prune = cfg["prune_below"]
+    prune, above = cfg["prune_below"], cfg["incumbent_above"]
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
-                        prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None)
+                        prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
+                        screen_ms=knobs["batch_size"] / above * 1e3 if above else None)
     steps = cfg["warmup_steps"] + rule.max_steps + cfg["profile_steps"] + 3
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"])
     result["optimizer"] = type(session.optimizer).__name__
@@ -221,6 +228,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     if rule.pruned:
         result["status"] = "pruned"
         return
+    if _not_incumbent(cfg, metrics, rule, result):
+        return
     profile = None
     if cfg["profile_steps"]:
         with tempfile.TemporaryDirectory() as tmp:
@@ -244,6 +253,28 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
         metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
         metrics["parity_s"] = result["parity"]["parity_s"]
+
+
+def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:
+    """With `incumbent_above`: a window at or below it cannot make this config
+    the incumbent, so the trial pays for nothing more (no profile, diagnosis or
+    loss parity; `result["skipped"]` says so). A screened window is marked."""
+    if rule.screened:
+        metrics["screened"] = 1.0
+    above = cfg["incumbent_above"]
+    if above is None or metrics["samples_per_s"] > above:
+        return False
+    result["skipped"] = (f"profile, diagnosis and loss parity: {metrics['samples_per_s']:.4g} samples/s does not "
+                         f"beat the {above:.4g} that would make it the incumbent")
+    return True
+
+
+def _parity_check(workload, knobs, device, cfg, result, started) -> None:
+    """`parity_only`: the config's loss parity against the baseline, no window
+    (a late check of a config the search is about to export)."""
+    result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
+    result["metrics"] = {"parity_max_rel_dev": result["parity"]["max_rel_dev"],
+                         "parity_s": result["parity"].get("parity_s", time.perf_counter() - started)}
 
 
 def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:
@@ -287,9 +318,9 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
             why = K.KNOBS[name].unavailable(value, device)
             if why:
                 raise TrialConfigError(f"knobs.{name}={value!r} cannot apply on {device.type}: {why}")
-        _measure(workload, knobs, device, cfg, result, started)
+        (_parity_check if cfg["parity_only"] else _measure)(workload, knobs, device, cfg, result, started)
         result["device"]["torch_threads"] = torch.get_num_threads()  # in effect during the window
-        if not math.isfinite(result["metrics"]["loss_last"]):
+        if not math.isfinite(result["metrics"].get("loss_last", 0.0)):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except Exception as e:  # a failing workload is a result, not a crash
         if M.is_oom(e):  # infeasible: record the memory at the failure with the knobs

@@ -44,7 +44,7 @@ SECTIONS = {
     "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "measure_steps", "min_window_s", "target_ci",
                                                 "max_window_s", "profile_steps", "diagnose")},
               "timeout_s": 600.0, "prune_margin": 0.2},
-    "search": {"sampler": "autotune", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
+    "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},
     "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {}},
     "safety": {"level": "numerics", "tolerance": 0.05, "parity_steps": 20, "keep_effective_batch": False},

@@ -111,7 +111,7 @@ class LiveView:
             self.live.update(self._view())
 
     def trial(self, record) -> None:
-        if record.throughput and (self.best is None or record.throughput > self.best.throughput):
+        if record.throughput and record.safe and (self.best is None or record.throughput > self.best.throughput):
             self.best = record
         self.running.pop(record.number, None)
         self.rows.append(record)
@@ -119,6 +119,18 @@ class LiveView:
             self.live.update(self._view())
         else:
             console.print(f"[{len(self.rows)}/{self.n_trials}] " + self._line(record) + f"  ({self._eta()})")
+            console.print(f"  {self._incumbent()}")
+
+    def _incumbent(self) -> str:
+        """The incumbent at this moment: its trial, gain and safety status
+        (`autotune.checked.status`: unchecked until its loss parity has run)."""
+        from autotune.checked import status
+
+        base = next((r for r in self.rows if r.is_baseline), None)
+        if self.best is None or base is None or not base.throughput:
+            return "incumbent: none yet"
+        gain = self.best.throughput / base.throughput
+        return f"incumbent: trial #{self.best.number}, {gain:.2f}x the baseline, {status(self.best, base)}"
 
     def stop(self) -> None:
         if self.live:
@@ -141,7 +153,7 @@ class LiveView:
         bar = ProgressBar(total=total, completed=done, width=40)
         running = f", {len(self.running)} running" if self.running else ""
         status = Text(f" {done}/{self.n_trials} trials{running}, {self._eta()}")
-        return Group(self._table(), Columns([bar, status]))
+        return Group(self._table(), Columns([bar, status]), Text(self._incumbent()))
 
     def _line(self, r) -> str:
         knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in self.searched)

@@ -33,6 +33,7 @@ from ray import tune  # noqa: E402
 from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
+from autotune import model  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
@@ -48,7 +49,8 @@ if TYPE_CHECKING:
 
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"))
+    request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
+                                         config.get("predicted"))
     return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_cwd"], settings["thread_env"])
 
 
@@ -181,7 +183,8 @@ class Searcher(TuneSearcher):
         self.live[trial_id] = proposal.trial, proposal.source
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
                 "prune_below": self.strategy.prune_below(self.prune_margin),
-                "incumbent_above": self.strategy.incumbent_above() if self.pay_on_demand else None}
+                "incumbent_above": self.strategy.incumbent_above() if self.pay_on_demand else None,
+                "predicted": proposal.predicted}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
@@ -205,7 +208,8 @@ class Searcher(TuneSearcher):
         base = {**self.fixed, **self.strategy.baseline}
         knobs = result.get("knobs") or {}
         needed = result.get("skipped") and all(k in knobs and k in base for k in K.KNOBS) and needs_parity(knobs, base)
-        return {"unchecked": True} if needed else {}
+        rates = model.rates_of(result.get("metrics") or {}) if result.get("diagnosis") else None
+        return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {})}
 
     def save(self, checkpoint_path: str) -> None:
         pass

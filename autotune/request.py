@@ -52,7 +52,7 @@ class TrialSettings:
         return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
 
     def config(self, knobs: dict[str, Any], prune_below: float | None = None,
-               incumbent_above: float | None = None) -> dict[str, Any]:
+               incumbent_above: float | None = None, predicted: float | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs)."""
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
@@ -66,4 +66,5 @@ class TrialSettings:
             "seed": self.seed,
             "prune_below": prune_below,
             "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
+            "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
         }

@@ -35,6 +35,7 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import TrialState
 
+from autotune import model
 from autotune.climb import Climb, key
 from autotune.knobs import KNOBS
 
@@ -49,11 +50,12 @@ class Proposal:
     trial: optuna.trial.Trial
     params: dict[str, Any]  # the searched knobs
     source: str  # baseline | plan | sampler | grid | fallback
+    predicted: float | None = None  # samples/s, by the rate model (autotune.model), where it can say
 
 
 class Strategy:
     def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
-                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None):
+                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, predict: bool = False):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
         self.study, self.search, self.kind = study, search, sampler
@@ -64,6 +66,7 @@ class Strategy:
         # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
         self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
         self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of)
+        self.predict = predict  # the rate model skips what it predicts clearly below the incumbent (strategy v2)
 
     @staticmethod
     def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -177,6 +180,9 @@ class Strategy:
         the most)."""
         free, infeasible, taken, bounds = self._feasibility(fits)
         point, source = self._next_point(free, infeasible)
+        while self.predict and point is not None and source == "plan" and self._skip_predicted(point):
+            free, infeasible, taken, bounds = self._feasibility(fits)
+            point, source = self._next_point(free, infeasible)
         if point is None and source != "sampler":
             return None
         if point is not None:
@@ -211,7 +217,30 @@ class Strategy:
         self.study.enqueue_trial(point, user_attrs={"source": source}, skip_if_exists=False)
         trial = self.study.ask()
         self._suggest(trial)
-        return Proposal(trial, point, source)
+        predicted = self.predicted(point)
+        return Proposal(trial, point, source, predicted and predicted["samples_per_s"])
+
+    def predicted(self, point: dict) -> dict | None:
+        """The rate model's throughput for `point`, from the diagnosed trials' rates (`tell`'s `rates`)."""
+        measured = [(t.params, t.user_attrs["rates"]) for t in self._trials()
+                    if t.user_attrs.get("rates") and not t.user_attrs.get("virtual")]
+        return model.predict(point, measured) if measured else None
+
+    def _skip_predicted(self, point: dict) -> bool:
+        """A point the model predicts clearly below the best so far is not run:
+        a virtual FAIL trial, `skipped: predicted`, with the prediction."""
+        best, guess = self.best_value(), self.predicted(point)
+        if not best or guess is None or guess["samples_per_s"] >= best * model.SKIP_BELOW:
+            return False
+        self.study.enqueue_trial(point, user_attrs={"source": "plan", "virtual": True, "status": "skipped",
+                                                    "predicted": guess["samples_per_s"],
+                                                    "error": f"skipped: predicted {guess['samples_per_s']:.1f} "
+                                                             f"samples/s, below {model.SKIP_BELOW:.0%} of the best "
+                                                             f"({best:.1f})"}, skip_if_exists=False)
+        trial = self.study.ask()
+        self._suggest(trial)
+        self.study.tell(trial, state=TrialState.FAIL)
+        return True
 
     def _suggest(self, trial) -> dict:
         return {n: trial.suggest_categorical(n, self.search[n]) for n in self.names}

@@ -54,6 +54,7 @@ DEFAULTS = {
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
+    "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
     "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
     "device": "auto",
     "seed": 0,
@@ -94,7 +95,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     for key in ("min_window_s", "target_ci", "max_window_s"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
-    for key in ("prune_below", "incumbent_above"):
+    for key in ("prune_below", "incumbent_above", "predicted"):
         rate = cfg[key]
         if rate is not None and (not isinstance(rate, (int, float)) or isinstance(rate, bool) or rate <= 0):
             raise TrialConfigError(f"`{key}` must be null or samples/s > 0, got {rate!r}")
@@ -217,6 +218,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     session.sync()
     warmup_s = time.perf_counter() - t
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    if cfg["predicted"]:
+        metrics["predicted_samples_per_s"] = cfg["predicted"]
     disturbed = verdict(metrics, device.type)  # load from outside the trial during its window
     if disturbed:
         result["disturbed"] = disturbed

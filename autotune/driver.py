@@ -361,6 +361,7 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
             if spec.search.time_budget_s else (lambda: None)
         best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
                                                              spec.search.min_improvement, budget_left)
+        write_csv(records, paths["trials_csv"])  # late parity verdicts
         if rejected:
             state["confirm_rejected"] = rejected
     elif not stopped:

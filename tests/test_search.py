@@ -183,8 +183,9 @@ def test_a_bad_user_knob_is_one_clear_error(tmp_path):
 def test_fused_optimizer_is_searched_checked_and_recorded(tmp_path):
     spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "adamw"}},
                      search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
-                     search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0}, safety={"level": "numerics"},
-                     trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
+                     # v1: every numerics trial checked (v2 checks a new incumbent only: tests/test_checked.py)
+                     search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0, "strategy": "v1"},
+                     safety={"level": "numerics"}, trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
     result = run(spec)
     rows = pd.read_csv(result.paths["trials_csv"])
     assert rows.fused_optimizer.tolist() == [False, True] and (rows.status == "ok").all(), rows.error.tolist()

@@ -123,9 +123,9 @@ def test_window_rule_prunes_only_what_is_clearly_slower():
 
 def test_a_screening_window_stops_once_a_config_cannot_beat_the_incumbent():
     slower = lambda: [10.0, 10.1, 9.9] * 10  # noqa: E731  (10 ms +- 0.3%)
-    rule = M.WindowRule(min_steps=20, min_s=1.0, target_ci=0.001, screen_ms=9.5)
-    assert not rule.done(30, 0.5, slower)  # the window's minimum first
-    assert rule.done(30, 1.0, slower) and rule.screened and not rule.pruned
+    rule = M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5)
+    assert not rule.done(30, 0.5, slower)  # min_window_s first
+    assert rule.done(30, 1.0, slower) and rule.screened and not rule.pruned  # before measure_steps: screened
     may_win = M.WindowRule(min_steps=20, min_s=1.0, target_ci=0.001, screen_ms=10.05)
     assert not may_win.done(30, 1.0, slower) and not may_win.screened  # inside its CI: the full window
 

@@ -33,13 +33,12 @@ from ray import tune  # noqa: E402
 from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
-from autotune import model  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
 from autotune.budget import no_improvement_for  # noqa: E402
-from autotune.strategy import Strategy  # noqa: E402
+from autotune.strategy import Strategy, told  # noqa: E402
 
 if TYPE_CHECKING:
     from autotune.recorder import Recorder
@@ -197,19 +196,8 @@ class Searcher(TuneSearcher):
             safe=parity is None or bool(parity.get("passed")),
             error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
             diagnosis=result.get("diagnosis"),  # every trial's: the strategy moves from each incumbent's own bottleneck
-            attrs=self._unchecked(result),
+            attrs=told(result, {**self.fixed, **self.strategy.baseline}),
         )
-
-    def _unchecked(self, result: dict) -> dict:
-        """A config whose parity was skipped (not the incumbent then) but needed:
-        the climb does not build on it (Strategy.plan)."""
-        from autotune.parity import needs_parity
-
-        base = {**self.fixed, **self.strategy.baseline}
-        knobs = result.get("knobs") or {}
-        needed = result.get("skipped") and all(k in knobs and k in base for k in K.KNOBS) and needs_parity(knobs, base)
-        rates = model.rates_of(result.get("metrics") or {}) if result.get("diagnosis") else None
-        return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {})}
 
     def save(self, checkpoint_path: str) -> None:
         pass

@@ -53,6 +53,18 @@ class Proposal:
     predicted: float | None = None  # samples/s, by the rate model (autotune.model), where it can say
 
 
+def told(result: dict, baseline: dict) -> dict:
+    """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
+    value: `unchecked` (its loss parity skipped but needed: the climb does not
+    build on it) and the `rates` the model predicts from (a diagnosed trial)."""
+    from autotune.parity import needs_parity
+
+    knobs = result.get("knobs") or {}
+    needed = result.get("skipped") and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
+    rates = model.rates_of(result.get("metrics") or {}) if result.get("diagnosis") else None
+    return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {})}
+
+
 class Strategy:
     def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
                  min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, predict: bool = False):

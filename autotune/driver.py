@@ -356,16 +356,20 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
              or (searcher.exhausted and "every point of the space measured or known infeasible")
              or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
     confirm = None
-    if not stopped and spec.search.strategy == "v2" and check is not None:
-        budget_left = (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before)) \
-            if spec.search.time_budget_s else (lambda: None)
-        best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
-                                                             spec.search.min_improvement, budget_left)
-        write_csv(records, paths["trials_csv"])  # late parity verdicts
-        if rejected:
-            state["confirm_rejected"] = rejected
-    elif not stopped:
-        confirm = remeasure(baseline, best)
+    try:
+        if not stopped and spec.search.strategy == "v2" and check is not None:
+            budget_left = (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before)) \
+                if spec.search.time_budget_s else (lambda: None)
+            best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
+                                                                 spec.search.min_improvement, budget_left)
+            if rejected:
+                state["confirm_rejected"] = rejected
+        elif not stopped:
+            confirm = remeasure(baseline, best)
+    except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
+        stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
+        best = pick_best(records)
+    write_csv(records, paths["trials_csv"])  # late parity verdicts
     if confirm:
         state["confirm"] = confirm
         wall = time.perf_counter() - started + opened.wall_before

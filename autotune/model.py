@@ -73,3 +73,16 @@ def predict(knobs: dict[str, Any], measured: list[tuple[dict[str, Any], dict[str
     if best is None:
         return None
     return {"samples_per_s": best[1], "from": best[2]}
+
+
+def error(rows) -> dict[str, Any] | None:
+    """The model's error over the trials it predicted (`rows`: trial number,
+    predicted and measured samples/s): measured / predicted - 1, its median
+    size and the worst trial; None where it predicted none."""
+    pairs = [(n, p, m) for n, p, m in rows if p and m]
+    if not pairs:
+        return None
+    errs = sorted(((m / p - 1, n) for n, p, m in pairs), key=lambda e: abs(e[0]))
+    return {"trials": len(pairs), "median_abs_error": round(abs(errs[len(errs) // 2][0]), 4),
+            "worst_error": round(errs[-1][0], 4), "worst_trial": errs[-1][1],
+            "per_trial": [[n, round(p, 1), round(m, 1)] for n, p, m in pairs]}

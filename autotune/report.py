@@ -16,6 +16,7 @@ from rich.text import Text
 
 from autotune import confirm as C
 from autotune import knobs as K
+from autotune import model as M
 from autotune import safety as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -245,6 +246,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
                    for r in result.records if r.status not in ("ok", "pruned")],
         "disturbed": [{"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")],
+        "rate_model": M.error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records),
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
     }
 
@@ -350,6 +352,10 @@ def _search_notes(d: dict) -> list[str]:
     if p.get("trials_pruned"):
         saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""
         notes.append(f"{p['trials_pruned']} trial(s) pruned: stopped early, clearly below the best{saved}")
+    if d.get("rate_model"):
+        m = d["rate_model"]
+        notes.append(f"rate model: {m['trials']} trial(s) predicted, median error {m['median_abs_error']:.0%} "
+                     f"(worst: trial #{m['worst_trial']}, measured {m['worst_error']:+.0%} off its prediction)")
     if d["ended"]:
         notes.append(f"search ended: {d['ended']}")
     return notes

@@ -58,9 +58,9 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
     best = result.best
     ended = best.info.get("ended_unix") if best else None
     state = json.loads((run_dir / "search.json").read_text())
-    predicted = [(r.number, r.metrics["predicted_samples_per_s"], r.measured) for r in result.records
-                 if r.metrics.get("predicted_samples_per_s") and r.measured]
-    errors = [m / p - 1 for _, p, m in predicted]  # the rate model's error: measured over predicted, less 1
+    from autotune.model import error
+
+    rate_model = error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records)
     return {"wall_s": round(wall, 1), "to_winner_s": round(ended - started, 1) if ended else None,
             "speedup_x": round(result.speedup, 3) if result.speedup else None,
             "winner_trial": best.number if best else None, "trials": len(result.records),
@@ -68,8 +68,7 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
             "winner": {k: v for k, v in (best.knobs if best else {}).items() if v != result.baseline.knobs.get(k)},
             "confirm": (state.get("confirm") or {}).get("verdict"),
             "rejected": len(state.get("confirm_rejected") or []),
-            "model": {"predicted": len(errors), "median_abs_error": round(sorted(map(abs, errors))[len(errors) // 2], 3)
-                      if errors else None, "per_trial": [(n, round(p, 1), round(m, 1)) for n, p, m in predicted]}}
+            "rate_model": rate_model}
 
 
 def main(argv=None) -> int:
@@ -90,9 +89,10 @@ def main(argv=None) -> int:
             print(f"{name:14} {label + ' ' + strategy:6} {r['wall_s']:8.1f} {r['to_winner_s'] or 0:12.1f} "
                   f"{r['trial_s']:9.1f} {speed:>8}  #{r['winner_trial']} {r['winner']} "
                   f"(confirm: {r['confirm']}, rejected {r['rejected']})", flush=True)
-            if r["model"]["predicted"]:
-                print(f"{'':14} rate model: {r['model']['predicted']} trials predicted, median |error| "
-                      f"{r['model']['median_abs_error']:.1%}; (trial, predicted, measured): {r['model']['per_trial']}")
+            if r["rate_model"]:
+                m = r["rate_model"]
+                print(f"{'':14} rate model: {m['trials']} trial(s) predicted, median |error| {m['median_abs_error']:.1%}; "
+                      f"(trial, predicted, measured): {m['per_trial']}")
         old, new = cases[name]["old"], cases[name]["new"]
         print(f"{name:14} new/old wall {new['wall_s'] / old['wall_s']:.2f}, speedup new/old "
               f"{(new['speedup_x'] or 0) / (old['speedup_x'] or 1):.3f}", flush=True)

@@ -59,3 +59,9 @@ def test_the_strategy_skips_a_point_predicted_clearly_below_the_incumbent(diagno
     skipped = [t for t in study.trials if str(t.user_attrs.get("error", "")).startswith("skipped: predicted")]
     assert [t.params["batch_size"] for t in skipped] == [1]
     assert skipped[0].user_attrs["predicted"] < model.SKIP_BELOW * rates["samples_per_s"]
+
+
+def test_the_model_error_is_measured_over_predicted():
+    e = model.error([(1, 100.0, 110.0), (2, 100.0, 70.0), (3, 100.0, 95.0), (4, None, 50.0)])
+    assert e["trials"] == 3 and e["median_abs_error"] == pytest.approx(0.1)
+    assert e["worst_trial"] == 2 and e["worst_error"] == pytest.approx(-0.3)

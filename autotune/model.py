@@ -8,7 +8,9 @@ measurement (`predicted_samples_per_s` in trials.csv), so its error is a number.
 
 The model, from a diagnosed trial R with the same compute-side knobs:
 - compute ceiling C at R's batch B; at batch b, the step time scales by the 2x
-  probe's ratio r per doubling: C(b) = C * (b / B) / r ** log2(b / B);
+  probe's ratio r per doubling: C(b) = C * (b / B) / r ** log2(b / B), r at
+  most 2 (a step over twice as long at twice the batch is a disturbed probe:
+  a larger batch is never predicted slower per sample);
 - one loader worker makes L samples/s whatever the batch;
 - no workers: loading and compute take turns, 1 / (1/C + 1/L); w workers:
   they overlap, min(C, w * L);
@@ -46,6 +48,7 @@ def _raw(knobs: dict[str, Any], ceiling: float, batch: int, loader: float, ratio
     if b != batch:
         if not ratio:
             return None
+        ratio = min(ratio, 2.0)  # above 2 (a step more than twice as long at twice the batch) is a disturbed probe
         doublings = math.log2(b / batch)
         ceiling = ceiling * (b / batch) / ratio ** doublings
     workers = knobs.get("num_workers") or 0

@@ -74,6 +74,7 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    p.add_argument("--only", choices=list(STRATEGIES), help="run one side alone (no comparison)")
     p.add_argument("--out", type=Path, default=None, help="where the searches' run dirs go (default: a temp dir)")
     args = p.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench_search_cost-", dir=os.environ.get("TMPDIR")))
@@ -84,6 +85,8 @@ def main(argv=None) -> int:
     for name in args.cases:
         cases[name] = {}
         for label, strategy in STRATEGIES.items():
+            if args.only and label != args.only:
+                continue
             r = cases[name][label] = run_search(name, CASES[name], strategy, out)
             speed = f"{r['speedup_x']:.2f}x" if r["speedup_x"] else "-"
             print(f"{name:14} {label + ' ' + strategy:6} {r['wall_s']:8.1f} {r['to_winner_s'] or 0:12.1f} "
@@ -93,6 +96,8 @@ def main(argv=None) -> int:
                 m = r["rate_model"]
                 print(f"{'':14} rate model: {m['trials']} trial(s) predicted, median |error| {m['median_abs_error']:.1%}; "
                       f"(trial, predicted, measured): {m['per_trial']}")
+        if args.only:
+            continue
         old, new = cases[name]["old"], cases[name]["new"]
         print(f"{name:14} new/old wall {new['wall_s'] / old['wall_s']:.2f}, speedup new/old "
               f"{(new['speedup_x'] or 0) / (old['speedup_x'] or 1):.3f}", flush=True)

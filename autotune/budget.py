@@ -9,6 +9,23 @@ import statistics
 from typing import Any, Callable
 
 
+UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
+
+
+def parse_duration(text: str) -> float:
+    """`--budget`: seconds from 300, 90s, 5m, 1.5h; a ValueError names what is allowed."""
+    number = text.strip().rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text.strip()[len(number):]
+    try:
+        seconds = float(number) * UNITS[unit]
+    except (ValueError, KeyError):
+        seconds = None
+    if seconds is None or not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"--budget: {text!r} is not a duration; give a positive number of seconds, or with a unit: "
+                         "90s, 5m, 1h")
+    return seconds
+
+
 def no_improvement_for(values: list[float | None], min_improvement: float = 0.02) -> int:
     """Trials since the best improved by more than `min_improvement` (values in
     the order trials finished; None for failed ones)."""

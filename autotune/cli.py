@@ -45,6 +45,9 @@ def search(
                                           help="an existing Ray cluster (overrides resources.ray_address)"),
     tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", metavar="URI",
                                                help="an MLflow server, http://host:port (overrides tracking.uri)"),
+    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION",
+                                         help="stop starting trials after this long: 300, 90s, 5m, 1h "
+                                              "(overrides search.time_budget_s)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     reuse: bool = typer.Option(False, "--reuse", help="an earlier finished search of the same question on this machine "
                                                       "(same runs dir) is the result: no trial runs"),
@@ -76,6 +79,13 @@ def search(
             spec.output_dir = output_dir
         if address is not None:
             spec.resources.ray_address = address
+        if budget is not None:
+            from autotune.budget import parse_duration
+
+            try:
+                spec.search.time_budget_s = parse_duration(budget)
+            except ValueError as e:
+                raise UserError(str(e)) from None
         if tracking_uri is not None and resume is None:
             spec.tracking.uri = tracking_uri
         from autotune import api, report

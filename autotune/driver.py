@@ -27,7 +27,7 @@ from typing import Callable
 
 import optuna
 
-from autotune import cache, export, plots, tracking
+from autotune import cache, checked, export, plots, tracking
 from autotune import knobs as K
 from autotune import ranks as R
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
@@ -113,7 +113,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
                             f"{space.search}: resume on the same kind of device")
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
-            (run_dir / "spec.yaml").write_text(_dump_yaml(spec.model_dump(mode="json")))
+            (run_dir / "spec.yaml").write_text(spec.to_yaml())
             if pickled:  # what --resume and `python -m autotune.trial` load
                 (run_dir / W.PICKLE_FILE).write_bytes(pickled)
         tracking.adopt_store(store, run_dir)
@@ -252,7 +252,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed, cuda=device.type == "cuda")
+                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2")
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
@@ -280,7 +280,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # what can run, and in time
 
     searcher = RT.Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
-                         spec.trial.prune_margin, fits)
+                           spec.trial.prune_margin, fits, pay_on_demand=spec.search.strategy == "v2")
     stopper = RT.Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
                     spec.search.min_improvement)
     def resources(config) -> dict:
@@ -317,14 +317,24 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
         with RT.remeasurer(settings, need) as run:
             return confirm_best(run, baseline, best, spec.search.confirm_rounds, on_remeasure)
 
-    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure)
+    def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
+        with RT.remeasurer(settings, resources(knobs), parity_only=True) as run:
+            return run(knobs, label)
+
+    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
+                   on_remeasure)
 
 
 def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,
-            searcher: RT.Searcher, remeasure: Callable[[TrialRecord, TrialRecord], dict | None]) -> SearchResult:
+            searcher: RT.Searcher, remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
+            check: Callable[[dict, str], dict] | None = None, announce: Callable[[str], None] | None = None
+            ) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best
     re-measured against the baseline (autotune.confirm), the best config, why
-    the search ended, the plots, and the parent run closed."""
+    the search ended, the plots, and the parent run closed. Strategy v2: the
+    best's loss parity checked late where its trial did not run it
+    (autotune.checked), and a best the re-measurement rejects hands over to the
+    next candidates (`_confirm_candidates`)."""
     tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
@@ -348,7 +358,21 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
                                        f"{spec.search.patience} trials")
              or (searcher.exhausted and "every point of the space measured or known infeasible")
              or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
-    confirm = None if stopped else remeasure(baseline, best)
+    confirm = None
+    try:
+        if not stopped and spec.search.strategy == "v2" and check is not None:
+            budget_left = (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before)) \
+                if spec.search.time_budget_s else (lambda: None)
+            best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
+                                                                 spec.search.min_improvement, budget_left)
+            if rejected:
+                state["confirm_rejected"] = rejected
+        elif not stopped:
+            confirm = remeasure(baseline, best)
+    except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
+        stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
+        best = pick_best(records)
+    write_csv(records, paths["trials_csv"])  # late parity verdicts
     if confirm:
         state["confirm"] = confirm
         wall = time.perf_counter() - started + opened.wall_before
@@ -369,9 +393,3 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
     tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
                    status="FAILED" if stopped else "FINISHED", plots=plot_files)
     return result
-
-
-def _dump_yaml(data) -> str:
-    import yaml
-
-    return yaml.safe_dump(data, sort_keys=False)

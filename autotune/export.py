@@ -30,6 +30,7 @@ import yaml
 from autotune._version import __version__
 from autotune import knobs as K
 from autotune import scale_out
+from autotune.checked import status
 from autotune.confirm import describe
 from autotune.safety import batch_advice
 
@@ -92,6 +93,10 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         del data["workload_args"]
     if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)
         data["tie"] = best.tie
+    data["safety_status"] = status(best, base)  # baseline | safe | parity passed | unchecked
+    if data["safety_status"] == "unchecked":  # never exported as safe: the search stopped before its late check
+        data["unchecked"] = ("loss parity was not run for this config (the search stopped before checking it): "
+                             "its training numerics are unknown; resume the search to check it before adopting it")
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
 

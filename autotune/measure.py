@@ -71,6 +71,12 @@ def rel_ci95(xs: list[float]) -> float:
     return 1.96 * std / math.sqrt(n) / mean
 
 
+# Student's t, two-sided 95%, by degrees of freedom (a short window's CI; 1.96 from 30 on)
+T95 = {8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+       17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060,
+       26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+
+
 @dataclass
 class WindowRule:
     """When the timed window stops: at least `min_steps` steps and `min_s` seconds,
@@ -82,7 +88,15 @@ class WindowRule:
     slow steps is prunable too: at any step, a mean step (one step, even) above
     `hopeless_factor` x prune_ms; once the window has run `min_s`, a mean step
     above `slow_factor` x prune_ms; every 10 steps and at the caps, a step-time
-    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms."""
+    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms.
+
+    With `screen_ms` (the step time a config must beat to become the incumbent:
+    the incumbent's, less `search.min_improvement`), the window is a screening
+    window: once it has run `min_s` (and 9 step times, before `min_steps`),
+    every 10 steps, a step-time mean whose 95% CI (Student's t) lies wholly
+    above screen_ms stops it (`screened`: this config cannot gain enough to move
+    the incumbent, at 95%). Its throughput is a complete measurement, to a wider
+    CI than the target."""
 
     min_steps: int = 30
     min_s: float = 1.0
@@ -90,9 +104,11 @@ class WindowRule:
     max_steps: int = 3000
     max_s: float = 30.0
     prune_ms: float | None = None  # stop early once the mean step time is clearly above this
+    screen_ms: float | None = None  # stop once the mean step time is known to be above this (cannot win)
     slow_factor: float = 1.5
     hopeless_factor: float = 4.0
     pruned: bool = False
+    screened: bool = False
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
         capped = steps >= self.max_steps or elapsed >= self.max_s
@@ -103,9 +119,21 @@ class WindowRule:
             return True
         if steps % 10 or steps < min(self.min_steps, 10):
             return False
+        if self.screen_ms and elapsed >= self.min_s and self._cannot_win(step_times()):
+            self.screened = True
+            return True
         if steps < self.min_steps or elapsed < self.min_s:
             return False
         return rel_ci95(step_times()) <= self.target_ci
+
+    def _cannot_win(self, times: list[float]) -> bool:
+        """The screening window's test: from 9 step times on, the step-time mean's
+        95% CI (Student's t: a short window) lies wholly above screen_ms."""
+        if len(times) < 9:
+            return False
+        n = len(times)
+        t = T95.get(n - 1, 1.96) if n - 1 < 30 else 1.96
+        return sum(times) / n * (1 - rel_ci95(times) * t / 1.96) > self.screen_ms
 
     def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
         mean_ms = elapsed / steps * 1e3  # the host clock over the steps run (on a GPU it runs ahead: never too high)

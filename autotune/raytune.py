@@ -39,7 +39,7 @@ from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
 from autotune.budget import no_improvement_for  # noqa: E402
-from autotune.strategy import Strategy  # noqa: E402
+from autotune.strategy import Strategy, told  # noqa: E402
 
 if TYPE_CHECKING:
     from autotune.recorder import Recorder
@@ -49,7 +49,8 @@ if TYPE_CHECKING:
 
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, config.get("prune_below"))
+    request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
+                                         config.get("predicted"))
     return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
 
 
@@ -109,13 +110,15 @@ class _Remeasurer:
 
 
 @contextlib.contextmanager
-def remeasurer(settings: dict, resources: dict):
+def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
     """`run(knobs, label) -> result` for `autotune.confirm`, through Ray: each run
     placed like a trial (`resources`, one actor holding them), with the trial
-    settings less profiling, diagnosis and parity."""
+    settings less profiling, diagnosis and parity (`parity_only`: loss parity
+    alone, the late check of `autotune.checked`)."""
     import ray
 
-    settings = {**settings, "request": settings["request"].timed_only()}
+    request = settings["request"]
+    settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only()}
     actor = None  # started by the first run: none when there is nothing to re-measure
 
     def run(knobs: dict, label: str) -> dict:
@@ -161,9 +164,11 @@ class Searcher(TuneSearcher):
     finished trial is told back with its status. The study holds all state, so
     save/restore have nothing to add."""
 
-    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool]):
+    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool],
+                 pay_on_demand: bool = False):
         super().__init__(metric=METRIC, mode="max")
         self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
+        self.pay_on_demand = pay_on_demand  # search.strategy v2: profile, diagnosis, parity for a new incumbent only
         self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
         self.exhausted = False  # every point measured, or known infeasible / over the budget
 
@@ -177,7 +182,9 @@ class Searcher(TuneSearcher):
             return TuneSearcher.FINISHED
         self.live[trial_id] = proposal.trial, proposal.source
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
-                "prune_below": self.strategy.prune_below(self.prune_margin)}
+                "prune_below": self.strategy.prune_below(self.prune_margin),
+                "incumbent_above": self.strategy.incumbent_above() if self.pay_on_demand else None,
+                "predicted": proposal.predicted}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:
@@ -190,6 +197,7 @@ class Searcher(TuneSearcher):
             safe=parity is None or bool(parity.get("passed")),
             error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
             diagnosis=result.get("diagnosis"),  # every trial's: the strategy moves from each incumbent's own bottleneck
+            attrs=told(result, {**self.fixed, **self.strategy.baseline}),
         )
 
     def save(self, checkpoint_path: str) -> None:

@@ -314,6 +314,9 @@ def read_run(run_dir: Path) -> SearchResult:
         ))
     baseline = next((r for r in records if r.is_baseline), None)
     best = pick_best(records)
+    named = (state.get("confirm") or {}).get("best_trial")  # a rejected best handed over to the next candidate
+    if best is not None and named is not None and named != best.number:
+        best = next((r for r in records if r.number == named and r.throughput and r.safe), best)
     device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
     paths = run_paths(run_dir, state["mlflow_uri"])
     result = SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,

@@ -16,6 +16,7 @@ from rich.text import Text
 
 from autotune import confirm as C
 from autotune import knobs as K
+from autotune import model as M
 from autotune import safety as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -111,7 +112,7 @@ class LiveView:
             self.live.update(self._view())
 
     def trial(self, record) -> None:
-        if record.throughput and (self.best is None or record.throughput > self.best.throughput):
+        if record.throughput and record.safe and (self.best is None or record.throughput > self.best.throughput):
             self.best = record
         self.running.pop(record.number, None)
         self.rows.append(record)
@@ -119,6 +120,18 @@ class LiveView:
             self.live.update(self._view())
         else:
             console.print(f"[{len(self.rows)}/{self.n_trials}] " + self._line(record) + f"  ({self._eta()})")
+            console.print(f"  {self._incumbent()}")
+
+    def _incumbent(self) -> str:
+        """The incumbent at this moment: its trial, gain and safety status
+        (`autotune.checked.status`: unchecked until its loss parity has run)."""
+        from autotune.checked import status
+
+        base = next((r for r in self.rows if r.is_baseline), None)
+        if self.best is None or base is None or not base.throughput:
+            return "incumbent: none yet"
+        gain = self.best.throughput / base.throughput
+        return f"incumbent: trial #{self.best.number}, {gain:.2f}x the baseline, {status(self.best, base)}"
 
     def stop(self) -> None:
         if self.live:
@@ -141,7 +154,7 @@ class LiveView:
         bar = ProgressBar(total=total, completed=done, width=40)
         running = f", {len(self.running)} running" if self.running else ""
         status = Text(f" {done}/{self.n_trials} trials{running}, {self._eta()}")
-        return Group(self._table(), Columns([bar, status]))
+        return Group(self._table(), Columns([bar, status]), Text(self._incumbent()))
 
     def _line(self, r) -> str:
         knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in self.searched)
@@ -233,6 +246,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
                    for r in result.records if r.status not in ("ok", "pruned")],
         "disturbed": [{"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")],
+        "rate_model": M.error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records),
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
     }
 
@@ -338,6 +352,10 @@ def _search_notes(d: dict) -> list[str]:
     if p.get("trials_pruned"):
         saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""
         notes.append(f"{p['trials_pruned']} trial(s) pruned: stopped early, clearly below the best{saved}")
+    if d.get("rate_model"):
+        m = d["rate_model"]
+        notes.append(f"rate model: {m['trials']} trial(s) predicted, median error {m['median_abs_error']:.0%} "
+                     f"(worst: trial #{m['worst_trial']}, measured {m['worst_error']:+.0%} off its prediction)")
     if d["ended"]:
         notes.append(f"search ended: {d['ended']}")
     return notes

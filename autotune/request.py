@@ -1,10 +1,11 @@
 """The trial request: what the driver (Ray, or `scripts/search_no_ray.py`) hands
 the torch-only runner for one proposal. Built in one place from the search's
-settings and the proposal's knobs, so every launcher runs the same trial. Needs
-neither torch nor Ray.
+settings and the proposal's knobs, so every launcher runs the same trial; and
+the runner's side of it, the trial config's defaults and check (`check_config`,
+what `python -m autotune.trial` accepts). Needs neither torch nor Ray.
 
     settings = TrialSettings.of(spec_dict, device_type, baseline)
-    config = settings.config(knobs, prune_below)   # -> python -m autotune.trial's JSON
+    config = settings.config(knobs, prune_below, incumbent_above)   # -> python -m autotune.trial's JSON
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
+from autotune.ranks import ConfigError
 
 TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max_window_s", "profile_steps", "diagnose")
 
@@ -51,7 +53,13 @@ class TrialSettings:
         loss parity (a re-measurement, autotune.confirm)."""
         return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False}, parity=None)
 
-    def config(self, knobs: dict[str, Any], prune_below: float | None = None) -> dict[str, Any]:
+    def parity_check(self) -> "TrialSettings":
+        """Loss parity alone, no window (the late check of a config about to be
+        exported whose trial did not run it)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
+
+    def config(self, knobs: dict[str, Any], prune_below: float | None = None,
+               incumbent_above: float | None = None, predicted: float | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs)."""
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
@@ -68,4 +76,81 @@ class TrialSettings:
             **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
             **({"blocks": self.blocks} if self.blocks else {}),
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
+            "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
+            "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
         }
+
+
+# --- the runner's side: a trial config (python -m autotune.trial's JSON), its defaults and check ---
+
+DEFAULTS = {
+    "warmup_steps": 5,  # untimed
+    "measure_steps": 30,  # the timed window: at least this many steps,
+    "min_window_s": 1.0,  # at least this long,
+    "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
+    "max_window_s": 30.0,  # or this long, or 50x measure_steps
+    "profile_steps": 5,  # a separate profiled window (0: none)
+    "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
+    "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
+    "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
+    "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
+    "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
+    "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
+    # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
+    "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
+    "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
+    "device": "auto",
+    "seed": 0,
+    "ranks": 1,  # processes of one trial, one device each (autotune.ranks)
+    "backend": None,  # torch.distributed backend (default: gloo on the CPU, nccl on CUDA)
+    "dist_timeout_s": 300,  # the process group's timeout: a collective waiting longer fails the trial
+    "blocks": None,  # class names of the model's repeated blocks (default: found; knobs._parallel.find_blocks)
+    "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
+}
+MAX_STEPS_FACTOR = 50
+
+
+class TrialConfigError(ConfigError):
+    """A trial config that cannot run; the message names the field."""
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Fill defaults and check a trial config (the runner needs no pydantic)."""
+    unknown = set(config) - set(DEFAULTS) - {"workload", "knobs"}
+    if unknown:
+        raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
+    wl = config.get("workload")
+    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file")):
+        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
+                               "(a pickled factory, relative to the config's dir), and optional `args`")
+    cfg = {**DEFAULTS, **config}
+    given = dict(config.get("knobs") or {})
+    for name, value in given.items():
+        knob = K.KNOBS.get(name)
+        if knob is None:
+            raise TrialConfigError(f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)} "
+                                   "(workload arguments go in workload.args)")
+        why = None if name == "batch_size" and value is None else knob.check(value)
+        if why:
+            raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed: {why}")
+    cfg["knobs"] = {**K.pytorch_defaults(None), **given}
+    clash = K.conflicts(cfg["knobs"])
+    if clash:
+        raise TrialConfigError(f"knobs cannot run together: {'; '.join(clash)}")
+    blocks = cfg["blocks"]
+    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) and b for b in blocks)):
+        raise TrialConfigError(f"`blocks` must be null or a list of module class names, got {blocks!r}")
+    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1), ("ranks", 1),
+                     ("dist_timeout_s", 1)):
+        if type(cfg[key]) is not int or cfg[key] < low:
+            raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
+    for key in ("min_window_s", "target_ci", "max_window_s"):
+        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
+            raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
+    for key, unit in (("prune_below", "samples/s"), ("incumbent_above", "samples/s"), ("predicted", "samples/s"),
+                      ("memory_limit_gib", "GiB")):
+        if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
+            raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
+    if cfg["parity_only"] and not cfg["parity"]:
+        raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
+    return cfg

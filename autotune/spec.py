@@ -205,6 +205,10 @@ class SearchSettings(_Strict):
     sampler: Literal["autotune", "tpe", "random", "grid"] = Field(
         "autotune", description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
                                 "tpe, random: Optuna's samplers; grid: every point (a whole landscape)")
+    strategy: Literal["v2", "v1"] = Field(
+        "v2", description="v2: a trial pays for profile, diagnosis and loss parity only when it would become the "
+                          "incumbent, its window screens out what cannot, and a rejected best hands over to the next "
+                          "candidates; v1: every trial pays for all (the search before issue 25, for comparison)")
     n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included")
     time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds")
     seed: StrictInt = Field(0, description="sampler seed")
@@ -265,6 +269,10 @@ class Spec(_Strict):
     tracking: Tracking = Field(default_factory=Tracking)
     safety: Safety = Field(default_factory=Safety)
     output_dir: Optional[Path] = Field(None, description="default: runs/<name>-<timestamp>")
+
+    def to_yaml(self) -> str:
+        """The spec as resolved (the run dir's spec.yaml)."""
+        return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 
     def resolved_output_dir(self) -> Path:
         """The search's output dir, checked: a directory this process can create

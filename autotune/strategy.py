@@ -29,47 +29,20 @@ from __future__ import annotations
 
 import itertools
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune.diagnose import STEP_COST_KNOBS, playbook_moves, user_moves
-from autotune.knobs import KNOBS, ladder_key
+from autotune import model
+from autotune.climb import Climb, key
+from autotune.knobs import KNOBS
 
 SAMPLERS = ("autotune", "tpe", "random", "grid")
 # knobs that only change the host side: they never change device memory
 HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
-# knobs whose values are ordered (a ladder: try the next value up, then down)
-LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
-# the knobs in the order the bottleneck usually moves through them (input ->
-# overhead -> compute -> memory, PLAYBOOK.md): the registry's order, the order of
-# the moves no diagnosis asked for. A knob of the space not listed (a user knob) is
-# tried after these.
-DEFAULT_ORDER = tuple(KNOBS)
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
-
-
-@dataclass
-class _Path:
-    """What the climb did so far: per knob, the step it last moved at, and the
-    values it moved away from."""
-
-    moved: dict = field(default_factory=dict)
-    left: dict = field(default_factory=dict)
-    steps: int = 0
-
-    def record(self, before: dict, after: dict) -> None:
-        self.steps += 1
-        for n in after:
-            if after[n] != before[n]:
-                self.moved[n] = self.steps
-                self.left.setdefault(n, set()).add(before[n])
-
-
-class _Need(Exception):
-    """The climb needs this point measured (None: it waits on a running trial)."""
 
 
 @dataclass
@@ -77,15 +50,24 @@ class Proposal:
     trial: optuna.trial.Trial
     params: dict[str, Any]  # the searched knobs
     source: str  # baseline | plan | sampler | grid | fallback
+    predicted: float | None = None  # samples/s, by the rate model (autotune.model), where it can say
 
 
-def key(params: dict[str, Any], names) -> tuple:
-    return tuple(params[n] for n in names)
+def told(result: dict, baseline: dict) -> dict:
+    """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
+    value: `unchecked` (its loss parity skipped but needed: the climb does not
+    build on it) and the `rates` the model predicts from (a diagnosed trial)."""
+    from autotune.parity import needs_parity
+
+    knobs = result.get("knobs") or {}
+    needed = result.get("skipped") and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
+    rates = model.rates_of(result.get("metrics") or {}) if result.get("diagnosis") else None
+    return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {})}
 
 
 class Strategy:
     def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
-                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None):
+                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, predict: bool = False):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
         self.study, self.search, self.kind = study, search, sampler
@@ -95,6 +77,8 @@ class Strategy:
         self.rng = random.Random(seed)
         # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
         self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
+        self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of)
+        self.predict = predict  # the rate model skips what it predicts clearly below the incumbent (strategy v2)
 
     @staticmethod
     def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -160,129 +144,16 @@ class Strategy:
 
     # --- proposals ---------------------------------------------------------------
 
-    def _is_ladder(self, name: str) -> bool:
-        """Ordered values (workers, batch size, threads, any integer knob): step up or down."""
-        return name in LADDERS or all(isinstance(v, int) and not isinstance(v, bool) for v in self.search[name])
-
-    def _rungs(self, name: str) -> list:
-        """A ladder's values in order (None, torch's default, where the registry places it)."""
-        return sorted(self.search[name], key=ladder_key(name))
-
-    def _step(self, center: dict, name: str, direction: int) -> dict | None:
-        rungs = self._rungs(name)
-        i = rungs.index(center[name]) + direction
-        return {**center, name: rungs[i]} if 0 <= i < len(rungs) else None
-
-    def _targets(self, center: dict, move: dict) -> list[dict]:
-        """The points a diagnosis move names, from `center`, best guess first:
-        the next rung of a ladder ("up"/"down"); the smallest rung at or above a
-        sized target (workers from the two measured rates), else the top one;
-        one point per listed value."""
-        name, to = move.get("knob"), move.get("to")
-        if name not in self.search:
-            return []
-        options = self.search[name]
-        if to in ("up", "down"):
-            point = self._step(center, name, 1 if to == "up" else -1) if self._is_ladder(name) else None
-            return [point] if point else []
-        if isinstance(to, int) and not isinstance(to, bool) and self._is_ladder(name):
-            rungs, rank = self._rungs(name), ladder_key(name)
-            pick = next((r for r in rungs if rank(r) >= to), rungs[-1])
-            return [{**center, name: pick}] if pick != center[name] else []
-        if to == "other":  # a user knob: each of its other values
-            return [{**center, name: v} for v in options if v != center[name]]
-        wanted = to if isinstance(to, list) else [to]
-        return [{**center, name: v} for v in wanted if v in options and v != center[name]]
-
-    def candidates(self, center: dict, came_from: dict | None, path: "_Path | None" = None) -> list[dict]:
-        """The local moves from an incumbent, in the order they are tried:
-        1. what its own diagnosis says (every move at once, then each alone);
-        2. after a change in step cost (precision, layout, compile): the batch
-           ladder again, since a cheaper step brings overhead back;
-        3. every other neighbour (a rung up, another value), knobs never moved
-           on the climb first, in DEFAULT_ORDER (then any other knob of the
-           space), then the knobs moved longest ago: each knob gets its turn
-           before one is moved again, unless a diagnosis asks for it (step 1);
-        4. last: a rung down, and the values the climb moved away from
-           (`path.left`; undoing the move that led here among them)."""
-        path = path or _Path()
-        left = path.left
-        changed = [n for n in self.names if came_from is not None and came_from[n] != center[n]]
-        diagnosis = self.diagnosis_of(center)
-        out: list[dict] = []
-        if diagnosis is not None:
-            moves = diagnosis.get("moves")
-            if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
-                moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda)
-            else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
-                moves = moves + user_moves(diagnosis.get("bottleneck"))
-            targets = [t for t in (self._targets(center, mv) for mv in moves) if t]
-            if len(targets) > 1:
-                out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})
-            out += [p for t in targets for p in t]
-        if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
-            out.append(self._step(center, "batch_size", 1))
-        order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
-        order.sort(key=lambda n: path.moved.get(n, -1))  # stable: DEFAULT_ORDER among equals
-        last: list[dict | None] = []
-        for name in order:
-            if self._is_ladder(name):
-                out.append(self._step(center, name, 1))
-                last.append(self._step(center, name, -1))
-            else:
-                for v in self.search[name]:
-                    undo = v in left.get(name, ()) or (name in changed and v == came_from[name])
-                    if v != center[name]:
-                        (last if undo else out).append({**center, name: v})
-        seen, ordered = {key(center, self.names)}, []
-        for p in out + last:
-            if p is not None and key(p, self.names) not in seen:
-                seen.add(key(p, self.names))
-                ordered.append(p)
-        return ordered
-
     def plan(self, free, infeasible) -> dict | None:
-        """The next point of the hand-tuning procedure, replayed over what the
-        study already knows: from the baseline, try the incumbent's local moves
-        (`candidates`: its own diagnosis first); the first that gains more than
-        min_improvement is the new incumbent, which is diagnosed again and moved
-        from in turn, so a ladder re-opens whenever its bottleneck comes back.
-        None when no move gains (a local optimum: the sampler explores from
-        there), or when the next point waits on a running trial."""
+        """The climb's next point (`autotune.climb.Climb.plan`) over what the
+        study knows: each measured config's value (None: failed, unsafe, or its
+        loss parity unknown: search.strategy v2 does not build on it)."""
         values: dict[tuple, float | None] = {}
         for t in self._trials():
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
-                values.setdefault(key(t.params, self.names), t.values[0] if t.state == TrialState.COMPLETE else None)
-
-        def value(point):
-            k = key(point, self.names)
-            if k in values:
-                return values[k]
-            if not free(point):  # predicted OOM or over the budget: a failure; running: wait
-                if infeasible(point):
-                    return None
-                raise _Need(None)
-            raise _Need(point)
-
-        try:
-            center, came_from, path = self.baseline, None, _Path()
-            best = value(center)
-            if best is None:
-                return None  # the baseline failed: nothing to climb from
-            while True:
-                for point in self.candidates(center, came_from, path):
-                    v = value(point)
-                    if v is not None and v > best * (1 + self.min_improvement):
-                        path.record(center, point)
-                        came_from, center, best = center, point, v
-                        break
-                else:  # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
-                    top = max(((v, k) for k, v in values.items() if v is not None), default=None, key=lambda x: x[0])
-                    if top is None or top[0] <= best * (1 + self.min_improvement):
-                        return None
-                    came_from, center, best = None, dict(zip(self.names, top[1])), top[0]
-        except _Need as need:
-            return need.args[0]
+                good = t.state == TrialState.COMPLETE and not t.user_attrs.get("unchecked")
+                values.setdefault(key(t.params, self.names), t.values[0] if good else None)
+        return self.climb.plan(values, free, infeasible)
 
     def _feasibility(self, fits):
         """`free(p)`: p may run now (not measured, running or infeasible);
@@ -321,6 +192,9 @@ class Strategy:
         the most)."""
         free, infeasible, taken, bounds = self._feasibility(fits)
         point, source = self._next_point(free, infeasible)
+        while self.predict and point is not None and source == "plan" and self._skip_predicted(point):
+            free, infeasible, taken, bounds = self._feasibility(fits)
+            point, source = self._next_point(free, infeasible)
         if point is None and source != "sampler":
             return None
         if point is not None:
@@ -355,7 +229,30 @@ class Strategy:
         self.study.enqueue_trial(point, user_attrs={"source": source}, skip_if_exists=False)
         trial = self.study.ask()
         self._suggest(trial)
-        return Proposal(trial, point, source)
+        predicted = self.predicted(point)
+        return Proposal(trial, point, source, predicted and predicted["samples_per_s"])
+
+    def predicted(self, point: dict) -> dict | None:
+        """The rate model's throughput for `point`, from the diagnosed trials' rates (`tell`'s `rates`)."""
+        measured = [(t.params, t.user_attrs["rates"]) for t in self._trials()
+                    if t.user_attrs.get("rates") and not t.user_attrs.get("virtual")]
+        return model.predict(point, measured) if measured else None
+
+    def _skip_predicted(self, point: dict) -> bool:
+        """A point the model predicts clearly below the best so far is not run:
+        a virtual FAIL trial, `skipped: predicted`, with the prediction."""
+        best, guess = self.best_value(), self.predicted(point)
+        if not best or guess is None or guess["samples_per_s"] >= best * model.SKIP_BELOW:
+            return False
+        self.study.enqueue_trial(point, user_attrs={"source": "plan", "virtual": True, "status": "skipped",
+                                                    "predicted": guess["samples_per_s"],
+                                                    "error": f"skipped: predicted {guess['samples_per_s']:.1f} "
+                                                             f"samples/s, below {model.SKIP_BELOW:.0%} of the best "
+                                                             f"({best:.1f})"}, skip_if_exists=False)
+        trial = self.study.ask()
+        self._suggest(trial)
+        self.study.tell(trial, state=TrialState.FAIL)
+        return True
 
     def _suggest(self, trial) -> dict:
         return {n: trial.suggest_categorical(n, self.search[n]) for n in self.names}
@@ -389,6 +286,13 @@ class Strategy:
             self.study.tell(trial, value)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+    def incumbent_above(self) -> float | None:
+        """Samples/s a trial must beat to become the incumbent (the best so far
+        and min_improvement): at or below it, a trial pays for its window alone
+        (search.strategy v2). None before any best: the baseline pays for all."""
+        best = self.best_value()
+        return best * (1 + self.min_improvement) if best else None
 
     def prune_below(self, margin: float) -> float | None:
         """A trial whose throughput is clearly below this (the best so far, less

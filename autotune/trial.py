@@ -39,73 +39,8 @@ from autotune import sides, trace
 from autotune import workload as W
 from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
+from autotune.request import DEFAULTS, MAX_STEPS_FACTOR, TrialConfigError, check_config  # noqa: F401  (the runner's contract)
 from autotune.safety import needs_parity, trial_parity
-
-DEFAULTS = {
-    "warmup_steps": 5,  # untimed
-    "measure_steps": 30,  # the timed window: at least this many steps,
-    "min_window_s": 1.0,  # at least this long,
-    "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
-    "max_window_s": 30.0,  # or this long, or 50x measure_steps
-    "profile_steps": 5,  # a separate profiled window (0: none)
-    "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
-    "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
-    "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
-    "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
-    "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
-    "device": "auto",
-    "seed": 0,
-    "ranks": 1,  # processes of one trial, one device each (autotune.ranks)
-    "backend": None,  # torch.distributed backend (default: gloo on the CPU, nccl on CUDA)
-    "dist_timeout_s": 300,  # the process group's timeout: a collective waiting longer fails the trial
-    "blocks": None,  # class names of the model's repeated blocks (default: found; knobs._parallel.find_blocks)
-    "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
-}
-MAX_STEPS_FACTOR = 50
-
-
-class TrialConfigError(R.ConfigError):
-    """A trial config that cannot run; the message names the field."""
-
-
-def check_config(config: dict[str, Any]) -> dict[str, Any]:
-    """Fill defaults and check a trial config (the runner needs no pydantic)."""
-    unknown = set(config) - set(DEFAULTS) - {"workload", "knobs"}
-    if unknown:
-        raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
-    wl = config.get("workload")
-    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file")):
-        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
-                               "(a pickled factory, relative to the config's dir), and optional `args`")
-    cfg = {**DEFAULTS, **config}
-    given = dict(config.get("knobs") or {})
-    for name, value in given.items():
-        knob = K.KNOBS.get(name)
-        if knob is None:
-            raise TrialConfigError(f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)} "
-                                   "(workload arguments go in workload.args)")
-        why = None if name == "batch_size" and value is None else knob.check(value)
-        if why:
-            raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed: {why}")
-    cfg["knobs"] = {**K.pytorch_defaults(None), **given}
-    clash = K.conflicts(cfg["knobs"])
-    if clash:
-        raise TrialConfigError(f"knobs cannot run together: {'; '.join(clash)}")
-    blocks = cfg["blocks"]
-    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) and b for b in blocks)):
-        raise TrialConfigError(f"`blocks` must be null or a list of module class names, got {blocks!r}")
-    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1), ("ranks", 1),
-                     ("dist_timeout_s", 1)):
-        if type(cfg[key]) is not int or cfg[key] < low:
-            raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
-    for key in ("min_window_s", "target_ci", "max_window_s"):
-        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
-            raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
-    for key, unit in (("prune_below", "samples/s"), ("memory_limit_gib", "GiB")):
-        if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
-            raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
-    return cfg
-
 
 def detect_device(requested: str = "auto") -> K.Device:
     """The device, and the host's CPUs (what num_workers and num_threads may use)."""
@@ -210,10 +145,11 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     there (status "pruned": its throughput is measured, the rest skipped)."""
     import torch
 
-    prune = cfg["prune_below"]
+    prune, above = cfg["prune_below"], cfg["incumbent_above"]
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
-                        prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None)
+                        prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
+                        screen_ms=knobs["batch_size"] / above * 1e3 if above else None)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all)
         rule = R.fixed_rule(cfg["measure_steps"])
     steps = cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
@@ -234,6 +170,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     session.sync()
     warmup_s = time.perf_counter() - t
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    if cfg["predicted"]:
+        metrics["predicted_samples_per_s"] = cfg["predicted"]
     disturbed = verdict(metrics, device.type)  # load from outside the trial during its window
     if disturbed:
         result["disturbed"] = disturbed
@@ -249,6 +187,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         metrics.update(R.comm_share(session, batches, rule.max_steps, metrics))
         if cfg["diagnose"]:  # from the timed windows (communication-bound)
             result["diagnosis"] = diagnose(metrics, knobs, device)
+        return
+    if _not_incumbent(cfg, metrics, rule, result):
         return
     profile = None
     if cfg["profile_steps"]:
@@ -273,6 +213,28 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
         metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
         metrics["parity_s"] = result["parity"]["parity_s"]
+
+
+def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:
+    """With `incumbent_above`: a window at or below it cannot make this config
+    the incumbent, so the trial pays for nothing more (no profile, diagnosis or
+    loss parity; `result["skipped"]` says so). A screened window is marked."""
+    if rule.screened:
+        metrics["screened"] = 1.0
+    above = cfg["incumbent_above"]
+    if above is None or metrics["samples_per_s"] > above:
+        return False
+    result["skipped"] = (f"profile, diagnosis and loss parity: {metrics['samples_per_s']:.4g} samples/s does not "
+                         f"beat the {above:.4g} that would make it the incumbent")
+    return True
+
+
+def _parity_check(workload, knobs, device, cfg, result, started) -> None:
+    """`parity_only`: the config's loss parity against the baseline, no window
+    (a late check of a config the search is about to export)."""
+    result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
+    result["metrics"] = {"parity_max_rel_dev": result["parity"]["max_rel_dev"],
+                         "parity_s": result["parity"].get("parity_s", time.perf_counter() - started)}
 
 
 def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:
@@ -325,9 +287,9 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
             why = K.KNOBS[name].unavailable(value, device)
             if why:
                 raise TrialConfigError(f"knobs.{name}={value!r} cannot apply on {device.type}: {why}")
-        _measure(workload, knobs, device, cfg, result, started)
+        (_parity_check if cfg["parity_only"] else _measure)(workload, knobs, device, cfg, result, started)
         result["device"]["torch_threads"] = torch.get_num_threads()  # in effect during the window
-        if not math.isfinite(result["metrics"]["loss_last"]):
+        if not math.isfinite(result["metrics"].get("loss_last", 0.0)):
             result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
     except K.BlockError as e:  # the model lacks what the knobs need: bad input
         raise TrialConfigError(str(e)) from e

@@ -16,6 +16,11 @@ live on a GPU; the time budget's compile scheduling is not replayed.
 
     python scripts/bench_search.py [LANDSCAPE.csv ...] [--seeds 100]
 
+Each trial is charged what it would cost under the search's rules
+(search.strategy v2): pruned, or stopped by its screening window once it cannot
+beat the incumbent (the recorded landscapes ran no profile, diagnosis or parity
+off the baseline, so nothing else changes).
+
 Readable table; the last line is one JSON object: per landscape and strategy,
 median_trials_to_95 and median_seconds_to_95. A strategy that never reaches
 95% within --max-trials counts as --max-trials (and is reported as censored).
@@ -97,6 +102,11 @@ class Landscape:
         window = float(r["window_s"] or 0)
         return r["status"], value, float(r["trial_wall_s"]), window
 
+    def ci(self, params: dict) -> float:
+        """The recorded window's step-time CI (95%, relative); inf where not recorded."""
+        cell = self.rows[tuple(params[k] for k in self.names)].get("step_mean_ci95")
+        return float(cell) if cell not in (None, "") else float("inf")
+
     def diagnosis(self, params: dict) -> dict | None:
         """The point's recorded bottleneck, as a diagnosis the strategy moves
         from (its moves: the playbook's for that bottleneck); None where the
@@ -137,9 +147,14 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         if proposal is None:
             break
         status, value, cost, window = land.lookup(proposal.params)
-        floor = strategy.prune_below(PRUNE_MARGIN)
+        floor, above = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_above()
         if value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
+        elif value is not None and above and value * (1 + land.ci(proposal.params)) < above:
+            # the new rules (search.strategy v2): a screening window stops once its CI says it cannot beat the
+            # incumbent (charged at the window's minimum; the recorded CI, at the window's end, stands in for
+            # the CI at that point, an optimistic stand-in); no profile, diagnosis or parity
+            cost -= max(0.0, window - MIN_WINDOW_S)
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None)
         if value is not None and value >= TARGET * land.best:

@@ -44,7 +44,7 @@ SECTIONS = {
     "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "measure_steps", "min_window_s", "target_ci",
                                                 "max_window_s", "profile_steps", "diagnose")},
               "timeout_s": 600.0, "prune_margin": 0.2},
-    "search": {"sampler": "autotune", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
+    "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},
     "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {}},
     "safety": {"level": "numerics", "tolerance": 0.05, "parity_steps": 20, "keep_effective_batch": False},
@@ -147,6 +147,7 @@ def main(argv: list[str] | None = None) -> int:
 def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
+    from autotune.checked import confirm_candidates
     from autotune.confirm import confirm_best, describe, settle
     from autotune.export import write_best_config
     from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
@@ -155,7 +156,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.launcher import run_in_process, user_thread_env
     from autotune.request import TrialSettings
     from autotune.budget import budget_fits, no_improvement_for
-    from autotune.strategy import Strategy
+    from autotune.strategy import Strategy, told
     from autotune.trial import detect_device
 
     started = time.perf_counter()
@@ -186,8 +187,9 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     study = optuna.create_study(study_name=data["name"], direction="maximize",
                                 sampler=Strategy.make_sampler(settings["sampler"], settings["seed"]))
+    v2 = settings["strategy"] == "v2"  # as autotune.driver: pay for information where a decision needs it
     strategy = Strategy(study, space.search, space.baseline, settings["sampler"], settings["min_improvement"],
-                        settings["seed"], cuda=device.type == "cuda")
+                        settings["seed"], cuda=device.type == "cuda", predict=v2)
     print(f"search {data['name']} on {device.type}:{device.name} ({device.cpus} CPUs), spec read by {reader}; "
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []
@@ -214,7 +216,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                 break
             knobs = {**space.baseline, **proposal.params}
             number = proposal.trial.number
-            config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]))
+            config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]),
+                                    strategy.incumbent_above() if v2 else None, proposal.predicted)
             trial_dir = trial_dir_of(run_dir, number)
             result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
             record = record_of(number, knobs, result, trial_dir, is_baseline=baseline_record is None)  # as the recorder
@@ -224,7 +227,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
             records.append(record)
             strategy.tell(proposal.trial, record.status, record.metrics.get("samples_per_s"), safe=record.safe,
                           error=f"{record.error_type}: {record.error}" if record.error else None,
-                          diagnosis=record.diagnosis)
+                          diagnosis=record.diagnosis, attrs=told(result, space.baseline))
             write_csv(records, run_dir / "trials.csv")
             changed = ", ".join(f"{k}={v}" for k, v in knobs.items() if v != space.baseline[k]) or "baseline"
             tp = record.metrics.get("samples_per_s")
@@ -239,11 +242,22 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
         ended = "interrupted"
     best = pick_best(records)
     confirm = None
-    if ended != "interrupted":  # as autotune.driver: the best re-measured against the baseline
-        plain = request.timed_only()
-        confirm = confirm_best(lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
-                                                                   data["trial"]["timeout_s"], user_path, thread_env),
-                               baseline_record, best, settings["confirm_rounds"], print)
+
+    def runner(plain):
+        return lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
+                                                   data["trial"]["timeout_s"], user_path, thread_env)
+
+    def remeasure(baseline, best):
+        return confirm_best(runner(request.timed_only()), baseline, best, settings["confirm_rounds"], print)
+
+    if ended != "interrupted" and v2:  # as autotune.driver: late parity checks, the candidates re-measured
+        best, confirm, rejected = confirm_candidates(records, baseline_record, remeasure, runner(request.parity_check()),
+                                                     print, settings["min_improvement"])
+        write_csv(records, run_dir / "trials.csv")
+        if rejected:
+            state["confirm_rejected"] = rejected
+    elif ended != "interrupted":  # the best re-measured against the baseline
+        confirm = remeasure(baseline_record, best)
     if confirm:
         state["confirm"] = confirm
     wall = time.perf_counter() - started

@@ -239,7 +239,8 @@ def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
     spec = write_spec(tmp_path / "lit.yaml", output_dir=str(tmp_path / "run"),
                       workload={"factory": "tests.adapter_workloads:make_lightning_cnn", "args": {"batch_size": 16}},
                       search_space={"preset": None, "knobs": {"batch_size": [16, 32], "channels_last": [False, True]}},
-                      safety={"level": "dynamics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240, "prune_margin": 0})
+                      safety={"level": "dynamics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240, "prune_margin": 0},
+                      search={"n_trials": 3, "confirm_rounds": 0, "strategy": "v1"})  # v1: every numerics trial checked
     result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
     assert result.exit_code == 0, result.output + repr(result.exception)
     trials = pd.read_csv(tmp_path / "run" / "trials.csv")

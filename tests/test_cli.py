@@ -28,6 +28,20 @@ def test_missing_spec_file(tmp_path):
     assert result.stderr == f"error: spec file `{tmp_path / 'nope.yaml'}` not found\n"
 
 
+def test_a_bad_budget_is_one_line_exit_2(tmp_path):
+    spec = write_spec(tmp_path / "s.yaml")
+    result = runner.invoke(app, ["search", str(spec), "--budget", "5 weeks"])
+    assert result.exit_code == 2
+    assert result.stderr == ("error: --budget: '5 weeks' is not a duration; give a positive number of seconds, or with "
+                             "a unit: 90s, 5m, 1h\n")
+
+
+def test_budget_durations():
+    from autotune.budget import parse_duration
+
+    assert [parse_duration(t) for t in ("300", "90s", "5m", "1.5h")] == [300, 90, 300, 5400]
+
+
 def test_debug_shows_the_exception(tmp_path):
     from autotune.spec import SpecError
 

@@ -236,9 +236,14 @@ def test_the_live_table_shows_the_running_trial():
     render.print(view._table())
     lines = render.export_text().splitlines()
     assert "│  1 │ running 0:00 │ 32    │ on      │           │" in lines[-2], lines
+    assert view._incumbent() == "incumbent: trial #0, 1.00x the baseline, baseline"
     view.trial(records[1])  # finished: its row is the result, no longer a running row
     render.print(view._table())
     assert "running" not in render.export_text()
+    # the incumbent at every moment: its gain, and its safety status (channels_last: no parity verdict yet)
+    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, unchecked"
+    records[1].parity = {"passed": True}
+    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
 
 
 def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):

@@ -240,7 +240,8 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
         "search_space": {"preset": None, "knobs": {"precision": ["32-true", "bf16-mixed"], "set_to_none": [True, False]}},
         "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 0.5, "profile_steps": 0,
                   "prune_margin": 0},  # every trial measured to the end: parity on each
-        "search": {"sampler": "grid", "n_trials": 4, "confirm_rounds": 0}, "safety": {"parity_steps": 5},
+        "search": {"sampler": "grid", "n_trials": 4, "confirm_rounds": 0, "strategy": "v1"},  # v1: parity on each
+        "safety": {"parity_steps": 5},
         "output_dir": str(tmp_path / "run"),
     })
     result = run(spec)

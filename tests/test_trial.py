@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from autotune.knobs import pytorch_defaults
 from autotune.trial import TrialConfigError, check_config, run_trial
 
 TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0,
@@ -44,6 +45,19 @@ def test_a_trial_clearly_below_prune_below_stops_early_and_skips_the_rest():
     assert slow["status"] == "pruned"
     assert slow["metrics"]["samples_per_s"] > 0 and slow["metrics"]["window_s"] < 2.0  # measured, but cut short
     assert "profile" not in slow and "diagnosis" not in slow and "parity" not in slow
+
+
+def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_path):
+    base = {**pytorch_defaults(16), "num_threads": 1}
+    config = {**TINY, "knobs": {**base, "precision": "bf16-mixed"}, "parity": {"baseline": base, "steps": 4}}
+    below = run_trial({**config, "incumbent_above": 1e9})
+    assert below["status"] == "ok" and below["metrics"]["samples_per_s"] > 0
+    assert "profile" not in below and "diagnosis" not in below and "parity" not in below
+    assert "does not beat" in below["skipped"]
+    above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0})  # a new incumbent: diagnosed, checked
+    assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above
+    late = run_trial({**config, "parity_only": True})  # the late check: parity alone, no window
+    assert late["status"] == "ok" and late["parity"]["passed"] and "samples_per_s" not in late["metrics"]
 
 
 def test_the_trace_is_saved_where_asked(tmp_path):
@@ -93,8 +107,10 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, device, seed, ranks, backend, dist_timeout_s, blocks, memory_limit_gib"),
+                           "prune_below, incumbent_above, predicted, parity_only, device, seed, ranks, backend, dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
+    ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
+    ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
 ])

@@ -140,6 +140,33 @@ def make_slow_large_batches(batch_size: int = 16, sleep_s: float = 0.04) -> Work
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
 
 
+def make_drifting(batch_size: int = 16, sleep_s: float = 0.2) -> Workload:
+    """The host changes under one config: steps at the batch size named by
+    AUTOTUNE_TEST_SLOW_BATCH (read at each step) cost `sleep_s` more, as if
+    another job had started (a winner that a re-measurement rejects)."""
+    import os
+    import time
+
+    def loss(model, batch):
+        if batch[0].shape[0] == int(os.environ.get("AUTOTUNE_TEST_SLOW_BATCH", "0")):
+            time.sleep(sleep_s)
+        return recorder_loss(model, batch)
+
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
+
+
+def make_sleepy(batch_size: int = 8, sleep_s: float = 0.02) -> Workload:
+    """A fixed cost per step (`sleep_s`, a launch or a sync) over a tiny model:
+    overhead-bound, and steady on a loaded host (a sleep does not wait for a CPU)."""
+    import time
+
+    def loss(model, batch):
+        time.sleep(sleep_s)
+        return recorder_loss(model, batch)
+
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
+
+
 def make_raising(batch_size: int = 16) -> Workload:
     """A factory that fails the way user code does (its message has square brackets)."""
     raise ValueError("expected a batch like [images, labels] from the dataset")

@@ -1,0 +1,109 @@
+"""What a search costs, the search before issue 25 (`search.strategy: v1`: every
+trial profiled, diagnosed and parity-checked, full windows) against the one that
+pays for information only where a decision needs it (`v2`), in one run on one
+host: per case, the wall time of `autotune search` (start-up included), the
+time until the trial of the final winner finished, and the winner's speedup as
+its own search re-measured it side by side against the baseline (`confirm`).
+
+Cases: `jpeg_pipeline` (batch 64, the `quick` preset, 10 trials, CLI defaults:
+the issue's search) and the quickstart (search_spaces/examples/quickstart.yaml).
+Each search runs as a user runs it: `autotune search SPEC -q -o DIR`, one at a
+time, old then new per case.
+
+    python scripts/bench_search_cost.py [--cases jpeg_pipeline quickstart] [--out DIR]
+
+Readable table; the last line of stdout is one JSON object:
+{"cases": {"<name>": {"old": {"wall_s", "to_winner_s", "speedup_x"}, "new": {...}}}}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+CASES = {
+    "jpeg_pipeline": {"workload": {"name": "jpeg_pipeline", "args": {"batch_size": 64}}, "search_space": "quick",
+                      "search": {"n_trials": 10}},
+    "quickstart": yaml.safe_load((ROOT / "search_spaces" / "examples" / "quickstart.yaml").read_text()),
+}
+STRATEGIES = {"old": "v1", "new": "v2"}
+
+
+def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
+    spec = {**spec, "name": f"{name}-{strategy}", "search": {**spec.get("search", {}), "strategy": strategy}}
+    path = out / f"{name}-{strategy}.yaml"
+    path.write_text(yaml.safe_dump(spec, sort_keys=False))
+    run_dir = out / f"{name}-{strategy}"
+    autotune = Path(sys.executable).parent / "autotune"
+    started = time.time()
+    proc = subprocess.run([str(autotune), "search", str(path), "-q", "-o", str(run_dir)], capture_output=True, text=True)
+    wall = time.time() - started
+    if proc.returncode != 0:
+        sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
+        raise SystemExit(f"{name} ({strategy}): autotune search exited {proc.returncode}")
+    from autotune.records import read_run
+
+    result = read_run(run_dir)
+    best = result.best
+    ended = best.info.get("ended_unix") if best else None
+    state = json.loads((run_dir / "search.json").read_text())
+    from autotune.model import error
+
+    rate_model = error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records)
+    return {"wall_s": round(wall, 1), "to_winner_s": round(ended - started, 1) if ended else None,
+            "speedup_x": round(result.speedup, 3) if result.speedup else None,
+            "winner_trial": best.number if best else None, "trials": len(result.records),
+            "trial_s": round(sum(r.info.get("trial_wall_s") or 0 for r in result.records), 1),
+            "winner": {k: v for k, v in (best.knobs if best else {}).items() if v != result.baseline.knobs.get(k)},
+            "confirm": (state.get("confirm") or {}).get("verdict"),
+            "rejected": len(state.get("confirm_rejected") or []),
+            "rate_model": rate_model}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    p.add_argument("--only", choices=list(STRATEGIES), help="run one side alone (no comparison)")
+    p.add_argument("--out", type=Path, default=None, help="where the searches' run dirs go (default: a temp dir)")
+    args = p.parse_args(argv)
+    out = args.out or Path(tempfile.mkdtemp(prefix="bench_search_cost-", dir=os.environ.get("TMPDIR")))
+    out.mkdir(parents=True, exist_ok=True)
+    cases: dict[str, dict] = {}
+    print(f"run dirs: {out}")
+    print(f"{'case':14} {'search':6} {'wall s':>8} {'to winner s':>12} {'trials s':>9} {'speedup':>8}  winner")
+    for name in args.cases:
+        cases[name] = {}
+        for label, strategy in STRATEGIES.items():
+            if args.only and label != args.only:
+                continue
+            r = cases[name][label] = run_search(name, CASES[name], strategy, out)
+            speed = f"{r['speedup_x']:.2f}x" if r["speedup_x"] else "-"
+            print(f"{name:14} {label + ' ' + strategy:6} {r['wall_s']:8.1f} {r['to_winner_s'] or 0:12.1f} "
+                  f"{r['trial_s']:9.1f} {speed:>8}  #{r['winner_trial']} {r['winner']} "
+                  f"(confirm: {r['confirm']}, rejected {r['rejected']})", flush=True)
+            if r["rate_model"]:
+                m = r["rate_model"]
+                print(f"{'':14} rate model: {m['trials']} trial(s) predicted, median |error| {m['median_abs_error']:.1%}; "
+                      f"(trial, predicted, measured): {m['per_trial']}")
+        if args.only:
+            continue
+        old, new = cases[name]["old"], cases[name]["new"]
+        print(f"{name:14} new/old wall {new['wall_s'] / old['wall_s']:.2f}, speedup new/old "
+              f"{(new['speedup_x'] or 0) / (old['speedup_x'] or 1):.3f}", flush=True)
+    print(json.dumps({"cases": cases}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,103 @@
+"""What is exported: a best whose loss parity its trial skipped is checked late,
+a failed late check hands over to the next pick, a search stopped first exports
+it as unchecked, and a best the re-measurement rejects hands over to the next
+candidate. Real trials (tiny workloads, short windows), in process."""
+
+import json
+
+import yaml
+
+from autotune import checked
+from autotune import knobs as K
+from autotune import spec as S
+from autotune.confirm import confirm_best
+from autotune.export import write_best_config
+from autotune.records import SearchResult, pick_best, record_of
+from autotune.trial import run_trial
+
+WINDOW = {"warmup_steps": 2, "measure_steps": 10, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 0,
+          "diagnose": False}
+PARITY_STEPS = 4
+
+
+class Trials:
+    """Real trials of one workload against its baseline, as the search records them."""
+
+    def __init__(self, tmp_path, workload: dict, baseline: dict):
+        self.dir, self.workload = tmp_path, workload
+        self.base = {**K.pytorch_defaults(None), "num_threads": 1, **baseline}
+        self.parity = {"baseline": self.base, "steps": PARITY_STEPS}
+
+    def config(self, knobs: dict, **extra) -> dict:
+        return {"workload": self.workload, "knobs": {**self.base, **knobs}, **WINDOW, "parity": self.parity, **extra}
+
+    def record(self, number: int, knobs: dict, **extra):
+        """A trial as strategy v2 runs one that does not become the incumbent
+        (incumbent_above far above it: no parity), unless `extra` says otherwise."""
+        result = json.loads(json.dumps(run_trial(self.config(knobs, **{"incumbent_above": 1e12, **extra}))))
+        trial_dir = self.dir / f"{number:04d}"
+        trial_dir.mkdir()
+        (trial_dir / "result.json").write_text(json.dumps(result))
+        return record_of(number, result["knobs"], result, trial_dir, is_baseline=number == 0)
+
+    def check(self, knobs: dict, label: str) -> dict:  # the late check: parity alone
+        return run_trial(self.config(knobs, parity_only=True))
+
+    def timed(self, knobs: dict, label: str) -> dict:  # a re-measurement: the window alone
+        return run_trial({**self.config(knobs), "parity": None})
+
+
+def test_an_incumbent_whose_parity_its_trial_skipped_is_checked_late_and_stays_the_best(tmp_path):
+    t = Trials(tmp_path, {"name": "tiny_cnn"}, {"batch_size": 2})
+    records = [t.record(0, {}), t.record(1, {"batch_size": 64, "precision": "bf16-mixed"})]
+    base, fast = records
+    assert pick_best(records) is fast and checked.unchecked(fast, base) and "skipped" in json.loads(
+        (tmp_path / "0001" / "result.json").read_text())
+    asked = []
+    best = checked.pick_checked(records, lambda knobs, label: asked.append(label) or t.check(knobs, label))
+    assert best is fast and asked == ["parity-0001"]
+    assert fast.parity["passed"] and checked.status(fast, base) == "parity passed"
+    checked.save_parity(records)  # what `autotune report` reads back
+    assert json.loads((tmp_path / "0001" / "result.json").read_text())["parity"]["passed"]
+
+
+def test_an_incumbent_failing_its_late_check_is_never_exported(tmp_path):
+    t = Trials(tmp_path, {"factory": "tests.workloads:make_precision_sensitive"}, {"batch_size": 2})
+    records = [t.record(0, {}), t.record(1, {"batch_size": 512, "precision": "bf16-mixed"})]
+    base, fast = records
+    assert pick_best(records) is fast and checked.unchecked(fast, base)
+    best = checked.pick_checked(records, t.check)
+    assert best is base  # the faster config failed its late check: the next pick is the baseline
+    assert fast.parity["passed"] is False and not fast.safe and checked.status(fast, base) == "parity failed"
+
+
+def _export(tmp_path, records, best, stopped):
+    spec = S.parse({"workload": {"name": "tiny_cnn"}, "search_space": "quick"})
+    space = K.Space(baseline=records[0].knobs, search={}, fixed={}, dropped=[])
+    result = SearchResult(tmp_path, space, K.Device("cpu", 2, "cpu"), records, records[0], best, 10.0, {}, stopped)
+    write_best_config(result, spec, tmp_path / "best_config.yaml")
+    return yaml.safe_load((tmp_path / "best_config.yaml").read_text())
+
+
+def test_ctrl_c_with_an_unchecked_incumbent_exports_it_as_unchecked_never_as_safe(tmp_path):
+    t = Trials(tmp_path, {"name": "tiny_cnn"}, {"batch_size": 4})
+    records = [t.record(0, {}), t.record(1, {"batch_size": 64, "precision": "bf16-mixed"})]
+    data = _export(tmp_path, records, records[1], "interrupted after 2 of 10 trials")
+    assert data["safety_status"] == "unchecked" and "loss parity was not run" in data["unchecked"]
+    assert not any("parity" in flag for flag in data["safety"])  # no verdict claimed for the numerics knobs
+
+
+def test_a_best_the_remeasurement_rejects_hands_over_to_a_faster_candidate(tmp_path, monkeypatch):
+    t = Trials(tmp_path, {"factory": "tests.workloads:make_drifting"}, {"batch_size": 2})
+    records = [t.record(0, {}), t.record(1, {"batch_size": 32}), t.record(2, {"batch_size": 16})]
+    base, first, second = records
+    assert first.throughput > second.throughput > base.throughput * 1.02
+    monkeypatch.setenv("AUTOTUNE_TEST_SLOW_BATCH", "32")  # the host changed under the first pick
+    said = []
+    best, confirm, rejected = checked.confirm_candidates(
+        records, base, lambda b, c: confirm_best(t.timed, b, c, 1), t.check, said.append, min_improvement=0.02)
+    assert [c["best_trial"] for c in rejected] == [1] and rejected[0]["verdict"] == "slower"
+    assert best is second and confirm["best_trial"] == 2 and confirm["verdict"] == "faster"
+    assert "the next candidate: trial #2" in said[0]
+    data = _export(tmp_path, records, best, None)  # what is exported: the confirmed candidate
+    assert data["knobs"]["batch_size"] == 16 and data["safety_status"] == "safe"

@@ -1,0 +1,67 @@
+"""The rate model's predictions against real (tiny) trials, and the strategy
+skipping what it predicts clearly below the incumbent."""
+
+import json
+
+import optuna
+import pytest
+
+from autotune import model
+from autotune.knobs import pytorch_defaults
+from autotune.strategy import Strategy
+from autotune.trial import run_trial
+
+# a fixed cost per step: overhead-bound, and steady while other work loads the host
+WINDOW = {"workload": {"factory": "tests.workloads:make_sleepy"}, "warmup_steps": 2, "measure_steps": 20, "min_window_s": 1.0,
+          "max_window_s": 2.0, "profile_steps": 0}
+BASE = {**pytorch_defaults(8), "num_threads": 1}
+
+
+@pytest.fixture(scope="module")
+def diagnosed():
+    """A diagnosed trial: its knobs and the rates it measured apart."""
+    result = json.loads(json.dumps(run_trial({**WINDOW, "knobs": BASE})))
+    return BASE, model.rates_of(result["metrics"])
+
+
+def test_the_model_predicts_a_batch_change_from_the_measured_rates(diagnosed):
+    knobs, rates = diagnosed
+    assert rates["compute_ceiling_samples_per_s"] > 0 and rates["batch2x_step_ratio"] > 0
+    point = {**knobs, "batch_size": 16}
+    guess = model.predict(point, [diagnosed])
+    measured = run_trial({**WINDOW, "knobs": point, "diagnose": False})["metrics"]["samples_per_s"]
+    error = guess["samples_per_s"] / measured - 1
+    print(f"batch 8 -> 16: predicted {guess['samples_per_s']:.1f}, measured {measured:.1f} samples/s ({error:+.0%})")
+    assert abs(error) < 0.25  # a doubling from the probe's own doubling
+    assert model.predict(knobs, [diagnosed])["samples_per_s"] == pytest.approx(rates["samples_per_s"])  # calibrated
+
+
+def test_the_model_says_nothing_of_compute_knobs_no_trial_measured(diagnosed):
+    knobs, _ = diagnosed
+    assert model.predict({**knobs, "precision": "bf16-mixed"}, [diagnosed]) is None
+    assert model.predict({**knobs, "batch_size": 16}, [(knobs, {**diagnosed[1], "batch2x_step_ratio": None})]) is None
+
+
+def test_the_strategy_skips_a_point_predicted_clearly_below_the_incumbent(diagnosed):
+    knobs, rates = diagnosed
+    search = {"batch_size": [1, 8, 16], "num_threads": [1]}
+    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    strategy = Strategy(study, search, {"batch_size": 8, "num_threads": 1}, predict=True)
+    base = strategy.ask()
+    assert base.source == "baseline"
+    # the baseline is diagnosed overhead-bound: a larger batch first; the model predicts batch 1 far below
+    strategy.tell(base.trial, "ok", rates["samples_per_s"], diagnosis={"bottleneck": "overhead"},
+                  attrs={"rates": rates})
+    nxt = strategy.ask()
+    assert nxt.params["batch_size"] == 16 and nxt.predicted > rates["samples_per_s"]  # its prediction goes along
+    strategy.tell(nxt.trial, "ok", rates["samples_per_s"] * 0.9)  # no gain: the climb's last move is a rung down
+    assert strategy.ask() is None  # batch 1, predicted far below: not run, and nothing is left
+    skipped = [t for t in study.trials if str(t.user_attrs.get("error", "")).startswith("skipped: predicted")]
+    assert [t.params["batch_size"] for t in skipped] == [1]
+    assert skipped[0].user_attrs["predicted"] < model.SKIP_BELOW * rates["samples_per_s"]
+
+
+def test_the_model_error_is_measured_over_predicted():
+    e = model.error([(1, 100.0, 110.0), (2, 100.0, 70.0), (3, 100.0, 95.0), (4, None, 50.0)])
+    assert e["trials"] == 3 and e["median_abs_error"] == pytest.approx(0.1)
+    assert e["worst_trial"] == 2 and e["worst_error"] == pytest.approx(-0.3)

@@ -107,10 +107,14 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, predicted, parity_only, device, seed, ranks, backend, dist_timeout_s, blocks, memory_limit_gib"),
+                           "prune_below, incumbent_above, predicted, parity_only, device, seed, ranks, backend, "
+                           "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
     ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
+    ({**TINY, "parity_only": True, "ranks": 2, "parity": {"baseline": {}, "steps": 2, "tolerance": 0.05}},
+     "loss parity of a multi-rank trial is not measured yet: a config of several ranks that changes numerics "
+     "(precision, compile, sharding, ...) stays unchecked"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
 ])

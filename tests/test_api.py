@@ -43,7 +43,8 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     assert isinstance(trials, pd.DataFrame) and len(trials) == 3
     assert list(trials["status"]) == ["ok"] * 3, trials[["status", "error"]]
     assert isinstance(result.best_config, TunedConfig) and not result.reused
-    assert result.confirm["rounds"] == 1 and "error" not in result.confirm  # re-measured with the pickled factory too
+    if result.best is not result.baseline:  # re-measured with the pickled factory too (a baseline best is not)
+        assert result.confirm["rounds"] == 1 and "error" not in result.confirm
     assert result.best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
     # the factory's own argument is a searched knob: its signature was read from the callable
     assert result.best_config.workload_args == {"extra": result.best.knobs["args.extra"]}
@@ -64,16 +65,14 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     assert [r.number for r in resumed.records] == [0, 1, 2] and resumed.best.number == result.best.number
 
     # a trial by hand: its config points at the run dir's workload.pkl, wherever the config is read from;
-    # what the factory uses by reference (tests.api_workloads) imports as it did in the search
+    # what the factory uses from the user's own modules (tests.api_workloads, not installed) travels by value
     config = run_dir / "trials" / "0001" / "config.json"
     assert json.loads(config.read_text())["workload"]["file"] == "../../workload.pkl"
     out = tmp_path / "again.json"
     again = json.loads(_trial_by_hand(config, out, ROOT).read_text())
     assert again["status"] == "ok" and again["knobs"]["batch_size"] == trials["batch_size"][1]
-    elsewhere = json.loads(_trial_by_hand(config, out, tmp_path).read_text())
-    assert elsewhere["status"] == "error" and elsewhere["error"].endswith(
-        "No module named 'tests'; it uses `tests` by reference: run from the directory the search ran from, or add "
-        "that directory to PYTHONPATH")
+    elsewhere = json.loads(_trial_by_hand(config, out, tmp_path).read_text())  # where `tests` does not import
+    assert elsewhere["status"] == "ok", elsewhere.get("error")
 
 
 def _trial_by_hand(config: Path, out: Path, cwd: Path) -> Path:

@@ -32,12 +32,15 @@ POLL_S = 0.5
 
 
 def _procs() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time in clock ticks since boot), from /proc."""
+    """pid -> (parent pid, start time in clock ticks since boot) of the live
+    processes, from /proc. A zombie is not live: a killed driver stays one until
+    its parent waits for it, and must count as gone."""
     out = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
-            out[int(stat.parent.name)] = (int(fields[1]), int(fields[19]))
+            if fields[0] != "Z":
+                out[int(stat.parent.name)] = (int(fields[1]), int(fields[19]))
         except (OSError, IndexError, ValueError):
             continue
     return out

@@ -46,7 +46,8 @@ SECTIONS = {
               "timeout_s": 600.0, "prune_margin": 0.2},
     "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},
-    "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {}},
+    "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {},
+                  "ranks_per_trial": 1, "blocks": None, "memory_limit_gib": None},
     "safety": {"level": "numerics", "tolerance": 0.05, "parity_steps": 20, "keep_effective_batch": False},
     "tracking": {"uri": None, "experiment": "autotune"},
 }
@@ -267,7 +268,9 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     best = result.best
     spec_view = SimpleNamespace(name=data["name"], workload=SimpleNamespace(ref=wl.get("factory") or wl["name"],
                                                                             args=wl.get("args") or {}),
-                                safety=SimpleNamespace(keep_effective_batch=data["safety"]["keep_effective_batch"]))
+                                safety=SimpleNamespace(keep_effective_batch=data["safety"]["keep_effective_batch"]),
+                                resources=SimpleNamespace(ranks_per_trial=data["resources"]["ranks_per_trial"],
+                                                          blocks=data["resources"]["blocks"]))
     if baseline_record and baseline_record.throughput and best:
         write_best_config(result, spec_view, paths["best_config"])
     try:  # for `autotune report`: the study's importances

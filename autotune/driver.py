@@ -225,7 +225,9 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
 
     cuda = device.type == "cuda"
     cpus_per_trial = spec.resources.cpus_per_trial
-    gpus_per_trial = spec.resources.gpus_per_trial if spec.resources.gpus_per_trial is not None else (spec.resources.ranks_per_trial if cuda else 0)
+    gpus_per_trial = spec.resources.gpus_per_trial  # default: one a rank with CUDA
+    if gpus_per_trial is None:
+        gpus_per_trial = spec.resources.ranks_per_trial if cuda else 0
 
     def cpus_fn(config) -> int:
         # Ray's reservation, not the trial's threads (those are torch's default or

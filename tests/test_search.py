@@ -54,8 +54,13 @@ def test_search_records_every_trial_everywhere(tmp_path):
     numbers = [r.number for r in seen]
 
     # the baseline is trial 0, measured first, in the same run as the rest; the
-    # numbers are Optuna's (a gap is a repeat told to the sampler, never run)
-    assert len(seen) == 4 and numbers[0] == 0 and numbers == sorted(set(numbers))
+    # numbers are Optuna's (a gap is a repeat told to the sampler, or a config the
+    # rate model predicted clearly below the best: `skipped: predicted`, never run)
+    study = optuna.load_study(study_name="t", storage=f"sqlite:///{run_dir / 'optuna.db'}")
+    predicted = [t for t in study.trials if str(t.user_attrs.get("error", "")).startswith("skipped: predicted")]
+    assert all(t.user_attrs["virtual"] and t.user_attrs["predicted"] > 0 for t in predicted)
+    assert len(seen) + len(predicted) == 4 and len(seen) >= 3, (numbers, [t.user_attrs for t in predicted])
+    assert numbers[0] == 0 and numbers == sorted(set(numbers))
     assert seen[0].is_baseline and seen[0].knobs["batch_size"] == 16 and not seen[0].knobs["channels_last"]
     assert all(r.status == "ok" for r in seen), [(r.error_type, r.error) for r in seen]
     assert "pin_memory" in result.space.fixed  # a CPU host: fixed, not sampled
@@ -65,7 +70,7 @@ def test_search_records_every_trial_everywhere(tmp_path):
     assert all(r.speedup == pytest.approx(r.throughput / seen[0].throughput) for r in seen)
     # each trial was announced when it started (the live view's running row), before it finished
     assert [(n, k) for n, k, _ in started] == [(r.number, r.knobs) for r in seen]
-    assert [done for _, _, done in started] == list(range(4))  # one at a time on a CPU host
+    assert [done for _, _, done in started] == list(range(len(seen)))  # one at a time on a CPU host
 
     # MLflow: one parent run, one nested run per trial, knobs as params, metrics with units
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
@@ -73,7 +78,7 @@ def test_search_records_every_trial_everywhere(tmp_path):
     runs = client.search_runs([exp.experiment_id])
     parents = [r for r in runs if r.data.tags.get("autotune.role") == "search"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parents[0].info.run_id]
-    assert len(parents) == 1 and len(children) == 4
+    assert len(parents) == 1 and len(children) == len(seen)
     by_number = {r.number: r for r in seen}
     for child in children:
         assert child.info.status == "FINISHED" and child.data.tags["status"] == "ok"
@@ -95,7 +100,6 @@ def test_search_records_every_trial_everywhere(tmp_path):
     # trials.csv, the Optuna storage and best_config.yaml agree
     table = pd.read_csv(run_dir / "trials.csv")
     assert list(table["trial"]) == numbers and table["samples_per_s"].notna().all()
-    study = optuna.load_study(study_name="t", storage=f"sqlite:///{run_dir / 'optuna.db'}")
     ran = [t for t in study.trials if not t.user_attrs.get("virtual")]
     assert [t.number for t in ran] == numbers and all(t.state == optuna.trial.TrialState.COMPLETE for t in ran)
     for t in study.trials:

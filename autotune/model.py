@@ -16,9 +16,11 @@ The model, from a diagnosed trial R with the same compute-side knobs:
   they overlap, min(C, w * L);
 - calibrated on R itself: its measured throughput over what the model says for
   R (a step's overheads the two sides leave out).
-It cannot say (None) for compute-side knobs no diagnosed trial ran (a precision,
-layout or compile never measured), nor a batch change without the probe (a
-compiled trial skips it). Where it is wrong: workers and compute share a small
+It models the batch size and the loader workers alone. It cannot say (None)
+for a config that differs from every diagnosed trial in any other knob (a
+precision, layout or compile never measured; pinning, prefetch, DDP buckets,
+activation checkpointing: none of them is in the model, and none is assumed
+free), nor a batch change without the probe (a compiled trial skips it). Where it is wrong: workers and compute share a small
 host's cores (2 CPUs: w workers slow the compute side down, not modelled), and
 a batch far from B extrapolates the probe's one doubling.
 
@@ -30,9 +32,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# knobs that change the compute side (the ceiling): a prediction needs a trial that measured them
-COMPUTE_KNOBS = ("precision", "channels_last", "compile", "cudnn_benchmark", "fused_optimizer", "set_to_none",
-                 "num_threads")
+MODELLED = ("batch_size", "num_workers")  # every other knob: a prediction needs a trial that ran it
 RATES = ("samples_per_s", "compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker", "batch2x_step_ratio")
 SKIP_BELOW = 0.85  # predicted below this share of the incumbent: clearly below, not run
 
@@ -59,7 +59,8 @@ def predict(knobs: dict[str, Any], measured: list[tuple[dict[str, Any], dict[str
     """The predicted throughput of `knobs` from the diagnosed trials
     (`measured`: their knobs and `rates_of`): {"samples_per_s", "from": the
     knobs of the trial it came from}, or None when the model cannot say."""
-    same = [(k, r) for k, r in measured if all(k.get(n) == knobs.get(n) for n in COMPUTE_KNOBS)]
+    same = [(k, r) for k, r in measured
+            if all(k.get(n) == knobs.get(n) for n in set(k) | set(knobs) if n not in MODELLED)]
     best = None
     for ref, rates in same:
         batch = ref.get("batch_size")

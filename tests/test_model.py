@@ -36,9 +36,13 @@ def test_the_model_predicts_a_batch_change_from_the_measured_rates(diagnosed):
     assert model.predict(knobs, [diagnosed])["samples_per_s"] == pytest.approx(rates["samples_per_s"])  # calibrated
 
 
-def test_the_model_says_nothing_of_compute_knobs_no_trial_measured(diagnosed):
+def test_the_model_says_nothing_of_knobs_it_does_not_model(diagnosed):
     knobs, _ = diagnosed
-    assert model.predict({**knobs, "precision": "bf16-mixed"}, [diagnosed]) is None
+    # compute-side knobs no diagnosed trial ran, and knobs outside the model (never assumed free)
+    for other in ({"precision": "bf16-mixed"}, {"activation_checkpointing": True}, {"ddp_bucket_cap_mb": 1},
+                  {"pin_memory": not knobs["pin_memory"]}):
+        assert model.predict({**knobs, **other}, [diagnosed]) is None, other
+        assert model.predict({**knobs, **other, "batch_size": 16}, [diagnosed]) is None, other
     assert model.predict({**knobs, "batch_size": 16}, [(knobs, {**diagnosed[1], "batch2x_step_ratio": None})]) is None
 
 

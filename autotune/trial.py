@@ -41,6 +41,7 @@ from autotune import workload as W
 from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
 from autotune.request import DEFAULTS, MAX_STEPS_FACTOR, TrialConfigError, check_config  # noqa: F401  (the runner's contract)
+from autotune.rank_parity import rank_parity
 from autotune.safety import needs_parity, trial_parity
 
 def detect_device(requested: str = "auto") -> K.Device:
@@ -245,8 +246,11 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool
 
 def _parity_check(workload, knobs, device, cfg, result, started) -> None:
     """`parity_only`: the config's loss parity against the baseline, no window
-    (a late check of a config the search is about to export)."""
-    result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
+    (a late check of a config the search is about to export); with ranks, on every rank."""
+    if device.ranks > 1:  # against the baseline's math at the global batch (autotune.rank_parity)
+        result["parity"] = rank_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"])
+    else:
+        result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
     result["metrics"] = {"parity_max_rel_dev": result["parity"]["max_rel_dev"],
                          "parity_s": result["parity"].get("parity_s", time.perf_counter() - started)}
 

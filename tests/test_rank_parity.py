@@ -5,16 +5,22 @@ import os
 
 import pytest
 
+from autotune import spec as S
 from autotune.knobs import pytorch_defaults
 from autotune.launcher import run_in_process
+from autotune.request import TrialSettings
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def late_check(tmp_path, workload, knobs):
+    """The late check a 2-rank search asks for (`TrialSettings.parity_check`), run as its trials run."""
     base = {**pytorch_defaults(8), "num_threads": 1}
-    config = {"workload": workload, "knobs": {**base, **knobs}, "device": "cpu", "ranks": 2, "parity_only": True,
-              "parity": {"baseline": base, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}}
+    spec = S.parse({"workload": workload, "resources": {"device": "cpu", "ranks_per_trial": 2},
+                    "search_space": {"preset": None, "knobs": {"precision": ["32-true", "bf16-mixed"]}}}, "late.yaml")
+    parity = {"baseline": base, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}
+    config = TrialSettings.of(spec.model_dump(mode="json"), "cpu", base, parity).parity_check().config({**base, **knobs})
+    assert config["ranks"] == 2 and config["parity_only"]
     # spawned: a fork server preloading tests.workloads is test_launcher's to count
     return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launcher="spawn")
 

@@ -317,7 +317,8 @@ def peak_rss_gib() -> float:
 
 
 class MemoryCapExceeded(MemoryError):
-    """The trial's peak RSS went over its cap (`memory_limit_gib`): an out of memory, status "oom"."""
+    """The trial's memory went over its cap (`memory_limit_gib`: the allocator's bytes in use, autotune.memory;
+    peak RSS where glibc's mallinfo2 is missing): an out of memory, status "oom"."""
 
 
 def check_rss_cap(limit_gib: float | None) -> None:

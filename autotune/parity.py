@@ -135,12 +135,14 @@ def _band(values: list, factor: float, floor: float) -> float:
 
 def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], device: K.Device,
                 steps: int = 20, tolerance: float = 0.05, seed: int = 0,
-                reference: dict[str, Any] | None = None) -> dict[str, Any]:
+                reference: dict[str, Any] | None = None, build=build_run, shard=None) -> dict[str, Any]:
     """Parity of `candidate` with `baseline` (module doc): the per-step errors
     against the knob's band, then the multi-step checks; at the baseline's batch
     size, so only numerics differ. `reference`: the baseline's side from
     `build_reference` (computed here when missing or lacking this noise level).
-    `tolerance`: multi-step deviations below it always pass."""
+    `tolerance`: multi-step deviations below it always pass. `build` builds the
+    candidate's run and `shard(batches)` gives the batches it steps on (several
+    ranks: autotune.rank_parity); the baseline's run steps on the whole batches."""
     started = time.perf_counter()
     level = roundoff(baseline, candidate, device.type)
     cached = reference is not None and repr(level) in reference["noise"]
@@ -149,22 +151,23 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
     steps, noise = reference["steps"], reference["noise"][repr(level)]
     batch = reference["baseline"]["batch_size"]
     batches = seeded_batches(workload, batch, steps, seed)
-    run = build_run(workload, {**candidate, "batch_size": batch, "num_workers": 0, "pin_memory": False}, device.type, seed)
+    run = build(workload, {**candidate, "batch_size": batch, "num_workers": 0, "pin_memory": False}, device.type, seed)
+    own = shard(batches) if shard else batches  # what the candidate steps on
     initial_scale = None
     if run.scaler is not None:
         # start the GradScaler at the scale its back-off from 2^16 would reach on the first
         # batch: those first skipped steps only delay training, and one step behind, the
         # multi-step deviations would measure the delay. Skips after that are counted.
-        first = reset_and_step(run, reference["states"][0], batches[0], seed)
+        first = reset_and_step(run, reference["states"][0], own[0], seed)
         initial_scale = run.scaler.get_scale() if first["grads_finite"] else None
         load_state(run, reference["states"][0], initial_scale)
-    end = run_trajectory(run, batches, seed)
+    end = run_trajectory(run, own, seed)
     multi = multi_errors(end, reference)
     base_run = build_run(workload, reference["baseline"], device.type, seed)
     per_point = []
     for t in reference["points"]:
         b = reset_and_step(base_run, reference["states"][t], batches[t], seed + t)
-        c = reset_and_step(run, reference["states"][t], batches[t], seed + t, end["scale"])
+        c = reset_and_step(run, reference["states"][t], own[t], seed + t, end["scale"])
         # the update against the baseline's optimizer stepping on the candidate's own gradient: what
         # the knob does to the step (unscaling, skipping); the gradient's error is the grad row.
         # (Against the baseline's update, Adam turns rounding noise in gradients that should be
@@ -246,12 +249,13 @@ def reference_key(workload_ref: dict, baseline: dict[str, Any], steps: int, seed
 
 
 def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate: dict[str, Any], device: K.Device,
-                 seed: int = 0) -> dict[str, Any]:
+                 seed: int = 0, **candidate_run) -> dict[str, Any]:
     """A trial's parity. `parity`: {"baseline": knobs, "steps", "tolerance",
     "reference": path}. The reference at `path` is reused when it matches; else
     it is computed (for every precision the device has) and stored there for
     the search's next trials, when `path`'s directory exists (a trial on another
-    node, or run alone, computes its own)."""
+    node, or run alone, computes its own). `candidate_run`: loss_parity's `build`
+    and `shard` (several ranks)."""
     import torch
 
     steps, path = parity.get("steps", 20), parity.get("reference")
@@ -272,7 +276,7 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
         torch.save({"key": key, "reference": reference}, tmp)
         os.replace(tmp, path)
     out = loss_parity(workload, parity["baseline"], candidate, device, steps, parity.get("tolerance", 0.05), seed,
-                      reference)
+                      reference, **candidate_run)
     if store:
         out.update(reference="computed and stored", parity_s=time.perf_counter() - started)
     return out

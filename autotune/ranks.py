@@ -40,6 +40,7 @@ STATUS_ORDER = ("error", "timeout", "oom", "pruned", "ok")  # the worst rank's s
 # summed over ranks (a rate of the whole trial); the rest: the slowest rank's (max) or rank 0's
 SUMMED = ("samples_per_s", "steps_per_s")
 SLOWEST = ("step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_max", "window_s", "warmup_s", "first_step_s",
+           "mem_inuse_peak_gib", "mem_inuse_step_gib",
            "comm_frac", "mem_rss_peak_gib", "mem_peak_allocated_gib", "mem_peak_reserved_gib", "data_wait_frac")
 
 

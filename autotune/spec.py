@@ -235,8 +235,9 @@ class Resources(_Strict):
         None, description="class names of the model's repeated blocks, for FSDP and activation checkpointing "
                           "(default: the module class with two or more instances holding the most parameters)")
     memory_limit_gib: Optional[float] = Field(
-        None, gt=0, description="a forced memory limit per trial process: a peak RSS above it, checked after each "
-                                "step, ends the trial as out of memory (shows on a CPU what a GPU's memory bounds)")
+        None, gt=0, description="a forced memory limit per trial process: the C allocator's bytes in use (sampled "
+                                "every ms) above it, checked after each backward, end the trial as out of memory "
+                                "(shows on a CPU what a GPU's memory bounds)")
     custom: dict[str, float] = Field(
         default_factory=dict, description="custom Ray resources each trial needs, e.g. {gpu_h100: 1} for nodes "
                                           "started with --resources='{\"gpu_h100\": 8}'")

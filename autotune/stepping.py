@@ -27,15 +27,17 @@ class _Run:
     scaler: Any
 
 
-def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int) -> _Run:
+def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int, world: int = 1,
+              blocks: list[str] | None = None) -> _Run:
     """The workload with the knobs applied, in the order a trial applies them;
-    seeded, so every run starts from identical weights."""
+    seeded, so every run starts from identical weights. With `world` ranks (in
+    the process group), wrapped as the trial's ranks are (`K.wrap`: DDP)."""
     import torch
 
     torch.manual_seed(seed)
     K.apply_backend_flags(knobs)
     dev = torch.device(device_type)
-    model = K.prepare_model(workload.model(), knobs, dev)
+    model = K.wrap(workload.model(), knobs, dev, world, blocks) if world > 1 else K.prepare_model(workload.model(), knobs, dev)
     return _Run(workload, knobs, dev, model, K.build_optimizer(workload, model, knobs), K.grad_scaler(knobs, device_type))
 
 
@@ -97,7 +99,10 @@ def _cpu(obj):
 
 
 def _module(run: _Run):
-    return getattr(run.model, "_orig_mod", run.model)  # under torch.compile: the module it wraps
+    model = getattr(run.model, "_orig_mod", run.model)  # under torch.compile: the module it wraps
+    if type(model).__name__ == "DistributedDataParallel":  # several ranks: the module DDP wraps (compiled, maybe)
+        model = getattr(model.module, "_orig_mod", model.module)
+    return model
 
 
 def _state(run: _Run) -> dict[str, Any]:

@@ -34,12 +34,14 @@ from typing import Any
 
 from autotune import knobs as K
 from autotune import measure as M
+from autotune import memory
 from autotune import ranks as R
 from autotune import sides, trace
 from autotune import workload as W
 from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
 from autotune.request import DEFAULTS, MAX_STEPS_FACTOR, TrialConfigError, check_config  # noqa: F401  (the runner's contract)
+from autotune.rank_parity import rank_parity
 from autotune.safety import needs_parity, trial_parity
 
 def detect_device(requested: str = "auto") -> K.Device:
@@ -70,7 +72,7 @@ class Session:
     micro_step: int = 0
     world_size: int = 1  # ranks in the trial's process group
     unsynced: bool = False  # every backward without gradient synchronization (ranks.comm_share)
-    memory_limit_gib: float | None = None  # a forced memory limit (M.check_rss_cap)
+    memory_cap: Any = None  # a forced memory limit's sampler (memory.cap), checked after every backward
 
     def sync(self) -> None:
         """Wait for the device (a no-op on the CPU, where work is synchronous),
@@ -100,7 +102,8 @@ class Session:
         with K.no_sync(self.model, self.world_size > 1 and micro):
             (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         self.micro_step += 1
-        M.check_rss_cap(self.memory_limit_gib)
+        if self.memory_cap is not None:
+            self.memory_cap.check()
         if self.micro_step % self.accum_steps:
             return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
         if self.scaler is not None:
@@ -142,9 +145,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     Loss parity (safety.loss_parity) builds its own sessions from the seeded
     initial weights, so it compiles its candidate again. A
     window clearly slower than `prune_below` ends early and the trial stops
-    there (status "pruned": its throughput is measured, the rest skipped)."""
-    import torch
-
+    there (status "pruned": its throughput is measured, the rest skipped).
+    On the CPU, a memory window after the timed one samples the allocator's peak."""
     prune, above = cfg["prune_below"], cfg["incumbent_above"]
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
@@ -152,9 +154,20 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
                         screen_ms=knobs["batch_size"] / above * 1e3 if above else None)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all)
         rule = R.fixed_rule(cfg["measure_steps"])
-    steps = cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
+    steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
+             + memory.MEMORY_STEPS)
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
-    session.memory_limit_gib = cfg["memory_limit_gib"]
+    session.memory_cap = memory.cap(cfg["memory_limit_gib"])  # samples the allocator from here on
+    try:
+        _measure_session(session, rule, workload, knobs, device, cfg, result, started)
+    finally:
+        if session.memory_cap is not None:
+            session.memory_cap.stop()
+
+
+def _measure_session(session, rule, workload, knobs, device, cfg, result, started) -> None:
+    import torch
+
     result["optimizer"] = type(session.optimizer).__name__
     result["optimizer_fused"] = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
@@ -183,6 +196,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     if rule.pruned:
         result["status"] = "pruned"
         return
+    if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.memory)
+        metrics.update(memory.memory_window(session, batches))
     if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
         metrics.update(R.comm_share(session, batches, rule.max_steps, metrics))
         if cfg["diagnose"]:  # from the timed windows (communication-bound)
@@ -231,8 +246,11 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool
 
 def _parity_check(workload, knobs, device, cfg, result, started) -> None:
     """`parity_only`: the config's loss parity against the baseline, no window
-    (a late check of a config the search is about to export)."""
-    result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
+    (a late check of a config the search is about to export); with ranks, on every rank."""
+    if device.ranks > 1:  # against the baseline's math at the global batch (autotune.rank_parity)
+        result["parity"] = rank_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"])
+    else:
+        result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
     result["metrics"] = {"parity_max_rel_dev": result["parity"]["max_rel_dev"],
                          "parity_s": result["parity"].get("parity_s", time.perf_counter() - started)}
 
@@ -295,7 +313,7 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
         raise TrialConfigError(str(e)) from e
     except Exception as e:  # a failing workload is a result, not a crash
         if M.is_oom(e):  # infeasible: record the memory at the failure with the knobs
-            result["metrics"] = {**result.get("metrics", {}), **M.memory_at_failure(device)}
+            result["metrics"] = {**result.get("metrics", {}), **M.memory_at_failure(device), **memory.at_failure(e)}
         result.update(
             status="oom" if M.is_oom(e) else "error",
             error_type=type(e).__name__,

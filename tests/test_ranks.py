@@ -71,34 +71,55 @@ def test_bad_multi_rank_input_is_one_line_and_exit_2(tmp_path, extra, message):
     assert last.startswith("error: ") and message in last, proc.stderr
 
 
+SEARCHES = {  # the CI's 2-rank searches: what each measures, and its trials
+    "tiny_transformer": dict(
+        workload={"name": "tiny_transformer", "args": {"batch_size": 8}},
+        knobs={"ddp_bucket_cap_mb": [25, 1], "ddp_static_graph": [False, True], "activation_checkpointing": [False, True]},
+        baseline={}, search={"n_trials": 3}, warmup=2, steps=6),
+    # ResNet-18 at CIFAR's 32x32, its blocks checkpointed in every trial (the baseline's), the grid's 2 points
+    "resnet18_cifar": dict(
+        workload={"name": "resnet18_cifar", "args": {"batch_size": 4, "image_size": 32}},
+        knobs={"ddp_static_graph": [False, True]},
+        baseline={"activation_checkpointing": True, "ddp_gradient_as_bucket_view": True},
+        search={"n_trials": 2, "sampler": "grid"}, warmup=1, steps=2),
+}
+
+
 @pytest.mark.usefixtures("ray_local")
-def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(tmp_path):
+@pytest.mark.parametrize("name", SEARCHES)
+def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(tmp_path, name):
     import pandas as pd
     from mlflow.tracking import MlflowClient
 
     from autotune import spec as S
     from autotune.driver import run
 
+    case = SEARCHES[name]
     spec = S.parse({
-        "name": "ddp", "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
-        "search_space": {"preset": None, "knobs": {"ddp_bucket_cap_mb": [25, 1], "ddp_static_graph": [False, True],
-                                                   "activation_checkpointing": [False, True]}},
+        "name": "ddp", "workload": case["workload"], "baseline": case["baseline"],
+        "search_space": {"preset": None, "knobs": case["knobs"]},
         "resources": {"device": "cpu", "ranks_per_trial": 2},
-        "trial": {"warmup_steps": 2, "measure_steps": 6, "profile_steps": 0, "diagnose": False, "timeout_s": 120},
-        "search": {"n_trials": 3, "seed": 0, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run"),
+        "trial": {"warmup_steps": case["warmup"], "measure_steps": case["steps"], "profile_steps": 0, "diagnose": False,
+                  "timeout_s": 120},
+        "search": {**case["search"], "seed": 0, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run"),
     }, "ddp.yaml")
     result = run(spec)
     assert all(r.status == "ok" for r in result.records), [(r.error_type, r.error) for r in result.records]
-    assert len(result.records) == 3 and result.device.ranks == 2
+    assert len(result.records) == case["search"]["n_trials"] and result.device.ranks == 2
     rows = pd.read_csv(result.run_dir / "trials.csv")
     for column in ("ranks", "samples_per_s", "rank_samples_per_s_min", "rank_samples_per_s_max", "comm_frac",
-                   "mem_rss_peak_gib", "mem_rss_peak_total_gib", "ddp_bucket_cap_mb", "activation_checkpointing"):
+                   "mem_rss_peak_gib", "mem_rss_peak_total_gib", "mem_inuse_peak_gib", "mem_inuse_step_gib",
+                   "ddp_bucket_cap_mb", "ddp_static_graph", "activation_checkpointing"):
         assert rows[column].notna().all(), column
     assert (rows["ranks"] == 2).all() and (rows["rank_samples_per_s_max"] < rows["samples_per_s"]).all()
     client = MlflowClient(f"sqlite:///{result.run_dir}/mlflow.db")
     run_id = result.records[0].mlflow_run_id
     metrics = client.get_run(run_id).data.metrics
-    assert metrics["ranks"] == 2 and {"comm_frac", "mem_rss_peak_gib", "rank_samples_per_s_min"} <= set(metrics)
+    assert metrics["ranks"] == 2 and {"comm_frac", "mem_rss_peak_gib", "mem_inuse_peak_gib",
+                                      "rank_samples_per_s_min"} <= set(metrics)
+    if name == "resnet18_cifar":  # the grid's two points, both with checkpointed blocks
+        assert set(rows["ddp_static_graph"]) == {False, True} and rows["activation_checkpointing"].all()
+        return
     # exported = measured: cfg.wrap in a torchrun-launched plain loop (scripts/bench_exported.py), a smoke run
     proc = subprocess.run([sys.executable, "scripts/bench_exported.py", str(result.run_dir), "--reps", "1",
                            "--warmup", "2", "--window-s", "0.5"], capture_output=True, text=True, timeout=280)
@@ -122,11 +143,3 @@ def test_bad_multi_rank_specs_are_spec_errors(tmp_path, overrides, message):
             "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}}, **overrides}
     with pytest.raises(S.SpecError, match=message.replace("(", r"\(")):
         run(S.parse(data, "bad.yaml"))
-
-
-def test_resnet18_runs_two_ranks_with_checkpointed_blocks(tmp_path):
-    result = trial(tmp_path, {"activation_checkpointing": True, "ddp_gradient_as_bucket_view": True},
-                   workload={"name": "resnet18_cifar", "args": {"batch_size": 8}}, measure_steps=3)
-    assert result["status"] == "ok", result
-    assert result["metrics"]["ranks"] == 2 and result["metrics"]["samples_per_s"] > 0
-

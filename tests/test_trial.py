@@ -25,10 +25,11 @@ def test_a_trial_reports_measured_metrics():
     assert m["step_ms_p50"] <= m["step_ms_p95"]
     assert 0 <= m["data_wait_frac"] < 1 and m["step_time_cv"] >= 0
     assert m["step_mean_ci95"] <= 0.02 or m["window_s"] >= 1.0  # precise enough, or the cap
-    # GPU-only fields are absent on a CPU, not zero; the process's peak RSS is measured on a CPU too
-    assert 0.01 < m["mem_rss_peak_gib"] < 16
+    # GPU-only fields are absent on a CPU, not zero; the process's peak RSS is measured on a CPU too, and the
+    # allocator's bytes in use at their peak (a memory window of their own): above what the step adds
+    assert 0.01 < m["mem_rss_peak_gib"] < 16 and 0 < m["mem_inuse_step_gib"] < m["mem_inuse_peak_gib"] < 16
     assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))
-                and k != "mem_rss_peak_gib"}
+                and k not in ("mem_rss_peak_gib", "mem_inuse_peak_gib", "mem_inuse_step_gib")}
     # profiled window, FLOPs, 2x-batch probe and diagnosis
     assert set(result["profile"]["breakdown"]) == {"dataloader", "cpu_exec", "other"}
     assert 0 <= m["dataloader_frac"] <= 1 and m["cpu_compute_op_frac"] > 0
@@ -112,9 +113,10 @@ def test_a_knob_that_cannot_apply_here_is_refused():
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
     ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
-    ({**TINY, "parity_only": True, "ranks": 2, "parity": {"baseline": {}, "steps": 2, "tolerance": 0.05}},
-     "loss parity of a multi-rank trial is not measured yet: a config of several ranks that changes numerics "
-     "(precision, compile, sharding, ...) stays unchecked"),
+    ({**TINY, "knobs": {"sharding": "fsdp"}, "parity_only": True, "ranks": 2,
+      "parity": {"baseline": {}, "steps": 2, "tolerance": 0.05}},
+     "loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are sharded): such a config "
+     "that changes numerics stays unchecked"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
 ])
@@ -152,7 +154,8 @@ def test_load_from_outside_during_the_window_is_recorded(outside_hogs):
     assert result["disturbed"].startswith("other processes used ")
 
 
-def test_a_peak_rss_over_the_memory_limit_is_an_out_of_memory():
-    result = run_trial({**TINY, "profile_steps": 0, "diagnose": False, "memory_limit_gib": 0.05, "device": "cpu"})
+def test_memory_in_use_over_the_memory_limit_is_an_out_of_memory():
+    result = run_trial({**TINY, "profile_steps": 0, "diagnose": False, "memory_limit_gib": 0.01, "device": "cpu"})
     assert result["status"] == "oom" and result["error_type"] == "MemoryCapExceeded", result
-    assert "above memory_limit_gib=0.05" in result["error"] and result["metrics"]["mem_rss_peak_gib"] > 0.05
+    assert "in use (the allocator's sampled peak) above memory_limit_gib=0.01" in result["error"]
+    assert result["metrics"]["mem_inuse_peak_gib"] > 0.01 and result["metrics"]["mem_rss_peak_gib"] > 0.01

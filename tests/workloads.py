@@ -313,3 +313,16 @@ def make_rank_one_fails(batch_size: int = 8) -> Workload:
 
     workload.model = model
     return workload
+
+
+def make_summed_loss(batch_size: int = 8) -> Workload:
+    """tiny_transformer with its loss summed over the batch, not averaged: on N
+    ranks, DDP's average of the ranks' gradients is 1/N of one global batch's."""
+    from torch import nn
+
+    from trials.tiny_transformer import make_workload
+
+    workload = make_workload(batch_size=batch_size)
+    workload.loss = lambda model, batch: nn.functional.cross_entropy(model(batch["input_ids"]), batch["labels"],
+                                                                     reduction="sum")
+    return workload

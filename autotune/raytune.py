@@ -37,6 +37,7 @@ from autotune import reaper  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
+from autotune.spread import rank_bundles, run_spread, spreads  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
 from autotune.budget import no_improvement_for  # noqa: E402
 from autotune.strategy import Strategy, told  # noqa: E402
@@ -51,7 +52,12 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
                                          config.get("predicted"))
-    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
+
+    def run(request: dict, trial_dir: Path) -> dict:
+        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
+
+    spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
+    return run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
 
 
 def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[dict, str | None]:
@@ -119,6 +125,8 @@ def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
 
     request = settings["request"]
     settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only()}
+    if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
+        settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
     actor = None  # started by the first run: none when there is nothing to re-measure
 
     def run(knobs: dict, label: str) -> dict:

@@ -10,6 +10,7 @@ from typing import Callable
 
 from autotune import knobs as K
 from autotune.records import TrialRecord, add_speedup, record_of, transport, trial_dir_of, write_csv
+from autotune.scaling import add_efficiency
 
 LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what the Ray adapter adds to a result
 
@@ -42,6 +43,7 @@ class Recorder:
             if record.status != "ok":
                 self.baseline_failed = record
         add_speedup(record, base)
+        add_efficiency(record, base)
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
         write_csv(self.records, self.csv_path)

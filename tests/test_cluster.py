@@ -185,3 +185,6 @@ def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
     assert m["samples_per_s"] == pytest.approx(sum(r["metrics"]["samples_per_s"] for r in result["ranks"]), rel=0.05)
     assert [r["metrics"]["window_steps"] for r in result["ranks"]] == [m["window_steps"]] * 2
     assert {"config.json", "result.json", "trial.log", "rank1.log"} <= {p.name for p in trial_dir.iterdir()}
+    # the baseline's one-rank scaling reference, on rank 0's node, its files back in the run dir
+    assert (trial_dir / "scaling-reference" / "result.json").exists()
+    assert row["scaling_efficiency"] == pytest.approx(m["samples_per_s"] / (2 * row["scaling_reference_samples_per_s"]))

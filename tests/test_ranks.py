@@ -106,6 +106,9 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
         assert pd.isna(row["scaling_efficiency"]) != same, row.to_dict()
         if same:
             assert row["scaling_efficiency"] == pytest.approx(row["samples_per_s"] / (2 * base["scaling_reference_samples_per_s"]))
+    from autotune import report
+
+    assert "scaling efficiency" in report.as_markdown(result)  # the baseline has it (the best too, or "-")
     client = MlflowClient(f"sqlite:///{result.run_dir}/mlflow.db")
     run_id = result.records[0].mlflow_run_id
     metrics = client.get_run(run_id).data.metrics

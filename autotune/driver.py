@@ -101,8 +101,8 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload),  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
-        why = (R.search_problem(device, workload, spec.resources.blocks, lists, baseline)
-               or SP.problem(spec.resources.rank_placement, device.ranks, device.type))
+        why = SP.problem(spec.resources.rank_placement, device) or R.search_problem(  # spread: one rank a node
+            SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline)
         if why:
             raise SpecError(why)
         space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],

@@ -54,19 +54,27 @@ def placement(resources: dict[str, float], rank_placement: str, ranks: int) -> t
     return tune.PlacementGroupFactory([{}] + rank_bundles(resources, ranks), strategy=SPREAD)
 
 
-def problem(rank_placement: str, ranks: int, device_type: str) -> str | None:
-    """Why the ranks cannot be spread over this Ray cluster (bad input), or None."""
+def problem(rank_placement: str, device) -> str | None:
+    """Why the device's ranks cannot be spread over this Ray cluster (bad input), or None."""
+    ranks = device.ranks
     if not spreads(rank_placement, ranks):
         return None
     import ray
 
-    kind = "GPU" if device_type == "cuda" else "CPU"
+    kind = "GPU" if device.type == "cuda" else "CPU"
     nodes = sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get(kind, 0) > 0)
     if nodes < ranks:
         return (f"resources.rank_placement: spread puts one rank per node, and the Ray cluster has {nodes} node"
                 f"{'s' * (nodes != 1)} with a {kind} for {ranks} ranks; lower resources.ranks_per_trial to {nodes}, "
                 "run on a cluster with more nodes (resources.ray_address), or use rank_placement: pack")
     return None
+
+
+def one_node(device, rank_placement: str):
+    """The device as one node sees it: spread, one rank (for the checks of a node's CPUs)."""
+    import dataclasses
+
+    return dataclasses.replace(device, ranks=1) if spreads(rank_placement, device.ranks) else device
 
 
 def node_env(r: int, ranks: int, addr: str, port: int) -> dict[str, str]:

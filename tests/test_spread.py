@@ -49,3 +49,13 @@ def test_spreading_more_ranks_than_nodes_is_a_spec_error(tmp_path):
                                           r"cluster has 1 node with a CPU for 2 ranks; lower resources.ranks_per_trial to 1"):
         run(S.parse(data, "bad.yaml"))
     assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_spread_ranks_are_checked_against_one_node_s_cpus_one_rank_each():
+    from autotune import knobs as K
+    from autotune import ranks as R
+    from autotune.spread import one_node
+
+    device = K.Device("cpu", 2, "cpu", ranks=4)  # four 2-CPU nodes would run it spread, not packed
+    assert R.search_problem(one_node(device, "spread"), None, None, {}, {}) is None
+    assert R.search_problem(one_node(device, "pack"), None, None, {}, {}).startswith("resources.ranks_per_trial: 4 ranks")

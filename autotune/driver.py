@@ -31,6 +31,7 @@ from autotune import cache, checked, export, plots, tracking
 from autotune import knobs as K
 from autotune import ranks as R
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
+from autotune import spread as SP
 from autotune import workload as W
 from autotune.launcher import user_thread_env
 from autotune.lock import device_lock
@@ -100,7 +101,8 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload),  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
-        why = R.search_problem(device, workload, spec.resources.blocks, lists, baseline)
+        why = SP.problem(spec.resources.rank_placement, device) or R.search_problem(  # spread: one rank a node
+            SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline)
         if why:
             raise SpecError(why)
         space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
@@ -275,7 +277,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
         "thread_env": user_thread_env(),
         "driver_node": ray.get_runtime_context().get_node_id(),
-        "workload_pickle": pickled,
+        "workload_pickle": pickled, "rank_placement": spec.resources.rank_placement,
     }
     budget = spec.search.time_budget_s
 
@@ -290,7 +292,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
 
     trainable = RT.tune.with_resources(
         RT.tune.with_parameters(RT.trainable, settings=settings),
-        lambda config: RT.tune.PlacementGroupFactory([resources(config)]),
+        lambda config: SP.placement(resources(config), spec.resources.rank_placement, spec.resources.ranks_per_trial),
     )
     tuner = RT.tune.Tuner(
         trainable,

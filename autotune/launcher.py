@@ -132,10 +132,12 @@ def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
 
 
 def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None,
-                   thread_env: dict[str, str | None] | None = None, launcher: str | None = None) -> dict[str, Any]:
+                   thread_env: dict[str, str | None] | None = None, launcher: str | None = None,
+                   env: dict[str, str] | None = None) -> dict[str, Any]:
     """Run one trial in a fresh process (see the module doc); the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
-    start-up included) and `launcher`."""
+    start-up included) and `launcher`. `env`: this trial's own variables (a
+    rank's RANK, MASTER_ADDR...; the fork server stays the search's)."""
     launcher = launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork")
     if launcher not in LAUNCHERS:
         raise ValueError(f"AUTOTUNE_LAUNCHER={launcher!r}; allowed: {', '.join(LAUNCHERS)}")
@@ -143,8 +145,10 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     out = trial_dir / "result.json"
+    own = env or {}
     env = trial_env(pythonpath, thread_env)
-    caches = {"TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"), "TRITON_CACHE_DIR": str(trial_dir / "triton-cache")}
+    caches = {"TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"), "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"),
+              **own}
     started = time.perf_counter()
     try:
         if launcher == "fork":

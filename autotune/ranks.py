@@ -82,9 +82,9 @@ def unavailable(ranks: int, device_type: str, cpus: int, backend: str | None = N
     return None
 
 
-def free_port() -> int:
+def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((host, 0))
         return s.getsockname()[1]
 
 
@@ -95,16 +95,26 @@ def torchrun_env(r: int, ranks: int, port: int) -> dict[str, str]:
 
 
 def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str, out: str) -> int:
-    """In rank `r`'s process: join the group, run, write rank<r>.json, leave the group."""
+    """In rank `r`'s forked process: `run_rank`, then write rank<r>.json."""
+    result = run_rank(r, cfg, run_one, device_type)
+    path = os.path.join(out, RANK_FILE.format(r))
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
+    return 0 if result.get("status") in ("ok", "pruned") else 1  # failed: the others are stopped
+
+
+def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str) -> dict[str, Any]:
+    """In rank `r`'s process (its torchrun environment set): join the group, run,
+    leave the group. Never raises: the rank's result says what failed."""
     import torch
     import torch.distributed as dist
 
-    code = 1
     try:
         if device_type == "cuda":
-            torch.cuda.set_device(r)
-        if "OMP_NUM_THREADS" not in os.environ:  # as torchrun does with several processes per node
-            os.environ["OMP_NUM_THREADS"] = "1"
+            torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", r)))
+        if "OMP_NUM_THREADS" not in os.environ and int(os.environ.get("LOCAL_WORLD_SIZE", cfg["ranks"])) > 1:
+            os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does with several processes per node
             torch.set_num_threads(1)  # torch has read the variable already (the num_threads knob still wins)
         dist.init_process_group(cfg.get("backend") or BACKENDS[device_type], rank=r, world_size=cfg["ranks"],
                                 timeout=timedelta(seconds=cfg["dist_timeout_s"]))
@@ -113,7 +123,6 @@ def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], de
             result["ended_unix"] = time.time()  # before leaving the group (which may fail the others)
         finally:
             dist.destroy_process_group()
-        code = 0 if result.get("status") in ("ok", "pruned") else 1  # failed: the others are stopped
     except BaseException as e:  # the group could not form (or broke): the rank's result says why
         import traceback
 
@@ -121,11 +130,19 @@ def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], de
         result = {"status": "error", "error_type": type(e).__name__, "metrics": {}, "ended_unix": time.time(),
                   "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:500]}
     result["rank"] = r
-    path = os.path.join(out, RANK_FILE.format(r))
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
-    os.replace(path + ".tmp", path)
-    return code
+    return result
+
+
+def launched(ranks: int) -> bool:
+    """Whether this process was started as one rank of `ranks` (torchrun's
+    environment: `torchrun -m autotune.trial`, or a rank on another node,
+    autotune.spread), rather than as the trial that starts its ranks."""
+    return "RANK" in os.environ and os.environ.get("WORLD_SIZE") == str(ranks)
+
+
+def local_ranks(ranks: int) -> int:
+    """The ranks of this trial on this node (one device or CPU each)."""
+    return int(os.environ.get("LOCAL_WORLD_SIZE", ranks)) if launched(ranks) else ranks
 
 
 def run_ranks(cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str) -> dict[str, Any]:

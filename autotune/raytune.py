@@ -36,7 +36,9 @@ from autotune import knobs as K  # noqa: E402
 from autotune import reaper  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
+from autotune.scaling import with_reference  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
+from autotune.spread import rank_bundles, run_spread, spreads  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
 from autotune.budget import no_improvement_for  # noqa: E402
 from autotune.strategy import Strategy, told  # noqa: E402
@@ -51,7 +53,17 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
                                          config.get("predicted"))
-    return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
+
+    def run(request: dict, trial_dir: Path) -> dict:
+        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
+
+    spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
+    result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
+    if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.scaling)
+        # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
+        threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
+        result = with_reference(result, request, run, trial_dir, threads)
+    return result
 
 
 def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[dict, str | None]:
@@ -119,6 +131,8 @@ def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
 
     request = settings["request"]
     settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only()}
+    if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
+        settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
     actor = None  # started by the first run: none when there is nothing to re-measure
 
     def run(knobs: dict, label: str) -> dict:
@@ -144,7 +158,7 @@ def pack_dir(path: Path) -> str:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for f in sorted(path.iterdir()):
-            if f.is_file():
+            if f.is_file() or f.is_dir():  # a dir: the scaling reference's (autotune.scaling)
                 tar.add(f, arcname=f.name)
     return base64.b64encode(buf.getvalue()).decode()
 

@@ -10,6 +10,7 @@ from typing import Callable
 
 from autotune import knobs as K
 from autotune.records import TrialRecord, add_speedup, record_of, transport, trial_dir_of, write_csv
+from autotune.scaling import EFFICIENCY, add_efficiency
 
 LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what the Ray adapter adds to a result
 
@@ -42,11 +43,21 @@ class Recorder:
             if record.status != "ok":
                 self.baseline_failed = record
         add_speedup(record, base)
+        add_efficiency(record, base)
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
+        if record.is_baseline:  # trials that finished before it (in parallel on a cluster)
+            self._late_efficiency(record)
         write_csv(self.records, self.csv_path)
         if self.on_trial:
             self.on_trial(record)
+
+    def _late_efficiency(self, baseline: TrialRecord) -> None:
+        for r in self.records:
+            if r is not baseline and EFFICIENCY not in r.metrics:
+                add_efficiency(r, baseline)
+                if EFFICIENCY in r.metrics and r.mlflow_run_id:
+                    self.tracker.log_metrics(r.mlflow_run_id, {EFFICIENCY: r.metrics[EFFICIENCY]})
 
 
 def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> None:

@@ -194,7 +194,7 @@ ROWS = (("samples/s", "samples_per_s", "{:.1f}"), ("step time mean (ms)", "step_
         ("GPU util, NVML (%)", "gpu_util_nvml_pct", "{:.0f}"),
         ("tensor-core kernels (% of kernel time)", "tensor_core_frac", "{:.0%}"),
         ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}"), ("achieved TFLOP/s", "achieved_tflops", "{:.3g}"),
-        ("MFU", "mfu", "{:.1%}"))
+        ("MFU", "mfu", "{:.1%}"), ("scaling efficiency (vs 1 rank)", "scaling_efficiency", "{:.0%}"))
 
 
 def _trial(r) -> dict | None:

@@ -231,6 +231,10 @@ class Resources(_Strict):
     ranks_per_trial: StrictInt = Field(
         1, ge=1, description="processes per trial, one device each (DDP or FSDP over torch.distributed: gloo on CPUs, "
                              "nccl on GPUs); on a CPU host at most its CPUs")
+    rank_placement: Literal["pack", "spread"] = Field(
+        "pack", description="where a trial's ranks run: pack, on one node (forked by the trial process); spread, "
+                            "one rank per node of the Ray cluster (a STRICT_SPREAD placement group, each rank's "
+                            "bundle 1/ranks of the trial's CPUs, GPUs and custom resources)")
     blocks: Optional[list[str]] = Field(
         None, description="class names of the model's repeated blocks, for FSDP and activation checkpointing "
                           "(default: the module class with two or more instances holding the most parameters)")

@@ -274,11 +274,12 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
 
     device = detect_device(cfg["device"])
     if cfg["ranks"] > 1:
-        why = R.unavailable(cfg["ranks"], device.type, device.cpus, cfg["backend"])
+        why = R.unavailable(R.local_ranks(cfg["ranks"]), device.type, device.cpus, cfg["backend"])
         if why:
             raise TrialConfigError(why)
-        if R.world_size() == 1:  # the trial's process: run its ranks, one result
-            result = R.run_ranks(cfg, lambda c: run_trial(c, base_dir), device.type)
+        if R.world_size() == 1:  # the trial's process: run its ranks, one result (or, launched as one rank, its own)
+            result = (R.run_rank(int(os.environ["RANK"]), cfg, lambda c: run_trial(c, base_dir), device.type)
+                      if R.launched(cfg["ranks"]) else R.run_ranks(cfg, lambda c: run_trial(c, base_dir), device.type))
             result["trial_s"] = time.perf_counter() - started
             return result
         device = dataclasses.replace(device, ranks=R.world_size())  # a rank: decides the DDP/FSDP knobs

@@ -13,7 +13,8 @@ The spec: with pydantic installed it is read and checked by `autotune.spec`;
 without it (the GPU hosts), by a small reader here (YAML, the same sections and
 defaults, unknown keys refused) that checks less (types and values are checked
 by the trial runner, `autotune.trial.check_config`), and says so. Not
-supported here: `resources.ray_address` and `tracking` (MLflow), `--resume`.
+supported here: `resources.ray_address`, `rank_placement: spread` and `tracking`
+(MLflow), `--resume`.
 
 A readable line per trial; the last line of stdout is one JSON object.
 """
@@ -47,7 +48,7 @@ SECTIONS = {
     "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},
     "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {},
-                  "ranks_per_trial": 1, "blocks": None, "memory_limit_gib": None},
+                  "ranks_per_trial": 1, "rank_placement": "pack", "blocks": None, "memory_limit_gib": None},
     "safety": {"level": "numerics", "tolerance": 0.05, "parity_steps": 20, "keep_effective_batch": False},
     "tracking": {"uri": None, "experiment": "autotune"},
 }
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
         data, reader = read_spec(args.spec)
         if data["resources"]["ray_address"]:
             raise SpecError("resources.ray_address: a cluster needs Ray; run `autotune search` there")
+        if data["resources"]["rank_placement"] == "spread" and data["resources"]["ranks_per_trial"] > 1:
+            raise SpecError("resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray; "
+                            "use pack (one node) here, or run `autotune search` on the cluster")
     except SpecError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

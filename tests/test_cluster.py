@@ -156,3 +156,35 @@ def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local)
     # the artifacts went to the server's artifact store, not to the run dir
     assert len(list(store.rglob("trace.json"))) == len(traced)
     assert not (tmp_path / "run" / "mlartifacts").exists()
+
+
+@pytest.mark.timeout(300)
+def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "name": "spread", "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
+        "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}},
+        "trial": {**TRIAL, "profile_steps": 0, "diagnose": False}, "search": {"n_trials": 1, "confirm_rounds": 0},
+        "resources": {"device": "cpu", "cpus_per_trial": 2, "ranks_per_trial": 2, "rank_placement": "spread"},
+        "output_dir": str(tmp_path / "run"),
+    }))
+    proc = subprocess.run([BIN / "autotune", "search", str(spec), "--address", cluster, "-q"], env=cluster_env(),
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    row = pd.read_csv(tmp_path / "run" / "trials.csv").iloc[0]
+    assert row["status"] == "ok" and row["ranks"] == 2
+    trial_dir = tmp_path / "run" / "trials" / "0000"
+    result = json.loads((trial_dir / "result.json").read_text())
+    # one rank per node, rank 0's node the master (the trial's own node)
+    assert {r["rank"]: r["node_ip"] for r in result["ranks"]} in ({0: "127.0.0.2", 1: "127.0.0.3"},
+                                                                  {0: "127.0.0.3", 1: "127.0.0.2"})
+    assert result["master_addr"] == result["ranks"][0]["node_ip"] == row["node_ip"]
+    assert len({r["node_id"] for r in result["ranks"]}) == 2 and all(r["status"] == "ok" for r in result["ranks"])
+    # global throughput: the ranks' summed over one window (the barriers make their windows equal)
+    m = result["metrics"]
+    assert m["samples_per_s"] == pytest.approx(sum(r["metrics"]["samples_per_s"] for r in result["ranks"]), rel=0.05)
+    assert [r["metrics"]["window_steps"] for r in result["ranks"]] == [m["window_steps"]] * 2
+    assert {"config.json", "result.json", "trial.log", "rank1.log"} <= {p.name for p in trial_dir.iterdir()}
+    # the baseline's one-rank scaling reference, on rank 0's node, its files back in the run dir
+    assert (trial_dir / "scaling-reference" / "result.json").exists()
+    assert row["scaling_efficiency"] == pytest.approx(m["samples_per_s"] / (2 * row["scaling_reference_samples_per_s"]))

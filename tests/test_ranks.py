@@ -112,11 +112,25 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
                    "ddp_bucket_cap_mb", "ddp_static_graph", "activation_checkpointing"):
         assert rows[column].notna().all(), column
     assert (rows["ranks"] == 2).all() and (rows["rank_samples_per_s_max"] < rows["samples_per_s"]).all()
+    # scaling efficiency: the baseline measured once more on one rank (one rank's thread), recorded with it;
+    # every trial whose knobs differ from the baseline's in DDP arguments alone gets the efficiency, others none
+    base = rows[rows["baseline"]].iloc[0]
+    reference = json.loads((result.run_dir / "trials" / "0000" / "scaling-reference" / "result.json").read_text())
+    assert reference["status"] == "ok" and reference["knobs"]["num_threads"] == 1 and "ranks" not in reference
+    assert base["scaling_reference_samples_per_s"] == pytest.approx(reference["metrics"]["samples_per_s"])
+    for _, row in rows.iterrows():
+        same = row["activation_checkpointing"] == base["activation_checkpointing"]
+        assert pd.isna(row["scaling_efficiency"]) != same, row.to_dict()
+        if same:
+            assert row["scaling_efficiency"] == pytest.approx(row["samples_per_s"] / (2 * base["scaling_reference_samples_per_s"]))
+    from autotune import report
+
+    assert "scaling efficiency" in report.as_markdown(result)  # the baseline has it (the best too, or "-")
     client = MlflowClient(f"sqlite:///{result.run_dir}/mlflow.db")
     run_id = result.records[0].mlflow_run_id
     metrics = client.get_run(run_id).data.metrics
-    assert metrics["ranks"] == 2 and {"comm_frac", "mem_rss_peak_gib", "mem_inuse_peak_gib",
-                                      "rank_samples_per_s_min"} <= set(metrics)
+    assert metrics["ranks"] == 2 and {"comm_frac", "mem_rss_peak_gib", "mem_inuse_peak_gib", "rank_samples_per_s_min",
+                                      "scaling_efficiency", "scaling_reference_samples_per_s"} <= set(metrics)
     if name == "resnet18_cifar":  # the grid's two points, both with checkpointed blocks
         assert set(rows["ddp_static_graph"]) == {False, True} and rows["activation_checkpointing"].all()
         return

@@ -67,3 +67,12 @@ def test_the_plain_reader_searches_workload_args_as_the_spec_does(tmp_path):
     bad = write_spec(tmp_path / "bad.yaml", search_space={"workload_args": {"width": {"values": [8], "stage": "gpu"}}})
     with pytest.raises(script["SpecError"], match="search_space.workload_args.width: give a list of values or"):
         script["_read_plain"](bad)
+
+
+def test_ranks_spread_over_nodes_are_refused_without_ray(tmp_path):
+    spec = write_spec(tmp_path / "spread.yaml", output_dir=str(tmp_path / "run"),
+                      resources={"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"})
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "search_no_ray.py"), str(spec)], capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and not (tmp_path / "run").exists()
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: resources.rank_placement: spread puts ranks on")

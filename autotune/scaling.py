@@ -32,7 +32,10 @@ def one_rank(request: dict[str, Any], rank_threads: int | None) -> dict[str, Any
     """The same trial on one rank with one rank's threads (`rank_threads`: what
     each rank ran when the ranks shared a node, autotune.ranks; None: torch's
     default), the window alone (no profile, diagnosis, parity or pruning)."""
-    knobs = dict(request["knobs"])
+    from autotune.knobs._registry import KNOBS
+
+    # the knobs that act across ranks at their defaults: one rank has no all-reduce to tune
+    knobs = {**request["knobs"], **{k: KNOBS[k].pytorch_default for k in ACROSS_RANKS if k in request["knobs"]}}
     if rank_threads and knobs.get("num_threads") is None:
         knobs["num_threads"] = rank_threads
     return {**request, "knobs": knobs, "ranks": 1, "profile_steps": 0, "trace_path": None, "diagnose": False,

@@ -153,6 +153,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all)
         rule = R.fixed_rule(cfg["measure_steps"])
     steps = cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
+    phase = _phases(result, started)  # where the trial's seconds go: setup (workload and session), warm-up, ...
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
     session.memory_limit_gib = cfg["memory_limit_gib"]
     result["optimizer"] = type(session.optimizer).__name__
@@ -169,7 +170,10 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
             first_step_done = time.perf_counter()
     session.sync()
     warmup_s = time.perf_counter() - t
+    phase("setup", t)
+    phase("warmup")
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    phase("window")
     if cfg["predicted"]:
         metrics["predicted_samples_per_s"] = cfg["predicted"]
     disturbed = verdict(metrics, device.type)  # load from outside the trial during its window
@@ -196,23 +200,41 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
             profile = M.profile_window(session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json")
         result["profile"] = profile
         metrics.update(_profile_metrics(profile, metrics))
+        phase("profile")
     batch = next(batches)
     del batches  # shuts the loader workers down
     if cfg["diagnose"]:
         metrics.update(sides.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
+        phase("two_sides")
         flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
+        phase("flops")
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
             double_batch = lambda batch_size, steps: K.seeded_loader(  # noqa: E731
                 workload, {**knobs, "batch_size": batch_size}, steps, seed=1)
             metrics.update(M.double_batch_probe(session, metrics["step_ms_mean"], double_batch))
         result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
+        phase("probe")
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):
         result["parity"] = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])
         metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
         metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
         metrics["parity_s"] = result["parity"]["parity_s"]
+        phase("parity")
+
+
+def _phases(result: dict, started: float):
+    """`phase(name, until=now)`: the seconds since the last phase ended (the
+    trial's start first) go to `result["phases_s"][name]`."""
+    phases, last = result.setdefault("phases_s", {}), [started]
+
+    def phase(name: str, until: float | None = None) -> None:
+        until = time.perf_counter() if until is None else until
+        phases[name] = round(until - last[0], 4)
+        last[0] = until
+
+    return phase
 
 
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:

@@ -35,6 +35,11 @@ def test_a_trial_reports_measured_metrics():
     assert m["flops_per_sample"] > 0 and m["achieved_tflops"] > 0 and m["batch2x_step_ratio"] > 0
     assert result["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
     assert 0 < m["first_step_s"] < result["trial_s"]  # time to first step: imports, model, loader, compile
+    # where the trial's seconds went, phase by phase, within its own time
+    phases = result["phases_s"]
+    assert list(phases) == ["setup", "warmup", "window", "profile", "two_sides", "flops", "probe"]
+    assert min(phases.values()) >= 0 and sum(phases.values()) <= result["trial_s"]
+    assert phases["window"] >= m["window_s"] and phases["warmup"] == pytest.approx(m["warmup_s"], abs=0.05)
 
 
 def test_a_trial_clearly_below_prune_below_stops_early_and_skips_the_rest():
@@ -56,6 +61,7 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert "does not beat" in below["skipped"]
     above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0})  # a new incumbent: diagnosed, checked
     assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above
+    assert above["phases_s"]["parity"] >= above["metrics"]["parity_s"] * 0.99 and "window" in below["phases_s"]
     late = run_trial({**config, "parity_only": True})  # the late check: parity alone, no window
     assert late["status"] == "ok" and late["parity"]["passed"] and "samples_per_s" not in late["metrics"]
 

@@ -27,7 +27,7 @@ from typing import Callable
 
 import optuna
 
-from autotune import cache, checked, export, plots, tracking
+from autotune import cache, checked, export, plots, startup, tracking
 from autotune import knobs as K
 from autotune import ranks as R
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
@@ -41,7 +41,7 @@ from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
 from autotune.budget import budget_fits
-from autotune.confirm import confirm_best, settle
+from autotune.confirm import confirm_best, settle, window_ci
 from autotune.strategy import Strategy
 
 
@@ -68,7 +68,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         state = json.loads((run_dir / STATE_FILE).read_text())
     user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
     user = spec.search_space.user()
-    source, pickled = _source(spec, factory, run_dir, resume)
+    source, pickled = startup.source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
         user_base = W.user_knob_baseline(source, spec.workload.args, user)
     except W.WorkloadError as e:
@@ -97,7 +97,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         if found and on_match:
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
-        lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
+        lists, too_big = startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload),  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
         why = R.search_problem(device, workload, spec.resources.blocks, lists, baseline)
@@ -127,36 +127,6 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
         if started_ray:
             RT.shutdown_ray()
-
-
-def _fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:
-    """Batch sizes larger than the dataset cannot make one batch: refused for the
-    baseline, dropped from the space with the reason."""
-    if base_batch > samples:
-        raise SpecError(f"baseline: batch_size {base_batch} is larger than the workload's dataset ({samples} samples); "
-                        "use a smaller batch or a larger dataset")
-    batches = lists.get("batch_size", [])
-    too_big = [f"batch_size={b}: larger than the dataset ({samples} samples)" for b in batches if b > samples]
-    if batches:
-        lists = {**lists, "batch_size": [b for b in batches if b <= samples]}
-    return lists, too_big
-
-
-def _source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) -> tuple[W.Source, bytes | None]:
-    """The workload's factory: the spec's ref, or a callable (`workload.pickled`)
-    with its pickled bytes; a resumed search loads the run dir's own."""
-    if not spec.workload.pickled:
-        return spec.workload.ref, None
-    path = run_dir / W.PICKLE_FILE
-    try:
-        if resume or factory is None:
-            if not path.exists():
-                raise SpecError(f"workload.pickled: `{spec.workload.pickled}` is a factory given in Python and "
-                                f"`{run_dir}` has no {W.PICKLE_FILE}; pass it: autotune.search(spec, workload=fn)")
-            return W.load_factory(str(path)), path.read_bytes()
-        return factory, W.dump_factory(factory)
-    except W.WorkloadError as e:
-        raise SpecError(str(e)) from e
 
 
 def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source) -> tuple[W.Workload, Path | None]:

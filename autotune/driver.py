@@ -286,7 +286,8 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
 
     def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
         need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={})
-        with RT.remeasurer(settings, need) as run:
+        ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
+        with RT.remeasurer(settings, need, target_ci=ci) as run:
             return confirm_best(run, baseline, best, spec.search.confirm_rounds, on_remeasure)
 
     def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)

@@ -110,15 +110,16 @@ class _Remeasurer:
 
 
 @contextlib.contextmanager
-def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
+def remeasurer(settings: dict, resources: dict, parity_only: bool = False, target_ci: float | None = None):
     """`run(knobs, label) -> result` for `autotune.confirm`, through Ray: each run
     placed like a trial (`resources`, one actor holding them), with the trial
-    settings less profiling, diagnosis and parity (`parity_only`: loss parity
-    alone, the late check of `autotune.checked`)."""
+    settings less profiling, diagnosis and parity, windows to `target_ci`
+    where given (`parity_only`: loss parity alone, the late check of
+    `autotune.checked`)."""
     import ray
 
     request = settings["request"]
-    settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only()}
+    settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}
     actor = None  # started by the first run: none when there is nothing to re-measure
 
     def run(knobs: dict, label: str) -> dict:

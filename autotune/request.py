@@ -48,10 +48,12 @@ class TrialSettings:
             memory_limit_gib=spec["resources"].get("memory_limit_gib"),
         )
 
-    def timed_only(self) -> "TrialSettings":
+    def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
         """The same trials with the window only: no profiled window, diagnosis or
-        loss parity (a re-measurement, autotune.confirm)."""
-        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False}, parity=None)
+        loss parity (a re-measurement, autotune.confirm); `target_ci`: the
+        window's, where the decision sizes it (confirm.window_ci)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False,
+                                    "target_ci": target_ci or self.trial["target_ci"]}, parity=None)
 
     def parity_check(self) -> "TrialSettings":
         """Loss parity alone, no window (the late check of a config about to be

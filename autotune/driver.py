@@ -168,9 +168,11 @@ def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -
             tags={"device": f"{device.type}:{device.name}",
                   **{f"fixed.{k}": why for k, why in space.fixed.items()}},
         )
-    n_trials = spec.search.n_trials
+    points = math.prod(len(v) for v in space.search.values())
+    # a time budget is the control: the trial count does not end the search before it (every point may run)
+    n_trials = points if spec.search.time_budget_s else spec.search.n_trials
     if spec.search.sampler == "grid":
-        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
+        n_trials = min(n_trials, points)
     wall_before = 0.0
     if state:
         n_trials = state["n_trials"]

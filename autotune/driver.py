@@ -34,6 +34,7 @@ from autotune import raytune as RT  # first: it binds a local Ray to loopback be
 from autotune import workload as W
 from autotune.launcher import user_thread_env
 from autotune.lock import device_lock
+from autotune.measure import FLOPS_FILE
 from autotune.recorder import Recorder, reconcile
 from autotune.records import (STATE_FILE, run_paths, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
                               write_csv, write_state)
@@ -241,7 +242,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
         "request": TrialSettings.of(data, device.type, space.baseline, parity={
             # the baseline's parity reference: computed by the first trial that needs it, then reused
             "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
-            "reference": str(run_dir / REFERENCE_FILE)}),
+            "reference": str(run_dir / REFERENCE_FILE)}, flops_cache=str(run_dir / FLOPS_FILE)),
         "timeout_s": spec.trial.timeout_s,
         "run_dir": str(run_dir), "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own

@@ -206,7 +206,9 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     if cfg["diagnose"]:
         metrics.update(sides.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
         phase("two_sides")
-        flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
+        flops = M.flops_per_sample(session, batch, W.count_samples(workload, batch), cfg["flops_cache"], {
+            "workload": cfg["workload"], "device": device.type, "blocks": cfg["blocks"],
+            **{k: knobs[k] for k in ("batch_size", "activation_checkpointing")}})
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         phase("flops")
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead

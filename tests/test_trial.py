@@ -113,7 +113,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, predicted, parity_only, device, seed, ranks, backend, "
+                           "prune_below, incumbent_above, predicted, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
@@ -162,3 +162,19 @@ def test_a_peak_rss_over_the_memory_limit_is_an_out_of_memory():
     result = run_trial({**TINY, "profile_steps": 0, "diagnose": False, "memory_limit_gib": 0.05, "device": "cpu"})
     assert result["status"] == "oom" and result["error_type"] == "MemoryCapExceeded", result
     assert "above memory_limit_gib=0.05" in result["error"] and result["metrics"]["mem_rss_peak_gib"] > 0.05
+
+
+def test_flops_are_counted_once_per_model_and_shape_in_a_search(tmp_path):
+    cache = tmp_path / "flops.json"
+    config = {**TINY, "profile_steps": 0, "flops_cache": str(cache)}
+    first = run_trial({**config, "knobs": {"batch_size": 16, "num_threads": 1}})
+    again = run_trial({**config, "knobs": {"batch_size": 16, "num_threads": 1, "channels_last": True}})
+    other = run_trial({**config, "knobs": {"batch_size": 8, "num_threads": 1}})
+    flops = json.loads(cache.read_text())
+    assert len(flops) == 2 and sorted(json.loads(k)["batch_size"] for k in flops) == [8, 16]  # one entry per shape
+    assert first["metrics"]["flops_per_sample"] == again["metrics"]["flops_per_sample"] == flops[next(
+        k for k in flops if json.loads(k)["batch_size"] == 16)]  # the second trial read the first's count
+    assert other["metrics"]["flops_per_sample"] == pytest.approx(first["metrics"]["flops_per_sample"], rel=0.01)
+    alone = run_trial({**config, "flops_cache": str(tmp_path / "absent" / "flops.json"),
+                       "knobs": {"batch_size": 8, "num_threads": 1}})  # no run dir there: counted, nothing kept
+    assert alone["metrics"]["flops_per_sample"] > 0 and not (tmp_path / "absent").exists()

@@ -223,6 +223,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
         metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
         metrics["parity_s"] = result["parity"]["parity_s"]
+        if result["parity"].get("reference_s"):  # built here: paid once per search
+            metrics["parity_reference_s"] = result["parity"]["reference_s"]
         phase("parity")
 
 

@@ -57,7 +57,17 @@ def instrument() -> None:
     timed(raytune, "init_ray", "ray start")
     timed(raytune, "shutdown_ray", "ray shutdown")
     timed(driver, "_prepare", "workload built in the driver, MLflow store (beside ray start)")
+    from autotune import cache, knobs, ranks
+
     timed(driver, "_open", "study, MLflow parent run opened")
+    timed(cache, "machine", "the machine's key (cache)")
+    timed(cache, "Lookup", "an earlier search of the same question looked for")
+    timed(raytune, "detect_device", "device detected through Ray")
+    timed(knobs, "resolve_space", "space resolved")
+    timed(ranks, "search_problem", "multi-rank checks")
+    timed(tracking, "adopt_store", "MLflow store adopted")
+    timed(driver, "reconcile", "study reconciled with trials.csv")
+    timed(driver.optuna, "create_study", "Optuna study (SQLite)")
     timed(tune.Tuner, "fit", "trials (Ray Tune)")
     timed(checked, "pick_checked", "late parity check")
     timed(confirm, "remeasure", "re-measurement (confirm)")

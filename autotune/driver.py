@@ -92,14 +92,14 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     RT.stop_on_sigterm()
     store = None
     try:
-        workload, store = preparing.result()
+        workload, store, optimizer = preparing.result()
         remembered = cache.key(asked, cache.machine(spec, workload) if asked else None)
         found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
         if found and on_match:
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
         lists, too_big = startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
-        device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload),  # fused_optimizer
+        device = dataclasses.replace(RT.detect_device(spec), optimizer=optimizer,  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
         why = R.search_problem(device, workload, spec.resources.blocks, lists, baseline)
         if why:
@@ -130,19 +130,23 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             RT.shutdown_ray()
 
 
-def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source) -> tuple[W.Workload, Path | None]:
-    """The user's workload, checked (imports torch and the factory), and an
-    empty local MLflow store to adopt (`tracking.empty_store`, which imports
-    MLflow). Runs while Ray starts: on 2 shared cores (load ~3) the first trial
-    of the quickstart started after 7.6-10.7 s instead of 10.5-13.6 s."""
+def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source
+             ) -> tuple[W.Workload, Path | None, str | None]:
+    """The user's workload, checked (imports torch and the factory), its
+    optimizer's class (`K.optimizer_of`: its first optimizer imports
+    torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
+    store to adopt (`tracking.empty_store`, which imports MLflow). Runs while
+    Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart
+    started after 7.6-10.7 s instead of 10.5-13.6 s."""
     try:
         workload = W.load(source, spec.workload.args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
+    optimizer = K.optimizer_of(workload)
     try:
-        return workload, tracking.empty_store(run_dir) if local_store else None
+        return workload, tracking.empty_store(run_dir) if local_store else None, optimizer
     except Exception:  # no head start: the Tracker creates the store itself
-        return workload, None
+        return workload, None, optimizer
 
 
 @dataclasses.dataclass

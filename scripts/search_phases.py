@@ -56,7 +56,7 @@ def instrument() -> None:
     SPANS.append(("imports (cli, driver: Ray, Optuna, torch)", T0, time.perf_counter()))
     timed(raytune, "init_ray", "ray start")
     timed(raytune, "shutdown_ray", "ray shutdown")
-    timed(driver, "_prepare", "workload built in the driver, MLflow store (beside ray start)")
+    timed(driver, "_prepare", "workload, its optimizer, MLflow store (beside ray start)")
     from autotune import cache, knobs, ranks
 
     timed(driver, "_open", "study, MLflow parent run opened")

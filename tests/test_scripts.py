@@ -181,7 +181,7 @@ def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
 def test_bench_search_cost_runs_both_searches_and_ends_with_the_json_line(tmp_path):
     """Its `smoke` case: v1 then v2, two tiny trials each, through `autotune search` (~40 s idle)."""
     proc = subprocess.run([sys.executable, "scripts/bench_search_cost.py", "--cases", "smoke", "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=580, env={**os.environ, "TMPDIR": str(tmp_path)})
+                          capture_output=True, text=True, timeout=580)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     smoke = json.loads(proc.stdout.strip().splitlines()[-1])["cases"]["smoke"]
     for side in ("old", "new"):

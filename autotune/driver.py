@@ -291,18 +291,19 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     if remaining > 0:
         tuner.fit()
 
-    def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
-        need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={})
-        ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
-        with RT.remeasurer(settings, need, target_ci=ci) as run:
-            return confirm_best(run, baseline, best, spec.search.confirm_rounds, on_remeasure)
+    with RT.remeasurers() as runner:  # one warm actor for the late checks and the re-measurements
+        def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
+            need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]),
+                       default={})
+            ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
+            return confirm_best(runner(settings, need, target_ci=ci), baseline, best, spec.search.confirm_rounds,
+                                on_remeasure)
 
-    def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
-        with RT.remeasurer(settings, resources(knobs), parity_only=True) as run:
-            return run(knobs, label)
+        def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
+            return runner(settings, resources(knobs), parity_only=True)(knobs, label)
 
-    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
-                   on_remeasure)
+        return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
+                       on_remeasure)
 
 
 def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,

@@ -270,6 +270,19 @@ def count_flops(session, batch) -> float:
     return float(counter.get_total_flops())
 
 
+def phase_clock(result: dict, started: float):
+    """`phase(name, until=now)`: the seconds since the last phase ended (the
+    trial's start first) go to `result["phases_s"][name]`."""
+    phases, last = result.setdefault("phases_s", {}), [started]
+
+    def phase(name: str, until: float | None = None) -> None:
+        until = time.perf_counter() if until is None else until
+        phases[name] = round(until - last[0], 4)
+        last[0] = until
+
+    return phase
+
+
 FLOPS_FILE = "flops.json"
 
 

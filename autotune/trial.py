@@ -153,7 +153,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all)
         rule = R.fixed_rule(cfg["measure_steps"])
     steps = cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
-    phase = _phases(result, started)  # where the trial's seconds go: setup (workload and session), warm-up, ...
+    phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
     session.memory_limit_gib = cfg["memory_limit_gib"]
     result["optimizer"] = type(session.optimizer).__name__
@@ -226,19 +226,6 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         if result["parity"].get("reference_s"):  # built here: paid once per search
             metrics["parity_reference_s"] = result["parity"]["reference_s"]
         phase("parity")
-
-
-def _phases(result: dict, started: float):
-    """`phase(name, until=now)`: the seconds since the last phase ended (the
-    trial's start first) go to `result["phases_s"][name]`."""
-    phases, last = result.setdefault("phases_s", {}), [started]
-
-    def phase(name: str, until: float | None = None) -> None:
-        until = time.perf_counter() if until is None else until
-        phases[name] = round(until - last[0], 4)
-        last[0] = until
-
-    return phase
 
 
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:

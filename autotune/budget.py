@@ -61,8 +61,8 @@ def budget_fits(records: list, baseline: dict, budget: float | None, started: fl
     """`fits(params)` for `Strategy.ask`: can this config run (no two knobs in
     `conflicts`, e.g. prefetch_factor without workers), and will it finish within
     the time budget (`budget` s from `started`, a perf_counter time)? Estimated
-    from the finished trials (`records`: their `knobs` and `info["trial_wall_s"]`,
-    read at each call) with its compile mode, or scaled from another compile
+    from the finished trials (`records`: their `knobs` and `info["trial_wall_s"]`
+    less a parity reference built inside, read at each call) with its compile mode, or scaled from another compile
     mode's: the compile modes the budget affords."""
     import time
 
@@ -73,8 +73,9 @@ def budget_fits(records: list, baseline: dict, budget: float | None, started: fl
             return True
         costs: dict[str, list[float]] = {}
         for r in records:
-            if r.info.get("trial_wall_s"):
-                costs.setdefault(r.knobs["compile"], []).append(r.info["trial_wall_s"])
+            if r.info.get("trial_wall_s"):  # less the parity reference it built: paid once per search
+                cost = r.info["trial_wall_s"] - (r.metrics.get("parity_reference_s") or 0.0)
+                costs.setdefault(r.knobs["compile"], []).append(cost)
         cost = estimate_cost({**baseline, **params}["compile"], costs)
         return cost is None or cost <= budget - (time.perf_counter() - started)
 

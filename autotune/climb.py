@@ -50,9 +50,13 @@ class _Need(Exception):
 
 class Climb:
     def __init__(self, search: dict[str, list], baseline: dict, min_improvement: float, cuda: bool,
-                 diagnosis_of: Callable[[dict], dict | None]):
+                 diagnosis_of: Callable[[dict], dict | None],
+                 pick: Callable[[list[dict], float], dict] | None = None):
         self.search, self.names, self.baseline = search, list(search), baseline
         self.min_improvement, self.cuda, self.diagnosis_of = min_improvement, cuda, diagnosis_of
+        # `pick(points, above)`: which of the incumbent's unmeasured moves runs first (the rate
+        # model's fastest); None: the first in the climb's order
+        self.pick = pick
 
     def _is_ladder(self, name: str) -> bool:
         """Ordered values (workers, batch size, threads, any integer knob): step up or down."""
@@ -143,7 +147,10 @@ class Climb:
         than min_improvement is the new incumbent, which is diagnosed again and
         moved from in turn, so a ladder re-opens whenever its bottleneck comes
         back. None when no move gains (a local optimum: the sampler explores
-        from there), or when the next point waits on a running trial."""
+        from there), or when the next point waits on a running trial. With
+        `pick` (the rate model's order, search.strategy v2), the incumbent's
+        measured moves are weighed first (any that gained moves the climb on),
+        then `pick` names which of its unmeasured moves runs next."""
         def value(point):
             k = key(point, self.names)
             if k in values:
@@ -160,13 +167,24 @@ class Climb:
             if best is None:
                 return None  # the baseline failed: nothing to climb from
             while True:
+                ready, waiting = [], False  # with `pick`: the moves not measured yet, and one running
                 for point in self.candidates(center, came_from, path):
+                    if self.pick is not None and key(point, self.names) not in values:
+                        if free(point):
+                            ready.append(point)
+                        waiting = waiting or not infeasible(point) and not free(point)
+                        continue
                     v = value(point)
                     if v is not None and v > best * (1 + self.min_improvement):
                         path.record(center, point)
                         came_from, center, best = center, point, v
                         break
-                else:  # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
+                else:
+                    if ready:  # any measured move that gained moved the climb on; else the one `pick` names
+                        return self.pick(ready, best * (1 + self.min_improvement))
+                    if waiting:
+                        return None  # wait on the running move
+                    # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
                     top = max(((v, k) for k, v in values.items() if v is not None), default=None, key=lambda x: x[0])
                     if top is None or top[0] <= best * (1 + self.min_improvement):
                         return None

@@ -27,7 +27,7 @@ from typing import Callable
 
 import optuna
 
-from autotune import cache, checked, export, plots, tracking
+from autotune import cache, checked, export, plots, startup, tracking
 from autotune import knobs as K
 from autotune import ranks as R
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
@@ -35,6 +35,7 @@ from autotune import spread as SP
 from autotune import workload as W
 from autotune.launcher import user_thread_env
 from autotune.lock import device_lock
+from autotune.measure import FLOPS_FILE
 from autotune.recorder import Recorder, reconcile
 from autotune.records import (STATE_FILE, run_paths, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
                               write_csv, write_state)
@@ -42,7 +43,7 @@ from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
 from autotune.budget import budget_fits
-from autotune.confirm import confirm_best, settle
+from autotune.confirm import confirm_best, settle, window_ci
 from autotune.strategy import Strategy
 
 
@@ -69,7 +70,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         state = json.loads((run_dir / STATE_FILE).read_text())
     user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
     user = spec.search_space.user()
-    source, pickled = _source(spec, factory, run_dir, resume)
+    source, pickled = startup.source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
         user_base = W.user_knob_baseline(source, spec.workload.args, user)
     except W.WorkloadError as e:
@@ -92,14 +93,14 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     RT.stop_on_sigterm()
     store = None
     try:
-        workload, store = preparing.result()
+        workload, store, optimizer = preparing.result()
         remembered = cache.key(asked, cache.machine(spec, workload) if asked else None)
         found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
         if found and on_match:
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
-        lists, too_big = _fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
-        device = dataclasses.replace(RT.detect_device(spec), optimizer=K.optimizer_of(workload),  # fused_optimizer
+        lists, too_big = startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
+        device = dataclasses.replace(RT.detect_device(spec), optimizer=optimizer,  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
         why = SP.problem(spec.resources.rank_placement, device) or R.search_problem(  # spread: one rank a node
             SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline)
@@ -131,49 +132,23 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             RT.shutdown_ray()
 
 
-def _fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:
-    """Batch sizes larger than the dataset cannot make one batch: refused for the
-    baseline, dropped from the space with the reason."""
-    if base_batch > samples:
-        raise SpecError(f"baseline: batch_size {base_batch} is larger than the workload's dataset ({samples} samples); "
-                        "use a smaller batch or a larger dataset")
-    batches = lists.get("batch_size", [])
-    too_big = [f"batch_size={b}: larger than the dataset ({samples} samples)" for b in batches if b > samples]
-    if batches:
-        lists = {**lists, "batch_size": [b for b in batches if b <= samples]}
-    return lists, too_big
-
-
-def _source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) -> tuple[W.Source, bytes | None]:
-    """The workload's factory: the spec's ref, or a callable (`workload.pickled`)
-    with its pickled bytes; a resumed search loads the run dir's own."""
-    if not spec.workload.pickled:
-        return spec.workload.ref, None
-    path = run_dir / W.PICKLE_FILE
-    try:
-        if resume or factory is None:
-            if not path.exists():
-                raise SpecError(f"workload.pickled: `{spec.workload.pickled}` is a factory given in Python and "
-                                f"`{run_dir}` has no {W.PICKLE_FILE}; pass it: autotune.search(spec, workload=fn)")
-            return W.load_factory(str(path)), path.read_bytes()
-        return factory, W.dump_factory(factory)
-    except W.WorkloadError as e:
-        raise SpecError(str(e)) from e
-
-
-def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source) -> tuple[W.Workload, Path | None]:
-    """The user's workload, checked (imports torch and the factory), and an
-    empty local MLflow store to adopt (`tracking.empty_store`, which imports
-    MLflow). Runs while Ray starts: on 2 shared cores (load ~3) the first trial
-    of the quickstart started after 7.6-10.7 s instead of 10.5-13.6 s."""
+def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source
+             ) -> tuple[W.Workload, Path | None, str | None]:
+    """The user's workload, checked (imports torch and the factory), its
+    optimizer's class (`K.optimizer_of`: its first optimizer imports
+    torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
+    store to adopt (`tracking.empty_store`, which imports MLflow). Runs while
+    Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart
+    started after 7.6-10.7 s instead of 10.5-13.6 s."""
     try:
         workload = W.load(source, spec.workload.args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
+    optimizer = K.optimizer_of(workload)
     try:
-        return workload, tracking.empty_store(run_dir) if local_store else None
+        return workload, tracking.empty_store(run_dir) if local_store else None, optimizer
     except Exception:  # no head start: the Tracker creates the store itself
-        return workload, None
+        return workload, None, optimizer
 
 
 @dataclasses.dataclass
@@ -200,9 +175,11 @@ def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -
             tags={"device": f"{device.type}:{device.name}",
                   **{f"fixed.{k}": why for k, why in space.fixed.items()}},
         )
-    n_trials = spec.search.n_trials
+    points = math.prod(len(v) for v in space.search.values())
+    # a time budget is the control: the trial count does not end the search before it (every point may run)
+    n_trials = points if spec.search.time_budget_s else spec.search.n_trials
     if spec.search.sampler == "grid":
-        n_trials = min(n_trials, math.prod(len(v) for v in space.search.values()))
+        n_trials = min(n_trials, points)
     wall_before = 0.0
     if state:
         n_trials = state["n_trials"]
@@ -271,7 +248,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
         "request": TrialSettings.of(data, device.type, space.baseline, parity={
             # the baseline's parity reference: computed by the first trial that needs it, then reused
             "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
-            "reference": str(run_dir / REFERENCE_FILE)}),
+            "reference": str(run_dir / REFERENCE_FILE)}, flops_cache=str(run_dir / FLOPS_FILE)),
         "timeout_s": spec.trial.timeout_s,
         "run_dir": str(run_dir), "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
@@ -316,17 +293,19 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     if remaining > 0:
         tuner.fit()
 
-    def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
-        need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={})
-        with RT.remeasurer(settings, need) as run:
-            return confirm_best(run, baseline, best, spec.search.confirm_rounds, on_remeasure)
+    with RT.remeasurers() as runner:  # one warm actor for the late checks and the re-measurements
+        def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
+            need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]),
+                       default={})
+            ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
+            return confirm_best(runner(settings, need, target_ci=ci), baseline, best, spec.search.confirm_rounds,
+                                on_remeasure)
 
-    def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
-        with RT.remeasurer(settings, resources(knobs), parity_only=True) as run:
-            return run(knobs, label)
+        def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
+            return runner(settings, resources(knobs), parity_only=True)(knobs, label)
 
-    return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
-                   on_remeasure)
+        return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
+                       on_remeasure)
 
 
 def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,

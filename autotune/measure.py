@@ -6,7 +6,9 @@ window, FLOPs of a step. The trace is read by `autotune.trace`; the two sides
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -237,8 +239,6 @@ def profile_window(session, batches, active_steps: int, trace_path: str) -> dict
     synchronized at both ends of the active steps, as in the timed window: the
     first step carries no earlier step's kernels, and the last steps' kernels
     finish before the profiler stops."""
-    import json
-
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if session.device.type == "cuda" else [])
@@ -268,6 +268,46 @@ def count_flops(session, batch) -> float:
         loss.backward()
     session.optimizer.zero_grad(set_to_none=True)
     return float(counter.get_total_flops())
+
+
+def phase_clock(result: dict, started: float):
+    """`phase(name, until=now)`: the seconds since the last phase ended (the
+    trial's start first) go to `result["phases_s"][name]`."""
+    phases, last = result.setdefault("phases_s", {}), [started]
+
+    def phase(name: str, until: float | None = None) -> None:
+        until = time.perf_counter() if until is None else until
+        phases[name] = round(until - last[0], 4)
+        last[0] = until
+
+    return phase
+
+
+FLOPS_FILE = "flops.json"
+
+
+def flops_per_sample(session, batch, samples: int, path: str | None, key: dict) -> float:
+    """`count_flops` per sample, once per search for each `key` (what determines
+    them: the workload and its arguments, the batch size, activation
+    checkpointing): kept in the JSON file at `path` (FLOPS_FILE in the run dir)
+    for the search's later trials. Where `path`'s directory does not exist (a
+    trial on another node, or run alone), counted here every time."""
+    name = json.dumps(key, sort_keys=True, default=str)
+    known = {}
+    if path and os.path.exists(path):
+        try:
+            known = json.loads(open(path).read())
+        except (OSError, ValueError):  # a foreign or partial file: count again
+            known = {}
+    if name in known:
+        return float(known[name])
+    flops = count_flops(session, batch) / samples
+    if path and os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        tmp = f"{path}.{os.getpid()}.tmp"  # the rename makes it whole or absent (a lost race only counts again)
+        with open(tmp, "w") as f:
+            json.dump({**known, name: flops}, f)
+        os.replace(tmp, path)
+    return flops
 
 
 def double_batch_probe(session, step_ms: float, loader_at: Callable[[int, int], Any], steps: int = 8) -> dict[str, float]:

@@ -1,8 +1,9 @@
 """A rate model of a training step (after Plumber, MLSys 2022): the throughput of
 a config not yet measured, from the rates the diagnosed trials measured apart
 (`autotune.sides`: the compute ceiling on a cached batch, one loader worker's
-rate; the 2x-batch probe). The search orders nothing by it yet; it skips a
-config the model predicts clearly below the incumbent (`skipped: predicted`,
+rate; the 2x-batch probe). The climb runs the move it predicts fastest first
+(`Strategy.fastest_first`); it skips a config the model predicts clearly below
+the incumbent (`skipped: predicted`,
 with the prediction), and every prediction is recorded next to its
 measurement (`predicted_samples_per_s` in trials.csv), so its error is a number.
 

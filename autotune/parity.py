@@ -277,8 +277,9 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
         os.replace(tmp, path)
     out = loss_parity(workload, parity["baseline"], candidate, device, steps, parity.get("tolerance", 0.05), seed,
                       reference, **candidate_run)
-    if store:
-        out.update(reference="computed and stored", parity_s=time.perf_counter() - started)
+    if store:  # the search's one-time cost, apart (a trial's cost estimate leaves it out: budget.trial_cost)
+        out.update(reference="computed and stored", parity_s=time.perf_counter() - started,
+                   reference_s=reference["build_s"])
     return out
 
 

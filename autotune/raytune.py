@@ -110,47 +110,55 @@ def trainable(config: dict, settings: dict) -> None:
 
 
 class _Remeasurer:
-    """A Ray actor holding one trial's reservation while the best and the
-    baseline are measured again (autotune.confirm); its fork server stays warm
-    from one run to the next."""
+    """A Ray actor holding one trial's reservation while configs are measured
+    again or checked late (autotune.confirm, autotune.checked); its fork server
+    stays warm from one run to the next."""
 
-    def __init__(self, settings: dict):
-        self.settings = settings
-
-    def run(self, knobs: dict, label: str) -> tuple[dict, str | None]:
-        return run_on_node(knobs, self.settings, Path(self.settings["run_dir"]) / "confirm" / label)
+    def run(self, knobs: dict, label: str, settings: dict) -> tuple[dict, str | None]:
+        return run_on_node(knobs, settings, Path(settings["run_dir"]) / "confirm" / label)
 
 
 @contextlib.contextmanager
-def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
-    """`run(knobs, label) -> result` for `autotune.confirm`, through Ray: each run
-    placed like a trial (`resources`, one actor holding them), with the trial
-    settings less profiling, diagnosis and parity (`parity_only`: loss parity
-    alone, the late check of `autotune.checked`)."""
+def remeasurers():
+    """`runner(settings, resources, parity_only=False, target_ci=None)` ->
+    `run(knobs, label) -> result`, through Ray, for the block (the search's
+    end: late parity checks, each candidate's re-measurement): each run placed
+    like a trial (`resources`), with the trial settings less profiling,
+    diagnosis and parity, windows to `target_ci` where given (`parity_only`:
+    loss parity alone, the late check of `autotune.checked`). One actor runs
+    them all while the reservation stays the same (a fresh actor and fork
+    server cost 4-8 s on 2 loaded cores, per check or re-measurement); a
+    different one replaces it, never beside it (one GPU cannot hold two)."""
     import ray
 
-    request = settings["request"]
-    settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only()}
-    if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
-        settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
-    actor = None  # started by the first run: none when there is nothing to re-measure
+    held: dict = {}  # the one actor: {"key": its resources, "actor": ...}
 
-    def run(knobs: dict, label: str) -> dict:
-        nonlocal actor
-        if actor is None:
-            actor = ray.remote(_Remeasurer).options(
-                num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
-                resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote(settings)
-        result, packed = ray.get(actor.run.remote(knobs, label))
-        if packed:
-            unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
-        return result
+    def runner(settings: dict, resources: dict, parity_only: bool = False, target_ci: float | None = None):
+        request = settings["request"]
+        settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}
+        if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
+            settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
+        key = json.dumps(resources, sort_keys=True)
+
+        def run(knobs: dict, label: str) -> dict:
+            if held.get("key") != key:  # started by the first run: none when there is nothing to re-measure
+                if held:
+                    ray.kill(held["actor"])
+                held.update(key=key, actor=ray.remote(_Remeasurer).options(
+                    num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
+                    resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote())
+            result, packed = ray.get(held["actor"].run.remote(knobs, label, settings))
+            if packed:
+                unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
+            return result
+
+        return run
 
     try:
-        yield run
+        yield runner
     finally:
-        if actor is not None:
-            ray.kill(actor)
+        if held:
+            ray.kill(held["actor"])
 
 
 def pack_dir(path: Path) -> str:
@@ -263,6 +271,9 @@ def init_ray(address: str | None) -> bool:
     ray_constants.ENABLE_RAY_CLUSTER = address is not None
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing off this host can reach it
+        # no idle worker per CPU started with the driver: a search starts its one actor itself
+        # (scripts/bench_ray_start.py: init + first actor 6.8 s against 9.1 s, 2 loaded cores)
+        os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     # a cluster on loopback addresses runs on this machine: join it from its head's address
     host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
     node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}

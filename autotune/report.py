@@ -119,7 +119,7 @@ class LiveView:
         if self.live:
             self.live.update(self._view())
         else:
-            console.print(f"[{len(self.rows)}/{self.n_trials}] " + self._line(record) + f"  ({self._eta()})")
+            console.print(f"[{self._count()}] " + self._line(record) + f"  ({self._eta()})")
             console.print(f"  {self._incumbent()}")
 
     def _incumbent(self) -> str:
@@ -138,22 +138,26 @@ class LiveView:
             self.live.stop()
             self.live = None
 
+    def _count(self) -> str:  # with a time budget, the budget is the control: no trial count to reach
+        return f"{len(self.rows)}" if self.budget_s else f"{len(self.rows)}/{self.n_trials}"
+
     def _eta(self) -> str:
-        """Elapsed, and time left: the trials still to run at the pace so far,
-        capped by the time budget."""
+        """Elapsed, and time left: of the time budget, else the trials still
+        to run at the pace so far."""
         elapsed = time.monotonic() - self.started
         left = None
-        if self.rows and self.n_trials:
-            left = elapsed / len(self.rows) * (self.n_trials - len(self.rows))
         if self.budget_s:
-            left = min(left if left is not None else self.budget_s, max(self.budget_s - elapsed, 0))
+            left = max(self.budget_s - elapsed, 0)
+        elif self.rows and self.n_trials:
+            left = elapsed / len(self.rows) * (self.n_trials - len(self.rows))
         return f"{_clock(elapsed)} elapsed" + (f", ~{_clock(left)} left" if left is not None else "")
 
     def _view(self):
-        done, total = len(self.rows), self.n_trials or 1
-        bar = ProgressBar(total=total, completed=done, width=40)
+        done, elapsed = len(self.rows), time.monotonic() - self.started
+        bar = (ProgressBar(total=self.budget_s, completed=min(elapsed, self.budget_s), width=40) if self.budget_s
+               else ProgressBar(total=self.n_trials or 1, completed=done, width=40))
         running = f", {len(self.running)} running" if self.running else ""
-        status = Text(f" {done}/{self.n_trials} trials{running}, {self._eta()}")
+        status = Text(f" {self._count()} trials{running}, {self._eta()}")
         return Group(self._table(), Columns([bar, status]), Text(self._incumbent()))
 
     def _line(self, r) -> str:

@@ -33,9 +33,11 @@ class TrialSettings:
     ranks: int = 1  # processes per trial (resources.ranks_per_trial)
     blocks: list[str] | None = None  # the model's repeated block classes (resources.blocks)
     memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
+    flops_cache: str | None = None  # the search's FLOPs per model and shape (measure.flops_per_sample)
 
     @classmethod
-    def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None):
+    def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
+           flops_cache: str | None = None):
         """From the spec as plain data (`Spec.model_dump(mode="json")`, or the plain reader's)."""
         safety = spec["safety"]
         return cls(
@@ -45,13 +47,15 @@ class TrialSettings:
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
-            memory_limit_gib=spec["resources"].get("memory_limit_gib"),
+            memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
         )
 
-    def timed_only(self) -> "TrialSettings":
+    def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
         """The same trials with the window only: no profiled window, diagnosis or
-        loss parity (a re-measurement, autotune.confirm)."""
-        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False}, parity=None)
+        loss parity (a re-measurement, autotune.confirm); `target_ci`: the
+        window's, where the decision sizes it (confirm.window_ci)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False,
+                                    "target_ci": target_ci or self.trial["target_ci"]}, parity=None)
 
     def parity_check(self) -> "TrialSettings":
         """Loss parity alone, no window (the late check of a config about to be
@@ -78,6 +82,7 @@ class TrialSettings:
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
             "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
             "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
+            **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
 
 
@@ -99,6 +104,7 @@ DEFAULTS = {
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
     "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
     "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
+    "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
     "device": "auto",
     "seed": 0,
     "ranks": 1,  # processes of one trial, one device each (autotune.ranks)

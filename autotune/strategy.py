@@ -77,8 +77,9 @@ class Strategy:
         self.rng = random.Random(seed)
         # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
         self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
-        self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of)
-        self.predict = predict  # the rate model skips what it predicts clearly below the incumbent (strategy v2)
+        self.predict = predict  # the rate model orders the climb's moves, and skips what it predicts clearly below
+        self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of,
+                           self.fastest_first if predict else None)
 
     @staticmethod
     def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -237,6 +238,15 @@ class Strategy:
         measured = [(t.params, t.user_attrs["rates"]) for t in self._trials()
                     if t.user_attrs.get("rates") and not t.user_attrs.get("virtual")]
         return model.predict(point, measured) if measured else None
+
+    def fastest_first(self, points: list[dict], above: float) -> dict:
+        """Of the climb's next moves (in its order), the one the rate model
+        predicts fastest, where that beats `above` (the incumbent and
+        min_improvement); else the climb's first (the model cannot say, or
+        predicts no gain: the playbook's order stands)."""
+        guesses = [(g["samples_per_s"], -i) for i, p in enumerate(points) if (g := self.predicted(p))]
+        top = max(guesses, default=None)
+        return points[-top[1]] if top and top[0] > above else points[0]
 
     def _skip_predicted(self, point: dict) -> bool:
         """A point the model predicts clearly below the best so far is not run:

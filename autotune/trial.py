@@ -156,16 +156,17 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
         rule = R.fixed_rule(cfg["measure_steps"])
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
              + memory.MEMORY_STEPS)
+    phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
     session.memory_cap = memory.cap(cfg["memory_limit_gib"])  # samples the allocator from here on
     try:
-        _measure_session(session, rule, workload, knobs, device, cfg, result, started)
+        _measure_session(session, rule, workload, knobs, device, cfg, result, started, phase)
     finally:
         if session.memory_cap is not None:
             session.memory_cap.stop()
 
 
-def _measure_session(session, rule, workload, knobs, device, cfg, result, started) -> None:
+def _measure_session(session, rule, workload, knobs, device, cfg, result, started, phase) -> None:
     import torch
 
     result["optimizer"] = type(session.optimizer).__name__
@@ -182,7 +183,10 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
             first_step_done = time.perf_counter()
     session.sync()
     warmup_s = time.perf_counter() - t
+    phase("setup", t)
+    phase("warmup")
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    phase("window")
     if cfg["predicted"]:
         metrics["predicted_samples_per_s"] = cfg["predicted"]
     disturbed = verdict(metrics, device.type)  # load from outside the trial during its window
@@ -211,23 +215,32 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
             profile = M.profile_window(session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json")
         result["profile"] = profile
         metrics.update(_profile_metrics(profile, metrics))
+        phase("profile")
     batch = next(batches)
     del batches  # shuts the loader workers down
     if cfg["diagnose"]:
         metrics.update(sides.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
-        flops = M.count_flops(session, batch) / W.count_samples(workload, batch)
+        phase("two_sides")
+        flops = M.flops_per_sample(session, batch, W.count_samples(workload, batch), cfg["flops_cache"], {
+            "workload": cfg["workload"], "device": device.type, "blocks": cfg["blocks"],
+            **{k: knobs[k] for k in ("batch_size", "activation_checkpointing")}})
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
+        phase("flops")
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
             double_batch = lambda batch_size, steps: K.seeded_loader(  # noqa: E731
                 workload, {**knobs, "batch_size": batch_size}, steps, seed=1)
             metrics.update(M.double_batch_probe(session, metrics["step_ms_mean"], double_batch))
         result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
+        phase("probe")
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):
         result["parity"] = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])
         metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
         metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
         metrics["parity_s"] = result["parity"]["parity_s"]
+        if result["parity"].get("reference_s"):  # built here: paid once per search
+            metrics["parity_reference_s"] = result["parity"]["reference_s"]
+        phase("parity")
 
 
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:

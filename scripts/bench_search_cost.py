@@ -6,7 +6,8 @@ time until the trial of the final winner finished, and the winner's speedup as
 its own search re-measured it side by side against the baseline (`confirm`).
 
 Cases: `jpeg_pipeline` (batch 64, the `quick` preset, 10 trials, CLI defaults:
-the issue's search) and the quickstart (search_spaces/examples/quickstart.yaml).
+the issue's search) and the quickstart (search_spaces/examples/quickstart.yaml);
+`smoke` (two tiny trials, not run by default) is the test's.
 Each search runs as a user runs it: `autotune search SPEC -q -o DIR`, one at a
 time, old then new per case.
 
@@ -36,6 +37,12 @@ CASES = {
     "jpeg_pipeline": {"workload": {"name": "jpeg_pipeline", "args": {"batch_size": 64}}, "search_space": "quick",
                       "search": {"n_trials": 10}},
     "quickstart": yaml.safe_load((ROOT / "search_spaces" / "examples" / "quickstart.yaml").read_text()),
+    # the smoke test's (tests/test_scripts.py): two trials of a two-point space, short windows, one confirm round
+    "smoke": {"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+              "search_space": {"preset": None, "knobs": {"channels_last": [False, True]}},
+              "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 0.5,
+                        "profile_steps": 2, "timeout_s": 120},
+              "safety": {"parity_steps": 4}, "search": {"n_trials": 2, "confirm_rounds": 1}},
 }
 STRATEGIES = {"old": "v1", "new": "v2"}
 
@@ -73,7 +80,7 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--cases", nargs="+", choices=list(CASES), default=list(CASES))
+    p.add_argument("--cases", nargs="+", choices=list(CASES), default=["jpeg_pipeline", "quickstart"])
     p.add_argument("--only", choices=list(STRATEGIES), help="run one side alone (no comparison)")
     p.add_argument("--out", type=Path, default=None, help="where the searches' run dirs go (default: a temp dir)")
     args = p.parse_args(argv)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
 from datetime import datetime, timezone
@@ -153,7 +154,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
     from autotune.checked import confirm_candidates
-    from autotune.confirm import confirm_best, describe, settle
+    from autotune.confirm import confirm_best, describe, settle, window_ci
     from autotune.export import write_best_config
     from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
@@ -184,6 +185,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.yaml").write_text(yaml.safe_dump({k: v for k, v in data.items()}, sort_keys=False))
     n_trials, budget = settings["n_trials"], settings["time_budget_s"]
+    if budget:  # as autotune.driver: a time budget is the control, the trial count caps nothing before it
+        n_trials = math.prod(len(v) for v in space.search.values())
     state = {"name": data["name"], "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
              "n_trials": n_trials, "time_budget_s": budget, "mlflow_uri": None, "optuna_study": data["name"],
              "runner": "scripts/search_no_ray.py", "spec_reader": reader,
@@ -252,8 +255,9 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
         return lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
                                                    data["trial"]["timeout_s"], user_path, thread_env)
 
-    def remeasure(baseline, best):
-        return confirm_best(runner(request.timed_only()), baseline, best, settings["confirm_rounds"], print)
+    def remeasure(baseline, best):  # as autotune.driver: v2's windows sized by the gap the trials measured
+        ci = window_ci(baseline, best, data["trial"]["target_ci"]) if v2 else None
+        return confirm_best(runner(request.timed_only(ci)), baseline, best, settings["confirm_rounds"], print)
 
     if ended != "interrupted" and v2:  # as autotune.driver: late parity checks, the candidates re-measured
         best, confirm, rejected = confirm_candidates(records, baseline_record, remeasure, runner(request.parity_check()),

@@ -57,6 +57,18 @@ def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
     assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)["verdict"] is None
 
 
+def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
+    from autotune.records import TrialRecord
+
+    def rec(rate):
+        return TrialRecord(number=0, status="ok", knobs={}, metrics={"samples_per_s": rate})
+
+    assert C.window_ci(rec(100.0), rec(120.0), 0.02) == pytest.approx(0.05)  # a large gap: a short window
+    assert C.window_ci(rec(100.0), rec(800.0), 0.02) == C.WINDOW_CI_CAP  # never looser than the cap
+    assert C.window_ci(rec(100.0), rec(105.0), 0.02) == 0.02  # a close call: the spec's full window
+    assert C.window_ci(rec(100.0), rec(90.0), 0.02) == 0.02 and C.window_ci(None, rec(90.0), 0.03) == 0.03
+
+
 @pytest.mark.timeout(300)
 def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     """The shared CLI search (confirm_rounds: 2): the re-measurement ran as
@@ -78,6 +90,9 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         knobs = trials[confirm[label[3:] + "_trial"]].knobs
         assert config["knobs"] == {k: v for k, v in knobs.items() if k in config["knobs"]}
         assert config["profile_steps"] == 0 and config["diagnose"] is False and config["parity"] is None
+        # the windows sized by the gap the trials measured (strategy v2)
+        assert config["target_ci"] == pytest.approx(C.window_ci(trials[confirm["baseline_trial"]],
+                                                                trials[confirm["best_trial"]], 0.02))
         assert json.loads((run_dir / "confirm" / label / "result.json").read_text())["status"] == "ok"
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
     assert best["confirmed"]["note"] == C.describe(confirm)

@@ -69,3 +69,32 @@ def test_the_model_error_is_measured_over_predicted():
     e = model.error([(1, 100.0, 110.0), (2, 100.0, 70.0), (3, 100.0, 95.0), (4, None, 50.0)])
     assert e["trials"] == 3 and e["median_abs_error"] == pytest.approx(0.1)
     assert e["worst_trial"] == 2 and e["worst_error"] == pytest.approx(-0.3)
+
+
+def test_the_climb_runs_the_move_the_model_predicts_fastest_first(diagnosed):
+    """Two next moves: the diagnosis names loader workers first, the model
+    predicts the larger batch faster (a fixed cost per step): v2 runs the
+    batch first, and its real trial records the prediction beside the
+    measurement; without the model (v1) the diagnosis's order stands."""
+    knobs, rates = diagnosed
+    search = {"num_workers": [0, 1], "batch_size": [8, 16], "num_threads": [1]}
+
+    def first_move(predict: bool):
+        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+        strategy = Strategy(study, search, {"num_workers": 0, "batch_size": 8, "num_threads": 1}, predict=predict)
+        base = strategy.ask()
+        strategy.tell(base.trial, "ok", rates["samples_per_s"], attrs={"rates": rates},
+                      diagnosis={"bottleneck": "input", "moves": [{"knob": "num_workers", "to": "up"}]})
+        return strategy, strategy.ask()
+
+    _, plain = first_move(False)
+    assert plain.params == {"num_workers": 1, "batch_size": 8, "num_threads": 1}  # the diagnosis's move first
+    strategy, ranked = first_move(True)
+    workers = strategy.predicted({**plain.params})["samples_per_s"]
+    assert ranked.params == {"num_workers": 0, "batch_size": 16, "num_threads": 1} and ranked.predicted > workers
+    result = run_trial({**WINDOW, "knobs": {**knobs, **ranked.params}, "diagnose": False,
+                        "predicted": ranked.predicted})
+    m = result["metrics"]
+    assert result["status"] == "ok" and m["predicted_samples_per_s"] == ranked.predicted
+    print(f"the model's pick: predicted {ranked.predicted:.1f}, measured {m['samples_per_s']:.1f} samples/s; "
+          f"workers=1 predicted {workers:.1f}")

@@ -176,3 +176,17 @@ def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
     assert report["ratio_on_off"]["step_ms"] == pytest.approx(pair["on"]["step_ms"] / pair["off"]["step_ms"])
     assert report["ladder"] == {"off": None, "on": None}  # 0.01 GiB in use: no batch fits either way
     assert "ladder ckpt=True  batch    4: oom" in proc.stdout
+
+
+@pytest.mark.timeout(600)
+def test_bench_search_cost_runs_a_search_and_ends_with_the_json_line(tmp_path):
+    """Its `smoke` case, the new search alone (both sides took 190 s on 2 cores
+    under load ~7): two tiny trials through `autotune search`, one confirm round."""
+    proc = subprocess.run([sys.executable, "scripts/bench_search_cost.py", "--cases", "smoke", "--only", "new",
+                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=580)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    r = json.loads(proc.stdout.strip().splitlines()[-1])["cases"]["smoke"]["new"]
+    assert r["trials"] == 2 and r["wall_s"] > 0 and r["winner_trial"] in (0, 1)
+    assert r["to_winner_s"] is None or 0 < r["to_winner_s"] <= r["wall_s"]
+    assert r["speedup_x"] is None or r["speedup_x"] > 0
+    assert f"#{r['winner_trial']}" in proc.stdout  # the readable table's row

@@ -245,9 +245,13 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
     assert estimate_cost("max-autotune", costs) == 150.0
     assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
     # what autotune.driver and search_no_ray ask with: the finished trials, read at each call
-    records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}) for m, cs in costs.items() for c in cs]
+    records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}, metrics={})
+               for m, cs in costs.items() for c in cs]
     fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())
     assert fits({}) and fits({"compile": "reduce-overhead"}) and not fits({"compile": "max-autotune"})
+    # a trial that built the search's parity reference costs the rest of the search less than it took
+    records[-1].info["trial_wall_s"], records[-1].metrics["parity_reference_s"] = 140.0, 80.0
+    assert budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())({"compile": "reduce-overhead"})
     assert budget_fits(records, {"compile": "none"}, None, 0.0)({"compile": "max-autotune"})  # no budget
     # overhead-bound: the playbook asks for reduce-overhead first; with 60 s left only default fits
     space = {"pin_memory": [False, True], "compile": ["none", "default", "reduce-overhead", "max-autotune"]}

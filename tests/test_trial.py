@@ -36,6 +36,11 @@ def test_a_trial_reports_measured_metrics():
     assert m["flops_per_sample"] > 0 and m["achieved_tflops"] > 0 and m["batch2x_step_ratio"] > 0
     assert result["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
     assert 0 < m["first_step_s"] < result["trial_s"]  # time to first step: imports, model, loader, compile
+    # where the trial's seconds went, phase by phase, within its own time
+    phases = result["phases_s"]
+    assert list(phases) == ["setup", "warmup", "window", "profile", "two_sides", "flops", "probe"]
+    assert min(phases.values()) >= 0 and sum(phases.values()) <= result["trial_s"]
+    assert phases["window"] >= m["window_s"] and phases["warmup"] == pytest.approx(m["warmup_s"], abs=0.05)
 
 
 def test_a_trial_clearly_below_prune_below_stops_early_and_skips_the_rest():
@@ -57,6 +62,7 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert "does not beat" in below["skipped"]
     above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0})  # a new incumbent: diagnosed, checked
     assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above
+    assert above["phases_s"]["parity"] >= above["metrics"]["parity_s"] * 0.99 and "window" in below["phases_s"]
     late = run_trial({**config, "parity_only": True})  # the late check: parity alone, no window
     assert late["status"] == "ok" and late["parity"]["passed"] and "samples_per_s" not in late["metrics"]
 
@@ -108,7 +114,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, predicted, parity_only, device, seed, ranks, backend, "
+                           "prune_below, incumbent_above, predicted, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
@@ -159,3 +165,19 @@ def test_memory_in_use_over_the_memory_limit_is_an_out_of_memory():
     assert result["status"] == "oom" and result["error_type"] == "MemoryCapExceeded", result
     assert "in use (the allocator's sampled peak) above memory_limit_gib=0.01" in result["error"]
     assert result["metrics"]["mem_inuse_peak_gib"] > 0.01 and result["metrics"]["mem_rss_peak_gib"] > 0.01
+
+
+def test_flops_are_counted_once_per_model_and_shape_in_a_search(tmp_path):
+    cache = tmp_path / "flops.json"
+    config = {**TINY, "profile_steps": 0, "flops_cache": str(cache)}
+    first = run_trial({**config, "knobs": {"batch_size": 16, "num_threads": 1}})
+    again = run_trial({**config, "knobs": {"batch_size": 16, "num_threads": 1, "channels_last": True}})
+    other = run_trial({**config, "knobs": {"batch_size": 8, "num_threads": 1}})
+    flops = json.loads(cache.read_text())
+    assert len(flops) == 2 and sorted(json.loads(k)["batch_size"] for k in flops) == [8, 16]  # one entry per shape
+    assert first["metrics"]["flops_per_sample"] == again["metrics"]["flops_per_sample"] == flops[next(
+        k for k in flops if json.loads(k)["batch_size"] == 16)]  # the second trial read the first's count
+    assert other["metrics"]["flops_per_sample"] == pytest.approx(first["metrics"]["flops_per_sample"], rel=0.01)
+    alone = run_trial({**config, "flops_cache": str(tmp_path / "absent" / "flops.json"),
+                       "knobs": {"batch_size": 8, "num_threads": 1}})  # no run dir there: counted, nothing kept
+    assert alone["metrics"]["flops_per_sample"] > 0 and not (tmp_path / "absent").exists()

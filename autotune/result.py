@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,7 +165,7 @@ def _build(cls, data: Any, where: str):
 def _value(hint, value: Any, key: str):
     """`value` checked against the type `hint` (dataclasses built)."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if origin is Union or type(hint).__name__ == "UnionType":
+    if origin in (Union, types.UnionType):
         if value is None and type(None) in args:
             return None
         kinds = [a for a in args if a is not type(None)]

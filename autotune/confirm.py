@@ -34,7 +34,7 @@ def order(rounds: int) -> list[tuple[int, str]]:
     return out
 
 
-def confirm_best(run: Callable[[dict[str, Any], str], Any], baseline, best, rounds: int,
+def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline, best, rounds: int,
                  announce: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the
     baseline's, for both drivers (Ray's and the search without Ray): the
@@ -48,7 +48,7 @@ def confirm_best(run: Callable[[dict[str, Any], str], Any], baseline, best, roun
             **remeasure(run, baseline.knobs, best.knobs, rounds)}
 
 
-def remeasure(run: Callable[[dict[str, Any], str], Any], baseline: dict[str, Any], best: dict[str, Any],
+def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],
               rounds: int) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,
     interleaved; the summary of `summarize`. A run that does not finish ends

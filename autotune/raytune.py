@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import io
+import json
 import os
 import shutil
 import signal
@@ -117,7 +118,7 @@ class _Remeasurer:
     def __init__(self, settings: dict):
         self.settings = settings
 
-    def run(self, knobs: dict, label: str) -> tuple[TrialResult, str | None]:
+    def run(self, knobs: dict, label: str) -> tuple[dict, str | None]:
         return run_on_node(knobs, self.settings, Path(self.settings["run_dir"]) / "confirm" / label)
 
 
@@ -135,7 +136,7 @@ def remeasurer(settings: dict, resources: dict, parity_only: bool = False):
         settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
     actor = None  # started by the first run: none when there is nothing to re-measure
 
-    def run(knobs: dict, label: str) -> TrialResult:
+    def run(knobs: dict, label: str) -> dict:
         nonlocal actor
         if actor is None:
             actor = ray.remote(_Remeasurer).options(

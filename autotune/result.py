@@ -88,6 +88,7 @@ class TrialResult:
     error: str | None = None
     traceback: str | None = None
     trial_s: float | None = None  # the runner's own time
+    phases_s: dict[str, float] | None = None  # where the trial's seconds went: setup, warmup, window, ...
     trial_wall_s: float | None = None  # the trial process's, start-up included (autotune.launcher)
     launcher: str | None = None  # fork | spawn
     ranks: list[RankResult] | None = None  # a multi-rank trial's ranks (autotune.ranks.merge)

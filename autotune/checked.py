@@ -11,12 +11,12 @@ Needs neither torch nor Ray: the driver hands in `run(knobs, label) -> result`.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any, Callable
 
 from autotune.parity import needs_parity
 from autotune.records import TrialRecord, pick_best
+from autotune.result import TrialResult
 
 
 def unchecked(record: TrialRecord | None, baseline: TrialRecord | None) -> bool:
@@ -37,7 +37,7 @@ def status(record: TrialRecord | None, baseline: TrialRecord | None) -> str:
     return "parity passed" if record.parity.get("passed") else "parity failed"
 
 
-def pick_checked(records: list[TrialRecord], run: Callable[[dict, str], dict],
+def pick_checked(records: list[TrialRecord], run: Callable[[dict, str], TrialResult],
                  announce: Callable[[str], None] | None = None, exclude=()) -> TrialRecord | None:
     """`records.pick_best` over the records not in `exclude` (trial numbers),
     each unchecked pick checked late (`run` with the parity-only request): it
@@ -52,14 +52,13 @@ def pick_checked(records: list[TrialRecord], run: Callable[[dict, str], dict],
         if announce:
             announce(f"loss parity of trial #{best.number} (about to be the best, its trial did not check it)")
         result = run(best.knobs, f"parity-{best.number:04d}")
-        best.parity = result.get("parity") or late_failure(result)
+        best.parity = result.parity or late_failure(result)
         best.info["parity_late"] = True
 
 
-def late_failure(result: dict[str, Any]) -> dict[str, Any]:
+def late_failure(result: TrialResult) -> dict[str, Any]:
     """A late check that did not finish: not passed, with why."""
-    why = f"the late loss-parity check did not finish: {result.get('status')} ({result.get('error_type')}: " \
-          f"{result.get('error')})"
+    why = f"the late loss-parity check did not finish: {result.status} ({result.error_type}: {result.error})"
     return {"passed": False, "reason": why, "steps": 0, "max_rel_dev": float("nan")}
 
 
@@ -103,6 +102,7 @@ def save_parity(records: list[TrialRecord]) -> None:
     for r in records:
         path = Path(r.trial_dir) / "result.json" if r.info.get("parity_late") and r.trial_dir else None
         if path is not None and path.exists():
-            result = json.loads(path.read_text())
-            if result.get("parity") != r.parity:
-                path.write_text(json.dumps({**result, "parity": r.parity, "parity_late": True}, indent=2) + "\n")
+            result = TrialResult.read(path)
+            if result.parity != r.parity:
+                result.parity, result.parity_late = r.parity, True
+                result.write(path)

@@ -13,7 +13,7 @@ When the pairs do not all say "faster", the winner's advantage is inside that
 uncertainty: a tie, and a tie goes to the safer config, the baseline.
 
 Needs neither torch nor Ray: the driver hands in `run(knobs, label) -> result`
-(a trial runner's result dict), through Ray or in a plain process.
+(an autotune.result.TrialResult), through Ray or in a plain process.
 """
 
 from __future__ import annotations
@@ -74,14 +74,13 @@ def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: di
     for i, role in order(rounds):
         label = f"{i:02d}-{role}"
         result = run(baseline if role == "baseline" else best, label)
-        value = (result.get("metrics") or {}).get(METRIC) if result.get("status") == "ok" else None
+        value = result.metric(METRIC) if result.ok else None
         if value is None:
-            error = (f"round {i + 1}, {role}: {result.get('status')} "
-                     f"({result.get('error_type')}: {result.get('error')})")
+            error = f"round {i + 1}, {role}: {result.status} ({result.error_type}: {result.error})"
             break
         measured[i][role] = value
-        if result.get("disturbed"):  # load from outside during its window (autotune.disturbance)
-            disturbed.append(f"{label}: {result['disturbed']}")
+        if result.disturbed:  # load from outside during its window (autotune.disturbance)
+            disturbed.append(f"{label}: {result.disturbed}")
     return summarize([m for m in measured if len(m) == 2], error, disturbed)
 
 

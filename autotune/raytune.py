@@ -35,7 +35,8 @@ from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 from autotune import knobs as K  # noqa: E402
 from autotune import reaper  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
-from autotune.records import METRIC, transport, trial_dir_of  # noqa: E402
+from autotune.records import METRIC, received, transport, trial_dir_of  # noqa: E402
+from autotune.result import TrialResult, failed  # noqa: E402
 from autotune.scaling import with_reference  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.spread import rank_bundles, run_spread, spreads  # noqa: E402
@@ -66,7 +67,7 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     return result
 
 
-def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[dict, str | None]:
+def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialResult, str | None]:
     """Run the trial where Ray placed this call. Never raises: whatever goes
     wrong is the trial's error. On the driver's node the trial writes
     `local_dir`; on another node a temporary copy of the run dir's layout (with
@@ -83,9 +84,9 @@ def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[dict, st
     if remote and settings.get("workload_pickle"):
         (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
     try:
-        result = run_trial_in(config, settings, work_dir)
+        result = TrialResult.from_dict(run_trial_in(config, settings, work_dir))  # the runner's boundary, checked
     except Exception as e:
-        result = {"status": "error", "error_type": type(e).__name__, "error": str(e), "trial_wall_s": 0.0}
+        result = failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
     if not remote:
         return result, None
     packed = pack_dir(work_dir)
@@ -212,13 +213,12 @@ class Searcher(TuneSearcher):
         if trial_id not in self.live:
             return
         trial, _ = self.live.pop(trial_id)
-        result = json.loads((result or {}).get("result_json") or "{}")  # the runner's result (records.transport)
-        parity = result.get("parity")
+        result = received(result)  # the runner's result (records.transport)
         self.strategy.tell(
-            trial, "error" if error else result.get("status", "error"), (result.get("metrics") or {}).get(METRIC),
-            safe=parity is None or bool(parity.get("passed")),
-            error=f"{result.get('error_type')}: {result['error']}" if result.get("error") else None,
-            diagnosis=result.get("diagnosis"),  # every trial's: the strategy moves from each incumbent's own bottleneck
+            trial, "error" if error else result.status, result.metric(METRIC),
+            safe=result.parity is None or bool(result.parity.get("passed")),
+            error=f"{result.error_type}: {result.error}" if result.error else None,
+            diagnosis=result.diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
             attrs=told(result, {**self.fixed, **self.strategy.baseline}),
         )
 

@@ -4,12 +4,12 @@ whole again (trials Optuna saw finish but nobody recorded; trials cut short)."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Callable
 
 from autotune import knobs as K
-from autotune.records import TrialRecord, add_speedup, record_of, transport, trial_dir_of, write_csv
+from autotune.records import TrialRecord, add_speedup, received, record_of, transport, trial_dir_of, write_csv
+from autotune.result import TrialResult
 from autotune.scaling import EFFICIENCY, add_efficiency
 
 LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what the Ray adapter adds to a result
@@ -33,7 +33,7 @@ class Recorder:
         carried = dict(carried or {})
         knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
         record = record_of(
-            config["trial_number"], knobs, json.loads(carried.get("result_json") or "{}"), carried.get("trial_dir"),
+            config["trial_number"], knobs, received(carried), carried.get("trial_dir"),
             # the baseline is enqueued first; a later trial with its knobs is a repeat
             is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
             info={k: carried.get(k) for k in LAUNCH_INFO}, ray_error=ray_error)
@@ -75,9 +75,8 @@ def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> Non
         result_file = trial_dir_of(run_dir, t.number) / "result.json"
         finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
         if finished and t.number not in recorded and result_file.exists():
-            result = json.loads(result_file.read_text())
             recorder.add({**fixed, **t.params, "trial_number": t.number},
-                         transport(t.number, result_file.parent, result))
+                         transport(t.number, result_file.parent, TrialResult.read(result_file)))
         elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             if t.state == TrialState.RUNNING:

@@ -12,6 +12,7 @@ from typing import Any
 
 from autotune import knobs as K
 from autotune.confirm import settle
+from autotune.result import TrialResult
 
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
@@ -143,32 +144,39 @@ def trial_dir_of(run_dir: Path, number: int) -> Path:
     return Path(run_dir) / "trials" / f"{number:04d}"
 
 
-def transport(number: int, trial_dir: Path, result: dict) -> dict:
+def transport(number: int, trial_dir: Path, result: TrialResult) -> dict:
     """What Ray Tune carries from a trial to the driver: the runner's result as
-    it is (JSON text), with the metric Tune schedules on."""
-    carried = {"trial_number": number, "trial_dir": str(trial_dir), "status": result.get("status", "error"),
-               "result_json": json.dumps(result)}
-    if carried["status"] == "ok":
-        carried[METRIC] = result["metrics"][METRIC]
+    JSON text (Tune would flatten nested dicts), with the metric Tune schedules on."""
+    carried = {"trial_number": number, "trial_dir": str(trial_dir), "status": result.status,
+               "result_json": json.dumps(result.to_dict())}
+    if result.ok:
+        carried[METRIC] = result.metrics[METRIC]
     return carried
 
 
-def record_of(number: int, knobs: dict[str, Any], result: dict, trial_dir, is_baseline: bool = False,
+def received(carried: dict | None) -> TrialResult:
+    """The transport's receiving end: the runner's result, parsed once (an
+    error where nothing came, a Ray trial that failed before reporting)."""
+    text = (carried or {}).get("result_json")
+    return TrialResult.from_dict(json.loads(text)) if text else TrialResult(status="error")
+
+
+def record_of(number: int, knobs: dict[str, Any], result: TrialResult, trial_dir, is_baseline: bool = False,
               info: dict | None = None, ray_error: str | None = None) -> TrialRecord:
-    """The one conversion from the runner's result (result.json) to a record; `info`:
-    what the launcher adds (node, GPU ids, start and end times)."""
-    device = result.get("device") or {}
-    facts = {"host": result.get("host"), "device_type": device.get("type"), "device_name": device.get("name"),
-             "torch": result.get("torch"), "trial_wall_s": result.get("trial_wall_s", result.get("trial_s")),
-             "optimizer": result.get("optimizer"), "has_batchnorm": result.get("has_batchnorm"),
-             "disturbed": result.get("disturbed"), **(info or {})}
+    """The one conversion from the runner's result to a record; `info`: what
+    the launcher adds (node, GPU ids, start and end times)."""
+    device, wall = result.device, result.trial_wall_s
+    facts = {"host": result.host, "device_type": device and device.type, "device_name": device and device.name,
+             "torch": result.torch, "trial_wall_s": wall if wall is not None else result.trial_s,
+             "optimizer": result.optimizer, "has_batchnorm": result.has_batchnorm,
+             "disturbed": result.disturbed, **(info or {})}
     return TrialRecord(
-        number=number, status=result.get("status") or "error", knobs=knobs,
-        metrics={k: v for k, v in (result.get("metrics") or {}).items() if v is not None}, is_baseline=is_baseline,
-        error_type=result.get("error_type") or ("RayTrialError" if ray_error else None),
-        error=result.get("error") or ray_error, trial_dir=str(trial_dir) if trial_dir else None,
+        number=number, status=result.status or "error", knobs=knobs,
+        metrics={k: v for k, v in (result.metrics or {}).items() if v is not None}, is_baseline=is_baseline,
+        error_type=result.error_type or ("RayTrialError" if ray_error else None),
+        error=result.error or ray_error, trial_dir=str(trial_dir) if trial_dir else None,
         info={k: v for k, v in facts.items() if k in INFO and v is not None},
-        diagnosis=result.get("diagnosis"), parity=result.get("parity"))
+        diagnosis=result.diagnosis, parity=result.parity)
 
 
 def add_speedup(record: TrialRecord, baseline: TrialRecord | None) -> None:
@@ -302,7 +310,7 @@ def read_run(run_dir: Path) -> SearchResult:
         row = {k: _clean(v) for k, v in row.items()}
         trial_dir = row.get("trial_dir")
         result_file = Path(trial_dir) / "result.json" if trial_dir else None
-        trial_result = json.loads(result_file.read_text()) if result_file and result_file.exists() else {}
+        trial_result = TrialResult.read(result_file) if result_file and result_file.exists() else TrialResult("error")
         records.append(TrialRecord(
             number=int(row["trial"]), status=row["status"], is_baseline=bool(row["baseline"]),
             knobs={k: K.from_cell(k, row.get(k)) if k in K.KNOBS else row.get(k) for k in space.baseline},
@@ -310,7 +318,7 @@ def read_run(run_dir: Path) -> SearchResult:
                      and isinstance(v, (int, float)) and v is not None},
             error_type=row.get("error_type"), error=row.get("error"), trial_dir=trial_dir,
             info={k: row[k] for k in INFO if row.get(k) is not None}, mlflow_run_id=row.get("mlflow_run_id"),
-            diagnosis=trial_result.get("diagnosis"), parity=trial_result.get("parity"),
+            diagnosis=trial_result.diagnosis, parity=trial_result.parity,
         ))
     baseline = next((r for r in records if r.is_baseline), None)
     best = pick_best(records)

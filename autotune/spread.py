@@ -31,6 +31,7 @@ from ray import tune
 
 from autotune import ranks as R
 from autotune.launcher import run_in_process
+from autotune.result import TrialResult
 from autotune.workload import PICKLE_FILE
 
 SPREAD = "STRICT_SPREAD"
@@ -208,6 +209,6 @@ def _write(trial_dir: Path, request: dict, merged: dict, logs: dict[int, str]) -
 
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "config.json").write_text(json.dumps(request, indent=2) + "\n")
-    (trial_dir / "result.json").write_text(json.dumps(merged, indent=2) + "\n")
+    TrialResult.from_dict(merged).write(trial_dir / "result.json")  # the contract (autotune.result), checked
     for r, text in logs.items():
         (trial_dir / ("trial.log" if r == 0 else f"rank{r}.log")).write_text(text)

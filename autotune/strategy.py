@@ -53,15 +53,15 @@ class Proposal:
     predicted: float | None = None  # samples/s, by the rate model (autotune.model), where it can say
 
 
-def told(result: dict, baseline: dict) -> dict:
+def told(result, baseline: dict) -> dict:
     """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
     value: `unchecked` (its loss parity skipped but needed: the climb does not
     build on it) and the `rates` the model predicts from (a diagnosed trial)."""
     from autotune.parity import needs_parity
 
-    knobs = result.get("knobs") or {}
-    needed = result.get("skipped") and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
-    rates = model.rates_of(result.get("metrics") or {}) if result.get("diagnosis") else None
+    knobs = result.knobs or {}  # an autotune.result.TrialResult
+    needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
+    rates = model.rates_of(result.metrics or {}) if result.diagnosis else None
     return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {})}
 
 

@@ -42,6 +42,7 @@ from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
 from autotune.request import DEFAULTS, MAX_STEPS_FACTOR, TrialConfigError, check_config  # noqa: F401  (the runner's contract)
 from autotune.rank_parity import rank_parity
+from autotune.result import TrialResult
 from autotune.safety import needs_parity, trial_parity
 
 def detect_device(requested: str = "auto") -> K.Device:
@@ -380,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError, R.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = json.dumps(result, indent=2)
+    text = json.dumps(TrialResult.from_dict(result).to_dict(), indent=2)  # the contract (autotune.result), checked
     if args.out:
         with open(args.out, "w") as f:
             f.write(text + "\n")

@@ -160,6 +160,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                                   write_state)
     from autotune.safety import LEVELS
     from autotune.launcher import run_in_process, user_thread_env
+    from autotune.result import TrialResult
     from autotune.request import TrialSettings
     from autotune.budget import budget_fits, no_improvement_for
     from autotune.strategy import Strategy, told
@@ -227,7 +228,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
             config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]),
                                     strategy.incumbent_above() if v2 else None, proposal.predicted)
             trial_dir = trial_dir_of(run_dir, number)
-            result = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
+            raw = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
+            result = TrialResult.from_dict(raw)  # the runner's boundary, checked
             record = record_of(number, knobs, result, trial_dir, is_baseline=baseline_record is None)  # as the recorder
             add_speedup(record, baseline_record or record)
             if record.is_baseline:
@@ -252,8 +254,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     confirm = None
 
     def runner(plain):
-        return lambda knobs, label: run_in_process(plain.config(knobs), run_dir / "confirm" / label,
-                                                   data["trial"]["timeout_s"], user_path, thread_env)
+        return lambda knobs, label: TrialResult.from_dict(run_in_process(
+            plain.config(knobs), run_dir / "confirm" / label, data["trial"]["timeout_s"], user_path, thread_env))
 
     def remeasure(baseline, best):  # as autotune.driver: v2's windows sized by the gap the trials measured
         ci = window_ci(baseline, best, data["trial"]["target_ci"]) if v2 else None

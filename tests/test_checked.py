@@ -13,6 +13,7 @@ from autotune import spec as S
 from autotune.confirm import confirm_best
 from autotune.export import write_best_config
 from autotune.records import SearchResult, pick_best, record_of
+from autotune.result import TrialResult
 from autotune.trial import run_trial
 
 WINDOW = {"warmup_steps": 2, "measure_steps": 10, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 0,
@@ -38,13 +39,13 @@ class Trials:
         trial_dir = self.dir / f"{number:04d}"
         trial_dir.mkdir()
         (trial_dir / "result.json").write_text(json.dumps(result))
-        return record_of(number, result["knobs"], result, trial_dir, is_baseline=number == 0)
+        return record_of(number, result["knobs"], TrialResult.from_dict(result), trial_dir, is_baseline=number == 0)
 
-    def check(self, knobs: dict, label: str) -> dict:  # the late check: parity alone
-        return run_trial(self.config(knobs, parity_only=True))
+    def check(self, knobs: dict, label: str) -> TrialResult:  # the late check: parity alone
+        return TrialResult.from_dict(run_trial(self.config(knobs, parity_only=True)))
 
-    def timed(self, knobs: dict, label: str) -> dict:  # a re-measurement: the window alone
-        return run_trial({**self.config(knobs), "parity": None})
+    def timed(self, knobs: dict, label: str) -> TrialResult:  # a re-measurement: the window alone
+        return TrialResult.from_dict(run_trial({**self.config(knobs), "parity": None}))
 
 
 def test_an_incumbent_whose_parity_its_trial_skipped_is_checked_late_and_stays_the_best(tmp_path):

@@ -5,6 +5,7 @@ import yaml
 
 from autotune import confirm as C
 from autotune.records import read_run
+from autotune.result import TrialResult
 
 
 def test_rounds_alternate_so_a_drift_weighs_on_both_sides():
@@ -18,8 +19,8 @@ def fake_runs(values):
     def run(knobs, label):
         calls.append((knobs["id"], label))
         value = values.pop(0)
-        return {"status": "ok", "metrics": {"samples_per_s": value}} if value else {
-            "status": "oom", "error_type": "OutOfMemoryError", "error": "CUDA out of memory"}
+        return TrialResult("ok", metrics={"samples_per_s": value}) if value else TrialResult(
+            "oom", error_type="OutOfMemoryError", error="CUDA out of memory")
 
     return run, calls
 
@@ -37,8 +38,8 @@ def test_the_speedup_is_the_median_of_the_paired_ratios():
 
 
 def test_a_run_measured_under_outside_load_is_named():
-    results = [{"status": "ok", "metrics": {"samples_per_s": v}} for v in (100.0, 150.0)]
-    results[1]["disturbed"] = "other processes used 60% of the host's CPU time"
+    results = [TrialResult("ok", metrics={"samples_per_s": v}) for v in (100.0, 150.0)]
+    results[1].disturbed = "other processes used 60% of the host's CPU time"
     out = C.remeasure(lambda knobs, label: results.pop(0), {}, {}, 1)
     assert out["disturbed"] == ["00-best: other processes used 60% of the host's CPU time"]
     assert C.describe(out).endswith("1 run(s) measured under load from outside, figures suspect: "

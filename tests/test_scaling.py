@@ -7,6 +7,7 @@ import pytest
 
 from autotune import knobs as K
 from autotune.records import transport
+from autotune.result import DeviceInfo, TrialResult
 from autotune.recorder import Recorder
 from autotune.tracking import Tracker
 
@@ -14,7 +15,7 @@ from autotune.tracking import Tracker
 def result(samples_per_s, reference=None):
     metrics = {"samples_per_s": samples_per_s, "ranks": 2, **({"scaling_reference_samples_per_s": reference}
                                                                if reference else {})}
-    return {"status": "ok", "metrics": metrics, "device": {"type": "cpu", "name": "cpu"}}
+    return TrialResult("ok", metrics=metrics, device=DeviceInfo("cpu", "cpu", 2))
 
 
 def test_trials_finished_before_the_baseline_get_their_efficiency_when_it_lands(tmp_path):

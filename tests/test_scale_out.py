@@ -87,4 +87,4 @@ def test_cfg_wrap_in_a_torchrun_launched_loop(tmp_path, knobs, wrapped):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=".")
     assert proc.returncode == 0, proc.stderr[-3000:]
     # the two ranks print to one pipe: their lines may run together
-    assert sorted(re.findall(r"rank \d: \w+", proc.stdout)) == [f"rank 0: {wrapped}", f"rank 1: {wrapped}"]
+    assert sorted(re.findall(rf"rank \d: {wrapped}", proc.stdout)) == [f"rank 0: {wrapped}", f"rank 1: {wrapped}"]

@@ -39,7 +39,7 @@ def test_a_trial_reports_measured_metrics():
     # where the trial's seconds went, phase by phase, within its own time
     phases = result["phases_s"]
     assert list(phases) == ["setup", "warmup", "window", "profile", "two_sides", "flops", "probe"]
-    assert min(phases.values()) >= 0 and sum(phases.values()) <= result["trial_s"]
+    assert min(phases.values()) >= 0 and sum(phases.values()) <= result["trial_s"] + 1e-3  # each rounded to 0.1 ms
     assert phases["window"] >= m["window_s"] and phases["warmup"] == pytest.approx(m["warmup_s"], abs=0.05)
 
 

@@ -2,7 +2,7 @@
 a build, a notebook) slows the steps it shares the machine with, and the trial's
 figure then says nothing about its knobs. Measured, not assumed: the host's busy
 CPU time during the window less the trial's own (its process and its loader
-workers), as a share of the host's CPU capacity; on a GPU, other processes on the
+workers; every rank of a multi-rank trial), as a share of the host's CPU capacity; on a GPU, other processes on the
 device (NVML). Linux /proc only; elsewhere nothing is reported."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 OTHER_CPU_LIMIT = 0.25  # others used more than a quarter of the host's CPU time: disturbed
+TRIAL_PID = "AUTOTUNE_TRIAL_PID"  # set in a rank the trial process forked (autotune.ranks): that process
 TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -44,14 +45,22 @@ def _tree_cpu_s(root: int) -> float:
     return sum(stats[p][1] for p in tree if p in stats)
 
 
+def trial_root() -> int:
+    """The process whose tree is the trial: this one, or, in a rank the trial
+    process forked (autotune.ranks), the trial process, so the other ranks of the
+    same trial count as its own CPU, not as load from outside."""
+    return int(os.environ.get(TRIAL_PID) or os.getpid())
+
+
 class CpuWatch:
     """`start()` at the window's start, `stop(window_s)` at its end."""
 
     def start(self) -> None:
-        self.host0, self.own0 = _host_busy_s(), _tree_cpu_s(os.getpid())
+        self.root = trial_root()
+        self.host0, self.own0 = _host_busy_s(), _tree_cpu_s(self.root)
 
     def stop(self, window_s: float) -> dict[str, float]:
-        host1, own1 = _host_busy_s(), _tree_cpu_s(os.getpid())
+        host1, own1 = _host_busy_s(), _tree_cpu_s(self.root)
         if self.host0 is None or host1 is None or window_s <= 0:
             return {}
         other = max(0.0, (host1 - self.host0) - (own1 - self.own0))  # /proc/stat counts every CPU of the host

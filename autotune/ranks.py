@@ -34,6 +34,8 @@ import time
 from datetime import timedelta
 from typing import Any, Callable
 
+from autotune.disturbance import TRIAL_PID
+
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 RANK_FILE = "rank{}.json"
 STATUS_ORDER = ("error", "timeout", "oom", "pruned", "ok")  # the worst rank's status is the trial's
@@ -164,6 +166,7 @@ def _run_ranks(cfg, run_one, device_type: str, out: str) -> dict[str, Any]:
             code = 1
             try:
                 os.environ.update(torchrun_env(r, ranks, port))
+                os.environ[TRIAL_PID] = str(os.getppid())  # the trial's own CPU: every rank's (autotune.disturbance)
                 code = _rank_child(r, cfg, run_one, device_type, out)
             finally:
                 os._exit(code)

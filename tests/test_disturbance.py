@@ -1,5 +1,6 @@
 """Load from outside a trial's window is measured, its own work is not counted."""
 
+import json
 import os
 import subprocess
 import sys
@@ -41,3 +42,21 @@ def test_the_trials_own_work_and_its_workers_are_not_outside_load():
     # whatever else the machine is doing, the trial's own CPU time adds nothing to "outside"
     assert window(work=True) < window(work=False) + 0.2
     assert verdict({"host_other_cpu_frac": 0.1}) is None
+
+
+def test_the_other_ranks_of_the_same_trial_are_not_outside_load():
+    """A rank forked by the trial process (autotune.ranks) counts the whole trial's
+    tree as its own: a sibling rank's CPU (here the test process, which the rank
+    names as its trial) is not load from outside."""
+    rank_code = ("import json, time\nfrom autotune.disturbance import CpuWatch\n"
+                 "w = CpuWatch(); w.start(); time.sleep(1.5); print(json.dumps(w.stop(1.5)))")
+
+    def window(in_trial: bool) -> float:
+        env = {**os.environ, "AUTOTUNE_TRIAL_PID": str(os.getpid())} if in_trial else \
+            {k: v for k, v in os.environ.items() if k != "AUTOTUNE_TRIAL_PID"}
+        rank = subprocess.Popen([sys.executable, "-c", rank_code], env=env, stdout=subprocess.PIPE, text=True)
+        time.sleep(0.3)  # its watch has started
+        burn(1.5)  # the sibling rank's work
+        return json.loads(rank.communicate(timeout=60)[0])["host_other_cpu_frac"]
+
+    assert window(in_trial=False) - window(in_trial=True) > 0.6 / os.cpu_count()  # one busy core, counted or not

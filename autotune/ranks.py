@@ -12,8 +12,10 @@ others are killed at once rather than left waiting in a collective.
 Like torchrun, a rank runs one intra-op thread unless OMP_NUM_THREADS is set
 (or the num_threads knob says otherwise).
 
-What a multi-rank trial measures (`merge`): every rank runs the same fixed
-number of steps; the window starts after a barrier and ends with a device sync
+What a multi-rank trial measures (`merge`): every rank runs the same number
+of steps, agreed after warm-up (`window_steps`: enough for min_window_s at the
+warm-up's pace; a window cut on time or confidence would end one rank's window
+before another's); the window starts after a barrier and ends with a device sync
 and a barrier on every rank (`Session.sync`), so it is the slowest rank's.
 Throughput is the global samples/s (all ranks' samples over that window), the
 step time the slowest rank's, plus each rank's own throughput, the exposed
@@ -248,6 +250,24 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
                      "metrics": {k: v for k, v in (x.get("metrics") or {}).items()
                                  if k in (*SUMMED, *SLOWEST, "loss_last", "window_steps")}} for x in results]
     return out
+
+
+def window_steps(step_s: float | None, cfg: dict[str, Any], cap: int, device_type: str) -> int:
+    """The steps of a multi-rank window, the same on every rank: enough for
+    `min_window_s` at the warm-up's step time (`step_s`; None: `measure_steps`),
+    at least `measure_steps`, at most `cap` and `max_window_s`; every rank
+    proposes its count and all take the largest (an all-reduce)."""
+    import math
+
+    import torch
+    import torch.distributed as dist
+
+    steps = cfg["measure_steps"]
+    if step_s and step_s > 0:
+        steps = max(steps, min(math.ceil(cfg["min_window_s"] / step_s), int(cfg["max_window_s"] / step_s), cap))
+    count = torch.tensor([steps], device="cuda" if device_type == "cuda" else "cpu")
+    dist.all_reduce(count, op=dist.ReduceOp.MAX)
+    return int(count.item())
 
 
 def fixed_rule(steps: int):

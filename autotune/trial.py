@@ -153,8 +153,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
                         prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
                         screen_ms=knobs["batch_size"] / above * 1e3 if above else None)
-    if device.ranks > 1:  # every rank runs the same steps (a collective waits for all)
-        rule = R.fixed_rule(cfg["measure_steps"])
+    if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
+        rule = R.fixed_rule(cfg["measure_steps"] * MAX_STEPS_FACTOR)
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
              + memory.MEMORY_STEPS)
     phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...
@@ -184,6 +184,9 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
             first_step_done = time.perf_counter()
     session.sync()
     warmup_s = time.perf_counter() - t
+    if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)
+        step_s = (time.perf_counter() - first_step_done) / (cfg["warmup_steps"] - 1) if cfg["warmup_steps"] > 1 else None
+        rule = R.fixed_rule(R.window_steps(step_s, cfg, rule.max_steps, device.type))
     phase("setup", t)
     phase("warmup")
     metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}

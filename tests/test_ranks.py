@@ -12,7 +12,8 @@ from autotune.launcher import run_in_process
 
 pytestmark = pytest.mark.timeout(300)
 
-SHORT = {"warmup_steps": 2, "measure_steps": 6, "profile_steps": 0, "diagnose": False, "device": "cpu", "ranks": 2}
+SHORT = {"warmup_steps": 2, "measure_steps": 6, "min_window_s": 0.4, "profile_steps": 0, "diagnose": False,
+         "device": "cpu", "ranks": 2}
 
 
 def trial(tmp_path, knobs, workload=None, launcher="fork", **extra):
@@ -26,11 +27,14 @@ def test_a_two_rank_ddp_trial_is_one_result_with_its_ranks(tmp_path):
     assert result["status"] == "ok", result
     m, ranks = result["metrics"], result["ranks"]
     assert m["ranks"] == 2 and [r["rank"] for r in ranks] == [0, 1] and all(r["status"] == "ok" for r in ranks)
-    # every rank ran the same steps; the window is the slowest rank's and the throughput global
-    assert [r["metrics"]["window_steps"] for r in ranks] == [6, 6]
+    # every rank ran the same steps, as many as min_window_s needs at the warm-up's step time (at least
+    # measure_steps); the window is the slowest rank's and the throughput global
+    steps = ranks[0]["metrics"]["window_steps"]
+    assert [r["metrics"]["window_steps"] for r in ranks] == [steps, steps] and steps >= 6
     assert m["window_s"] == max(r["metrics"]["window_s"] for r in ranks)
+    assert steps == 6 or m["window_s"] > 0.5 * 0.4  # sized for min_window_s (0.4 s) from the warm-up's pace
     assert m["step_ms_mean"] == max(r["metrics"]["step_ms_mean"] for r in ranks)
-    assert m["samples_per_s"] == pytest.approx(2 * 8 * 6 / m["window_s"])
+    assert m["samples_per_s"] == pytest.approx(2 * 8 * steps / m["window_s"])
     assert m["rank_samples_per_s_min"] <= m["rank_samples_per_s_max"] < m["samples_per_s"]
     assert 0 <= m["comm_frac"] < 1 and m["step_ms_unsynced"] > 0
     assert 0.01 < m["mem_rss_peak_gib"] <= m["mem_rss_peak_total_gib"] < 32

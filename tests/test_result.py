@@ -54,7 +54,7 @@ def test_a_two_rank_trial_and_its_scaling_reference_round_trip(tmp_path):
     assert result.to_dict() == raw
     assert result.ok and result.metric("ranks") == 2 and result.diagnosis
     assert [r.rank for r in result.ranks] == [0, 1] and all(r.status == "ok" and r.host for r in result.ranks)
-    assert result.ranks[1].metrics["window_steps"] == 5
+    assert result.ranks[1].metrics["window_steps"] == result.ranks[0].metrics["window_steps"] >= 5
     ref = result.scaling_reference
     assert ref.status == "ok" and ref.samples_per_s == result.metric("scaling_reference_samples_per_s") > 0
 

@@ -20,20 +20,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.knobs._registry import ACROSS_RANKS, KNOBS  # ACROSS_RANKS: the DDP/FSDP knobs, unused by one rank
+
 REFERENCE = "scaling_reference_samples_per_s"
 EFFICIENCY = "scaling_efficiency"
 REFERENCE_DIR = "scaling-reference"
-# knobs that act only across ranks: one rank runs the same with any of their values
-ACROSS_RANKS = ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view", "ddp_static_graph", "sharding",
-                "fsdp_reshard_after_forward")
 
 
 def one_rank(request: dict[str, Any], rank_threads: int | None) -> dict[str, Any]:
     """The same trial on one rank with one rank's threads (`rank_threads`: what
     each rank ran when the ranks shared a node, autotune.ranks; None: torch's
     default), the window alone (no profile, diagnosis, parity or pruning)."""
-    from autotune.knobs._registry import KNOBS
-
     # the knobs that act across ranks at their defaults: one rank has no all-reduce to tune
     knobs = {**request["knobs"], **{k: KNOBS[k].pytorch_default for k in ACROSS_RANKS if k in request["knobs"]}}
     if rank_threads and knobs.get("num_threads") is None:

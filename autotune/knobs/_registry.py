@@ -64,6 +64,7 @@ class Knob:
     none_rank: float = float("-inf")  # where None (torch's default) stands on the ladder
     host_only: bool = False  # acts on the host only: never changes device memory (memory ladder)
     numerics: bool = False  # can change the loss a step computes (measured by loss parity)
+    across_ranks: bool = False  # acts only across ranks (DDP/FSDP): one rank runs the same with any value
     bottlenecks: tuple[str, ...] = ()  # what this knob can relieve (BOTTLENECKS)
     # why `value` cannot apply on `device`, or None when it can
     unavailable: Callable[[Any, Device], str | None] = lambda value, device: None
@@ -239,25 +240,25 @@ KNOBS: dict[str, Knob] = {
         Knob("ddp_bucket_cap_mb", int, 25, "safe",
              "gradients are all-reduced in other groups; the averaged gradient is the same up to rounding",
              "DistributedDataParallel(bucket_cap_mb=...): MiB of gradients per all-reduce", "bucket-mb", "model",
-             minimum=1, bottlenecks=("communication",), unavailable=_multi_rank(25), requires=_ddp_only(25)),
+             minimum=1, bottlenecks=("communication",), across_ranks=True, unavailable=_multi_rank(25), requires=_ddp_only(25)),
         Knob("ddp_gradient_as_bucket_view", bool, False, "safe",
              "gradients are views into the all-reduce buckets (saves a copy and its memory); safe unless your "
              "code replaces .grad tensors", "DistributedDataParallel(gradient_as_bucket_view=...)", "grad-view",
-             "model", bottlenecks=("communication", "memory"), unavailable=_multi_rank(False),
+             "model", bottlenecks=("communication", "memory"), across_ranks=True, unavailable=_multi_rank(False),
              requires=_ddp_only(False)),
         Knob("ddp_static_graph", bool, False, "safe",
              "the same parameters take part in every step; wrong (an error) for a model whose used parameters vary",
              "DistributedDataParallel(static_graph=...)", "static", "model", bottlenecks=("communication",),
-             unavailable=_multi_rank(False), requires=_ddp_only(False)),
+             across_ranks=True, unavailable=_multi_rank(False), requires=_ddp_only(False)),
         Knob("sharding", str, "ddp", "numerics",
              "fsdp shards parameters, gradients and optimizer state per repeated block; reductions round differently",
              "ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard per repeated block", "sharding", "model",
              choices=SHARDINGS, numerics=True, bottlenecks=("memory", "capacity", "communication"),
-             unavailable=_multi_rank("ddp")),
+             across_ranks=True, unavailable=_multi_rank("ddp")),
         Knob("fsdp_reshard_after_forward", bool, True, "safe",
              "false keeps the gathered parameters from forward to backward: less communication, more memory",
              "fully_shard(reshard_after_forward=...)", "reshard", "model", bottlenecks=("communication",),
-             unavailable=_multi_rank(True), requires=_fsdp_only),
+             across_ranks=True, unavailable=_multi_rank(True), requires=_fsdp_only),
         Knob("activation_checkpointing", bool, False, "safe",
              "activations of each repeated block are recomputed in backward: the same values, more compute, "
              "less memory; a block with BatchNorm updates its running statistics again in the recompute", "torch.utils.checkpoint around each repeated block", "act-ckpt", "model",
@@ -343,3 +344,6 @@ def from_cell(name: str, raw) -> Any:
 def pytorch_defaults(batch_size: int | None) -> dict[str, Any]:
     """The knobs as plain PyTorch leaves them, at the user's batch size."""
     return {name: (batch_size if name == "batch_size" else k.pytorch_default) for name, k in KNOBS.items()}
+
+
+ACROSS_RANKS = tuple(name for name, k in KNOBS.items() if k.across_ranks)

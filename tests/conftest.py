@@ -2,7 +2,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -10,6 +9,8 @@ import time
 import urllib.request
 
 import pytest
+
+from autotune.ranks import free_port  # noqa: F401  (the tests import it from here)
 
 # Every Ray socket on 127.0.0.1, no usage reporting, no token warning (DESIGN.md facts)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -56,12 +57,6 @@ def finished_run(tmp_path_factory, ray_local):
     spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"), search={"n_trials": 3, "confirm_rounds": 2})
     result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
     return tmp / "run", result
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

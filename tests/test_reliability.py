@@ -175,10 +175,11 @@ def test_sigkill_of_the_driver_leaves_the_stores_consistent_and_no_process_behin
         time.sleep(0.5)
     assert alive(started) == set(), "processes of the killed search outlived it"
     killed = count(run_dir)
-    # every recorded trial is in all three stores; Optuna may know one more, finished
-    # but not yet recorded, which --resume records from its result.json
-    assert killed["csv"] == killed["mlflow"] and set(killed["csv"]) <= set(killed["optuna"])
-    assert len(killed["optuna"]) - len(killed["csv"]) <= 1
+    # every trial in trials.csv (written last) is in the other two stores; the kill may
+    # land between the writes of one trial, which Optuna or MLflow then hold alone:
+    # --resume records it from its result.json, into its MLflow run (never a second one)
+    assert set(killed["csv"]) <= set(killed["mlflow"]) and set(killed["csv"]) <= set(killed["optuna"])
+    assert len(set(killed["mlflow"]) | set(killed["optuna"])) - len(killed["csv"]) <= 1
 
     proc = start_search("--resume", str(run_dir))
     out, _ = proc.communicate(timeout=300)

@@ -249,9 +249,13 @@ def load(ref: Source, args: dict[str, Any] | None = None) -> Workload:
 def user_knob_baseline(ref: Source, args: dict[str, Any], names) -> dict[str, Any]:
     """The current value of each searched factory argument: from the spec's
     workload.args, else the factory's default. A name the factory does not take,
-    or one with no value anywhere, is a WorkloadError naming it."""
+    or one with no value anywhere, is a WorkloadError naming it. With none
+    searched, nothing is imported (the workload's module imports torch: 1.7 s
+    before Ray could start, where the driver builds it beside Ray's start)."""
     import inspect
 
+    if not names:
+        return {}
     params = inspect.signature(resolve(ref)).parameters
     ref = name_of(ref)
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())

@@ -33,7 +33,7 @@ from autotune import ranks as R
 from autotune import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
 from autotune import spread as SP
 from autotune import workload as W
-from autotune.launcher import user_thread_env
+from autotune.launcher import start_shared, user_thread_env
 from autotune.lock import device_lock
 from autotune.measure import FLOPS_FILE
 from autotune.recorder import Recorder, reconcile
@@ -87,11 +87,21 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
 
     asked = None if resume or refresh else cache.question(spec)
     local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
-    with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
-        preparing = pool.submit(_prepare, spec, run_dir, local_store, source)
-        started_ray = RT.init_ray(spec.resources.ray_address)
+    # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer)
+    forks = None if spec.resources.ray_address else start_shared(spec.workload.model_dump(mode="json"), user_path,
+                                                                    user_thread_env())
+    try:
+        with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
+            preparing = pool.submit(_prepare, spec, run_dir, local_store, source)
+            started_ray = RT.init_ray(spec.resources.ray_address)
+    except BaseException:
+        if forks:
+            forks.close()
+        raise
+    if forks and not started_ray:  # a Ray of the caller's own: its nodes may be anywhere
+        forks = forks.close()
     RT.stop_on_sigterm()
-    store = None
+    store, closing = None, []  # closing: what ends the search beside Ray's shutdown (_finish)
     try:
         workload, store, optimizer = preparing.result()
         remembered = cache.key(asked, cache.machine(spec, workload) if asked else None)
@@ -125,11 +135,17 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         with lock as waited:
             started += waited or 0.0  # waiting is not searching (time budget, wall time)
             return _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state, on_trial_start,
-                           on_remeasure, pickled, remembered)
+                           on_remeasure, pickled, remembered, forks.path if forks else None, closing)
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
-        if started_ray:
-            RT.shutdown_ray()
+        with ThreadPoolExecutor(1) as pool:  # the plots and MLflow's last writes while Ray stops (1-2 s each)
+            closed = [pool.submit(fn) for fn in closing]
+            if started_ray:
+                RT.shutdown_ray()
+        if forks:
+            forks.close()
+        for done in closed:
+            done.result()  # what failed there is raised here
 
 
 def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source
@@ -199,7 +215,8 @@ def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -
 
 def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state,
             on_trial_start=None, on_remeasure=None, pickled: bytes | None = None,
-            remembered: dict | None = None) -> SearchResult:
+            remembered: dict | None = None, fork_socket: str | None = None,
+            closing: list[Callable[[], None]] | None = None) -> SearchResult:
     import ray
 
     cuda = device.type == "cuda"
@@ -255,6 +272,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
         "thread_env": user_thread_env(),
         "driver_node": ray.get_runtime_context().get_node_id(),
         "workload_pickle": pickled, "rank_placement": spec.resources.rank_placement,
+        "fork_socket": fork_socket,  # a local search's shared fork server
     }
     budget = spec.search.time_budget_s
 
@@ -293,7 +311,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     if remaining > 0:
         tuner.fit()
 
-    with RT.remeasurers() as runner:  # one warm actor for the late checks and the re-measurements
+    with RT.remeasurers(local=fork_socket is not None) as runner:  # one warm actor for the late checks and the re-measurements
         def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
             need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]),
                        default={})
@@ -305,13 +323,13 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
             return runner(settings, resources(knobs), parity_only=True)(knobs, label)
 
         return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
-                       on_remeasure)
+                       on_remeasure, closing)
 
 
 def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,
             searcher: RT.Searcher, remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
-            check: Callable[[dict, str], dict] | None = None, announce: Callable[[str], None] | None = None
-            ) -> SearchResult:
+            check: Callable[[dict, str], dict] | None = None, announce: Callable[[str], None] | None = None,
+            closing: list[Callable[[], None]] | None = None) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best
     re-measured against the baseline (autotune.confirm), the best config, why
     the search ended, the plots, and the parent run closed. Strategy v2: the
@@ -372,7 +390,14 @@ def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: 
                            confirm_speedup_high=confirm["speedup_high"])
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
     tracker.tag_search({"ended": ended})
-    plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok else []
-    tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
-                   status="FAILED" if stopped else "FINISHED", plots=plot_files)
+
+    def close() -> None:  # the plots, then the parent run closed with them
+        plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok else []
+        tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml",
+                                 run_dir / "search.json"], status="FAILED" if stopped else "FINISHED", plots=plot_files)
+
+    if closing is None:
+        close()
+    else:  # the caller runs it beside Ray's shutdown (run)
+        closing.append(close)
     return result

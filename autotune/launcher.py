@@ -7,7 +7,10 @@ Two ways to start one:
 - `fork` (default): a warm fork server (`autotune.forkserver`) that has imported
   torch, torchvision, the runner and the workload's module forks the trial, so a
   trial does not pay the imports again (measured in scripts/bench_overhead.py);
-  the server never runs a trial, so nothing of one trial reaches the next;
+  the server never runs a trial, so nothing of one trial reaches the next. A
+  local search shares one server (`SharedForkServer`, started by the driver
+  beside Ray) among its trials' actors and its re-measurements; otherwise each
+  process that launches trials keeps its own;
 - `spawn`: `python -m autotune.trial` from scratch (also what users run by hand).
 Set AUTOTUNE_LAUNCHER=spawn to force the second.
 """
@@ -19,8 +22,10 @@ import os
 import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -49,45 +54,73 @@ def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) 
     return env
 
 
-class ForkServer:
-    """A running `python -m autotune.forkserver`, started with a search's env."""
+class _Lines:
+    """JSON lines read from a descriptor with no buffer that select cannot see."""
 
-    def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
-        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.forkserver", *preload], env=env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        ready = self._read(timeout=120)
-        if not ready or "ready" not in ready:
-            self.close()
-            raise RuntimeError("the fork server did not start")
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
 
-    def alive(self) -> bool:
-        return self.proc.poll() is None
-
-    def _read(self, timeout: float | None) -> dict | None:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
-        if not ready:
-            return None
-        line = self.proc.stdout.readline()
-        if not line:
-            raise RuntimeError("the fork server exited")
+    def read(self, timeout: float | None) -> dict | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([self.fd], [], [], None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise RuntimeError("the fork server exited")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
         return json.loads(line)
 
+
+class _Stream:
+    """A stream to a fork server (autotune.forkserver's protocol): one trial at a time."""
+
+    lines: _Lines
+    first_answer_s = 60.0  # the server is ready: a fork is quick
+
+    def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
     def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
-        """Fork a trial; wait for it, killing its process group at the timeout.
-        Returns its exit code (negative: killed by that signal)."""
-        self.proc.stdin.write(json.dumps({"dir": str(trial_dir), "env": env,
-                                          "argv": ["config.json", "-o", "result.json"]}) + "\n")
-        self.proc.stdin.flush()
-        pid = self._read(timeout=60)["pid"]
+        """Fork a trial with exactly `env`; wait for it, killing its process
+        group at the timeout. Returns its exit code (negative: killed by that signal)."""
+        self.send((json.dumps({"dir": str(trial_dir), "env": env, "argv": ["config.json", "-o", "result.json"]})
+                   + "\n").encode())
+        answer = self.lines.read(timeout=self.first_answer_s)
+        if answer is None:
+            raise RuntimeError("the fork server did not answer")
+        pid = answer["pid"]
         try:
-            done = self._read(timeout=timeout_s)
+            done = self.lines.read(timeout=timeout_s)
             if done is None:
                 os.killpg(pid, signal.SIGKILL)
-                done = self._read(timeout=60)
+                done = self.lines.read(timeout=60)
         except BaseException:  # the caller was cancelled: take the process group along
             os.killpg(pid, signal.SIGKILL)
             raise
         return os.waitstatus_to_exitcode(done["status"])
+
+
+class ForkServer(_Stream):
+    """A running `python -m autotune.forkserver`, started with a search's env, on its pipes."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.forkserver", *preload], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.lines = _Lines(self.proc.stdout.fileno())
+        ready = self.lines.read(timeout=120)
+        if not ready or "ready" not in ready:
+            self.close()
+            raise RuntimeError("the fork server did not start")
+
+    def send(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
 
     def close(self) -> None:
         if self.proc.poll() is None:
@@ -95,15 +128,75 @@ class ForkServer:
             self.proc.wait()
 
 
-_servers: dict[tuple, ForkServer] = {}
+class Connection(_Stream):
+    """A stream to the search's shared fork server (`SharedForkServer`), from any
+    process of the search on its host: a Ray Tune trial's actor or the driver."""
+
+    first_answer_s = 300.0  # the first connection may wait while the server imports torch
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.lines = _Lines(self.sock.fileno())
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def alive(self) -> bool:
+        """Not closed by the server (which never writes between trials: readable means gone)."""
+        if self.sock.fileno() < 0:
+            return False
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return not readable or self.sock.recv(1, socket.MSG_PEEK) != b""
+
+    def close(self) -> None:
+        self.sock.close()
 
 
-def _server(env: dict[str, str], preload: tuple[str, ...]) -> ForkServer:
-    """One server per (environment, preloaded modules) in this process, reused by its trials."""
-    key = (tuple(sorted(env.items())), preload)
+class SharedForkServer:
+    """One warm fork server for every trial of a local search and its re-measurements
+    (`python -m autotune.forkserver --listen`): started by the driver before Ray, so its
+    imports overlap Ray's start, and never paid again by the re-measurement. Its socket
+    sits in a private dir (0700); its stdin is its lifeline to the driver."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
+        self.dir = tempfile.mkdtemp(prefix="autotune-fork-")
+        self.path = os.path.join(self.dir, "socket")
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.forkserver", "--listen", self.path, *preload],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.path) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # bound before its imports: Python's own start, ~0.1 s
+
+    def close(self) -> None:
+        mine = _servers.pop(("shared", self.path), None)  # this process's own connection
+        if mine:
+            mine.close()
+        self.proc.stdin.close()  # the lifeline: the server kills its handlers and goes
+        try:
+            self.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_servers: dict[tuple, _Stream] = {}
+
+
+def _server(env: dict[str, str], preload: tuple[str, ...], shared: str | None = None) -> _Stream:
+    """The shared server's stream when the search has one (`shared`: its socket),
+    else one server per (environment, preloaded modules) in this process; either
+    is reused by this process's trials."""
+    key = ("shared", shared) if shared else (tuple(sorted(env.items())), preload)
     server = _servers.get(key)
     if server is None or not server.alive():
-        server = _servers[key] = ForkServer(env, preload)
+        server = _servers[key] = Connection(shared) if shared else ForkServer(env, preload)
     return server
 
 
@@ -133,11 +226,13 @@ def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
 
 def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None,
                    thread_env: dict[str, str | None] | None = None, launcher: str | None = None,
-                   env: dict[str, str] | None = None) -> dict[str, Any]:
+                   env: dict[str, str] | None = None, shared: str | None = None) -> dict[str, Any]:
     """Run one trial in a fresh process (see the module doc); the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
     start-up included) and `launcher`. `env`: this trial's own variables (a
-    rank's RANK, MASTER_ADDR...; the fork server stays the search's)."""
+    rank's RANK, MASTER_ADDR...; the fork server stays the search's). `shared`:
+    the socket of the search's shared fork server (`SharedForkServer`), forked
+    from when it answers; otherwise this process's own."""
     launcher = launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork")
     if launcher not in LAUNCHERS:
         raise ValueError(f"AUTOTUNE_LAUNCHER={launcher!r}; allowed: {', '.join(LAUNCHERS)}")
@@ -146,18 +241,22 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     (trial_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     out = trial_dir / "result.json"
     own = env or {}
-    env = trial_env(pythonpath, thread_env)
-    caches = {"TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"), "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"),
-              **own}
+    base = trial_env(pythonpath, thread_env)  # the search's (a fork server's); then this trial's own
+    env = {**base, "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
+           "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"), **own}
     started = time.perf_counter()
     try:
+        server = None
         if launcher == "fork":
-            try:
-                server = _server(env, preload_for(config))
-            except (OSError, RuntimeError):  # no server: start the trial from scratch
-                launcher = "spawn"
-        code = (server.run(trial_dir, caches, timeout_s) if launcher == "fork"
-                else _spawn(trial_dir, {**env, **caches}, timeout_s))
+            for where in (shared, None) if shared else (None,):
+                try:
+                    server = _server(base, preload_for(config), where)
+                    launcher = "shared" if where else "fork"
+                    break
+                except (OSError, RuntimeError):  # not there: this process's own server, else from scratch
+                    continue
+            launcher = launcher if server else "spawn"
+        code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:
         for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
             shutil.rmtree(trial_dir / cache, ignore_errors=True)
@@ -174,3 +273,12 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     result["trial_wall_s"] = wall
     result["launcher"] = launcher
     return result
+
+
+def start_shared(workload: dict[str, Any], pythonpath: str | None,
+                 thread_env: dict[str, str | None] | None) -> SharedForkServer | None:
+    """The shared fork server of a local search, already importing (None where
+    AUTOTUNE_LAUNCHER=spawn asks for trials from scratch)."""
+    if os.environ.get("AUTOTUNE_LAUNCHER", "fork") != "fork":
+        return None
+    return SharedForkServer(trial_env(pythonpath, thread_env), preload_for({"workload": workload}))

@@ -56,7 +56,8 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
                                          config.get("predicted"))
 
     def run(request: dict, trial_dir: Path) -> dict:
-        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"])
+        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
+                              shared=settings.get("fork_socket"))
 
     spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
     result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
@@ -120,7 +121,7 @@ class _Remeasurer:
 
 
 @contextlib.contextmanager
-def remeasurers():
+def remeasurers(local: bool = False):
     """`runner(settings, resources, parity_only=False, target_ci=None)` ->
     `run(knobs, label) -> result`, through Ray, for the block (the search's
     end: late parity checks, each candidate's re-measurement): each run placed
@@ -129,7 +130,10 @@ def remeasurers():
     loss parity alone, the late check of `autotune.checked`). One actor runs
     them all while the reservation stays the same (a fresh actor and fork
     server cost 4-8 s on 2 loaded cores, per check or re-measurement); a
-    different one replaces it, never beside it (one GPU cannot hold two)."""
+    different one replaces it, never beside it (one GPU cannot hold two).
+    `local`: the driver's own Ray on this host, whose trials have ended, so
+    nothing else can hold the device: the driver runs them itself, through the
+    search's shared fork server (no actor, no second server: ~5 s on 2 cores)."""
     import ray
 
     held: dict = {}  # the one actor: {"key": its resources, "actor": ...}
@@ -142,6 +146,8 @@ def remeasurers():
         key = json.dumps(resources, sort_keys=True)
 
         def run(knobs: dict, label: str) -> dict:
+            if local:
+                return run_on_node(knobs, settings, Path(settings["run_dir"]) / "confirm" / label)[0]
             if held.get("key") != key:  # started by the first run: none when there is nothing to re-measure
                 if held:
                     ray.kill(held["actor"])

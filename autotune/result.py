@@ -90,7 +90,7 @@ class TrialResult:
     trial_s: float | None = None  # the runner's own time
     phases_s: dict[str, float] | None = None  # where the trial's seconds went: setup, warmup, window, ...
     trial_wall_s: float | None = None  # the trial process's, start-up included (autotune.launcher)
-    launcher: str | None = None  # fork | spawn
+    launcher: str | None = None  # fork (this process's fork server) | shared (the search's) | spawn
     ranks: list[RankResult] | None = None  # a multi-rank trial's ranks (autotune.ranks.merge)
     ranks_wall_s: float | None = None
     rank: int | None = None  # one rank's own result (a launched rank, before the merge)

@@ -4,8 +4,11 @@ autotune.trial` from scratch) against the warm fork server, side by side.
 N eager trials of one config per launcher, interleaved (so a drift of the machine
 hits both alike), profile and diagnosis off so only the fixed cost is left:
 `first_step_s` (trial start to the first step done: imports, model, loader start)
-and `fixed_cost_s` (the trial's wall time less warm-up and timed window). Medians.
-The fork server's own start (paid once per search) is reported apart.
+and `fixed_cost_s` (the trial's wall time less warm-up and timed window), and
+whether the window is as steady forked as spawned (`step_ms_max`, `step_time_cv`:
+a forked child that runs a full garbage collection copies every page it shares
+with the server, one stall inside the window, unless the server froze its objects).
+Medians. The fork server's own start (paid once per search) is reported apart.
 
     python scripts/bench_overhead.py --trials 5
     python scripts/bench_overhead.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
@@ -45,7 +48,8 @@ def main() -> None:
     rows = {"spawn": [], "fork": []}
     t = time.perf_counter()
     server_start_s = None
-    print(f"{'trial':>5}  {'launcher':<8}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}")
+    print(f"{'trial':>5}  {'launcher':<8}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}"
+          f"  {'step_ms_max':>11}  {'step_cv':>7}")
     for i in range(args.trials):
         for launcher in (("spawn", "fork") if i % 2 == 0 else ("fork", "spawn")):
             fresh = launcher == "fork" and not _servers
@@ -55,15 +59,18 @@ def main() -> None:
                 raise SystemExit(f"trial failed: {r.get('error_type')}: {r.get('error')}")
             m = r["metrics"]
             row = {"first_step_s": m["first_step_s"], "fixed_cost_s": r["trial_wall_s"] - m["warmup_s"] - m["window_s"],
-                   "trial_wall_s": r["trial_wall_s"], "samples_per_s": m["samples_per_s"]}
+                   "trial_wall_s": r["trial_wall_s"], "samples_per_s": m["samples_per_s"],
+                   "step_ms_max": m["step_ms_max"], "step_time_cv": m["step_time_cv"]}
             if fresh:  # the server's imports, paid once per search, not per trial
                 server_start_s = time.perf_counter() - t - r["trial_wall_s"] + row["fixed_cost_s"]
             rows[launcher].append(row)
             print(f"{i:>5}  {launcher:<8}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "
-                  f"{row['trial_wall_s']:>12.2f}  {row['samples_per_s']:>10.1f}")
+                  f"{row['trial_wall_s']:>12.2f}  {row['samples_per_s']:>10.1f}  {row['step_ms_max']:>11.1f}"
+                  f"  {row['step_time_cv']:>7.2f}")
 
     def medians(launcher):
-        return {k: statistics.median(r[k] for r in rows[launcher]) for k in ("first_step_s", "fixed_cost_s", "samples_per_s")}
+        return {k: statistics.median(r[k] for r in rows[launcher])
+                for k in ("first_step_s", "fixed_cost_s", "samples_per_s", "step_ms_max", "step_time_cv")}
 
     import torch
 
@@ -72,7 +79,9 @@ def main() -> None:
                "fork_server_first_trial_fixed_cost_s": server_start_s}
     print(f"\nmedians over {args.trials} trials each: first_step_s {summary['old']['first_step_s']:.2f} -> "
           f"{summary['new']['first_step_s']:.2f} s, fixed cost {summary['old']['fixed_cost_s']:.2f} -> "
-          f"{summary['new']['fixed_cost_s']:.2f} s per trial (the server's first trial: {server_start_s:.2f} s)")
+          f"{summary['new']['fixed_cost_s']:.2f} s per trial (the server's first trial: {server_start_s:.2f} s); "
+          f"step-time CV {summary['old']['step_time_cv']:.2f} -> {summary['new']['step_time_cv']:.2f}, slowest step "
+          f"{summary['old']['step_ms_max']:.1f} -> {summary['new']['step_ms_max']:.1f} ms")
     print(json.dumps(summary))
 
 

@@ -199,7 +199,13 @@ def make_leaky(batch_size: int = 8) -> Workload:
     import json
     import os
 
-    seen = {"pid": os.getpid(), "cudnn_benchmark": torch.backends.cudnn.benchmark,
+    with open(f"/proc/{os.getppid()}/stat") as f:  # the parent's parent (a shared fork server's handler's: the server)
+        grandparent = int(f.read().rsplit(")", 1)[1].split()[1])
+    import gc
+
+    seen = {"pid": os.getpid(), "ppid": os.getppid(), "grandparent": grandparent, "frozen": gc.get_freeze_count(),
+            "mark": os.environ.get("AUTOTUNE_TEST_MARK"),
+            "server_only": os.environ.get("AUTOTUNE_TEST_SERVER_ONLY"), "cudnn_benchmark": torch.backends.cudnn.benchmark,
             "cuda_matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
             "matmul_precision": torch.get_float32_matmul_precision(), "threads": torch.get_num_threads(),
             "leaked_tensors": len(LEAKED)}

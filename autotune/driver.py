@@ -101,6 +101,8 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     if forks and not started_ray:  # a Ray of the caller's own: its nodes may be anywhere
         forks = forks.close()
     RT.stop_on_sigterm()
+    if started_ray and not spec.resources.ray_address:
+        RT.warm_worker()
     store, closing = None, []  # closing: what ends the search beside Ray's shutdown (_finish)
     try:
         workload, store, optimizer = preparing.result()

@@ -297,6 +297,20 @@ def init_ray(address: str | None) -> bool:
 _reaper = None  # autotune.reaper's process while a local Ray started by `init_ray` runs
 
 
+def warm_worker() -> None:
+    """Start one Ray worker now and load this module in it (Ray Tune, Optuna): a
+    local Ray starts none with the driver (init_ray), and Ray Tune's first trial
+    actor takes this idle one instead of starting its own while the driver opens
+    the study and the MLflow run."""
+    import ray
+
+    ray.remote(num_cpus=0)(_loaded).remote()
+
+
+def _loaded() -> None:
+    """Nothing: a task of this module imports it where it runs."""
+
+
 def shutdown_ray() -> None:
     """Stop the Ray `init_ray` started, then let its reaper go."""
     import ray

@@ -87,9 +87,12 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
 
     asked = None if resume or refresh else cache.question(spec)
     local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
-    # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer)
-    forks = None if spec.resources.ray_address else start_shared(spec.workload.model_dump(mode="json"), user_path,
-                                                                    user_thread_env())
+    # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer);
+    # not with a Ray of the caller's own, whose nodes may be anywhere
+    import ray
+
+    forks = None if spec.resources.ray_address or ray.is_initialized() else start_shared(
+        spec.workload.model_dump(mode="json"), user_path, user_thread_env())
     try:
         with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
             preparing = pool.submit(_prepare, spec, run_dir, local_store, source)
@@ -98,8 +101,6 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         if forks:
             forks.close()
         raise
-    if forks and not started_ray:  # a Ray of the caller's own: its nodes may be anywhere
-        forks = forks.close()
     RT.stop_on_sigterm()
     if started_ray and not spec.resources.ray_address:
         RT.warm_worker()

@@ -179,7 +179,7 @@ class SharedForkServer:
             mine.close()
         self.proc.stdin.close()  # the lifeline: the server kills its handlers and goes
         try:
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=2)  # at once, unless it is still importing (then its trials never came)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()

@@ -18,11 +18,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 import os
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 from typing import Callable
 
 import optuna
@@ -37,7 +34,7 @@ from autotune.launcher import start_shared, user_thread_env
 from autotune.lock import device_lock
 from autotune.measure import FLOPS_FILE
 from autotune.recorder import Recorder, reconcile
-from autotune.records import (STATE_FILE, run_paths, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
+from autotune.records import (STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
                               write_csv, write_state)
 from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
@@ -94,8 +91,8 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     forks = None if spec.resources.ray_address or ray.is_initialized() else start_shared(
         spec.workload.model_dump(mode="json"), user_path, user_thread_env())
     try:
-        with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see _prepare)
-            preparing = pool.submit(_prepare, spec, run_dir, local_store, source)
+        with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
+            preparing = pool.submit(startup.prepare, spec, run_dir, local_store, source)
             started_ray = RT.init_ray(spec.resources.ray_address)
     except BaseException:
         if forks:
@@ -151,71 +148,6 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             done.result()  # what failed there is raised here
 
 
-def _prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source
-             ) -> tuple[W.Workload, Path | None, str | None]:
-    """The user's workload, checked (imports torch and the factory), its
-    optimizer's class (`K.optimizer_of`: its first optimizer imports
-    torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
-    store to adopt (`tracking.empty_store`, which imports MLflow). Runs while
-    Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart
-    started after 7.6-10.7 s instead of 10.5-13.6 s."""
-    try:
-        workload = W.load(source, spec.workload.args)
-    except W.WorkloadError as e:
-        raise SpecError(f"workload: {e}") from e
-    optimizer = K.optimizer_of(workload)
-    try:
-        return workload, tracking.empty_store(run_dir) if local_store else None, optimizer
-    except Exception:  # no head start: the Tracker creates the store itself
-        return workload, None, optimizer
-
-
-@dataclasses.dataclass
-class _Opened:
-    tracker: tracking.Tracker
-    paths: dict[str, Path]
-    state: dict
-    n_trials: int
-    storage_url: str
-    wall_before: float = 0.0  # seconds the search ran before this run of it (a resume)
-
-
-def _open(spec, run_dir, device, space, state, remembered: dict | None = None) -> _Opened:
-    """The search's MLflow parent run and search.json: new, or reopened to resume."""
-    storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
-    paths = run_paths(run_dir, state["mlflow_uri"] if state else spec.tracking.uri or tracking.default_uri(run_dir))
-    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name,
-                               parent_run_id=state["mlflow_parent_run_id"] if state else None)
-    if not state:
-        tracker.log_search(
-            params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
-                    **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
-                    "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
-            tags={"device": f"{device.type}:{device.name}",
-                  **{f"fixed.{k}": why for k, why in space.fixed.items()}},
-        )
-    points = math.prod(len(v) for v in space.search.values())
-    # a time budget is the control: the trial count does not end the search before it (every point may run)
-    n_trials = points if spec.search.time_budget_s else spec.search.n_trials
-    if spec.search.sampler == "grid":
-        n_trials = min(n_trials, points)
-    wall_before = 0.0
-    if state:
-        n_trials = state["n_trials"]
-        wall_before = state.get("wall_s") or state.get("wall_before_s") or 0.0
-        # until this run finishes, the time already spent stays on record (a kill loses nothing)
-        state = {**{k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")},
-                 "wall_before_s": wall_before}
-        tracker.client.update_run(tracker.parent_run_id, status="RUNNING")
-    else:
-        state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
-                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
-                 "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
-                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 cache.KEY: remembered}
-    return _Opened(tracker, paths, state, n_trials, storage_url, wall_before)
-
-
 def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state,
             on_trial_start=None, on_remeasure=None, pickled: bytes | None = None,
             remembered: dict | None = None, fork_socket: str | None = None,
@@ -242,7 +174,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     # files that travel back from other nodes)
     os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    opened = _open(spec, run_dir, device, space, state, remembered)
+    opened = startup.open_search(spec, run_dir, device, space, state, remembered)
     tracker, paths, state, n_trials, storage_url = (opened.tracker, opened.paths, opened.state, opened.n_trials,
                                                     opened.storage_url)
     write_state(run_dir, state)
@@ -329,7 +261,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
                        on_remeasure, closing)
 
 
-def _finish(spec, run_dir, device, space, started, opened: "_Opened", recorder: Recorder, stopper: RT.Stop,
+def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recorder: Recorder, stopper: RT.Stop,
             searcher: RT.Searcher, remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
             check: Callable[[dict, str], dict] | None = None, announce: Callable[[str], None] | None = None,
             closing: list[Callable[[], None]] | None = None) -> SearchResult:

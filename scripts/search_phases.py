@@ -51,15 +51,15 @@ def timed(owner, name: str, label: str) -> None:
 def instrument() -> None:
     from ray import tune
 
-    from autotune import checked, cli, confirm, driver, export, plots, raytune, report, tracking
+    from autotune import checked, cli, confirm, driver, export, plots, raytune, report, startup, tracking
 
     SPANS.append(("imports (cli, driver: Ray, Optuna, torch)", T0, time.perf_counter()))
     timed(raytune, "init_ray", "ray start")
     timed(raytune, "shutdown_ray", "ray shutdown")
-    timed(driver, "_prepare", "workload, its optimizer, MLflow store (beside ray start)")
+    timed(startup, "prepare", "workload, its optimizer, MLflow store (beside ray start)")
     from autotune import cache, knobs, ranks
 
-    timed(driver, "_open", "study, MLflow parent run opened")
+    timed(startup, "open_search", "study, MLflow parent run opened")
     timed(cache, "machine", "the machine's key (cache)")
     timed(cache, "Lookup", "an earlier search of the same question looked for")
     timed(raytune, "detect_device", "device detected through Ray")

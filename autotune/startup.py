@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -16,6 +15,7 @@ from typing import Callable
 from autotune import cache, tracking
 from autotune import knobs as K
 from autotune import workload as W
+from autotune.budget import trial_cap
 from autotune.records import run_paths
 from autotune.spec import Spec, SpecError
 
@@ -93,11 +93,7 @@ def open_search(spec, run_dir, device, space, state, remembered: dict | None = N
             tags={"device": f"{device.type}:{device.name}",
                   **{f"fixed.{k}": why for k, why in space.fixed.items()}},
         )
-    points = math.prod(len(v) for v in space.search.values())
-    # a time budget is the control: the trial count does not end the search before it (every point may run)
-    n_trials = points if spec.search.time_budget_s else spec.search.n_trials
-    if spec.search.sampler == "grid":
-        n_trials = min(n_trials, points)
+    n_trials = trial_cap(space.search, spec.search.n_trials, spec.search.time_budget_s, spec.search.sampler)
     wall_before = 0.0
     if state:
         n_trials = state["n_trials"]

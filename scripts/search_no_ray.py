@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import sys
 import time
 from datetime import datetime, timezone
@@ -153,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
 def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
+    from autotune.budget import trial_cap
     from autotune.checked import confirm_candidates
     from autotune.confirm import confirm_best, describe, settle, window_ci
     from autotune.export import write_best_config
@@ -185,9 +185,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
         return 2
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "spec.yaml").write_text(yaml.safe_dump({k: v for k, v in data.items()}, sort_keys=False))
-    n_trials, budget = settings["n_trials"], settings["time_budget_s"]
-    if budget:  # as autotune.driver: a time budget is the control, the trial count caps nothing before it
-        n_trials = math.prod(len(v) for v in space.search.values())
+    budget = settings["time_budget_s"]
+    n_trials = trial_cap(space.search, settings["n_trials"], budget, settings["sampler"])  # as autotune.driver
     state = {"name": data["name"], "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
              "n_trials": n_trials, "time_budget_s": budget, "mlflow_uri": None, "optuna_study": data["name"],
              "runner": "scripts/search_no_ray.py", "spec_reader": reader,

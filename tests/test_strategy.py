@@ -11,7 +11,7 @@ import pytest
 
 from autotune.diagnose import diagnose
 from autotune.knobs import Device, pytorch_defaults
-from autotune.budget import budget_fits, estimate_cost, no_improvement_for
+from autotune.budget import budget_fits, estimate_cost, no_improvement_for, trial_cap
 from autotune.strategy import Strategy
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -264,3 +264,10 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
         fits = (lambda params: True) if left is None else (
             lambda params: (estimate_cost(params["compile"], costs) or 0.0) <= left)
         assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}
+
+
+def test_the_time_budget_not_the_trial_count_caps_a_search_and_a_grid_runs_each_point_once():
+    space = {"num_workers": [0, 1, 2], "precision": ["32-true", "bf16-mixed"]}  # 6 points
+    assert trial_cap(space, 20, None, "autotune") == 20
+    assert trial_cap(space, 4, 300.0, "autotune") == 6  # the budget decides: every point may run
+    assert trial_cap(space, 20, None, "grid") == 6 and trial_cap(space, 4, None, "grid") == 4

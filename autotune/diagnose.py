@@ -182,7 +182,7 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
             input_bound = True  # no timed wait to read: the two rates decide
     overhead_bound = False
     if ratio is not None:
-        evidence.append(f"2x the batch takes {ratio:.2f}x the step time")
+        evidence.append(f"2x the batch takes {ratio:.2f}x the compute step (cached batches, no loader)")
         overhead_bound = ratio < BATCH2X_OVERHEAD
     if m.get("batch2x_oom"):
         evidence.append("2x the batch runs out of memory: the batch is at the memory limit")

@@ -11,7 +11,6 @@ import math
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable
 
 from autotune.trace import analyze_trace
 
@@ -308,32 +307,6 @@ def flops_per_sample(session, batch, samples: int, path: str | None, key: dict) 
             json.dump({**known, name: flops}, f)
         os.replace(tmp, path)
     return flops
-
-
-def double_batch_probe(session, step_ms: float, loader_at: Callable[[int, int], Any], steps: int = 8) -> dict[str, float]:
-    """Step time at twice the batch, over step time at the batch: far below 2
-    means a fixed per-step cost (overhead) dominates. OOM says the batch is at
-    the memory limit."""
-    import torch
-
-    probe = loader_at(session.knobs["batch_size"] * 2, steps + 2)  # the trial's loader, at 2x the batch
-    try:
-        batches = iter(probe)
-        for _ in range(2):
-            session.step(next(batches))
-        session.sync()
-        t = time.perf_counter()
-        for _ in range(steps):
-            session.step(next(batches))
-        session.sync()
-        return {"batch2x_step_ratio": (time.perf_counter() - t) / steps * 1e3 / step_ms}
-    except Exception as e:
-        if not is_oom(e):
-            raise
-        return {"batch2x_oom": 1.0}
-    finally:
-        if session.device.type == "cuda":
-            torch.cuda.empty_cache()
 
 
 def reset_peak_rss() -> None:

@@ -76,6 +76,28 @@ def loader_rate(workload, batch_size: int, seed: int = 0, max_batch: int = 32, m
     return {"loader_samples_per_s_per_worker": per_worker, "loader_batches_per_s_per_worker": per_worker / batch_size}
 
 
+def double_batch_probe(session, batch2x, ceiling_step_ms: float) -> dict[str, float]:
+    """The compute side at twice the batch: steps on one cached batch of 2x the
+    samples (`batch2x`, the workload's own loader at 2x), over the compute
+    ceiling's step at the batch. Far below 2 means a fixed per-step cost
+    (overhead) dominates; it reads no loader, so an input-bound trial's probe
+    times its model, not its decoding. OOM says the batch is at the memory limit."""
+    import torch
+
+    from autotune.measure import is_oom
+
+    try:
+        at2x = compute_ceiling(session, batch2x, min_steps=5, min_s=0.25)
+        return {"batch2x_step_ratio": at2x["compute_ceiling_step_ms"] / ceiling_step_ms}
+    except Exception as e:
+        if not is_oom(e):
+            raise
+        return {"batch2x_oom": 1.0}
+    finally:
+        if session.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
 def two_sides(session, batch, device, seed: int = 0) -> dict[str, float]:
     """The compute ceiling, one loader worker's rate and the host's CPUs per GPU:
     a bottleneck as a comparison of two measured rates (autotune.diagnose)."""

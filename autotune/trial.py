@@ -138,7 +138,8 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     """Warm up (untimed), the timed window, the profiled window, then the two
-    sides apart (measure.two_sides), FLOPs and the 2x-batch probe; each adds to
+    sides apart (sides.two_sides), FLOPs and the 2x-batch probe (the compute
+    side at twice the batch: sides.double_batch_probe); each adds to
     `result` as soon as it has its numbers. A compiled model is compiled once:
     the profiled window, the two sides and FLOPs (on the uncompiled module) run
     on it at the timed window's shape; the 2x-batch probe (a new shape, compiled
@@ -231,9 +232,8 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         phase("flops")
         if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
-            double_batch = lambda batch_size, steps: K.seeded_loader(  # noqa: E731
-                workload, {**knobs, "batch_size": batch_size}, steps, seed=1)
-            metrics.update(M.double_batch_probe(session, metrics["step_ms_mean"], double_batch))
+            batch2x = next(iter(K.seeded_loader(workload, {"batch_size": 2 * knobs["batch_size"]}, 1, seed=1)))
+            metrics.update(sides.double_batch_probe(session, batch2x, metrics["compute_ceiling_step_ms"]))
         result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
         phase("probe")
     parity = cfg["parity"]

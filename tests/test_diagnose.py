@@ -55,7 +55,7 @@ def test_two_rates_decide_when_there_is_no_timed_wait():
 def test_overhead_bound_when_doubling_the_batch_is_nearly_free():
     d = diagnose({"dataloader_frac": 0.01, "batch2x_step_ratio": 1.1, "cpu_compute_op_frac": 0.8}, KNOBS, CPU)
     assert d["bottleneck"] == "overhead"
-    assert "2x the batch takes 1.10x the step time" in d["evidence"]
+    assert "2x the batch takes 1.10x the compute step (cached batches, no loader)" in d["evidence"]
     assert d["recommendations"][0].startswith("a larger batch")
     assert [(m["knob"], m["to"]) for m in d["moves"]] == [("batch_size", "up"), ("compile", ["default"]),
                                                          ("fused_optimizer", True)]

@@ -21,7 +21,8 @@ clears a safe knob nor catches a broken one. So parity has two parts:
    run that does not train must not pass because the reference barely moves).
 
 The baseline's side (its trajectory, checkpoints and noise reference) is computed
-once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE).
+once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE); a noise
+level is added the first time a candidate needs it.
 """
 
 from __future__ import annotations
@@ -99,7 +100,8 @@ def _points(steps: int, points: int) -> tuple:
 def build_reference(workload, baseline: dict[str, Any], device_type: str, steps: int = 20, seed: int = 0,
                     levels: list[float] | None = None, points: int = POINTS) -> dict[str, Any]:
     """The baseline's side of parity: its trajectory over `steps` batches, its
-    state at the per-step points, and the noise reference at each of `levels`."""
+    state at the per-step points, and the noise reference at each of `levels`
+    (`add_levels`)."""
     started = time.perf_counter()
     base = {**baseline, "num_workers": 0, "pin_memory": False}
     batches = seeded_batches(workload, base["batch_size"], steps, seed)
@@ -109,23 +111,41 @@ def build_reference(workload, baseline: dict[str, Any], device_type: str, steps:
     ref = {"steps": steps, "seed": seed, "points": list(keep), "baseline": base, "losses": end["losses"],
            "buffers": end["buffers"], "optim": end["optim"], "moved": loss_moved(end, end["losses"][0]),
            "states": end["states"], "noise": {}}
-    clean = {t: reset_and_step(run, end["states"][t], batches[t], seed + t) for t in keep}
+    add_levels(workload, ref, device_type, levels or [ROUNDOFF[base["precision"]]], run, batches)
+    ref["build_s"] = time.perf_counter() - started
+    return ref
+
+
+def add_levels(workload, ref: dict[str, Any], device_type: str, levels: list[float], run=None, batches=None) -> float:
+    """The noise reference at each of `levels` that `ref` lacks, added to it: per
+    point, NOISE_SEEDS steps from perturbed weights against the clean step; from
+    the initial state, NOISE_SEEDS runs perturbed before every step. A level is
+    paid for when a candidate first needs it (a search that never tries fp16
+    never pays for fp16's). Returns the seconds it took."""
     import torch
 
-    for level in levels or [ROUNDOFF[base["precision"]]]:
+    started = time.perf_counter()
+    levels = [lv for lv in levels if repr(lv) not in ref["noise"]]
+    if not levels:
+        return 0.0
+    seed, keep = ref["seed"], ref["points"]
+    if run is None:
+        batches = seeded_batches(workload, ref["baseline"]["batch_size"], ref["steps"], seed)
+        run = build_run(workload, ref["baseline"], device_type, seed)
+    clean = {t: reset_and_step(run, ref["states"][t], batches[t], seed + t) for t in keep}
+    for level in levels:
         step_errs = {t: [] for t in keep}  # per point: the errors of NOISE_SEEDS perturbed steps
         for t in keep:
             for s in range(NOISE_SEEDS):
-                load_state(run, end["states"][t], None)
+                load_state(run, ref["states"][t], None)
                 perturb_weights(run, level, torch.Generator().manual_seed(1000 + s))
                 step_errs[t].append(step_errors(take_step(run, batches[t], seed + t, capture=True), clean[t]))
         multi = []
         for s in range(NOISE_SEEDS):  # from the initial state again, perturbed before every step
-            load_state(run, end["states"][0], None)
+            load_state(run, ref["states"][0], None)
             multi.append(multi_errors(run_trajectory(run, batches, seed, level, 1 + s), ref))
         ref["noise"][repr(level)] = {"step": step_errs, "multi": multi}
-    ref["build_s"] = time.perf_counter() - started
-    return ref
+    return time.perf_counter() - started
 
 
 def _band(values: list, factor: float, floor: float) -> float:
@@ -251,16 +271,18 @@ def reference_key(workload_ref: dict, baseline: dict[str, Any], steps: int, seed
 def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate: dict[str, Any], device: K.Device,
                  seed: int = 0, **candidate_run) -> dict[str, Any]:
     """A trial's parity. `parity`: {"baseline": knobs, "steps", "tolerance",
-    "reference": path}. The reference at `path` is reused when it matches; else
-    it is computed (for every precision the device has) and stored there for
-    the search's next trials, when `path`'s directory exists (a trial on another
-    node, or run alone, computes its own). `candidate_run`: loss_parity's `build`
-    and `shard` (several ranks)."""
+    "reference": path}. The reference at `path` is reused when it matches; the
+    first trial that needs it computes it (at this candidate's noise level) and
+    stores it there, and a later trial whose level it lacks adds that level and
+    stores it again, when `path`'s directory exists (a trial on another node, or
+    run alone, computes its own). `candidate_run`: loss_parity's `build` and
+    `shard` (several ranks)."""
     import torch
 
     steps, path = parity.get("steps", 20), parity.get("reference")
     key = reference_key(workload_ref, parity["baseline"], steps, seed, device)
-    reference, started = None, time.perf_counter()
+    level = roundoff(parity["baseline"], candidate, device.type)
+    reference, started, paid = None, time.perf_counter(), None
     if path and os.path.exists(path):
         try:
             saved = torch.load(path, weights_only=True)
@@ -268,18 +290,20 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
         except Exception:  # a partial or foreign file: compute instead
             reference = None
     # the first trial that needs parity stores it (a file of another key stays: compute alone)
-    store = reference is None and path and not os.path.exists(path) and os.path.isdir(os.path.dirname(os.path.abspath(path)))
-    if store:
-        reference = build_reference(workload, parity["baseline"], device.type, steps, seed,
-                                    device_levels(parity["baseline"], device))
-        tmp = f"{path}.{os.getpid()}.tmp"  # the rename makes it whole or absent
+    writable = path and os.path.isdir(os.path.dirname(os.path.abspath(path)))
+    if writable and reference is None and not os.path.exists(path):
+        reference = build_reference(workload, parity["baseline"], device.type, steps, seed, [level])
+        paid = ("computed and stored", reference["build_s"])
+    elif writable and reference is not None and repr(level) not in reference["noise"]:
+        paid = (f"noise level {level:.3g} added and stored", add_levels(workload, reference, device.type, [level]))
+    if paid:
+        tmp = f"{path}.{os.getpid()}.tmp"  # the rename makes it whole or absent (a lost race only computes again)
         torch.save({"key": key, "reference": reference}, tmp)
         os.replace(tmp, path)
     out = loss_parity(workload, parity["baseline"], candidate, device, steps, parity.get("tolerance", 0.05), seed,
                       reference, **candidate_run)
-    if store:  # the search's one-time cost, apart (a trial's cost estimate leaves it out: budget.trial_cost)
-        out.update(reference="computed and stored", parity_s=time.perf_counter() - started,
-                   reference_s=reference["build_s"])
+    if paid:  # the search's one-time cost, apart (a trial's cost estimate leaves it out: budget.trial_cost)
+        out.update(reference=paid[0], parity_s=time.perf_counter() - started, reference_s=paid[1])
     return out
 
 

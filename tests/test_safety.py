@@ -158,6 +158,14 @@ def test_the_reference_is_computed_once_and_reused(tmp_path):
     again = trial_parity(wl, ref, cfg, {**base, "precision": "bf16-mixed"}, CPU)
     assert again["reference"] == "cached" and again["parity_s"] < first["parity_s"] and "reference_s" not in again
     assert again["per_step"]["at"] == first["per_step"]["at"] and again["max_rel_dev"] == first["max_rel_dev"]
+    # bf16's noise level only so far: an fp32 knob's level is added by the first trial that needs it
+    levels = lambda: set(torch.load(cfg["reference"], weights_only=True)["reference"]["noise"])  # noqa: E731
+    assert levels() == {repr(2.0**-8)}
+    added = trial_parity(wl, ref, cfg, {**base, "channels_last": True}, CPU)
+    assert added["reference"] == f"noise level {2.0**-16:.3g} added and stored" and added["reference_s"] > 0
+    assert levels() == {repr(2.0**-8), repr(2.0**-16)} and added["passed"]
+    assert trial_parity(wl, ref, cfg, {**base, "channels_last": True}, CPU)["reference"] == "cached"
+    assert trial_parity(wl, ref, cfg, {**base, "precision": "bf16-mixed"}, CPU)["max_rel_dev"] == first["max_rel_dev"]
     other = trial_parity(wl, ref, {**cfg, "steps": 4}, {**base, "channels_last": True}, CPU)  # another key
     assert other["reference"] == "computed" and other["steps"] == 4
     alone = trial_parity(wl, ref, {k: v for k, v in cfg.items() if k != "reference"}, {**base, "channels_last": True}, CPU)
@@ -253,7 +261,14 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
     # the baseline's reference: computed by the first trial that needs parity, reused by the rest
     assert (result.run_dir / safety.REFERENCE_FILE).exists()
     measured = sorted((r for r in result.records if r.parity), key=lambda r: r.number)
-    assert [r.parity["reference"] for r in measured] == ["computed and stored"] + ["cached"] * (len(measured) - 1)
+    # ... at its noise level; another level (bf16's, fp32's) is added by the first trial that needs it
+    seen, expected = set(), []
+    for r in measured:
+        level = r.parity["per_step"]["roundoff"]
+        expected.append("cached" if level in seen else "computed and stored" if not seen
+                        else f"noise level {level:.3g} added and stored")
+        seen.add(level)
+    assert [r.parity["reference"] for r in measured] == expected and len(seen) == 2
     assert all(r.metrics["parity_s"] > 0 for r in measured)
     assert result.best.knobs["precision"] == "32-true"
     best = yaml.safe_load((result.run_dir / "best_config.yaml").read_text())

@@ -78,6 +78,9 @@ T95 = {8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145
        26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
 
 
+PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci)
+
+
 @dataclass
 class WindowRule:
     """When the timed window stops: at least `min_steps` steps and `min_s` seconds,
@@ -97,7 +100,15 @@ class WindowRule:
     every 10 steps, a step-time mean whose 95% CI (Student's t) lies wholly
     above screen_ms stops it (`screened`: this config cannot gain enough to move
     the incumbent, at 95%). Its throughput is a complete measurement, to a wider
-    CI than the target."""
+    CI than the target. `screen_ci`: the incumbent's own relative CI, so the
+    threshold is known to within it: a screen needs the window's CI wholly above
+    screen_ms x (1 + screen_ci).
+
+    With `promote_ci` too, the mirror rule: once the window has its floors
+    (`min_steps`, `min_s`) and its mean known to within ±promote_ci, every 10
+    steps, a step-time mean whose 95% CI (t) lies wholly below screen_ms x
+    (1 - screen_ci) stops it (`promoted`: this config beats the incumbent by
+    min_improvement, at 95%; its mean is known to ±promote_ci, not target_ci)."""
 
     min_steps: int = 30
     min_s: float = 1.0
@@ -106,10 +117,13 @@ class WindowRule:
     max_s: float = 30.0
     prune_ms: float | None = None  # stop early once the mean step time is clearly above this
     screen_ms: float | None = None  # stop once the mean step time is known to be above this (cannot win)
+    screen_ci: float = 0.0  # the incumbent's relative CI: screen_ms is known to within it
+    promote_ci: float | None = None  # stop once the mean is known below screen_ms (wins), to within this
     slow_factor: float = 1.5
     hopeless_factor: float = 4.0
     pruned: bool = False
     screened: bool = False
+    promoted: bool = False
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
         capped = steps >= self.max_steps or elapsed >= self.max_s
@@ -120,21 +134,25 @@ class WindowRule:
             return True
         if steps % 10 or steps < min(self.min_steps, 10):
             return False
-        if self.screen_ms and elapsed >= self.min_s and self._cannot_win(step_times()):
-            self.screened = True
+        times = step_times() if self.screen_ms and elapsed >= self.min_s else None
+        if times and len(times) >= 9 and self._t_bounds(times)[0] > self.screen_ms * (1 + self.screen_ci):
+            self.screened = True  # cannot win, at 95%
             return True
         if steps < self.min_steps or elapsed < self.min_s:
             return False
-        return rel_ci95(step_times()) <= self.target_ci
+        ci = rel_ci95(times or step_times())
+        if times and self.promote_ci and ci <= self.promote_ci \
+                and self._t_bounds(times)[1] < self.screen_ms * (1 - self.screen_ci):
+            self.promoted = True  # wins, at 95%
+            return True
+        return ci <= self.target_ci
 
-    def _cannot_win(self, times: list[float]) -> bool:
-        """The screening window's test: from 9 step times on, the step-time mean's
-        95% CI (Student's t: a short window) lies wholly above screen_ms."""
-        if len(times) < 9:
-            return False
-        n = len(times)
-        t = T95.get(n - 1, 1.96) if n - 1 < 30 else 1.96
-        return sum(times) / n * (1 - rel_ci95(times) * t / 1.96) > self.screen_ms
+    @staticmethod
+    def _t_bounds(times: list[float]) -> tuple[float, float]:
+        """The step-time mean's 95% CI, Student's t (a short window)."""
+        n, mean = len(times), sum(times) / len(times)
+        half = mean * rel_ci95(times) * (T95.get(n - 1, 1.96) if n - 1 < 30 else 1.96) / 1.96
+        return mean - half, mean + half
 
     def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
         mean_ms = elapsed / steps * 1e3  # the host clock over the steps run (on a GPU it runs ahead: never too high)

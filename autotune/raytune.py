@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
-                                         config.get("predicted"))
+                                         config.get("predicted"), config.get("incumbent_ci", 0.0))
 
     def run(request: dict, trial_dir: Path) -> dict:
         return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
@@ -213,6 +213,7 @@ class Searcher(TuneSearcher):
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
                 "prune_below": self.strategy.prune_below(self.prune_margin),
                 "incumbent_above": self.strategy.incumbent_above() if self.pay_on_demand else None,
+                "incumbent_ci": self.strategy.incumbent_ci() if self.pay_on_demand else 0.0,
                 "predicted": proposal.predicted}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:

@@ -63,7 +63,8 @@ class TrialSettings:
         return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
 
     def config(self, knobs: dict[str, Any], prune_below: float | None = None,
-               incumbent_above: float | None = None, predicted: float | None = None) -> dict[str, Any]:
+               incumbent_above: float | None = None, predicted: float | None = None,
+               incumbent_ci: float = 0.0) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs)."""
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
@@ -81,6 +82,7 @@ class TrialSettings:
             **({"blocks": self.blocks} if self.blocks else {}),
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
             "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
+            "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
             "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
@@ -102,6 +104,7 @@ DEFAULTS = {
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
+    "incumbent_ci": 0.0,  # the incumbent's throughput known to +- this (95%, relative): screen and promote allow for it
     "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
     "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
     "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
@@ -150,7 +153,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
                      ("dist_timeout_s", 1)):
         if type(cfg[key]) is not int or cfg[key] < low:
             raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
-    for key in ("min_window_s", "target_ci", "max_window_s"):
+    for key in ("min_window_s", "target_ci", "max_window_s", "incumbent_ci"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
     for key, unit in (("prune_below", "samples/s"), ("incumbent_above", "samples/s"), ("predicted", "samples/s"),

@@ -62,7 +62,12 @@ def told(result, baseline: dict) -> dict:
     knobs = result.knobs or {}  # an autotune.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
     rates = model.rates_of(result.metrics or {}) if result.diagnosis else None
-    return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {})}
+    ci = (result.metrics or {}).get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
+    return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {}),
+            **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {})}
+
+
+MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
 
 
 class Strategy:
@@ -303,6 +308,12 @@ class Strategy:
         (search.strategy v2). None before any best: the baseline pays for all."""
         best = self.best_value()
         return best * (1 + self.min_improvement) if best else None
+
+    def incumbent_ci(self) -> float:
+        """How well the best so far is known: its throughput's relative 95% CI
+        (0 where its trial did not record one)."""
+        done = [t for t in self._trials() if t.state == TrialState.COMPLETE and t.values]
+        return max(done, key=lambda t: t.values[0]).user_attrs.get("ci", 0.0) if done else 0.0
 
     def prune_below(self, margin: float) -> float | None:
         """A trial whose throughput is clearly below this (the best so far, less

@@ -153,7 +153,8 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
                         max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
                         prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
-                        screen_ms=knobs["batch_size"] / above * 1e3 if above else None)
+                        screen_ms=knobs["batch_size"] / above * 1e3 if above else None,
+                        screen_ci=cfg["incumbent_ci"], promote_ci=M.PROMOTE_FACTOR * cfg["target_ci"] if above else None)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
         rule = R.fixed_rule(cfg["measure_steps"] * MAX_STEPS_FACTOR)
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
@@ -250,9 +251,9 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:
     """With `incumbent_above`: a window at or below it cannot make this config
     the incumbent, so the trial pays for nothing more (no profile, diagnosis or
-    loss parity; `result["skipped"]` says so). A screened window is marked."""
-    if rule.screened:
-        metrics["screened"] = 1.0
+    loss parity; `result["skipped"]` says so). A screened or promoted window is marked."""
+    if rule.screened or rule.promoted:
+        metrics["screened" if rule.screened else "promoted"] = 1.0
     above = cfg["incumbent_above"]
     if above is None or metrics["samples_per_s"] > above:
         return False

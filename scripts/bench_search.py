@@ -18,8 +18,9 @@ live on a GPU; the time budget's compile scheduling is not replayed.
 
 Each trial is charged what it would cost under the search's rules
 (search.strategy v2): pruned, or stopped by its screening window once it cannot
-beat the incumbent (the recorded landscapes ran no profile, diagnosis or parity
-off the baseline, so nothing else changes).
+beat the incumbent, or by its promoted window once it clearly beats it (the
+recorded landscapes ran no profile, diagnosis or parity off the baseline, so
+nothing else changes).
 
 Readable table; the last line is one JSON object: per landscape and strategy,
 median_trials_to_95 and median_seconds_to_95. A strategy that never reaches
@@ -54,6 +55,7 @@ STRATEGIES = ("autotune", "random", "tpe")
 TARGET = 0.95
 PRUNE_MARGIN = 0.2  # the search's default trial.prune_margin
 MIN_WINDOW_S = 1.0  # a pruned trial stops its window at about this
+PROMOTE_CI = 0.04  # a promoted window's CI: 2x the default target_ci (measure.PROMOTE_FACTOR)
 
 
 class Landscape:
@@ -148,15 +150,21 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             break
         status, value, cost, window = land.lookup(proposal.params)
         floor, above = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_above()
+        ci, known = land.ci(proposal.params), strategy.incumbent_ci()
         if value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
-        elif value is not None and above and value * (1 + land.ci(proposal.params)) < above:
+        elif value is not None and above and value * (1 + ci) < above * (1 - known):
             # the new rules (search.strategy v2): a screening window stops once its CI says it cannot beat the
             # incumbent (charged at the window's minimum; the recorded CI, at the window's end, stands in for
             # the CI at that point, an optimistic stand-in); no profile, diagnosis or parity
             cost -= max(0.0, window - MIN_WINDOW_S)
+        elif value is not None and above and value * (1 - ci) > above * (1 + known) and ci < PROMOTE_CI:
+            # a promoted window: clearly ahead, it stops at +-PROMOTE_CI (steps ~ 1 / CI^2: the recorded
+            # window scaled down, never below its minimum)
+            cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / PROMOTE_CI) ** 2))
         trials, spent = trials + 1, spent + cost
-        strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None)
+        strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
+                      attrs={"ci": min(ci, 0.5)})
         if value is not None and value >= TARGET * land.best:
             return trials, spent, True
     return max_trials, spent, False

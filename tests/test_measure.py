@@ -130,6 +130,24 @@ def test_a_screening_window_stops_once_a_config_cannot_beat_the_incumbent():
     assert not may_win.done(30, 1.0, slower) and not may_win.screened  # inside its CI: the full window
 
 
+def test_a_window_that_clearly_beats_the_incumbent_is_promoted_at_a_looser_ci():
+    faster = lambda: [9.0, 9.5, 8.5] * 10  # noqa: E731  (9 ms +- 1.6%, 95%)
+    rule = lambda **kw: M.WindowRule(**{"min_steps": 30, "min_s": 1.0, "target_ci": 0.01, "screen_ms": 10.0,  # noqa: E731
+                                        "promote_ci": 0.02, **kw})
+    promoted = rule()
+    assert promoted.done(30, 1.0, faster) and promoted.promoted and not promoted.screened
+    early = rule()
+    assert not early.done(20, 1.0, faster) and not early.done(30, 0.5, faster) and not early.promoted  # floors first
+    assert not rule(promote_ci=None).done(30, 1.0, faster)  # no promotion asked: on to +-1%
+    assert not rule(promote_ci=0.01).done(30, 1.0, faster)  # +-1.6% is not yet known well enough
+    # the incumbent known to +-10%: 9 +- 0.15 ms is not clearly below 10 x 0.9, so the full window runs on
+    loose = rule(screen_ci=0.1)
+    assert not loose.done(30, 1.0, faster) and not loose.promoted
+    # nor is 10 ms clearly slower than a 9.5-ms threshold known to +-10%: no screen
+    slower = lambda: [10.0, 10.1, 9.9] * 10  # noqa: E731
+    assert not M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1).done(30, 1.0, slower)
+
+
 def test_a_window_of_few_slow_steps_is_pruned_on_elapsed_time():
     # the case: ~360 ms steps against a 100 ms threshold, a 4 s window (only ~11 steps fit)
     slow = lambda: [360.0, 350.0]  # noqa: E731  (too few step times for a confidence interval)

@@ -142,6 +142,23 @@ def test_unsafe_and_failed_trials_are_failures_for_the_sampler():
     assert strategy.prune_below(0.2) == pytest.approx(80.0)  # the best safe trial, less the margin
 
 
+def test_the_incumbents_interval_goes_with_its_threshold():
+    from autotune.result import TrialResult
+    from autotune.strategy import told
+
+    strategy = make()
+    assert strategy.incumbent_above() is None and strategy.incumbent_ci() == 0.0
+    p = strategy.ask()
+    strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
+    q = strategy.ask()
+    strategy.tell(q.trial, "ok", 90.0, bottleneck="input", attrs={"ci": 0.01})  # not the incumbent
+    assert strategy.incumbent_above() == pytest.approx(102.0) and strategy.incumbent_ci() == 0.05
+    measured = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": 0.031}})
+    assert told(measured, BASE)["ci"] == 0.031
+    few = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": float("inf")}})
+    assert told(few, BASE)["ci"] == 0.5  # a window of a few steps: capped, it screens and promotes nothing
+
+
 def test_a_config_that_cannot_finish_in_the_budget_is_not_run():
     strategy = make()
     p = strategy.ask()

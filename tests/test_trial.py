@@ -60,8 +60,11 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert below["status"] == "ok" and below["metrics"]["samples_per_s"] > 0
     assert "profile" not in below and "diagnosis" not in below and "parity" not in below
     assert "does not beat" in below["skipped"]
-    above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0})  # a new incumbent: diagnosed, checked
-    assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above
+    above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0, "max_window_s": 5.0})  # a new incumbent:
+    assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above  # diagnosed, checked
+    # clearly above: its window stopped once its mean was known to +-2x target_ci (promoted), not +-target_ci
+    assert above["metrics"]["promoted"] == 1 and above["metrics"]["step_mean_ci95"] <= 2 * 0.02
+    assert below["metrics"].get("screened") == 1 and "promoted" not in below["metrics"]
     assert above["phases_s"]["parity"] >= above["metrics"]["parity_s"] * 0.99 and "window" in below["phases_s"]
     late = run_trial({**config, "parity_only": True})  # the late check: parity alone, no window
     assert late["status"] == "ok" and late["parity"]["passed"] and "samples_per_s" not in late["metrics"]
@@ -114,7 +117,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, predicted, parity_only, flops_cache, device, seed, ranks, backend, "
+                           "prune_below, incumbent_above, incumbent_ci, predicted, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
@@ -125,6 +128,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
      "that changes numerics stays unchecked"),
     ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
     ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
+    ({**TINY, "incumbent_ci": -0.1}, "`incumbent_ci` must be a number >= 0, got -0.1"),
 ])
 def test_bad_trial_configs(config, message):
     with pytest.raises(TrialConfigError) as e:

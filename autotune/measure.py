@@ -91,8 +91,11 @@ class WindowRule:
     decided on elapsed time as well as on the step count, so a window of a few
     slow steps is prunable too: at any step, a mean step (one step, even) above
     `hopeless_factor` x prune_ms; once the window has run `min_s`, a mean step
-    above `slow_factor` x prune_ms; every 10 steps and at the caps, a step-time
-    mean (from 9 step times on) whose 95% CI lies wholly above prune_ms.
+    above `slow_factor` x prune_ms; once it has run `min_s`, every 10 steps, and
+    at the caps, a step-time mean (from 9 step times on) whose 95% CI lies
+    wholly above prune_ms (before `min_s`, 10 steps of a fast config are ~0.1 s:
+    its first steps after warm-up, not its rate; measured on the quickstart, such
+    windows read 25-50% low, and 7 of 9 trials were pruned on them).
 
     With `screen_ms` (the step time a config must beat to become the incumbent:
     the incumbent's, less `search.min_improvement`), the window is a screening
@@ -127,7 +130,8 @@ class WindowRule:
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
         capped = steps >= self.max_steps or elapsed >= self.max_s
-        if self.prune_ms and self._clearly_slow(steps, elapsed, step_times, check_ci=capped or steps % 10 == 0):
+        if self.prune_ms and self._clearly_slow(steps, elapsed, step_times,
+                                                check_ci=capped or (steps % 10 == 0 and elapsed >= self.min_s)):
             self.pruned = True
             return True
         if capped:

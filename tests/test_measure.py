@@ -115,9 +115,10 @@ def test_window_rule_stops_on_precision_or_caps():
 def test_window_rule_prunes_only_what_is_clearly_slower():
     slow = lambda: [10.0, 10.1, 9.9] * 4  # noqa: E731
     rule = M.WindowRule(min_steps=30, min_s=5.0, prune_ms=9.0)
-    assert rule.done(10, 0.1, slow) and rule.pruned  # before the window's minimum: 10 ms is clearly above 9
+    assert not rule.done(10, 0.1, slow) and not rule.pruned  # 10 steps in 0.1 s: the first steps, not yet a rate
+    assert rule.done(500, 5.0, slow) and rule.pruned  # min_window_s run: 10 ms is clearly above 9 (before min_steps)
     close = M.WindowRule(min_steps=30, min_s=5.0, prune_ms=9.0)
-    assert not close.done(10, 0.1, lambda: [5.0, 15.0] * 6) and not close.pruned  # 10 +- 3 ms: not clearly above
+    assert not close.done(500, 5.0, lambda: [5.0, 15.0] * 6) and not close.pruned  # 10 +- 3 ms: not clearly above
     assert not M.WindowRule(min_steps=30, min_s=5.0).done(10, 0.1, slow)  # no threshold: never pruned
 
 

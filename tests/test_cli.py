@@ -1,9 +1,12 @@
 """The command line as a user sees it: exact messages, exit codes, a real search, the UI."""
 
 import json
+import os
 import shutil
+import subprocess
 import sys
 import urllib.request
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -178,3 +181,20 @@ def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local
     line = ("precision='16-mixed': fp16 mixed precision with GradScaler needs a CUDA device; using '32-true'")
     assert f"not run: baseline {line}" in result.stdout  # when the search starts
     assert f"baseline replaced: {line}" in result.stdout  # and in the summary
+
+
+def test_the_command_exits_with_its_code_after_the_exit_handlers_without_the_teardown(tmp_path):
+    """`autotune` (cli.main) runs the exit handlers, flushes, and leaves with the
+    command's exit code, skipping the interpreter's teardown."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+            "sys.argv = ['autotune', 'search', 'missing.yaml']\n"
+            "from autotune.cli import main\n"
+            "main()\n")
+    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert done.returncode == 2, done.stderr
+    assert "missing.yaml" in done.stderr and done.stdout.strip() == "exit handler ran"
+    helped = subprocess.run([sys.executable, "-m", "autotune.cli", "--help"], capture_output=True, text=True, timeout=120)
+    assert helped.returncode == 0 and "search" in helped.stdout
+

@@ -53,10 +53,14 @@ class Proposal:
     predicted: float | None = None  # samples/s, by the rate model (autotune.model), where it can say
 
 
+MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
+
+
 def told(result, baseline: dict) -> dict:
     """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
     value: `unchecked` (its loss parity skipped but needed: the climb does not
-    build on it) and the `rates` the model predicts from (a diagnosed trial)."""
+    build on it), the `rates` the model predicts from (a diagnosed trial) and
+    `ci`, its throughput's relative 95% CI (`incumbent_ci`, once it leads)."""
     from autotune.parity import needs_parity
 
     knobs = result.knobs or {}  # an autotune.result.TrialResult
@@ -65,9 +69,6 @@ def told(result, baseline: dict) -> dict:
     ci = (result.metrics or {}).get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
     return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {}),
             **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {})}
-
-
-MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
 
 
 class Strategy:
@@ -127,9 +128,14 @@ class Strategy:
         bound = bounds.get(self._memory_key(params)) if "batch_size" in params else None
         return bound if bound is not None and params["batch_size"] >= bound else None
 
+    def _best(self):
+        """The fastest complete trial so far (the incumbent), or None."""
+        done = [t for t in self._trials() if t.state == TrialState.COMPLETE and t.values]
+        return max(done, key=lambda t: t.values[0]) if done else None
+
     def best_value(self) -> float | None:
-        done = [t.values[0] for t in self._trials() if t.state == TrialState.COMPLETE and t.values]
-        return max(done) if done else None
+        best = self._best()
+        return best.values[0] if best else None
 
     def bottleneck(self) -> str | None:
         """The baseline's diagnosed bottleneck."""
@@ -312,8 +318,8 @@ class Strategy:
     def incumbent_ci(self) -> float:
         """How well the best so far is known: its throughput's relative 95% CI
         (0 where its trial did not record one)."""
-        done = [t for t in self._trials() if t.state == TrialState.COMPLETE and t.values]
-        return max(done, key=lambda t: t.values[0]).user_attrs.get("ci", 0.0) if done else 0.0
+        best = self._best()
+        return best.user_attrs.get("ci", 0.0) if best else 0.0
 
     def prune_below(self, margin: float) -> float | None:
         """A trial whose throughput is clearly below this (the best so far, less

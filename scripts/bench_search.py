@@ -46,7 +46,9 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
-from autotune.strategy import Strategy  # noqa: E402
+from autotune.measure import PROMOTE_FACTOR  # noqa: E402
+from autotune.request import DEFAULTS  # noqa: E402
+from autotune.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 
 LANDSCAPES = sorted((ROOT / "scripts" / "landscapes").glob("*.csv"))
 # the realistic GPU landscapes (scripts/gpu_day.sh records them over several lent GPUs): replayed from 200 points on
@@ -55,7 +57,7 @@ STRATEGIES = ("autotune", "random", "tpe")
 TARGET = 0.95
 PRUNE_MARGIN = 0.2  # the search's default trial.prune_margin
 MIN_WINDOW_S = 1.0  # a pruned trial stops its window at about this
-PROMOTE_CI = 0.04  # a promoted window's CI: 2x the default target_ci (measure.PROMOTE_FACTOR)
+PROMOTE_CI = PROMOTE_FACTOR * DEFAULTS["target_ci"]  # a promoted window's CI, at the default target_ci
 
 
 class Landscape:
@@ -164,7 +166,7 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / PROMOTE_CI) ** 2))
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
-                      attrs={"ci": min(ci, 0.5)})
+                      attrs={"ci": min(ci, MAX_INCUMBENT_CI)})
         if value is not None and value >= TARGET * land.best:
             return trials, spent, True
     return max_trials, spent, False

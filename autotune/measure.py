@@ -78,6 +78,12 @@ T95 = {8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145
        26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
 
 
+def t_rel_ci95(xs: list[float]) -> float:
+    """rel_ci95 with Student's t for a short window (10 steps: 2.26, not 1.96)."""
+    df = len(xs) - 1
+    return rel_ci95(xs) * (T95.get(df, 1.96) if df < 30 else 1.96) / 1.96
+
+
 PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci)
 
 
@@ -144,7 +150,7 @@ class WindowRule:
             return True
         if steps < self.min_steps or elapsed < self.min_s:
             return False
-        ci = rel_ci95(times or step_times())
+        ci = t_rel_ci95(times or step_times())
         if times and self.promote_ci and ci <= self.promote_ci \
                 and self._t_bounds(times)[1] < self.screen_ms * (1 - self.screen_ci):
             self.promoted = True  # wins, at 95%
@@ -154,8 +160,8 @@ class WindowRule:
     @staticmethod
     def _t_bounds(times: list[float]) -> tuple[float, float]:
         """The step-time mean's 95% CI, Student's t (a short window)."""
-        n, mean = len(times), sum(times) / len(times)
-        half = mean * rel_ci95(times) * (T95.get(n - 1, 1.96) if n - 1 < 30 else 1.96) / 1.96
+        mean = sum(times) / len(times)
+        half = mean * t_rel_ci95(times)
         return mean - half, mean + half
 
     def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
@@ -166,7 +172,7 @@ class WindowRule:
             return True
         if check_ci:
             times = step_times()
-            return len(times) >= 9 and sum(times) / len(times) * (1 - rel_ci95(times)) > self.prune_ms
+            return len(times) >= 9 and sum(times) / len(times) * (1 - t_rel_ci95(times)) > self.prune_ms
         return False
 
 
@@ -233,7 +239,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         "step_ms_min": ordered[0],
         "step_ms_max": ordered[-1],
         "step_time_cv": math.sqrt(sum((x - mean_ms) ** 2 for x in steps_ms) / max(steps - 1, 1)) / mean_ms,
-        "step_mean_ci95": rel_ci95(steps_ms),
+        "step_mean_ci95": t_rel_ci95(steps_ms),  # Student's t: a window may be 10 steps
         "data_wait_frac": data_wait / window,
         "cpu_main_cores": cpu / window,  # CPU-seconds per second of the training process (not its workers)
         "window_s": window,

@@ -42,7 +42,9 @@ class TrialSettings:
         safety = spec["safety"]
         return cls(
             workload={k: v for k, v in spec["workload"].items() if v is not None},
-            trial={k: spec["trial"][k] for k in TRIAL_KEYS}, device=device, seed=spec["search"]["seed"],
+            trial={**{k: spec["trial"][k] for k in TRIAL_KEYS}, "measure_steps": spec["trial"]["measure_steps"] or (
+                V1_MEASURE_STEPS if spec["search"].get("strategy") == "v1" else DEFAULTS["measure_steps"])},
+            device=device, seed=spec["search"]["seed"],
             base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
@@ -92,10 +94,10 @@ class TrialSettings:
 
 DEFAULTS = {
     "warmup_steps": 5,  # untimed
-    "measure_steps": 30,  # the timed window: at least this many steps,
+    "measure_steps": 10,  # the timed window: at least this many steps (search.strategy v1: V1_MEASURE_STEPS),
     "min_window_s": 1.0,  # at least this long,
     "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
-    "max_window_s": 30.0,  # or this long, or 50x measure_steps
+    "max_window_s": 30.0,  # or this long, or max_steps(config) steps
     "profile_steps": 5,  # a separate profiled window (0: none)
     "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
     "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
@@ -117,6 +119,16 @@ DEFAULTS = {
     "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
 }
 MAX_STEPS_FACTOR = 50
+# the step floor of the search before issue 25 (search.strategy v1), kept for comparison: 10 steps read what 30 to
+# 60 do, once min_window_s has passed (scripts/bench_window.py: jpeg_pipeline's 10-step prefix -2.5% and +0.4% of
+# its 60-step window, inside the 5-9% spread of fresh processes), and 30 cost 10-23 s of every jpeg window
+V1_MEASURE_STEPS = 30
+
+
+def max_steps(cfg: dict[str, Any]) -> int:
+    """The window's step cap: 50x the step floor, never below 50x V1_MEASURE_STEPS (so a
+    10-step floor keeps fast steps' windows to min_window_s and beyond)."""
+    return max(cfg["measure_steps"], V1_MEASURE_STEPS) * MAX_STEPS_FACTOR
 
 
 class TrialConfigError(ConfigError):

@@ -189,10 +189,11 @@ class SearchSpaceSpec(_Strict):
 
 class TrialSpec(_Strict):
     warmup_steps: StrictInt = Field(5, ge=0, description="untimed steps (worker start, compile, autotuning)")
-    measure_steps: StrictInt = Field(30, ge=2, description="fewest steps in the timed window")
+    measure_steps: Optional[StrictInt] = Field(
+        None, ge=2, description="fewest steps in the timed window (default: 10; search.strategy v1: 30)")
     min_window_s: float = Field(1.0, ge=0, description="the timed window runs at least this long")
     target_ci: float = Field(0.02, gt=0, description="then until the step-time mean is known to +- this (95% confidence)")
-    max_window_s: float = Field(30.0, gt=0, description="or until this long (or 50x measure_steps), whichever is first")
+    max_window_s: float = Field(30.0, gt=0, description="or until this long (or 50x measure_steps, at least 1500 steps), whichever is first")
     profile_steps: StrictInt = Field(5, ge=0, description="steps in the separate profiled window (0: no profile)")
     diagnose: StrictBool = Field(True, description="count FLOPs, probe 2x the batch, and diagnose the bottleneck")
     timeout_s: float = Field(600, gt=0, description="a trial running longer is killed and recorded as timed out")

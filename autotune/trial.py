@@ -5,7 +5,7 @@ Needs torch only (no Ray, MLflow, Optuna or pydantic), so a trial runs anywhere:
     python -m autotune.trial CONFIG.json [-o RESULT.json] [--set knob=value ...]
 
 CONFIG is a JSON object: {"workload": {"name": "tiny_cnn", "args": {}},
-"knobs": {...}, "warmup_steps": 5, "measure_steps": 30, "device": "auto",
+"knobs": {...}, "warmup_steps": 5, "measure_steps": 10, "device": "auto",
 "seed": 0}. Knobs left out take PyTorch's defaults. The result is
 one JSON object: status ("ok", "oom" or "error"), the knobs, the device, and
 metrics whose names carry their units.
@@ -40,7 +40,7 @@ from autotune import sides, trace
 from autotune import workload as W
 from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
-from autotune.request import DEFAULTS, MAX_STEPS_FACTOR, TrialConfigError, check_config  # noqa: F401  (the runner's contract)
+from autotune.request import DEFAULTS, TrialConfigError, check_config, max_steps  # noqa: F401  (the runner's contract)
 from autotune.rank_parity import rank_parity
 from autotune.result import TrialResult
 from autotune.safety import needs_parity, trial_parity
@@ -151,12 +151,12 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     On the CPU, a memory window after the timed one samples the allocator's peak."""
     prune, above = cfg["prune_below"], cfg["incumbent_above"]
     rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
-                        max_steps=cfg["measure_steps"] * MAX_STEPS_FACTOR, max_s=cfg["max_window_s"],
+                        max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
                         prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
                         screen_ms=knobs["batch_size"] / above * 1e3 if above else None,
                         screen_ci=cfg["incumbent_ci"], promote_ci=M.PROMOTE_FACTOR * cfg["target_ci"] if above else None)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
-        rule = R.fixed_rule(cfg["measure_steps"] * MAX_STEPS_FACTOR)
+        rule = R.fixed_rule(max_steps(cfg))
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
              + memory.MEMORY_STEPS)
     phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...

@@ -42,8 +42,8 @@ from autotune.trial import DEFAULTS as TRIAL_DEFAULTS  # noqa: E402
 # the spec's sections and their defaults (autotune/spec.py), for hosts without pydantic
 SECTIONS = {
     "name": None, "workload": None, "baseline": {}, "search_space": "default", "output_dir": None,
-    "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "measure_steps", "min_window_s", "target_ci",
-                                                "max_window_s", "profile_steps", "diagnose")},
+    "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "min_window_s", "target_ci", "max_window_s",
+                                                "profile_steps", "diagnose")}, "measure_steps": None,
               "timeout_s": 600.0, "prune_margin": 0.2},
     "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},

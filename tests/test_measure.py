@@ -112,6 +112,16 @@ def test_window_rule_stops_on_precision_or_caps():
     assert M.rel_ci95([10.0, 10.0, 10.0]) == 0.0
 
 
+def test_a_ten_step_window_is_judged_by_students_t():
+    # 10 steps of 10 ms +- 0.2: the normal CI is +-1.31%, Student's t (9 df) +-1.51%
+    times = lambda: [10.2, 9.8] * 5  # noqa: E731
+    assert M.rel_ci95(times()) == pytest.approx(0.01307, abs=1e-4)
+    assert M.t_rel_ci95(times()) == pytest.approx(0.01307 * 2.262 / 1.96, abs=1e-4)
+    assert not M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.014).done(10, 0.1, times)  # inside z, not t
+    assert M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.016).done(10, 0.1, times)
+    assert M.t_rel_ci95([10.0] * 40 + [11.0] * 40) == M.rel_ci95([10.0] * 40 + [11.0] * 40)  # 30 steps on: 1.96
+
+
 def test_window_rule_prunes_only_what_is_clearly_slower():
     slow = lambda: [10.0, 10.1, 9.9] * 4  # noqa: E731
     rule = M.WindowRule(min_steps=30, min_s=5.0, prune_ms=9.0)

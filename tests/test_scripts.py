@@ -190,3 +190,20 @@ def test_bench_search_cost_runs_a_search_and_ends_with_the_json_line(tmp_path):
     assert r["to_winner_s"] is None or 0 < r["to_winner_s"] <= r["wall_s"]
     assert r["speedup_x"] is None or r["speedup_x"] > 0
     assert f"#{r['winner_trial']}" in proc.stdout  # the readable table's row
+
+
+def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
+    """Two configs, two fresh processes each, 40-step windows: a row per prefix
+    (10-30 steps, 0.25-5 s where the window lasts that long) and the whole window's."""
+    proc = subprocess.run([sys.executable, "scripts/bench_window.py", "--workload", "tiny_cnn", "--arg", "batch_size=8",
+                           "--steps", "40", "--warmup", "2", "--reps", "2", "--config", "", "--config",
+                           "channels_last=true"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert [c["knobs"] for c in out["configs"]] == [{}, {"channels_last": True}]
+    for config in out["configs"]:
+        assert len(config["samples_per_s"]) == 2 and all(r > 0 for r in config["samples_per_s"])
+        rows = {r.get("steps", r.get("seconds")): r for r in config["prefixes"]}
+        assert {10, 20, 30, 40} <= set(rows) and rows[40]["bias_median"] == 0.0  # the whole window: itself
+        assert all(-1 < r["bias_median"] < 10 and r["covered"] in ("-", "0/2", "1/2", "2/2") for r in rows.values())
+    assert "mean in CI" in proc.stdout and "channels_last" in proc.stdout

@@ -27,6 +27,20 @@ def test_minimal_spec_gets_embedded_defaults():
     assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"} - multi_rank
 
 
+def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
+    from autotune.request import TrialSettings
+
+    def floor(**sections) -> int:
+        spec = S.parse({**WL, **sections}, "runs/x.yaml").model_dump(mode="json")
+        knobs = {**K.pytorch_defaults(None), "batch_size": 32}
+        return TrialSettings.of(spec, "cpu", knobs).config(knobs)["measure_steps"]
+
+    assert S.parse(WL, "runs/x.yaml").trial.measure_steps is None
+    assert floor() == 10  # v2: min_window_s and the CI do the rest (scripts/bench_window.py)
+    assert floor(search={"strategy": "v1"}) == 30  # the search before issue 25, for comparison
+    assert floor(trial={"measure_steps": 40}, search={"strategy": "v1"}) == 40
+
+
 def test_inline_knobs_override_the_preset():
     spec = S.parse({**WL, "search_space": {"preset": "quick", "knobs": {"batch_size": [8, 16]}}})
     lists = spec.search_space.lists()

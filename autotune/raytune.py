@@ -278,6 +278,10 @@ def init_ray(address: str | None) -> bool:
     ray_constants.ENABLE_RAY_CLUSTER = address is not None
     if address is None:
         os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing off this host can reach it
+        # Ray's sockets live under $TMPDIR/ray; a relative TMPDIR gives the raylet a socket path it parses as a
+        # TCP address: it aborts, and ray.init waits 30 s to say "the node timed out during startup"
+        if os.environ.get("TMPDIR") and not os.path.isabs(os.environ["TMPDIR"]):
+            os.environ["TMPDIR"] = os.path.abspath(os.environ["TMPDIR"])
         # no idle worker per CPU started with the driver: a search starts its one actor itself
         # (scripts/bench_ray_start.py: init + first actor 6.8 s against 9.1 s, 2 loaded cores)
         os.environ.setdefault("RAY_prestart_worker_first_driver", "0")

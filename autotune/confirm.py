@@ -48,20 +48,17 @@ def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline,
             **remeasure(run, baseline.knobs, best.knobs, rounds)}
 
 
-WINDOW_CI_CAP = 0.10  # never looser: the re-measured means are the speedup reported (2 cores: 5-10% per process)
-
-
 def window_ci(baseline, best, target_ci: float) -> float:
     """The re-measurement's windows, sized by the decision they make (search.strategy
     v2): each side's step-time mean to within a quarter of the gap the trials
-    measured (1.2x: +-5%), never tighter than the spec's `target_ci` nor looser
-    than WINDOW_CI_CAP. Two such means together are off by at most half the gap
-    (95% each), so a pair that says "faster" at that gap is not the windows'
-    noise; a close call (a 1.05x gap) keeps the full window. The pairs' verdict
-    stays the test."""
+    measured (`measure.gap_ci`: 1.2x, +-5%), never tighter than the spec's
+    `target_ci` nor looser than ±10%; a close call (a 1.05x gap) keeps the full
+    window. The pairs' verdict stays the test."""
+    from autotune.measure import gap_ci
+
     if not (baseline and best and baseline.throughput and best.throughput):
         return target_ci
-    return max(target_ci, min(WINDOW_CI_CAP, (best.throughput / baseline.throughput - 1) / 4))
+    return gap_ci(best.throughput / baseline.throughput - 1, target_ci)
 
 
 def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
-from autotune.measure import PROMOTE_FACTOR  # noqa: E402
+from autotune.measure import PROMOTE_FACTOR, gap_ci  # noqa: E402
 from autotune.request import DEFAULTS  # noqa: E402
 from autotune.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 
@@ -160,10 +160,11 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             # incumbent (charged at the window's minimum; the recorded CI, at the window's end, stands in for
             # the CI at that point, an optimistic stand-in); no profile, diagnosis or parity
             cost -= max(0.0, window - MIN_WINDOW_S)
-        elif value is not None and above and value * (1 - ci) > above * (1 + known) and ci < PROMOTE_CI:
-            # a promoted window: clearly ahead, it stops at +-PROMOTE_CI (steps ~ 1 / CI^2: the recorded
-            # window scaled down, never below its minimum)
-            cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / PROMOTE_CI) ** 2))
+        elif value is not None and above and value * (1 - ci) > above * (1 + known) \
+                and ci < (allowed := gap_ci(value / (above * (1 + known)) - 1, PROMOTE_CI)):
+            # a promoted window: clearly ahead, it stops at +-PROMOTE_CI, or a quarter of its lead where looser
+            # (steps ~ 1 / CI^2: the recorded window scaled down, never below its minimum)
+            cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / allowed) ** 2))
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
                       attrs={"ci": min(ci, MAX_INCUMBENT_CI)})

@@ -4,6 +4,7 @@ import pytest
 import yaml
 
 from autotune import confirm as C
+from autotune import measure as M
 from autotune.records import read_run
 from autotune.result import TrialResult
 
@@ -65,7 +66,7 @@ def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
         return TrialRecord(number=0, status="ok", knobs={}, metrics={"samples_per_s": rate})
 
     assert C.window_ci(rec(100.0), rec(120.0), 0.02) == pytest.approx(0.05)  # a large gap: a short window
-    assert C.window_ci(rec(100.0), rec(800.0), 0.02) == C.WINDOW_CI_CAP  # never looser than the cap
+    assert C.window_ci(rec(100.0), rec(800.0), 0.02) == M.GAP_CI_CAP  # never looser than the cap
     assert C.window_ci(rec(100.0), rec(105.0), 0.02) == 0.02  # a close call: the spec's full window
     assert C.window_ci(rec(100.0), rec(90.0), 0.02) == 0.02 and C.window_ci(None, rec(90.0), 0.03) == 0.03
 

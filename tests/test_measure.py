@@ -150,7 +150,15 @@ def test_a_window_that_clearly_beats_the_incumbent_is_promoted_at_a_looser_ci():
     early = rule()
     assert not early.done(20, 1.0, faster) and not early.done(30, 0.5, faster) and not early.promoted  # floors first
     assert not rule(promote_ci=None).done(30, 1.0, faster)  # no promotion asked: on to +-1%
-    assert not rule(promote_ci=0.01).done(30, 1.0, faster)  # +-1.6% is not yet known well enough
+    # an 11% lead takes +-2.8% (a quarter of it), a 3.3% lead (bar 9.3 ms) its floor, +-1%: +-1.6% is not enough
+    assert rule(promote_ci=0.01).done(30, 1.0, faster)
+    assert not rule(promote_ci=0.01, screen_ms=9.3).done(30, 1.0, faster)
+    # a large lead stops at a loose CI: 7.5 ms +- 7.3% against a 10-ms bar (a 33% lead: +-8.3% will do), not
+    # against an 8.5-ms one (13%: +-3.3%), though wholly below both; never looser than GAP_CI_CAP
+    noisy_fast = lambda: [6.0, 9.0] * 15  # noqa: E731
+    assert rule().done(30, 1.0, noisy_fast) and not rule(screen_ms=8.5).done(30, 1.0, noisy_fast)
+    assert M.gap_ci(0.33, 0.04) == pytest.approx(0.0825) and M.gap_ci(3.0, 0.04) == M.GAP_CI_CAP
+    assert M.gap_ci(0.05, 0.04) == 0.04
     # the incumbent known to +-10%: 9 +- 0.15 ms is not clearly below 10 x 0.9, so the full window runs on
     loose = rule(screen_ci=0.1)
     assert not loose.done(30, 1.0, faster) and not loose.promoted

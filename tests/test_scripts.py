@@ -189,6 +189,7 @@ def test_bench_search_cost_runs_a_search_and_ends_with_the_json_line(tmp_path):
     assert r["trials"] == 2 and r["wall_s"] > 0 and r["winner_trial"] in (0, 1)
     assert r["to_winner_s"] is None or 0 < r["to_winner_s"] <= r["wall_s"]
     assert r["speedup_x"] is None or r["speedup_x"] > 0
+    assert r["best_samples_per_s"] is None or r["best_samples_per_s"] > 0  # the confirm's read of the winner
     assert f"#{r['winner_trial']}" in proc.stdout  # the readable table's row
 
 

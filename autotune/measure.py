@@ -89,12 +89,9 @@ GAP_CI_CAP = 0.10  # ... or looser where its lead is large, never looser than th
 
 
 def gap_ci(gap: float, floor: float) -> float:
-    """A window sized by the decision it makes: its mean to within a quarter of
-    `gap` (the relative lead it must show: 1.2x, +-5%), never tighter than
-    `floor` nor looser than GAP_CI_CAP. Two such means together are off by at
-    most half the gap (95% each), so a lead measured at that gap is not the
-    windows' noise; a close call keeps the floor (the promoted window's, and the
-    re-measurement's: confirm.window_ci)."""
+    """A window sized by its decision: its mean to within a quarter of `gap` (the relative lead: 1.2x, +-5%),
+    between `floor` and GAP_CI_CAP. Two such means are off by at most half the gap together (95% each), so
+    the lead is not the windows' noise (the promoted window's, and confirm.window_ci)."""
     return max(floor, min(GAP_CI_CAP, gap / 4))
 
 

@@ -212,9 +212,7 @@ class Searcher(TuneSearcher):
         self.live[trial_id] = proposal.trial, proposal.source
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
                 "prune_below": self.strategy.prune_below(self.prune_margin),
-                "incumbent_above": self.strategy.incumbent_above() if self.pay_on_demand else None,
-                "incumbent_ci": self.strategy.incumbent_ci() if self.pay_on_demand else 0.0,
-                "predicted": proposal.predicted}
+                **self.strategy.incumbent_bar(self.pay_on_demand), "predicted": proposal.predicted}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:

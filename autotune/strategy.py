@@ -308,18 +308,16 @@ class Strategy:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
 
-    def incumbent_above(self) -> float | None:
-        """Samples/s a trial must beat to become the incumbent (the best so far
-        and min_improvement): at or below it, a trial pays for its window alone
-        (search.strategy v2). None before any best: the baseline pays for all."""
-        best = self.best_value()
-        return best * (1 + self.min_improvement) if best else None
-
-    def incumbent_ci(self) -> float:
-        """How well the best so far is known: its throughput's relative 95% CI
-        (0 where its trial did not record one)."""
-        best = self._best()
-        return best.user_attrs.get("ci", 0.0) if best else 0.0
+    def incumbent_bar(self, pay_on_demand: bool = True) -> dict:
+        """What a trial must beat to become the incumbent, as its config takes it:
+        `incumbent_above`, samples/s (the best so far and min_improvement; at or
+        below it a trial pays for its window alone), and `incumbent_ci`, how well
+        the best is known (its throughput's relative 95% CI, 0 where its trial
+        recorded none). None and 0 before any best, and without `pay_on_demand`
+        (search.strategy v1: every trial pays for all)."""
+        best = self._best() if pay_on_demand else None
+        return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
+                "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0}
 
     def prune_below(self, margin: float) -> float | None:
         """A trial whose throughput is clearly below this (the best so far, less

@@ -151,8 +151,8 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         if proposal is None:
             break
         status, value, cost, window = land.lookup(proposal.params)
-        floor, above = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_above()
-        ci, known = land.ci(proposal.params), strategy.incumbent_ci()
+        floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar()
+        above, known, ci = bar["incumbent_above"], bar["incumbent_ci"], land.ci(proposal.params)
         if value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
         elif value is not None and above and value * (1 + ci) < above * (1 - known):

@@ -147,12 +147,14 @@ def test_the_incumbents_interval_goes_with_its_threshold():
     from autotune.strategy import told
 
     strategy = make()
-    assert strategy.incumbent_above() is None and strategy.incumbent_ci() == 0.0
+    assert strategy.incumbent_bar() == {"incumbent_above": None, "incumbent_ci": 0.0}
     p = strategy.ask()
     strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
     q = strategy.ask()
     strategy.tell(q.trial, "ok", 90.0, bottleneck="input", attrs={"ci": 0.01})  # not the incumbent
-    assert strategy.incumbent_above() == pytest.approx(102.0) and strategy.incumbent_ci() == 0.05
+    bar = strategy.incumbent_bar()
+    assert bar["incumbent_above"] == pytest.approx(102.0) and bar["incumbent_ci"] == 0.05
+    assert strategy.incumbent_bar(pay_on_demand=False) == {"incumbent_above": None, "incumbent_ci": 0.0}  # v1
     measured = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": 0.031}})
     assert told(measured, BASE)["ci"] == 0.031
     few = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": float("inf")}})

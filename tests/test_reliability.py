@@ -154,6 +154,13 @@ def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path):
     assert state["wall_s"] > state["wall_before_s"] > 0  # the resumed search counts every run
 
 
+def cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
+    except OSError:
+        return "(gone)"
+
+
 def alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     """Those of `procs` (pid, start time) still running as the same process."""
     now = {(pid, start) for pid, (_, start) in reaper._procs().items()}
@@ -173,7 +180,8 @@ def test_sigkill_of_the_driver_leaves_the_stores_consistent_and_no_process_behin
     deadline = time.time() + 20
     while alive(started) and time.time() < deadline:
         time.sleep(0.5)
-    assert alive(started) == set(), "processes of the killed search outlived it"
+    assert alive(started) == set(), "processes of the killed search outlived it: " + "; ".join(
+        f"{pid}: {cmdline(pid)}" for pid, _ in alive(started))
     killed = count(run_dir)
     # every trial in trials.csv (written last) is in the other two stores; the kill may
     # land between the writes of one trial, which Optuna or MLflow then hold alone:

@@ -155,25 +155,21 @@ class WindowRule:
         if steps % 10 or steps < min(self.min_steps, 10):
             return False
         times = step_times() if self.screen_ms and elapsed >= self.min_s else None
-        if times and len(times) >= 9 and self._t_bounds(times)[0] > self.screen_ms * (1 + self.screen_ci):
-            self.screened = True  # cannot win, at 95%
-            return True
+        if times:  # the step-time mean and its 95% CI (Student's t), for the screen and the promotion
+            mean, ci = sum(times) / len(times), t_rel_ci95(times)
+            if len(times) >= 9 and mean * (1 - ci) > self.screen_ms * (1 + self.screen_ci):
+                self.screened = True  # cannot win, at 95%
+                return True
         if steps < self.min_steps or elapsed < self.min_s:
             return False
-        ci = t_rel_ci95(times or step_times())
-        if times and self.promote_ci:
-            bar, mean = self.screen_ms * (1 - self.screen_ci), sum(times) / len(times)
+        if not times:
+            ci = t_rel_ci95(step_times())
+        elif self.promote_ci:
+            bar = self.screen_ms * (1 - self.screen_ci)
             if mean * (1 + ci) < bar and ci <= gap_ci(bar / mean - 1, self.promote_ci):
                 self.promoted = True  # wins, at 95%, its mean known to a quarter of its lead
                 return True
         return ci <= self.target_ci
-
-    @staticmethod
-    def _t_bounds(times: list[float]) -> tuple[float, float]:
-        """The step-time mean's 95% CI, Student's t (a short window)."""
-        mean = sum(times) / len(times)
-        half = mean * t_rel_ci95(times)
-        return mean - half, mean + half
 
     def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
         mean_ms = elapsed / steps * 1e3  # the host clock over the steps run (on a GPU it runs ahead: never too high)

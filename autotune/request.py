@@ -43,7 +43,7 @@ class TrialSettings:
         return cls(
             workload={k: v for k, v in spec["workload"].items() if v is not None},
             trial={**{k: spec["trial"][k] for k in TRIAL_KEYS}, "measure_steps": spec["trial"]["measure_steps"] or (
-                V1_MEASURE_STEPS if spec["search"].get("strategy") == "v1" else DEFAULTS["measure_steps"])},
+                V1_MEASURE_STEPS if spec["search"]["strategy"] == "v1" else DEFAULTS["measure_steps"])},
             device=device, seed=spec["search"]["seed"],
             base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},

@@ -71,7 +71,7 @@ def child(config: dict) -> dict:
     steps = int(config.pop("steps"))
     cfg = check_config(config)
     device = T.detect_device(cfg["device"])
-    workload = W.load(cfg["workload"]["name"], cfg["workload"].get("args"))
+    workload = W.load(W.trial_source(cfg["workload"], "."), cfg["workload"].get("args"))  # as run_trial loads it
     knobs = {**cfg["knobs"], "batch_size": cfg["knobs"]["batch_size"] or workload.batch_size}
 
     class Keep(M.WindowRule):  # a fixed window that hands over its step times at its end

@@ -22,7 +22,8 @@ clears a safe knob nor catches a broken one. So parity has two parts:
 
 The baseline's side (its trajectory, checkpoints and noise reference) is computed
 once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE); a noise
-level is added the first time a candidate needs it.
+level is added the first time a candidate needs it, and each verdict is kept there
+for the next trial with the same numerics knobs.
 """
 
 from __future__ import annotations
@@ -275,20 +276,28 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
     first trial that needs it computes it (at this candidate's noise level) and
     stores it there, and a later trial whose level it lacks adds that level and
     stores it again, when `path`'s directory exists (a trial on another node, or
-    run alone, computes its own). `candidate_run`: loss_parity's `build` and
+    run alone, computes its own). Each verdict is stored beside it, under its
+    `verdict_key`: a later trial with the same numerics knobs (one rank) takes
+    it instead of computing it again. `candidate_run`: loss_parity's `build` and
     `shard` (several ranks)."""
     import torch
 
     steps, path = parity.get("steps", 20), parity.get("reference")
     key = reference_key(workload_ref, parity["baseline"], steps, seed, device)
     level = roundoff(parity["baseline"], candidate, device.type)
-    reference, started, paid = None, time.perf_counter(), None
+    tolerance = parity.get("tolerance", 0.05)
+    reference, verdicts, started, paid = None, {}, time.perf_counter(), None
     if path and os.path.exists(path):
         try:
             saved = torch.load(path, weights_only=True)
-            reference = saved["reference"] if saved.get("key") == key else None
+            if saved.get("key") == key:
+                reference, verdicts = saved["reference"], saved.get("verdicts", {})
         except Exception:  # a partial or foreign file: compute instead
             reference = None
+    same = None if candidate_run else verdict_key(candidate, tolerance)  # several ranks: their own sharding
+    if same in verdicts:  # the same numerics knobs were checked in this search: the same computation, not rerun
+        return {**verdicts[same], "reference": "verdict reused (same numerics knobs)",
+                "parity_s": time.perf_counter() - started}
     # the first trial that needs parity stores it (a file of another key stays: compute alone)
     writable = path and os.path.isdir(os.path.dirname(os.path.abspath(path)))
     if writable and reference is None and not os.path.exists(path):
@@ -296,15 +305,29 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
         paid = ("computed and stored", reference["build_s"])
     elif writable and reference is not None and repr(level) not in reference["noise"]:
         paid = (f"noise level {level:.3g} added and stored", add_levels(workload, reference, device.type, [level]))
-    if paid:
+
+    def store() -> None:
         tmp = f"{path}.{os.getpid()}.tmp"  # the rename makes it whole or absent (a lost race only computes again)
-        torch.save({"key": key, "reference": reference}, tmp)
+        torch.save({"key": key, "reference": reference, "verdicts": verdicts}, tmp)
         os.replace(tmp, path)
-    out = loss_parity(workload, parity["baseline"], candidate, device, steps, parity.get("tolerance", 0.05), seed,
-                      reference, **candidate_run)
+
+    if paid:
+        store()
+    out = loss_parity(workload, parity["baseline"], candidate, device, steps, tolerance, seed, reference,
+                      **candidate_run)
+    if writable and reference is not None and same is not None:
+        verdicts = {**verdicts, same: out}
+        store()
     if paid:  # the search's one-time cost, apart (a trial's cost estimate leaves it out: budget.trial_cost)
         out.update(reference=paid[0], parity_s=time.perf_counter() - started, reference_s=paid[1])
     return out
+
+
+def verdict_key(candidate: dict[str, Any], tolerance: float) -> str:
+    """What a parity verdict depends on beyond the reference: the numerics knobs
+    (the registry's: the only knobs that change the loss a step computes; parity
+    runs at the baseline's batch size, one process) and the tolerance."""
+    return repr(sorted((k, candidate[k]) for k in PARITY_KNOBS)) + f" tol={tolerance!r}"
 
 
 def _sig(x):

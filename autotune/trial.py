@@ -251,9 +251,10 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:
     """With `incumbent_above`: a window at or below it cannot make this config
     the incumbent, so the trial pays for nothing more (no profile, diagnosis or
-    loss parity; `result["skipped"]` says so). A screened or promoted window is marked."""
-    if rule.screened or rule.promoted:
-        metrics["screened" if rule.screened else "promoted"] = 1.0
+    loss parity; `result["skipped"]` says so). A screened, promoted or tied window is marked."""
+    for mark in ("screened", "promoted", "tied"):
+        if getattr(rule, mark):
+            metrics[mark] = 1.0
     above = cfg["incumbent_above"]
     if above is None or metrics["samples_per_s"] > above:
         return False

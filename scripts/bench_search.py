@@ -18,7 +18,8 @@ live on a GPU; the time budget's compile scheduling is not replayed.
 
 Each trial is charged what it would cost under the search's rules
 (search.strategy v2): pruned, or stopped by its screening window once it cannot
-beat the incumbent, or by its promoted window once it clearly beats it (the
+beat the incumbent, or by its promoted window once it clearly beats it, or by
+its tied window once inside the incumbent's interval and known as well (the
 recorded landscapes ran no profile, diagnosis or parity off the baseline, so
 nothing else changes).
 
@@ -165,6 +166,9 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             # a promoted window: clearly ahead, it stops at +-PROMOTE_CI, or a quarter of its lead where looser
             # (steps ~ 1 / CI^2: the recorded window scaled down, never below its minimum)
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / allowed) ** 2))
+        elif value is not None and above and ci < known and above * (1 - known) <= value <= above * (1 + known):
+            # a tied window: inside the incumbent's own interval, it stops once known as well as the incumbent
+            cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / known) ** 2))
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
                       attrs={"ci": min(ci, MAX_INCUMBENT_CI)})

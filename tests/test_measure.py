@@ -159,12 +159,30 @@ def test_a_window_that_clearly_beats_the_incumbent_is_promoted_at_a_looser_ci():
     assert rule().done(30, 1.0, noisy_fast) and not rule(screen_ms=8.5).done(30, 1.0, noisy_fast)
     assert M.gap_ci(0.33, 0.04) == pytest.approx(0.0825) and M.gap_ci(3.0, 0.04) == M.GAP_CI_CAP
     assert M.gap_ci(0.05, 0.04) == 0.04
-    # the incumbent known to +-10%: 9 +- 0.15 ms is not clearly below 10 x 0.9, so the full window runs on
+    # the incumbent known to +-10%: 9 +- 0.15 ms is not clearly below 10 x 0.9, so no promotion; no length of
+    # window can make it one (its mean is inside the incumbent's band), and it is known to better than +-10%: a tie
     loose = rule(screen_ci=0.1)
-    assert not loose.done(30, 1.0, faster) and not loose.promoted
-    # nor is 10 ms clearly slower than a 9.5-ms threshold known to +-10%: no screen
+    assert loose.done(30, 1.0, faster) and loose.tied and not loose.promoted
+    # nor is 10 ms clearly slower than a 9.5-ms threshold known to +-10%: no screen; a tie likewise
     slower = lambda: [10.0, 10.1, 9.9] * 10  # noqa: E731
-    assert not M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1).done(30, 1.0, slower)
+    tie = M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1, promote_ci=0.002)
+    assert not tie.done(30, 1.0, slower) and tie.done(50, 1.0, slower) and tie.tied and not tie.screened  # floors first
+    assert not M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1).done(50, 1.0, slower)
+
+
+def test_a_window_inside_the_incumbents_band_stops_at_the_incumbents_precision():
+    """jpeg_pipeline: the incumbent known to +-7%, a window 4% faster than it ran its 30-s cap to reach +-4%.
+    Inside that band, it stops once known as well as the incumbent; outside it, or known worse, it runs on."""
+    rule = lambda **kw: M.WindowRule(**{"min_steps": 10, "min_s": 1.0, "target_ci": 0.02, "screen_ms": 10.0,  # noqa: E731
+                                        "screen_ci": 0.07, "promote_ci": 0.04, **kw})
+    inside = lambda: [9.3, 10.3, 8.9, 9.8] * 5  # noqa: E731  (9.6 ms +- 3.5%, 20 steps)
+    assert (r := rule()).done(20, 2.0, inside) and r.tied and not (r.promoted or r.screened)
+    assert not rule(screen_ci=0.03).done(20, 2.0, inside)  # a tighter incumbent: +-3.5% is not as good, on
+    assert (r := rule(screen_ci=0.0)).done(20, 2.0, inside) and r.promoted and not r.tied  # no band: clearly below 10
+    assert not rule(screen_ms=10.5).done(20, 2.0, inside)  # 9.6 < 10.5 x 0.93: below the band, a promotion may come
+    assert not rule(promote_ci=None).done(20, 2.0, inside)  # no screening window (strategy v1): the target
+    wide = lambda: [7.0, 12.0] * 10  # noqa: E731  (9.5 ms +- 12%)
+    assert not rule().done(20, 2.0, wide)  # known worse than the incumbent: on
 
 
 def test_a_window_of_few_slow_steps_is_pruned_on_elapsed_time():

@@ -12,6 +12,7 @@ import os
 import time
 from dataclasses import dataclass
 
+from autotune.memory import peak_rss_gib, reset_peak_rss
 from autotune.trace import analyze_trace
 
 # --- measuring a running session (torch imported on call) ---------------------------
@@ -353,53 +354,3 @@ def flops_per_sample(session, batch, samples: int, path: str | None, key: dict) 
             json.dump({**known, name: flops}, f)
         os.replace(tmp, path)
     return flops
-
-
-def reset_peak_rss() -> None:
-    """Restart this process's peak RSS (Linux VmHWM) from its current RSS; elsewhere a no-op."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
-
-
-def peak_rss_gib() -> float:
-    """This process's peak RSS since `reset_peak_rss` (Linux; elsewhere since it started)."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**20  # kB
-    except (OSError, StopIteration):
-        import resource
-
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
-
-
-class MemoryCapExceeded(MemoryError):
-    """The trial's memory went over its cap (`memory_limit_gib`: the allocator's bytes in use, autotune.memory;
-    peak RSS where glibc's mallinfo2 is missing): an out of memory, status "oom"."""
-
-
-def check_rss_cap(limit_gib: float | None) -> None:
-    """Raise MemoryCapExceeded when this process's peak RSS is above `limit_gib`
-    (a forced memory limit on the CPU, where nothing else bounds a batch)."""
-    if limit_gib is not None and peak_rss_gib() > limit_gib:
-        raise MemoryCapExceeded(f"out of memory: peak RSS {peak_rss_gib():.2f} GiB above memory_limit_gib={limit_gib:g}")
-
-
-def memory_at_failure(device) -> dict[str, float]:
-    import resource
-
-    import torch
-
-    out = {"mem_rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB on Linux
-    if device.type == "cuda":
-        out["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        out["mem_device_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
-    return out
-
-
-def is_oom(e: BaseException) -> bool:
-    import torch
-
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()

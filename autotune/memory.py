@@ -15,7 +15,7 @@ The peak is sampled (every `PERIOD_S`), so a peak shorter than that may be
 missed: a step's activations are held from the end of forward into backward,
 much longer. The sampler takes the allocator's locks, so it runs outside the
 timed window (`memory_window`), and inside it only under a forced limit.
-Needs torch for nothing; glibc (Linux) for the numbers: elsewhere they are absent.
+Imports torch only on call (at_failure, is_oom); glibc (Linux) for the numbers: elsewhere they are absent.
 """
 
 from __future__ import annotations
@@ -87,16 +87,14 @@ class PeakInUse:
 
     def check(self) -> None:
         """Raise MemoryCapExceeded when a sample since the start was above the limit
-        (without glibc: the peak RSS against it, measure.check_rss_cap)."""
-        from autotune import measure as M
-
+        (without glibc: the peak RSS against it, check_rss_cap)."""
         if self.limit_gib is None:
             return
         if self.peak_gib is None:
-            M.check_rss_cap(self.limit_gib)
+            check_rss_cap(self.limit_gib)
         elif self.peak_gib > self.limit_gib:
-            error = M.MemoryCapExceeded(f"out of memory: {self.peak_gib:.3f} GiB in use (the allocator's sampled "
-                                        f"peak) above memory_limit_gib={self.limit_gib:g}")
+            error = MemoryCapExceeded(f"out of memory: {self.peak_gib:.3f} GiB in use (the allocator's sampled "
+                                      f"peak) above memory_limit_gib={self.limit_gib:g}")
             error.in_use_gib = self.peak_gib
             raise error
 
@@ -104,12 +102,6 @@ class PeakInUse:
 def cap(limit_gib: float | None) -> PeakInUse | None:
     """The forced memory limit's sampler, started (None: no limit)."""
     return PeakInUse(limit_gib).start() if limit_gib is not None else None
-
-
-def at_failure(error: BaseException) -> dict[str, float]:
-    """The allocator's peak that a forced limit stopped the trial at."""
-    peak = getattr(error, "in_use_gib", None)
-    return {"mem_inuse_peak_gib": peak} if peak is not None else {}
 
 
 def memory_window(session, batches, steps: int = MEMORY_STEPS) -> dict[str, float]:
@@ -130,3 +122,59 @@ def memory_window(session, batches, steps: int = MEMORY_STEPS) -> dict[str, floa
         if sampler is not session.memory_cap:
             sampler.stop()
     return {"mem_inuse_peak_gib": sampler.peak_gib, "mem_inuse_step_gib": sampler.peak_gib - sampler.start_gib}
+
+
+# --- the process's peak RSS, and what an out of memory left ---------------------
+
+
+def reset_peak_rss() -> None:
+    """Restart this process's peak RSS (Linux VmHWM) from its current RSS; elsewhere a no-op."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass
+
+
+def peak_rss_gib() -> float:
+    """This process's peak RSS since `reset_peak_rss` (Linux; elsewhere since it started)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**20  # kB
+    except (OSError, StopIteration):
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+class MemoryCapExceeded(MemoryError):
+    """The trial's memory went over its cap (`memory_limit_gib`: the allocator's bytes in use, autotune.memory;
+    peak RSS where glibc's mallinfo2 is missing): an out of memory, status "oom"."""
+
+
+def check_rss_cap(limit_gib: float | None) -> None:
+    """Raise MemoryCapExceeded when this process's peak RSS is above `limit_gib`
+    (a forced memory limit on the CPU, where nothing else bounds a batch)."""
+    if limit_gib is not None and peak_rss_gib() > limit_gib:
+        raise MemoryCapExceeded(f"out of memory: peak RSS {peak_rss_gib():.2f} GiB above memory_limit_gib={limit_gib:g}")
+
+
+def at_failure(error: BaseException, device) -> dict[str, float]:
+    """What an out of memory left: the process's peak RSS; on CUDA the device's
+    peak allocated and its total; the allocator's peak a forced limit stopped at."""
+    import resource
+
+    import torch
+
+    out = {"mem_rss_peak_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}  # KiB on Linux
+    if device.type == "cuda":
+        out["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        out["mem_device_gib"] = torch.cuda.get_device_properties(0).total_memory / 2**30
+    peak = getattr(error, "in_use_gib", None)
+    return {**out, **({"mem_inuse_peak_gib": peak} if peak is not None else {})}
+
+
+def is_oom(e: BaseException) -> bool:
+    import torch
+
+    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()

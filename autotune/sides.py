@@ -84,7 +84,7 @@ def double_batch_probe(session, batch2x, ceiling_step_ms: float) -> dict[str, fl
     times its model, not its decoding. OOM says the batch is at the memory limit."""
     import torch
 
-    from autotune.measure import is_oom
+    from autotune.memory import is_oom
 
     try:
         at2x = compute_ceiling(session, batch2x, min_steps=5, min_s=0.25)

@@ -332,10 +332,10 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
     except K.BlockError as e:  # the model lacks what the knobs need: bad input
         raise TrialConfigError(str(e)) from e
     except Exception as e:  # a failing workload is a result, not a crash
-        if M.is_oom(e):  # infeasible: record the memory at the failure with the knobs
-            result["metrics"] = {**result.get("metrics", {}), **M.memory_at_failure(device), **memory.at_failure(e)}
+        if memory.is_oom(e):  # infeasible: record the memory at the failure with the knobs
+            result["metrics"] = {**result.get("metrics", {}), **memory.at_failure(e, device)}
         result.update(
-            status="oom" if M.is_oom(e) else "error",
+            status="oom" if memory.is_oom(e) else "error",
             error_type=type(e).__name__,
             error=str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__,
             traceback=traceback.format_exc()[-4000:],

@@ -12,8 +12,11 @@ pid and its start time, so a reused pid is never touched.
     ...
     reaper.stop(proc)            # after ray.shutdown()
 
-A driver that ends normally closes the reaper's stdin first (Ray is shut down
-by then): the reaper exits without touching anything.
+A driver that ends normally says so on the reaper's stdin, then closes it (Ray
+is shut down by then): the reaper exits without touching anything. A bare EOF is
+a driver that died: a killed process's pipes close before /proc shows it gone
+(a CI run saw the reaper read EOF, find the driver still listed, take it for a
+normal end, and leave Ray's two agents running).
 
     python -m autotune.reaper PID    # started by `watching`; reads stdin until EOF
 """
@@ -29,6 +32,7 @@ import sys
 from pathlib import Path
 
 POLL_S = 0.5
+NORMAL_END = b"x"  # what a driver ending normally writes before it closes the reaper's stdin
 
 
 def _procs() -> dict[int, tuple[int, int]]:
@@ -76,10 +80,10 @@ def watch(driver: int) -> None:
             break  # the driver is gone
         noted = {p for p in noted if procs.get(p[0], (0, None))[1] == p[1]} | descendants(driver, since, procs)
         readable, _, _ = select.select([sys.stdin], [], [], POLL_S)
-        if readable and not os.read(sys.stdin.fileno(), 1):  # EOF
-            if _procs().get(driver, (0, None))[1] == started:
-                return  # the driver closed it: a normal end
-            break
+        if readable:
+            if os.read(sys.stdin.fileno(), 1) == NORMAL_END:
+                return  # the driver said so: a normal end
+            break  # EOF alone: the driver died (it may still be listed in /proc for a moment)
     procs = _procs()
     for pid, start in noted:
         if pid != os.getpid() and procs.get(pid, (0, None))[1] == start:
@@ -98,7 +102,11 @@ def start() -> subprocess.Popen | None:
 def stop(proc: subprocess.Popen | None) -> None:
     """A normal end: the reaper leaves, touching nothing."""
     if proc is not None:
-        proc.stdin.close()
+        with contextlib.suppress(BrokenPipeError):  # a reaper that is gone already
+            proc.stdin.write(NORMAL_END)
+            proc.stdin.flush()
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.close()
         with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=5)
 

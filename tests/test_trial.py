@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from autotune import measure as M
 from autotune.knobs import pytorch_defaults
 from autotune.trial import TrialConfigError, check_config, run_trial
 
@@ -62,8 +63,10 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert "does not beat" in below["skipped"]
     above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0, "max_window_s": 5.0})  # a new incumbent:
     assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above  # diagnosed, checked
-    # clearly above: its window stopped once its mean was known to +-2x target_ci (promoted), not +-target_ci
-    assert above["metrics"]["promoted"] == 1 and above["metrics"]["step_mean_ci95"] <= 2 * 0.02
+    # clearly above (a lead of thousands of times): its window stopped once its mean was known to a quarter of its
+    # lead, capped at +-GAP_CI_CAP (promoted), not +-target_ci. The recorded CI adds the window's last step, which
+    # had not ended when the rule decided on the others: it may sit a little above the cap
+    assert above["metrics"]["promoted"] == 1 and above["metrics"]["step_mean_ci95"] <= 1.25 * M.GAP_CI_CAP
     assert below["metrics"].get("screened") == 1 and "promoted" not in below["metrics"]
     assert above["phases_s"]["parity"] >= above["metrics"]["parity_s"] * 0.99 and "window" in below["phases_s"]
     late = run_trial({**config, "parity_only": True})  # the late check: parity alone, no window

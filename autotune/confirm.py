@@ -23,6 +23,10 @@ from typing import Any, Callable
 
 ROLES = ("baseline", "best")
 METRIC = "samples_per_s"
+# the baseline re-measured this far off its trial's read (and outside twice that window's CI) is said: every
+# trial was compared with that read (measured: jpeg_pipeline's baseline read 105.9 in its trial, 88.0 and 87.3
+# here, and the climb's first moves, each read below it, were screened)
+ANCHOR_DRIFT = 0.10
 
 
 def order(rounds: int) -> list[tuple[int, str]]:
@@ -44,8 +48,13 @@ def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline,
         return None
     if announce:
         announce(f"re-measuring the best against the baseline: {rounds} interleaved round(s), a fresh process each")
-    return {"baseline_trial": baseline.number, "best_trial": best.number,
-            **remeasure(run, baseline.knobs, best.knobs, rounds)}
+    out = {"baseline_trial": baseline.number, "best_trial": best.number,
+           **remeasure(run, baseline.knobs, best.knobs, rounds)}
+    if out.get("baseline_samples_per_s"):  # how far the anchor every trial was compared with was off
+        out.update(baseline_drift=round(out["baseline_samples_per_s"] / baseline.throughput - 1, 4),
+                   baseline_trial_samples_per_s=round(baseline.throughput, 2),
+                   baseline_trial_ci95=baseline.metrics.get("step_mean_ci95"))
+    return out
 
 
 def window_ci(baseline, best, target_ci: float) -> float:
@@ -118,6 +127,11 @@ def describe(confirm: dict[str, Any]) -> str:
             f"{confirm['speedup_x']:.2f}x ({spread})")
     if confirm["verdict"] != "faster":
         line += "; not faster in every pair: a tie, won by the safer config (the baseline)"
+    drift, ci = confirm.get("baseline_drift"), confirm.get("baseline_trial_ci95") or 0.0
+    if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
+        line += (f"; the baseline re-measured {drift:+.0%} off its trial's {confirm['baseline_trial_samples_per_s']:g} "
+                 f"samples/s (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
+                 "that process was unusual, and configs screened or pruned near the baseline may deserve a second look")
     if confirm.get("error"):
         line += f"; stopped early: {confirm['error']}"
     if confirm.get("disturbed"):

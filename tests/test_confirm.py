@@ -59,6 +59,25 @@ def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
     assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)["verdict"] is None
 
 
+def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
+    """jpeg_pipeline: the baseline read 105.9 samples/s in its trial, 88.0 and 87.3 re-measured; every trial had
+    been compared with 105.9. Within 10% (or twice its window's CI), nothing is said."""
+    from autotune.records import TrialRecord
+
+    base = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.022})
+    best = TrialRecord(number=9, status="ok", knobs={"id": "B"}, metrics={"samples_per_s": 171.5})
+    run, _ = fake_runs([88.0, 154.8, 153.7, 87.3])
+    out = C.confirm_best(run, base, best, 2)
+    assert out["baseline_drift"] == pytest.approx(87.65 / 105.9 - 1, abs=1e-4) and out["baseline_trial_ci95"] == 0.022
+    assert ("; the baseline re-measured -17% off its trial's 105.9 samples/s (its window: ±2.2%), the read every "
+            "trial was compared with") in C.describe(out)
+    run, _ = fake_runs([98.0, 154.8, 153.7, 97.3])
+    assert "the baseline re-measured" not in C.describe(C.confirm_best(run, base, best, 2))  # -8%: not said
+    loose = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.1})
+    run, _ = fake_runs([88.0, 154.8, 153.7, 87.3])
+    assert "the baseline re-measured" not in C.describe(C.confirm_best(run, loose, best, 2))  # inside 2x its CI
+
+
 def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
     from autotune.records import TrialRecord
 

@@ -66,8 +66,9 @@ def descendants(pid: int, since: int, procs: dict[int, tuple[int, int]] | None =
 
 
 def watch(driver: int) -> None:
-    """Note the driver's new descendants until stdin closes; if the driver is dead
-    by then, kill the noted ones that are still the same processes."""
+    """Note the driver's new descendants until the driver says it ends normally
+    (NORMAL_END on stdin: leave), or dies (EOF alone, or gone from /proc): then
+    kill the noted ones that are still the same processes."""
     procs = _procs()
     if driver not in procs:
         return

@@ -311,7 +311,7 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
         torch.save({"key": key, "reference": reference, "verdicts": verdicts}, tmp)
         os.replace(tmp, path)
 
-    if paid:
+    if paid:  # stored before the check too: a check that raises must not cost the next trial the reference
         store()
     out = loss_parity(workload, parity["baseline"], candidate, device, steps, tolerance, seed, reference,
                       **candidate_run)

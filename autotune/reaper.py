@@ -103,13 +103,8 @@ def start() -> subprocess.Popen | None:
 def stop(proc: subprocess.Popen | None) -> None:
     """A normal end: the reaper leaves, touching nothing."""
     if proc is not None:
-        with contextlib.suppress(BrokenPipeError):  # a reaper that is gone already
-            proc.stdin.write(NORMAL_END)
-            proc.stdin.flush()
-        with contextlib.suppress(BrokenPipeError):
-            proc.stdin.close()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            proc.wait(timeout=5)
+        with contextlib.suppress(subprocess.TimeoutExpired):  # writes, closes stdin (a reaper gone already: no
+            proc.communicate(NORMAL_END, timeout=5)           # error), then waits for it
 
 
 if __name__ == "__main__":

@@ -30,6 +30,13 @@ COMPUTE_SHARE = 0.5  # matmul/conv >= 50% of device time: compute-bound, else me
 MEMORY_HIGH = 0.9  # peak memory > 90% of the device
 COMM_SHARE = 0.2  # gradient synchronization exposed > 20% of a multi-rank step: communication-bound
 LOADER_HEADROOM = 1.2  # size the loader for 20% above the compute ceiling (workers are not perfectly parallel)
+# what a diagnosis measures apart from the timed window: the compute side on a cached batch (its ceiling, the
+# 2x-batch probe, the profiled op mix) and one loader worker's rate. None of it depends on the loader knobs
+# (workers, pinning, prefetch, persistence), so a config that differs from a diagnosed one in those alone is
+# diagnosed from that trial's numbers (`carried`: search.strategy v2) and its own timed window
+APART = ("compute_ceiling_samples_per_s", "compute_ceiling_step_ms", "loader_samples_per_s_per_worker",
+         "host_cpus_per_gpu", "batch2x_step_ratio", "batch2x_oom", "cpu_compute_op_frac", "gpu_compute_kernel_frac",
+         "tensor_core_frac")
 
 # The playbook, as data: per bottleneck, the moves in the order a performance
 # engineer tries them. `to`: "up" / "down" (the next value of a ladder), a value,
@@ -160,6 +167,9 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     per_worker = m.get("loader_samples_per_s_per_worker")
 
     judged = wait if wait is not None else reader
+    if m.get("apart_from_trial") is not None:
+        evidence.append(f"two sides, 2x probe and op mix: trial #{int(m['apart_from_trial'])}'s, which differs from "
+                        "this config in loader knobs alone (not measured again)")
     input_bound = judged is not None and judged > READER_RATIO_LIMIT
     if wait is not None:
         evidence.append(f"timed window: waiting on data {wait:.1%} of the step"

@@ -53,7 +53,8 @@ if TYPE_CHECKING:
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
-                                         config.get("predicted"), config.get("incumbent_ci", 0.0))
+                                         config.get("predicted"), config.get("incumbent_ci", 0.0),
+                                         config.get("carry"))
 
     def run(request: dict, trial_dir: Path) -> dict:
         return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
@@ -212,7 +213,7 @@ class Searcher(TuneSearcher):
         self.live[trial_id] = proposal.trial, proposal.source
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
                 "prune_below": self.strategy.prune_below(self.prune_margin),
-                **self.strategy.incumbent_bar(self.pay_on_demand), "predicted": proposal.predicted}
+                **self.strategy.incumbent_bar(self.pay_on_demand, proposal.params), "predicted": proposal.predicted}
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
         if trial_id not in self.live:

@@ -66,7 +66,7 @@ class TrialSettings:
 
     def config(self, knobs: dict[str, Any], prune_below: float | None = None,
                incumbent_above: float | None = None, predicted: float | None = None,
-               incumbent_ci: float = 0.0) -> dict[str, Any]:
+               incumbent_ci: float = 0.0, carry: dict | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs)."""
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
@@ -86,6 +86,7 @@ class TrialSettings:
             "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
             "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
             "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
+            "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
 
@@ -108,6 +109,8 @@ DEFAULTS = {
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
     "incumbent_ci": 0.0,  # the incumbent's throughput known to +- this (95%, relative): screen and promote allow for it
     "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
+    "carry": None,  # {"trial": N, "metrics"}: trial N measured what a diagnosis measures apart from the window
+    # (diagnose.APART) for a config that differs from this one in loader knobs alone: diagnose from it, no profile
     "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
     "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
     "device": "auto",
@@ -172,6 +175,11 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
                       ("memory_limit_gib", "GiB")):
         if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
             raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
+    carry = cfg["carry"]
+    if carry is not None and not (isinstance(carry, dict) and isinstance(carry.get("trial"), int)
+                                  and isinstance(carry.get("metrics"), dict)
+                                  and all(isinstance(v, (int, float)) for v in carry["metrics"].values())):
+        raise TrialConfigError(f"`carry` must be null or {{\"trial\": N, \"metrics\": {{name: number}}}}, got {carry!r}")
     if cfg["parity_only"] and not cfg["parity"]:
         raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
     if cfg["parity_only"] and cfg["ranks"] > 1 and cfg["knobs"]["sharding"] == "fsdp":  # never exported as safe

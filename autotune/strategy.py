@@ -42,6 +42,8 @@ from autotune.knobs import KNOBS
 SAMPLERS = ("autotune", "tpe", "random", "grid")
 # knobs that only change the host side: they never change device memory
 HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
+# knobs of the loader alone (not the batch): what a diagnosis measures apart does not depend on them (diagnose.APART)
+LOADER_KNOBS = tuple(n for n, k in KNOBS.items() if k.stage == "loader" and n != "batch_size")
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
 
 
@@ -59,15 +61,20 @@ MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few
 def told(result, baseline: dict) -> dict:
     """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
     value: `unchecked` (its loss parity skipped but needed: the climb does not
-    build on it), the `rates` the model predicts from (a diagnosed trial) and
-    `ci`, its throughput's relative 95% CI (`incumbent_ci`, once it leads)."""
+    build on it), the `rates` the model predicts from and what its diagnosis
+    measured `apart` (a diagnosed trial), and `ci`, its throughput's relative
+    95% CI (`incumbent_ci`, once it leads)."""
+    from autotune.diagnose import APART
     from autotune.parity import needs_parity
 
     knobs = result.knobs or {}  # an autotune.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
-    rates = model.rates_of(result.metrics or {}) if result.diagnosis else None
-    ci = (result.metrics or {}).get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
+    metrics = result.metrics or {}
+    rates = model.rates_of(metrics) if result.diagnosis else None
+    apart = {k: metrics[k] for k in APART if k in metrics} if result.diagnosis else None
+    ci = metrics.get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
     return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {}),
+            **({"apart": apart} if apart else {}),
             **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {})}
 
 
@@ -308,16 +315,31 @@ class Strategy:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
 
-    def incumbent_bar(self, pay_on_demand: bool = True) -> dict:
+    def incumbent_bar(self, pay_on_demand: bool = True, point: dict | None = None) -> dict:
         """What a trial must beat to become the incumbent, as its config takes it:
         `incumbent_above`, samples/s (the best so far and min_improvement; at or
         below it a trial pays for its window alone), and `incumbent_ci`, how well
         the best is known (its throughput's relative 95% CI, 0 where its trial
         recorded none). None and 0 before any best, and without `pay_on_demand`
-        (search.strategy v1: every trial pays for all)."""
+        (search.strategy v1: every trial pays for all). With `point` and
+        `pay_on_demand`, also `carry`: what the trial need not measure again
+        to be diagnosed (`carried`)."""
         best = self._best() if pay_on_demand else None
         return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
-                "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0}
+                "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
+                **({"carry": self.carried(point)} if pay_on_demand and point is not None else {})}
+
+    def carried(self, point: dict) -> dict | None:
+        """{"trial": N, "metrics": what trial N's diagnosis measured apart from its
+        window} for a diagnosed trial whose config differs from `point` in loader
+        knobs alone (`LOADER_KNOBS`): none of those numbers depends on them
+        (`diagnose.APART`), so `point`'s trial, should it become the incumbent, is
+        diagnosed from them and its own window. None where no such trial ran."""
+        for t in self.real_trials():
+            apart = t.user_attrs.get("apart")
+            if apart and self._counts(t) and all(t.params[n] == point[n] for n in self.names if n not in LOADER_KNOBS):
+                return {"trial": t.number, "metrics": apart}
+        return None
 
     def prune_below(self, margin: float) -> float | None:
         """A trial whose throughput is clearly below this (the best so far, less

@@ -183,3 +183,14 @@ def flop_metrics(flops_per_sample: float, samples_per_s: float, device_name: str
     if peak:
         out["mfu"] = achieved / peak
     return out
+
+
+def profile_metrics(profile: dict, step_ms_mean: float) -> dict[str, float]:
+    """A profiled window's numbers as a trial's metrics (`step_ms_mean`: the timed window's step, unprofiled)."""
+    out = {f"breakdown_{k}_frac": v for k, v in profile["breakdown"].items()}
+    out["dataloader_frac"] = profile["dataloader_frac"]
+    out["profiler_overhead_frac"] = profile["step_ms"] / step_ms_mean - 1
+    for key in ("gpu_util", "tensor_core_frac", "gpu_compute_kernel_frac", "cpu_compute_op_frac", "h2d_ms_per_step"):
+        if key in profile:
+            out[key + ("_frac" if key == "gpu_util" else "")] = profile[key]
+    return out

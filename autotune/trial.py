@@ -215,24 +215,28 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         return
     if _not_incumbent(cfg, metrics, rule, result):
         return
+    carry = cfg["carry"] if cfg["diagnose"] else None  # the compute side measured already (Strategy.carried)
     profile = None
-    if cfg["profile_steps"]:
+    if cfg["profile_steps"] and not carry:
         with tempfile.TemporaryDirectory() as tmp:
             profile = M.profile_window(session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json")
         result["profile"] = profile
-        metrics.update(_profile_metrics(profile, metrics))
+        metrics.update(trace.profile_metrics(profile, metrics["step_ms_mean"]))
         phase("profile")
     batch = next(batches)
     del batches  # shuts the loader workers down
-    if cfg["diagnose"]:
+    if carry:
+        metrics.update({**carry["metrics"], "apart_from_trial": carry["trial"]})
+    elif cfg["diagnose"]:
         metrics.update(sides.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
         phase("two_sides")
+    if cfg["diagnose"]:
         flops = M.flops_per_sample(session, batch, W.count_samples(workload, batch), cfg["flops_cache"], {
             "workload": cfg["workload"], "device": device.type, "blocks": cfg["blocks"],
             **{k: knobs[k] for k in ("batch_size", "activation_checkpointing")}})
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         phase("flops")
-        if knobs["compile"] == "none":  # compiled: a 2x batch is a new shape, compiled again; the two sides tell instead
+        if knobs["compile"] == "none" and not carry:  # compiled: a 2x batch is a new shape, compiled again
             batch2x = next(iter(K.seeded_loader(workload, {"batch_size": 2 * knobs["batch_size"]}, 1, seed=1)))
             metrics.update(sides.double_batch_probe(session, batch2x, metrics["compute_ceiling_step_ms"]))
         result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
@@ -272,16 +276,6 @@ def _parity_check(workload, knobs, device, cfg, result, started) -> None:
         result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
     result["metrics"] = {"parity_max_rel_dev": result["parity"]["max_rel_dev"],
                          "parity_s": result["parity"].get("parity_s", time.perf_counter() - started)}
-
-
-def _profile_metrics(profile: dict, metrics: dict) -> dict[str, float]:
-    out = {f"breakdown_{k}_frac": v for k, v in profile["breakdown"].items()}
-    out["dataloader_frac"] = profile["dataloader_frac"]
-    out["profiler_overhead_frac"] = profile["step_ms"] / metrics["step_ms_mean"] - 1
-    for key in ("gpu_util", "tensor_core_frac", "gpu_compute_kernel_frac", "cpu_compute_op_frac", "h2d_ms_per_step"):
-        if key in profile:
-            out[key + ("_frac" if key == "gpu_util" else "")] = profile[key]
-    return out
 
 
 def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:

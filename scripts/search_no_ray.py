@@ -225,7 +225,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
             knobs = {**space.baseline, **proposal.params}
             number = proposal.trial.number
             config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]),
-                                    predicted=proposal.predicted, **strategy.incumbent_bar(v2))
+                                    predicted=proposal.predicted, **strategy.incumbent_bar(v2, proposal.params))
             trial_dir = trial_dir_of(run_dir, number)
             raw = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
             result = TrialResult.from_dict(raw)  # the runner's boundary, checked

@@ -161,6 +161,19 @@ def test_the_incumbents_interval_goes_with_its_threshold():
     assert told(few, BASE)["ci"] == 0.5  # a window of a few steps: capped, it screens and promotes nothing
 
 
+def test_a_loader_move_is_diagnosed_from_the_compute_side_already_measured():
+    strategy = make()
+    p = strategy.ask()
+    apart = {"compute_ceiling_samples_per_s": 500.0, "loader_samples_per_s_per_worker": 120.0}
+    strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"apart": apart})
+    loader = {**BASE, "num_workers": 2, "pin_memory": True}
+    assert strategy.carried(loader) == {"trial": p.trial.number, "metrics": apart}
+    assert strategy.incumbent_bar(True, loader)["carry"] == {"trial": p.trial.number, "metrics": apart}
+    for other in ({**BASE, "batch_size": 64}, {**BASE, "precision": "bf16-mixed", "num_workers": 2}):
+        assert strategy.carried(other) is None  # the compute side changes: measured again
+    assert "carry" not in strategy.incumbent_bar(False, loader)  # v1: every trial measures all
+
+
 def test_a_config_that_cannot_finish_in_the_budget_is_not_run():
     strategy = make()
     p = strategy.ask()

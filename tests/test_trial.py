@@ -73,6 +73,24 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert late["status"] == "ok" and late["parity"]["passed"] and "samples_per_s" not in late["metrics"]
 
 
+def test_a_config_differing_in_loader_knobs_alone_is_diagnosed_from_the_trial_that_measured_its_compute_side():
+    from autotune.diagnose import APART
+
+    base = {**pytorch_defaults(16), "num_threads": 1}
+    first = run_trial({**TINY, "knobs": base})
+    apart = {k: v for k, v in first["metrics"].items() if k in APART}
+    assert {"compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker", "batch2x_step_ratio"} <= set(apart)
+    moved = run_trial({**TINY, "knobs": {**base, "num_workers": 1}, "carry": {"trial": 7, "metrics": apart}})
+    m = moved["metrics"]
+    assert moved["status"] == "ok" and moved["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
+    assert all(m[k] == v for k, v in apart.items()) and m["apart_from_trial"] == 7  # taken, not measured again
+    assert any("trial #7's" in line for line in moved["diagnosis"]["evidence"])
+    assert "profile" not in moved and not {"profile", "two_sides"} & set(moved["phases_s"])
+    assert m["data_wait_frac"] >= 0 and m["flops_per_sample"] == first["metrics"]["flops_per_sample"]  # its own window
+    with pytest.raises(TrialConfigError, match="`carry` must be null or"):
+        check_config({**TINY, "carry": {"trial": 7, "metrics": {"x": "fast"}}})
+
+
 def test_the_trace_is_saved_where_asked(tmp_path):
     result = run_trial({**TINY, "trace_path": str(tmp_path / "trace.json"), "diagnose": False})
     trace = json.loads((tmp_path / "trace.json").read_text())
@@ -120,7 +138,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, incumbent_ci, predicted, parity_only, flops_cache, device, seed, ranks, backend, "
+                           "prune_below, incumbent_above, incumbent_ci, predicted, carry, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),

@@ -321,12 +321,15 @@ class Strategy:
         below it a trial pays for its window alone), and `incumbent_ci`, how well
         the best is known (its throughput's relative 95% CI, 0 where its trial
         recorded none). None and 0 before any best, and without `pay_on_demand`
-        (search.strategy v1: every trial pays for all). With `point` and
-        `pay_on_demand`, also `carry`: what the trial need not measure again
-        to be diagnosed (`carried`)."""
+        (search.strategy v1: every trial pays for all). With `pay_on_demand`:
+        `anchor` before any best (the trial that becomes the first incumbent
+        whatever it measures: its window is sized as a promoted one's,
+        `TrialSettings.config`); with `point` as well, `carry`: what the trial
+        need not measure again to be diagnosed (`carried`)."""
         best = self._best() if pay_on_demand else None
         return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
                 "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
+                **({"anchor": True} if pay_on_demand and best is None else {}),
                 **({"carry": self.carried(point)} if pay_on_demand and point is not None else {})}
 
     def carried(self, point: dict) -> dict | None:

@@ -19,7 +19,8 @@ live on a GPU; the time budget's compile scheduling is not replayed.
 Each trial is charged what it would cost under the search's rules
 (search.strategy v2): pruned, or stopped by its screening window once it cannot
 beat the incumbent, or by its promoted window once it clearly beats it, or by
-its tied window once inside the incumbent's interval and known as well (the
+its tied window once inside the incumbent's interval and known as well, and
+the baseline (the first incumbent) at a promoted window's precision (the
 recorded landscapes ran no profile, diagnosis or parity off the baseline, so
 nothing else changes).
 
@@ -154,7 +155,11 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         status, value, cost, window = land.lookup(proposal.params)
         floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar()
         above, known, ci = bar["incumbent_above"], bar["incumbent_ci"], land.ci(proposal.params)
-        if value is not None and floor and value < floor:  # stopped after a short window
+        if value is not None and bar.get("anchor") and ci < PROMOTE_CI:
+            # the anchor (the baseline, the first incumbent): it stops at +-PROMOTE_CI, a promoted window's floor
+            cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / PROMOTE_CI) ** 2))
+            ci = PROMOTE_CI
+        elif value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
         elif value is not None and above and value * (1 + ci) < above * (1 - known):
             # the new rules (search.strategy v2): a screening window stops once its CI says it cannot beat the

@@ -41,6 +41,17 @@ def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
     assert floor(trial={"measure_steps": 40}, search={"strategy": "v1"}) == 40
 
 
+def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():
+    from autotune.measure import PROMOTE_FACTOR
+    from autotune.request import TrialSettings
+
+    spec = S.parse({**WL, "trial": {"target_ci": 0.03}}, "runs/x.yaml").model_dump(mode="json")
+    knobs = {**K.pytorch_defaults(None), "batch_size": 32}
+    settings = TrialSettings.of(spec, "cpu", knobs)
+    assert settings.config(knobs)["target_ci"] == 0.03
+    assert settings.config(knobs, anchor=True)["target_ci"] == pytest.approx(PROMOTE_FACTOR * 0.03)
+
+
 def test_inline_knobs_override_the_preset():
     spec = S.parse({**WL, "search_space": {"preset": "quick", "knobs": {"batch_size": [8, 16]}}})
     lists = spec.search_space.lists()

@@ -147,7 +147,7 @@ def test_the_incumbents_interval_goes_with_its_threshold():
     from autotune.strategy import told
 
     strategy = make()
-    assert strategy.incumbent_bar() == {"incumbent_above": None, "incumbent_ci": 0.0}
+    assert strategy.incumbent_bar() == {"incumbent_above": None, "incumbent_ci": 0.0, "anchor": True}
     p = strategy.ask()
     strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
     q = strategy.ask()

@@ -99,13 +99,13 @@ def _points(steps: int, points: int) -> tuple:
 
 
 def build_reference(workload, baseline: dict[str, Any], device_type: str, steps: int = 20, seed: int = 0,
-                    levels: list[float] | None = None, points: int = POINTS) -> dict[str, Any]:
+                    levels: list[float] | None = None, points: int = POINTS, batches=None) -> dict[str, Any]:
     """The baseline's side of parity: its trajectory over `steps` batches, its
     state at the per-step points, and the noise reference at each of `levels`
-    (`add_levels`)."""
+    (`add_levels`). `batches`: the seeded batches, where the caller has them."""
     started = time.perf_counter()
     base = {**baseline, "num_workers": 0, "pin_memory": False}
-    batches = seeded_batches(workload, base["batch_size"], steps, seed)
+    batches = batches or seeded_batches(workload, base["batch_size"], steps, seed)
     run = build_run(workload, base, device_type, seed)
     keep = _points(steps, points)
     end = run_trajectory(run, batches, seed, keep=keep)
@@ -156,14 +156,15 @@ def _band(values: list, factor: float, floor: float) -> float:
 
 def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], device: K.Device,
                 steps: int = 20, tolerance: float = 0.05, seed: int = 0,
-                reference: dict[str, Any] | None = None, build=build_run, shard=None) -> dict[str, Any]:
+                reference: dict[str, Any] | None = None, build=build_run, shard=None, batches=None) -> dict[str, Any]:
     """Parity of `candidate` with `baseline` (module doc): the per-step errors
     against the knob's band, then the multi-step checks; at the baseline's batch
     size, so only numerics differ. `reference`: the baseline's side from
     `build_reference` (computed here when missing or lacking this noise level).
     `tolerance`: multi-step deviations below it always pass. `build` builds the
     candidate's run and `shard(batches)` gives the batches it steps on (several
-    ranks: autotune.rank_parity); the baseline's run steps on the whole batches."""
+    ranks: autotune.rank_parity); the baseline's run steps on the whole batches.
+    `batches`: the seeded batches, where the caller decoded them already."""
     started = time.perf_counter()
     level = roundoff(baseline, candidate, device.type)
     cached = reference is not None and repr(level) in reference["noise"]
@@ -171,7 +172,7 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
         reference = build_reference(workload, baseline, device.type, steps, seed, [level])
     steps, noise = reference["steps"], reference["noise"][repr(level)]
     batch = reference["baseline"]["batch_size"]
-    batches = seeded_batches(workload, batch, steps, seed)
+    batches = batches or seeded_batches(workload, batch, steps, seed)
     run = build(workload, {**candidate, "batch_size": batch, "num_workers": 0, "pin_memory": False}, device.type, seed)
     own = shard(batches) if shard else batches  # what the candidate steps on
     initial_scale = None
@@ -300,8 +301,10 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
                 "parity_s": time.perf_counter() - started}
     # the first trial that needs parity stores it (a file of another key stays: compute alone)
     writable = path and os.path.isdir(os.path.dirname(os.path.abspath(path)))
+    batches = None  # decoded once where this trial builds the reference and checks against it
     if writable and reference is None and not os.path.exists(path):
-        reference = build_reference(workload, parity["baseline"], device.type, steps, seed, [level])
+        batches = seeded_batches(workload, parity["baseline"]["batch_size"], steps, seed)
+        reference = build_reference(workload, parity["baseline"], device.type, steps, seed, [level], batches=batches)
         paid = ("computed and stored", reference["build_s"])
     elif writable and reference is not None and repr(level) not in reference["noise"]:
         paid = (f"noise level {level:.3g} added and stored", add_levels(workload, reference, device.type, [level]))
@@ -314,7 +317,7 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
     if paid:  # stored before the check too: a check that raises must not cost the next trial the reference
         store()
     out = loss_parity(workload, parity["baseline"], candidate, device, steps, tolerance, seed, reference,
-                      **candidate_run)
+                      batches=batches, **candidate_run)
     if writable and reference is not None and same is not None:
         verdicts = {**verdicts, same: out}
         store()

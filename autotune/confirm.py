@@ -27,6 +27,10 @@ METRIC = "samples_per_s"
 # trial was compared with that read (measured: jpeg_pipeline's baseline read 105.9 in its trial, 88.0 and 87.3
 # here, and the climb's first moves, each read below it, were screened)
 ANCHOR_DRIFT = 0.10
+# search.strategy v2: a first pair this far above 1 (and the trials too) settles the verdict: two fresh processes
+# of one config differ by up to about 10% on 2 cores (measure.GAP_CI_CAP), so a later pair cannot say "not
+# faster"; later rounds would refine the number only
+SETTLED = 0.2
 
 
 def order(rounds: int) -> list[tuple[int, str]]:
@@ -39,17 +43,21 @@ def order(rounds: int) -> list[tuple[int, str]]:
 
 
 def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline, best, rounds: int,
-                 announce: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+                 announce: Callable[[str], None] | None = None, early: bool = False) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the
     baseline's, for both drivers (Ray's and the search without Ray): the
     `remeasure` summary with the two trial numbers; None where there is nothing
-    to re-measure (no rounds, no measured baseline, or the baseline is the best)."""
+    to re-measure (no rounds, no measured baseline, or the baseline is the best).
+    `early` (search.strategy v2): stop after a round that settles the verdict
+    (`settles`)."""
     if not rounds or not (baseline and baseline.throughput and best) or best is baseline:
         return None
     if announce:
-        announce(f"re-measuring the best against the baseline: {rounds} interleaved round(s), a fresh process each")
+        announce(f"re-measuring the best against the baseline: {'up to ' if early and rounds > 1 else ''}{rounds} "
+                 "interleaved round(s), a fresh process each")
+    trials = best.throughput / baseline.throughput if early and best.throughput else None
     out = {"baseline_trial": baseline.number, "best_trial": best.number,
-           **remeasure(run, baseline.knobs, best.knobs, rounds)}
+           **remeasure(run, baseline.knobs, best.knobs, rounds, trials)}
     if out.get("baseline_samples_per_s"):  # how far the anchor every trial was compared with was off
         out.update(baseline_drift=round(out["baseline_samples_per_s"] / baseline.throughput - 1, 4),
                    baseline_trial_samples_per_s=round(baseline.throughput, 2),
@@ -70,14 +78,28 @@ def window_ci(baseline, best, target_ci: float) -> float:
     return gap_ci(best.throughput / baseline.throughput - 1, target_ci)
 
 
+def settles(pairs: list[dict[str, float]], trials: float | None) -> bool:
+    """The pairs so far settle the verdict "faster", later rounds would refine the
+    number only: every pair and the trials' own ratio (`trials`; None: never
+    settled early) more than SETTLED above 1."""
+    ratios = [p["best"] / p["baseline"] for p in pairs]
+    return trials is not None and bool(ratios) and min(ratios + [trials]) > 1 + SETTLED
+
+
 def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],
-              rounds: int) -> dict[str, Any]:
+              rounds: int, trials: float | None = None) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,
     interleaved; the summary of `summarize`. A run that does not finish ends
-    the re-measurement with its error: the figures up to there are kept."""
+    the re-measurement with its error: the figures up to there are kept.
+    `trials`: the trials' ratio, best over baseline: with it, the rounds stop
+    once they settle the verdict (`settles`) and no run was disturbed; the
+    summary's `settled` is then that ratio."""
     measured: list[dict[str, float]] = [{} for _ in range(rounds)]
-    error, disturbed = None, []
+    error, disturbed, settled = None, [], False
     for i, role in order(rounds):
+        if len(measured[i]) == 0 and i > 0 and not disturbed and settles(measured[:i], trials):
+            settled = True
+            break
         label = f"{i:02d}-{role}"
         result = run(baseline if role == "baseline" else best, label)
         value = result.metric(METRIC) if result.ok else None
@@ -87,7 +109,8 @@ def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: di
         measured[i][role] = value
         if result.disturbed:  # load from outside during its window (autotune.disturbance)
             disturbed.append(f"{label}: {result.disturbed}")
-    return summarize([m for m in measured if len(m) == 2], error, disturbed)
+    out = summarize([m for m in measured if len(m) == 2], error, disturbed)
+    return {**out, "settled": round(trials, 4)} if settled else out
 
 
 def summarize(pairs: list[dict[str, float]], error: str | None = None,
@@ -123,6 +146,9 @@ def describe(confirm: dict[str, Any]) -> str:
     n = confirm["rounds"]
     spread = (f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x" if n > 1
               else f"one pair: {confirm['speedup_x']:.2f}x")
+    if confirm.get("settled"):
+        spread += (f"; it and the trials' {confirm['settled']:.2f}x both over {1 + SETTLED:.1f}x settle it, "
+                   "so no more rounds")
     line = (f"re-measured side by side, {n} interleaved round{'s' if n > 1 else ''} in fresh processes: "
             f"{confirm['speedup_x']:.2f}x ({spread})")
     if confirm["verdict"] != "faster":

@@ -252,7 +252,7 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
                        default={})
             ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
             return confirm_best(runner(settings, need, target_ci=ci), baseline, best, spec.search.confirm_rounds,
-                                on_remeasure)
+                                on_remeasure, early=spec.search.strategy == "v2")
 
         def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
             return runner(settings, resources(knobs), parity_only=True)(knobs, label)

@@ -258,7 +258,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
 
     def remeasure(baseline, best):  # as autotune.driver: v2's windows sized by the gap the trials measured
         ci = window_ci(baseline, best, data["trial"]["target_ci"]) if v2 else None
-        return confirm_best(runner(request.timed_only(ci)), baseline, best, settings["confirm_rounds"], print)
+        return confirm_best(runner(request.timed_only(ci)), baseline, best, settings["confirm_rounds"], print, early=v2)
 
     if ended != "interrupted" and v2:  # as autotune.driver: late parity checks, the candidates re-measured
         best, confirm, rejected = confirm_candidates(records, baseline_record, remeasure, runner(request.parity_check()),

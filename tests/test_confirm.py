@@ -59,6 +59,22 @@ def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
     assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)["verdict"] is None
 
 
+def test_a_first_pair_far_above_one_with_the_trials_settles_the_verdict_under_v2():
+    run, calls = fake_runs([100.0, 190.0, 210.0, 105.0])
+    out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, trials=2.4)
+    assert calls == [("A", "00-baseline"), ("B", "00-best")] and out["rounds"] == 1 and out["verdict"] == "faster"
+    assert out["settled"] == 2.4 and "it and the trials' 2.40x both over 1.2x settle it" in C.describe(out)
+    for pair, trials in (([100.0, 115.0], 2.4), ([100.0, 190.0], 1.15)):  # the pair, or the trials, too close to 1
+        run, calls = fake_runs([*pair, 210.0, 105.0])
+        out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, trials=trials)
+        assert len(calls) == 4 and out["rounds"] == 2 and "settled" not in out
+    run, calls = fake_runs([100.0, 190.0, 210.0, 105.0])
+    assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)["rounds"] == 2  # v1: every round
+    results = [TrialResult("ok", metrics={"samples_per_s": v}) for v in (100.0, 190.0, 200.0, 100.0)]
+    results[0].disturbed = "other processes used 60% of the host's CPU time"
+    assert C.remeasure(lambda knobs, label: results.pop(0), {}, {}, 2, trials=2.0)["rounds"] == 2  # a disturbed run
+
+
 def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     """jpeg_pipeline: the baseline read 105.9 samples/s in its trial, 88.0 and 87.3 re-measured; every trial had
     been compared with 105.9. Within 10% (or twice its window's CI), nothing is said."""
@@ -102,11 +118,14 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     if confirm is None:  # the baseline itself won: nothing to re-measure
         assert result.best is result.baseline
         return
-    assert confirm["rounds"] == 2 and confirm["baseline_trial"] == 0 and confirm["verdict"] in ("faster", "tie", "slower")
+    # v2: a first pair that settles the verdict (and the trials, both over 1.2x) is the last
+    rounds = 1 if confirm.get("settled") else 2
+    assert confirm["rounds"] == rounds and confirm["baseline_trial"] == 0
+    assert confirm["verdict"] in ("faster", "tie", "slower")
     trials = {r.number: r for r in result.records}
     dirs = sorted(p.name for p in (run_dir / "confirm").iterdir())
     labels = [d for d in dirs if not d.startswith("parity-")]
-    assert labels == ["00-baseline", "00-best", "01-baseline", "01-best"]
+    assert labels == ["00-baseline", "00-best", "01-baseline", "01-best"][:2 * rounds]
     for late in set(dirs) - set(labels):  # a best checked late for loss parity (its trial did not check it)
         assert trials[int(late.split("-")[1])].parity is not None, late
     for label in labels:

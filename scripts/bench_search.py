@@ -171,8 +171,8 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             # a promoted window: clearly ahead, it stops at +-PROMOTE_CI, or a quarter of its lead where looser
             # (steps ~ 1 / CI^2: the recorded window scaled down, never below its minimum)
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / allowed) ** 2))
-        elif value is not None and above and ci < known and above * (1 - known) <= value <= above * (1 + known):
-            # a tied window: inside the incumbent's own interval, it stops once known as well as the incumbent
+        elif value is not None and above and ci < known and value * (1 - ci) <= above * (1 + known):
+            # a tied window: reaching into the incumbent's own interval, it stops once known as well as the incumbent
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / known) ** 2))
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,

@@ -87,6 +87,20 @@ def t_rel_ci95(xs: list[float]) -> float:
 
 PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci) ...
 GAP_CI_CAP = 0.10  # ... or looser where its lead is large, never looser than this (2 cores: 5-10% per process)
+# How far one fresh process's read of a config may be from the next's, beyond any window's own CI: on a 2-core
+# CPU host the CV over fresh processes was 4.6-8.5% (jpeg_pipeline) and 5.2-17.6% (tiny_cnn)
+# (scripts/bench_window.py), and a baseline re-measured 16-18% off its trial's read. Two trials are two processes,
+# so search.strategy v2 compares a window with the incumbent to within at least this (`incumbent_interval`): a
+# window need not be known better than that, nor can a lead inside it promote. The smallest CV measured; on a GPU
+# not measured yet (none assumed).
+PROCESS_SPREAD = {"cpu": 0.05}
+
+
+def incumbent_interval(ci: float, device_type: str) -> float:
+    """The incumbent's throughput as a window is compared with it: its own
+    relative 95% CI, and at least the spread between fresh processes
+    measured on such a device (PROCESS_SPREAD)."""
+    return max(ci, PROCESS_SPREAD.get(device_type, 0.0))
 
 
 def gap_ci(gap: float, floor: float) -> float:

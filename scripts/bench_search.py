@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
-from autotune.measure import PROMOTE_FACTOR, gap_ci  # noqa: E402
+from autotune.measure import PROMOTE_FACTOR, gap_ci, incumbent_interval  # noqa: E402
 from autotune.request import DEFAULTS  # noqa: E402
 from autotune.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 
@@ -98,6 +98,7 @@ class Landscape:
         self.baseline = {k: defaults[k] for k in self.names}
         base_row = self.rows[tuple(self.baseline[k] for k in self.names)]
         self.bottleneck = base_row.get("bottleneck") or None
+        self.device_type = "cpu" if base_row.get("device_name") == "cpu" else "cuda"
         ok = [float(r["samples_per_s"]) for r in rows if r["status"] in ("ok", "pruned")]
         self.best = max(ok)
         self.near_best = sum(v >= TARGET * self.best for v in ok)
@@ -154,7 +155,8 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             break
         status, value, cost, window = land.lookup(proposal.params)
         floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar()
-        above, known, ci = bar["incumbent_above"], bar["incumbent_ci"], land.ci(proposal.params)
+        above, ci = bar["incumbent_above"], land.ci(proposal.params)
+        known = incumbent_interval(bar["incumbent_ci"], land.device_type)
         if value is not None and bar.get("anchor") and ci < PROMOTE_CI:
             # the anchor (the baseline, the first incumbent): it stops at +-PROMOTE_CI, a promoted window's floor
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / PROMOTE_CI) ** 2))

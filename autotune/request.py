@@ -44,7 +44,8 @@ class TrialSettings:
         return cls(
             workload={k: v for k, v in spec["workload"].items() if v is not None},
             trial={**{k: spec["trial"][k] for k in TRIAL_KEYS}, "measure_steps": spec["trial"]["measure_steps"] or (
-                V1_MEASURE_STEPS if spec["search"]["strategy"] == "v1" else DEFAULTS["measure_steps"])},
+                V1_MEASURE_STEPS if spec["search"]["strategy"] == "v1" else DEFAULTS["measure_steps"]),
+                   "warmup_min_s": None if spec["search"]["strategy"] == "v1" else WARMUP_MIN_S},
             device=device, seed=spec["search"]["seed"],
             base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
@@ -101,6 +102,7 @@ class TrialSettings:
 
 DEFAULTS = {
     "warmup_steps": 5,  # untimed
+    "warmup_min_s": None,  # on a CPU, an eager one-rank config's warm-up ends after 2 steps once it ran this long
     "measure_steps": 10,  # the timed window: at least this many steps (search.strategy v1: V1_MEASURE_STEPS),
     "min_window_s": 1.0,  # at least this long,
     "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
@@ -132,6 +134,11 @@ MAX_STEPS_FACTOR = 50
 # 60 do, once min_window_s has passed (scripts/bench_window.py: jpeg_pipeline's 10-step prefix -2.5% and +0.4% of
 # its 60-step window, inside the 5-9% spread of fresh processes), and 30 cost 10-23 s of every jpeg window
 V1_MEASURE_STEPS = 30
+# search.strategy v2's `warmup_min_s`: a warm-up is about time (the allocator, the loader's workers, caches), not
+# steps. jpeg_pipeline (0.3-0.7-s steps) read the same 10-step windows after 2 warm-up steps as after 5 (prefix
+# bias +1.2% / -0.5%, against -2.5% / +0.4%: scripts/bench_window.py --warmup 2); tiny_cnn's 5 steps take 25 ms and
+# all run. Compiled configs (CUDA graphs record on their first calls) and GPUs (not measured) keep warmup_steps.
+WARMUP_MIN_S = 1.0
 
 
 def max_steps(cfg: dict[str, Any]) -> int:
@@ -174,6 +181,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
                      ("dist_timeout_s", 1)):
         if type(cfg[key]) is not int or cfg[key] < low:
             raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
+    if cfg["warmup_min_s"] is not None and (not isinstance(cfg["warmup_min_s"], (int, float))
+                                            or isinstance(cfg["warmup_min_s"], bool) or cfg["warmup_min_s"] < 0):
+        raise TrialConfigError(f"`warmup_min_s` must be null or seconds >= 0, got {cfg['warmup_min_s']!r}")
     for key in ("min_window_s", "target_ci", "max_window_s", "incumbent_ci"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")

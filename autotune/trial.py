@@ -178,13 +178,17 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
     result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
     t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
-    first_step_s = None
-    for i in range(cfg["warmup_steps"]):
+    first_step_s, warmed = None, 0
+    short = cfg["warmup_min_s"] is not None and device.type == "cpu" and knobs["compile"] == "none" and device.ranks == 1
+    while warmed < cfg["warmup_steps"]:
         session.step(next(batches))
-        if i == 0:  # time to first step: imports, model, compile, loader start
+        warmed += 1
+        if warmed == 1:  # time to first step: imports, model, compile, loader start
             session.sync()
             first_step_s = time.perf_counter() - started
             first_step_done = time.perf_counter()
+        elif short and time.perf_counter() - t >= cfg["warmup_min_s"]:  # warm by time (request.WARMUP_MIN_S)
+            break
     session.sync()
     warmup_s = time.perf_counter() - t
     if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)
@@ -192,7 +196,8 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         rule = R.fixed_rule(R.window_steps(step_s, cfg, rule.max_steps, device.type))
     phase("setup", t)
     phase("warmup")
-    metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s}
+    metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s,
+                                   "warmup_steps_run": warmed}
     phase("window")
     if cfg["predicted"]:
         metrics["predicted_samples_per_s"] = cfg["predicted"]

@@ -25,6 +25,8 @@ prefix's t-CI; CV: the prefix's throughput across processes):
 | jpeg_pipeline b64, 2 workers, 1 thread, bf16, channels_last | 10 steps | +0.4% | -9.2% | 3/4 | 8.5% |
 | | 30 steps | -2.2% | -3.3% | 4/4 | 4.2% |
 | | 60 steps (whole) | | | | 3.5% |
+| jpeg_pipeline b64, defaults, `--warmup 2` (40 steps, 4 procs) | 10 steps | +1.2% | +3.0% | 2/4 | 8.4% |
+| jpeg_pipeline b64, 2 workers, 1 thread, bf16, channels_last, `--warmup 2` | 10 steps | -0.5% | -3.3% | 3/4 | 3.0% |
 | tiny_cnn b32, defaults (400 steps, 5 procs) | 10 steps | -9.5% | -27.9% | 1/5 | 19.6% |
 | | 0.5 s (76 steps) | -3.7% | -19.4% | 2/5 | 18.4% |
 | | 1.0 s (159 steps) | -0.2% | +7.2% | 3/5 | 17.6% |

@@ -39,6 +39,11 @@ def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
     assert floor() == 10  # v2: min_window_s and the CI do the rest (scripts/bench_window.py)
     assert floor(search={"strategy": "v1"}) == 30  # the search before issue 25, for comparison
     assert floor(trial={"measure_steps": 40}, search={"strategy": "v1"}) == 40
+    spec = S.parse(WL, "runs/x.yaml").model_dump(mode="json")
+    knobs = {**K.pytorch_defaults(None), "batch_size": 32}
+    assert TrialSettings.of(spec, "cpu", knobs).config(knobs)["warmup_min_s"] == 1.0  # v2: warm by time on a CPU
+    spec["search"]["strategy"] = "v1"
+    assert TrialSettings.of(spec, "cpu", knobs).config(knobs)["warmup_min_s"] is None
 
 
 def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():

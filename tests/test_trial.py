@@ -91,6 +91,14 @@ def test_a_config_differing_in_loader_knobs_alone_is_diagnosed_from_the_trial_th
         check_config({**TINY, "carry": {"trial": 7, "metrics": {"x": "fast"}}})
 
 
+def test_on_a_cpu_an_eager_warm_up_ends_by_time_after_two_steps():
+    config = {**TINY, "knobs": {"batch_size": 16, "num_threads": 1}, "warmup_steps": 5, "profile_steps": 0,
+              "diagnose": False}
+    assert run_trial(config)["metrics"]["warmup_steps_run"] == 5  # the runner's default: steps
+    assert run_trial({**config, "warmup_min_s": 0.0})["metrics"]["warmup_steps_run"] == 2  # warm once it ran this long
+    assert run_trial({**config, "warmup_min_s": 60.0})["metrics"]["warmup_steps_run"] == 5  # never more than the steps
+
+
 def test_the_trace_is_saved_where_asked(tmp_path):
     result = run_trial({**TINY, "trace_path": str(tmp_path / "trace.json"), "diagnose": False})
     trace = json.loads((tmp_path / "trace.json").read_text())
@@ -136,11 +144,12 @@ def test_a_knob_that_cannot_apply_here_is_refused():
      "knobs cannot run together: persistent_workers=True: needs loader workers (num_workers > 0)"),
     ({"workload": {}}, "`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
-    ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, measure_steps, "
+    ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, warmup_min_s, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
                            "prune_below, incumbent_above, incumbent_ci, predicted, carry, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
+    ({**TINY, "warmup_min_s": "1s"}, "`warmup_min_s` must be null or seconds >= 0, got '1s'"),
     ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
     ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
     ({**TINY, "knobs": {"sharding": "fsdp"}, "parity_only": True, "ranks": 2,

@@ -222,7 +222,7 @@ class SearchSettings(_Strict):
         2, ge=0, description="after the trials, the baseline and the best measured again this many times each, "
                              "interleaved, a fresh process each; the speedup reported is the median of the paired "
                              "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
-                             "strategy v2: at most, stopping once a pair and the trials are both over 1.2x)")
+                             "strategy v2: at most, stopping once a pair and the trials are both over 1.5x)")
 
 
 class Resources(_Strict):

@@ -63,8 +63,8 @@ def test_a_first_pair_far_above_one_with_the_trials_settles_the_verdict_under_v2
     run, calls = fake_runs([100.0, 190.0, 210.0, 105.0])
     out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, trials=2.4)
     assert calls == [("A", "00-baseline"), ("B", "00-best")] and out["rounds"] == 1 and out["verdict"] == "faster"
-    assert out["settled"] == 2.4 and "it and the trials' 2.40x both over 1.2x settle it" in C.describe(out)
-    for pair, trials in (([100.0, 115.0], 2.4), ([100.0, 190.0], 1.15)):  # the pair, or the trials, too close to 1
+    assert out["settled"] == 2.4 and "it and the trials' 2.40x both over 1.5x settle it" in C.describe(out)
+    for pair, trials in (([100.0, 140.0], 2.4), ([100.0, 190.0], 1.4)):  # the pair, or the trials, too close to 1
         run, calls = fake_runs([*pair, 210.0, 105.0])
         out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, trials=trials)
         assert len(calls) == 4 and out["rounds"] == 2 and "settled" not in out
@@ -118,7 +118,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     if confirm is None:  # the baseline itself won: nothing to re-measure
         assert result.best is result.baseline
         return
-    # v2: a first pair that settles the verdict (and the trials, both over 1.2x) is the last
+    # v2: a first pair that settles the verdict (and the trials, both over 1.5x) is the last
     rounds = 1 if confirm.get("settled") else 2
     assert confirm["rounds"] == rounds and confirm["baseline_trial"] == 0
     assert confirm["verdict"] in ("faster", "tie", "slower")

@@ -40,12 +40,12 @@ class TrialSettings:
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
            flops_cache: str | None = None):
         """From the spec as plain data (`Spec.model_dump(mode="json")`, or the plain reader's)."""
-        safety = spec["safety"]
+        safety, v1 = spec["safety"], spec["search"]["strategy"] == "v1"
         return cls(
             workload={k: v for k, v in spec["workload"].items() if v is not None},
-            trial={**{k: spec["trial"][k] for k in TRIAL_KEYS}, "measure_steps": spec["trial"]["measure_steps"] or (
-                V1_MEASURE_STEPS if spec["search"]["strategy"] == "v1" else DEFAULTS["measure_steps"]),
-                   "warmup_min_s": None if spec["search"]["strategy"] == "v1" else WARMUP_MIN_S},
+            trial={**{k: spec["trial"][k] for k in TRIAL_KEYS},
+                   "measure_steps": spec["trial"]["measure_steps"] or (V1_MEASURE_STEPS if v1 else DEFAULTS["measure_steps"]),
+                   "warmup_min_s": None if v1 else WARMUP_MIN_S},
             device=device, seed=spec["search"]["seed"],
             base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},

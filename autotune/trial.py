@@ -192,7 +192,7 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
     session.sync()
     warmup_s = time.perf_counter() - t
     if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)
-        step_s = (time.perf_counter() - first_step_done) / (cfg["warmup_steps"] - 1) if cfg["warmup_steps"] > 1 else None
+        step_s = (time.perf_counter() - first_step_done) / (warmed - 1) if warmed > 1 else None
         rule = R.fixed_rule(R.window_steps(step_s, cfg, rule.max_steps, device.type))
     phase("setup", t)
     phase("warmup")
@@ -206,9 +206,9 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         result["disturbed"] = disturbed
     if first_step_s is not None:
         metrics["first_step_s"] = first_step_s
-        if knobs["compile"] != "none" and cfg["warmup_steps"] > 1:  # the first step compiles: less a compiled step
+        if knobs["compile"] != "none" and warmed > 1:  # the first step compiles: less a compiled step
             first = first_step_done - t
-            metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (cfg["warmup_steps"] - 1))
+            metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (warmed - 1))
     if rule.pruned:
         result["status"] = "pruned"
         return

@@ -85,6 +85,7 @@ def test_cfg_wrap_in_a_torchrun_launched_loop(tmp_path, knobs, wrapped):
     line = E.render(yaml.safe_load(path.read_text()), "torchrun").split("  #")[0].split()
     cmd = [sys.executable, "-m", "torch.distributed.run", *line[1:-1], str(tmp_path / "loop.py"), str(path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240, cwd=".")
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    # both ends on failure: which ranks got through their steps (a gloo SIGABRT seen twice in CI, sessions 30-31)
+    assert proc.returncode == 0, f"stdout: {proc.stdout[-1000:]}\nstderr: {proc.stderr[-3000:]}"
     # the two ranks print to one pipe: their lines may run together
     assert sorted(re.findall(rf"rank \d: {wrapped}", proc.stdout)) == [f"rank 0: {wrapped}", f"rank 1: {wrapped}"]

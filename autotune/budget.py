@@ -65,6 +65,10 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
     return max(scaled) if scaled else None
 
 
+# why a search ends when the strategy has nothing left that `budget_fits` lets run
+NOTHING_LEFT = "no config left to try: every point measured, known infeasible, or estimated to overrun the time budget"
+
+
 def budget_fits(records: list, baseline: dict, budget: float | None, started: float,
                 conflicts: Callable[[dict], list] | None = None) -> Callable[[dict], bool]:
     """`fits(params)` for `Strategy.ask`: can this config run (no two knobs in

@@ -39,7 +39,7 @@ from autotune.records import (STATE_FILE, SearchResult, TrialRecord, pick_best, 
 from autotune.request import TrialSettings
 from autotune.safety import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
-from autotune.budget import budget_fits
+from autotune.budget import NOTHING_LEFT, budget_fits
 from autotune.confirm import confirm_best, settle, window_ci
 from autotune.strategy import Strategy
 
@@ -292,7 +292,7 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
     ended = ("the baseline failed" if recorder.baseline_failed else stopped and "interrupted"
              or (stopper.stalled() and f"no gain above {spec.search.min_improvement:.0%} in "
                                        f"{spec.search.patience} trials")
-             or (searcher.exhausted and "every point of the space measured or known infeasible")
+             or (searcher.exhausted and NOTHING_LEFT)
              or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
     confirm = None
     try:

@@ -162,7 +162,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.launcher import run_in_process, user_thread_env
     from autotune.result import TrialResult
     from autotune.request import TrialSettings
-    from autotune.budget import budget_fits, no_improvement_for
+    from autotune.budget import NOTHING_LEFT, budget_fits, no_improvement_for
     from autotune.strategy import Strategy, told
     from autotune.trial import detect_device
 
@@ -220,7 +220,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                 break
             proposal = strategy.ask(fits)
             if proposal is None:
-                ended = "every point of the space measured or known infeasible"
+                ended = NOTHING_LEFT
                 break
             knobs = {**space.baseline, **proposal.params}
             number = proposal.trial.number

@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from autotune import reaper
+from autotune.budget import NOTHING_LEFT
 from autotune import spec as S
 from autotune.cli import app
 from autotune.driver import run
@@ -70,7 +71,7 @@ def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
     assert len(reasons) >= 4 and any(r.startswith("Timeout: ") for r in reasons)
     faults = [r for r in result.records if r.status != "ok"]
     assert len(faults) == 6 and result.stopped_reason is None  # 6 faults, the search finished anyway
-    assert result.ended == "every point of the space measured or known infeasible"
+    assert result.ended == NOTHING_LEFT
     study = optuna.load_study(study_name="faults", storage=f"sqlite:///{result.run_dir / 'optuna.db'}")
     states = [t.state for t in study.trials]
     assert states.count(optuna.trial.TrialState.COMPLETE) == 1 and states.count(optuna.trial.TrialState.FAIL) == 6

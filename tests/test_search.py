@@ -10,6 +10,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune import load_config
 from autotune import spec as S
+from autotune.budget import NOTHING_LEFT
 from autotune.driver import run
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]
@@ -168,7 +169,7 @@ def test_with_a_time_budget_the_trial_count_does_not_end_the_search(tmp_path):
     result = run(spec, on_start=lambda device, space, run_dir, n, budget: seen.update(n=n, budget=budget))
     assert seen == {"n": 4, "budget": 600}  # the space's points: the count caps nothing before the budget
     assert len(result.records) > 2 and result.stopped_reason is None
-    assert result.ended in ("every point of the space measured or known infeasible", f"{len(result.records)} trials")
+    assert result.ended in (NOTHING_LEFT, f"{len(result.records)} trials")
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{result.run_dir / 'optuna.db'}")
     assert len({tuple(sorted(t.params.items())) for t in study.trials if t.params}) == 4  # run, or skipped: predicted
     assert len({tuple(r.knobs.values()) for r in result.records}) == len(result.records)  # none repeated
@@ -186,7 +187,7 @@ def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
     # 2 workers x 3 prefetch (the baseline's null, 2, 4) x 2 widths, less prefetch 2/4 with 0 workers
     assert len(rows) == 8 and (rows.status == "ok").all()
     assert not ((rows.num_workers == 0) & rows.prefetch_factor.notna()).any()
-    assert sorted(set(rows["args.width"])) == [8, 16] and result.ended == "every point of the space measured or known infeasible"
+    assert sorted(set(rows["args.width"])) == [8, 16] and result.ended == NOTHING_LEFT
     for r in result.records:  # what each trial ran with: its knobs and its factory argument
         config = yaml.safe_load(open(f"{r.trial_dir}/config.json"))
         assert config["workload"]["args"] == {"batch_size": 16, "width": r.knobs["args.width"]}

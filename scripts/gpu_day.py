@@ -1,8 +1,13 @@
 """The GPU day's steps (scripts/gpu_day.sh is the entry; its header says how to run
 it on a lent GPU): each step a command under a time cap, run in priority order while
-the budget lasts, its result written to scripts/measurements/<gpu>-<date>/ as it
-finishes: NN-step.json (command, commit, status, wall time, the script's JSON line)
-and NN-step.log (its output). A step whose .json exists is skipped (--redo reruns
+the budget lasts, its result written as it finishes: NN-step.json (command, commit,
+status, wall time, the script's JSON line) and NN-step.log (its output). The running
+day writes under /tmp/gpu_day/<gpu>-<date>/, outside the repo: the device tool makes
+each command's tree a copy of the checkout's, which deletes what the day wrote there
+since the last copy (it lost a search's log on the first H100 day). Each --wait (or
+the day's end) packs that folder as scripts/measurements/<gpu>-<date>/ into
+$OUT/gpu_day.tar.gz; a day started on a fresh machine begins from what was unpacked
+in the tree. A step whose .json exists is skipped (--redo reruns
 it); a failed or timed-out step is recorded as such and the rest still run. A step
 starts only when its whole cap fits in what is left of the budget; the landscape
 takes the rest.
@@ -21,6 +26,7 @@ import os
 import re
 import runpy
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -32,7 +38,8 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-MEASUREMENTS = ROOT / "scripts" / "measurements"
+MEASUREMENTS = ROOT / "scripts" / "measurements"  # where the days' results are unpacked and committed
+LIVE = Path("/tmp/gpu_day")  # where a running day writes (a folder per day, as in MEASUREMENTS)
 PY = sys.executable
 SEARCH_BUDGET_S = 900
 # the search on the classic case: resnet18_cifar batch 32, the default space, gpu_normalize searchable
@@ -55,7 +62,7 @@ class Step:
     what: str
     cap_s: float
     argv: list[str]
-    writes: list[str] = field(default_factory=list)  # beside NN-name.json and .log, from the repo root
+    writes: list[str] = field(default_factory=list)  # beside NN-name.json and .log, in the day's folder
     again: bool = False  # runs on every day with time left (the landscape continues where it stopped)
 
 
@@ -65,9 +72,10 @@ def landscape_of(gpu: str) -> Path:
 
 
 def steps(day: Path, gpu: str) -> list[Step]:
-    rel = day.relative_to(ROOT)
-    landscape = show(landscape_of(gpu))
-    run = f"/tmp/gpu_day/{day.name}/search"  # the run dir (traces, per-trial files) stays out of git
+    """The plan, its files in `day` (the landscape's copy too, beside the results)."""
+    rel = show(day)
+    landscape = f"{rel}/{landscape_of(gpu).name}"
+    run = f"{rel}/run"  # the search's run dir (traces, per-trial files): not collected
     return [
         Step("1-fidelity", "trial fidelity on a GPU-bound config (CV over fresh trials, trial vs plain loop, profiler)",
              270, [PY, "scripts/bench_fidelity.py", "--workload", "resnet18_cifar", "--args", '{"gpu_normalize": true}',
@@ -78,8 +86,7 @@ def steps(day: Path, gpu: str) -> list[Step]:
         Step("3-search", f"the live search on the classic case ({SEARCH_BUDGET_S // 60}-minute budget, dynamics, "
                          "gpu_normalize searchable), no Ray or MLflow", SEARCH_BUDGET_S + 180,
              [PY, "scripts/search_no_ray.py", f"{rel}/search_spec.yaml", "--output-dir", run],
-             [f"{rel}/{name}" for name in ("search_spec.yaml", "search/trials.csv", "search/search.json",
-                                             "search/best_config.yaml")]),
+             ["search_spec.yaml", "search/trials.csv", "search/search.json", "search/best_config.yaml"]),
         Step("3b-classic-found", "the classic case with the search's winner, side by side with the hand-tuned end state",
              270, [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"]),
         Step("4-parity", "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
@@ -89,10 +96,10 @@ def steps(day: Path, gpu: str) -> list[Step]:
         Step("6-overhead", "first_step_s and fixed cost per trial: fork server vs from scratch, with CUDA", 120,
              [PY, "scripts/bench_overhead.py", "--workload", "resnet18_cifar", "--args", '{"gpu_normalize": true}',
               "--set", "num_workers=8", "--set", "pin_memory=true"]),
-        Step("7-landscape", f"the realistic GPU landscape, appended point by point to {landscape}", 60,
+        Step("7-landscape", f"the realistic GPU landscape, appended point by point to {show(landscape_of(gpu))}", 60,
              [PY, "scripts/record_landscape.py", "-o", landscape, "--workload", "resnet18_cifar",
               "--args", '{"gpu_normalize": true}', "--diagnose-all", *(a for g in LANDSCAPE_GRID for a in ("--grid", g))],
-             [landscape], again=True),
+             [landscape_of(gpu).name], again=True),
     ]
 
 
@@ -107,15 +114,29 @@ def gpu_name() -> str | None:
 
 
 def day_dir(gpu: str) -> Path:
-    """The newest folder of this GPU started less than a day ago and not finished, else today's."""
+    """The running day's folder (in LIVE): the newest of this GPU, running on this machine or
+    unpacked in the tree, started less than a day ago and not finished, else today's."""
     now = datetime.now(timezone.utc)
-    for d in sorted(MEASUREMENTS.glob(f"{gpu}-*"), reverse=True):
-        state = d / "day.json"
-        if state.exists():
-            started = datetime.fromisoformat(json.loads(state.read_text())["started"])
+    for name in sorted({d.name for root in (LIVE, MEASUREMENTS) for d in root.glob(f"{gpu}-*")}, reverse=True):
+        d = next((d for d in (LIVE / name, MEASUREMENTS / name) if (d / "day.json").exists()), None)
+        if d is not None:
+            started = datetime.fromisoformat(json.loads((d / "day.json").read_text())["started"])
             if now - started < timedelta(days=1) and not all((d / f"{s.key}.json").exists() for s in steps(d, gpu)):
-                return d
-    return MEASUREMENTS / f"{gpu}-{now:%Y-%m-%d}"
+                return LIVE / name
+    return LIVE / f"{gpu}-{now:%Y-%m-%d}"
+
+
+def seed(live: Path, gpu: str) -> None:
+    """What the tree has of this day (unpacked from an earlier machine's tarballs) and the GPU's
+    landscape so far, copied into the live folder where missing: the day goes on from there."""
+    unpacked = MEASUREMENTS / live.name
+    if unpacked.is_dir():
+        for f in unpacked.rglob("*"):
+            if f.is_file() and not (live / f.relative_to(unpacked)).exists():
+                (live / f.relative_to(unpacked)).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(f, live / f.relative_to(unpacked))
+    if landscape_of(gpu).exists() and not (live / landscape_of(gpu).name).exists():
+        shutil.copy2(landscape_of(gpu), live / landscape_of(gpu).name)
 
 
 def show(path: Path) -> str:
@@ -245,13 +266,15 @@ def check_spec() -> str:
 def dry_run(budget_s: float, gpu: str | None) -> int:
     shown = gpu or "<gpu>"
     day = MEASUREMENTS / f"{shown}-{datetime.now(timezone.utc):%Y-%m-%d}"
-    print(f"GPU day plan: budget {budget_s / 60:.0f} min, results in {day.relative_to(ROOT)}/ "
+    print(f"GPU day plan: budget {budget_s / 60:.0f} min, written in {LIVE / day.name}/ while it runs, "
+          f"unpacked in {day.relative_to(ROOT)}/ "
           f"({'this machine has ' + gpu if gpu else 'no CUDA here: <gpu> is the GPU name'}); a step starts only when "
           "its cap fits in what is left")
     plan, failed = [], 0
-    for step in steps(day, shown):
-        rel = day.relative_to(ROOT)
-        writes = [f"{rel}/{step.key}.json", f"{rel}/{step.key}.log", *step.writes]
+    rel, landscape = day.relative_to(ROOT), landscape_of(shown)
+    for step in steps(LIVE / day.name, shown):
+        writes = [f"{rel}/{step.key}.json", f"{rel}/{step.key}.log",
+                  *(show(landscape) if w == landscape.name else f"{rel}/{w}" for w in step.writes)]
         parses = check_parses(step)
         if step.key == "3-search" and parses == "ok":
             parses = check_spec()
@@ -267,16 +290,20 @@ def dry_run(budget_s: float, gpu: str | None) -> int:
 
 
 def collect(day: Path, gpu: str) -> None:
-    """What is done, as one tarball in $OUT (paths from the repo root: unpack there)."""
+    """What is done, as one tarball in $OUT, its paths the tree's (unpack in the repo root): the
+    day's folder as scripts/measurements/<day>/ (not the pid, the search's run dir or the
+    landscape's copy), the landscape as scripts/landscapes/<gpu>_resnet18_gpunorm.csv."""
     out = os.environ.get("OUT")
     if not out:
         return
-    landscape = landscape_of(gpu)
+    landscape, skip = day / landscape_of(gpu).name, {"day.pid", "run", landscape_of(gpu).name}
     with tarfile.open(Path(out) / "gpu_day.tar.gz", "w:gz") as tar:
-        tar.add(day, arcname=show(day), filter=lambda i: None if i.name.endswith(".pid") else i)
+        for f in sorted(day.iterdir()):
+            if f.name not in skip:
+                tar.add(f, arcname=str((MEASUREMENTS / day.name / f.name).relative_to(ROOT)))
         if landscape.exists():
-            tar.add(landscape, arcname=str(landscape.relative_to(ROOT)))
-    print(f"collected {show(day)} into $OUT/gpu_day.tar.gz (unpack in the repo root)")
+            tar.add(landscape, arcname=str(landscape_of(gpu).relative_to(ROOT)))
+    print(f"collected {show(MEASUREMENTS / day.name)} into $OUT/gpu_day.tar.gz (unpack in the repo root)")
 
 
 def alive(pid_file: Path) -> int | None:
@@ -328,6 +355,7 @@ def main() -> int:
         return 2
     day = day_dir(gpu)
     day.mkdir(parents=True, exist_ok=True)
+    seed(day, gpu)
     if not (day / "day.json").exists():
         (day / "day.json").write_text(json.dumps({"gpu": gpu, "started": datetime.now(timezone.utc).isoformat()}))
     if args.detach:
@@ -341,7 +369,7 @@ def main() -> int:
                                         env={**{k: v for k, v in os.environ.items() if k != "OUT"},
                                              "PYTHONUNBUFFERED": "1"})  # $OUT is the command's: --wait collects
             (day / "day.pid").write_text(str(proc.pid))
-            print(f"the day runs detached (pid {proc.pid}), log: {(day / 'day.log').relative_to(ROOT)}")
+            print(f"the day runs detached (pid {proc.pid}), log: {show(day / 'day.log')}")
     if args.detach or args.wait is not None:
         wait(day, args.wait or 0)
         collect(day, gpu)

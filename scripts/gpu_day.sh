@@ -19,7 +19,10 @@
 # leaves what is done in $OUT/gpu_day.tar.gz:
 #     bash scripts/gpu_day.sh --detach --wait 540
 #     bash scripts/gpu_day.sh --wait 540          # the next commands, same machine
-# Back here, unpack each tarball in the repo root (tar xzf .../gpu_day.tar.gz) and
+# A warm machine goes back after about 30 s idle: start the next --wait at once, and
+# unpack the last tarball while it runs (the day writes in /tmp/gpu_day/, outside the
+# tree each command copies, so the order does not matter). Back here, unpack each
+# tarball in the repo root (tar xzf .../gpu_day.tar.gz) and
 # commit scripts/measurements/<gpu>-<date>/ and the landscape. On a machine given back
 # before the day ended, the same first command goes on where it stopped (the unpacked
 # results travel with the working tree). In the foreground: bash scripts/gpu_day.sh

@@ -8,6 +8,7 @@ import shlex
 import subprocess
 import sys
 import tarfile
+from datetime import datetime, timezone
 
 import pytest
 
@@ -162,6 +163,47 @@ def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp
     with tarfile.open(tmp_path / "out" / "gpu_day.tar.gz") as tar:  # what a device command brings back
         names = tar.getnames()
     assert {"3-ok.json", "README.md", "1-fails.log"} <= {n.rsplit("/", 1)[-1] for n in names}
+
+
+def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_packs_the_trees_paths(tmp_path,
+                                                                                                    monkeypatch):
+    """The device tool makes each command's tree a copy of the checkout's: a day writing
+    there lost its search's log. It writes in LIVE and packs what the tree will hold."""
+    day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
+    g, repo = day["seed"].__globals__, tmp_path / "repo"
+    for name, value in {"ROOT": repo, "MEASUREMENTS": repo / "scripts" / "measurements", "LIVE": tmp_path / "live"}.items():
+        monkeypatch.setitem(g, name, value)
+    unpacked = repo / "scripts" / "measurements" / "h100-80gb-hbm3-2026-11-24"
+    (unpacked / "search").mkdir(parents=True)
+    (unpacked / "day.json").write_text(json.dumps({"gpu": "h100-80gb-hbm3",
+                                                   "started": datetime.now(timezone.utc).isoformat()}))
+    (unpacked / "1-fidelity.json").write_text('{"status": "ok"}')
+    (unpacked / "search" / "trials.csv").write_text("trial\n0\n")
+    (repo / "scripts" / "landscapes").mkdir(parents=True)
+    (repo / "scripts" / "landscapes" / "h100_resnet18_gpunorm.csv").write_text("point\n0\n")
+
+    live = day["day_dir"]("h100-80gb-hbm3")  # not finished: this day goes on, in LIVE
+    assert live == tmp_path / "live" / unpacked.name
+    live.mkdir(parents=True)
+    (live / "2-classic.json").write_text('{"status": "ok"}')  # this machine's, newer than the tree's copy
+    day["seed"](live, "h100-80gb-hbm3")
+    assert (live / "1-fidelity.json").read_text() == '{"status": "ok"}' and (live / "search" / "trials.csv").exists()
+    (live / "h100_resnet18_gpunorm.csv").write_text("point\n0\n1\n")  # a point measured here
+    day["seed"](live, "h100-80gb-hbm3")
+    assert (live / "h100_resnet18_gpunorm.csv").read_text() == "point\n0\n1\n"  # what is live is kept
+    (live / "run" / "trials").mkdir(parents=True)
+    (live / "run" / "trials" / "trace.json").write_text("{}")
+    (live / "day.pid").write_text("1")
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    (tmp_path / "out").mkdir()
+    day["collect"](live, "h100-80gb-hbm3")
+    with tarfile.open(tmp_path / "out" / "gpu_day.tar.gz") as tar:
+        names = set(tar.getnames())
+        landscape = tar.extractfile("scripts/landscapes/h100_resnet18_gpunorm.csv").read()
+    rel = "scripts/measurements/h100-80gb-hbm3-2026-11-24"
+    assert {f"{rel}/day.json", f"{rel}/1-fidelity.json", f"{rel}/2-classic.json", f"{rel}/search/trials.csv"} <= names
+    assert not {n for n in names if n.endswith(("day.pid", "trace.json")) or "/run" in n}  # nor the run dir's traces
+    assert landscape == b"point\n0\n1\n" and f"{rel}/h100_resnet18_gpunorm.csv" not in names
 
 
 def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():

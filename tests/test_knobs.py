@@ -188,6 +188,19 @@ def test_prefetch_and_persistent_workers_need_workers():
     assert space.conflicts({"num_workers": 0, "prefetch_factor": 2}) and not space.conflicts({"num_workers": 1, "prefetch_factor": 2})
 
 
+def test_cuda_graphs_need_gradients_set_to_none():
+    """Measured on the H100 classic search: reduce-overhead with zero_grad(set_to_none=False)
+    raised 'accessing tensor output of CUDAGraphs that has been overwritten'."""
+    h100, base = K.Device("cuda", 16, "H100", (9, 0)), K.pytorch_defaults(32)
+    (why,) = K.conflicts({**base, "compile": "reduce-overhead", "set_to_none": False})
+    assert why.startswith("set_to_none=False: compile=reduce-overhead keeps the gradients in CUDA graph memory")
+    assert K.conflicts({**base, "compile": "default", "set_to_none": False}) == []
+    space = K.resolve_space({"compile": ["none", "reduce-overhead"], "set_to_none": [False, True]}, base, h100)
+    assert space.search["compile"] == ["none", "reduce-overhead"] and space.search["set_to_none"] == [False, True]
+    assert space.conflicts({"compile": "reduce-overhead", "set_to_none": False})
+    assert not space.conflicts({"compile": "reduce-overhead", "set_to_none": True})
+
+
 def test_user_knobs_resolve_with_their_declared_class():
     base = {**K.pytorch_defaults(32), "args.gpu_normalize": False}
     space = K.resolve_space({"args.gpu_normalize": [False, True], "args.size": [32, 64]}, {**base, "args.size": 32}, CPU,

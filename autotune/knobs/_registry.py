@@ -113,6 +113,13 @@ def _needs_workers(value, knobs):
     return None
 
 
+def _grads_in_graphs(value, knobs):
+    if value is False and knobs.get("compile") == "reduce-overhead":
+        return ("compile=reduce-overhead keeps the gradients in CUDA graph memory, and zeroing them in place "
+                "touches an output a later replay overwrote (a RuntimeError on an H100, torch 2.11)")
+    return None
+
+
 def _precision(value, device):
     cc = device.capability or (0, 0)
     if device.type != "cuda":
@@ -231,7 +238,8 @@ KNOBS: dict[str, Knob] = {
              "torch.compile mode", "compile", "model", choices=COMPILE_MODES, numerics=True,
              bottlenecks=("overhead", "memory"), unavailable=_compile),
         Knob("set_to_none", bool, True, "safe", "safe unless your code reads .grad after zero_grad",
-             "optimizer.zero_grad(set_to_none=...)", "none-grad", "step", numerics=True, bottlenecks=("overhead",)),
+             "optimizer.zero_grad(set_to_none=...)", "none-grad", "step", numerics=True, bottlenecks=("overhead",),
+             requires=_grads_in_graphs),
         Knob("fused_optimizer", bool, False, "numerics",
              "the update runs as fused kernels, which may round differently; check loss parity",
              "your optimizer rebuilt with fused=True (torch's SGD, Adam, AdamW, Adagrad)", "fused-opt", "step",

@@ -4,6 +4,12 @@ pays for information only where a decision needs it (`v2`), in one run on one
 host: per case, the wall time of `autotune search` (start-up included), the
 time until the trial of the final winner finished, and the winner's speedup as
 its own search re-measured it side by side against the baseline (`confirm`).
+Then, where the two searches chose different winners, the two winners side by
+side (`winners`): `--pairs` interleaved rounds (A B, B A, ...), a fresh trial
+process each, the old search's confirm windows at +-`--pair-ci`; the ratio new
+over old per pair, their median and range. Two searches' confirm reads are
+different processes minutes apart (5-18% apart on 2 cores for one config), so
+only these pairs compare the winners.
 
 Cases: `jpeg_pipeline` (batch 64, the `quick` preset, 10 trials, CLI defaults:
 the issue's search) and the quickstart (search_spaces/examples/quickstart.yaml);
@@ -14,9 +20,10 @@ time, old then new per case.
     python scripts/bench_search_cost.py [--cases jpeg_pipeline quickstart] [--out DIR]
 
 Readable table; the last line of stdout is one JSON object:
-{"cases": {"<name>": {"old": {"wall_s", "to_winner_s", "speedup_x"}, "new": {...}}}}; each side also
-has `best_samples_per_s` and `baseline_samples_per_s`, the confirm's medians (a speedup carries its
-baseline's read as well as its winner's).
+{"cases": {"<name>": {"old": {"wall_s", "to_winner_s", "speedup_x"}, "new": {...}, "winners": {...}}}}; each
+side also has `best_samples_per_s` and `baseline_samples_per_s`, the confirm's medians (a speedup carries
+its baseline's read as well as its winner's); `winners`: `same` (one config), or the pairs with
+`new_over_old` (the median ratio), `low`, `high` and `verdict` (faster, slower or tie: every pair's side).
 """
 
 from __future__ import annotations
@@ -80,7 +87,31 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
             # (jpeg_pipeline's baseline read 81-102 samples/s over four confirm processes of one run)
             **{k: (state.get("confirm") or {}).get(k) for k in ("baseline_samples_per_s", "best_samples_per_s")},
             "rejected": len(state.get("confirm_rejected") or []),
-            "rate_model": rate_model}
+            "rate_model": rate_model, "run_dir": str(run_dir),
+            "winner_knobs": best.knobs if best else result.baseline.knobs}
+
+
+def winners_side_by_side(old: dict, new: dict, out: Path, rounds: int, ci: float) -> dict:
+    """The two searches' winners in `rounds` interleaved pairs of fresh trial processes (confirm.remeasure),
+    each a timed window only, at +-`ci`, from the old search's confirm config."""
+    from autotune.confirm import remeasure
+    from autotune.launcher import run_in_process, user_thread_env
+    from autotune.result import TrialResult
+
+    if old["winner_knobs"] == new["winner_knobs"]:
+        return {"same": True}
+    config = json.loads((Path(old["run_dir"]) / "confirm" / "00-best" / "config.json").read_text())
+    config.update(target_ci=ci, max_window_s=min(config.get("max_window_s") or 30.0, 15.0), flops_cache=None)
+    env, where = user_thread_env(), out / f"{Path(old['run_dir']).name}-winners"
+
+    def run(knobs: dict, label: str):
+        return TrialResult.from_dict(run_in_process({**config, "knobs": knobs}, where / label, 600, None, env))
+
+    r = remeasure(run, old["winner_knobs"], new["winner_knobs"], rounds)
+    return {"same": False, "rounds": r["rounds"], "pairs": [[p["baseline"], p["best"]] for p in r["pairs"]],
+            "old_samples_per_s": r.get("baseline_samples_per_s"), "new_samples_per_s": r.get("best_samples_per_s"),
+            "new_over_old": r.get("speedup_x"), "low": r.get("speedup_low"), "high": r.get("speedup_high"),
+            "verdict": r.get("verdict"), "error": r.get("error")}
 
 
 def main(argv=None) -> int:
@@ -88,6 +119,8 @@ def main(argv=None) -> int:
     p.add_argument("--cases", nargs="+", choices=list(CASES), default=["jpeg_pipeline", "quickstart"])
     p.add_argument("--only", choices=list(STRATEGIES), help="run one side alone (no comparison)")
     p.add_argument("--out", type=Path, default=None, help="where the searches' run dirs go (default: a temp dir)")
+    p.add_argument("--pairs", type=int, default=5, help="rounds of the winners side by side (default 5; 0: none)")
+    p.add_argument("--pair-ci", type=float, default=0.05, help="their windows' target CI (default 0.05)")
     args = p.parse_args(argv)
     out = args.out or Path(tempfile.mkdtemp(prefix="bench_search_cost-", dir=os.environ.get("TMPDIR")))
     out.mkdir(parents=True, exist_ok=True)
@@ -115,6 +148,17 @@ def main(argv=None) -> int:
                 if new.get("best_samples_per_s") and old.get("best_samples_per_s") else "")
         print(f"{name:14} new/old wall {new['wall_s'] / old['wall_s']:.2f}, speedup new/old "
               f"{(new['speedup_x'] or 0) / (old['speedup_x'] or 1):.3f}{best}", flush=True)
+        if args.pairs:
+            w = cases[name]["winners"] = winners_side_by_side(old, new, out, args.pairs, args.pair_ci)
+            if w["same"]:
+                print(f"{name:14} winners side by side: the same config")
+            else:
+                print(f"{name:14} winners side by side, {w['rounds']} pairs (old, new samples/s): {w['pairs']}; "
+                      f"new/old {w['new_over_old']} (pairs {w['low']}-{w['high']}, {w['verdict']})"
+                      f"{'; ' + w['error'] if w['error'] else ''}", flush=True)
+    for sides in cases.values():  # the knobs are in `winner` (what differs from the baseline)
+        for side in ("old", "new"):
+            sides.get(side, {}).pop("winner_knobs", None)
     print(json.dumps({"cases": cases}))
     return 0
 

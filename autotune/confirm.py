@@ -19,6 +19,7 @@ Needs neither torch nor Ray: the driver hands in `run(knobs, label) -> result`
 from __future__ import annotations
 
 import statistics
+from pathlib import Path
 from typing import Any, Callable
 
 ROLES = ("baseline", "best")
@@ -32,6 +33,36 @@ ANCHOR_DRIFT = 0.10
 # CV (tiny_cnn, scripts/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
 # above 1: at one-sided 95% the best is faster, even at that spread (jpeg_pipeline's pairs: 2.2x)
 SETTLED = 0.5
+
+
+REREAD_DIR = "reread"  # the anchor's second read, under its trial's dir
+ANCHOR_READS = ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")
+
+
+def reread_anchor(result: dict[str, Any], request: dict[str, Any], run: Callable[[dict, Path], dict],
+                  trial_dir) -> dict[str, Any]:
+    """search.strategy v2's anchor (the baseline: every early trial's bar) read a
+    second time, in a fresh process, its timed window alone (`run(config, dir)`
+    runs one trial there). Two processes of one config differ by more than a
+    window's CI: jpeg_pipeline's baseline read 104.9 samples/s in its trial and
+    86.5 and 81.2 in the confirm's, and the climb, judged against 104.9, missed
+    the winner's family. The result's samples_per_s becomes the two reads' mean,
+    its step_mean_ci95 at least half their relative gap (the anchor is known no
+    better than two processes agree); both reads are kept (ANCHOR_READS), the
+    other window figures are the first's, and the second read's cost is added to
+    trial_wall_s. A one-rank trial that finished only."""
+    metrics = result.get("metrics") or {}
+    first = metrics.get(METRIC)
+    if result.get("status") != "ok" or not first or request.get("ranks", 1) > 1:
+        return result
+    again = run({**request, "profile_steps": 0, "diagnose": False, "parity": None, "carry": None, "trace_path": None},
+                Path(trial_dir) / REREAD_DIR)
+    result["trial_wall_s"] = (result.get("trial_wall_s") or 0.0) + (again.get("trial_wall_s") or 0.0)
+    second = (again.get("metrics") or {}).get(METRIC) if again.get("status") == "ok" else None
+    if second:
+        metrics.update({METRIC: (first + second) / 2, ANCHOR_READS[0]: first, ANCHOR_READS[1]: second,
+                        "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second))})
+    return result
 
 
 def order(rounds: int) -> list[tuple[int, str]]:

@@ -154,7 +154,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
 
     from autotune.budget import trial_cap
     from autotune.checked import confirm_candidates
-    from autotune.confirm import confirm_best, describe, settle, window_ci
+    from autotune.confirm import confirm_best, describe, reread_anchor, settle, window_ci
     from autotune.export import write_best_config
     from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
@@ -207,6 +207,9 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     request = TrialSettings.of(data, device.type, space.baseline)
     thread_env = user_thread_env()  # as autotune.driver
 
+    def run_one(config: dict, trial_dir: Path) -> dict:  # one trial, a fresh process
+        return run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
+
     ended = f"{n_trials} trials"
     baseline_record = None
     try:
@@ -224,10 +227,13 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                 break
             knobs = {**space.baseline, **proposal.params}
             number = proposal.trial.number
+            bar = strategy.incumbent_bar(v2, proposal.params)
             config = request.config(knobs, strategy.prune_below(data["trial"]["prune_margin"]),
-                                    predicted=proposal.predicted, **strategy.incumbent_bar(v2, proposal.params))
+                                    predicted=proposal.predicted, **bar)
             trial_dir = trial_dir_of(run_dir, number)
-            raw = run_in_process(config, trial_dir, data["trial"]["timeout_s"], user_path, thread_env)
+            raw = run_one(config, trial_dir)
+            if bar.get("anchor"):  # as autotune.raytune: v2's first incumbent read twice
+                raw = reread_anchor(raw, config, run_one, trial_dir)
             result = TrialResult.from_dict(raw)  # the runner's boundary, checked
             record = record_of(number, knobs, result, trial_dir, is_baseline=baseline_record is None)  # as the recorder
             add_speedup(record, baseline_record or record)
@@ -253,8 +259,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     confirm = None
 
     def runner(plain):
-        return lambda knobs, label: TrialResult.from_dict(run_in_process(
-            plain.config(knobs), run_dir / "confirm" / label, data["trial"]["timeout_s"], user_path, thread_env))
+        return lambda knobs, label: TrialResult.from_dict(run_one(plain.config(knobs), run_dir / "confirm" / label))
 
     def remeasure(baseline, best):  # as autotune.driver: v2's windows sized by the gap the trials measured
         ci = window_ci(baseline, best, data["trial"]["target_ci"]) if v2 else None

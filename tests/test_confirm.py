@@ -26,6 +26,41 @@ def fake_runs(values):
     return run, calls
 
 
+def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_the_two_agree(tmp_path):
+    calls = []
+
+    def run(config, trial_dir):
+        calls.append((config, trial_dir))
+        return {"status": "ok", "metrics": {"samples_per_s": 80.0}, "trial_wall_s": 3.0}
+
+    request = {"knobs": {}, "profile_steps": 5, "diagnose": True, "parity": {"steps": 20}, "carry": {"trial": 1},
+               "trace_path": "t.json", "target_ci": 0.04}
+    first = {"status": "ok", "metrics": {"samples_per_s": 100.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
+    out = C.reread_anchor(first, request, run, tmp_path / "0000")
+    (config, where), = calls
+    assert where == tmp_path / "0000" / "reread" and config["target_ci"] == 0.04  # the anchor's own window
+    assert (config["profile_steps"], config["diagnose"], config["parity"], config["carry"]) == (0, False, None, None)
+    assert out["metrics"]["samples_per_s"] == 90.0 and out["trial_wall_s"] == 23.0
+    assert out["metrics"]["step_mean_ci95"] == pytest.approx(20 / 180)  # half the reads' relative gap
+    assert (out["metrics"]["anchor_first_samples_per_s"], out["metrics"]["anchor_reread_samples_per_s"]) == (100.0, 80.0)
+
+    close = {"status": "ok", "metrics": {"samples_per_s": 81.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
+    assert C.reread_anchor(close, request, run, tmp_path)["metrics"]["step_mean_ci95"] == 0.03  # its own CI is wider
+
+    calls.clear()
+    failed = {"status": "oom", "metrics": {}, "trial_wall_s": 5.0}
+    assert C.reread_anchor(failed, request, run, tmp_path) == failed
+    ranks = {"status": "ok", "metrics": {"samples_per_s": 100.0}, "trial_wall_s": 20.0}
+    assert C.reread_anchor(ranks, {**request, "ranks": 2}, run, tmp_path) == ranks and not calls
+
+    def fails(config, trial_dir):
+        return {"status": "error", "error": "boom", "trial_wall_s": 1.0}
+
+    kept = C.reread_anchor({"status": "ok", "metrics": {"samples_per_s": 100.0}, "trial_wall_s": 20.0}, request,
+                           fails, tmp_path)
+    assert kept["metrics"] == {"samples_per_s": 100.0} and kept["trial_wall_s"] == 21.0  # one read, as measured
+
+
 def test_the_speedup_is_the_median_of_the_paired_ratios():
     run, calls = fake_runs([100.0, 190.0, 210.0, 105.0, 95.0, 200.0])
     out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 3)

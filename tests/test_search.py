@@ -1,6 +1,7 @@
 """A real search through Ray Tune + Optuna + MLflow on the tiny workload."""
 
 import threading
+from pathlib import Path
 
 import optuna
 import pandas as pd
@@ -97,6 +98,10 @@ def test_search_records_every_trial_everywhere(tmp_path):
     artifacts = {a.path for a in client.list_artifacts(base_run.info.run_id, "trial")}
     assert {"trial/config.json", "trial/result.json", "trial/trial.log", "trial/trace.json"} <= artifacts
     assert base_run.data.tags["diagnosis"] in {"input", "overhead", "memory", "compute"}
+    # ... and read twice, the second in a fresh process through Ray as well (confirm.reread_anchor)
+    reads = [seen[0].metrics[k] for k in ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")]
+    assert (Path(seen[0].trial_dir) / "reread" / "result.json").exists()
+    assert base_run.data.metrics["samples_per_s"] == pytest.approx(sum(reads) / 2)
 
     # trials.csv, the Optuna storage and best_config.yaml agree
     table = pd.read_csv(run_dir / "trials.csv")

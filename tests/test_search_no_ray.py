@@ -42,6 +42,10 @@ def test_a_search_without_ray_mlflow_or_pydantic_writes_a_run_dir_the_report_rea
     assert (tmp_path / "run" / "best_config.yaml").exists() and (tmp_path / "run" / "optuna.db").exists()
     for r in run.records:  # each trial ran in its own process, under the block too
         assert (Path(r.trial_dir) / "result.json").exists()
+    # v2's anchor, read again in a fresh process (confirm.reread_anchor): its throughput the two reads' mean
+    reads = [run.baseline.metrics[k] for k in ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")]
+    assert (Path(run.baseline.trial_dir) / "reread" / "result.json").exists()
+    assert run.baseline.throughput == pytest.approx(sum(reads) / 2)
     # the best re-measured against the baseline (confirm_rounds: 2 by default), as `autotune search` does
     state = json.loads((tmp_path / "run" / "search.json").read_text())
     if state.get("confirm"):

@@ -71,6 +71,8 @@ loader = torch.utils.data.DataLoader(wl.dataset, **cfg.dataloader_kwargs())
 for _, batch in zip(range(3), loader):
     wl.loss(model, batch).backward(); opt.step(); cfg.zero_grad(opt)
 print(f"rank {dist.get_rank()}: {type(model).__name__}", flush=True)
+dist.barrier()  # no rank tears gloo down while another still talks to it
+del model, opt  # DDP's reducer and its pending gloo work go while the interpreter is whole (pytorch#179291)
 dist.destroy_process_group()
 """
 

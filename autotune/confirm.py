@@ -37,6 +37,7 @@ SETTLED = 0.5
 
 REREAD_DIR = "reread"  # the anchor's second read, under its trial's dir
 ANCHOR_READS = ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")
+RATES = ("steps_per_s", "achieved_tflops", "mfu")  # a trial's metrics in proportion to its samples_per_s
 
 
 def reread_anchor(result: dict[str, Any], request: dict[str, Any], run: Callable[[dict, Path], dict],
@@ -49,8 +50,9 @@ def reread_anchor(result: dict[str, Any], request: dict[str, Any], run: Callable
     the winner's family. The result's samples_per_s becomes the two reads' mean,
     its step_mean_ci95 at least half their relative gap (the anchor is known no
     better than two processes agree); both reads are kept (ANCHOR_READS), the
-    other window figures are the first's, and the second read's cost is added to
-    trial_wall_s. A one-rank trial that finished only."""
+    rates and the mean step time follow the mean (RATES, step_ms_mean), the other
+    window figures (percentiles, CV, data wait) are the first read's, and the
+    second read's cost is added to trial_wall_s. A one-rank trial that finished only."""
     metrics = result.get("metrics") or {}
     first = metrics.get(METRIC)
     if result.get("status") != "ok" or not first or request.get("ranks", 1) > 1:
@@ -60,6 +62,10 @@ def reread_anchor(result: dict[str, Any], request: dict[str, Any], run: Callable
     result["trial_wall_s"] = (result.get("trial_wall_s") or 0.0) + (again.get("trial_wall_s") or 0.0)
     second = (again.get("metrics") or {}).get(METRIC) if again.get("status") == "ok" else None
     if second:
+        scale = (first + second) / 2 / first
+        metrics.update({k: metrics[k] * scale for k in RATES if metrics.get(k) is not None})
+        if metrics.get("step_ms_mean"):
+            metrics["step_ms_mean"] /= scale
         metrics.update({METRIC: (first + second) / 2, ANCHOR_READS[0]: first, ANCHOR_READS[1]: second,
                         "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second))})
     return result

@@ -35,12 +35,16 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
 
     request = {"knobs": {}, "profile_steps": 5, "diagnose": True, "parity": {"steps": 20}, "carry": {"trial": 1},
                "trace_path": "t.json", "target_ci": 0.04}
-    first = {"status": "ok", "metrics": {"samples_per_s": 100.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
+    first = {"status": "ok", "metrics": {"samples_per_s": 100.0, "steps_per_s": 10.0, "step_ms_mean": 100.0,
+                                         "step_ms_p95": 120.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
     out = C.reread_anchor(first, request, run, tmp_path / "0000")
     (config, where), = calls
     assert where == tmp_path / "0000" / "reread" and config["target_ci"] == 0.04  # the anchor's own window
     assert (config["profile_steps"], config["diagnose"], config["parity"], config["carry"]) == (0, False, None, None)
     assert out["metrics"]["samples_per_s"] == 90.0 and out["trial_wall_s"] == 23.0
+    # the rates and the mean step follow the mean (samples/s = steps/s x batch still holds); the tail is the window's
+    assert out["metrics"]["steps_per_s"] == pytest.approx(9.0) and out["metrics"]["step_ms_mean"] == pytest.approx(100 / 0.9)
+    assert out["metrics"]["step_ms_p95"] == 120.0
     assert out["metrics"]["step_mean_ci95"] == pytest.approx(20 / 180)  # half the reads' relative gap
     assert (out["metrics"]["anchor_first_samples_per_s"], out["metrics"]["anchor_reread_samples_per_s"]) == (100.0, 80.0)
 

@@ -40,11 +40,12 @@ ANCHOR_READS = ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")
 RATES = ("steps_per_s", "achieved_tflops", "mfu")  # a trial's metrics in proportion to its samples_per_s
 
 
-def reread_anchor(result: dict[str, Any], request: dict[str, Any], run: Callable[[dict, Path], dict],
+def reread_anchor(result: dict[str, Any], again: dict[str, Any], run: Callable[[dict, Path], dict],
                   trial_dir) -> dict[str, Any]:
     """search.strategy v2's anchor (the baseline: every early trial's bar) read a
-    second time, in a fresh process, its timed window alone (`run(config, dir)`
-    runs one trial there). Two processes of one config differ by more than a
+    second time, in a fresh process, its timed window alone: `again`, the runner's
+    config for that (`TrialSettings.timed_only().config(knobs, anchor=True)`), run
+    by `run(config, dir)`. Two processes of one config differ by more than a
     window's CI: jpeg_pipeline's baseline read 104.9 samples/s in its trial and
     86.5 and 81.2 in the confirm's, and the climb, judged against 104.9, missed
     the winner's family. The result's samples_per_s becomes the two reads' mean,
@@ -55,10 +56,9 @@ def reread_anchor(result: dict[str, Any], request: dict[str, Any], run: Callable
     second read's cost is added to trial_wall_s. A one-rank trial that finished only."""
     metrics = result.get("metrics") or {}
     first = metrics.get(METRIC)
-    if result.get("status") != "ok" or not first or request.get("ranks", 1) > 1:
+    if result.get("status") != "ok" or not first or again.get("ranks", 1) > 1:
         return result
-    again = run({**request, "profile_steps": 0, "diagnose": False, "parity": None, "carry": None, "trace_path": None},
-                Path(trial_dir) / REREAD_DIR)
+    again = run(again, Path(trial_dir) / REREAD_DIR)
     result["trial_wall_s"] = (result.get("trial_wall_s") or 0.0) + (again.get("trial_wall_s") or 0.0)
     second = (again.get("metrics") or {}).get(METRIC) if again.get("status") == "ok" else None
     if second:

@@ -64,7 +64,7 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
     result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
     if config.get("anchor") and not spread:  # search.strategy v2's first incumbent: read twice
-        result = reread_anchor(result, request, run, trial_dir)
+        result = reread_anchor(result, settings["request"].timed_only().config(config, anchor=True), run, trial_dir)
     if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.scaling)
         # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
         threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1

@@ -233,7 +233,7 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
             trial_dir = trial_dir_of(run_dir, number)
             raw = run_one(config, trial_dir)
             if bar.get("anchor"):  # as autotune.raytune: v2's first incumbent read twice
-                raw = reread_anchor(raw, config, run_one, trial_dir)
+                raw = reread_anchor(raw, request.timed_only().config(knobs, anchor=True), run_one, trial_dir)
             result = TrialResult.from_dict(raw)  # the runner's boundary, checked
             record = record_of(number, knobs, result, trial_dir, is_baseline=baseline_record is None)  # as the recorder
             add_speedup(record, baseline_record or record)

@@ -33,8 +33,14 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
         calls.append((config, trial_dir))
         return {"status": "ok", "metrics": {"samples_per_s": 80.0}, "trial_wall_s": 3.0}
 
-    request = {"knobs": {}, "profile_steps": 5, "diagnose": True, "parity": {"steps": 20}, "carry": {"trial": 1},
-               "trace_path": "t.json", "target_ci": 0.04}
+    from autotune import knobs as K
+    from autotune.request import TrialSettings
+
+    settings = TrialSettings({"name": "tiny_cnn"}, {"warmup_steps": 5, "measure_steps": 10, "min_window_s": 1.0,
+                                                    "target_ci": 0.02, "max_window_s": 30.0, "profile_steps": 5,
+                                                    "diagnose": True}, "cpu", 0, 32, False,
+                             {"baseline": K.pytorch_defaults(32), "steps": 20, "tolerance": 0.05})
+    request = settings.timed_only().config(K.pytorch_defaults(32), anchor=True)  # as both drivers build it
     first = {"status": "ok", "metrics": {"samples_per_s": 100.0, "steps_per_s": 10.0, "step_ms_mean": 100.0,
                                          "step_ms_p95": 120.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
     out = C.reread_anchor(first, request, run, tmp_path / "0000")

@@ -80,7 +80,7 @@ def child(config: dict) -> dict:
         times: list = []
 
         def done(self, n, elapsed, step_times):
-            if n >= steps + 1:  # the (steps+1)th step has started: the first `steps` are complete
+            if n >= steps + 1:  # one step more: the first `steps` are complete on a GPU too (its events lag)
                 Keep.times = step_times()[:steps]
                 return True
             return False

@@ -74,15 +74,15 @@ def rel_ci95(xs: list[float]) -> float:
 
 
 # Student's t, two-sided 95%, by degrees of freedom (a short window's CI; 1.96 from 30 on)
-T95 = {8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
-       17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060,
-       26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+T95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201,
+       12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+       21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
 
 
 def t_rel_ci95(xs: list[float]) -> float:
     """rel_ci95 with Student's t for a short window (10 steps: 2.26, not 1.96)."""
     df = len(xs) - 1
-    return rel_ci95(xs) * (T95.get(df, 1.96) if df < 30 else 1.96) / 1.96
+    return rel_ci95(xs) * T95.get(df, 1.96) / 1.96  # rel_ci95: inf below 3 values
 
 
 PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci) ...

@@ -1,5 +1,7 @@
 """Trace analysis on synthetic Chrome traces with known overlaps: exact figures."""
 
+import math
+
 import pytest
 
 from autotune import measure as M
@@ -120,6 +122,8 @@ def test_a_ten_step_window_is_judged_by_students_t():
     assert not M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.014).done(10, 0.1, times)  # inside z, not t
     assert M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.016).done(10, 0.1, times)
     assert M.t_rel_ci95([10.0] * 40 + [11.0] * 40) == M.rel_ci95([10.0] * 40 + [11.0] * 40)  # 30 steps on: 1.96
+    assert M.t_rel_ci95([10.0, 11.0, 12.0, 10.5]) == pytest.approx(M.rel_ci95([10.0, 11.0, 12.0, 10.5]) * 3.182 / 1.96)
+    assert M.t_rel_ci95([10.0, 11.0]) == math.inf  # two steps: no interval
 
 
 def test_window_rule_prunes_only_what_is_clearly_slower():

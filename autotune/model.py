@@ -15,15 +15,26 @@ The model, from a diagnosed trial R with the same compute-side knobs:
 - one loader worker makes L samples/s whatever the batch;
 - no workers: loading and compute take turns, 1 / (1/C + 1/L); w workers:
   they overlap, min(C, w * L);
+- on a CPU device (`shared`) the workers and the compute share the host's P
+  cores: compute at t threads (num_threads, else P) costs t/C core-seconds a
+  sample and loading 1/L, so w workers reach at most P / (t/C + 1/L) too;
 - calibrated on R itself: its measured throughput over what the model says for
-  R (a step's overheads the two sides leave out).
+  R (a step's overheads the two sides leave out);
+- and on the trials measured since (`measured` holds every measured trial, the
+  undiagnosed ones with their throughput alone): a config with loader workers
+  predicted from a trial without them, or the other way round, is corrected by
+  the median of what such predictions missed on the measured trials (`WORKERS`:
+  the cost of handing batches across processes, and threads that oversubscribe
+  the cores, which neither side measures: on 2 CPUs one worker slowed tiny_cnn
+  by 25-35% where the shares predicted 1% faster).
 It models the batch size and the loader workers alone. It cannot say (None)
 for a config that differs from every diagnosed trial in any other knob (a
 precision, layout or compile never measured; pinning, prefetch, DDP buckets,
 activation checkpointing: none of them is in the model, and none is assumed
-free), nor a batch change without the probe (a compiled trial skips it). Where it is wrong: workers and compute share a small
-host's cores (2 CPUs: w workers slow the compute side down, not modelled), and
-a batch far from B extrapolates the probe's one doubling.
+free), nor a batch change without the probe (a compiled trial skips it). Where
+it is wrong: the first config with workers, before any was measured, and a
+batch far from B, which extrapolates the probe's one doubling.
+`scripts/bench_model.py` replays it over recorded searches.
 
 Needs nothing but the standard library.
 """
@@ -31,10 +42,12 @@ Needs nothing but the standard library.
 from __future__ import annotations
 
 import math
+import statistics
 from typing import Any
 
 MODELLED = ("batch_size", "num_workers")  # every other knob: a prediction needs a trial that ran it
-RATES = ("samples_per_s", "compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker", "batch2x_step_ratio")
+RATES = ("samples_per_s", "compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker", "batch2x_step_ratio",
+         "host_cpus_per_gpu")
 SKIP_BELOW = 0.85  # predicted below this share of the incumbent: clearly below, not run
 
 
@@ -44,40 +57,81 @@ def rates_of(metrics: dict[str, Any]) -> dict[str, float] | None:
     return out if "compute_ceiling_samples_per_s" in out and "loader_samples_per_s_per_worker" in out else None
 
 
-def _raw(knobs: dict[str, Any], ceiling: float, batch: int, loader: float, ratio: float | None) -> float | None:
+def _raw(knobs: dict[str, Any], rates: dict[str, float], batch: int, shared: bool) -> float | None:
+    ceiling, loader = rates["compute_ceiling_samples_per_s"], rates["loader_samples_per_s_per_worker"]
     b = knobs.get("batch_size") or batch
     if b != batch:
+        ratio = rates.get("batch2x_step_ratio")
         if not ratio:
             return None
         ratio = min(ratio, 2.0)  # above 2 (a step more than twice as long at twice the batch) is a disturbed probe
-        doublings = math.log2(b / batch)
-        ceiling = ceiling * (b / batch) / ratio ** doublings
+        ceiling = ceiling * (b / batch) / ratio ** math.log2(b / batch)
     workers = knobs.get("num_workers") or 0
-    return 1 / (1 / ceiling + 1 / loader) if workers == 0 else min(ceiling, workers * loader)
+    if workers == 0:
+        return 1 / (1 / ceiling + 1 / loader)
+    rate = min(ceiling, workers * loader)
+    cores = rates.get("host_cpus_per_gpu")
+    if shared and cores:  # the compute's threads and the workers share the host's cores
+        threads = min(knobs.get("num_threads") or cores, cores)
+        rate = min(rate, cores / (threads / ceiling + 1 / loader))
+    return rate
 
 
-def predict(knobs: dict[str, Any], measured: list[tuple[dict[str, Any], dict[str, float]]]) -> dict[str, Any] | None:
-    """The predicted throughput of `knobs` from the diagnosed trials
-    (`measured`: their knobs and `rates_of`): {"samples_per_s", "from": the
-    knobs of the trial it came from}, or None when the model cannot say."""
-    same = [(k, r) for k, r in measured
-            if all(k.get(n) == knobs.get(n) for n in set(k) | set(knobs) if n not in MODELLED)]
+def _same_compute(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    return all(a.get(n) == b.get(n) for n in set(a) | set(b) if n not in MODELLED)
+
+
+def _base(knobs: dict[str, Any], diagnosed: list, shared: bool) -> tuple[float, dict[str, Any]] | None:
+    """(throughput, the trial it came from): from the nearest diagnosed trial with the same compute knobs,
+    calibrated on that trial itself."""
     best = None
-    for ref, rates in same:
-        batch = ref.get("batch_size")
-        ratio = rates.get("batch2x_step_ratio")
-        args = (rates["compute_ceiling_samples_per_s"], batch, rates["loader_samples_per_s_per_worker"], ratio)
-        at_ref = _raw(ref, *args)
-        value = _raw(knobs, *args)
+    for ref, rates in diagnosed:
+        if not _same_compute(ref, knobs):
+            continue
+        at_ref, value = _raw(ref, rates, ref.get("batch_size"), shared), _raw(knobs, rates, ref.get("batch_size"), shared)
         if value is None or not at_ref:
             continue
         value *= rates.get("samples_per_s", at_ref) / at_ref  # calibrated on the trial itself
         distance = sum(ref.get(n) != knobs.get(n) for n in knobs)  # the nearest measured config says most
         if best is None or distance < best[0]:
             best = (distance, value, ref)
-    if best is None:
+    return best and (best[1], best[2])
+
+
+def _loads(knobs: dict[str, Any]) -> bool:
+    return bool(knobs.get("num_workers"))
+
+
+def _workers_miss(knobs: dict[str, Any], measured: list, diagnosed: list, shared: bool) -> float:
+    """The median of measured / predicted over the measured trials predicted across the workers line (with
+    loader workers from a trial without, or the reverse), oriented as a config with workers; 1 where none."""
+    misses = []
+    for other, rates in measured:
+        if other == knobs or "samples_per_s" not in rates:
+            continue
+        base = _base(other, [(r, x) for r, x in diagnosed if _loads(r) != _loads(other)], shared)
+        if base:
+            miss = rates["samples_per_s"] / base[0]
+            misses.append(miss if _loads(other) else 1 / miss)
+    return statistics.median(misses) if misses else 1.0
+
+
+def predict(knobs: dict[str, Any], measured: list[tuple[dict[str, Any], dict[str, float]]],
+            shared: bool = False) -> dict[str, Any] | None:
+    """The predicted throughput of `knobs` from the measured trials (`measured`:
+    their knobs and `rates_of`, or {"samples_per_s"} for a trial not diagnosed):
+    {"samples_per_s", "from": the knobs of the diagnosed trial it came from}, or
+    None when the model cannot say. `shared`: a CPU device, whose cores the
+    loader workers share with the compute."""
+    diagnosed = [(k, r) for k, r in measured if "compute_ceiling_samples_per_s" in r]
+    base = _base(knobs, diagnosed, shared)
+    if base is None:
         return None
-    return {"samples_per_s": best[1], "from": best[2]}
+    value, ref = base
+    if _loads(knobs) != _loads(ref):
+        miss = _workers_miss(knobs, measured, diagnosed, shared)
+        value *= miss if _loads(knobs) else 1 / miss
+    return {"samples_per_s": value, "from": ref}
 
 
 def error(rows) -> dict[str, Any] | None:

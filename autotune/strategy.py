@@ -252,10 +252,11 @@ class Strategy:
         return Proposal(trial, point, source, predicted and predicted["samples_per_s"])
 
     def predicted(self, point: dict) -> dict | None:
-        """The rate model's throughput for `point`, from the diagnosed trials' rates (`tell`'s `rates`)."""
-        measured = [(t.params, t.user_attrs["rates"]) for t in self._trials()
-                    if t.user_attrs.get("rates") and not t.user_attrs.get("virtual")]
-        return model.predict(point, measured) if measured else None
+        """The rate model's throughput for `point`, from the measured trials: the diagnosed ones' rates (`tell`'s
+        `rates`), the others' throughput; on a CPU the loader workers share the compute's cores."""
+        measured = [(t.params, t.user_attrs.get("rates") or {"samples_per_s": t.values[0]}) for t in self.real_trials()
+                    if t.user_attrs.get("rates") or (t.state == TrialState.COMPLETE and t.values)]
+        return model.predict(point, measured, shared=not self.cuda) if measured else None
 
     def fastest_first(self, points: list[dict], above: float) -> dict:
         """Of the climb's next moves (in its order), the one the rate model

@@ -98,3 +98,40 @@ def test_the_climb_runs_the_move_the_model_predicts_fastest_first(diagnosed):
     assert result["status"] == "ok" and m["predicted_samples_per_s"] == ranked.predicted
     print(f"the model's pick: predicted {ranked.predicted:.1f}, measured {m['samples_per_s']:.1f} samples/s; "
           f"workers=1 predicted {workers:.1f}")
+
+
+# what jpeg_pipeline's baseline measured apart on 2 CPUs (fp32, batch 64): compute ceiling, one worker's rate
+JPEG = {"compute_ceiling_samples_per_s": 160.0, "loader_samples_per_s_per_worker": 230.0, "batch2x_step_ratio": 2.0,
+        "host_cpus_per_gpu": 2.0}
+NO_WORKERS = {"num_workers": 0, "batch_size": 64, "num_threads": None}
+
+
+def test_on_a_cpu_the_workers_share_the_cores_with_the_compute():
+    taking_turns = 1 / (1 / 160 + 1 / 230)
+    ref = (NO_WORKERS, {**JPEG, "samples_per_s": taking_turns})  # calibrated on itself: x1
+    one = {**NO_WORKERS, "num_workers": 1}
+    assert model.predict(one, [ref])["samples_per_s"] == pytest.approx(160)  # a GPU's host: they overlap
+    # two threads of compute (2/160 core-seconds a sample) and the worker (1/230) on 2 cores
+    assert model.predict(one, [ref], shared=True)["samples_per_s"] == pytest.approx(2 / (2 / 160 + 1 / 230))
+    one_thread = {**NO_WORKERS, "num_threads": 1}  # the compute leaves a core to the worker: they overlap again
+    ref1 = (one_thread, {**JPEG, "samples_per_s": taking_turns})
+    assert model.predict({**one_thread, "num_workers": 1}, [ref1], shared=True)["samples_per_s"] == pytest.approx(160)
+    assert model.predict(NO_WORKERS, [ref], shared=True)["samples_per_s"] == pytest.approx(taking_turns)
+
+
+def test_a_prediction_across_the_workers_line_is_corrected_by_what_such_predictions_missed():
+    ref = (NO_WORKERS, {**JPEG, "samples_per_s": 1 / (1 / 160 + 1 / 230)})
+    one, two = {**NO_WORKERS, "num_workers": 1}, {**NO_WORKERS, "num_workers": 2, "batch_size": 128}
+    shares = model.predict(one, [ref], shared=True)["samples_per_s"]
+    measured = [ref, (one, {"samples_per_s": 0.6 * shares})]  # one worker measured 40% below the shares
+    guess = model.predict(two, measured, shared=True)
+    assert guess["samples_per_s"] == pytest.approx(0.6 * model.predict(two, [ref], shared=True)["samples_per_s"])
+    assert guess["from"] == NO_WORKERS
+    # the other way round: a config without workers, from a diagnosed one with them, by what such a prediction missed
+    with_workers = ({**one, "batch_size": 32}, {**JPEG, "samples_per_s": 100.0})
+    small = {**NO_WORKERS, "batch_size": 32}
+    said = model.predict(small, [with_workers], shared=True)["samples_per_s"]
+    plain = model.predict(NO_WORKERS, [with_workers], shared=True)["samples_per_s"]
+    corrected = model.predict(NO_WORKERS, [with_workers, (small, {"samples_per_s": 1.3 * said})], shared=True)
+    assert corrected["samples_per_s"] == pytest.approx(1.3 * plain) and corrected["from"] == with_workers[0]
+    assert model.predict(NO_WORKERS, [with_workers, ref], shared=True)["from"] == NO_WORKERS  # the nearest says it

@@ -67,6 +67,20 @@ def test_bench_search_replays_the_committed_landscapes():
         assert {"autotune", "random", "tpe"} <= set(entry) and entry["points"] >= 36
 
 
+def test_bench_model_replays_a_recorded_search_with_both_models(finished_run):
+    run_dir, _ = finished_run
+    proc = subprocess.run([sys.executable, "scripts/bench_model.py", str(run_dir)], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    run = report["runs"][str(run_dir)]
+    assert report["all"]["trials"] == run["trials"] == len(run["per_trial"])
+    if run["trials"]:  # each row: trial, before, now, measured; the medians are over those rows
+        errors = sorted(abs(m / now - 1) for _, _, now, m in run["per_trial"])
+        assert run["now"] == pytest.approx(statistics.median(errors), abs=1e-3)
+    assert "before" in proc.stdout and "now" in proc.stdout
+
+
 @pytest.mark.timeout(300)
 def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_run):
     run_dir, _ = finished_run

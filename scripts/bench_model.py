@@ -79,6 +79,9 @@ def main(argv=None) -> dict:
     report, everything = {}, []
     print(f"{'run':48s} {'trials':>6s} {'before':>8s} {'now':>8s}")
     for run in args.runs:
+        if not (run / "trials.csv").is_file():
+            print(f"{str(run)[-48:]:48s} skipped: no trials.csv (not a search's output dir)")
+            continue
         rows = replay(trials(run))
         everything += rows
         before, now = median_error([(b, m) for _, b, _, m in rows]), median_error([(n, m) for _, _, n, m in rows])
@@ -86,6 +89,8 @@ def main(argv=None) -> dict:
                             "per_trial": [[n, round(b, 1), round(w, 1), round(m, 1)] for n, b, w, m in rows]}
         fmt = (lambda e: "-" if e is None else f"{e:.1%}")
         print(f"{str(run)[-48:]:48s} {len(rows):6d} {fmt(before):>8s} {fmt(now):>8s}")
+    if not report:
+        ap.error("none of the dirs holds a trials.csv: pass search output dirs")
     total = {"trials": len(everything), "before": median_error([(b, m) for _, b, _, m in everything]),
              "now": median_error([(n, m) for _, _, n, m in everything])}
     print(f"{'all':48s} {total['trials']:6d} {total['before'] or 0:8.1%} {total['now'] or 0:8.1%}")

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
-from autotune.measure import PROMOTE_FACTOR
+from autotune.measure import promote_floor
 from autotune.ranks import ConfigError
 
 TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max_window_s", "profile_steps", "diagnose")
@@ -71,14 +71,14 @@ class TrialSettings:
                incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
         first incumbent of a search.strategy v2 search (its baseline), which every later trial is weighed
-        against: its window stops at +-PROMOTE_FACTOR x target_ci, the floor of every promoted window, since
-        no window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
+        against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
+        window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
             "knobs": {k: knobs[k] for k in K.KNOBS},
             **self.trial,
-            **({"target_ci": PROMOTE_FACTOR * self.trial["target_ci"]} if anchor else {}),
+            **({"target_ci": promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
             "device": self.device,
             # keep_effective_batch: micro-batches per optimizer step

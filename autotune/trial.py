@@ -155,7 +155,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
                         prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
                         screen_ms=knobs["batch_size"] / above * 1e3 if above else None,
                         screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device.type) if above else 0.0,
-                        promote_ci=M.PROMOTE_FACTOR * cfg["target_ci"] if above else None)
+                        promote_ci=M.promote_floor(cfg["target_ci"], device.type) if above else None)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
         rule = R.fixed_rule(max_steps(cfg))
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
-from autotune.measure import PROMOTE_FACTOR, gap_ci, incumbent_interval  # noqa: E402
+from autotune.measure import gap_ci, incumbent_interval, promote_floor  # noqa: E402
 from autotune.request import DEFAULTS  # noqa: E402
 from autotune.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 
@@ -59,7 +59,6 @@ STRATEGIES = ("autotune", "random", "tpe")
 TARGET = 0.95
 PRUNE_MARGIN = 0.2  # the search's default trial.prune_margin
 MIN_WINDOW_S = 1.0  # a pruned trial stops its window at about this
-PROMOTE_CI = PROMOTE_FACTOR * DEFAULTS["target_ci"]  # a promoted window's CI, at the default target_ci
 REREAD_START_S = 1.0  # the anchor's second read beyond its window: a forked process and its warm-up (CPU v2: 1 s)
 
 
@@ -158,13 +157,14 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar()
         above, ci = bar["incumbent_above"], land.ci(proposal.params)
         known = incumbent_interval(bar["incumbent_ci"], land.device_type)
+        promote_ci = promote_floor(DEFAULTS["target_ci"], land.device_type)  # a promoted window's, by default
         if value is not None and bar.get("anchor"):
-            # the anchor (the baseline, the first incumbent): it stops at +-PROMOTE_CI, a promoted window's floor,
+            # the anchor (the baseline, the first incumbent): it stops at +-promote_ci, a promoted window's floor,
             # and is read again in a fresh process, its window alone (confirm.reread_anchor), charged once more
             # with REREAD_START_S (a landscape holds one read: the two reads' gap is not replayed)
-            anchor = max(MIN_WINDOW_S, window * (ci / PROMOTE_CI) ** 2) if ci < PROMOTE_CI else window
+            anchor = max(MIN_WINDOW_S, window * (ci / promote_ci) ** 2) if ci < promote_ci else window
             cost += 2 * anchor - window + REREAD_START_S
-            ci = max(ci, PROMOTE_CI)
+            ci = max(ci, promote_ci)
         elif value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
         elif value is not None and above and value * (1 + ci) < above * (1 - known):
@@ -173,8 +173,8 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             # the CI at that point, an optimistic stand-in); no profile, diagnosis or parity
             cost -= max(0.0, window - MIN_WINDOW_S)
         elif value is not None and above and value * (1 - ci) > above * (1 + known) \
-                and ci < (allowed := gap_ci(value / (above * (1 + known)) - 1, PROMOTE_CI)):
-            # a promoted window: clearly ahead, it stops at +-PROMOTE_CI, or a quarter of its lead where looser
+                and ci < (allowed := gap_ci(value / (above * (1 + known)) - 1, promote_ci)):
+            # a promoted window: clearly ahead, it stops at +-promote_ci, or a quarter of its lead where looser
             # (steps ~ 1 / CI^2: the recorded window scaled down, never below its minimum)
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / allowed) ** 2))
         elif value is not None and above and ci < known and value * (1 - ci) <= above * (1 + known):

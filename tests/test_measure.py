@@ -197,6 +197,15 @@ def test_on_a_cpu_the_incumbent_is_known_no_better_than_the_spread_between_proce
     their windows' CIs (scripts/bench_window.py); on a GPU none is assumed (not measured)."""
     assert M.incumbent_interval(0.02, "cpu") == M.PROCESS_SPREAD["cpu"] == 0.05
     assert M.incumbent_interval(0.08, "cpu") == 0.08 and M.incumbent_interval(0.02, "cuda") == 0.02
+    # nor need a promoted window (or the anchor) know its mean better than that: the next windows are compared
+    # with it to within the spread anyway
+    assert M.promote_floor(0.02, "cpu") == 0.05 and M.promote_floor(0.03, "cpu") == M.PROMOTE_FACTOR * 0.03
+    assert M.promote_floor(0.02, "cuda") == M.PROMOTE_FACTOR * 0.02
+    between = lambda: [8.6, 10.4] * 10  # noqa: E731  (9.5 ms +- 4.5%, t): clearly below 11 ms less a 5% band
+    rule = lambda floor: M.WindowRule(min_steps=10, min_s=0.0, screen_ms=11.0, screen_ci=0.05,  # noqa: E731
+                                      promote_ci=floor)
+    assert (r := rule(M.promote_floor(0.02, "cpu"))).done(20, 2.0, between) and r.promoted
+    assert not rule(M.PROMOTE_FACTOR * 0.02).done(20, 2.0, between)  # +-4%: the window ran on
 
 
 def test_a_window_of_few_slow_steps_is_pruned_on_elapsed_time():

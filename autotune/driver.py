@@ -312,7 +312,9 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
     if confirm:
         state["confirm"] = confirm
         wall = time.perf_counter() - started + opened.wall_before
-    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended, confirm)
+    state["skipped_predicted"] = searcher.strategy.skipped_predicted()
+    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended, confirm,
+                          skipped=state["skipped_predicted"])
     settle(result)  # a best that did not beat the baseline in every pair ties with it
     best = result.best
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}

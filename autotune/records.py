@@ -88,6 +88,7 @@ class SearchResult:
     ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
     confirm: dict[str, Any] | None = None  # the best re-measured against the baseline (autotune.confirm)
     reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
+    skipped: list[dict] = field(default_factory=list)  # configs the rate model kept from running (search.json)
 
     @property
     def confirmed(self) -> dict[str, Any] | None:
@@ -329,6 +330,6 @@ def read_run(run_dir: Path) -> SearchResult:
     paths = run_paths(run_dir, state["mlflow_uri"])
     result = SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
                           state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
-                          state.get("ended"), state.get("confirm"))
+                          state.get("ended"), state.get("confirm"), skipped=state.get("skipped_predicted") or [])
     settle(result)
     return result

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import time
+from pathlib import Path
 
 from rich.columns import Columns
 from rich.console import Console, Group
@@ -26,9 +25,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def short(name: str) -> str:
     """A knob's column label, from the registry."""
-    from autotune.knobs import lookup
-
-    return lookup(name).label
+    return K.lookup(name).label
 
 
 def error(message: str) -> None:
@@ -251,6 +248,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
                    for r in result.records if r.status not in ("ok", "pruned")],
         "disturbed": [{"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")],
         "rate_model": M.error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records),
+        "skipped_predicted": result.skipped,
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
     }
 
@@ -360,6 +358,9 @@ def _search_notes(d: dict) -> list[str]:
         m = d["rate_model"]
         notes.append(f"rate model: {m['trials']} trial(s) predicted, median error {m['median_abs_error']:.0%} "
                      f"(worst: trial #{m['worst_trial']}, measured {m['worst_error']:+.0%} off its prediction)")
+    base = (d["baseline"] or {}).get("knobs", {})  # a config the rate model kept from running, by its changes
+    notes += [" ".join(["not run:"] + [f"{short(k)}={_fmt(v)}" for k, v in s["config"].items() if base.get(k) != v])
+              + f", {s['error']}" for s in d["skipped_predicted"]]
     if d["ended"]:
         notes.append(f"search ended: {d['ended']}")
     return notes

@@ -283,6 +283,11 @@ class Strategy:
         self.study.tell(trial, state=TrialState.FAIL)
         return True
 
+    def skipped_predicted(self) -> list[dict]:
+        """The configs the rate model kept from running (`_skip_predicted`): {"config", "predicted", "error"}."""
+        return [{"config": t.params, "predicted": t.user_attrs["predicted"], "error": t.user_attrs["error"]}
+                for t in self._trials() if t.user_attrs.get("virtual") and "predicted" in t.user_attrs]
+
     def _suggest(self, trial) -> dict:
         return {n: trial.suggest_categorical(n, self.search[n]) for n in self.names}
 

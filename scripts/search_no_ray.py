@@ -275,9 +275,11 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
         confirm = remeasure(baseline_record, best)
     if confirm:
         state["confirm"] = confirm
+    state["skipped_predicted"] = strategy.skipped_predicted()
     wall = time.perf_counter() - started
     paths = run_paths(run_dir)
-    result = SearchResult(run_dir, space, device, records, baseline_record, best, wall, paths, None, ended, confirm)
+    result = SearchResult(run_dir, space, device, records, baseline_record, best, wall, paths, None, ended, confirm,
+                          skipped=state["skipped_predicted"])
     settle(result)
     best = result.best
     spec_view = SimpleNamespace(name=data["name"], workload=SimpleNamespace(ref=wl.get("factory") or wl["name"],

@@ -63,6 +63,8 @@ def test_the_strategy_skips_a_point_predicted_clearly_below_the_incumbent(diagno
     skipped = [t for t in study.trials if str(t.user_attrs.get("error", "")).startswith("skipped: predicted")]
     assert [t.params["batch_size"] for t in skipped] == [1]
     assert skipped[0].user_attrs["predicted"] < model.SKIP_BELOW * rates["samples_per_s"]
+    named = strategy.skipped_predicted()  # what the search keeps in search.json and the report names
+    assert [(s["config"]["batch_size"], s["predicted"]) for s in named] == [(1, skipped[0].user_attrs["predicted"])]
 
 
 def test_the_model_error_is_measured_over_predicted():

@@ -369,3 +369,15 @@ def test_with_a_time_budget_the_live_view_counts_down_the_budget_not_trials():
     assert "1 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
     view.budget_s = None  # no budget: the trials left at the pace so far (383 more at a minute each)
     assert view._count() == "1/384" and view._eta().startswith("1:00 elapsed, ~38")
+
+
+def test_configs_the_rate_model_kept_from_running_are_named_with_their_prediction(tmp_path, capsys):
+    from autotune.report import as_dict, short, summary
+
+    result = _result(_records(), tmp_path)
+    why = "skipped: predicted 80.0 samples/s, below 85% of the best (150.0)"
+    result.skipped = [{"config": {"batch_size": 64, "channels_last": False}, "predicted": 80.0, "error": why}]
+    assert as_dict(result)["skipped_predicted"] == result.skipped
+    summary(result, show_paths=False)
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"not run: {short('batch_size')}=64, {why}" in out  # its changes from the baseline, and why

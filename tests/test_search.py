@@ -141,8 +141,11 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
     spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_slow_large_batches"},
                      search_space={"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
                                                              "set_to_none": [True, False]}},
-                     # v1: pruning alone (v2's screening window may stop a slow trial first, as status ok)
-                     search={"n_trials": 8, "patience": 2, "confirm_rounds": 0, "strategy": "v1"},
+                     # v1: pruning alone (v2's screening window may stop a slow trial first, as status ok). The
+                     # batch-16 configs differ by noise alone, ms steps that a loaded CI host moves by >2% (a CI
+                     # run read a "gain" and ran all 8): a gain must be 30% here
+                     search={"n_trials": 8, "patience": 2, "confirm_rounds": 0, "strategy": "v1",
+                             "min_improvement": 0.3},
                      trial={**TRIAL, "min_window_s": 1.0, "max_window_s": 3.0, "measure_steps": 20})
     result = run(spec)
     records = sorted(result.records, key=lambda r: r.number)
@@ -150,10 +153,10 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
     assert slow and all(r.status == "pruned" and r.throughput is None for r in slow)  # never a best
     assert all(r.metrics["samples_per_s"] < 0.8 * result.baseline.throughput for r in slow)
     assert all(r.metrics["window_s"] < 1.0 and r.diagnosis is None for r in slow)  # cut short; no profile, no diagnosis
-    # patience: the search ended before the space did, after 2 trials without a gain above 2%
-    assert len(records) < 8 and result.ended == "no gain above 2% in 2 trials" and result.stopped_reason is None
+    # patience: the search ended before the space did, after 2 trials without a gain above 30%
+    assert len(records) < 8 and result.ended == "no gain above 30% in 2 trials" and result.stopped_reason is None
     best_before = max(r.throughput or 0 for r in records[:-2])
-    assert all((r.throughput or 0) <= 1.02 * best_before for r in records[-2:])
+    assert all((r.throughput or 0) <= 1.3 * best_before for r in records[-2:])
     # pruned is its own outcome: not a failure in MLflow (its throughput was measured)
     mlflow_run = MlflowClient(f"sqlite:///{result.run_dir / 'mlflow.db'}").get_run(slow[0].mlflow_run_id)
     assert mlflow_run.info.status == "FINISHED"

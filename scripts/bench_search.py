@@ -149,6 +149,7 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         return max_trials, spent, False
     study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", seed))
     strategy = Strategy(study, land.space, land.baseline, "autotune", seed=seed)
+    promote_ci = promote_floor(DEFAULTS["target_ci"], land.device_type)  # a promoted window's, by default
     while trials < max_trials:
         proposal = strategy.ask()
         if proposal is None:
@@ -157,7 +158,6 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar()
         above, ci = bar["incumbent_above"], land.ci(proposal.params)
         known = incumbent_interval(bar["incumbent_ci"], land.device_type)
-        promote_ci = promote_floor(DEFAULTS["target_ci"], land.device_type)  # a promoted window's, by default
         if value is not None and bar.get("anchor"):
             # the anchor (the baseline, the first incumbent): it stops at +-promote_ci, a promoted window's floor,
             # and is read again in a fresh process, its window alone (confirm.reread_anchor), charged once more

@@ -23,7 +23,7 @@ The model, from a diagnosed trial R with the same compute-side knobs:
 - and on the trials measured since (`measured` holds every measured trial, the
   undiagnosed ones with their throughput alone): a config with loader workers
   predicted from a trial without them, or the other way round, is corrected by
-  the median of what such predictions missed on the measured trials (`WORKERS`:
+  the median of what such predictions missed on the measured trials (`_workers_miss`:
   the cost of handing batches across processes, and threads that oversubscribe
   the cores, which neither side measures: on 2 CPUs one worker slowed tiny_cnn
   by 25-35% where the shares predicted 1% faster).
@@ -117,18 +117,19 @@ def _workers_miss(knobs: dict[str, Any], measured: list, diagnosed: list, shared
 
 
 def predict(knobs: dict[str, Any], measured: list[tuple[dict[str, Any], dict[str, float]]],
-            shared: bool = False) -> dict[str, Any] | None:
+            shared: bool = False, learn: bool = True) -> dict[str, Any] | None:
     """The predicted throughput of `knobs` from the measured trials (`measured`:
     their knobs and `rates_of`, or {"samples_per_s"} for a trial not diagnosed):
     {"samples_per_s", "from": the knobs of the diagnosed trial it came from}, or
     None when the model cannot say. `shared`: a CPU device, whose cores the
-    loader workers share with the compute."""
+    loader workers share with the compute. `learn`: the workers' correction
+    (without it and `shared`: the model before both, scripts/bench_model.py)."""
     diagnosed = [(k, r) for k, r in measured if "compute_ceiling_samples_per_s" in r]
     base = _base(knobs, diagnosed, shared)
     if base is None:
         return None
     value, ref = base
-    if _loads(knobs) != _loads(ref):
+    if learn and _loads(knobs) != _loads(ref):
         miss = _workers_miss(knobs, measured, diagnosed, shared)
         value *= miss if _loads(knobs) else 1 / miss
     return {"samples_per_s": value, "from": ref}

@@ -16,7 +16,6 @@ last line is one JSON object: {"runs": {...}, "all": {"trials", "before", "now"}
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import statistics
 import sys
@@ -25,34 +24,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune import knobs as K  # noqa: E402
 from autotune import model as M  # noqa: E402
-
-
-def _value(text: str):
-    if text in ("", "None"):
-        return None
-    for cast in (int, float):
-        try:
-            return cast(text)
-        except ValueError:
-            pass
-    return {"True": True, "False": False}.get(text, text)
+from autotune.records import read_run  # noqa: E402
 
 
 def trials(run_dir: Path) -> list[dict]:
-    """The run's measured trials, in order: knobs, rates (diagnosed ones) or throughput, device type."""
+    """The run's measured trials, in order (records.read_run, the report's reader): knobs, rates (diagnosed
+    ones) or throughput, device type."""
+    result = read_run(run_dir)
     out = []
-    with open(run_dir / "trials.csv") as f:
-        for row in csv.DictReader(f):
-            metrics = {k: _value(v) for k, v in row.items()}
-            if row["status"] not in ("ok", "pruned") or not metrics.get("samples_per_s"):
-                continue
-            knobs = {k: metrics.get(k) for k in K.KNOBS if k in row}
-            diagnosed = M.rates_of(metrics)
-            out.append({"number": int(row["trial"]), "knobs": knobs, "measured": metrics["samples_per_s"],
-                        "rates": diagnosed or {"samples_per_s": metrics["samples_per_s"]}, "diagnosed": bool(diagnosed),
-                        "cpu": row.get("device_type") == "cpu"})
+    for r in sorted(result.records, key=lambda r: r.number):
+        if r.status not in ("ok", "pruned") or not r.metrics.get("samples_per_s"):
+            continue
+        diagnosed = M.rates_of(r.metrics)
+        out.append({"number": r.number, "knobs": r.knobs, "measured": r.metrics["samples_per_s"],
+                    "rates": diagnosed or {"samples_per_s": r.metrics["samples_per_s"]},
+                    "cpu": result.device.type == "cpu"})
     return out
 
 
@@ -61,8 +48,9 @@ def replay(rows: list[dict]) -> list[tuple[int, float, float, float]]:
     out = []
     for i, row in enumerate(rows):
         earlier = rows[:i]
-        before = M.predict(row["knobs"], [(r["knobs"], r["rates"]) for r in earlier if r["diagnosed"]])
-        now = M.predict(row["knobs"], [(r["knobs"], r["rates"]) for r in earlier], shared=row["cpu"])
+        measured = [(r["knobs"], r["rates"]) for r in earlier]
+        before = M.predict(row["knobs"], measured, learn=False)  # the diagnosed trials alone, workers apart
+        now = M.predict(row["knobs"], measured, shared=row["cpu"])
         if before and now:
             out.append((row["number"], before["samples_per_s"], now["samples_per_s"], row["measured"]))
     return out
@@ -79,8 +67,8 @@ def main(argv=None) -> dict:
     report, everything = {}, []
     print(f"{'run':48s} {'trials':>6s} {'before':>8s} {'now':>8s}")
     for run in args.runs:
-        if not (run / "trials.csv").is_file():
-            print(f"{str(run)[-48:]:48s} skipped: no trials.csv (not a search's output dir)")
+        if not (run / "trials.csv").is_file() or not (run / "search.json").is_file():
+            print(f"{str(run)[-48:]:48s} skipped: no trials.csv and search.json (not a search's output dir)")
             continue
         rows = replay(trials(run))
         everything += rows
@@ -90,7 +78,7 @@ def main(argv=None) -> dict:
         fmt = (lambda e: "-" if e is None else f"{e:.1%}")
         print(f"{str(run)[-48:]:48s} {len(rows):6d} {fmt(before):>8s} {fmt(now):>8s}")
     if not report:
-        ap.error("none of the dirs holds a trials.csv: pass search output dirs")
+        ap.error("none of the dirs holds a trials.csv and search.json: pass search output dirs")
     total = {"trials": len(everything), "before": median_error([(b, m) for _, b, _, m in everything]),
              "now": median_error([(n, m) for _, _, n, m in everything])}
     print(f"{'all':48s} {total['trials']:6d} {total['before'] or 0:8.1%} {total['now'] or 0:8.1%}")

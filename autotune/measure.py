@@ -88,12 +88,16 @@ def t_rel_ci95(xs: list[float]) -> float:
 PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci) ...
 GAP_CI_CAP = 0.10  # ... or looser where its lead is large, never looser than this (2 cores: 5-10% per process)
 # How far one fresh process's read of a config may be from the next's, beyond any window's own CI: on a 2-core
-# CPU host the CV over fresh processes was 4.6-8.5% (jpeg_pipeline) and 5.2-17.6% (tiny_cnn)
-# (scripts/bench_window.py), and a baseline re-measured 16-18% off its trial's read. Two trials are two processes,
-# so search.strategy v2 compares a window with the incumbent to within at least this (`incumbent_interval`): a
-# window need not be known better than that, nor can a lead inside it promote. The smallest CV measured; on a GPU
-# not measured yet (none assumed).
-PROCESS_SPREAD = {"cpu": 0.05}
+# CPU host the CV (one standard deviation) over fresh processes was 4.6-8.5% (jpeg_pipeline) and 5.2-17.6%
+# (tiny_cnn) (scripts/bench_window.py), and a baseline re-measured 16-18% off its trial's read. The smallest CV
+# measured, on a GPU none (not measured yet).
+PROCESS_CV = {"cpu": 0.05}
+# ... as a 95% half-width, the unit of every window's CI (step_mean_ci95): 1.96 x the CV. Two trials are two
+# processes, so search.strategy v2 compares a window with the incumbent to within at least this
+# (`incumbent_interval`): a window need not be known better than that, nor can a lead inside it promote.
+# (Until session 34 the CV itself stood here, compared with 95% CIs: windows ran ~4x the steps that matched
+# the spread; jpeg_pipeline's anchor ran its 30-s cap for +-5.2%, then read 17% off in the confirm.)
+PROCESS_SPREAD = {d: round(1.96 * cv, 3) for d, cv in PROCESS_CV.items()}
 
 
 def incumbent_interval(ci: float, device_type: str) -> float:

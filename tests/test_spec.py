@@ -50,11 +50,11 @@ def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():
     from autotune.measure import PROCESS_SPREAD, PROMOTE_FACTOR
     from autotune.request import TrialSettings
 
-    spec = S.parse({**WL, "trial": {"target_ci": 0.03}}, "runs/x.yaml").model_dump(mode="json")
+    spec = S.parse({**WL, "trial": {"target_ci": 0.06}}, "runs/x.yaml").model_dump(mode="json")
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}
     settings = TrialSettings.of(spec, "cpu", knobs)
-    assert settings.config(knobs)["target_ci"] == 0.03
-    assert settings.config(knobs, anchor=True)["target_ci"] == pytest.approx(PROMOTE_FACTOR * 0.03)
+    assert settings.config(knobs)["target_ci"] == 0.06
+    assert settings.config(knobs, anchor=True)["target_ci"] == pytest.approx(PROMOTE_FACTOR * 0.06)
     # a tight target: never tighter than the spread between fresh processes on a CPU (none assumed on a GPU)
     spec["trial"]["target_ci"] = 0.01
     assert TrialSettings.of(spec, "cpu", knobs).config(knobs, anchor=True)["target_ci"] == PROCESS_SPREAD["cpu"]

@@ -55,7 +55,8 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
                                          config.get("predicted"), config.get("incumbent_ci", 0.0),
-                                         config.get("carry"), config.get("anchor", False))
+                                         config.get("carry"), config.get("anchor", False),
+                                         config.get("tie_keeps_incumbent", False))
 
     def run(request: dict, trial_dir: Path) -> dict:
         return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],

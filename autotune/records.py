@@ -211,7 +211,12 @@ SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < rep
 def risk(record: TrialRecord, baseline_knobs: dict[str, Any]) -> tuple[int, int]:
     """How risky a config is to adopt: the highest safety class among the knobs
     it changes from the baseline, then how many it changes."""
-    changed = [k for k, v in record.knobs.items() if v != baseline_knobs.get(k)]
+    return knobs_risk(record.knobs, baseline_knobs)
+
+
+def knobs_risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int]:
+    """`risk` of a config's knobs (the strategy's, before any record: `Strategy.incumbent_bar`)."""
+    changed = [k for k, v in knobs.items() if v != baseline_knobs.get(k)]
     return max((SAFETY_RANK[K.lookup(k).safety] for k in changed), default=0), len(changed)
 
 

@@ -10,6 +10,7 @@ what `python -m autotune.trial` accepts). Needs neither torch nor Ray.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -68,7 +69,8 @@ class TrialSettings:
 
     def config(self, knobs: dict[str, Any], prune_below: float | None = None,
                incumbent_above: float | None = None, predicted: float | None = None,
-               incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False) -> dict[str, Any]:
+               incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False,
+               tie_keeps_incumbent: bool = False) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
         first incumbent of a search.strategy v2 search (its baseline), which every later trial is weighed
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
@@ -94,6 +96,7 @@ class TrialSettings:
             "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
             "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
             "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
+            "tie_keeps_incumbent": tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it (Strategy)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
 
@@ -119,6 +122,8 @@ DEFAULTS = {
     "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
     "carry": None,  # {"trial": N, "metrics"}: trial N measured what a diagnosis measures apart from the window
     # (diagnose.APART) for a config that differs from this one in loader knobs alone: diagnose from it, no profile
+    "tie_keeps_incumbent": False,  # this config is riskier than the incumbent (records.risk): a window that ties
+    # with it (measure.WindowRule.tied) pays for nothing more, whatever its mean, as a tie goes to the safer config
     "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
     "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
     "device": "auto",
@@ -196,9 +201,25 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
                                   and isinstance(carry.get("metrics"), dict)
                                   and all(isinstance(v, (int, float)) for v in carry["metrics"].values())):
         raise TrialConfigError(f"`carry` must be null or {{\"trial\": N, \"metrics\": {{name: number}}}}, got {carry!r}")
+    if not isinstance(cfg["tie_keeps_incumbent"], bool):
+        raise TrialConfigError(f"`tie_keeps_incumbent` must be true or false, got {cfg['tie_keeps_incumbent']!r}")
     if cfg["parity_only"] and not cfg["parity"]:
         raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
     if cfg["parity_only"] and cfg["ranks"] > 1 and cfg["knobs"]["sharding"] == "fsdp":  # never exported as safe
         raise TrialConfigError("loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are "
                                "sharded): such a config that changes numerics stays unchecked")
     return cfg
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """`--set NAME=VALUE` items (the runner's, the scripts'): each value as JSON where it parses, else the text."""
+    out = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise TrialConfigError(f"--set expects knob=value, got `{item}`")
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out

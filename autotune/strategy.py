@@ -61,7 +61,8 @@ MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few
 def told(result, baseline: dict) -> dict:
     """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
     value: `unchecked` (its loss parity skipped but needed: the climb does not
-    build on it), the `rates` the model predicts from and what its diagnosis
+    build on it), `tie_kept` (its window tied with a safer incumbent, which
+    stayed: `incumbent_bar`), the `rates` the model predicts from and what its diagnosis
     measured `apart` (a diagnosed trial), and `ci`, its throughput's relative
     95% CI (`incumbent_ci`, once it leads)."""
     from autotune.diagnose import APART
@@ -73,7 +74,8 @@ def told(result, baseline: dict) -> dict:
     rates = model.rates_of(metrics) if result.diagnosis else None
     apart = {k: metrics[k] for k in APART if k in metrics} if result.diagnosis else None
     ci = metrics.get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
-    return {**({"unchecked": True} if needed else {}), **({"rates": rates} if rates else {}),
+    return {**({"unchecked": True} if needed else {}), **({"tie_kept": True} if metrics.get("tie_kept") else {}),
+            **({"rates": rates} if rates else {}),
             **({"apart": apart} if apart else {}),
             **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {})}
 
@@ -136,8 +138,10 @@ class Strategy:
         return bound if bound is not None and params["batch_size"] >= bound else None
 
     def _best(self):
-        """The fastest complete trial so far (the incumbent), or None."""
-        done = [t for t in self._trials() if t.state == TrialState.COMPLETE and t.values]
+        """The fastest complete trial so far (the incumbent), or None; one whose
+        window tied with a safer incumbent (`tie_kept`) is not."""
+        done = [t for t in self._trials() if t.state == TrialState.COMPLETE and t.values
+                and not t.user_attrs.get("tie_kept")]
         return max(done, key=lambda t: t.values[0]) if done else None
 
     def best_value(self) -> float | None:
@@ -170,7 +174,8 @@ class Strategy:
         values: dict[tuple, float | None] = {}
         for t in self._trials():
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
-                good = t.state == TrialState.COMPLETE and not t.user_attrs.get("unchecked")
+                good = t.state == TrialState.COMPLETE and not t.user_attrs.get("unchecked") \
+                    and not t.user_attrs.get("tie_kept")
                 values.setdefault(key(t.params, self.names), t.values[0] if good else None)
         return self.climb.plan(values, free, infeasible)
 
@@ -331,12 +336,26 @@ class Strategy:
         `anchor` before any best (the trial that becomes the first incumbent
         whatever it measures: its window is sized as a promoted one's,
         `TrialSettings.config`); with `point` as well, `carry`: what the trial
-        need not measure again to be diagnosed (`carried`)."""
+        need not measure again to be diagnosed (`carried`), and `tie_keeps_incumbent`:
+        `point` changes the numerics from the incumbent's and is riskier than it
+        (`records.knobs_risk`: a higher safety class, or more knobs changed), so a
+        window that ties with it leaves the incumbent as it is: `records.pick_best`
+        exports the safer side of a tie, and adopting it would pay a loss-parity
+        check and a diagnosis that nothing uses (on jpeg_pipeline 22-24 s, in 2 of
+        3 searches). A tie in loader knobs alone is still adopted: it pays little
+        (the diagnosis `carried`, the parity verdict reused) and the climb goes on."""
+        from autotune.parity import PARITY_KNOBS
+        from autotune.records import knobs_risk
+
         best = self._best() if pay_on_demand else None
+        riskier = best is not None and point is not None \
+            and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point) \
+            and knobs_risk(point, self.baseline) > knobs_risk(best.params, self.baseline)
         return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
                 "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
                 **({"anchor": True} if pay_on_demand and best is None else {}),
-                **({"carry": self.carried(point)} if pay_on_demand and point is not None else {})}
+                **({"carry": self.carried(point)} if pay_on_demand and point is not None else {}),
+                **({"tie_keeps_incumbent": True} if riskier else {})}
 
     def carried(self, point: dict) -> dict | None:
         """{"trial": N, "metrics": what trial N's diagnosis measured apart from its

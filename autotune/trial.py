@@ -40,7 +40,8 @@ from autotune import sides, trace
 from autotune import workload as W
 from autotune.diagnose import diagnose
 from autotune.disturbance import verdict
-from autotune.request import DEFAULTS, TrialConfigError, check_config, max_steps  # noqa: F401  (the runner's contract)
+from autotune.request import (DEFAULTS, TrialConfigError, check_config, max_steps,  # noqa: F401  (the runner's
+                              parse_set)  # contract)
 from autotune.rank_parity import rank_parity
 from autotune.result import TrialResult
 from autotune.safety import needs_parity, trial_parity
@@ -261,15 +262,21 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:
     """With `incumbent_above`: a window at or below it cannot make this config
     the incumbent, so the trial pays for nothing more (no profile, diagnosis or
-    loss parity; `result["skipped"]` says so). A screened, promoted or tied window is marked."""
+    loss parity; `result["skipped"]` says so); nor can a tied window above it of
+    a config riskier than the incumbent (`tie_keeps_incumbent`: metric `tie_kept`).
+    A screened, promoted or tied window is marked."""
     for mark in ("screened", "promoted", "tied"):
         if getattr(rule, mark):
             metrics[mark] = 1.0
-    above = cfg["incumbent_above"]
-    if above is None or metrics["samples_per_s"] > above:
+    above, value = cfg["incumbent_above"], metrics["samples_per_s"]
+    kept = above is not None and value > above and rule.tied and cfg["tie_keeps_incumbent"]
+    if above is None or value > above and not kept:
         return False
-    result["skipped"] = (f"profile, diagnosis and loss parity: {metrics['samples_per_s']:.4g} samples/s does not "
-                         f"beat the {above:.4g} that would make it the incumbent")
+    if kept:
+        metrics["tie_kept"] = 1.0
+    result["skipped"] = (f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
+        f"ties with the incumbent (its {above:.4g} with min_improvement), the safer config, which stays" if kept
+        else f"does not beat the {above:.4g} that would make it the incumbent"))
     return True
 
 
@@ -342,19 +349,6 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
         )
     result["trial_s"] = time.perf_counter() - started
     return result
-
-
-def parse_set(items: list[str]) -> dict[str, Any]:
-    out = {}
-    for item in items:
-        name, sep, raw = item.partition("=")
-        if not sep:
-            raise TrialConfigError(f"--set expects knob=value, got `{item}`")
-        try:
-            out[name] = json.loads(raw)
-        except json.JSONDecodeError:
-            out[name] = raw
-    return out
 
 
 def _exit_with_parent() -> None:

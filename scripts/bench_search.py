@@ -155,8 +155,8 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         if proposal is None:
             break
         status, value, cost, window = land.lookup(proposal.params)
-        floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar()
-        above, ci = bar["incumbent_above"], land.ci(proposal.params)
+        floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar(True, proposal.params)
+        above, ci, kept = bar["incumbent_above"], land.ci(proposal.params), False
         known = incumbent_interval(bar["incumbent_ci"], land.device_type)
         if value is not None and bar.get("anchor"):
             # the anchor (the baseline, the first incumbent): it stops at +-promote_ci, a promoted window's floor,
@@ -180,9 +180,10 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         elif value is not None and above and ci < known and value * (1 - ci) <= above * (1 + known):
             # a tied window: reaching into the incumbent's own interval, it stops once known as well as the incumbent
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / known) ** 2))
+            kept = value > above and bar.get("tie_keeps_incumbent", False)  # riskier numerics: the incumbent stays
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
-                      attrs={"ci": min(ci, MAX_INCUMBENT_CI)})
+                      attrs={"ci": min(ci, MAX_INCUMBENT_CI), **({"tie_kept": True} if kept else {})})
         if value is not None and value >= TARGET * land.best:
             return trials, spent, True
     return max_trials, spent, False

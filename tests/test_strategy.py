@@ -161,6 +161,31 @@ def test_the_incumbents_interval_goes_with_its_threshold():
     assert told(few, BASE)["ci"] == 0.5  # a window of a few steps: capped, it screens and promotes nothing
 
 
+def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
+    """A move that changes the numerics and is riskier than the incumbent (records.knobs_risk) is asked to
+    keep the incumbent on a tie; a loader move is not (its tie pays little). A trial whose tie kept the
+    incumbent (`tie_kept`) is neither the incumbent nor a gain the climb moves to."""
+    from autotune.result import TrialResult
+    from autotune.strategy import told
+
+    strategy = make()
+    p = strategy.ask()
+    strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
+    assert strategy.incumbent_bar(True, {**BASE, "precision": "bf16-mixed"})["tie_keeps_incumbent"]
+    assert "tie_keeps_incumbent" not in strategy.incumbent_bar(True, {**BASE, "num_workers": 2})
+    assert "tie_keeps_incumbent" not in strategy.incumbent_bar(False, {**BASE, "precision": "bf16-mixed"})  # v1
+    kept = TrialResult.from_dict({"status": "ok", "knobs": {**pytorch_defaults(32), "precision": "bf16-mixed"},
+                                  "metrics": {"samples_per_s": 104.0, "tied": 1.0, "tie_kept": 1.0},
+                                  "skipped": "profile, diagnosis and loss parity: ties with the incumbent"})
+    assert told(kept, pytorch_defaults(32))["tie_kept"]
+    q = strategy.ask()
+    strategy.tell(q.trial, "ok", 104.0, attrs={"tie_kept": True})
+    assert strategy.best_value() == 100.0 and strategy.incumbent_bar()["incumbent_above"] == pytest.approx(102.0)
+    r = strategy.ask()
+    strategy.tell(r.trial, "ok", 110.0)
+    assert strategy.best_value() == 110.0
+
+
 def test_a_loader_move_is_diagnosed_from_the_compute_side_already_measured():
     strategy = make()
     p = strategy.ask()

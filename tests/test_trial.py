@@ -147,7 +147,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, warmup_min_s, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, incumbent_ci, predicted, carry, parity_only, flops_cache, device, seed, ranks, backend, "
+                           "prune_below, incumbent_above, incumbent_ci, predicted, carry, tie_keeps_incumbent, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "warmup_min_s": "1s"}, "`warmup_min_s` must be null or seconds >= 0, got '1s'"),
@@ -216,3 +216,25 @@ def test_flops_are_counted_once_per_model_and_shape_in_a_search(tmp_path):
     alone = run_trial({**config, "flops_cache": str(tmp_path / "absent" / "flops.json"),
                        "knobs": {"batch_size": 8, "num_threads": 1}})  # no run dir there: counted, nothing kept
     assert alone["metrics"]["flops_per_sample"] > 0 and not (tmp_path / "absent").exists()
+
+
+def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
+    """search.strategy v2: a window that ties with the incumbent (WindowRule.tied) and reads above its bar
+    would make the config the incumbent, paying profile, diagnosis and loss parity; for a config riskier than
+    the incumbent that changes the numerics (`tie_keeps_incumbent`, set by Strategy.incumbent_bar) the tie
+    goes to the incumbent, as records.pick_best exports it, and the trial stops at its window."""
+    from autotune.trial import _not_incumbent
+
+    tied, promoted = M.WindowRule(tied=True), M.WindowRule(promoted=True)
+    cfg = {"incumbent_above": 100.0, "tie_keeps_incumbent": True}
+    metrics, result = {"samples_per_s": 104.0}, {}
+    assert _not_incumbent(cfg, metrics, tied, result)
+    assert metrics["tie_kept"] == 1.0 and metrics["tied"] == 1.0 and "the safer config, which stays" in result["skipped"]
+    metrics, result = {"samples_per_s": 104.0}, {}
+    assert not _not_incumbent({**cfg, "tie_keeps_incumbent": False}, metrics, tied, result)  # not riskier: adopted
+    assert "tie_kept" not in metrics and "skipped" not in result
+    assert not _not_incumbent(cfg, {"samples_per_s": 130.0}, promoted, {})  # a clear gain: adopted
+    below = {}
+    assert _not_incumbent(cfg, {"samples_per_s": 99.0}, tied, below) and "does not beat the 100" in below["skipped"]
+    with pytest.raises(TrialConfigError, match="tie_keeps_incumbent"):
+        check_config({"workload": {"name": "tiny_cnn"}, "tie_keeps_incumbent": "yes"})

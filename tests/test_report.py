@@ -1,6 +1,7 @@
 """`autotune report` and `autotune export` on a finished search, and the export
 formats round-tripping into code that runs."""
 
+import dataclasses
 import json
 
 import pytest
@@ -243,6 +244,11 @@ def test_the_live_table_shows_the_running_trial():
     # the incumbent at every moment: its gain, and its safety status (channels_last: no parity verdict yet)
     assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, unchecked"
     records[1].parity = {"passed": True}
+    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
+    # a faster window that tied with it, of a riskier config, left it the incumbent (Strategy._best): so says the view
+    tied = dataclasses.replace(records[1], number=2, metrics={**records[1].metrics, "samples_per_s": 2.0 * records[1].throughput,
+                                                          "tie_kept": 1.0})
+    view.trial(tied)
     assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
 
 

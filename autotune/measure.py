@@ -63,6 +63,9 @@ def percentile(sorted_values: list[float], q: float) -> float:
     return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (i - lo)
 
 
+Z95 = 1.96  # the normal distribution's two-sided 95% quantile
+
+
 def rel_ci95(xs: list[float]) -> float:
     """Half-width of the 95% confidence interval of the mean, relative to the mean."""
     n = len(xs)
@@ -70,10 +73,10 @@ def rel_ci95(xs: list[float]) -> float:
         return math.inf
     mean = sum(xs) / n
     std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
-    return 1.96 * std / math.sqrt(n) / mean
+    return Z95 * std / math.sqrt(n) / mean
 
 
-# Student's t, two-sided 95%, by degrees of freedom (a short window's CI; 1.96 from 30 on)
+# Student's t, two-sided 95%, by degrees of freedom (a short window's CI; Z95 from 30 on)
 T95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201,
        12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
        21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
@@ -82,7 +85,7 @@ T95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 
 def t_rel_ci95(xs: list[float]) -> float:
     """rel_ci95 with Student's t for a short window (10 steps: 2.26, not 1.96)."""
     df = len(xs) - 1
-    return rel_ci95(xs) * T95.get(df, 1.96) / 1.96  # rel_ci95: inf below 3 values
+    return rel_ci95(xs) * T95.get(df, Z95) / Z95  # rel_ci95: inf below 3 values
 
 
 PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci) ...
@@ -97,7 +100,7 @@ PROCESS_CV = {"cpu": 0.05}
 # (`incumbent_interval`): a window need not be known better than that, nor can a lead inside it promote.
 # (Until session 34 the CV itself stood here, compared with 95% CIs: windows ran ~4x the steps that matched
 # the spread; jpeg_pipeline's anchor ran its 30-s cap for +-5.2%, then read 17% off in the confirm.)
-PROCESS_SPREAD = {d: round(1.96 * cv, 3) for d, cv in PROCESS_CV.items()}
+PROCESS_SPREAD = {d: round(Z95 * cv, 3) for d, cv in PROCESS_CV.items()}
 
 
 def incumbent_interval(ci: float, device_type: str) -> float:

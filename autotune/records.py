@@ -208,14 +208,10 @@ def same_device(a: TrialRecord | None, b: TrialRecord) -> bool:
 SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < reproducibility < numerics < dynamics
 
 
-def risk(record: TrialRecord, baseline_knobs: dict[str, Any]) -> tuple[int, int]:
-    """How risky a config is to adopt: the highest safety class among the knobs
-    it changes from the baseline, then how many it changes."""
-    return knobs_risk(record.knobs, baseline_knobs)
-
-
-def knobs_risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int]:
-    """`risk` of a config's knobs (the strategy's, before any record: `Strategy.incumbent_bar`)."""
+def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int]:
+    """How risky a config is to adopt (`pick_best`'s tie-break, and the strategy's:
+    `Strategy.incumbent_bar`): the highest safety class among the knobs it changes
+    from the baseline, then how many it changes."""
     changed = [k for k, v in knobs.items() if v != baseline_knobs.get(k)]
     return max((SAFETY_RANK[K.lookup(k).safety] for k in changed), default=0), len(changed)
 
@@ -254,7 +250,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     if base is None:
         return fastest
     tied = [r for r in ok if _overlap(r, fastest)]
-    best = min(tied, key=lambda r: (*risk(r, base.knobs), -r.throughput))
+    best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.throughput))
     if best is not fastest:
         best.tie = {
             "faster_trial": fastest.number, "faster_samples_per_s": round(fastest.throughput, 2),
@@ -271,7 +267,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
 
 
 def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
-    rank, n = risk(record, baseline_knobs)
+    rank, n = risk(record.knobs, baseline_knobs)
     cls = next(name for name, r in SAFETY_RANK.items() if r == rank)
     return "the baseline's knobs" if n == 0 else f"{cls}, {n} knob{'s' if n > 1 else ''} changed"
 

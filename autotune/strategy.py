@@ -338,19 +338,19 @@ class Strategy:
         `TrialSettings.config`); with `point` as well, `carry`: what the trial
         need not measure again to be diagnosed (`carried`), and `tie_keeps_incumbent`:
         `point` changes the numerics from the incumbent's and is riskier than it
-        (`records.knobs_risk`: a higher safety class, or more knobs changed), so a
+        (`records.risk`: a higher safety class, or more knobs changed), so a
         window that ties with it leaves the incumbent as it is: `records.pick_best`
         exports the safer side of a tie, and adopting it would pay a loss-parity
         check and a diagnosis that nothing uses (on jpeg_pipeline 22-24 s, in 2 of
         3 searches). A tie in loader knobs alone is still adopted: it pays little
         (the diagnosis `carried`, the parity verdict reused) and the climb goes on."""
         from autotune.parity import PARITY_KNOBS
-        from autotune.records import knobs_risk
+        from autotune.records import risk
 
         best = self._best() if pay_on_demand else None
         riskier = best is not None and point is not None \
             and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point) \
-            and knobs_risk(point, self.baseline) > knobs_risk(best.params, self.baseline)
+            and risk(point, self.baseline) > risk(best.params, self.baseline)
         return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
                 "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
                 **({"anchor": True} if pay_on_demand and best is None else {}),

@@ -162,7 +162,7 @@ def test_the_incumbents_interval_goes_with_its_threshold():
 
 
 def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
-    """A move that changes the numerics and is riskier than the incumbent (records.knobs_risk) is asked to
+    """A move that changes the numerics and is riskier than the incumbent (records.risk) is asked to
     keep the incumbent on a tie; a loader move is not (its tie pays little). A trial whose tie kept the
     incumbent (`tie_kept`) is neither the incumbent nor a gain the climb moves to."""
     from autotune.result import TrialResult

@@ -373,7 +373,8 @@ def _landed(result: dict | None) -> dict:
 
 class Stop(DriverOnly, tune.Stopper):
     """Stop the search when the baseline failed, or when `patience` trials in a
-    row improved the best by no more than `min_improvement`."""
+    row improved the best by no more than `min_improvement` (a trial that cannot
+    be the best, `TrialRecord.contends`, improved nothing)."""
 
     def __init__(self, recorder: Recorder, patience: int | None, min_improvement: float):
         super().__init__(recorder)
@@ -387,6 +388,6 @@ class Stop(DriverOnly, tune.Stopper):
 
     def stalled(self) -> bool:
         return bool(self.patience) and no_improvement_for(
-            [r.throughput if r.safe else None for r in self.recorder.records], self.min_improvement) >= self.patience
+            [r.throughput if r.contends else None for r in self.recorder.records], self.min_improvement) >= self.patience
 
 

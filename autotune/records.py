@@ -57,6 +57,13 @@ class TrialRecord:
         return self.metrics.get(METRIC) if self.status == "ok" else None
 
     @property
+    def contends(self) -> bool:
+        """Can be the best: complete, safe, and not a window that tied with a
+        safer incumbent (`tie_kept`: search.strategy v2 gave that tie to the
+        incumbent, as `pick_best` gives ties to the safer config)."""
+        return bool(self.throughput) and self.safe and not self.metrics.get("tie_kept")
+
+    @property
     def speedup(self) -> float | None:
         return self.metrics.get("speedup_x")
 
@@ -231,7 +238,7 @@ def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
 
 
 def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
-    """The fastest trial that finished and passed its safety checks, on the
+    """The fastest trial that can be the best (`TrialRecord.contends`), on the
     baseline's device type; a faster one that failed loss parity is never the
     one exported.
 
@@ -241,7 +248,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     fewer changed knobs; then the faster). The winner's `tie` then names the
     faster-but-riskier trial and both CIs."""
     base = next((r for r in records if r.is_baseline), None)
-    ok = [r for r in records if r.throughput and r.safe and same_device(base, r)]
+    ok = [r for r in records if r.contends and same_device(base, r)]
     for r in records:
         r.tie = None
     if not ok:

@@ -109,7 +109,7 @@ class LiveView:
             self.live.update(self._view())
 
     def trial(self, record) -> None:
-        if record.throughput and record.safe and not record.metrics.get("tie_kept") and (not self.best or record.throughput > self.best.throughput):
+        if record.contends and (not self.best or record.throughput > self.best.throughput):
             self.best = record
         self.running.pop(record.number, None)
         self.rows.append(record)

@@ -63,3 +63,20 @@ def test_a_clear_win_is_not_a_tie_and_fewer_knobs_break_a_tie_within_a_class():
     assert pick_best(records).number == 0 and pick_best(records).tie["faster_trial"] == 1
     # unknown precision claims no tie
     assert pick_best([record(0, 100.0), record(1, 101.0, num_workers=1)]).number == 1
+
+
+def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gain():
+    """search.strategy v2 gave the tie to the incumbent (`tie_kept`): the export,
+    the live table and patience agree with it, whatever the window's mean."""
+    from autotune.raytune import Stop
+    from autotune.recorder import Recorder
+
+    kept = timed(2, 130.0, 0.01, precision="bf16-mixed")  # its window tied with #1 within the process spread
+    kept.metrics.update(tied=1.0, tie_kept=1.0)
+    records = [timed(0, 100.0, 0.01), timed(1, 120.0, 0.01, num_workers=1), kept]
+    assert not kept.contends and records[1].contends
+    assert pick_best(records).number == 1 and pick_best(records).tie is None  # 120 +-1% and 130 +-1% do not overlap
+    stop = Stop(Recorder(None, records, None, None, records[0].knobs), patience=1, min_improvement=0.02)
+    assert stop.stalled()  # #2 gained nothing
+    kept.metrics.pop("tie_kept")
+    assert pick_best(records).number == 2 and not stop.stalled()

@@ -21,9 +21,11 @@ clears a safe knob nor catches a broken one. So parity has two parts:
    run that does not train must not pass because the reference barely moves).
 
 The baseline's side (its trajectory, checkpoints and noise reference) is computed
-once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE); a noise
-level is added the first time a candidate needs it, and each verdict is kept there
-for the next trial with the same numerics knobs.
+once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE); each
+part of a noise level is added the first time a verdict depends on it (a band is
+never below the dtype's rtol per step, nor the tolerance over many steps, so errors
+inside those pass whatever the noise), and each verdict is kept there for the next
+trial with the same numerics knobs.
 """
 
 from __future__ import annotations
@@ -100,9 +102,10 @@ def _points(steps: int, points: int) -> tuple:
 
 def build_reference(workload, baseline: dict[str, Any], device_type: str, steps: int = 20, seed: int = 0,
                     levels: list[float] | None = None, points: int = POINTS, batches=None) -> dict[str, Any]:
-    """The baseline's side of parity: its trajectory over `steps` batches, its
-    state at the per-step points, and the noise reference at each of `levels`
-    (`add_levels`). `batches`: the seeded batches, where the caller has them."""
+    """The baseline's side of parity: its trajectory over `steps` batches and
+    its state at the per-step points; the noise reference at each of `levels`
+    (`add_levels`: none by default, as `loss_parity` adds what a verdict needs).
+    `batches`: the seeded batches, where the caller has them."""
     started = time.perf_counter()
     base = {**baseline, "num_workers": 0, "pin_memory": False}
     batches = batches or seeded_batches(workload, base["batch_size"], steps, seed)
@@ -112,40 +115,48 @@ def build_reference(workload, baseline: dict[str, Any], device_type: str, steps:
     ref = {"steps": steps, "seed": seed, "points": list(keep), "baseline": base, "losses": end["losses"],
            "buffers": end["buffers"], "optim": end["optim"], "moved": loss_moved(end, end["losses"][0]),
            "states": end["states"], "noise": {}}
-    add_levels(workload, ref, device_type, levels or [ROUNDOFF[base["precision"]]], run, batches)
+    add_levels(workload, ref, device_type, levels or [], run, batches)
     ref["build_s"] = time.perf_counter() - started
     return ref
 
 
-def add_levels(workload, ref: dict[str, Any], device_type: str, levels: list[float], run=None, batches=None) -> float:
-    """The noise reference at each of `levels` that `ref` lacks, added to it: per
-    point, NOISE_SEEDS steps from perturbed weights against the clean step; from
-    the initial state, NOISE_SEEDS runs perturbed before every step. A level is
-    paid for when a candidate first needs it (a search that never tries fp16
-    never pays for fp16's). Returns the seconds it took."""
+def add_levels(workload, ref: dict[str, Any], device_type: str, levels: list[float], run=None, batches=None,
+               parts: tuple[str, ...] = ("step", "multi")) -> float:
+    """The noise reference at each of `levels`, its `parts` that `ref` lacks,
+    added to it: "step", per point, NOISE_SEEDS steps from perturbed weights
+    against the clean step; "multi", from the initial state, NOISE_SEEDS runs
+    perturbed before every step. `loss_parity` asks for a part only where a
+    verdict depends on it (a search that never tries fp16 never pays for fp16's;
+    a candidate inside the dtype's rtol and the tolerance needs none). Returns
+    the seconds it took."""
     import torch
 
     started = time.perf_counter()
-    levels = [lv for lv in levels if repr(lv) not in ref["noise"]]
-    if not levels:
+    todo = [(lv, part) for lv in levels for part in parts if part not in ref["noise"].get(repr(lv), {})]
+    if not todo:
         return 0.0
     seed, keep = ref["seed"], ref["points"]
     if run is None:
-        batches = seeded_batches(workload, ref["baseline"]["batch_size"], ref["steps"], seed)
         run = build_run(workload, ref["baseline"], device_type, seed)
-    clean = {t: reset_and_step(run, ref["states"][t], batches[t], seed + t) for t in keep}
-    for level in levels:
-        step_errs = {t: [] for t in keep}  # per point: the errors of NOISE_SEEDS perturbed steps
-        for t in keep:
-            for s in range(NOISE_SEEDS):
-                load_state(run, ref["states"][t], None)
-                perturb_weights(run, level, torch.Generator().manual_seed(1000 + s))
-                step_errs[t].append(step_errors(take_step(run, batches[t], seed + t, capture=True), clean[t]))
-        multi = []
-        for s in range(NOISE_SEEDS):  # from the initial state again, perturbed before every step
-            load_state(run, ref["states"][0], None)
-            multi.append(multi_errors(run_trajectory(run, batches, seed, level, 1 + s), ref))
-        ref["noise"][repr(level)] = {"step": step_errs, "multi": multi}
+    batches = batches or seeded_batches(workload, ref["baseline"]["batch_size"], ref["steps"], seed)
+    clean = {t: reset_and_step(run, ref["states"][t], batches[t], seed + t) for t in keep} \
+        if any(part == "step" for _, part in todo) else {}
+    for level, part in todo:
+        noise = ref["noise"].setdefault(repr(level), {})
+        if part == "step":
+            step_errs = {t: [] for t in keep}  # per point: the errors of NOISE_SEEDS perturbed steps
+            for t in keep:
+                for s in range(NOISE_SEEDS):
+                    load_state(run, ref["states"][t], None)
+                    perturb_weights(run, level, torch.Generator().manual_seed(1000 + s))
+                    step_errs[t].append(step_errors(take_step(run, batches[t], seed + t, capture=True), clean[t]))
+            noise["step"] = step_errs
+        else:
+            multi = []
+            for s in range(NOISE_SEEDS):  # from the initial state again, perturbed before every step
+                load_state(run, ref["states"][0], None)
+                multi.append(multi_errors(run_trajectory(run, batches, seed, level, 1 + s), ref))
+            noise["multi"] = multi
     return time.perf_counter() - started
 
 
@@ -160,17 +171,22 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
     """Parity of `candidate` with `baseline` (module doc): the per-step errors
     against the knob's band, then the multi-step checks; at the baseline's batch
     size, so only numerics differ. `reference`: the baseline's side from
-    `build_reference` (computed here when missing or lacking this noise level).
+    `build_reference` (computed here when missing).
     `tolerance`: multi-step deviations below it always pass. `build` builds the
     candidate's run and `shard(batches)` gives the batches it steps on (several
     ranks: autotune.rank_parity); the baseline's run steps on the whole batches.
-    `batches`: the seeded batches, where the caller decoded them already."""
+    `batches`: the seeded batches, where the caller decoded them already.
+    The noise reference at the candidate's level is added to `reference` only
+    where the verdict depends on it: the per-step noise where an error exceeds
+    the dtype's rtol, the multi-step noise where a deviation exceeds
+    `tolerance` or the loss barely moved (either band is at least those); `noise`
+    says which were computed, cached or not needed, `noise_s` what they cost."""
     started = time.perf_counter()
     level = roundoff(baseline, candidate, device.type)
-    cached = reference is not None and repr(level) in reference["noise"]
+    cached = reference is not None
     if not cached:
-        reference = build_reference(workload, baseline, device.type, steps, seed, [level])
-    steps, noise = reference["steps"], reference["noise"][repr(level)]
+        reference = build_reference(workload, baseline, device.type, steps, seed)
+    steps = reference["steps"]
     batch = reference["baseline"]["batch_size"]
     batches = batches or seeded_batches(workload, batch, steps, seed)
     run = build(workload, {**candidate, "batch_size": batch, "num_workers": 0, "pin_memory": False}, device.type, seed)
@@ -197,14 +213,22 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
         update = rel_error(c["update"], update_from(base_run, reference["states"][t], c["grad"]))
         per_point.append({"step": t, **step_errors(c, b), "update": update, "finite": c["finite"] and c["grads_finite"],
                           "backoffs": c["backoffs"]})
-    del run, base_run
-
+    del run
     tol = rtol(baseline, candidate, device.type)
+    had = dict(reference["noise"].get(repr(level), {}))
+    needed = (("step",) if any(p[m] > tol for p in per_point for m in ("loss", "grad")) else ()) + \
+        (("multi",) if any(v is not None and v > tolerance for v in (multi[m] for m in MULTI_METRICS))
+         or multi["moved"] < MIN_MOVED * reference["moved"] else ())
+    noise_s = add_levels(workload, reference, device.type, [level], base_run, batches, needed)
+    del base_run
+    noise = reference["noise"].get(repr(level), {})
+    states = {part: "cached" if part in had else "computed" if part in noise else "not needed" for part in ("step", "multi")}
+
     # per point: its own band (the noise there; late points of a chaotic run are ill-conditioned,
     # the first is not), and the worst ratio of error to band decides
     per_step: dict[str, Any] = {"points": reference["points"], "roundoff": level, "rtol": tol, "factor": FACTOR}
-    for p in per_point:
-        noise_at = noise["step"][p["step"]]
+    for p in per_point:  # (no step noise: every error is inside rtol, which the band never goes below)
+        noise_at = noise["step"][p["step"]] if "step" in noise else [{}]
         for m in STEP_METRICS:  # (the update from the same gradient and state has no noise: rtol alone)
             p[m + "_noise"] = max(e[m] for e in noise_at) if m in noise_at[0] else 0.0
             p[m + "_band"] = _band([p[m + "_noise"]], FACTOR, tol)
@@ -216,19 +240,22 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
     # multi-step deviations are judged only where rounding noise alone stays below the
     # tolerance; where it does not, training is chaotic and the deviation says nothing about
     # the knob (measured: ResNet-18 at lr 0.1, compile 352% against noise runs' 112%)
+    # (no multi-step noise: every deviation is inside the tolerance, which the band never goes below)
+    runs = noise.get("multi", [])
     multi_step = {}
     for m in MULTI_METRICS:
         if multi[m] is not None:
-            noise_m = max(s[m] for s in noise["multi"])
+            noise_m = max(s[m] for s in runs) if runs else None
             multi_step[m] = {"value": multi[m], "band": _band([noise_m], MULTI_FACTOR, tolerance), "noise": noise_m,
-                             "judged": noise_m <= tolerance}
-    moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in noise["multi"]])
+                             "judged": noise_m is None or noise_m <= tolerance}
+    moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in runs])
     nonfinite = not end["finite"] or not all(p["finite"] for p in per_point)
     out = {
         "steps": steps, "tolerance": tolerance,
         "max_rel_dev": multi["loss_dev"] if not nonfinite else math.inf, "mean_rel_dev": multi["mean_loss_dev"],
         "final_rel_dev": multi["final_loss_dev"],
-        "noise_floor": max(s["loss_dev"] for s in noise["multi"]),  # the noise runs' largest loss deviation
+        "noise_floor": max(s["loss_dev"] for s in runs) if runs else None,  # the noise runs' largest loss deviation
+        "noise": states, "noise_s": noise_s,
         "nonfinite": nonfinite, "skipped_steps": end["skipped"],
         "per_step": per_step,
         "multi_step": multi_step,
@@ -274,8 +301,9 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
                  seed: int = 0, **candidate_run) -> dict[str, Any]:
     """A trial's parity. `parity`: {"baseline": knobs, "steps", "tolerance",
     "reference": path}. The reference at `path` is reused when it matches; the
-    first trial that needs it computes it (at this candidate's noise level) and
-    stores it there, and a later trial whose level it lacks adds that level and
+    first trial that needs it computes it (the baseline's trajectory) and stores
+    it there, and a trial whose verdict needs noise the reference lacks (its
+    level, the per-step or the multi-step part: `loss_parity`) adds it and
     stores it again, when `path`'s directory exists (a trial on another node, or
     run alone, computes its own). Each verdict is stored beside it, under its
     `verdict_key`: a later trial with the same numerics knobs (one rank) takes
@@ -304,10 +332,8 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
     batches = None  # decoded once where this trial builds the reference and checks against it
     if writable and reference is None and not os.path.exists(path):
         batches = seeded_batches(workload, parity["baseline"]["batch_size"], steps, seed)
-        reference = build_reference(workload, parity["baseline"], device.type, steps, seed, [level], batches=batches)
+        reference = build_reference(workload, parity["baseline"], device.type, steps, seed, batches=batches)
         paid = ("computed and stored", reference["build_s"])
-    elif writable and reference is not None and repr(level) not in reference["noise"]:
-        paid = (f"noise level {level:.3g} added and stored", add_levels(workload, reference, device.type, [level]))
 
     def store() -> None:
         tmp = f"{path}.{os.getpid()}.tmp"  # the rename makes it whole or absent (a lost race only computes again)
@@ -318,11 +344,13 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
         store()
     out = loss_parity(workload, parity["baseline"], candidate, device, steps, tolerance, seed, reference,
                       batches=batches, **candidate_run)
-    if writable and reference is not None and same is not None:
-        verdicts = {**verdicts, same: out}
+    if writable and reference is not None and (same is not None or out["noise_s"]):  # a verdict, noise added
+        verdicts = {**verdicts, same: out} if same is not None else verdicts
         store()
+    if writable and reference is not None and out["noise_s"] and not paid:
+        paid = (f"noise level {level:.3g} added and stored", 0.0)
     if paid:  # the search's one-time cost, apart (a trial's cost estimate leaves it out: budget.trial_cost)
-        out.update(reference=paid[0], parity_s=time.perf_counter() - started, reference_s=paid[1])
+        out.update(reference=paid[0], parity_s=time.perf_counter() - started, reference_s=paid[1] + out["noise_s"])
     return out
 
 

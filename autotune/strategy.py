@@ -137,11 +137,15 @@ class Strategy:
         bound = bounds.get(self._memory_key(params)) if "batch_size" in params else None
         return bound if bound is not None and params["batch_size"] >= bound else None
 
+    @staticmethod
+    def _contends(t) -> bool:
+        """Complete and measured, and not a window that tied with a safer incumbent
+        (`tie_kept`): what can lead, as `TrialRecord.contends` says of a record."""
+        return t.state == TrialState.COMPLETE and bool(t.values) and not t.user_attrs.get("tie_kept")
+
     def _best(self):
-        """The fastest complete trial so far (the incumbent), or None; one whose
-        window tied with a safer incumbent (`tie_kept`) is not."""
-        done = [t for t in self._trials() if t.state == TrialState.COMPLETE and t.values
-                and not t.user_attrs.get("tie_kept")]
+        """The fastest trial that can lead (`_contends`) so far: the incumbent, or None."""
+        done = [t for t in self._trials() if self._contends(t)]
         return max(done, key=lambda t: t.values[0]) if done else None
 
     def best_value(self) -> float | None:
@@ -174,8 +178,7 @@ class Strategy:
         values: dict[tuple, float | None] = {}
         for t in self._trials():
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
-                good = t.state == TrialState.COMPLETE and not t.user_attrs.get("unchecked") \
-                    and not t.user_attrs.get("tie_kept")
+                good = self._contends(t) and not t.user_attrs.get("unchecked")
                 values.setdefault(key(t.params, self.names), t.values[0] if good else None)
         return self.climb.plan(values, free, infeasible)
 

@@ -36,6 +36,7 @@ from autotune import knobs as K  # noqa: E402
 from autotune import reaper  # noqa: E402
 from autotune.launcher import run_in_process  # noqa: E402
 from autotune.records import METRIC, received, transport, trial_dir_of  # noqa: E402
+from autotune.request import TrialSettings  # noqa: E402
 from autotune.result import TrialResult, failed  # noqa: E402
 from autotune.scaling import with_reference  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
@@ -53,10 +54,7 @@ if TYPE_CHECKING:
 
 def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     """The trial config for this Ray config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, config.get("prune_below"), config.get("incumbent_above"),
-                                         config.get("predicted"), config.get("incumbent_ci", 0.0),
-                                         config.get("carry"), config.get("anchor", False),
-                                         config.get("tie_keeps_incumbent", False))
+    request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
 
     def run(request: dict, trial_dir: Path) -> dict:
         return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],

@@ -67,6 +67,11 @@ class TrialSettings:
         exported whose trial did not run it)."""
         return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
 
+    # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
+    # carries them in each trial's Ray config under these names (autotune.raytune.run_trial_in)
+    PER_TRIAL = ("prune_below", "incumbent_above", "predicted", "incumbent_ci", "carry", "anchor",
+                 "tie_keeps_incumbent")
+
     def config(self, knobs: dict[str, Any], prune_below: float | None = None,
                incumbent_above: float | None = None, predicted: float | None = None,
                incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False,

@@ -180,7 +180,8 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         elif value is not None and above and ci < known and value * (1 - ci) <= above * (1 + known):
             # a tied window: reaching into the incumbent's own interval, it stops once known as well as the incumbent
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / known) ** 2))
-            kept = value > above and bar.get("tie_keeps_incumbent", False)  # riskier numerics: the incumbent stays
+            # riskier numerics read inside the incumbent's interval above its bar: the incumbent stays
+            kept = above < value <= above * (1 + known) and bar.get("tie_keeps_incumbent", False)
         trials, spent = trials + 1, spent + cost
         strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
                       attrs={"ci": min(ci, MAX_INCUMBENT_CI), **({"tie_kept": True} if kept else {})})

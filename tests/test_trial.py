@@ -225,11 +225,14 @@ def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
     goes to the incumbent, as records.pick_best exports it, and the trial stops at its window."""
     from autotune.trial import _not_incumbent
 
-    tied, promoted = M.WindowRule(tied=True), M.WindowRule(promoted=True)
+    tied, promoted = M.WindowRule(tied=True, screen_ci=0.098), M.WindowRule(promoted=True)
     cfg = {"incumbent_above": 100.0, "tie_keeps_incumbent": True}
     metrics, result = {"samples_per_s": 104.0}, {}
     assert _not_incumbent(cfg, metrics, tied, result)
     assert metrics["tie_kept"] == 1.0 and metrics["tied"] == 1.0 and "the safer config, which stays" in result["skipped"]
+    # a tie that reads beyond the incumbent's own interval (+-9.8%) above the bar is adopted: it may lead somewhere
+    beyond, result = {"samples_per_s": 111.0}, {}
+    assert not _not_incumbent(cfg, beyond, tied, result) and "tie_kept" not in beyond and "skipped" not in result
     metrics, result = {"samples_per_s": 104.0}, {}
     assert not _not_incumbent({**cfg, "tie_keeps_incumbent": False}, metrics, tied, result)  # not riskier: adopted
     assert "tie_kept" not in metrics and "skipped" not in result

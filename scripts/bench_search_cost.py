@@ -91,16 +91,31 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
             "winner_knobs": best.knobs if best else result.baseline.knobs}
 
 
+def timed_config(*run_dirs) -> dict:
+    """A re-measurement's trial config (a timed window alone): the first search's confirm config; where
+    neither search re-measured (its winner was its baseline), the first's baseline trial config, without
+    profile, diagnosis, parity or the per-trial settings of a search."""
+    from autotune.request import DEFAULTS, TrialSettings
+
+    for run_dir in run_dirs:
+        path = Path(run_dir) / "confirm" / "00-best" / "config.json"
+        if path.exists():
+            return json.loads(path.read_text())
+    config = json.loads((Path(run_dirs[0]) / "trials" / "0000" / "config.json").read_text())
+    return {**config, "profile_steps": 0, "diagnose": False, "parity": None,
+            **{k: DEFAULTS[k] for k in TrialSettings.PER_TRIAL if k in DEFAULTS}}
+
+
 def winners_side_by_side(old: dict, new: dict, out: Path, rounds: int, ci: float) -> dict:
     """The two searches' winners in `rounds` interleaved pairs of fresh trial processes (confirm.remeasure),
-    each a timed window only, at +-`ci`, from the old search's confirm config."""
+    each a timed window only, at +-`ci`, from a confirm config (`timed_config`)."""
     from autotune.confirm import remeasure
     from autotune.launcher import run_in_process, user_thread_env
     from autotune.result import TrialResult
 
     if old["winner_knobs"] == new["winner_knobs"]:
         return {"same": True}
-    config = json.loads((Path(old["run_dir"]) / "confirm" / "00-best" / "config.json").read_text())
+    config = timed_config(old["run_dir"], new["run_dir"])
     config.update(target_ci=ci, max_window_s=min(config.get("max_window_s") or 30.0, 15.0), flops_cache=None)
     env, where = user_thread_env(), out / f"{Path(old['run_dir']).name}-winners"
 

@@ -83,18 +83,35 @@ def confirm_candidates(records: list[TrialRecord], baseline: TrialRecord | None,
         left = budget_left()
         if left is not None and left <= 0:
             break
+        reopened = reopen_ties(records, best)
         nxt = pick_checked(records, check, announce, exclude={c["best_trial"] for c in rejected + [confirm]})
         save_parity(records)
         if nxt is None or nxt is baseline or nxt.throughput <= baseline.throughput * (1 + min_improvement):
             break  # nothing left that could beat the baseline: the last word stays
         if announce:
-            announce(f"trial #{best.number} was not faster in every pair; the next candidate: trial #{nxt.number}")
+            opened = f"; the ties it kept are open again: {', '.join(f'#{n}' for n in reopened)}" if reopened else ""
+            announce(f"trial #{best.number} was not faster in every pair{opened}; the next candidate: trial #{nxt.number}")
         rejected.append(confirm)
         best, confirm = nxt, remeasure(baseline, nxt)
     for r in records:  # the ties named are of the last pick's pool: the chosen best's stay
         if r is not best:
             r.tie = None
     return best, confirm, rejected
+
+
+def reopen_ties(records: list[TrialRecord], rejected: TrialRecord) -> list[int]:
+    """The trials whose window tied with `rejected` while it was the incumbent, and
+    left it the incumbent as the safer config (`tie_kept_incumbent`): the
+    re-measurement found it no faster than the baseline, so the tie it won says
+    nothing about them any more, and they can be the best again
+    (`TrialRecord.tie_holds`). Before, such a trial stayed out: a quickstart kept
+    trial 1 (batch 64) over trial 4 (channels_last too, read 1.29x the baseline,
+    a tie with trial 1), the re-measurement rejected trial 1 (pairs 0.66, 1.06),
+    and the baseline was exported with trial 4 never re-measured. Returns their numbers."""
+    opened = [r for r in records if r.tie_holds and r.metrics.get("tie_kept_incumbent") == rejected.number]
+    for r in opened:
+        r.info["tie_reopened"] = rejected.number
+    return [r.number for r in opened]
 
 
 def save_parity(records: list[TrialRecord]) -> None:

@@ -57,11 +57,17 @@ class TrialRecord:
         return self.metrics.get(METRIC) if self.status == "ok" else None
 
     @property
+    def tie_holds(self) -> bool:
+        """Its window tied with a safer incumbent (`tie_kept`: search.strategy v2
+        gave that tie to the incumbent, as `pick_best` gives ties to the safer
+        config), and the tie still holds: the re-measurement has not rejected
+        that incumbent (`info["tie_reopened"]`, autotune.checked)."""
+        return bool(self.metrics.get("tie_kept")) and "tie_reopened" not in self.info
+
+    @property
     def contends(self) -> bool:
-        """Can be the best: complete, safe, and not a window that tied with a
-        safer incumbent (`tie_kept`: search.strategy v2 gave that tie to the
-        incumbent, as `pick_best` gives ties to the safer config)."""
-        return bool(self.throughput) and self.safe and not self.metrics.get("tie_kept")
+        """Can be the best: complete, safe, and no tie with a safer incumbent holds (`tie_holds`)."""
+        return bool(self.throughput) and self.safe and not self.tie_holds
 
     @property
     def speedup(self) -> float | None:
@@ -259,7 +265,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
         return fastest
     tied = [r for r in ok if _overlap(r, fastest)]
     best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.throughput))
-    kept = [r for r in records if r.throughput and r.safe and r.metrics.get("tie_kept") and same_device(base, r)]
+    kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
     faster = max([r for r in [fastest, *kept] if r.throughput > best.throughput], key=lambda r: r.throughput,
                  default=None)
     if faster is not None:

@@ -70,12 +70,12 @@ class TrialSettings:
     # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
     # carries them in each trial's Ray config under these names (autotune.raytune.run_trial_in)
     PER_TRIAL = ("prune_below", "incumbent_above", "predicted", "incumbent_ci", "carry", "anchor",
-                 "tie_keeps_incumbent")
+                 "tie_keeps_incumbent", "incumbent_trial")
 
     def config(self, knobs: dict[str, Any], prune_below: float | None = None,
                incumbent_above: float | None = None, predicted: float | None = None,
                incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False,
-               tie_keeps_incumbent: bool = False) -> dict[str, Any]:
+               tie_keeps_incumbent: bool = False, incumbent_trial: int | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
         first incumbent of a search.strategy v2 search (its baseline), which every later trial is weighed
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
@@ -102,6 +102,7 @@ class TrialSettings:
             "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
             "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
             "tie_keeps_incumbent": tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it (Strategy)
+            "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
 
@@ -129,6 +130,7 @@ DEFAULTS = {
     # (diagnose.APART) for a config that differs from this one in loader knobs alone: diagnose from it, no profile
     "tie_keeps_incumbent": False,  # this config is riskier than the incumbent (records.risk): a window that ties
     # with it (measure.WindowRule.tied) pays for nothing more, whatever its mean, as a tie goes to the safer config
+    "incumbent_trial": None,  # the incumbent's trial number: a kept tie names it (metric `tie_kept_incumbent`)
     "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
     "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
     "device": "auto",
@@ -208,6 +210,9 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         raise TrialConfigError(f"`carry` must be null or {{\"trial\": N, \"metrics\": {{name: number}}}}, got {carry!r}")
     if not isinstance(cfg["tie_keeps_incumbent"], bool):
         raise TrialConfigError(f"`tie_keeps_incumbent` must be true or false, got {cfg['tie_keeps_incumbent']!r}")
+    trial = cfg["incumbent_trial"]
+    if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
+        raise TrialConfigError(f"`incumbent_trial` must be null or a trial number >= 0, got {trial!r}")
     if cfg["parity_only"] and not cfg["parity"]:
         raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
     if cfg["parity_only"] and cfg["ranks"] > 1 and cfg["knobs"]["sharding"] == "fsdp":  # never exported as safe

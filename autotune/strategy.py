@@ -332,9 +332,9 @@ class Strategy:
     def incumbent_bar(self, pay_on_demand: bool = True, point: dict | None = None) -> dict:
         """What a trial must beat to become the incumbent, as its config takes it:
         `incumbent_above`, samples/s (the best so far and min_improvement; at or
-        below it a trial pays for its window alone), and `incumbent_ci`, how well
+        below it a trial pays for its window alone), `incumbent_ci`, how well
         the best is known (its throughput's relative 95% CI, 0 where its trial
-        recorded none). None and 0 before any best, and without `pay_on_demand`
+        recorded none), and `incumbent_trial`, its number (a tie kept names it). None and 0 before any best, and without `pay_on_demand`
         (search.strategy v1: every trial pays for all). With `pay_on_demand`:
         `anchor` before any best (the trial that becomes the first incumbent
         whatever it measures: its window is sized as a promoted one's,
@@ -357,6 +357,7 @@ class Strategy:
             and risk(point, self.baseline) > risk(best.params, self.baseline)
         return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
                 "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
+                **({"incumbent_trial": best.number} if best else {}),
                 **({"anchor": True} if pay_on_demand and best is None else {}),
                 **({"carry": self.carried(point)} if pay_on_demand and point is not None else {}),
                 **({"tie_keeps_incumbent": True} if riskier else {})}

@@ -278,8 +278,9 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool
         and cfg["tie_keeps_incumbent"]
     if above is None or value > above and not kept:
         return False
-    if kept:
-        metrics["tie_kept"] = 1.0
+    if kept:  # and the trial the tie went to, where known (autotune.checked reopens it should that one fall)
+        metrics.update(tie_kept=1.0, **({} if cfg.get("incumbent_trial") is None else
+                                        {"tie_kept_incumbent": float(cfg["incumbent_trial"])}))
     result["skipped"] = (f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
         f"ties with the incumbent (its {above:.4g} with min_improvement), the safer config, which stays" if kept
         else f"does not beat the {above:.4g} that would make it the incumbent"))

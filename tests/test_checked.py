@@ -108,3 +108,38 @@ def test_a_best_the_remeasurement_rejects_hands_over_to_a_faster_candidate(tmp_p
     assert "the next candidate: trial #2" in said[0]
     data = _export(tmp_path, records, best, None)  # what is exported: the confirmed candidate
     assert data["knobs"]["batch_size"] == 16 and data["safety_status"] == "safe"
+
+
+def test_a_tie_kept_by_a_best_the_remeasurement_rejects_is_open_again(tmp_path, monkeypatch):
+    """Trial 2's window tied with trial 1, the incumbent, and the tie went to trial 1 as the safer config
+    (`tie_kept`, naming trial 1). The re-measurement then finds trial 1 no faster than the baseline: the tie
+    it won says nothing of trial 2 any more, which is checked late (it changes the numerics), re-measured
+    and exported. Before, it stayed out, and the baseline was exported."""
+    t = Trials(tmp_path, {"factory": "tests.workloads:make_drifting"}, {"batch_size": 2})
+    records = [t.record(0, {}), t.record(1, {"batch_size": 32}), t.record(2, {"batch_size": 16, "set_to_none": False})]
+    base, first, kept = records
+    assert kept.throughput > base.throughput * 1.02 and kept.parity is None  # its trial ran no parity
+    kept.metrics.update(tied=1.0, tie_kept=1.0, tie_kept_incumbent=1.0)  # as the runner marks it (test_trial)
+    assert pick_best(records) is first and not kept.contends  # the tie holds while trial 1 stands
+    monkeypatch.setenv("AUTOTUNE_TEST_SLOW_BATCH", "32")  # the host changed under the first pick
+    said = []
+    best, confirm, rejected = checked.confirm_candidates(
+        records, base, lambda b, c: confirm_best(t.timed, b, c, 1), t.check, said.append, min_improvement=0.02)
+    assert [c["best_trial"] for c in rejected] == [1]
+    assert best is kept and confirm["best_trial"] == 2 and confirm["verdict"] == "faster"
+    assert kept.info["tie_reopened"] == 1 and kept.parity["passed"] and kept.info["parity_late"]
+    assert "the ties it kept are open again: #2; the next candidate: trial #2" in said[-1]
+    data = _export(tmp_path, records, best, None)
+    assert data["knobs"]["batch_size"] == 16 and data["knobs"]["set_to_none"] is False
+    assert data["safety_status"] == "parity passed"
+
+
+def test_a_tie_kept_by_another_incumbent_still_holds(tmp_path):
+    """Only the ties the rejected best kept are opened: one kept by another trial still holds."""
+    records = [record_of(n, {**K.pytorch_defaults(8), "batch_size": b}, TrialResult.from_dict(
+        {"status": "ok", "metrics": {"samples_per_s": v, "step_mean_ci95": 0.01}}), None, is_baseline=n == 0)
+        for n, b, v in ((0, 8, 100.0), (1, 16, 150.0), (2, 32, 160.0), (3, 64, 170.0))]
+    records[2].metrics.update(tie_kept=1.0, tie_kept_incumbent=1.0)
+    records[3].metrics.update(tie_kept=1.0, tie_kept_incumbent=0.0)
+    assert checked.reopen_ties(records, records[1]) == [2]
+    assert records[2].contends and not records[3].contends

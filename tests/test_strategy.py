@@ -171,7 +171,8 @@ def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
     strategy = make()
     p = strategy.ask()
     strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
-    assert strategy.incumbent_bar(True, {**BASE, "precision": "bf16-mixed"})["tie_keeps_incumbent"]
+    bar = strategy.incumbent_bar(True, {**BASE, "precision": "bf16-mixed"})
+    assert bar["tie_keeps_incumbent"] and bar["incumbent_trial"] == p.trial.number  # the trial a kept tie names
     assert "tie_keeps_incumbent" not in strategy.incumbent_bar(True, {**BASE, "num_workers": 2})
     assert "tie_keeps_incumbent" not in strategy.incumbent_bar(False, {**BASE, "precision": "bf16-mixed"})  # v1
     kept = TrialResult.from_dict({"status": "ok", "knobs": {**pytorch_defaults(32), "precision": "bf16-mixed"},

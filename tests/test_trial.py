@@ -147,7 +147,7 @@ def test_a_knob_that_cannot_apply_here_is_refused():
                        "(a pickled factory, relative to the config's dir), and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, warmup_min_s, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, incumbent_ci, predicted, carry, tie_keeps_incumbent, parity_only, flops_cache, device, seed, ranks, backend, "
+                           "prune_below, incumbent_above, incumbent_ci, predicted, carry, tie_keeps_incumbent, incumbent_trial, parity_only, flops_cache, device, seed, ranks, backend, "
                            "dist_timeout_s, blocks, memory_limit_gib"),
     ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
     ({**TINY, "warmup_min_s": "1s"}, "`warmup_min_s` must be null or seconds >= 0, got '1s'"),
@@ -230,6 +230,9 @@ def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
     metrics, result = {"samples_per_s": 104.0}, {}
     assert _not_incumbent(cfg, metrics, tied, result)
     assert metrics["tie_kept"] == 1.0 and metrics["tied"] == 1.0 and "the safer config, which stays" in result["skipped"]
+    assert "tie_kept_incumbent" not in metrics  # no incumbent named: none recorded
+    named = {"samples_per_s": 104.0}
+    assert _not_incumbent({**cfg, "incumbent_trial": 0}, named, tied, {}) and named["tie_kept_incumbent"] == 0.0
     # a tie that reads beyond the incumbent's own interval (+-9.8%) above the bar is adopted: it may lead somewhere
     beyond, result = {"samples_per_s": 111.0}, {}
     assert not _not_incumbent(cfg, beyond, tied, result) and "tie_kept" not in beyond and "skipped" not in result
@@ -241,3 +244,5 @@ def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
     assert _not_incumbent(cfg, {"samples_per_s": 99.0}, tied, below) and "does not beat the 100" in below["skipped"]
     with pytest.raises(TrialConfigError, match="tie_keeps_incumbent"):
         check_config({"workload": {"name": "tiny_cnn"}, "tie_keeps_incumbent": "yes"})
+    with pytest.raises(TrialConfigError, match="`incumbent_trial` must be null or a trial number >= 0, got -1"):
+        check_config({"workload": {"name": "tiny_cnn"}, "incumbent_trial": -1})

@@ -56,7 +56,9 @@ class Trials:
 
 def test_an_incumbent_whose_parity_its_trial_skipped_is_checked_late_and_stays_the_best(tmp_path):
     t = Trials(tmp_path, {"name": "tiny_cnn"}, {"batch_size": 2})
-    records = [t.record(0, {}), t.record(1, {"batch_size": 64, "precision": "bf16-mixed"})]
+    # a numerics knob that costs nothing on any CPU (bf16 was 0.53x the fp32 baseline on an AVX2-only host: the
+    # test failed there, deterministically, with bf16 here), and a batch that is faster everywhere
+    records = [t.record(0, {}), t.record(1, {"batch_size": 64, "set_to_none": False})]
     base, fast = records
     assert pick_best(records) is fast and checked.unchecked(fast, base) and "skipped" in json.loads(
         (tmp_path / "0001" / "result.json").read_text())

@@ -7,7 +7,12 @@ trial's own phases from its result.json (`phases_s`: setup, warm-up, window,
 profile, two sides, FLOPs, 2x probe, parity; the launcher's share is its wall
 time less the runner's).
 
-    python scripts/search_phases.py [SPEC] [--out DIR]
+    python scripts/search_phases.py [SPEC] [--out DIR] [--trials N]
+
+`--trials N` runs the spec with `search.n_trials: N` (a copy beside the run dir);
+`--trials 1` gives the floor: what a search costs before its trials add anything
+(start-up, the baseline's trial, the finish). On an AVX2-only 2-core host
+(2026-11-25) the quickstart's floor was 27.9-30.2 s, its 10 trials 60.9-66.7 s.
 
 SPEC defaults to search_spaces/examples/quickstart.yaml. Readable table; the
 last line of stdout is one JSON object: {"wall_s", "phases": {name: seconds},
@@ -100,8 +105,17 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("spec", nargs="?", default=str(ROOT / "search_spaces" / "examples" / "quickstart.yaml"))
     p.add_argument("--out", type=Path, default=None, help="the search's run dir (default: a temp dir)")
+    p.add_argument("--trials", type=int, default=None, help="override the spec's search.n_trials")
     args = p.parse_args(argv)
     run_dir = args.out or Path(tempfile.mkdtemp(prefix="search_phases-", dir=os.environ.get("TMPDIR"))) / "run"
+    if args.trials is not None:
+        import yaml
+
+        spec = yaml.safe_load(Path(args.spec).read_text())
+        spec.setdefault("search", {})["n_trials"] = args.trials
+        args.spec = str(run_dir.parent / f"{run_dir.name}-spec.yaml")
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        Path(args.spec).write_text(yaml.safe_dump(spec))
     instrument()
     from autotune.cli import app
 

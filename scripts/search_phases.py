@@ -12,7 +12,7 @@ time less the runner's).
 `--trials N` runs the spec with `search.n_trials: N` (a copy beside the run dir);
 `--trials 1` gives the floor: what a search costs before its trials add anything
 (start-up, the baseline's trial, the finish). On an AVX2-only 2-core host
-(2026-11-25) the quickstart's floor was 27.9-30.2 s, its 10 trials 60.9-66.7 s.
+(2026-11-25) the quickstart's floor was 27.9-30.2 s, its 10 trials 42.1-66.7 s.
 
 SPEC defaults to search_spaces/examples/quickstart.yaml. Readable table; the
 last line of stdout is one JSON object: {"wall_s", "phases": {name: seconds},

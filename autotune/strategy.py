@@ -334,8 +334,9 @@ class Strategy:
         `incumbent_above`, samples/s (the best so far and min_improvement; at or
         below it a trial pays for its window alone), `incumbent_ci`, how well
         the best is known (its throughput's relative 95% CI, 0 where its trial
-        recorded none), and `incumbent_trial`, its number (a tie kept names it). None and 0 before any best, and without `pay_on_demand`
-        (search.strategy v1: every trial pays for all). With `pay_on_demand`:
+        recorded none), and `incumbent_trial`, its number (a tie kept names it).
+        None and 0 before any best, and without `pay_on_demand` (search.strategy
+        v1: every trial pays for all). With `pay_on_demand`:
         `anchor` before any best (the trial that becomes the first incumbent
         whatever it measures: its window is sized as a promoted one's,
         `TrialSettings.config`); with `point` as well, `carry`: what the trial

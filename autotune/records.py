@@ -221,12 +221,23 @@ def same_device(a: TrialRecord | None, b: TrialRecord) -> bool:
 SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < reproducibility < numerics < dynamics
 
 
-def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int]:
+def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int, bool]:
     """How risky a config is to adopt (`pick_best`'s tie-break, and the strategy's:
     `Strategy.incumbent_bar`): the highest safety class among the knobs it changes
-    from the baseline, then how many it changes."""
-    changed = [k for k, v in knobs.items() if v != baseline_knobs.get(k)]
-    return max((SAFETY_RANK[K.lookup(k).safety] for k in changed), default=0), len(changed)
+    from the baseline, then how many of them can alter the loss (`alters_loss`),
+    then whether it changes any (a change is exported for a gain, never a tie).
+    Beyond that a loader or host knob (workers, pinning, prefetch) adds no risk,
+    so a tie it takes part in goes to the faster config: on jpeg_pipeline,
+    counting 2 workers as one exported channels_last alone, 0.84x of the two
+    together side by side."""
+    changed = [K.lookup(k) for k, v in knobs.items() if v != baseline_knobs.get(k)]
+    return (max((SAFETY_RANK[k.safety] for k in changed), default=0),
+            sum(alters_loss(k) for k in changed), bool(changed))
+
+
+def alters_loss(knob: K.Knob) -> bool:
+    """The knob can change what a step computes: its numerics, or a class above safe."""
+    return knob.numerics or knob.safety != "safe"
 
 
 def _ci(record: TrialRecord) -> float:
@@ -250,10 +261,12 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
 
     Ties are ties: among the trials whose 95% CI overlaps the fastest's (its
     advantage is inside the measured uncertainty), the safer config wins
-    (lower safety class: safe < reproducibility < numerics < dynamics; then
-    fewer changed knobs; then the faster). A trial whose window tied with a
-    safer incumbent (`tie_kept`) lost its tie there. The winner's `tie` then
-    names the fastest such faster-but-riskier trial and both CIs."""
+    (`risk`: lower safety class, safe < reproducibility < numerics < dynamics;
+    then fewer changed knobs that can alter the loss, then the baseline's own
+    knobs before any change; then the faster). A trial
+    whose window tied with a safer incumbent (`tie_kept`) lost its tie there.
+    The winner's `tie` then names the fastest such faster-but-riskier trial
+    and both CIs."""
     base = next((r for r in records if r.is_baseline), None)
     ok = [r for r in records if r.contends and same_device(base, r)]
     for r in records:
@@ -285,9 +298,11 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
 
 
 def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
-    rank, n = risk(record.knobs, baseline_knobs)
+    rank, n, changed = risk(record.knobs, baseline_knobs)
     cls = next(name for name, r in SAFETY_RANK.items() if r == rank)
-    return "the baseline's knobs" if n == 0 else f"{cls}, {n} knob{'s' if n > 1 else ''} changed"
+    if not changed:
+        return "the baseline's knobs"
+    return f"{cls}, {n or 'no'} knob{'' if n == 1 else 's'} changed that can alter the loss"
 
 
 def trials_frame(records: list[TrialRecord]):

@@ -103,24 +103,20 @@ def search(
             raise typer.Exit(130) from None
         finally:
             view.stop()
-        # reused: the summary without knob importance (Optuna's evaluator imports scikit-learn, ~1.5 s;
-        # `autotune report RUN_DIR` shows it)
-        report.summary(result, None if result.reused else _importance(result.run_dir)[2])
+        # knob importance as the plots computed it (none for a reused result: `autotune report RUN_DIR`)
+        report.summary(result, result.importance)
     except _user_errors() as e:
         _fail(e, debug)
     if result.stopped_reason:
         raise typer.Exit(1)
 
 
-def _importance(run_dir: Path) -> tuple[str, str, dict]:
-    """The search's Optuna storage, its study, and each knob's importance."""
+def _study(run_dir: Path) -> tuple[str, str]:
+    """The search's Optuna storage and its study."""
     import json
 
-    from autotune.plots import knob_importance
-
     study = json.loads((run_dir / "search.json").read_text())["optuna_study"]
-    storage = f"sqlite:///{(run_dir / 'optuna.db').resolve()}"
-    return storage, study, knob_importance(storage, study)
+    return f"sqlite:///{(run_dir / 'optuna.db').resolve()}", study
 
 
 def _read_run(run_dir: Path):
@@ -151,8 +147,9 @@ def report(
     from autotune import plots as P
     from autotune import report as R
 
-    storage, study, importance = _importance(run_dir)
+    storage, study = _study(run_dir)
     drawn = P.write_all(result, storage, study) if plots and result.best else []
+    importance = result.importance if drawn else P.knob_importance(storage, study)
     if fmt == "json":
         print(json.dumps({**R.as_dict(result, importance), "plots": [str(p) for p in drawn]}, indent=2, default=str))
     elif fmt == "markdown":

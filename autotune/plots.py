@@ -16,6 +16,8 @@ PRUNED_LABEL = "pruned (stopped early, measured)"
 
 
 def write_all(result, storage_url: str, study_name: str) -> list[Path]:
+    """The plots, in run_dir/plots; each knob's importance, computed once for its
+    figure and the summary, is left in `result.importance`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -25,7 +27,7 @@ def write_all(result, storage_url: str, study_name: str) -> list[Path]:
     files = [_per_trial(result, out / "throughput_per_trial.png"),
              _by_knob(result, knobs, out / "throughput_by_knob.png"),
              _parallel(result, knobs, out / "parallel_coordinates.png"),
-             _importance(storage_url, study_name, out / "knob_importance.png")]
+             _importance(result, storage_url, study_name, out / "knob_importance.png")]
     return [f for f in files if f is not None]
 
 
@@ -162,10 +164,10 @@ def knob_importance(storage_url: str, study_name: str) -> dict[str, float] | Non
         return None
 
 
-def _importance(storage_url: str, study_name: str, path: Path) -> Path | None:
+def _importance(result, storage_url: str, study_name: str, path: Path) -> Path | None:
     import matplotlib.pyplot as plt
 
-    importance = knob_importance(storage_url, study_name)
+    importance = result.importance = knob_importance(storage_url, study_name)
     if not importance:
         return None
     names = list(importance)[::-1]

@@ -102,6 +102,7 @@ class SearchResult:
     confirm: dict[str, Any] | None = None  # the best re-measured against the baseline (autotune.confirm)
     reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
     skipped: list[dict] = field(default_factory=list)  # configs the rate model kept from running (search.json)
+    importance: dict[str, float] | None = None  # each knob's share of the variation, once the plots are drawn
 
     @property
     def confirmed(self) -> dict[str, Any] | None:

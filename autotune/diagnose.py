@@ -103,6 +103,11 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
 }
 NEAR_FULL = {"knob": "batch_size", "to": "down",
              "why": "a smaller batch, activation checkpointing or mixed precision to free memory"}
+# a CPU device whose loader workers and intra-op threads outnumber its cores: the training
+# process's threads capped so each worker keeps a core (PLAYBOOK.md: on a CPU-only host often
+# the first lever; on jpeg_pipeline, 2 cores, 1 worker: 1 thread ran channels_last 12.6% faster)
+OVERSUBSCRIBED = {"knob": "num_threads",
+                  "why": "fewer intra-op threads, so the loader workers keep cores of their own"}
 # knobs that change what a step costs on the device: after one of them moves, the
 # batch ladder is worth climbing again (the step got cheaper, so overhead is back)
 STEP_COST_KNOBS = ("precision", "channels_last", "compile")
@@ -146,7 +151,8 @@ def render(move: dict[str, Any], knobs: dict[str, Any] | None = None) -> str:
     if knob is None or knobs is None or knob not in knobs:
         return why
     if isinstance(to, int) and not isinstance(to, bool):
-        return f"{why} ({knob}={knobs[knob]} now, about {to} needed)"
+        now = "torch's default" if knobs[knob] is None else knobs[knob]
+        return f"{why} ({knob}={now} now, about {to} needed)"
     if to in ("up", "down") and knob == "num_workers":
         return f"{why} ({knob}={knobs[knob]} now)"
     return why
@@ -231,6 +237,12 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     if m.get("batch2x_oom"):  # capacity-bound too: the moves that let the batch grow again
         moves = [mv for mv in moves if not (mv["knob"] == "batch_size" and mv["to"] == "up")]
         moves += playbook_moves("capacity", knobs, cuda, batch_kind)
+    workers, cores = knobs.get("num_workers") or 0, int(m.get("host_cpus_per_gpu") or device.cpus)
+    threads = knobs.get("num_threads") or cores  # torch's default: every core
+    if not cuda and workers and threads + workers > cores and threads > max(1, cores - workers):
+        evidence.append(f"host: {workers} loader worker{'s' if workers > 1 else ''} beside {threads} intra-op "
+                        f"threads on {cores} CPUs (oversubscribed)")
+        moves.insert(0, {**OVERSUBSCRIBED, "to": max(1, cores - workers)})
     peak, total = m.get("mem_peak_reserved_gib"), m.get("mem_device_gib")
     if peak and total and peak / total > MEMORY_HIGH:
         evidence.append(f"peak memory {peak:.1f} of {total:.1f} GiB (> {MEMORY_HIGH:.0%})")

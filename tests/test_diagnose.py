@@ -45,6 +45,22 @@ def test_two_rates_size_the_loader_within_the_cpus_per_gpu():
     assert capped["moves"][0]["to"] == 6
 
 
+def test_loader_workers_beside_every_core_in_threads_cap_the_threads_on_a_cpu():
+    # jpeg_pipeline on 2 CPUs: 1 worker beside torch's 2 threads; 1 thread ran channels_last 12.6% faster
+    m = {"data_wait_frac": 0.02, "batch2x_step_ratio": 1.9, "cpu_compute_op_frac": 0.56, "host_cpus_per_gpu": 2}
+    d = diagnose(m, {**KNOBS, "num_workers": 1}, CPU)
+    assert d["bottleneck"] == "compute" and d["moves"][0] == {
+        "knob": "num_threads", "to": 1, "why": "fewer intra-op threads, so the loader workers keep cores of their own"}
+    assert "host: 1 loader worker beside 2 intra-op threads on 2 CPUs (oversubscribed)" in d["evidence"]
+    assert d["recommendations"][0].endswith("(num_threads=torch's default now, about 1 needed)")
+    eight = {**m, "host_cpus_per_gpu": 8}
+    assert diagnose(eight, {**KNOBS, "num_workers": 2}, CPU)["moves"][0]["to"] == 6  # each worker keeps a core
+    for m, knobs, device in [(m, {**KNOBS, "num_workers": 1, "num_threads": 1}, CPU), (m, KNOBS, CPU),
+                             (eight, {**KNOBS, "num_workers": 2, "num_threads": 6}, CPU),
+                             (m, {**KNOBS, "num_workers": 1}, H100)]:  # capped; no workers; fits; a GPU step
+        assert all(mv["knob"] != "num_threads" for mv in diagnose(m, knobs, device)["moves"])
+
+
 def test_two_rates_decide_when_there_is_no_timed_wait():
     m = {"compute_ceiling_samples_per_s": 5000.0, "loader_samples_per_s_per_worker": 500.0, "batch2x_step_ratio": 1.9,
          "gpu_compute_kernel_frac": 0.9}

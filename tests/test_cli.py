@@ -73,6 +73,11 @@ def test_search_prints_trials_summary_and_paths(finished_run):
     assert f"best_config     {run_dir / 'best_config.yaml'}" in out
     assert f"compare trials: autotune ui {run_dir}" in out
     assert "[3/3] trial" in out and "left)" in out  # progress with an ETA, one line per trial
+    from autotune.cli import _study
+    from autotune.plots import knob_importance
+
+    importance = knob_importance(*_study(run_dir))  # computed once, by the plots, for the summary too
+    assert importance and "importance" in out.split("per-knob effect")[1]
 
 
 def get_json(url, body=None):

@@ -105,7 +105,8 @@ NEAR_FULL = {"knob": "batch_size", "to": "down",
              "why": "a smaller batch, activation checkpointing or mixed precision to free memory"}
 # a CPU device whose loader workers and intra-op threads outnumber its cores: the training
 # process's threads capped so each worker keeps a core (PLAYBOOK.md: on a CPU-only host often
-# the first lever; on jpeg_pipeline, 2 cores, 1 worker: 1 thread ran channels_last 12.6% faster)
+# the first lever). On jpeg_pipeline, 2 cores, 1 worker, 1 thread instead of 2 measured 1.126x and
+# 1.027x with channels_last (two searches), 0.81x without it: a move the climb measures, not a rule
 OVERSUBSCRIBED = {"knob": "num_threads",
                   "why": "fewer intra-op threads, so the loader workers keep cores of their own"}
 # knobs that change what a step costs on the device: after one of them moves, the

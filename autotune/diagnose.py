@@ -187,14 +187,13 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
             line += " (the profiler slows each step, so there the loader keeps up)"
         evidence.append(line)
     need = None
+    workers, cores = knobs.get("num_workers") or 0, int(m.get("host_cpus_per_gpu") or device.cpus)
     if ceiling and per_worker:
-        workers = knobs.get("num_workers", 0)
         capacity = per_worker * max(workers, 1)
-        cap = int(m.get("host_cpus_per_gpu") or device.cpus)
-        need = min(cap, max(1, math.ceil(ceiling * LOADER_HEADROOM / per_worker)))
+        need = min(cores, max(1, math.ceil(ceiling * LOADER_HEADROOM / per_worker)))
         evidence.append(f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
                         f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
-                        f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cap} CPUs per GPU)")
+                        f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs per GPU)")
         if wait is None and capacity < ceiling / LOADER_HEADROOM:
             input_bound = True  # no timed wait to read: the two rates decide
     overhead_bound = False
@@ -238,12 +237,11 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     if m.get("batch2x_oom"):  # capacity-bound too: the moves that let the batch grow again
         moves = [mv for mv in moves if not (mv["knob"] == "batch_size" and mv["to"] == "up")]
         moves += playbook_moves("capacity", knobs, cuda, batch_kind)
-    workers, cores = knobs.get("num_workers") or 0, int(m.get("host_cpus_per_gpu") or device.cpus)
     threads = knobs.get("num_threads") or cores  # torch's default: every core
-    if not cuda and workers and threads + workers > cores and threads > max(1, cores - workers):
+    if not cuda and workers and threads > (spare := max(1, cores - workers)):  # more threads than cores left
         evidence.append(f"host: {workers} loader worker{'s' if workers > 1 else ''} beside {threads} intra-op "
                         f"threads on {cores} CPUs (oversubscribed)")
-        moves.insert(0, {**OVERSUBSCRIBED, "to": max(1, cores - workers)})
+        moves.insert(0, {**OVERSUBSCRIBED, "to": spare})
     peak, total = m.get("mem_peak_reserved_gib"), m.get("mem_device_gib")
     if peak and total and peak / total > MEMORY_HIGH:
         evidence.append(f"peak memory {peak:.1f} of {total:.1f} GiB (> {MEMORY_HIGH:.0%})")

@@ -264,10 +264,9 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     advantage is inside the measured uncertainty), the safer config wins
     (`risk`: lower safety class, safe < reproducibility < numerics < dynamics;
     then fewer changed knobs that can alter the loss, then the baseline's own
-    knobs before any change; then the faster). A trial
-    whose window tied with a safer incumbent (`tie_kept`) lost its tie there.
-    The winner's `tie` then names the fastest such faster-but-riskier trial
-    and both CIs."""
+    knobs before any change; then the faster). A trial whose window tied with
+    a safer incumbent (`tie_kept`) lost its tie there. The winner's `tie` then
+    names the fastest such faster-but-riskier trial and both CIs."""
     base = next((r for r in records if r.is_baseline), None)
     ok = [r for r in records if r.contends and same_device(base, r)]
     for r in records:

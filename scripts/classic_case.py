@@ -3,7 +3,8 @@ to 224, batch 32. One run measures, on the project's own trial runner: PyTorch
 defaults (the user's host pipeline, and with uint8 shipped and normalized on the
 GPU), the first hand step (8 loader workers + pinned memory), the hand-tuned end
 state (8 workers, pinned, batch 1024, 16-mixed, compile default, gpu_normalize),
-and, with --found, the config a search found (its best_config.yaml): throughput,
+and, with --found, the config a search found (its best_config.yaml), beside the
+defaults and the end state alone: throughput,
 GPU utilization, the diagnosis, and each as a multiple of the defaults. Needs
 torch and a CUDA GPU (on a CPU it says so and prints a JSON line with "skipped").
 
@@ -26,7 +27,8 @@ GPU_NORMALIZE = {"batch_size": 32, "gpu_normalize": True}  # uint8 to the GPU, n
 
 
 def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
-    """name -> (workload args, knobs)."""
+    """name -> (workload args, knobs). With `found`: the defaults, the hand-tuned end state and
+    the found config alone (the steps between are the plain run's; a short GPU loan has no time)."""
     out = {
         "defaults": (HOST, {}),
         "defaults, gpu_normalize": (GPU_NORMALIZE, {}),
@@ -35,6 +37,7 @@ def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
                                                  "precision": "16-mixed", "compile": "default"}),
     }
     if found:
+        del out["defaults, gpu_normalize"], out[f"{workers} workers + pinned"]
         import yaml
 
         best = yaml.safe_load(found.read_text())

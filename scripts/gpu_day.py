@@ -13,6 +13,10 @@ starts only when its whole cap fits in what is left of the budget; the landscape
 takes the rest.
 
     python scripts/gpu_day.py [--budget-min 40] [--dry-run] [--detach] [--wait S] [--redo STEP]
+                              [--only STEP] [--search-min 15]
+
+On a loan shorter than the plan (15 minutes of device time), --only picks the steps
+and --search-min shortens the search: e.g. --only 3 --only 3b --search-min 5.
 
 The last line of stdout is one JSON object (the steps' statuses, or with --dry-run
 the plan and its checks).
@@ -41,16 +45,20 @@ ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "scripts" / "measurements"  # where the days' results are unpacked and committed
 LIVE = Path("/tmp/gpu_day")  # where a running day writes (a folder per day, as in MEASUREMENTS)
 PY = sys.executable
-SEARCH_BUDGET_S = 900
-# the search on the classic case: resnet18_cifar batch 32, the default space, gpu_normalize searchable
-SEARCH_SPEC = {
-    "name": "gpu-day-classic",
-    "workload": {"name": "resnet18_cifar", "args": {"batch_size": 32}},
-    "search_space": {"preset": "default",
-                     "workload_args": {"gpu_normalize": {"values": [False, True], "safety": "safe", "stage": "loader"}}},
-    "safety": {"level": "dynamics"},
-    "search": {"n_trials": 200, "time_budget_s": SEARCH_BUDGET_S, "seed": 0},
-}
+SEARCH_BUDGET_S = 900  # the issue's 15 minutes; --search-min fits it to a shorter loan
+
+
+def search_spec(budget_s: float = SEARCH_BUDGET_S) -> dict:
+    """The search on the classic case: resnet18_cifar batch 32, the default space, gpu_normalize searchable."""
+    return {
+        "name": "gpu-day-classic",
+        "workload": {"name": "resnet18_cifar", "args": {"batch_size": 32}},
+        "search_space": {"preset": "default", "workload_args": {
+            "gpu_normalize": {"values": [False, True], "safety": "safe", "stage": "loader"}}},
+        "safety": {"level": "dynamics"},
+        "search": {"n_trials": 200, "time_budget_s": budget_s, "seed": 0},
+    }
+
 # the realistic landscape (record_landscape.py's docstring), every point diagnosed
 LANDSCAPE_GRID = ["num_workers=0,4,8,16", "pin_memory=false,true", "batch_size=32,128,512,1024",
                   "precision=32-true,bf16-mixed,16-mixed", "channels_last=false,true", "compile=none,default"]
@@ -63,6 +71,7 @@ class Step:
     cap_s: float
     argv: list[str]
     writes: list[str] = field(default_factory=list)  # beside NN-name.json and .log, in the day's folder
+    spec: dict | None = None  # the search's spec, written as search_spec.yaml before the step runs
     again: bool = False  # runs on every day with time left (the landscape continues where it stopped)
 
 
@@ -71,8 +80,9 @@ def landscape_of(gpu: str) -> Path:
     return ROOT / "scripts" / "landscapes" / f"{gpu.split('-')[0]}_resnet18_gpunorm.csv"
 
 
-def steps(day: Path, gpu: str) -> list[Step]:
-    """The plan, its files in `day` (the landscape's copy too, beside the results)."""
+def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
+    """The plan, its files in `day` (the landscape's copy too, beside the results); the search's
+    budget `search_s` seconds."""
     rel = show(day)
     landscape = f"{rel}/{landscape_of(gpu).name}"
     run = f"{rel}/run"  # the search's run dir (traces, per-trial files): not collected
@@ -83,10 +93,11 @@ def steps(day: Path, gpu: str) -> list[Step]:
                    "--set", "precision=bf16-mixed"]),
         Step("2-classic", "the classic case: defaults, 8 workers + pinned, the hand-tuned end state", 240,
              [PY, "scripts/classic_case.py"]),
-        Step("3-search", f"the live search on the classic case ({SEARCH_BUDGET_S // 60}-minute budget, dynamics, "
-                         "gpu_normalize searchable), no Ray or MLflow", SEARCH_BUDGET_S + 180,
+        Step("3-search", f"the live search on the classic case ({search_s / 60:g}-minute budget, dynamics, "
+                         "gpu_normalize searchable), no Ray or MLflow", search_s + 180,
              [PY, "scripts/search_no_ray.py", f"{rel}/search_spec.yaml", "--output-dir", run],
-             ["search_spec.yaml", "search/trials.csv", "search/search.json", "search/best_config.yaml"]),
+             ["search_spec.yaml", "search/trials.csv", "search/search.json", "search/best_config.yaml"],
+             spec=search_spec(search_s)),
         Step("3b-classic-found", "the classic case with the search's winner, side by side with the hand-tuned end state",
              270, [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"]),
         Step("4-parity", "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
@@ -189,10 +200,10 @@ def run_step(step: Step, day: Path, cap_s: float) -> dict:
 
 
 def prepare(step: Step, day: Path) -> None:
-    if step.key == "3-search":
+    if step.spec is not None:
         import yaml
 
-        (day / "search_spec.yaml").write_text(yaml.safe_dump(SEARCH_SPEC, sort_keys=False))
+        (day / "search_spec.yaml").write_text(yaml.safe_dump(step.spec, sort_keys=False))
 
 
 def finish(step: Step, day: Path) -> None:
@@ -254,7 +265,7 @@ def check_spec() -> str:
     reader = runpy.run_path(str(ROOT / "scripts" / "search_no_ray.py"), run_name="gpu_day_check")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "search_spec.yaml"
-        path.write_text(yaml.safe_dump(SEARCH_SPEC, sort_keys=False))
+        path.write_text(yaml.safe_dump(search_spec(), sort_keys=False))
         try:
             data = reader["_read_plain"](path)
         except reader["SpecError"] as e:
@@ -263,7 +274,7 @@ def check_spec() -> str:
     return "ok" if "gpu_normalize" in user else "spec: gpu_normalize not searchable"
 
 
-def dry_run(budget_s: float, gpu: str | None) -> int:
+def dry_run(budget_s: float, gpu: str | None, plan_of) -> int:
     shown = gpu or "<gpu>"
     day = MEASUREMENTS / f"{shown}-{datetime.now(timezone.utc):%Y-%m-%d}"
     print(f"GPU day plan: budget {budget_s / 60:.0f} min, written in {LIVE / day.name}/ while it runs, "
@@ -272,7 +283,7 @@ def dry_run(budget_s: float, gpu: str | None) -> int:
           "its cap fits in what is left")
     plan, failed = [], 0
     rel, landscape = day.relative_to(ROOT), landscape_of(shown)
-    for step in steps(LIVE / day.name, shown):
+    for step in plan_of(LIVE / day.name, shown):
         writes = [f"{rel}/{step.key}.json", f"{rel}/{step.key}.log",
                   *(show(landscape) if w == landscape.name else f"{rel}/{w}" for w in step.writes)]
         parses = check_parses(step)
@@ -338,18 +349,29 @@ def main() -> int:
     p.add_argument("--detach", action="store_true", help="run the day in its own session (setsid), log to day.log")
     p.add_argument("--wait", type=float, metavar="S", help="follow a detached day up to S seconds, then collect")
     p.add_argument("--redo", action="append", default=[], metavar="STEP", help="rerun a step with a result (e.g. 4)")
+    p.add_argument("--only", action="append", default=[], metavar="STEP",
+                   help="run these steps alone, in the plan's order (e.g. --only 3 --only 3b on a short loan)")
+    p.add_argument("--search-min", type=float, default=SEARCH_BUDGET_S / 60,
+                   help=f"the search's budget (default {SEARCH_BUDGET_S // 60}; its cap is 3 minutes more)")
     args = p.parse_args()
-    if args.budget_min <= 0:
-        print(f"error: --budget-min {args.budget_min:g}: must be > 0 (minutes)", file=sys.stderr)
-        return 2
+    for name, value in (("--budget-min", args.budget_min), ("--search-min", args.search_min)):
+        if value <= 0:
+            print(f"error: {name} {value:g}: must be > 0 (minutes)", file=sys.stderr)
+            return 2
     known = [s.key.split("-")[0] for s in steps(MEASUREMENTS / "x", "x")]
-    if set(args.redo) - set(known):
-        print(f"error: --redo {sorted(set(args.redo) - set(known))[0]}: not a step; steps: {', '.join(known)}",
-              file=sys.stderr)
-        return 2
+    for flag, given in (("--redo", args.redo), ("--only", args.only)):
+        if set(given) - set(known):
+            print(f"error: {flag} {sorted(set(given) - set(known))[0]}: not a step; steps: {', '.join(known)}",
+                  file=sys.stderr)
+            return 2
+
+    def plan_of(day: Path, gpu: str) -> list[Step]:
+        plan = steps(day, gpu, args.search_min * 60)
+        return [s for s in plan if s.key.split("-")[0] in args.only] if args.only else plan
+
     gpu = gpu_name()
     if args.dry_run:
-        return dry_run(args.budget_min * 60, gpu)
+        return dry_run(args.budget_min * 60, gpu, plan_of)
     if gpu is None:
         print("error: no CUDA device: the GPU day needs one (--dry-run lists the steps on a CPU)", file=sys.stderr)
         return 2
@@ -362,7 +384,8 @@ def main() -> int:
         if alive(day / "day.pid"):
             print(f"the day is already running (pid {alive(day / 'day.pid')})")
         else:
-            argv = ["--budget-min", str(args.budget_min), *(a for r in args.redo for a in ("--redo", r))]
+            argv = ["--budget-min", str(args.budget_min), "--search-min", str(args.search_min),
+                    *(a for r in args.redo for a in ("--redo", r)), *(a for o in args.only for a in ("--only", o))]
             with (day / "day.log").open("a") as log:
                 proc = subprocess.Popen([PY, __file__, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
                                         stdin=subprocess.DEVNULL, start_new_session=True,
@@ -374,7 +397,7 @@ def main() -> int:
         wait(day, args.wait or 0)
         collect(day, gpu)
         return 0
-    return run_day(day, gpu, args.budget_min * 60, set(args.redo), steps(day, gpu))
+    return run_day(day, gpu, args.budget_min * 60, set(args.redo), plan_of(day, gpu))
 
 
 def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step]) -> int:

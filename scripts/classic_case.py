@@ -38,12 +38,12 @@ def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
     }
     if found:
         del out["defaults, gpu_normalize"], out[f"{workers} workers + pinned"]
-        import yaml
+        from autotune.export import load_config
 
-        best = yaml.safe_load(found.read_text())
-        if best["workload"]["ref"] != "resnet18_cifar":
-            raise SystemExit(f"{found}: a search of `{best['workload']['ref']}`, not resnet18_cifar")
-        out["found by autotune"] = (best["workload"].get("args") or {}, best["knobs"])
+        best = load_config(found)  # as production reads it: the searched workload args too
+        if best.data["workload"]["ref"] != "resnet18_cifar":
+            raise SystemExit(f"{found}: a search of `{best.data['workload']['ref']}`, not resnet18_cifar")
+        out["found by autotune"] = ({**(best.data["workload"].get("args") or {}), **best.workload_args}, best.knobs)
     return out
 
 

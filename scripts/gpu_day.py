@@ -216,11 +216,12 @@ def finish(step: Step, day: Path) -> None:
 
 
 def write_readme(day: Path, gpu: str, plan: list[Step]) -> None:
+    """The day's table: every step of the plan, run today (by any command) or not."""
     rows = []
     for step in plan:
         f = day / f"{step.key}.json"
         r = json.loads(f.read_text()) if f.exists() else None
-        rows.append(f"| {step.key} | {step.what} | {r['status'] if r else 'not run'} | "
+        rows.append(f"| {step.key} | {r.get('what', step.what) if r else step.what} | {r['status'] if r else 'not run'} | "
                     f"{r['wall_s'] if r else ''} | `{r['command'] if r else shlex.join(step.argv[1:])}` | "
                     f"{r['commit'] if r else ''} |")
     (day / "README.md").write_text(
@@ -320,9 +321,17 @@ def collect(day: Path, gpu: str) -> None:
 def alive(pid_file: Path) -> int | None:
     try:
         pid = int(pid_file.read_text())
+    except (OSError, ValueError):
+        return None
+    try:  # a day this process detached is its child: ended, it is a zombie that kill(0) still finds
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return None
+    except ChildProcessError:  # another command's day
+        pass
+    try:
         os.kill(pid, 0)
         return pid
-    except (OSError, ValueError):
+    except OSError:
         return None
 
 
@@ -358,7 +367,7 @@ def main() -> int:
         if value <= 0:
             print(f"error: {name} {value:g}: must be > 0 (minutes)", file=sys.stderr)
             return 2
-    known = [s.key.split("-")[0] for s in steps(MEASUREMENTS / "x", "x")]
+    known = [number(s) for s in steps(MEASUREMENTS / "x", "x")]
     for flag, given in (("--redo", args.redo), ("--only", args.only)):
         if set(given) - set(known):
             print(f"error: {flag} {sorted(set(given) - set(known))[0]}: not a step; steps: {', '.join(known)}",
@@ -366,8 +375,7 @@ def main() -> int:
             return 2
 
     def plan_of(day: Path, gpu: str) -> list[Step]:
-        plan = steps(day, gpu, args.search_min * 60)
-        return [s for s in plan if s.key.split("-")[0] in args.only] if args.only else plan
+        return [s for s in steps(day, gpu, args.search_min * 60) if not args.only or number(s) in args.only]
 
     gpu = gpu_name()
     if args.dry_run:
@@ -397,16 +405,25 @@ def main() -> int:
         wait(day, args.wait or 0)
         collect(day, gpu)
         return 0
-    return run_day(day, gpu, args.budget_min * 60, set(args.redo), plan_of(day, gpu))
+    return run_day(day, gpu, args.budget_min * 60, set(args.redo), steps(day, gpu, args.search_min * 60),
+                   set(args.only))
 
 
-def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step]) -> int:
+def number(step: Step) -> str:
+    """What --only and --redo name a step by: 3b for 3b-classic-found."""
+    return step.key.split("-")[0]
+
+
+def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step], only: set[str] = frozenset()) -> int:
+    """Run the plan's steps (those in `only`, when given) in order; the README lists them all."""
     end = time.monotonic() + budget_s
     statuses = {}
     print(f"GPU day on {gpu}: {show(day)}, budget {budget_s / 60:.0f} min, commit {commit()}")
     for step in plan:
         done = day / f"{step.key}.json"
-        if done.exists() and not step.again and step.key.split("-")[0] not in redo:
+        if only and number(step) not in only:
+            continue
+        if done.exists() and not step.again and number(step) not in redo:
             statuses[step.key] = json.loads(done.read_text())["status"] + " (earlier)"
             print(f"== {step.key}: done earlier ({statuses[step.key]}), skipped")
             continue

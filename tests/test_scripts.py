@@ -9,9 +9,11 @@ import statistics
 import subprocess
 import sys
 import tarfile
+import time
 from datetime import datetime, timezone
 
 import pytest
+import yaml
 
 
 @pytest.mark.timeout(300)
@@ -178,6 +180,46 @@ def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp
     with tarfile.open(tmp_path / "out" / "gpu_day.tar.gz") as tar:  # what a device command brings back
         names = tar.getnames()
     assert {"3-ok.json", "README.md", "1-fails.log"} <= {n.rsplit("/", 1)[-1] for n in names}
+
+
+def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detached_day_end(tmp_path, monkeypatch):
+    """A 15-minute loan: --only 3 --only 3b --search-min 5 (the H200 day of 2026-11-26). The
+    waiting command found its own ended day alive (a zombie) and held the GPU to its deadline."""
+    day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
+    Step = day["Step"]
+    search = next(s for s in day["steps"](tmp_path, "h200", 300) if s.key == "3-search")
+    assert search.cap_s == 480 and search.spec["search"]["time_budget_s"] == 300 and "5-minute" in search.what
+    ok = [sys.executable, "-c", "print('{\"x\": 1}')"]
+    plan = [Step("1-a", "not named", 60, ok), Step("3-b", "named", 60, ok), Step("3b-c", "named too", 60, ok)]
+    (tmp_path / "day.json").write_text(json.dumps({"gpu": "cpu", "started": "2026-11-26T00:00:00+00:00"}))
+    monkeypatch.delenv("OUT", raising=False)
+    assert day["run_day"](tmp_path, "cpu", 600, set(), plan, {"3", "3b"}) == 0
+    assert not (tmp_path / "1-a.json").exists() and (tmp_path / "3-b.json").exists() and (tmp_path / "3b-c.json").exists()
+    assert "| 1-a | not named | not run |" in (tmp_path / "README.md").read_text()  # the day's table lists them all
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    (tmp_path / "day.pid").write_text(str(child.pid))
+    time.sleep(1)  # ended, not reaped
+    assert day["alive"](tmp_path / "day.pid") is None
+    (tmp_path / "day.pid").write_text(str(os.getpid()))  # a process that is not this one's child, running
+    assert day["alive"](tmp_path / "day.pid") == os.getpid()
+    typo = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run", "--only", "8"], capture_output=True, text=True,
+                          timeout=120)
+    assert typo.returncode == 2 and typo.stderr.strip() == "error: --only 8: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
+
+
+def test_classic_case_runs_the_found_config_with_its_searched_workload_args(tmp_path):
+    """It read workload.args alone: the H200 search's winner (gpu_normalize searched) ran on the
+    host pipeline and measured 0.28x the hand-tuned end state, input-bound."""
+    classic = runpy.run_path("scripts/classic_case.py", run_name="classic")
+    best = tmp_path / "best_config.yaml"
+    best.write_text(yaml.safe_dump({"workload": {"ref": "resnet18_cifar", "args": {"batch_size": 32}},
+                                    "device": {"type": "cpu"}, "knobs": {"num_workers": 8, "batch_size": 1024},
+                                    "workload_args": {"gpu_normalize": True}}))
+    cases = classic["cases"](8, best)
+    assert list(cases) == ["defaults", "hand-tuned end state", "found by autotune"]
+    args, knobs = cases["found by autotune"]
+    assert args == {"batch_size": 32, "gpu_normalize": True} and knobs["batch_size"] == 1024
 
 
 def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_packs_the_trees_paths(tmp_path,

@@ -19,6 +19,8 @@
 # leaves what is done in $OUT/gpu_day.tar.gz:
 #     bash scripts/gpu_day.sh --detach --wait 540
 #     bash scripts/gpu_day.sh --wait 540          # the next commands, same machine
+# A 15-minute loan fits the search (5 minutes) and its side-by-side, in one command:
+#     bash scripts/gpu_day.sh --detach --only 3 --only 3b --search-min 5 --budget-min 12 --wait 565
 # A warm machine goes back after about 30 s idle: start the next --wait at once, and
 # unpack the last tarball while it runs (the day writes in /tmp/gpu_day/, outside the
 # tree each command copies, so the order does not matter). Back here, unpack each

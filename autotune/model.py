@@ -8,6 +8,7 @@ with the prediction), and every prediction is recorded next to its
 measurement (`predicted_samples_per_s` in trials.csv), so its error is a number.
 
 The model, from a diagnosed trial R with the same compute-side knobs:
+- R is the nearest: fewest knobs apart, then the closest batch;
 - compute ceiling C at R's batch B; at batch b, the step time scales by the 2x
   probe's ratio r per doubling: C(b) = C * (b / B) / r ** log2(b / B), r at
   most 2 (a step over twice as long at twice the batch is a disturbed probe:
@@ -92,7 +93,10 @@ def _base(knobs: dict[str, Any], diagnosed: list, shared: bool) -> tuple[float, 
         if value is None or not at_ref:
             continue
         value *= rates.get("samples_per_s", at_ref) / at_ref  # calibrated on the trial itself
-        distance = sum(ref.get(n) != knobs.get(n) for n in knobs)  # the nearest measured config says most
+        # the nearest measured config says most: fewest knobs apart, then the closest batch (the probe's one
+        # doubling compounded from a far batch overshot 86% on an H200: fp32 saturates)
+        distance = (sum(ref.get(n) != knobs.get(n) for n in knobs),
+                    abs(math.log2((knobs.get("batch_size") or 1) / (ref.get("batch_size") or 1))))
         if best is None or distance < best[0]:
             best = (distance, value, ref)
     return best and (best[1], best[2])

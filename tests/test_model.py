@@ -139,3 +139,18 @@ def test_a_prediction_across_the_workers_line_is_corrected_by_what_such_predicti
     corrected = model.predict(NO_WORKERS, [with_workers, (small, {"samples_per_s": 1.3 * said})], shared=True)
     assert corrected["samples_per_s"] == pytest.approx(1.3 * plain) and corrected["from"] == with_workers[0]
     assert model.predict(NO_WORKERS, [with_workers, ref], shared=True)["from"] == NO_WORKERS  # the nearest says it
+
+
+def test_a_batch_is_predicted_from_the_diagnosed_trial_at_the_closest_batch():
+    """The H200 classic search (fp32, 8 workers, gpu_normalize): batch 1024 predicted from
+    batch 64's probe, compounded four doublings, said 9932 samples/s; it measured 5354. Batch
+    512's own probe (ratio 1.99: the GPU saturated) says 5469."""
+    gpu = {"loader_samples_per_s_per_worker": 4000.0, "host_cpus_per_gpu": 16.0}
+    at = {b: {"num_workers": 8, "batch_size": b} for b in (64, 512, 1024)}
+    measured = [(at[64], {**gpu, "compute_ceiling_samples_per_s": 4121.0, "batch2x_step_ratio": 1.616,
+                          "samples_per_s": 4231.0}),
+                (at[512], {**gpu, "compute_ceiling_samples_per_s": 5530.0, "batch2x_step_ratio": 1.986,
+                           "samples_per_s": 5431.0})]
+    guess = model.predict(at[1024], measured)
+    assert guess["from"] == at[512] and guess["samples_per_s"] == pytest.approx(5431 * 2 / 1.986)
+    assert model.predict(at[1024], measured[:1])["samples_per_s"] > 9000  # from 64 alone: the overshoot

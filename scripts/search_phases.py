@@ -56,7 +56,7 @@ def timed(owner, name: str, label: str) -> None:
 def instrument() -> None:
     from ray import tune
 
-    from autotune import checked, cli, confirm, driver, export, plots, raytune, report, startup, tracking
+    from autotune import checked, confirm, driver, export, plots, raytune, report, startup, tracking
 
     SPANS.append(("imports (cli, driver: Ray, Optuna, torch)", T0, time.perf_counter()))
     timed(raytune, "init_ray", "ray start")
@@ -77,9 +77,8 @@ def instrument() -> None:
     timed(checked, "pick_checked", "late parity check")
     timed(confirm, "remeasure", "re-measurement (confirm)")
     timed(export, "write_best_config", "best_config.yaml")
-    timed(plots, "write_all", "plots")
+    timed(plots, "write_all", "plots and knob importance (fANOVA)")
     timed(tracking.Tracker, "finish", "MLflow: summary, artifacts, plots")
-    timed(cli, "_importance", "knob importance (summary)")
     timed(report, "summary", "summary printed")
 
 

@@ -335,3 +335,11 @@ def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
         assert {10, 20, 30, 40} <= set(rows) and rows[40]["bias_median"] == 0.0  # the whole window: itself
         assert all(-1 < r["bias_median"] < 10 and r["covered"] in ("-", "0/2", "1/2", "2/2") for r in rows.values())
     assert "mean in CI" in proc.stdout and "channels_last" in proc.stdout
+
+
+def test_search_phases_times_calls_that_exist():
+    """search_phases.py wraps the search's own functions by name: one renamed (cli._importance,
+    folded into plots.write_all) broke it before any search ran."""
+    code = "import runpy; runpy.run_path('scripts/search_phases.py', run_name='phases')['instrument'](); print('ok')"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]

@@ -225,20 +225,18 @@ SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < rep
 def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int, bool]:
     """How risky a config is to adopt (`pick_best`'s tie-break, and the strategy's:
     `Strategy.incumbent_bar`): the highest safety class among the knobs it changes
-    from the baseline, then how many of them can alter the loss (`alters_loss`),
-    then whether it changes any (a change is exported for a gain, never a tie).
-    Beyond that a loader or host knob (workers, pinning, prefetch) adds no risk,
-    so a tie it takes part in goes to the faster config: on jpeg_pipeline,
-    counting 2 workers as one exported channels_last alone, 0.84x of the two
-    together side by side."""
+    from the baseline, then how many of them are in a class above safe, then
+    whether it changes any (a change is exported for a gain, never a tie). A knob
+    the registry classes safe adds nothing beyond that: loader and host knobs,
+    and channels_last and set_to_none, whose numerics differ at rounding level
+    (loss parity: 1e-7 on jpeg_pipeline, 1.4e-5 and 0 on an H200 at 224 px).
+    Counting them traded measured throughput for no measured risk: on
+    jpeg_pipeline 2 workers as a risk exported channels_last alone, 0.84x of the
+    two together side by side, and channels_last as one exported bf16 alone,
+    0.89x of bf16 + channels_last (5 pairs, 0.87-0.95)."""
     changed = [K.lookup(k) for k, v in knobs.items() if v != baseline_knobs.get(k)]
     return (max((SAFETY_RANK[k.safety] for k in changed), default=0),
-            sum(alters_loss(k) for k in changed), bool(changed))
-
-
-def alters_loss(knob: K.Knob) -> bool:
-    """The knob can change what a step computes: its numerics, or a class above safe."""
-    return knob.numerics or knob.safety != "safe"
+            sum(k.safety != "safe" for k in changed), bool(changed))
 
 
 def _ci(record: TrialRecord) -> float:
@@ -263,7 +261,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     Ties are ties: among the trials whose 95% CI overlaps the fastest's (its
     advantage is inside the measured uncertainty), the safer config wins
     (`risk`: lower safety class, safe < reproducibility < numerics < dynamics;
-    then fewer changed knobs that can alter the loss, then the baseline's own
+    then fewer changed knobs above the safe class, then the baseline's own
     knobs before any change; then the faster). A trial whose window tied with
     a safer incumbent (`tie_kept`) lost its tie there. The winner's `tie` then
     names the fastest such faster-but-riskier trial and both CIs."""
@@ -302,7 +300,7 @@ def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
     cls = next(name for name, r in SAFETY_RANK.items() if r == rank)
     if not changed:
         return "the baseline's knobs"
-    return f"{cls}, {n or 'no'} knob{'' if n == 1 else 's'} changed that can alter the loss"
+    return f"{cls}, {n or 'no'} changed knob{'' if n == 1 else 's'} above the safe class"
 
 
 def trials_frame(records: list[TrialRecord]):

@@ -342,8 +342,8 @@ class Strategy:
         `TrialSettings.config`); with `point` as well, `carry`: what the trial
         need not measure again to be diagnosed (`carried`), and `tie_keeps_incumbent`:
         `point` changes the numerics from the incumbent's and is riskier than it
-        (`records.risk`: a higher safety class, or more changed knobs that can
-        alter the loss), so a window that ties with it, reading inside the
+        (`records.risk`: a higher safety class, or more changed knobs above the
+        safe class), so a window that ties with it, reading inside the
         incumbent's interval above the bar (autotune.trial's `_not_incumbent`),
         leaves the incumbent as it is: `records.pick_best`
         exports the safer side of a tie, and adopting it would pay a loss-parity

@@ -289,8 +289,8 @@ def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
     result = _result(records, tmp_path)
     assert result.best.number == 1 and as_dict(result)["tie"]["faster_trial"] == 2
     note = ("trial #2 (158.0 samples/s +-6.0%) is 5.3% faster than #1 (150.0 +-4.0%), inside the measured "
-            "uncertainty (95% CIs overlap): a tie, won by the safer config (safe, 1 knob changed that can "
-            "alter the loss vs dynamics, 2 knobs changed that can alter the loss)")
+            "uncertainty (95% CIs overlap): a tie, won by the safer config (safe, no changed knobs above the "
+            "safe class vs dynamics, 1 changed knob above the safe class)")
     with console.capture() as out:
         summary(result, show_paths=False)
     assert f"tie: {note}" in out.get().replace("\n", " ")

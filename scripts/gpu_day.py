@@ -275,7 +275,7 @@ def check_spec() -> str:
     return "ok" if "gpu_normalize" in user else "spec: gpu_normalize not searchable"
 
 
-def dry_run(budget_s: float, gpu: str | None, plan_of) -> int:
+def dry_run(budget_s: float, gpu: str | None, search_s: float = SEARCH_BUDGET_S, only: set[str] = frozenset()) -> int:
     shown = gpu or "<gpu>"
     day = MEASUREMENTS / f"{shown}-{datetime.now(timezone.utc):%Y-%m-%d}"
     print(f"GPU day plan: budget {budget_s / 60:.0f} min, written in {LIVE / day.name}/ while it runs, "
@@ -284,7 +284,7 @@ def dry_run(budget_s: float, gpu: str | None, plan_of) -> int:
           "its cap fits in what is left")
     plan, failed = [], 0
     rel, landscape = day.relative_to(ROOT), landscape_of(shown)
-    for step in plan_of(LIVE / day.name, shown):
+    for step in (s for s in steps(LIVE / day.name, shown, search_s) if chosen(s, only)):
         writes = [f"{rel}/{step.key}.json", f"{rel}/{step.key}.log",
                   *(show(landscape) if w == landscape.name else f"{rel}/{w}" for w in step.writes)]
         parses = check_parses(step)
@@ -374,12 +374,9 @@ def main() -> int:
                   file=sys.stderr)
             return 2
 
-    def plan_of(day: Path, gpu: str) -> list[Step]:
-        return [s for s in steps(day, gpu, args.search_min * 60) if not args.only or number(s) in args.only]
-
     gpu = gpu_name()
     if args.dry_run:
-        return dry_run(args.budget_min * 60, gpu, plan_of)
+        return dry_run(args.budget_min * 60, gpu, args.search_min * 60, set(args.only))
     if gpu is None:
         print("error: no CUDA device: the GPU day needs one (--dry-run lists the steps on a CPU)", file=sys.stderr)
         return 2
@@ -414,6 +411,11 @@ def number(step: Step) -> str:
     return step.key.split("-")[0]
 
 
+def chosen(step: Step, only: set[str]) -> bool:
+    """The step runs today: --only names it, or no --only was given."""
+    return not only or number(step) in only
+
+
 def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step], only: set[str] = frozenset()) -> int:
     """Run the plan's steps (those in `only`, when given) in order; the README lists them all."""
     end = time.monotonic() + budget_s
@@ -421,7 +423,7 @@ def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Ste
     print(f"GPU day on {gpu}: {show(day)}, budget {budget_s / 60:.0f} min, commit {commit()}")
     for step in plan:
         done = day / f"{step.key}.json"
-        if only and number(step) not in only:
+        if not chosen(step, only):
             continue
         if done.exists() and not step.again and number(step) not in redo:
             statuses[step.key] = json.loads(done.read_text())["status"] + " (earlier)"

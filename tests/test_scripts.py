@@ -343,3 +343,39 @@ def test_search_phases_times_calls_that_exist():
     code = "import runpy; runpy.run_path('scripts/search_phases.py', run_name='phases')['instrument'](); print('ok')"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def _venv_with_pip_refused(root):
+    """`root`: a copy of the install script and pyproject.toml beside a .venv whose
+    python is this one, except that `python -m pip` says so and fails."""
+    (root / "scripts").mkdir()
+    for name in ("scripts/install.sh", "pyproject.toml"):
+        (root / name).write_bytes(open(name, "rb").read())
+    bin_ = root / ".venv" / "bin"
+    bin_.mkdir(parents=True)
+    (bin_ / "python").write_text(f'#!/usr/bin/env bash\n[ "$1 $2" = "-m pip" ] && {{ echo "pip $*"; exit 1; }}\n'
+                                 f'exec {shlex.quote(sys.executable)} "$@"\n')
+    (bin_ / "python").chmod(0o755)
+    (bin_ / "autotune").symlink_to(os.path.join(os.path.dirname(sys.executable), "autotune"))
+
+
+def test_install_returns_at_once_when_pyproject_and_extras_are_what_it_installed(tmp_path):
+    import hashlib
+
+    _venv_with_pip_refused(tmp_path)
+    digest = hashlib.sha256((tmp_path / "pyproject.toml").read_bytes()).hexdigest()
+    (tmp_path / ".venv" / "installed").write_text(f"{digest} [test]\n")
+
+    def install(extras):
+        return subprocess.run(["bash", "scripts/install.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "EXTRAS": extras})
+
+    for extras in ("[test]", ""):  # asking for none: any extras installed from this pyproject.toml will do
+        proc = install(extras)
+        assert proc.returncode == 0 and "installed already" in proc.stdout, proc.stdout + proc.stderr
+    proc = install("[gpu]")  # extras it never installed: pip runs (and here fails, saying so)
+    assert proc.returncode == 1 and "install failed" in proc.stderr
+    assert "pip -m pip install --upgrade pip" in (tmp_path / ".venv" / "install.log").read_text()
+    (tmp_path / "pyproject.toml").write_text((tmp_path / "pyproject.toml").read_text() + "\n# a new dependency\n")
+    proc = install("[test]")  # pyproject.toml changed since
+    assert proc.returncode == 1 and "installed already" not in proc.stdout

@@ -118,6 +118,12 @@ class TunedConfig:
         return dict(self.data.get("workload_args") or {})
 
     @property
+    def trial_workload_args(self) -> dict[str, Any]:
+        """Every argument the search's best trial gave your factory: the spec's
+        `workload.args`, the searched ones over them (to reproduce its numbers)."""
+        return {**((self.data.get("workload") or {}).get("args") or {}), **self.workload_args}
+
+    @property
     def num_threads(self) -> int | None:
         """Intra-op threads measured (None: torch's default); `prepare` applies it."""
         return self.knobs.get("num_threads")

@@ -45,7 +45,7 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
     from autotune.workload import count_samples, load
 
     cfg = load_config(config_path)
-    wl = load(workload["ref"], {**workload.get("args", {}), **cfg.workload_args})
+    wl = load(workload["ref"], cfg.trial_workload_args)
     ranks = int(os.environ.get("WORLD_SIZE", 1))  # launched by torchrun: a multi-rank config
     if ranks > 1:
         import torch.distributed as dist

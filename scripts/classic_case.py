@@ -43,7 +43,7 @@ def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
         best = load_config(found)  # as production reads it: the searched workload args too
         if best.data["workload"]["ref"] != "resnet18_cifar":
             raise SystemExit(f"{found}: a search of `{best.data['workload']['ref']}`, not resnet18_cifar")
-        out["found by autotune"] = ({**(best.data["workload"].get("args") or {}), **best.workload_args}, best.knobs)
+        out["found by autotune"] = (best.trial_workload_args, best.knobs)
     return out
 
 

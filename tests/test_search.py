@@ -204,6 +204,7 @@ def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
     assert run_params["args.width"] == str(result.best.knobs["args.width"])
     cfg = load_config(result.paths["best_config"])
     assert cfg.workload_args == {"width": result.best.knobs["args.width"]}
+    assert cfg.trial_workload_args == {"batch_size": 16, "width": result.best.knobs["args.width"]}
     assert cfg.knobs["prefetch_factor"] == result.best.knobs["prefetch_factor"]
 
 

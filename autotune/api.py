@@ -29,7 +29,7 @@ def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = Non
            refresh: bool = False, resume: bool = False, on_match: Callable[[str], None] | None = None,
            on_start: Callable | None = None, on_trial: Callable | None = None, on_trial_start: Callable | None = None,
            on_wait: Callable[[str], None] | None = None,
-           on_remeasure: Callable[[str], None] | None = None) -> "SearchResult":
+           on_remeasure: Callable[[str], None] | None = None, backend: str = "auto") -> "SearchResult":
     """Run a search (see README "The spec") and return its result.
 
     spec: a spec file's path, the spec as a dict, or a typed `autotune.spec.Spec`.
@@ -43,6 +43,8 @@ def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = Non
     resume: continue the stopped search in the spec's output_dir.
     on_match: hears the line naming a matching earlier search (default: printed).
     on_start, on_trial, on_trial_start, on_wait, on_remeasure: progress callbacks (the CLI's live view).
+    backend: where trials run (`autotune.execution.backends`): "local" (one at a
+        time on this host, without Ray), "ray", or "auto" (Ray where installed).
     """
     from autotune.records import cache
     from autotune import workload as W
@@ -66,7 +68,8 @@ def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = Non
     from autotune.execution import driver
 
     return driver.run(spec, on_start=on_start, on_trial=on_trial, resume=resume, on_trial_start=on_trial_start,
-                      on_wait=on_wait, on_remeasure=on_remeasure, factory=workload, refresh=refresh, on_match=on_match)
+                      on_wait=on_wait, on_remeasure=on_remeasure, factory=workload, refresh=refresh, on_match=on_match,
+                      backend=backend)
 
 
 def as_spec(spec: Any, factory_name: str | None = None) -> "Spec":

@@ -35,11 +35,11 @@ import signal
 import subprocess
 import sys
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
+from typing import Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 MEASUREMENTS = ROOT / "scripts" / "measurements"  # where the days' results are unpacked and committed
@@ -73,6 +73,7 @@ class Step:
     writes: list[str] = field(default_factory=list)  # beside NN-name.json and .log, in the day's folder
     spec: dict | None = None  # the search's spec, written as search_spec.yaml before the step runs
     again: bool = False  # runs on every day with time left (the landscape continues where it stopped)
+    result: Callable[[], dict] | None = None  # the step's result, where its command ends with no JSON line
 
 
 def landscape_of(gpu: str) -> Path:
@@ -94,10 +95,11 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
         Step("2-classic", "the classic case: defaults, 8 workers + pinned, the hand-tuned end state", 240,
              [PY, "scripts/classic_case.py"]),
         Step("3-search", f"the live search on the classic case ({search_s / 60:g}-minute budget, dynamics, "
-                         "gpu_normalize searchable), no Ray or MLflow", search_s + 180,
-             [PY, "scripts/search_no_ray.py", f"{rel}/search_spec.yaml", "--output-dir", run],
+                         "gpu_normalize searchable), the local backend: no Ray or MLflow", search_s + 180,
+             [PY, "-m", "autotune.cli", "search", f"{rel}/search_spec.yaml", "--backend", "local", "--quiet",
+              "--output-dir", run],
              ["search_spec.yaml", "search/trials.csv", "search/search.json", "search/best_config.yaml"],
-             spec=search_spec(search_s)),
+             spec=search_spec(search_s), result=lambda: search_summary(Path(run))),
         Step("3b-classic-found", "the classic case with the search's winner, side by side with the hand-tuned end state",
              270, [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"]),
         Step("4-parity", "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
@@ -112,6 +114,21 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
               "--args", '{"gpu_normalize": true}', "--diagnose-all", *(a for g in LANDSCAPE_GRID for a in ("--grid", g))],
              [landscape_of(gpu).name], again=True),
     ]
+
+
+def search_summary(run: Path) -> dict:
+    """What the search found, read from its run dir (`autotune report`'s reader)."""
+    from autotune.records.run_dir import read_run
+
+    result = read_run(run)
+    base, best = result.baseline, result.best
+    summary = {"run_dir": str(run), "trials": len(result.records), "wall_s": round(result.wall_s or 0, 1),
+               "ended": result.ended, "device": f"{result.device.type}:{result.device.name}"}
+    if base and base.throughput and best:
+        summary.update(baseline_samples_per_s=round(base.throughput, 1), best_samples_per_s=round(best.throughput, 1),
+                       speedup_x=round(result.speedup, 3), trials_speedup_x=round(best.throughput / base.throughput, 3),
+                       best_knobs={k: v for k, v in best.knobs.items() if v != base.knobs.get(k)})
+    return summary
 
 
 def gpu_name() -> str | None:
@@ -189,9 +206,12 @@ def run_step(step: Step, day: Path, cap_s: float) -> dict:
         else:
             status = "ok" if rc == 0 else "failed"
     text = log.read_text(errors="replace")
-    result = last_json(text) if status == "ok" else None
+    try:
+        result = (step.result() if step.result else last_json(text)) if status == "ok" else None
+    except Exception as e:  # noqa: BLE001 (what the step left cannot be read: the step failed)
+        result, text = None, f"{text}\nits result: {type(e).__name__}: {e}"
     if status == "ok" and result is None:
-        status = "failed"  # every step's script ends with one JSON line
+        status = "failed"  # every step's script ends with one JSON line, or leaves what `result` reads
     record = {"step": step.key, "what": step.what, "command": shlex.join(step.argv[1:]), "commit": commit(),
               "started": started, "wall_s": round(time.monotonic() - t, 1), "cap_s": cap_s, "status": status,
               "returncode": rc, "result": result, "error": None if status == "ok" else text[-2000:]}
@@ -245,6 +265,8 @@ def check_parses(step: Step) -> str:
         original(self, args, namespace)
         raise Parsed
 
+    if step.argv[1] == "-m":  # `python -m autotune.cli SUBCOMMAND ...`: its options parsed by click
+        return check_cli(step.argv[3:])
     argv, path = sys.argv, str(ROOT / step.argv[1])
     ap.ArgumentParser.parse_args = parse_then_stop
     sys.argv = [path, *step.argv[2:]]
@@ -259,20 +281,33 @@ def check_parses(step: Step) -> str:
         ap.ArgumentParser.parse_args, sys.argv = original, argv
 
 
-def check_spec() -> str:
-    """The search's spec as the GPU host reads it (search_no_ray.py's own reader, no pydantic)."""
-    import yaml
+def check_cli(args: list[str]) -> str:
+    """An `autotune` command line parsed (not run)."""
+    import typer
 
-    reader = runpy.run_path(str(ROOT / "scripts" / "search_no_ray.py"), run_name="gpu_day_check")
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "search_spec.yaml"
-        path.write_text(yaml.safe_dump(search_spec(), sort_keys=False))
-        try:
-            data = reader["_read_plain"](path)
-        except reader["SpecError"] as e:
-            return f"spec refused: {e}"
-    user = data["search_space"].get("user") or {}
-    return "ok" if "gpu_normalize" in user else "spec: gpu_normalize not searchable"
+    from autotune.cli.main import app
+
+    root = typer.main.get_command(app)
+    try:
+        ctx = root.make_context("autotune", list(args[:1]))
+        root.get_command(ctx, args[0]).make_context(args[0], list(args[1:]), parent=ctx)
+        return "ok"
+    except Exception as e:  # noqa: BLE001 (click's usage errors, as typer raises them)
+        return f"does not parse ({getattr(e, 'format_message', e.__str__)()})"
+
+
+def check_spec() -> str:
+    """The search's spec as the search reads it (`autotune.spec`; its wheels are staged for the GPU host), and
+    the local backend's checks of what the spec asks of the host."""
+    from autotune.execution.backends import choose
+    from autotune.spec import SpecError, parse
+
+    try:
+        spec = parse(search_spec(), "search_spec.yaml")
+        choose(spec, "local")
+    except SpecError as e:
+        return f"spec refused: {e}"
+    return "ok" if "gpu_normalize" in spec.search_space.user() else "spec: gpu_normalize not searchable"
 
 
 def dry_run(budget_s: float, gpu: str | None, search_s: float = SEARCH_BUDGET_S, only: set[str] = frozenset()) -> int:

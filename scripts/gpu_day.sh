@@ -31,12 +31,16 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
-# What search_no_ray.py needs that the GPU host lacks (/work/.library/device/KINDS.md:
+# What `autotune search --backend local` needs that the GPU host lacks (/work/.library/device/KINDS.md:
 # torch, pandas, pyyaml, numpy, tqdm, packaging, typing-extensions, markupsafe are
-# there): optuna and its needs, alembic + sqlalchemy + mako for optuna.db. No Ray, no
-# MLflow, no pydantic (search_no_ray.py reads the spec without it). The versions are
-# this checkout's .venv's, the ones the tests ran.
-WHEELS=(optuna colorlog sqlalchemy alembic mako)
+# there): optuna and its needs, alembic + sqlalchemy + mako for optuna.db; the typed spec
+# (pydantic, pydantic-core, annotated-types, typing-inspection, and a typing-extensions as new as
+# pydantic asks); the CLI (typer, annotated-doc, click, shellingham; rich, markdown-it-py, mdurl,
+# pygments). No Ray, no MLflow: the local backend needs neither. The versions are this checkout's
+# .venv's, the ones the tests ran.
+WHEELS=(optuna colorlog sqlalchemy alembic mako
+        pydantic pydantic-core annotated-types typing-inspection typing-extensions
+        typer annotated-doc click shellingham rich markdown-it-py mdurl pygments)
 
 if [ "${1:-}" = "--stage" ]; then
     mkdir -p .whl

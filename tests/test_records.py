@@ -95,8 +95,7 @@ def test_safe_class_knobs_with_rounding_level_numerics_add_no_risk_to_a_tie():
 def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gain():
     """search.strategy v2 gave the tie to the incumbent (`tie_kept`): the export,
     the live table and patience agree with it, whatever the window's mean."""
-    from autotune.execution.raytune import Stop
-    from autotune.records.recorder import Recorder
+    from autotune.search.stoppers import Patience
 
     kept = timed(2, 130.0, 0.01, precision="bf16-mixed")  # its window tied with #1 within the process spread
     kept.metrics.update(tied=1.0, tie_kept=1.0)
@@ -104,7 +103,7 @@ def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gai
     assert not kept.contends and records[1].contends
     best = pick_best(records)  # 120 +-1% and 130 +-1% do not overlap: the tie was its window's, with the spread
     assert best.number == 1 and best.tie["faster_trial"] == 2 and "tied with a safer incumbent" in best.tie["note"]
-    stop = Stop(Recorder(None, records, None, None, records[0].knobs), patience=1, min_improvement=0.02)
-    assert stop.stalled()  # #2 gained nothing
+    stop = Patience(records, patience=1, min_improvement=0.02)
+    assert stop.stop()  # #2 gained nothing
     kept.metrics.pop("tie_kept")
-    assert pick_best(records).number == 2 and not stop.stalled()
+    assert pick_best(records).number == 2 and not stop.stop()

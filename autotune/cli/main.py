@@ -52,10 +52,14 @@ def search(
     reuse: bool = typer.Option(False, "--reuse", help="an earlier finished search of the same question on this machine "
                                                       "(same runs dir) is the result: no trial runs"),
     refresh: bool = typer.Option(False, "--refresh", help="search even when an earlier search matches"),
+    backend: str = typer.Option("auto", "--backend", metavar="auto|local|ray",
+                                help="where trials run: local (one at a time on this host, no Ray needed), ray "
+                                     "(this host or a cluster); auto: ray where it is installed"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
-    """Run a search: trials through Ray, Optuna choosing, MLflow recording.
-    Ctrl-C or SIGTERM stops it with every finished trial saved."""
+    """Run a search: trials through Ray (or one at a time on this host), Optuna
+    choosing, MLflow recording. Ctrl-C or SIGTERM stops it with every finished
+    trial saved."""
     try:
         from autotune import spec as S
 
@@ -95,7 +99,8 @@ def search(
         try:
             result = api.search(spec, reuse=reuse, refresh=refresh, resume=resume is not None,
                                 on_match=report.remembered, on_start=view.start, on_trial=view.trial,
-                                on_trial_start=view.trial_started, on_wait=report.waiting, on_remeasure=report.note)
+                                on_trial_start=view.trial_started, on_wait=report.waiting, on_remeasure=report.note,
+                                backend=backend)
         except KeyboardInterrupt:
             from autotune.cli.report import error
 

@@ -325,7 +325,8 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
         for label, path in result.paths.items():
             if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists()):
                 console.print(f"  {label:15} {path}")
-        console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
+        if "mlflow_uri" in result.paths:  # none where MLflow is not installed (the local backend on a GPU host)
+            console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
 
 
 def _count(effect: dict) -> str:

@@ -15,13 +15,10 @@ import io
 import json
 import os
 import shutil
-import signal
 import tarfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable
-
-import optuna
+from typing import Callable
 
 # Ray reads this when it is imported (DESIGN.md facts): set before `import ray`, the
 # local node's address is 127.0.0.1 and every Ray server binds there, so a local
@@ -34,41 +31,16 @@ from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
 from autotune.execution import reaper  # noqa: E402
-from autotune.execution.launcher import run_in_process  # noqa: E402
-from autotune.records.run_dir import METRIC, received, transport, trial_dir_of  # noqa: E402
-from autotune.trial.request import TrialSettings  # noqa: E402
-from autotune.trial.result import TrialResult, failed  # noqa: E402
-from autotune.records.scaling import with_reference  # noqa: E402
+from autotune.execution.backends import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
+from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
+from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
+from autotune.records.run_dir import METRIC, transport, trial_dir_of  # noqa: E402
+from autotune.search.stoppers import Flag, Stopper  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
-from autotune.execution.spread import rank_bundles, run_spread, spreads  # noqa: E402
+from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
-from autotune.search.budget import no_improvement_for  # noqa: E402
-from autotune.search.confirm import reread_anchor  # noqa: E402
-from autotune.search.strategy import Strategy, told  # noqa: E402
-
-if TYPE_CHECKING:
-    from autotune.records.recorder import Recorder
 
 # --- the trial, inside a Ray worker ---------------------------------------------
-
-
-def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
-    """The trial config for this Ray config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
-
-    def run(request: dict, trial_dir: Path) -> dict:
-        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
-                              shared=settings.get("fork_socket"))
-
-    spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
-    result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
-    if config.get("anchor") and not spread:  # search.strategy v2's first incumbent: read twice
-        result = reread_anchor(result, settings["request"].timed_only().config(config, anchor=True), run, trial_dir)
-    if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.scaling)
-        # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
-        threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
-        result = with_reference(result, request, run, trial_dir, threads)
-    return result
 
 
 def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialResult, str | None]:
@@ -87,10 +59,7 @@ def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialRes
     work_dir = root / local_dir.parent.name / local_dir.name if remote else local_dir
     if remote and settings.get("workload_pickle"):
         (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
-    try:
-        result = TrialResult.from_dict(run_trial_in(config, settings, work_dir))  # the runner's boundary, checked
-    except Exception as e:
-        result = failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
+    result = run_trial(config, settings, work_dir)
     if not remote:
         return result, None
     packed = pack_dir(work_dir)
@@ -124,8 +93,8 @@ class _Remeasurer:
 
 
 @contextlib.contextmanager
-def remeasurers(local: bool = False):
-    """`runner(settings, resources, parity_only=False, target_ci=None)` ->
+def remeasurers(settings: dict, local: bool = False):
+    """`runner(resources, parity_only=False, target_ci=None)` ->
     `run(knobs, label) -> result`, through Ray, for the block (the search's
     end: late parity checks, each candidate's re-measurement): each run placed
     like a trial (`resources`), with the trial settings less profiling,
@@ -141,23 +110,22 @@ def remeasurers(local: bool = False):
 
     held: dict = {}  # the one actor: {"key": its resources, "actor": ...}
 
-    def runner(settings: dict, resources: dict, parity_only: bool = False, target_ci: float | None = None):
-        request = settings["request"]
-        settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}
+    def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None):
+        request, again = settings["request"], remeasure_settings(settings, parity_only, target_ci)
         if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
-            settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
+            again["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
         key = json.dumps(resources, sort_keys=True)
 
         def run(knobs: dict, label: str) -> dict:
             if local:
-                return run_on_node(knobs, settings, Path(settings["run_dir"]) / "confirm" / label)[0]
+                return run_on_node(knobs, again, Path(settings["run_dir"]) / "confirm" / label)[0]
             if held.get("key") != key:  # started by the first run: none when there is nothing to re-measure
                 if held:
                     ray.kill(held["actor"])
                 held.update(key=key, actor=ray.remote(_Remeasurer).options(
                     num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
                     resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote())
-            result, packed = ray.get(held["actor"].run.remote(knobs, label, settings))
+            result, packed = ray.get(held["actor"].run.remote(knobs, label, again))
             if packed:
                 unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
             return result
@@ -191,44 +159,23 @@ def unpack_dir(data: str, path: Path) -> None:
 
 
 class Searcher(TuneSearcher):
-    """Ray Tune's view of `autotune.strategy.Strategy`: each suggestion is the
-    strategy's next proposal (an Optuna trial in the run dir's storage), each
-    finished trial is told back with its status. The study holds all state, so
-    save/restore have nothing to add."""
+    """Ray Tune's view of the strategy (`backends.Proposer`): each suggestion is the
+    strategy's next proposal, each finished trial is told back with its status. The
+    study holds all state, so save/restore have nothing to add."""
 
-    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool],
-                 pay_on_demand: bool = False):
+    def __init__(self, proposer: Proposer):
         super().__init__(metric=METRIC, mode="max")
-        self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
-        self.pay_on_demand = pay_on_demand  # search.strategy v2: profile, diagnosis, parity for a new incumbent only
-        self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
-        self.exhausted = False  # every point measured, or known infeasible / over the budget
+        self.proposer = proposer
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
     def suggest(self, trial_id: str):
-        proposal = self.strategy.ask(self.fits)
-        if proposal is None:
-            self.exhausted = True
-            return TuneSearcher.FINISHED
-        self.live[trial_id] = proposal.trial, proposal.source
-        return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
-                "prune_below": self.strategy.prune_below(self.prune_margin),
-                **self.strategy.incumbent_bar(self.pay_on_demand, proposal.params), "predicted": proposal.predicted}
+        config = self.proposer.suggest(trial_id)
+        return TuneSearcher.FINISHED if config is None else config
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        if trial_id not in self.live:
-            return
-        trial, _ = self.live.pop(trial_id)
-        result = received(result)  # the runner's result (records.transport)
-        self.strategy.tell(
-            trial, "error" if error else result.status, result.metric(METRIC),
-            safe=result.parity is None or bool(result.parity.get("passed")),
-            error=f"{result.error_type}: {result.error}" if result.error else None,
-            diagnosis=result.diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
-            attrs=told(result, {**self.fixed, **self.strategy.baseline}),
-        )
+        self.proposer.complete(trial_id, result, error)
 
     def save(self, checkpoint_path: str) -> None:
         pass
@@ -327,22 +274,13 @@ def shutdown_ray() -> None:
     _reaper = None
 
 
-def stop_on_sigterm() -> None:
-    """SIGTERM stops a search the way Ctrl-C does: Ray Tune stops the running
-    trial, everything finished is already written, `--resume` continues. Set
-    after ray.init, whose core worker installs a handler of its own."""
-    import threading
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
-
-
 class DriverOnly:
-    """Ray pickles callbacks and stoppers into its experiment state; the recorder
-    (live view, MLflow client) lives in the driver only and is left out."""
+    """Ray pickles callbacks and stoppers into its experiment state; what they hold
+    (the recorder: live view, MLflow client; the stoppers, which read it) lives in
+    the driver only and is left out."""
 
-    def __init__(self, recorder: Recorder):
-        self.recorder = recorder
+    def __init__(self, held):
+        self.held = held
 
     def __getstate__(self):
         return {}
@@ -350,15 +288,15 @@ class DriverOnly:
 
 class RecordTrials(DriverOnly, tune.Callback):
     def on_trial_start(self, iteration, trials, trial, **info):
-        if self.recorder.on_trial_start:  # the live view's row for the running trial
-            self.recorder.on_trial_start(trial.config["trial_number"], {k: trial.config[k] for k in K.KNOBS})
+        if self.held.on_trial_start:  # the live view's row for the running trial
+            self.held.on_trial_start(trial.config["trial_number"], knobs_of(trial.config))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.recorder.add(trial.config, _landed(trial.last_result))
+        self.held.add(trial.config, _landed(trial.last_result))
 
     def on_trial_error(self, iteration, trials, trial, **info):
         error = trial.get_pickled_error()
-        self.recorder.add(trial.config, _landed(trial.last_result), ray_error=str(error or "the Ray trial failed"))
+        self.held.add(trial.config, _landed(trial.last_result), ray_error=str(error or "the Ray trial failed"))
 
 
 def _landed(result: dict | None) -> dict:
@@ -370,22 +308,88 @@ def _landed(result: dict | None) -> dict:
 
 
 class Stop(DriverOnly, tune.Stopper):
-    """Stop the search when the baseline failed, or when `patience` trials in a
-    row improved the best by no more than `min_improvement` (a trial that cannot
-    be the best, `TrialRecord.contends`, improved nothing)."""
-
-    def __init__(self, recorder: Recorder, patience: int | None, min_improvement: float):
-        super().__init__(recorder)
-        self.patience, self.min_improvement = patience, min_improvement
+    """The search's stoppers (`autotune.search.stoppers`), as Ray Tune asks them
+    between trials."""
 
     def __call__(self, trial_id, result):
         return False
 
     def stop_all(self):
-        return self.recorder.baseline_failed is not None or self.stalled()
-
-    def stalled(self) -> bool:
-        return bool(self.patience) and no_improvement_for(
-            [r.throughput if r.contends else None for r in self.recorder.records], self.min_improvement) >= self.patience
+        return self.held.stop()
 
 
+class RayBackend:
+    """Ray Tune runs the trials: on this host (a local Ray bound to loopback, one
+    trial at a time on a CPU host) or placed on a cluster's nodes by their
+    resources."""
+
+    name = "ray"
+
+    def __init__(self):
+        self.address: str | None = None
+
+    def start(self, spec: Spec) -> bool:
+        """Ray started (or joined), and SIGTERM made Ctrl-C; whether Ray was started here (`close` stops it)."""
+        self.address = spec.resources.ray_address
+        started = init_ray(self.address)
+        stop_on_sigterm()  # after ray.init, whose core worker installs a handler of its own
+        if started and not self.address:
+            warm_worker()
+        return started
+
+    def shares_forks(self, spec: Spec) -> bool:
+        """Whether trials may share the driver's fork server: a local Ray's trials run on this host (a caller's
+        own Ray may have nodes anywhere)."""
+        import ray
+
+        return not spec.resources.ray_address and not ray.is_initialized()
+
+    def detect_device(self, spec: Spec) -> K.Device:
+        return detect_device(spec)
+
+    def trial_settings(self) -> dict:
+        import ray
+
+        return {"driver_node": ray.get_runtime_context().get_node_id()}
+
+    def run_trials(self, proposer: Proposer, recorder, stop: Stopper, interrupted: Flag, settings: dict,
+                   resources: Callable[[dict], dict], remaining: int, spec: Spec, cuda: bool) -> None:
+        # failed trials report no throughput; Optuna records them as FAIL (see Searcher)
+        os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+        # Tune's own per-trial result files would duplicate trials.csv (and the trial
+        # files that travel back from other nodes)
+        os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+        res = spec.resources
+        trainable_ = tune.with_resources(
+            tune.with_parameters(trainable, settings=settings),
+            lambda config: placement(resources(config), res.rank_placement, res.ranks_per_trial))
+        tuner = tune.Tuner(
+            trainable_,
+            tune_config=tune.TuneConfig(
+                search_alg=Searcher(proposer),
+                num_samples=max(remaining, 1),
+                # a local CPU host runs one trial at a time (two at once disturb each
+                # other's numbers); GPUs and cluster nodes are placed by resources
+                max_concurrent_trials=None if cuda or res.ray_address else 1,
+                time_budget_s=spec.search.time_budget_s,
+                # the Ray actor only reserves resources and starts the trial process,
+                # which is fresh every time: reusing actors saves ~3 s a trial and
+                # carries no torch state from one trial to the next
+                reuse_actors=True,
+            ),
+            run_config=tune.RunConfig(
+                name="ray", storage_path=settings["run_dir"], verbose=0, callbacks=[RecordTrials(recorder)],
+                stop=Stop(stop), failure_config=tune.FailureConfig(max_failures=0),
+            ),
+        )
+        if remaining > 0:
+            tuner.fit()
+        if not stop.stop():  # Tune ended before any stopper did: Ctrl-C or SIGTERM
+            interrupted.set = True
+
+    def remeasurers(self, settings: dict):
+        return remeasurers(settings, local=bool(settings.get("fork_socket")))
+
+    def close(self, started: bool) -> None:
+        if started:
+            shutdown_ray()

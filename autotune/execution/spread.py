@@ -27,8 +27,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ray import tune
-
 from autotune.trial import ranks as R
 from autotune.execution.launcher import run_in_process
 from autotune.trial.result import TrialResult
@@ -47,9 +45,12 @@ def rank_bundles(resources: dict[str, float], ranks: int) -> list[dict[str, floa
     return [{k: v / ranks for k, v in resources.items() if v}] * ranks
 
 
-def placement(resources: dict[str, float], rank_placement: str, ranks: int) -> tune.PlacementGroupFactory:
+def placement(resources: dict[str, float], rank_placement: str, ranks: int):
     """The Tune trial's reservation: `resources` in one bundle (one node), or,
-    spread, an empty head bundle and one bundle per rank on distinct nodes."""
+    spread, an empty head bundle and one bundle per rank on distinct nodes (a Ray Tune
+    `PlacementGroupFactory`)."""
+    from ray import tune
+
     if not spreads(rank_placement, ranks):
         return tune.PlacementGroupFactory([resources])
     return tune.PlacementGroupFactory([{}] + rank_bundles(resources, ranks), strategy=SPREAD)

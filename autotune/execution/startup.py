@@ -12,6 +12,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from autotune._imports import installed
 from autotune.records import cache
 from autotune.integrations import tracking
 from autotune import knobs as K
@@ -83,9 +84,13 @@ class Opened:
 def open_search(spec, run_dir, device, space, state, remembered: dict | None = None) -> Opened:
     """The search's MLflow parent run and search.json: new, or reopened to resume."""
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
-    paths = run_paths(run_dir, state["mlflow_uri"] if state else spec.tracking.uri or tracking.default_uri(run_dir))
-    tracker = tracking.Tracker(str(paths["mlflow_uri"]), spec.tracking.experiment, run_dir, spec.name,
-                               parent_run_id=state["mlflow_parent_run_id"] if state else None)
+    # without MLflow installed (the local backend on a GPU host), the run dir is the search's only record
+    uri = state["mlflow_uri"] if state else spec.tracking.uri or (tracking.default_uri(run_dir)
+                                                                    if installed("mlflow") else None)
+    paths = run_paths(run_dir, uri)
+    tracker = tracking.Tracker(str(uri), spec.tracking.experiment, run_dir, spec.name,
+                               parent_run_id=state["mlflow_parent_run_id"] if state else None) \
+        if uri else tracking.NoTracker()
     if not state:
         tracker.log_search(
             params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
@@ -102,10 +107,10 @@ def open_search(spec, run_dir, device, space, state, remembered: dict | None = N
         # until this run finishes, the time already spent stays on record (a kill loses nothing)
         state = {**{k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")},
                  "wall_before_s": wall_before}
-        tracker.client.update_run(tracker.parent_run_id, status="RUNNING")
+        tracker.reopen()
     else:
         state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
-                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": str(paths["mlflow_uri"]),
+                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": uri,
                  "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
                  "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  cache.KEY: remembered}

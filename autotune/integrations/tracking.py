@@ -136,6 +136,31 @@ def check_uri(uri: str) -> None:
                         "for a local store") from None
 
 
+class NoTracker:
+    """A search on a host without MLflow (the local backend on a GPU host): its
+    records are the run dir's alone (trials.csv, search.json, each trial's files)."""
+
+    uri = parent_run_id = None
+
+    def log_search(self, params: dict[str, Any], tags: dict[str, str]) -> None:
+        pass
+
+    def log_trial(self, record, baseline_knobs: dict | None = None) -> None:
+        return None
+
+    def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
+        pass
+
+    def tag_search(self, tags: dict[str, str]) -> None:
+        pass
+
+    def reopen(self) -> None:
+        pass
+
+    def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=()) -> None:
+        pass
+
+
 class Tracker:
     """Writes a search to MLflow through MlflowClient (no global active run)."""
 
@@ -219,6 +244,10 @@ class Tracker:
 
     def tag_search(self, tags: dict[str, str]) -> None:
         self._log(self.parent_run_id, tags=tags)
+
+    def reopen(self) -> None:
+        """A resumed search's parent run is running again."""
+        self.client.update_run(self.parent_run_id, status="RUNNING")
 
     def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=()) -> None:
         self._log(self.parent_run_id, metrics=metrics)

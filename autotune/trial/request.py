@@ -1,4 +1,4 @@
-"""The trial request: what the driver (Ray, or `scripts/search_no_ray.py`) hands
+"""The trial request: what the driver (through either backend) hands
 the torch-only runner for one proposal. Built in one place from the search's
 settings and the proposal's knobs, so every launcher runs the same trial; and
 the runner's side of it, the trial config's defaults and check (`check_config`,

@@ -1,0 +1,71 @@
+"""The local backend: a search's trials one at a time on this host, each in a fresh process (through the
+search's shared fork server), with neither Ray nor MLflow (`--backend local`; automatic where Ray is not
+installed). The driver gives it the same strategy (`Proposer`), recorder and stoppers as the Ray backend."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+
+from autotune import knobs as K
+from autotune.execution.backends import Proposer, knobs_of, stop_on_sigterm
+from autotune.execution.trials import remeasure_settings, run_trial
+from autotune.records.run_dir import transport, trial_dir_of
+from autotune.search.stoppers import Flag, Stopper
+from autotune.spec import Spec
+
+
+class LocalBackend:
+    name = "local"
+
+    def shares_forks(self, spec: Spec) -> bool:
+        return True  # every trial runs here: one fork server for them all
+
+    def start(self, spec: Spec) -> bool:
+        stop_on_sigterm()
+        return False  # nothing started that the search must stop
+
+    def detect_device(self, spec: Spec) -> K.Device:
+        from autotune.trial.runner import detect_device
+
+        return detect_device(spec.resources.device)
+
+    def trial_settings(self) -> dict:
+        return {}
+
+    def run_trials(self, proposer: Proposer, recorder, stop: Stopper, interrupted: Flag, settings: dict,
+                   resources, remaining: int, spec: Spec, cuda: bool) -> None:
+        """Trials until a stopper says stop (the trial count and the budget among them); Ctrl-C ends the running
+        trial and sets `interrupted`."""
+        try:
+            while not stop.stop():
+                config = proposer.suggest(None)
+                if config is None:
+                    return
+                number = config["trial_number"]
+                if recorder.on_trial_start:  # the live view's row for the running trial
+                    recorder.on_trial_start(number, knobs_of(config))
+                trial_dir = trial_dir_of(settings["run_dir"], number)
+                started = time.time()
+                carried = transport(number, trial_dir, run_trial(config, settings, trial_dir))
+                carried.update(started_unix=started, ended_unix=time.time())
+                recorder.add(config, carried)
+                proposer.complete(None, carried)
+        except KeyboardInterrupt:
+            interrupted.set = True
+
+    @contextlib.contextmanager
+    def remeasurers(self, settings: dict):
+        """`runner(resources, parity_only=False, target_ci=None)` -> `run(knobs, label) -> TrialResult`: the late
+        checks and re-measurements, here, one at a time (`trials.remeasure_settings`)."""
+
+        def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None):
+            again = remeasure_settings(settings, parity_only, target_ci)
+            return lambda knobs, label: run_trial(knobs, again, Path(settings["run_dir"]) / "confirm" / label)
+
+        yield runner
+
+    def close(self, started: bool) -> None:
+        pass
+

@@ -1,0 +1,49 @@
+"""One trial run where this code runs (the driver's host for the local backend, a Ray worker's node for the Ray
+backend): the request for a config (the one request builder, `TrialSettings`), a fresh process (or ranks spread
+over nodes), the search's first incumbent (its anchor) read twice, a multi-rank search's one-rank reference. The same
+for every backend; what a backend adds is where this runs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.execution.launcher import run_in_process
+from autotune.execution.spread import run_spread, spreads
+from autotune.records.scaling import with_reference
+from autotune.search.confirm import reread_anchor
+from autotune.trial.request import TrialSettings
+from autotune.trial.result import TrialResult, failed
+
+
+def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
+    """The trial config for this search config (the one request builder), run in a fresh process."""
+    request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
+
+    def run(request: dict, trial_dir: Path) -> dict:
+        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
+                              shared=settings.get("fork_socket"))
+
+    spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
+    result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
+    if config.get("anchor") and not spread:  # the search's first incumbent: read twice
+        result = reread_anchor(result, settings["request"].timed_only().config(config, anchor=True), run, trial_dir)
+    if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.scaling)
+        # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
+        threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
+        result = with_reference(result, request, run, trial_dir, threads)
+    return result
+
+
+def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
+    """`run_trial_in`, never raising: whatever goes wrong is the trial's error."""
+    try:
+        return TrialResult.from_dict(run_trial_in(config, settings, trial_dir))  # the runner's boundary, checked
+    except Exception as e:
+        return failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
+
+
+def remeasure_settings(settings: dict, parity_only: bool = False, target_ci: float | None = None) -> dict:
+    """The trial settings of a late check or a re-measurement: less profiling, diagnosis and parity, windows to
+    `target_ci` where given (`parity_only`: loss parity alone, the late check of `autotune.search.checked`)."""
+    request = settings["request"]
+    return {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}

@@ -1,0 +1,100 @@
+"""The local backend (autotune.execution.local): the same search loop, strategy,
+recorder and stoppers as with Ray, one trial at a time on this host, where
+`import ray` and `import mlflow` fail (a GPU host); and what a spec asks that
+such a host lacks, refused in one line."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_spec
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = '''import sys
+for name in ("ray", "mlflow"):
+    sys.modules[name] = None  # `import name` raises ImportError, here and in every trial process
+'''
+
+
+def hidden_env(tmp_path) -> dict:
+    """The environment of a process (and its trials) where Ray and MLflow cannot be imported."""
+    block = tmp_path / "block"
+    block.mkdir(exist_ok=True)
+    (block / "sitecustomize.py").write_text(BLOCK)
+    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(block), str(ROOT)])}
+
+
+def autotune(env, *args, timeout=120):
+    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(330)
+def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_path):
+    env = hidden_env(tmp_path)
+    probe = subprocess.run([sys.executable, "-c", "import ray"], env=env, capture_output=True, text=True)
+    assert probe.returncode != 0 and "import of ray halted" in probe.stderr  # the block works
+    run_dir = tmp_path / "run"
+    spec = write_spec(tmp_path / "spec.yaml", search={"n_trials": 3, "seed": 0, "confirm_rounds": 1})
+    proc = autotune(env, "search", str(spec), "--output-dir", str(run_dir), "--quiet", timeout=300)  # auto: local
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert "search ended: 3 trials" in proc.stdout and "autotune ui" not in proc.stdout  # no MLflow store to show
+
+    from autotune.records.run_dir import read_run
+
+    run = read_run(run_dir)  # the run-dir format `autotune report` reads
+    assert len(run.records) == 3 and run.baseline.number == 0 and run.best is not None and run.ended == "3 trials"
+    assert run.baseline.diagnosis["moves"] and not (run_dir / "mlflow.db").exists()
+    assert (run_dir / "best_config.yaml").exists() and (run_dir / "optuna.db").exists()
+    state = json.loads((run_dir / "search.json").read_text())
+    assert state["mlflow_uri"] is None and state["n_trials"] == 3
+    for r in run.records:  # each trial ran in its own process, under the block too
+        assert (Path(r.trial_dir) / "result.json").exists() and r.info["trial_wall_s"] > 0
+    # v2's anchor, read again in a fresh process (confirm.reread_anchor): its throughput the two reads' mean
+    reads = [run.baseline.metrics[k] for k in ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")]
+    assert (Path(run.baseline.trial_dir) / "reread" / "result.json").exists()
+    assert run.baseline.throughput == pytest.approx(sum(reads) / 2)
+    if run.best is not run.baseline:  # the best re-measured against the baseline, as with Ray
+        assert state["confirm"]["rounds"] == 1 and "re-measured side by side" in proc.stdout
+        runs = {p.parent.name for p in (run_dir / "confirm").glob("*/result.json")}
+        assert {r for r in runs if not r.startswith("parity-")} == {"00-baseline", "00-best"}
+    report = autotune(env, "report", str(run_dir), "--format", "json", "--no-plots")
+    assert report.returncode == 0, report.stderr[-2000:]
+    summary = json.loads(report.stdout)
+    assert summary["trials"] == 3 and summary["ended"] == "3 trials" and summary["best"]["trial"] == run.best.number
+
+
+@pytest.mark.parametrize("overrides, args, line", [
+    ({"resources": {"ray_address": "127.0.0.1:6379"}}, (),
+     "resources.ray_address: `127.0.0.1:6379` is a Ray cluster, and Ray is not installed here"),
+    ({"tracking": {"uri": "http://127.0.0.1:5999"}}, (),
+     "tracking.uri: `http://127.0.0.1:5999` needs MLflow, which is not installed here (pip install mlflow)"),
+    ({"resources": {"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"}}, (),
+     "resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray"),
+    ({}, ("--backend", "ray"), "backend `ray`: Ray is not installed here (pip install 'ray[tune]')"),
+])
+def test_what_the_host_lacks_is_refused_in_one_line(tmp_path, overrides, args, line):
+    spec = write_spec(tmp_path / "spec.yaml", output_dir=str(tmp_path / "run"), **overrides)
+    proc = autotune(hidden_env(tmp_path), "search", str(spec), *args)
+    assert proc.returncode == 2 and not (tmp_path / "run").exists(), proc.stderr[-2000:]
+    out = (proc.stdout + proc.stderr).strip().splitlines()
+    assert len(out) == 1 and line in out[0]
+
+
+def test_a_cluster_address_is_refused_by_the_local_backend(tmp_path):
+    """Ray installed: `--backend local` still runs here only, and says so."""
+    from autotune.execution.backends import choose
+    from autotune.execution.local import LocalBackend
+    from autotune.spec import SpecError, parse
+
+    spec = parse({"workload": {"name": "tiny_cnn"}, "resources": {"ray_address": "127.0.0.1:6379"}}, "spec")
+    with pytest.raises(SpecError, match=r"`127.0.0.1:6379` is a Ray cluster, and this search runs on this host"):
+        choose(spec, "local")
+    spec.resources.ray_address = None
+    assert isinstance(choose(spec, "local"), LocalBackend)
+    with pytest.raises(SpecError, match="backend `cloud` is not one of: auto, local, ray"):
+        choose(spec, "cloud")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import sys
 import tempfile
 from datetime import datetime
 from importlib import resources
@@ -190,7 +191,7 @@ class SearchSpaceSpec(_Strict):
 class TrialSpec(_Strict):
     warmup_steps: StrictInt = Field(5, ge=0, description="untimed steps (worker start, compile, autotuning)")
     measure_steps: Optional[StrictInt] = Field(
-        None, ge=2, description="fewest steps in the timed window (default: 10; search.strategy v1: 30)")
+        None, ge=2, description="fewest steps in the timed window (default: 10)")
     min_window_s: float = Field(1.0, ge=0, description="the timed window runs at least this long")
     target_ci: float = Field(0.02, gt=0, description="then until the step-time mean is known to +- this (95% confidence)")
     max_window_s: float = Field(30.0, gt=0, description="or until this long (or 50x measure_steps, at least 1500 steps), whichever is first")
@@ -206,10 +207,6 @@ class SearchSettings(_Strict):
     sampler: Literal["autotune", "tpe", "random", "grid"] = Field(
         "autotune", description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
                                 "tpe, random: Optuna's samplers; grid: every point (a whole landscape)")
-    strategy: Literal["v2", "v1"] = Field(
-        "v2", description="v2: a trial pays for profile, diagnosis and loss parity only when it would become the "
-                          "incumbent, its window screens out what cannot, and a rejected best hands over to the next "
-                          "candidates; v1: every trial pays for all (the search before issue 25, for comparison)")
     n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included (with time_budget_s: "
                                                       "no cap before the budget)")
     time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds; "
@@ -222,7 +219,7 @@ class SearchSettings(_Strict):
         2, ge=0, description="after the trials, the baseline and the best measured again this many times each, "
                              "interleaved, a fresh process each; the speedup reported is the median of the paired "
                              "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
-                             "strategy v2: at most, stopping once a pair and the trials are both over 1.5x)")
+                             "at most: stopping once a pair and the trials are both over 1.5x)")
 
 
 class Resources(_Strict):
@@ -351,6 +348,7 @@ def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> S
             raise SpecError(f"{source}: workload: the spec names `{named}` and a factory callable (`{factory_name}`) "
                             "was given; give one (leave workload.name and workload.factory out to use the callable)")
         data = {**data, "workload": {**wl, "pickled": factory_name}}
+    data = _without_strategy(data, source)
     try:
         spec = Spec.model_validate(data)
     except ValidationError as e:
@@ -360,6 +358,19 @@ def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> S
     if spec.name is None:  # the file's name, else the factory's
         spec.name = Path(source).stem if source != "spec" else re.sub(r"\W", "", (factory_name or "").rsplit(".", 1)[-1]) or "search"
     return spec
+
+
+def _without_strategy(data: dict, source: str) -> dict:
+    """`search.strategy`, from specs written before it left: `v2` (the search as it is) is accepted with a note,
+    anything else is refused."""
+    search = data.get("search")
+    if not isinstance(search, dict) or "strategy" not in search:
+        return data
+    if search["strategy"] != "v2":
+        raise SpecError(f"{source}: search.strategy: `{search['strategy']}` is gone; autotune searches one way "
+                        "(what v2 was): remove the line")
+    print(f"note: {source}: search.strategy: v2 is how autotune searches now; the line can go", file=sys.stderr)
+    return {**data, "search": {k: v for k, v in search.items() if k != "strategy"}}
 
 
 def load(path: str | Path, factory_name: str | None = None) -> Spec:

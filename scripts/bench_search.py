@@ -155,7 +155,7 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         if proposal is None:
             break
         status, value, cost, window = land.lookup(proposal.params)
-        floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar(True, proposal.params)
+        floor, bar = strategy.prune_below(PRUNE_MARGIN), strategy.incumbent_bar(proposal.params)
         above, ci, kept = bar["incumbent_above"], land.ci(proposal.params), False
         known = incumbent_interval(bar["incumbent_ci"], land.device_type)
         if value is not None and bar.get("anchor"):

@@ -130,8 +130,9 @@ def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     base = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.022})
     best = TrialRecord(number=9, status="ok", knobs={"id": "B"}, metrics={"samples_per_s": 171.5})
     run, _ = fake_runs([88.0, 154.8, 153.7, 87.3])
-    out = C.confirm_best(run, base, best, 2)
-    assert out["baseline_drift"] == pytest.approx(87.65 / 105.9 - 1, abs=1e-4) and out["baseline_trial_ci95"] == 0.022
+    out = C.confirm_best(run, base, best, 2)  # the first pair (1.76x) and the trials (1.62x) settle it: one round
+    assert out["rounds"] == 1 and out["baseline_drift"] == pytest.approx(88.0 / 105.9 - 1, abs=1e-4)
+    assert out["baseline_trial_ci95"] == 0.022
     assert ("; the baseline re-measured -17% off its trial's 105.9 samples/s (its window: ±2.2%), the read every "
             "trial was compared with") in C.describe(out)
     run, _ = fake_runs([98.0, 154.8, 153.7, 97.3])

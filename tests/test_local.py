@@ -76,6 +76,7 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     ({"resources": {"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"}}, (),
      "resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray"),
     ({}, ("--backend", "ray"), "backend `ray`: Ray is not installed here (pip install 'ray[tune]')"),
+    ({"search": {"strategy": "v1"}}, (), "search.strategy: `v1` is gone; autotune searches one way (what v2 was)"),
 ])
 def test_what_the_host_lacks_is_refused_in_one_line(tmp_path, overrides, args, line):
     spec = write_spec(tmp_path / "spec.yaml", output_dir=str(tmp_path / "run"), **overrides)

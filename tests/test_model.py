@@ -50,7 +50,7 @@ def test_the_strategy_skips_a_point_predicted_clearly_below_the_incumbent(diagno
     knobs, rates = diagnosed
     search = {"batch_size": [1, 8, 16], "num_threads": [1]}
     study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
-    strategy = Strategy(study, search, {"batch_size": 8, "num_threads": 1}, predict=True)
+    strategy = Strategy(study, search, {"batch_size": 8, "num_threads": 1})
     base = strategy.ask()
     assert base.source == "baseline"
     # the baseline is diagnosed overhead-bound: a larger batch first; the model predicts batch 1 far below
@@ -77,22 +77,16 @@ def test_the_climb_runs_the_move_the_model_predicts_fastest_first(diagnosed):
     """Two next moves: the diagnosis names loader workers first, the model
     predicts the larger batch faster (a fixed cost per step): v2 runs the
     batch first, and its real trial records the prediction beside the
-    measurement; without the model (v1) the diagnosis's order stands."""
+    measurement."""
     knobs, rates = diagnosed
     search = {"num_workers": [0, 1], "batch_size": [8, 16], "num_threads": [1]}
-
-    def first_move(predict: bool):
-        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
-        strategy = Strategy(study, search, {"num_workers": 0, "batch_size": 8, "num_threads": 1}, predict=predict)
-        base = strategy.ask()
-        strategy.tell(base.trial, "ok", rates["samples_per_s"], attrs={"rates": rates},
-                      diagnosis={"bottleneck": "input", "moves": [{"knob": "num_workers", "to": "up"}]})
-        return strategy, strategy.ask()
-
-    _, plain = first_move(False)
-    assert plain.params == {"num_workers": 1, "batch_size": 8, "num_threads": 1}  # the diagnosis's move first
-    strategy, ranked = first_move(True)
-    workers = strategy.predicted({**plain.params})["samples_per_s"]
+    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    strategy = Strategy(study, search, {"num_workers": 0, "batch_size": 8, "num_threads": 1})
+    base = strategy.ask()
+    strategy.tell(base.trial, "ok", rates["samples_per_s"], attrs={"rates": rates},
+                  diagnosis={"bottleneck": "input", "moves": [{"knob": "num_workers", "to": "up"}]})
+    ranked = strategy.ask()
+    workers = strategy.predicted({"num_workers": 1, "batch_size": 8, "num_threads": 1})["samples_per_s"]  # the diagnosis's
     assert ranked.params == {"num_workers": 0, "batch_size": 16, "num_threads": 1} and ranked.predicted > workers
     result = run_trial({**WINDOW, "knobs": {**knobs, **ranked.params}, "diagnose": False,
                         "predicted": ranked.predicted})

@@ -266,18 +266,20 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
         "search_space": {"preset": None, "knobs": {"precision": ["32-true", "bf16-mixed"], "set_to_none": [True, False]}},
         "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 0.5, "profile_steps": 0,
                   "prune_margin": 0},  # every trial measured to the end: parity on each
-        "search": {"sampler": "grid", "n_trials": 4, "confirm_rounds": 0, "strategy": "v1"},  # v1: parity on each
+        "search": {"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
         "safety": {"parity_steps": 5},
         "output_dir": str(tmp_path / "run"),
     })
     result = run(spec)
     by = {(r.knobs["precision"], r.knobs["set_to_none"]): r for r in result.records}
     assert len(by) == 4 and all(r.status == "ok" for r in result.records)
-    assert not by["bf16-mixed", True].safe and not by["bf16-mixed", False].safe
-    assert by["32-true", True].parity is None and by["32-true", False].parity["passed"]  # set_to_none: parity measured
+    # bf16: checked where it would have become the incumbent (faster), and unsafe there; never the best
+    assert all(r.parity is None or not r.safe for k, r in by.items() if k[0] == "bf16-mixed")
+    assert by["32-true", True].parity is None  # the baseline
+    assert by["32-true", False].parity is None or by["32-true", False].parity["passed"]  # set_to_none: fp32 noise
     # the baseline's reference: computed by the first trial that needs parity, reused by the rest
-    assert (result.run_dir / safety.REFERENCE_FILE).exists()
     measured = sorted((r for r in result.records if r.parity), key=lambda r: r.number)
+    assert (result.run_dir / safety.REFERENCE_FILE).exists() == bool(measured)
     # ... at its noise level; another level (bf16's, fp32's) is added by the first trial that needs it
     seen, expected = set(), []
     for r in measured:
@@ -285,7 +287,7 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
         expected.append("cached" if level in seen else "computed and stored" if not seen
                         else f"noise level {level:.3g} added and stored")
         seen.add(level)
-    assert [r.parity["reference"] for r in measured] == expected and len(seen) == 2
+    assert [r.parity["reference"] for r in measured] == expected
     assert all(r.metrics["parity_s"] > 0 for r in measured)
     assert result.best.knobs["precision"] == "32-true"
     best = yaml.safe_load((result.run_dir / "best_config.yaml").read_text())
@@ -294,7 +296,7 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
     faster_bf16 = {r.number for r in result.records if not r.safe and r.throughput > result.best.throughput}
     assert rejected == faster_bf16
     table = pd.read_csv(result.run_dir / "trials.csv")
-    assert set(table.loc[table.precision == "bf16-mixed", "parity"]) == {"failed"}
+    assert set(table.loc[table.precision == "bf16-mixed", "parity"].dropna()) <= {"failed"}
     assert load_config(result.run_dir / "best_config.yaml").accumulation_steps == 1
 
 

@@ -277,49 +277,6 @@ def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
     assert "ladder ckpt=True  batch    4: oom" in proc.stdout
 
 
-@pytest.mark.timeout(600)
-def test_bench_search_cost_runs_a_search_and_ends_with_the_json_line(tmp_path):
-    """Its `smoke` case, the new search alone (both sides took 190 s on 2 cores
-    under load ~7): two tiny trials through `autotune search`, one confirm round."""
-    proc = subprocess.run([sys.executable, "scripts/bench_search_cost.py", "--cases", "smoke", "--only", "new",
-                           "--out", str(tmp_path)], capture_output=True, text=True, timeout=580)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    r = json.loads(proc.stdout.strip().splitlines()[-1])["cases"]["smoke"]["new"]
-    assert r["trials"] == 2 and r["wall_s"] > 0 and r["winner_trial"] in (0, 1)
-    assert r["to_winner_s"] is None or 0 < r["to_winner_s"] <= r["wall_s"]
-    assert r["speedup_x"] is None or r["speedup_x"] > 0
-    assert r["best_samples_per_s"] is None or r["best_samples_per_s"] > 0  # the confirm's read of the winner
-    assert f"#{r['winner_trial']}" in proc.stdout  # the readable table's row
-
-
-def test_bench_search_cost_measures_two_winners_side_by_side_in_fresh_processes(tmp_path):
-    """Two searches' confirm reads are processes minutes apart: the winners are compared
-    in interleaved pairs (A B, B A), each a fresh trial process, timed window only."""
-    from autotune import knobs as K
-
-    bench = runpy.run_path("scripts/bench_search_cost.py", run_name="bench")
-    confirm = tmp_path / "old-run" / "confirm" / "00-best"
-    confirm.mkdir(parents=True)
-    base = K.pytorch_defaults(8)
-    (confirm / "config.json").write_text(json.dumps({
-        "workload": {"name": "tiny_cnn", "args": {"batch_size": 8}}, "knobs": base, "warmup_steps": 2,
-        "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 0.5, "profile_steps": 0, "diagnose": False,
-        "device": "cpu", "flops_cache": str(tmp_path / "old-run" / "flops.json")}))
-    old = {"run_dir": str(tmp_path / "old-run"), "winner_knobs": base}
-    new = {"run_dir": str(tmp_path / "new-run"), "winner_knobs": {**base, "channels_last": True}}
-    assert bench["winners_side_by_side"](old, dict(old), tmp_path, 2, 0.05) == {"same": True}
-
-    w = bench["winners_side_by_side"](old, new, tmp_path, 2, 0.05)
-    assert w["same"] is False and w["error"] is None and w["rounds"] == 2
-    assert all(a > 0 and b > 0 for a, b in w["pairs"])
-    assert w["new_over_old"] == pytest.approx(statistics.median(b / a for a, b in w["pairs"]), rel=1e-3)
-    assert w["low"] <= w["new_over_old"] <= w["high"] and w["verdict"] in ("faster", "slower", "tie")
-    ran = sorted(p.name for p in (tmp_path / "old-run-winners").iterdir())
-    assert ran == ["00-baseline", "00-best", "01-baseline", "01-best"]  # a fresh process each, both sides
-    config = json.loads((tmp_path / "old-run-winners" / "01-best" / "config.json").read_text())
-    assert config["knobs"]["channels_last"] is True and config["target_ci"] == 0.05 and config["flops_cache"] is None
-
-
 def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
     """Two configs, two fresh processes each, 40-step windows: a row per prefix
     (10-30 steps, 0.25-5 s where the window lasts that long) and the whole window's."""

@@ -36,14 +36,23 @@ def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
         return TrialSettings.of(spec, "cpu", knobs).config(knobs)["measure_steps"]
 
     assert S.parse(WL, "runs/x.yaml").trial.measure_steps is None
-    assert floor() == 10  # v2: min_window_s and the CI do the rest (scripts/bench_window.py)
-    assert floor(search={"strategy": "v1"}) == 30  # the search before issue 25, for comparison
-    assert floor(trial={"measure_steps": 40}, search={"strategy": "v1"}) == 40
+    assert floor() == 10  # min_window_s and the CI do the rest (scripts/bench_window.py)
+    assert floor(trial={"measure_steps": 40}) == 40
     spec = S.parse(WL, "runs/x.yaml").model_dump(mode="json")
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}
-    assert TrialSettings.of(spec, "cpu", knobs).config(knobs)["warmup_min_s"] == 1.0  # v2: warm by time on a CPU
-    spec["search"]["strategy"] = "v1"
-    assert TrialSettings.of(spec, "cpu", knobs).config(knobs)["warmup_min_s"] is None
+    assert TrialSettings.of(spec, "cpu", knobs).config(knobs)["warmup_min_s"] == 1.0  # warm by time on a CPU
+
+
+def test_strategy_v2_is_noted_and_v1_is_refused_in_one_line(capsys):
+    """search.strategy left the spec: autotune searches one way (what v2 was)."""
+    spec = S.parse({**WL, "search": {"strategy": "v2", "n_trials": 5}}, "runs/x.yaml")
+    assert spec.search.n_trials == 5 and "strategy" not in spec.model_dump()["search"]
+    assert capsys.readouterr().err == "note: runs/x.yaml: search.strategy: v2 is how autotune searches now; " \
+                                      "the line can go\n"
+    with pytest.raises(S.SpecError) as e:
+        S.parse({**WL, "search": {"strategy": "v1"}}, "runs/x.yaml")
+    assert str(e.value) == ("runs/x.yaml: search.strategy: `v1` is gone; autotune searches one way (what v2 was): "
+                            "remove the line")
 
 
 def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():

@@ -154,7 +154,6 @@ def test_the_incumbents_interval_goes_with_its_threshold():
     strategy.tell(q.trial, "ok", 90.0, bottleneck="input", attrs={"ci": 0.01})  # not the incumbent
     bar = strategy.incumbent_bar()
     assert bar["incumbent_above"] == pytest.approx(102.0) and bar["incumbent_ci"] == 0.05
-    assert strategy.incumbent_bar(pay_on_demand=False) == {"incumbent_above": None, "incumbent_ci": 0.0}  # v1
     measured = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": 0.031}})
     assert told(measured, BASE)["ci"] == 0.031
     few = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": float("inf")}})
@@ -171,10 +170,9 @@ def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
     strategy = make()
     p = strategy.ask()
     strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
-    bar = strategy.incumbent_bar(True, {**BASE, "precision": "bf16-mixed"})
+    bar = strategy.incumbent_bar({**BASE, "precision": "bf16-mixed"})
     assert bar["tie_keeps_incumbent"] and bar["incumbent_trial"] == p.trial.number  # the trial a kept tie names
-    assert "tie_keeps_incumbent" not in strategy.incumbent_bar(True, {**BASE, "num_workers": 2})
-    assert "tie_keeps_incumbent" not in strategy.incumbent_bar(False, {**BASE, "precision": "bf16-mixed"})  # v1
+    assert "tie_keeps_incumbent" not in strategy.incumbent_bar({**BASE, "num_workers": 2})
     kept = TrialResult.from_dict({"status": "ok", "knobs": {**pytorch_defaults(32), "precision": "bf16-mixed"},
                                   "metrics": {"samples_per_s": 104.0, "tied": 1.0, "tie_kept": 1.0},
                                   "skipped": "profile, diagnosis and loss parity: ties with the incumbent"})
@@ -194,10 +192,9 @@ def test_a_loader_move_is_diagnosed_from_the_compute_side_already_measured():
     strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"apart": apart})
     loader = {**BASE, "num_workers": 2, "pin_memory": True}
     assert strategy.carried(loader) == {"trial": p.trial.number, "metrics": apart}
-    assert strategy.incumbent_bar(True, loader)["carry"] == {"trial": p.trial.number, "metrics": apart}
+    assert strategy.incumbent_bar(loader)["carry"] == {"trial": p.trial.number, "metrics": apart}
     for other in ({**BASE, "batch_size": 64}, {**BASE, "precision": "bf16-mixed", "num_workers": 2}):
         assert strategy.carried(other) is None  # the compute side changes: measured again
-    assert "carry" not in strategy.incumbent_bar(False, loader)  # v1: every trial measures all
 
 
 def test_a_config_that_cannot_finish_in_the_budget_is_not_run():
@@ -302,7 +299,7 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
     assert estimate_cost("reduce-overhead", costs) == 75.0  # scaled from default
     assert estimate_cost("max-autotune", costs) == 150.0
     assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
-    # what autotune.driver and search_no_ray ask with: the finished trials, read at each call
+    # what autotune.execution.driver asks with: the finished trials, read at each call
     records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}, metrics={})
                for m, cs in costs.items() for c in cs]
     fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())

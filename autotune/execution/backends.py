@@ -66,9 +66,9 @@ class Proposer:
     carried)` tells the strategy how it went (`records.transport`'s form). The study holds all state."""
 
     def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool],
-                 exhausted: Flag, pay_on_demand: bool = False):
+                 exhausted: Flag):
         self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
-        self.exhausted, self.pay_on_demand = exhausted, pay_on_demand
+        self.exhausted = exhausted
         self.live: dict = {}  # the backend's key -> the Optuna trial
 
     def suggest(self, key) -> dict | None:
@@ -79,7 +79,7 @@ class Proposer:
         self.live[key] = proposal.trial
         return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
                 "prune_below": self.strategy.prune_below(self.prune_margin),
-                **self.strategy.incumbent_bar(self.pay_on_demand, proposal.params), "predicted": proposal.predicted}
+                **self.strategy.incumbent_bar(proposal.params), "predicted": proposal.predicted}
 
     def complete(self, key, carried: dict | None, error: bool = False) -> None:
         if key not in self.live:

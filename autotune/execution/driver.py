@@ -186,7 +186,7 @@ def _search(spec, backend, run_dir, user_path, device, space, started, on_start,
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2")
+                        spec.search.seed, cuda=device.type == "cuda")
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
@@ -216,16 +216,15 @@ def _search(spec, backend, run_dir, user_path, device, space, started, on_start,
         recorder, n_trials, budget, None if spec.search.sampler == "grid" else spec.search.patience,
         spec.search.min_improvement, started, opened.wall_before)
     proposer = backends.Proposer(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
-                                 spec.trial.prune_margin, fits, exhausted, pay_on_demand=spec.search.strategy == "v2")
+                                 spec.trial.prune_margin, fits, exhausted)
     backend.run_trials(proposer, recorder, stop, interrupted, settings, resources, remaining, spec, cuda)
 
     with backend.remeasurers(settings) as runner:  # the late checks and the re-measurements
         def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
             need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]),
                        default={})
-            ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
-            return confirm_best(runner(need, target_ci=ci), baseline, best, spec.search.confirm_rounds,
-                                on_remeasure, early=spec.search.strategy == "v2")
+            ci = window_ci(baseline, best, spec.trial.target_ci)
+            return confirm_best(runner(need, target_ci=ci), baseline, best, spec.search.confirm_rounds, on_remeasure)
 
         def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
             return runner(resources(knobs), parity_only=True)(knobs, label)
@@ -236,14 +235,14 @@ def _search(spec, backend, run_dir, user_path, device, space, started, on_start,
 
 def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recorder: Recorder, stop: Combined,
             strategy: Strategy, remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
-            check: Callable[[dict, str], dict] | None = None, announce: Callable[[str], None] | None = None,
+            check: Callable[[dict, str], dict], announce: Callable[[str], None] | None = None,
             closing: list[Callable[[], None]] | None = None) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best
     re-measured against the baseline (autotune.confirm), the best config, why
-    the search ended, the plots, and the parent run closed. Strategy v2: the
-    best's loss parity checked late where its trial did not run it
-    (autotune.checked), and a best the re-measurement rejects hands over to the
-    next candidates (`_confirm_candidates`)."""
+    the search ended, the plots, and the parent run closed. The best's loss
+    parity is checked late where its trial did not run it (autotune.checked),
+    and a best the re-measurement rejects hands over to the next candidates
+    (`checked.confirm_candidates`)."""
     tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
@@ -263,15 +262,13 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
                    f"continue with `autotune search --resume {run_dir}`")
     confirm = None
     try:
-        if not stopped and spec.search.strategy == "v2" and check is not None:
+        if not stopped:
             budget_left = (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before)) \
                 if spec.search.time_budget_s else (lambda: None)
             best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
                                                                  spec.search.min_improvement, budget_left)
             if rejected:
                 state["confirm_rejected"] = rejected
-        elif not stopped:
-            confirm = remeasure(baseline, best)
     except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
         stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
         best = pick_best(records)

@@ -28,7 +28,7 @@ METRIC = "samples_per_s"
 # trial was compared with that read (measured: jpeg_pipeline's baseline read 105.9 in its trial, 88.0 and 87.3
 # here, and the climb's first moves, each read below it, were screened)
 ANCHOR_DRIFT = 0.10
-# search.strategy v2: a first pair this far above 1 (and the trials too) settles the verdict, later rounds would
+# a first pair this far above 1 (and the trials too) settles the verdict, later rounds would
 # refine the number only. The widest spread measured between fresh processes of one config on 2 cores is a 17.6%
 # CV (tiny_cnn, scripts/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
 # above 1: at one-sided 95% the best is faster, even at that spread (jpeg_pipeline's pairs: 2.2x)
@@ -42,7 +42,7 @@ RATES = ("steps_per_s", "achieved_tflops", "mfu")  # a trial's metrics in propor
 
 def reread_anchor(result: dict[str, Any], again: dict[str, Any], run: Callable[[dict, Path], dict],
                   trial_dir) -> dict[str, Any]:
-    """search.strategy v2's anchor (the baseline: every early trial's bar) read a
+    """The search's anchor (the baseline: every early trial's bar) read a
     second time, in a fresh process, its timed window alone: `again`, the runner's
     config for that (`TrialSettings.timed_only().config(knobs, anchor=True)`), run
     by `run(config, dir)`. Two processes of one config differ by more than a
@@ -81,19 +81,18 @@ def order(rounds: int) -> list[tuple[int, str]]:
 
 
 def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline, best, rounds: int,
-                 announce: Callable[[str], None] | None = None, early: bool = False) -> dict[str, Any] | None:
+                 announce: Callable[[str], None] | None = None) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the
-    baseline's, for both drivers (Ray's and the search without Ray): the
-    `remeasure` summary with the two trial numbers; None where there is nothing
-    to re-measure (no rounds, no measured baseline, or the baseline is the best).
-    `early` (search.strategy v2): stop after a round that settles the verdict
+    baseline's: the `remeasure` summary with the two trial numbers; None where
+    there is nothing to re-measure (no rounds, no measured baseline, or the
+    baseline is the best). It stops after a round that settles the verdict
     (`settles`)."""
     if not rounds or not (baseline and baseline.throughput and best) or best is baseline:
         return None
     if announce:
-        announce(f"re-measuring the best against the baseline: {'up to ' if early and rounds > 1 else ''}{rounds} "
+        announce(f"re-measuring the best against the baseline: {'up to ' if rounds > 1 else ''}{rounds} "
                  "interleaved round(s), a fresh process each")
-    trials = best.throughput / baseline.throughput if early and best.throughput else None
+    trials = best.throughput / baseline.throughput if best.throughput else None
     out = {"baseline_trial": baseline.number, "best_trial": best.number,
            **remeasure(run, baseline.knobs, best.knobs, rounds, trials)}
     if out.get("baseline_samples_per_s"):  # how far the anchor every trial was compared with was off
@@ -104,8 +103,7 @@ def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline,
 
 
 def window_ci(baseline, best, target_ci: float) -> float:
-    """The re-measurement's windows, sized by the decision they make (search.strategy
-    v2): each side's step-time mean to within a quarter of the gap the trials
+    """The re-measurement's windows, sized by the decision they make: each side's step-time mean to within a quarter of the gap the trials
     measured (`measure.gap_ci`: 1.2x, +-5%), never tighter than the spec's
     `target_ci` nor looser than ±10%; a close call (a 1.05x gap) keeps the full
     window. The pairs' verdict stays the test."""

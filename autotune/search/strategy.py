@@ -82,7 +82,7 @@ def told(result, baseline: dict) -> dict:
 
 class Strategy:
     def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
-                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, predict: bool = False):
+                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
         self.study, self.search, self.kind = study, search, sampler
@@ -92,9 +92,8 @@ class Strategy:
         self.rng = random.Random(seed)
         # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
         self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
-        self.predict = predict  # the rate model orders the climb's moves, and skips what it predicts clearly below
-        self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of,
-                           self.fastest_first if predict else None)
+        # the rate model orders the climb's moves, and skips what it predicts clearly below
+        self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of, self.fastest_first)
 
     @staticmethod
     def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -219,7 +218,7 @@ class Strategy:
         the most)."""
         free, infeasible, taken, bounds = self._feasibility(fits)
         point, source = self._next_point(free, infeasible)
-        while self.predict and point is not None and source == "plan" and self._skip_predicted(point):
+        while point is not None and source == "plan" and self._skip_predicted(point):
             free, infeasible, taken, bounds = self._feasibility(fits)
             point, source = self._next_point(free, infeasible)
         if point is None and source != "sampler":
@@ -329,17 +328,15 @@ class Strategy:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
 
-    def incumbent_bar(self, pay_on_demand: bool = True, point: dict | None = None) -> dict:
+    def incumbent_bar(self, point: dict | None = None) -> dict:
         """What a trial must beat to become the incumbent, as its config takes it:
         `incumbent_above`, samples/s (the best so far and min_improvement; at or
         below it a trial pays for its window alone), `incumbent_ci`, how well
         the best is known (its throughput's relative 95% CI, 0 where its trial
         recorded none), and `incumbent_trial`, its number (a tie kept names it).
-        None and 0 before any best, and without `pay_on_demand` (search.strategy
-        v1: every trial pays for all). With `pay_on_demand`:
-        `anchor` before any best (the trial that becomes the first incumbent
-        whatever it measures: its window is sized as a promoted one's,
-        `TrialSettings.config`); with `point` as well, `carry`: what the trial
+        None and 0 before any best, and then `anchor` (the trial that becomes
+        the first incumbent whatever it measures: its window is sized as a
+        promoted one's, `TrialSettings.config`); with `point`, `carry`: what the trial
         need not measure again to be diagnosed (`carried`), and `tie_keeps_incumbent`:
         `point` changes the numerics from the incumbent's and is riskier than it
         (`records.risk`: a higher safety class, or more changed knobs above the
@@ -353,15 +350,15 @@ class Strategy:
         from autotune.safety.parity import PARITY_KNOBS
         from autotune.records.run_dir import risk
 
-        best = self._best() if pay_on_demand else None
+        best = self._best()
         riskier = best is not None and point is not None \
             and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point) \
             and risk(point, self.baseline) > risk(best.params, self.baseline)
         return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
                 "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
                 **({"incumbent_trial": best.number} if best else {}),
-                **({"anchor": True} if pay_on_demand and best is None else {}),
-                **({"carry": self.carried(point)} if pay_on_demand and point is not None else {}),
+                **({"anchor": True} if best is None else {}),
+                **({"carry": self.carried(point)} if point is not None else {}),
                 **({"tie_keeps_incumbent": True} if riskier else {})}
 
     def carried(self, point: dict) -> dict | None:

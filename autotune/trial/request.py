@@ -40,13 +40,13 @@ class TrialSettings:
     @classmethod
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
            flops_cache: str | None = None):
-        """From the spec as plain data (`Spec.model_dump(mode="json")`, or the plain reader's)."""
-        safety, v1 = spec["safety"], spec["search"]["strategy"] == "v1"
+        """From the spec as plain data (`Spec.model_dump(mode="json")`)."""
+        safety = spec["safety"]
         return cls(
             workload={k: v for k, v in spec["workload"].items() if v is not None},
             trial={**{k: spec["trial"][k] for k in TRIAL_KEYS},
-                   "measure_steps": spec["trial"]["measure_steps"] or (V1_MEASURE_STEPS if v1 else DEFAULTS["measure_steps"]),
-                   "warmup_min_s": None if v1 else WARMUP_MIN_S},
+                   "measure_steps": spec["trial"]["measure_steps"] or DEFAULTS["measure_steps"],
+                   "warmup_min_s": WARMUP_MIN_S},
             device=device, seed=spec["search"]["seed"],
             base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
             parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
@@ -112,7 +112,7 @@ class TrialSettings:
 DEFAULTS = {
     "warmup_steps": 5,  # untimed
     "warmup_min_s": None,  # on a CPU, an eager one-rank config's warm-up ends after 2 steps once it ran this long
-    "measure_steps": 10,  # the timed window: at least this many steps (search.strategy v1: V1_MEASURE_STEPS),
+    "measure_steps": 10,  # the timed window: at least this many steps,
     "min_window_s": 1.0,  # at least this long,
     "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
     "max_window_s": 30.0,  # or this long, or max_steps(config) steps
@@ -142,11 +142,11 @@ DEFAULTS = {
     "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
 }
 MAX_STEPS_FACTOR = 50
-# the step floor of the search before issue 25 (search.strategy v1), kept for comparison: 10 steps read what 30 to
+# the step floor of the search before issue 25, which sizes the window's step cap: 10 steps read what 30 to
 # 60 do, once min_window_s has passed (scripts/bench_window.py: jpeg_pipeline's 10-step prefix -2.5% and +0.4% of
 # its 60-step window, inside the 5-9% spread of fresh processes), and 30 cost 10-23 s of every jpeg window
-V1_MEASURE_STEPS = 30
-# search.strategy v2's `warmup_min_s`: a warm-up is about time (the allocator, the loader's workers, caches), not
+CAP_FLOOR_STEPS = 30
+# the search's `warmup_min_s`: a warm-up is about time (the allocator, the loader's workers, caches), not
 # steps. jpeg_pipeline (0.3-0.7-s steps) read the same 10-step windows after 2 warm-up steps as after 5 (prefix
 # bias +1.2% / -0.5%, against -2.5% / +0.4%: scripts/bench_window.py --warmup 2); tiny_cnn's 5 steps take 25 ms and
 # all run. Compiled configs (CUDA graphs record on their first calls) and GPUs (not measured) keep warmup_steps.
@@ -154,9 +154,9 @@ WARMUP_MIN_S = 1.0
 
 
 def max_steps(cfg: dict[str, Any]) -> int:
-    """The window's step cap: 50x the step floor, never below 50x V1_MEASURE_STEPS (so a
+    """The window's step cap: 50x the step floor, never below 50x CAP_FLOOR_STEPS (so a
     10-step floor keeps fast steps' windows to min_window_s and beyond)."""
-    return max(cfg["measure_steps"], V1_MEASURE_STEPS) * MAX_STEPS_FACTOR
+    return max(cfg["measure_steps"], CAP_FLOOR_STEPS) * MAX_STEPS_FACTOR
 
 
 class TrialConfigError(ConfigError):

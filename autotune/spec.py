@@ -208,9 +208,9 @@ class SearchSettings(_Strict):
         "autotune", description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
                                 "tpe, random: Optuna's samplers; grid: every point (a whole landscape)")
     n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included (with time_budget_s: "
-                                                      "no cap before the budget)")
-    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds; "
-                                                                   "the search's control: n_trials caps nothing before it")
+                                                      "the first limit reached ends the search)")
+    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds "
+                                                                   "(or after n_trials, if that comes first)")
     seed: StrictInt = Field(0, description="sampler seed")
     patience: Optional[StrictInt] = Field(
         None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")

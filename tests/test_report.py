@@ -363,20 +363,20 @@ def test_a_search_writes_its_break_even_to_best_config_and_its_summary(finished_
     assert f"break-even: {be['note']}" in " ".join(cli.stdout.split())  # the summary at the end of the search
 
 
-def test_with_a_time_budget_the_live_view_counts_down_the_budget_not_trials():
+def test_with_a_time_budget_the_live_view_counts_down_the_budget_and_the_trials():
     from rich.console import Console
 
     from autotune.cli.report import LiveView
 
     view = LiveView(quiet=True)
     view.searched = ["batch_size", "channels_last"]
-    view.n_trials, view.budget_s = 384, 300.0  # a budget: every point of the space may run
+    view.n_trials, view.budget_s = 384, 300.0  # a budget and a trial count: the first reached ends the search
     view.started -= 60.5  # a minute into the search
     view.trial(_records()[0])
-    assert view._count() == "1" and view._eta() == "1:00 elapsed, ~3:59 left"
+    assert view._count() == "1/384" and view._eta() == "1:00 elapsed, ~3:59 left"
     render = Console(width=200, record=True)
     render.print(view._view())
-    assert "1 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
+    assert "1/384 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
     view.budget_s = None  # no budget: the trials left at the pace so far (383 more at a minute each)
     assert view._count() == "1/384" and view._eta().startswith("1:00 elapsed, ~38")
 

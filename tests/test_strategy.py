@@ -324,5 +324,5 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
 def test_the_time_budget_not_the_trial_count_caps_a_search_and_a_grid_runs_each_point_once():
     space = {"num_workers": [0, 1, 2], "precision": ["32-true", "bf16-mixed"]}  # 6 points
     assert trial_cap(space, 20, None, "autotune") == 20
-    assert trial_cap(space, 4, 300.0, "autotune") == 6  # the budget decides: every point may run
+    assert trial_cap(space, 4, 300.0, "autotune") == 4  # with a budget too: the first limit reached ends it
     assert trial_cap(space, 20, None, "grid") == 6 and trial_cap(space, 4, None, "grid") == 4

@@ -135,8 +135,8 @@ class LiveView:
             self.live.stop()
             self.live = None
 
-    def _count(self) -> str:  # with a time budget, the budget is the control: no trial count to reach
-        return f"{len(self.rows)}" if self.budget_s else f"{len(self.rows)}/{self.n_trials}"
+    def _count(self) -> str:  # the trial count is a limit, with a time budget too (the first reached ends it)
+        return f"{len(self.rows)}/{self.n_trials}"
 
     def _eta(self) -> str:
         """Elapsed, and time left: of the time budget, else the trials still

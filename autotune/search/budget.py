@@ -27,12 +27,11 @@ def parse_duration(text: str) -> float:
 
 
 def trial_cap(search: dict[str, list], n_trials: int, budget: float | None, sampler: str) -> int:
-    """How many trials a search may run: with a time budget, the budget is the
-    control and the trial count caps nothing before it (every point may run); a
-    grid runs each point once."""
+    """How many trials a search may run: `n_trials`, with a time budget too (the
+    first limit reached ends the search: `autotune.search.stoppers`); a grid runs
+    each point once."""
     points = math.prod(len(v) for v in search.values())
-    cap = points if budget else n_trials
-    return min(cap, points) if sampler == "grid" else cap
+    return min(n_trials, points) if sampler == "grid" else n_trials
 
 
 def no_improvement_for(values: list[float | None], min_improvement: float = 0.02) -> int:

@@ -82,3 +82,15 @@ def test_commands_named_exist():
     unknown = sorted(named - commands)
     assert {"search", "report", "export", "ui"} <= commands
     assert not unknown, f"the docs name commands autotune does not have: {unknown}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=lambda p: p.name)
+def test_specs_shown_are_valid(page):
+    """Every whole spec a page shows (a YAML block with `workload`) is one `autotune search` accepts."""
+    import yaml
+
+    from autotune import spec as S
+
+    blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL)]
+    for data in (b for b in blocks if isinstance(b, dict) and "workload" in b):
+        S.parse(data, f"{page.name}'s spec")  # raises SpecError naming the field

@@ -1,10 +1,10 @@
-"""autotune.search.stoppers: each stop cause with its reason, combined in one order, the same for both
+"""autotune.decide.stoppers: each stop cause with its reason, combined in one order, the same for both
 backends; the trial count and the time budget are both limits, the first reached ends the search."""
 
 from types import SimpleNamespace
 
-from autotune.search.budget import trial_cap
-from autotune.search.stoppers import Budget, Combined, Patience, TrialCount, search_stoppers
+from autotune.decide.budget import trial_cap
+from autotune.decide.stoppers import Budget, Combined, Patience, TrialCount, search_stoppers
 
 
 def record(throughput, contends=True):

@@ -24,8 +24,8 @@ from autotune import knobs as K
 from autotune._imports import installed
 from autotune.execution.spread import spreads
 from autotune.records.run_dir import METRIC, received
-from autotune.search.stoppers import Flag
-from autotune.search.strategy import Strategy, told
+from autotune.decide.stoppers import Flag
+from autotune.decide.strategy import Strategy, told
 from autotune.spec import Spec, SpecError
 
 BACKENDS = ("auto", "local", "ray")

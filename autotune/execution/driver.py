@@ -1,9 +1,9 @@
-"""The search's one loop: `autotune.search.strategy` chooses, on an Optuna study
+"""The search's one loop: `autotune.decide.strategy` chooses, on an Optuna study
 (RDB storage in the run dir, resumable); a backend runs each trial
 (`autotune.execution.backends`: `local`, one at a time on this host, or `ray`,
 Ray Tune on this host or any node of a cluster); each trial runs in a fresh
 process (`autotune.execution.launcher`); `autotune.records.recorder` writes each
-result everywhere; the stoppers (`autotune.search.stoppers`) end it, the same
+result everywhere; the stoppers (`autotune.decide.stoppers`) end it, the same
 for both backends.
 
 Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and
@@ -40,11 +40,11 @@ from autotune.records.recorder import Recorder, reconcile
 from autotune.records.run_dir import (STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run,
                                       same_device, write_csv, write_state)
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
-from autotune.search import checked
-from autotune.search.budget import budget_fits
-from autotune.search.confirm import confirm_best, settle, window_ci
-from autotune.search.stoppers import Combined, search_stoppers
-from autotune.search.strategy import Strategy
+from autotune.decide import checked
+from autotune.decide.budget import budget_fits
+from autotune.decide.confirm import confirm_best, settle, window_ci
+from autotune.decide.stoppers import Combined, search_stoppers
+from autotune.decide.strategy import Strategy
 from autotune.spec import Spec, SpecError
 from autotune.trial import ranks as R
 from autotune.trial.measure import FLOPS_FILE

@@ -12,7 +12,7 @@ from autotune import knobs as K
 from autotune.execution.backends import Proposer, knobs_of, stop_on_sigterm
 from autotune.execution.trials import remeasure_settings, run_trial
 from autotune.records.run_dir import transport, trial_dir_of
-from autotune.search.stoppers import Flag, Stopper
+from autotune.decide.stoppers import Flag, Stopper
 from autotune.spec import Spec
 
 

@@ -35,7 +35,7 @@ from autotune.execution.backends import Proposer, knobs_of, stop_on_sigterm  # n
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
 from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
 from autotune.records.run_dir import METRIC, transport, trial_dir_of  # noqa: E402
-from autotune.search.stoppers import Flag, Stopper  # noqa: E402
+from autotune.decide.stoppers import Flag, Stopper  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
@@ -308,7 +308,7 @@ def _landed(result: dict | None) -> dict:
 
 
 class Stop(DriverOnly, tune.Stopper):
-    """The search's stoppers (`autotune.search.stoppers`), as Ray Tune asks them
+    """The search's stoppers (`autotune.decide.stoppers`), as Ray Tune asks them
     between trials."""
 
     def __call__(self, trial_id, result):

@@ -10,7 +10,7 @@ from pathlib import Path
 from autotune.execution.launcher import run_in_process
 from autotune.execution.spread import run_spread, spreads
 from autotune.records.scaling import with_reference
-from autotune.search.confirm import reread_anchor
+from autotune.decide.confirm import reread_anchor
 from autotune.trial.request import TrialSettings
 from autotune.trial.result import TrialResult, failed
 
@@ -44,6 +44,6 @@ def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
 
 def remeasure_settings(settings: dict, parity_only: bool = False, target_ci: float | None = None) -> dict:
     """The trial settings of a late check or a re-measurement: less profiling, diagnosis and parity, windows to
-    `target_ci` where given (`parity_only`: loss parity alone, the late check of `autotune.search.checked`)."""
+    `target_ci` where given (`parity_only`: loss parity alone, the late check of `autotune.decide.checked`)."""
     request = settings["request"]
     return {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}

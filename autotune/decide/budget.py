@@ -28,7 +28,7 @@ def parse_duration(text: str) -> float:
 
 def trial_cap(search: dict[str, list], n_trials: int, budget: float | None, sampler: str) -> int:
     """How many trials a search may run: `n_trials`, with a time budget too (the
-    first limit reached ends the search: `autotune.search.stoppers`); a grid runs
+    first limit reached ends the search: `autotune.decide.stoppers`); a grid runs
     each point once."""
     points = math.prod(len(v) for v in search.values())
     return min(n_trials, points) if sampler == "grid" else n_trials

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from typing import Callable
 
-from autotune.search.budget import NOTHING_LEFT, no_improvement_for
+from autotune.decide.budget import NOTHING_LEFT, no_improvement_for
 
 
 class Stopper:

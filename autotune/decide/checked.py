@@ -1,4 +1,4 @@
-"""Loss parity paid when a decision needs it (search.strategy v2): a trial runs
+"""Loss parity paid when a decision needs it: a trial runs
 parity only when its window makes it the incumbent, so a config that did not
 (a little faster than the incumbent, inside min_improvement) may end as the
 fastest without a verdict. Before it is exported it is checked late (a short

@@ -148,7 +148,7 @@ class Climb:
         moved from in turn, so a ladder re-opens whenever its bottleneck comes
         back. None when no move gains (a local optimum: the sampler explores
         from there), or when the next point waits on a running trial. With
-        `pick` (the rate model's order, search.strategy v2), the incumbent's
+        `pick` (the rate model's order), the incumbent's
         measured moves are weighed first (any that gained moves the climb on),
         then `pick` names which of its unmeasured moves runs next."""
         def value(point):

@@ -173,7 +173,7 @@ class Strategy:
     def plan(self, free, infeasible) -> dict | None:
         """The climb's next point (`autotune.climb.Climb.plan`) over what the
         study knows: each measured config's value (None: failed, unsafe, or its
-        loss parity unknown: search.strategy v2 does not build on it)."""
+        loss parity unknown: the search does not build on it)."""
         values: dict[tuple, float | None] = {}
         for t in self._trials():
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):

@@ -29,7 +29,7 @@ import optuna
 from autotune import knobs as K
 from autotune import workload as W
 from autotune._imports import installed
-from autotune.execution import backends, startup
+from autotune.execution import backends, loop, startup
 from autotune.execution import spread as SP
 from autotune.execution.launcher import start_shared, user_thread_env
 from autotune.execution.lock import device_lock
@@ -215,7 +215,7 @@ def _search(spec, backend, run_dir, user_path, device, space, started, on_start,
     stop, interrupted, exhausted = search_stoppers(
         recorder, n_trials, budget, None if spec.search.sampler == "grid" else spec.search.patience,
         spec.search.min_improvement, started, opened.wall_before)
-    proposer = backends.Proposer(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
+    proposer = loop.Proposer(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
                                  spec.trial.prune_margin, fits, exhausted)
     backend.run_trials(proposer, recorder, stop, interrupted, settings, resources, remaining, spec, cuda)
 

@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from autotune import knobs as K
-from autotune.execution.backends import Proposer, knobs_of, stop_on_sigterm
+from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm
 from autotune.execution.trials import remeasure_settings, run_trial
 from autotune.records.run_dir import transport, trial_dir_of
 from autotune.decide.stoppers import Flag, Stopper

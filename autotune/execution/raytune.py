@@ -31,7 +31,7 @@ from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
 from autotune.execution import reaper  # noqa: E402
-from autotune.execution.backends import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
+from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
 from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
 from autotune.records.run_dir import METRIC, transport, trial_dir_of  # noqa: E402

@@ -58,7 +58,7 @@ class TrialRecord:
 
     @property
     def tie_holds(self) -> bool:
-        """Its window tied with a safer incumbent (`tie_kept`: search.strategy v2
+        """Its window tied with a safer incumbent (`tie_kept`: the search
         gave that tie to the incumbent, as `pick_best` gives ties to the safer
         config), and the tie still holds: the re-measurement has not rejected
         that incumbent (`info["tie_reopened"]`, autotune.checked)."""

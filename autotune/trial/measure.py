@@ -96,7 +96,7 @@ GAP_CI_CAP = 0.10  # ... or looser where its lead is large, never looser than th
 # measured, on a GPU none (not measured yet).
 PROCESS_CV = {"cpu": 0.05}
 # ... as a 95% half-width, the unit of every window's CI (step_mean_ci95): 1.96 x the CV. Two trials are two
-# processes, so search.strategy v2 compares a window with the incumbent to within at least this
+# processes, so the search compares a window with the incumbent to within at least this
 # (`incumbent_interval`): a window need not be known better than that, nor can a lead inside it promote.
 # (Until session 34 the CV itself stood here, compared with 95% CIs: windows ran ~4x the steps that matched
 # the spread; jpeg_pipeline's anchor ran its 30-s cap for +-5.2%, then read 17% off in the confirm.)

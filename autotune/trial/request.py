@@ -77,7 +77,7 @@ class TrialSettings:
                incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False,
                tie_keeps_incumbent: bool = False, incumbent_trial: int | None = None) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
-        first incumbent of a search.strategy v2 search (its baseline), which every later trial is weighed
+        first incumbent of a search (its baseline), which every later trial is weighed
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
         window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
@@ -97,7 +97,7 @@ class TrialSettings:
             **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
             **({"blocks": self.blocks} if self.blocks else {}),
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
-            "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
+            "incumbent_above": incumbent_above,  # below it: the window alone
             "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
             "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
             "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)

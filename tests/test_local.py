@@ -5,6 +5,7 @@ such a host lacks, refused in one line."""
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -99,3 +100,40 @@ def test_a_cluster_address_is_refused_by_the_local_backend(tmp_path):
     assert isinstance(choose(spec, "local"), LocalBackend)
     with pytest.raises(SpecError, match="backend `cloud` is not one of: auto, local, ray"):
         choose(spec, "cloud")
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
+    """The local backend's Ctrl-C stopper (SIGTERM as Ctrl-C): the running trial stopped, what finished saved,
+    `--resume` runs the rest with nothing lost or repeated; Ray and MLflow hidden throughout."""
+    import optuna
+    import pandas as pd
+
+    from tests.test_reliability import processes_in, wait_for_rows, write_spec as stop_spec
+
+    env, run_dir = hidden_env(tmp_path), tmp_path / "run"
+    spec = stop_spec(tmp_path / "s.yaml", n_trials=4)
+
+    def start(*args):
+        return subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", *args, "-q"], cwd=ROOT, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+    proc = start(str(spec))
+    wait_for_rows(run_dir / "trials.csv", 1, proc)
+    os.kill(proc.pid, signal.SIGTERM)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 1 and "interrupted after" in out, out
+    assert f"continue with `autotune search --resume {run_dir}`" in out
+    assert json.loads((run_dir / "search.json").read_text())["ended"] == "interrupted"
+    assert processes_in(run_dir) == []  # the running trial was stopped
+    first = sorted(pd.read_csv(run_dir / "trials.csv")["trial"])
+
+    proc = start("--resume", str(run_dir))
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out
+    rows = sorted(pd.read_csv(run_dir / "trials.csv")["trial"])
+    study = optuna.load_study(study_name="stop", storage=f"sqlite:///{run_dir / 'optuna.db'}")
+    ran = sorted(t.number for t in study.trials if t.state.is_finished() and not t.user_attrs.get("interrupted")
+                 and not t.user_attrs.get("virtual"))
+    assert set(first) < set(rows) and rows == ran and len(rows) == 4  # nothing lost or repeated
+    assert json.loads((run_dir / "search.json").read_text())["ended"] == "4 trials"

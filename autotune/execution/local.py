@@ -50,8 +50,10 @@ class LocalBackend:
                 started = time.time()
                 carried = transport(number, trial_dir, run_trial(config, settings, trial_dir))
                 carried.update(started_unix=started, ended_unix=time.time())
-                recorder.add(config, carried)
+                # the study first: a stop in between leaves a trial Optuna saw finish, which a resume records
+                # from its result.json (`records.recorder.reconcile`); the other way round it would run again
                 proposer.complete(None, carried)
+                recorder.add(config, carried)
         except KeyboardInterrupt:
             interrupted.set = True
 

@@ -108,7 +108,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
         if found and on_match:
             on_match(cache.describe(found, reused=False))
-        baseline = {**K.pytorch_defaults(workload.batch_size), **given}
+        baseline = {**K.pytorch_defaults(workload.batch_size), **(workload.baseline or {}), **given}
         lists, too_big = startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = dataclasses.replace(RT.detect_device(spec), optimizer=optimizer,  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs

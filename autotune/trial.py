@@ -75,6 +75,7 @@ class Session:
     world_size: int = 1  # ranks in the trial's process group
     unsynced: bool = False  # every backward without gradient synchronization (ranks.comm_share)
     memory_cap: Any = None  # a forced memory limit's sampler (memory.cap), checked after every backward
+    scheduler: Any = None  # the workload's LR scheduler, stepped after every optimizer step
 
     def sync(self) -> None:
         """Wait for the device (a no-op on the CPU, where work is synchronous),
@@ -108,11 +109,17 @@ class Session:
             self.memory_cap.check()
         if self.micro_step % self.accum_steps:
             return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
+        if self.workload.clip is not None:  # on unscaled gradients (a fused optimizer unscales inside its step)
+            if self.scaler is not None and not getattr(self.optimizer, "_step_supports_amp_scaling", False):
+                self.scaler.unscale_(self.optimizer)
+            self.workload.clip(self.model, self.optimizer, k["precision"])
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=k["set_to_none"])
         return loss
 
@@ -133,8 +140,9 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     model = K.wrap(workload.model(), knobs, dev, world, blocks)
     optimizer = K.build_optimizer(workload, model, knobs)
     loader = K.seeded_loader(workload, knobs, steps, seed + R.rank())
+    scheduler = workload.scheduler(optimizer) if workload.scheduler is not None else None
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps,
-                   world_size=world)
+                   world_size=world, scheduler=scheduler)
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:

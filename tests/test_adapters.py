@@ -119,7 +119,7 @@ def test_lightning_says_what_it_cannot_run():
 
 
 def test_lightning_training_step_trains_outside_a_trainer():
-    wl = aw.make_lightning_cnn(batch_size=32)
+    wl = aw.make_lightning_cnn(batch_size=32, optimizers="single")  # no scheduler: "dict"'s StepLR decays it
     losses, session = train(wl, 60)
     assert session.optimizer.state  # Adam took steps
     assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8, losses  # and the loss fell
@@ -251,3 +251,47 @@ def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
     assert len(checked) >= 1 and (checked["parity"] == "passed").all(), checked[["parity", "parity_reason"]]
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["ref"] == "tests.adapter_workloads:make_lightning_cnn"
+
+
+# -- what the user's Trainer runs: clipping, precision, the LR scheduler ---------------------------------------------
+
+def test_lightning_trainer_sets_the_baseline_precision_clips_and_schedules():
+    wl = aw.make_lightning_clipped(precision="bf16-mixed")
+    assert wl.baseline == {"precision": "bf16-mixed"}
+    losses, session = train(wl, 12, **wl.baseline)
+    assert type(session.scheduler).__name__ == "StepLR"  # configure_optimizers' "interval": "step" scheduler
+    assert session.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # stepped 12 times: decayed at 10
+    batch = session.device_batch(next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1))))
+    (1e3 * wl.loss(session.model, batch)).backward()
+    wl.clip(session.model, session.optimizer, "32-true")  # the plugin's clip_gradients: gradient_clip_val=1.0
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in session.model.parameters()]))
+    assert 0.99 < norm <= 1.0 + 1e-4, norm
+    # a fused optimizer unscales inside its step: Lightning's plugin refuses to clip it under a mixed precision
+    with pytest.raises(RuntimeError, match=r"^The current optimizer, Adam, does not allow for gradient clipping"):
+        train(wl, 2, precision="bf16-mixed", fused_optimizer=True)
+    train(wl, 2, precision="32-true", fused_optimizer=True)  # and clips it in full precision
+
+
+def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray_local):
+    """fused_optimizer under the Trainer's bf16 and clipping: the trial fails with
+    Lightning's own error, the summary says why, the export keeps it off."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    spec = write_spec(tmp_path / "lit.yaml", output_dir=str(tmp_path / "run"),
+                      workload={"factory": "tests.adapter_workloads:make_lightning_clipped",
+                                "args": {"precision": "bf16-mixed"}},
+                      search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
+                      safety={"level": "numerics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240},
+                      search={"n_trials": 2, "confirm_rounds": 0, "strategy": "v1"})
+    result = CliRunner().invoke(app, ["search", str(spec)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    trials = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert list(trials["fused_optimizer"]) == [False, True] and list(trials["precision"]) == ["bf16-mixed"] * 2
+    assert list(trials["status"]) == ["ok", "error"]
+    out = " ".join(result.output.split())
+    assert ("#1 error (RuntimeError: The current optimizer, Adam, does not allow for gradient clipping because it "
+            "performs unscaling of gradients internally.") in out, out
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["knobs"]["fused_optimizer"] is False and best["knobs"]["precision"] == "bf16-mixed"

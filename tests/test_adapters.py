@@ -295,3 +295,47 @@ def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray
             "performs unscaling of gradients internally.") in out, out
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["knobs"]["fused_optimizer"] is False and best["knobs"]["precision"] == "bf16-mixed"
+
+
+def test_huggingface_takes_a_trainer_and_steps_as_it_does():
+    trainer = aw.bert_trainer(batch_size=16)
+    wl = adapters.huggingface(trainer)
+    # transformers 5's default optim, adamw_torch_fused, is the baseline's fused_optimizer
+    assert wl.baseline == {"num_workers": 0, "pin_memory": False, "precision": "32-true", "compile": "none",
+                           "fused_optimizer": True}
+    assert wl.batch_size == 16 and wl.dataset is trainer.train_dataset and wl.collate_fn is trainer.data_collator
+    losses, session = train(wl, 4, **wl.baseline)
+    opt = session.optimizer  # create_optimizer's: its learning rate, weight decay groups, fused as the baseline
+    assert type(opt) is torch.optim.AdamW and all(g["fused"] for g in opt.param_groups)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 0.0] and opt.defaults["lr"] == 1e-3
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 46 / 48)  # linear: 2 warmup steps, then down to 0 at 50: 4 taken
+    _, unfused = train(wl, 4, **{**wl.baseline, "fused_optimizer": False})
+    assert all(not g["fused"] for g in unfused.optimizer.param_groups)
+    batch = session.device_batch(next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1))))
+    (1e3 * wl.loss(session.model, batch)).backward()
+    wl.clip(session.model, session.optimizer, "32-true")  # the Trainer's _clip_grad_norm: max_grad_norm=1.0
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in session.model.parameters()
+                                                 if p.grad is not None]))
+    assert 0.99 < norm <= 1.0 + 1e-4, norm
+    # the user's Trainer is left as it was
+    assert session.model is not trainer.model and trainer.optimizer is None and trainer.lr_scheduler is None
+
+
+def test_a_huggingface_trainer_search_checks_the_unfused_candidate_not_the_baseline(tmp_path, ray_local):
+    """The Trainer's own optimizer (fused) is the baseline: no parity flag on it;
+    the unfused candidate is checked against it."""
+    from typer.testing import CliRunner
+
+    from autotune.cli import app
+
+    spec = write_spec(tmp_path / "hf.yaml", output_dir=str(tmp_path / "run"),
+                      workload={"factory": "tests.adapter_workloads:make_bert_trainer", "args": {"batch_size": 8}},
+                      search_space={"preset": None, "knobs": {"fused_optimizer": [True, False]}},
+                      safety={"level": "numerics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240},
+                      search={"n_trials": 2, "confirm_rounds": 0, "strategy": "v1"})
+    result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    trials = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert list(trials["status"]) == ["ok", "ok"], trials.get("error")
+    assert list(trials["fused_optimizer"]) == [True, False] and trials["baseline"].iloc[0]
+    assert pd.isna(trials["parity"].iloc[0]) and trials["parity"].iloc[1] in ("passed", "failed"), trials["parity"]

@@ -135,12 +135,14 @@ def _from_trainer(trainer, count_samples) -> Workload:
     def optimizer(params):
         """The Trainer's create_optimizer over the copy that owns `params`, unfused
         (a fused `optim` is the baseline's `fused_optimizer: true`)."""
-        trainer.optimizer = None  # create_optimizer builds only where none is set
-        return unfused(trainer.create_optimizer(copies.owner(params)))
+        built = trainer.create_optimizer(copies.owner(params))
+        trainer.optimizer = None  # create_optimizer builds only where none is set: the user's Trainer as it was
+        return unfused(built)
 
     def scheduler(opt):
+        built = trainer.create_scheduler(steps, optimizer=opt)
         trainer.lr_scheduler = None
-        return trainer.create_scheduler(steps, optimizer=opt)
+        return built
 
     def clip(model, opt, precision):
         trainer._clip_grad_norm(model)  # the Trainer's own clipping: accelerate's clip_grad_norm_
@@ -149,6 +151,7 @@ def _from_trainer(trainer, count_samples) -> Workload:
         return trainer.compute_loss(model, batch)
 
     built = trainer.create_optimizer(copies.new())
+    trainer.optimizer = None
     baseline = {"num_workers": args.dataloader_num_workers,
                 "pin_memory": bool(args.dataloader_pin_memory and torch.cuda.is_available()),  # pins only for CUDA
                 "precision": "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else "tf32" if args.tf32
@@ -158,7 +161,6 @@ def _from_trainer(trainer, count_samples) -> Workload:
     if args.dataloader_num_workers:
         baseline.update(persistent_workers=args.dataloader_persistent_workers,
                         prefetch_factor=args.dataloader_prefetch_factor)
-    trainer.optimizer = None
     return Workload(model=copies.new, dataset=trainer.train_dataset, loss=loss, batch_size=size,
                     optimizer=optimizer, collate_fn=trainer.data_collator, count_samples=count_samples,
                     clip=clip if args.max_grad_norm and args.max_grad_norm > 0 else None, scheduler=scheduler,

@@ -119,7 +119,9 @@ def test_the_python_snippet_runs_and_applies_the_knobs():
 def test_the_snippets_build_the_fused_optimizer():
     from tests.workloads import Recorder, WorkerTagged, recorder_loss
 
-    fused = {**CONFIG, "knobs": {**CONFIG["knobs"], "fused_optimizer": True}}
+    fused = {**CONFIG, "knobs": {**CONFIG["knobs"], "fused_optimizer": True},
+             "safety": [*CONFIG["safety"], {"knob": "fused_optimizer", "baseline": False, "tuned": True,
+                                            "safety": "numerics", "note": "n"}]}
     ns = {}
     exec(compile(render(fused, "python"), "snippet.py", "exec"), ns)
     model = ns["prepare"](Recorder())
@@ -141,11 +143,10 @@ def test_the_snippets_build_the_fused_optimizer():
 def test_the_lightning_form_has_the_trainer_and_loader_arguments():
     ns = {}
     exec(render(CONFIG, "lightning"), ns)
-    assert ns["trainer_kwargs"] == {"precision": "bf16-mixed", "benchmark": False}
-    assert ns["dataloader_kwargs"] == {"batch_size": 8, "num_workers": 1, "pin_memory": False,
-                                       "persistent_workers": False}
+    assert ns["trainer_kwargs"] == {"precision": "bf16-mixed"}  # what differs from the baseline (precision)
+    assert ns["dataloader_kwargs"] == {}
     tf32 = render({**CONFIG, "knobs": {**CONFIG["knobs"], "precision": "tf32"}}, "lightning")
-    assert "'precision': '32-true'" in tf32 and 'set_float32_matmul_precision("high")' in tf32
+    assert "trainer_kwargs = {}" in tf32 and 'set_float32_matmul_precision("high")' in tf32  # 32-true: as before
 
 
 def test_load_config_applies_compile_cudnn_and_tf32(tmp_path):

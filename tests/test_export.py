@@ -78,6 +78,11 @@ TUNED = {"knobs": {"batch_size": 32, "num_workers": 2, "precision": "bf16-mixed"
                     flag("set_to_none", True, False), flag("num_threads", None, 1)]}
 
 
+HEADER = ("# autotune: 1.5x over the baseline (100.0 -> 150.0 samples/s), measured on cpu\n"
+          "# dynamics: batch_size 8 -> 32: n\n"
+          "# numerics: precision 32-true -> bf16-mixed: n\n")
+
+
 def export(tmp_path, data, fmt):
     """`autotune export RUN -f FMT`, as a user runs it."""
     from typer.testing import CliRunner
@@ -94,10 +99,7 @@ def test_hf_export_is_what_changed_and_merges_over_the_users_arguments(tmp_path)
     from transformers import TrainingArguments
 
     text = export(tmp_path, TUNED, "hf")
-    assert text == (
-        "# autotune: 1.5x over the baseline (100.0 -> 150.0 samples/s), measured on cpu\n"
-        "# dynamics: batch_size 8 -> 32: n\n"
-        "# numerics: precision 32-true -> bf16-mixed: n\n"
+    assert text == HEADER + (
         "# The TrainingArguments that differ from the baseline; merge them over your own (tuned values win):\n"
         "#   args = TrainingArguments(**{**your_kwargs, **TUNED})\n"
         "TUNED = {'per_device_train_batch_size': 32, 'bf16': True, 'fp16': False}\n"
@@ -119,10 +121,7 @@ def test_lightning_export_is_what_changed_and_merges_over_the_users_arguments(tm
     import lightning.pytorch as pl
 
     text = export(tmp_path, TUNED, "lightning")
-    assert text == (
-        "# autotune: 1.5x over the baseline (100.0 -> 150.0 samples/s), measured on cpu\n"
-        "# dynamics: batch_size 8 -> 32: n\n"
-        "# numerics: precision 32-true -> bf16-mixed: n\n"
+    assert text == HEADER + (
         "import torch\n"
         "\n"
         "torch.set_num_threads(1)  # intra-op threads, as measured\n"

@@ -277,7 +277,7 @@ def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray
     Lightning's own error, the summary says why, the export keeps it off."""
     from typer.testing import CliRunner
 
-    from autotune.cli import app
+    from autotune.cli.main import app
 
     spec = write_spec(tmp_path / "lit.yaml", output_dir=str(tmp_path / "run"),
                       workload={"factory": "tests.adapter_workloads:make_lightning_clipped",
@@ -326,7 +326,7 @@ def test_a_huggingface_trainer_search_checks_the_unfused_candidate_not_the_basel
     the unfused candidate is checked against it."""
     from typer.testing import CliRunner
 
-    from autotune.cli import app
+    from autotune.cli.main import app
 
     spec = write_spec(tmp_path / "hf.yaml", output_dir=str(tmp_path / "run"),
                       workload={"factory": "tests.adapter_workloads:make_bert_trainer", "args": {"batch_size": 8}},

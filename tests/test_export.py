@@ -87,7 +87,7 @@ def export(tmp_path, data, fmt):
     """`autotune export RUN -f FMT`, as a user runs it."""
     from typer.testing import CliRunner
 
-    from autotune.cli import app
+    from autotune.cli.main import app
 
     (tmp_path / "best_config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     result = CliRunner().invoke(app, ["export", str(tmp_path), "-f", fmt])

@@ -272,6 +272,32 @@ def test_lightning_trainer_sets_the_baseline_precision_clips_and_schedules():
     train(wl, 2, precision="32-true", fused_optimizer=True)  # and clips it in full precision
 
 
+def test_lightning_takes_a_trainer_object_and_says_what_it_cannot_take():
+    import lightning.pytorch as pl
+
+    trainer = pl.Trainer(precision="bf16-mixed", gradient_clip_val=0.5, gradient_clip_algorithm="value",
+                         accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    wl = adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer=trainer)
+    assert wl.baseline == {"precision": "bf16-mixed"}
+    model = wl.model()
+    optimizer = wl.build_optimizer(model.parameters())
+    batch = next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1)))
+    (1e3 * wl.loss(model, batch)).backward()
+    wl.clip(model, optimizer, "32-true")  # by value: every gradient entry within +-0.5
+    assert max(float(p.grad.abs().max()) for p in model.parameters()) == pytest.approx(0.5)
+    assert adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer={"accelerator": "cpu"}).clip is None  # no clipping
+    assert_one_line_errors([
+        (lambda: adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer="bf16"),
+         "autotune.adapters.lightning: `trainer` must be a Trainer or the dict of its arguments, got str"),
+        (lambda: adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer={"precision": "64-true", "accelerator": "cpu"}),
+         "autotune.adapters.lightning: the Trainer's precision '64-true' is not one autotune runs; it runs "
+         "32-true, bf16-mixed and 16-mixed"),
+        (lambda: adapters.huggingface(aw.tiny_bert()),
+         "autotune.adapters.huggingface: pass a transformers.Trainer, or a model and its dataset; got a "
+         "BertForSequenceClassification and no dataset"),
+    ])
+
+
 def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray_local):
     """fused_optimizer under the Trainer's bf16 and clipping: the trial fails with
     Lightning's own error, the summary says why, the export keeps it off."""

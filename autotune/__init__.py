@@ -14,6 +14,6 @@ __all__ = ["Workload", "search", "adapters", "load_config", "__version__"]
 
 def load_config(path):
     """Load an exported best_config.yaml as a `TunedConfig` for production code."""
-    from autotune.export import load_config as _load
+    from autotune.export.best_config import load_config as _load
 
     return _load(path)

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Union
 
 if TYPE_CHECKING:
-    from autotune.records import SearchResult
+    from autotune.records.run_dir import SearchResult
     from autotune.spec import Spec
 
 
@@ -44,9 +44,9 @@ def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = Non
     on_match: hears the line naming a matching earlier search (default: printed).
     on_start, on_trial, on_trial_start, on_wait, on_remeasure: progress callbacks (the CLI's live view).
     """
-    from autotune import cache
+    from autotune.records import cache
     from autotune import workload as W
-    from autotune.records import read_run
+    from autotune.records.run_dir import read_run
     from autotune.spec import SpecError
 
     if sum((reuse, refresh, resume)) > 1:
@@ -63,7 +63,7 @@ def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = Non
         if found:
             on_match(cache.describe(found, reused=True))
             return dataclasses.replace(read_run(found), reused=True)
-    from autotune import driver
+    from autotune.execution import driver
 
     return driver.run(spec, on_start=on_start, on_trial=on_trial, resume=resume, on_trial_start=on_trial_start,
                       on_wait=on_wait, on_remeasure=on_remeasure, factory=workload, refresh=refresh, on_match=on_match)

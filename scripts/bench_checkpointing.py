@@ -31,7 +31,7 @@ COLUMNS = (("step_ms", "step_ms_mean"), ("inuse_peak_gib", "mem_inuse_peak_gib")
 
 
 def measure(args, ac: bool, batch: int, tmp: Path, cap: float | None = None) -> dict:
-    from autotune.launcher import run_in_process
+    from autotune.execution.launcher import run_in_process
 
     # a ladder rung (cap): one warm-up step, a one-step window, the memory window; else a 10-step window
     window = {"warmup_steps": 1, "max_window_s": 1e-3} if cap else {"warmup_steps": 2, "max_window_s": 600}

@@ -97,7 +97,7 @@ def run_child(args: list[str]) -> dict:
 
 
 def main() -> None:
-    from autotune.trial import parse_set
+    from autotune.trial.runner import parse_set
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="tiny_cnn")

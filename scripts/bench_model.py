@@ -24,8 +24,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune import model as M  # noqa: E402
-from autotune.records import read_run  # noqa: E402
+from autotune.search import model as M  # noqa: E402
+from autotune.records.run_dir import read_run  # noqa: E402
 
 
 def trials(run_dir: Path) -> list[dict]:

@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.launcher import _servers, run_in_process  # noqa: E402
-from autotune.trial import parse_set  # noqa: E402
+from autotune.execution.launcher import _servers, run_in_process  # noqa: E402
+from autotune.trial.runner import parse_set  # noqa: E402
 
 
 def main() -> None:

@@ -40,7 +40,7 @@ import ray  # noqa: E402
 from ray.util.placement_group import placement_group, remove_placement_group  # noqa: E402
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: E402
 
-from autotune.spread import run_spread  # noqa: E402
+from autotune.execution.spread import run_spread  # noqa: E402
 
 CONFIG = {"workload": {"name": "tiny_transformer", "args": {"batch_size": 8}}, "knobs": {}, "warmup_steps": 2,
           "measure_steps": 4, "profile_steps": 0, "diagnose": False, "device": "cpu", "ranks": 2}
@@ -64,7 +64,7 @@ def _train_loop(config: dict) -> None:
     """In a TorchTrainer worker: its process group is up; the runner runs this rank."""
     import torch.distributed as dist
 
-    from autotune.trial import run_trial
+    from autotune.trial.runner import run_trial
 
     result = run_trial(CONFIG)
     Path(config["out"], f"rank{dist.get_rank()}.json").write_text(json.dumps(result))

@@ -31,7 +31,7 @@ CHILD = r"""
 import json, os, sys, time
 sys.path.insert(0, sys.argv[1])
 t0 = time.perf_counter()
-from autotune import raytune as RT  # binds Ray to loopback before it is imported
+from autotune.execution import raytune as RT  # binds Ray to loopback before it is imported
 import ray
 t1 = time.perf_counter()
 kw = {"num_cpus": os.cpu_count()} if os.environ.get("NUM_CPUS") else {}

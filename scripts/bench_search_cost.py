@@ -68,13 +68,13 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
     if proc.returncode != 0:
         sys.stderr.write(proc.stdout[-3000:] + proc.stderr[-3000:])
         raise SystemExit(f"{name} ({strategy}): autotune search exited {proc.returncode}")
-    from autotune.records import read_run
+    from autotune.records.run_dir import read_run
 
     result = read_run(run_dir)
     best = result.best
     ended = best.info.get("ended_unix") if best else None
     state = json.loads((run_dir / "search.json").read_text())
-    from autotune.model import error
+    from autotune.search.model import error
 
     rate_model = error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records)
     return {"wall_s": round(wall, 1), "to_winner_s": round(ended - started, 1) if ended else None,
@@ -95,7 +95,7 @@ def timed_config(*run_dirs) -> dict:
     """A re-measurement's trial config (a timed window alone): the first search's confirm config; where
     neither search re-measured (its winner was its baseline), the first's baseline trial config, without
     profile, diagnosis, parity or the per-trial settings of a search."""
-    from autotune.request import DEFAULTS, TrialSettings
+    from autotune.trial.request import DEFAULTS, TrialSettings
 
     for run_dir in run_dirs:
         path = Path(run_dir) / "confirm" / "00-best" / "config.json"
@@ -109,9 +109,9 @@ def timed_config(*run_dirs) -> dict:
 def winners_side_by_side(old: dict, new: dict, out: Path, rounds: int, ci: float) -> dict:
     """The two searches' winners in `rounds` interleaved pairs of fresh trial processes (confirm.remeasure),
     each a timed window only, at +-`ci`, from a confirm config (`timed_config`)."""
-    from autotune.confirm import remeasure
-    from autotune.launcher import run_in_process, user_thread_env
-    from autotune.result import TrialResult
+    from autotune.search.confirm import remeasure
+    from autotune.execution.launcher import run_in_process, user_thread_env
+    from autotune.trial.result import TrialResult
 
     if old["winner_knobs"] == new["winner_knobs"]:
         return {"same": True}

@@ -65,10 +65,10 @@ SECOND_PREFIXES = (0.25, 0.5, 1.0, 2.0, 5.0)
 
 def child(config: dict) -> dict:
     """One process: warm-up, then one window of exactly `steps` steps; every step's time (ms)."""
-    from autotune import measure as M
-    from autotune import trial as T
+    from autotune.trial import measure as M
+    from autotune.trial import runner as T
     from autotune import workload as W
-    from autotune.request import check_config
+    from autotune.trial.request import check_config
 
     steps = int(config.pop("steps"))
     cfg = check_config(config)
@@ -95,7 +95,7 @@ def child(config: dict) -> dict:
 
 
 def prefix_stats(times: list[float]) -> dict:
-    from autotune.measure import t_rel_ci95
+    from autotune.trial.measure import t_rel_ci95
 
     return {"mean_ms": sum(times) / len(times), "ci": t_rel_ci95(times)}
 
@@ -140,7 +140,7 @@ def _first_seconds(times: list[float], seconds: float) -> list[float]:
 
 
 def parse_knobs(text: str) -> dict:
-    from autotune.trial import parse_set
+    from autotune.trial.runner import parse_set
 
     return parse_set([item for item in text.split(",") if item]) if text else {}
 
@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.child:
         print(json.dumps(child(json.loads(Path(args.child).read_text()))))
         return 0
-    from autotune.trial import parse_set
+    from autotune.trial.runner import parse_set
 
     base = {"workload": {"name": args.workload, "args": parse_set(args.arg)}, "warmup_steps": args.warmup,
             "steps": args.steps}

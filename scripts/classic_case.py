@@ -38,7 +38,7 @@ def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
     }
     if found:
         del out["defaults, gpu_normalize"], out[f"{workers} workers + pinned"]
-        from autotune.export import load_config
+        from autotune.export.best_config import load_config
 
         best = load_config(found)  # as production reads it: the searched workload args too
         if best.data["workload"]["ref"] != "resnet18_cifar":

@@ -27,9 +27,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from autotune import knobs as K  # noqa: E402
-from autotune import parity as S  # noqa: E402
+from autotune.safety import parity as S  # noqa: E402
 from autotune import workload as W  # noqa: E402
-from autotune.trial import detect_device  # noqa: E402
+from autotune.trial.runner import detect_device  # noqa: E402
 
 KNOB_CHANGES = [("precision", "tf32"), ("precision", "bf16-mixed"), ("precision", "16-mixed"), ("channels_last", True),
                 ("cudnn_benchmark", True), ("set_to_none", False), ("compile", "default"), ("fused_optimizer", True)]

@@ -41,8 +41,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune import knobs as K  # noqa: E402
-from autotune.launcher import run_in_process  # noqa: E402
-from autotune.trial import detect_device, parse_set  # noqa: E402
+from autotune.execution.launcher import run_in_process  # noqa: E402
+from autotune.trial.runner import detect_device, parse_set  # noqa: E402
 
 RESULT_COLUMNS = ["samples_per_s", "step_ms_mean", "step_mean_ci95", "warmup_s", "window_s", "trial_wall_s",
                   "mem_peak_allocated_gib", "mem_rss_peak_gib", "data_wait_frac", "compile_s",

@@ -37,7 +37,7 @@ import yaml  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
 from autotune import workload as W  # noqa: E402
-from autotune.trial import DEFAULTS as TRIAL_DEFAULTS  # noqa: E402
+from autotune.trial.runner import DEFAULTS as TRIAL_DEFAULTS  # noqa: E402
 
 # the spec's sections and their defaults (autotune/spec.py), for hosts without pydantic
 SECTIONS = {
@@ -152,19 +152,19 @@ def main(argv: list[str] | None = None) -> int:
 def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
-    from autotune.budget import trial_cap
-    from autotune.checked import confirm_candidates
-    from autotune.confirm import confirm_best, describe, reread_anchor, settle, window_ci
-    from autotune.export import write_best_config
-    from autotune.records import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
+    from autotune.search.budget import trial_cap
+    from autotune.search.checked import confirm_candidates
+    from autotune.search.confirm import confirm_best, describe, reread_anchor, settle, window_ci
+    from autotune.export.best_config import write_best_config
+    from autotune.records.run_dir import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
-    from autotune.safety import LEVELS
-    from autotune.launcher import run_in_process, user_thread_env
-    from autotune.result import TrialResult
-    from autotune.request import TrialSettings
-    from autotune.budget import NOTHING_LEFT, budget_fits, no_improvement_for
-    from autotune.strategy import Strategy, told
-    from autotune.trial import detect_device
+    from autotune.safety.levels import LEVELS
+    from autotune.execution.launcher import run_in_process, user_thread_env
+    from autotune.trial.result import TrialResult
+    from autotune.trial.request import TrialSettings
+    from autotune.search.budget import NOTHING_LEFT, budget_fits, no_improvement_for
+    from autotune.search.strategy import Strategy, told
+    from autotune.trial.runner import detect_device
 
     started = time.perf_counter()
     settings = data["search"]

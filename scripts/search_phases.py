@@ -56,13 +56,23 @@ def timed(owner, name: str, label: str) -> None:
 def instrument() -> None:
     from ray import tune
 
-    from autotune import checked, confirm, driver, export, plots, raytune, report, startup, tracking
+    from autotune.search import checked
+    from autotune.search import confirm
+    from autotune.execution import driver
+    from autotune.export import best_config as export
+    from autotune.records import plots
+    from autotune.execution import raytune
+    from autotune.cli import report
+    from autotune.execution import startup
+    from autotune.integrations import tracking
 
     SPANS.append(("imports (cli, driver: Ray, Optuna, torch)", T0, time.perf_counter()))
     timed(raytune, "init_ray", "ray start")
     timed(raytune, "shutdown_ray", "ray shutdown")
     timed(startup, "prepare", "workload, its optimizer, MLflow store (beside ray start)")
-    from autotune import cache, knobs, ranks
+    from autotune import knobs
+    from autotune.records import cache
+    from autotune.trial import ranks
 
     timed(startup, "open_search", "study, MLflow parent run opened")
     timed(cache, "machine", "the machine's key (cache)")
@@ -86,7 +96,7 @@ def trial_phases(run_dir: Path) -> list[dict]:
     """Each trial's and re-measurement's phases; `wall_s`: the trial as the
     driver's side saw it (start-up included; the runner's own time for a
     re-measurement, whose wall is not recorded), `launcher_s` the difference."""
-    from autotune.records import read_run
+    from autotune.records.run_dir import read_run
 
     walls = {Path(r.trial_dir).name: r.info.get("trial_wall_s") for r in read_run(run_dir).records if r.trial_dir}
     out = []
@@ -116,7 +126,7 @@ def main(argv=None) -> int:
         run_dir.parent.mkdir(parents=True, exist_ok=True)
         Path(args.spec).write_text(yaml.safe_dump(spec))
     instrument()
-    from autotune.cli import app
+    from autotune.cli.main import app
 
     log = io.StringIO()
     started = time.perf_counter()

@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from autotune.ranks import free_port  # noqa: F401  (the tests import it from here)
+from autotune.trial.ranks import free_port  # noqa: F401  (the tests import it from here)
 
 # Every Ray socket on 127.0.0.1, no usage reporting, no token warning (DESIGN.md facts)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
@@ -51,7 +51,7 @@ def finished_run(tmp_path_factory, ray_local):
     """One real search through the CLI, shared by the CLI, report and export tests."""
     from typer.testing import CliRunner
 
-    from autotune.cli import app
+    from autotune.cli.main import app
 
     tmp = tmp_path_factory.mktemp("cli")
     spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"), search={"n_trials": 3, "confirm_rounds": 2})

@@ -15,8 +15,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"  # never the hub, here or in the trials
 
 from autotune import adapters  # noqa: E402
 from autotune import knobs as K  # noqa: E402
-from autotune import trial as T  # noqa: E402
-from autotune.launcher import run_in_process  # noqa: E402
+from autotune.trial import runner as T  # noqa: E402
+from autotune.execution.launcher import run_in_process  # noqa: E402
 from autotune.workload import WorkloadError  # noqa: E402
 from tests import adapter_workloads as aw  # noqa: E402
 from tests.conftest import write_spec  # noqa: E402
@@ -234,7 +234,7 @@ def test_adapter_trials_apply_the_knobs(tmp_path, factory, knobs, seen):
 def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
     from typer.testing import CliRunner
 
-    from autotune.cli import app
+    from autotune.cli.main import app
 
     spec = write_spec(tmp_path / "lit.yaml", output_dir=str(tmp_path / "run"),
                       workload={"factory": "tests.adapter_workloads:make_lightning_cnn", "args": {"batch_size": 16}},

@@ -16,8 +16,8 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 import autotune
-from autotune.cli import app
-from autotune.export import TunedConfig
+from autotune.cli.main import app
+from autotune.export.best_config import TunedConfig
 from autotune import spec as S
 from autotune.spec import SpecError
 from autotune.workload import WorkloadError

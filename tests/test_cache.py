@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 import autotune
-from autotune import cache
+from autotune.records import cache
 from autotune.api import as_spec
 from tests import api_workloads as AW
 

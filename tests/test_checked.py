@@ -8,14 +8,14 @@ import json
 
 import yaml
 
-from autotune import checked
+from autotune.search import checked
 from autotune import knobs as K
 from autotune import spec as S
-from autotune.confirm import confirm_best
-from autotune.export import write_best_config
-from autotune.records import SearchResult, pick_best, record_of
-from autotune.result import TrialResult
-from autotune.trial import run_trial
+from autotune.search.confirm import confirm_best
+from autotune.export.best_config import write_best_config
+from autotune.records.run_dir import SearchResult, pick_best, record_of
+from autotune.trial.result import TrialResult
+from autotune.trial.runner import run_trial
 
 WINDOW = {"warmup_steps": 2, "measure_steps": 10, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 0,
           "diagnose": False}

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from autotune.cli import app
+from autotune.cli.main import app
 from tests.conftest import free_port, serving, write_spec
 
 runner = CliRunner()
@@ -40,7 +40,7 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
 
 
 def test_budget_durations():
-    from autotune.budget import parse_duration
+    from autotune.search.budget import parse_duration
 
     assert [parse_duration(t) for t in ("300", "90s", "5m", "1.5h")] == [300, 90, 300, 5400]
 
@@ -73,8 +73,8 @@ def test_search_prints_trials_summary_and_paths(finished_run):
     assert f"best_config     {run_dir / 'best_config.yaml'}" in out
     assert f"compare trials: autotune ui {run_dir}" in out
     assert "[3/3] trial" in out and "left)" in out  # progress with an ETA, one line per trial
-    from autotune.cli import _study
-    from autotune.plots import knob_importance
+    from autotune.cli.main import _study
+    from autotune.records.plots import knob_importance
 
     importance = knob_importance(*_study(run_dir))  # computed once, by the plots, for the summary too
     assert importance and "importance" in out.split("per-knob effect")[1]
@@ -117,8 +117,8 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
 
     from mlflow.tracking import MlflowClient
 
-    from autotune import tracking
-    from autotune.cli import _trials_url
+    from autotune.integrations import tracking
+    from autotune.cli.main import _trials_url
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
@@ -194,7 +194,7 @@ def test_the_command_exits_with_its_code_after_the_exit_handlers_without_the_tea
     code = ("import atexit, sys\n"
             "atexit.register(lambda: print('exit handler ran', flush=True))\n"
             "sys.argv = ['autotune', 'search', 'missing.yaml']\n"
-            "from autotune.cli import main\n"
+            "from autotune.cli.main import main\n"
             "main()\n")
     done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
                           env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})

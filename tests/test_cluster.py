@@ -18,7 +18,7 @@ import yaml
 from mlflow.tracking import MlflowClient
 
 from autotune import spec as S
-from autotune.driver import run
+from autotune.execution.driver import run
 from tests.conftest import free_port, serving
 
 BIN = Path(sys.executable).parent

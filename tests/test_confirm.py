@@ -3,10 +3,10 @@ import json
 import pytest
 import yaml
 
-from autotune import confirm as C
-from autotune import measure as M
-from autotune.records import read_run
-from autotune.result import TrialResult
+from autotune.search import confirm as C
+from autotune.trial import measure as M
+from autotune.records.run_dir import read_run
+from autotune.trial.result import TrialResult
 
 
 def test_rounds_alternate_so_a_drift_weighs_on_both_sides():
@@ -34,8 +34,8 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
         return {"status": "ok", "metrics": {"samples_per_s": 80.0}, "trial_wall_s": 3.0}
 
     from autotune import knobs as K
-    from autotune.measure import promote_floor
-    from autotune.request import TrialSettings
+    from autotune.trial.measure import promote_floor
+    from autotune.trial.request import TrialSettings
 
     settings = TrialSettings({"name": "tiny_cnn"}, {"warmup_steps": 5, "measure_steps": 10, "min_window_s": 1.0,
                                                     "target_ci": 0.02, "max_window_s": 30.0, "profile_steps": 5,
@@ -125,7 +125,7 @@ def test_a_first_pair_far_above_one_with_the_trials_settles_the_verdict_under_v2
 def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     """jpeg_pipeline: the baseline read 105.9 samples/s in its trial, 88.0 and 87.3 re-measured; every trial had
     been compared with 105.9. Within 10% (or twice its window's CI), nothing is said."""
-    from autotune.records import TrialRecord
+    from autotune.records.run_dir import TrialRecord
 
     base = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.022})
     best = TrialRecord(number=9, status="ok", knobs={"id": "B"}, metrics={"samples_per_s": 171.5})
@@ -142,7 +142,7 @@ def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
 
 
 def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
-    from autotune.records import TrialRecord
+    from autotune.records.run_dir import TrialRecord
 
     def rec(rate):
         return TrialRecord(number=0, status="ok", knobs={}, metrics={"samples_per_s": rate})

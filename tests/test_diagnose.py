@@ -1,6 +1,6 @@
 """Bottleneck classes, evidence and moves from planted metrics."""
 
-from autotune.diagnose import PLAYBOOK, diagnose, playbook_moves, render
+from autotune.trial.diagnose import PLAYBOOK, diagnose, playbook_moves, render
 from autotune.knobs import Device, pytorch_defaults
 
 H100 = Device("cuda", 16, "NVIDIA H100 80GB HBM3", (9, 0))
@@ -149,8 +149,8 @@ def recording(batch_size=8, model=None):
 def test_the_compute_side_runs_on_a_cached_batch_without_the_loader():
     import torch
 
-    from autotune import sides as S
-    from autotune.trial import prepare
+    from autotune.trial import sides as S
+    from autotune.trial.runner import prepare
 
     wl = recording()
     session = prepare(wl, pytorch_defaults(8), CPU, steps=4)
@@ -167,7 +167,7 @@ def test_the_compute_side_runs_on_a_cached_batch_without_the_loader():
 def test_the_input_side_runs_the_loader_without_a_model_on_one_thread():
     import torch
 
-    from autotune import sides as S
+    from autotune.trial import sides as S
 
     def no_model():
         raise AssertionError("the loader side must not build the model")
@@ -181,7 +181,7 @@ def test_the_input_side_runs_the_loader_without_a_model_on_one_thread():
 
 
 def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
-    from autotune.trial import run_trial
+    from autotune.trial.runner import run_trial
 
     result = run_trial({"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2,
                         "max_window_s": 1.0, "profile_steps": 2, "knobs": {"batch_size": 16, "num_threads": 1}})
@@ -215,7 +215,7 @@ def test_advice_fits_what_the_model_eats():
 
 def test_user_knobs_declared_for_the_loader_are_moves_when_input_bound():
     from autotune import knobs as K
-    from autotune.diagnose import user_moves
+    from autotune.trial.diagnose import user_moves
 
     K.declare({"gpu_normalize": {"safety": "safe", "stage": "loader"}, "depth": {"safety": "dynamics", "stage": "model"}})
     try:

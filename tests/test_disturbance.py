@@ -6,7 +6,7 @@ import subprocess
 import sys
 import time
 
-from autotune.disturbance import CpuWatch, verdict
+from autotune.trial.disturbance import CpuWatch, verdict
 
 
 def burn(seconds: float) -> None:

@@ -5,7 +5,7 @@ import torch
 from torch import nn
 
 from autotune import knobs as K
-from autotune.trial import prepare
+from autotune.trial.runner import prepare
 from tests.workloads import make_model_bound_optimizer, make_recording, make_with_optimizer
 
 CPU = K.Device("cpu", 2)
@@ -143,8 +143,8 @@ def test_unavailable_baseline_value_falls_back_to_pytorch_default():
 
 def test_every_knob_is_in_the_spec_the_loader_the_report_and_the_cells():
     from autotune import spec as S
-    from autotune.parity import PARITY_KNOBS
-    from autotune.report import short
+    from autotune.safety.parity import PARITY_KNOBS
+    from autotune.cli.report import short
 
     for name, knob in K.KNOBS.items():
         assert name in S.KnobSettings.model_fields and name in S.KnobLists.model_fields
@@ -264,7 +264,7 @@ def test_an_optimizer_torch_cannot_fuse_is_dropped_with_the_reason():
 
 
 def test_a_trial_of_an_optimizer_torch_cannot_fuse_says_why():
-    from autotune.trial import check_config, run_trial
+    from autotune.trial.runner import check_config, run_trial
 
     config = check_config({"workload": {"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
                            "knobs": {"fused_optimizer": True}, "device": "cpu"})

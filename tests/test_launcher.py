@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.launcher import SharedForkServer, _servers, run_in_process, trial_env
+from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 CONFIG = {"workload": {"factory": "tests.workloads:make_leaky"}, "knobs": {}, "warmup_steps": 1, "measure_steps": 3,
@@ -58,7 +58,7 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
         results = [run_in_process(CONFIG, tmp_path / str(i), 120, cwd, {}, env={"AUTOTUNE_TEST_MARK": str(i)},
                                   shared=server.path) for i in range(2)]
         # another process of the search (a Ray actor's, in a search)
-        script = (f"from autotune.launcher import run_in_process; import json; print(json.dumps(run_in_process("
+        script = (f"from autotune.execution.launcher import run_in_process; import json; print(json.dumps(run_in_process("
                   f"{CONFIG!r}, {str(tmp_path / '2')!r}, 120, {cwd!r}, {{}}, env={{'AUTOTUNE_TEST_MARK': '2'}}, "
                   f"shared={server.path!r})))")
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=cwd)

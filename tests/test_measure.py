@@ -4,8 +4,8 @@ import math
 
 import pytest
 
-from autotune import measure as M
-from autotune import trace as T
+from autotune.trial import measure as M
+from autotune.trial import trace as T
 
 
 def X(name, ts, dur, cat):
@@ -227,7 +227,7 @@ def test_a_window_of_few_slow_steps_is_pruned_on_elapsed_time():
 
 def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_parity(tmp_path):
     from autotune import knobs as K
-    from autotune.trial import run_trial
+    from autotune.trial.runner import run_trial
 
     baseline = K.pytorch_defaults(16)
     result = run_trial({

@@ -3,7 +3,7 @@ forced memory limit the batch ladder climbs past with activation checkpointing."
 
 import pytest
 
-from autotune import memory
+from autotune.trial import memory
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -33,7 +33,7 @@ def test_the_ladder_climbs_past_an_oom_with_checkpointing_under_a_memory_limit(t
     from mlflow.tracking import MlflowClient
 
     from autotune import spec as S
-    from autotune.driver import run
+    from autotune.execution.driver import run
 
     spec = S.parse({
         "name": "ladder", "workload": {"name": "tiny_transformer", "args": {"batch_size": 32, **LADDER_ARGS}},

@@ -6,10 +6,10 @@ import json
 import optuna
 import pytest
 
-from autotune import model
+from autotune.search import model
 from autotune.knobs import pytorch_defaults
-from autotune.strategy import Strategy
-from autotune.trial import run_trial
+from autotune.search.strategy import Strategy
+from autotune.trial.runner import run_trial
 
 # a fixed cost per step: overhead-bound, and steady while other work loads the host
 WINDOW = {"workload": {"factory": "tests.workloads:make_sleepy"}, "warmup_steps": 2, "measure_steps": 20, "min_window_s": 1.0,

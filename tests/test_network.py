@@ -92,7 +92,7 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
     # the user's environment, not the test suite's (conftest sets Ray's loopback flag)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     # ray-imported-first: user code that imported Ray before autotune (Ray read its flag then)
-    code = ("import ray\n" if ray_first else "") + "from autotune.cli import app\napp()"
+    code = ("import ray\n" if ray_first else "") + "from autotune.cli.main import app\napp()"
     proc = subprocess.Popen([sys.executable, "-c", code, "search", str(spec), "-q"], cwd=tmp_path, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     seen, commands = set(), set()
@@ -105,7 +105,7 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
     assert proc.returncode == 0, output[-3000:]
     # the trial processes ran (forked by the warm fork server, or started from scratch)
     assert any("gcs_server" in c for c in commands), commands
-    assert any("autotune.forkserver" in c or "autotune.trial" in c for c in commands), commands
+    assert any("autotune.execution.forkserver" in c or "autotune.trial" in c for c in commands), commands
     assert any("gcs_server" in cmd for _, cmd in seen), f"no Ray server socket seen: {seen}"
     exposed = sorted(s for s in seen if not _is_loopback(s[0]))
     assert not exposed, f"listening beyond loopback: {exposed}"

@@ -7,8 +7,8 @@ import pytest
 
 from autotune import spec as S
 from autotune.knobs import pytorch_defaults
-from autotune.launcher import run_in_process
-from autotune.request import TrialSettings
+from autotune.execution.launcher import run_in_process
+from autotune.trial.request import TrialSettings
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from autotune.launcher import run_in_process
+from autotune.execution.launcher import run_in_process
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -96,7 +96,7 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
     from mlflow.tracking import MlflowClient
 
     from autotune import spec as S
-    from autotune.driver import run
+    from autotune.execution.driver import run
 
     case = SEARCHES[name]
     spec = S.parse({
@@ -122,7 +122,7 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
     reference = json.loads((result.run_dir / "trials" / "0000" / "scaling-reference" / "result.json").read_text())
     assert reference["status"] == "ok" and reference["knobs"]["num_threads"] == 1 and "ranks" not in reference
     from autotune.knobs import KNOBS
-    from autotune.scaling import ACROSS_RANKS
+    from autotune.records.scaling import ACROSS_RANKS
 
     # one rank runs with the DDP/FSDP knobs at their defaults (the resnet case's baseline sets one: it cannot apply)
     assert all(reference["knobs"][k] == KNOBS[k].pytorch_default for k in ACROSS_RANKS)
@@ -132,7 +132,7 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
         assert pd.isna(row["scaling_efficiency"]) != same, row.to_dict()
         if same:
             assert row["scaling_efficiency"] == pytest.approx(row["samples_per_s"] / (2 * base["scaling_reference_samples_per_s"]))
-    from autotune import report
+    from autotune.cli import report
 
     assert "scaling efficiency" in report.as_markdown(result)  # the baseline has it (the best too, or "-")
     client = MlflowClient(f"sqlite:///{result.run_dir}/mlflow.db")
@@ -160,7 +160,7 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
 ])
 def test_bad_multi_rank_specs_are_spec_errors(tmp_path, overrides, message):
     from autotune import spec as S
-    from autotune.driver import run
+    from autotune.execution.driver import run
 
     data = {"workload": {"name": "tiny_transformer"}, "output_dir": str(tmp_path / "run"),
             "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}}, **overrides}

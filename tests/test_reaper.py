@@ -4,7 +4,7 @@ import time
 
 import pytest
 
-from autotune import reaper
+from autotune.execution import reaper
 
 DRIVER = "import subprocess, sys, time; sys.stdin.readline(); print(subprocess.Popen(['sleep', '60']).pid, flush=True); time.sleep(60)"
 
@@ -17,7 +17,7 @@ def alive(pid: int) -> bool:
 def driver_with_child():
     """A stand-in driver with its reaper, and a child it started after the reaper (as Ray's processes are)."""
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    watcher = subprocess.Popen([sys.executable, "-m", "autotune.reaper", str(driver.pid)], stdin=subprocess.PIPE,
+    watcher = subprocess.Popen([sys.executable, "-m", "autotune.execution.reaper", str(driver.pid)], stdin=subprocess.PIPE,
                                start_new_session=True)
     time.sleep(1.0)  # the reaper's start: what starts after it is the search's
     driver.stdin.write("go\n")

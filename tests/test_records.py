@@ -3,8 +3,8 @@
 from pathlib import Path
 
 from autotune import knobs as K
-from autotune.records import SearchResult, TrialRecord, pick_best, pruning_savings, risk
-from autotune.report import as_dict
+from autotune.records.run_dir import SearchResult, TrialRecord, pick_best, pruning_savings, risk
+from autotune.cli.report import as_dict
 
 
 def record(number, samples_per_s, device="NVIDIA H100 80GB HBM3", status="ok", wall=10.0, **knobs):
@@ -95,8 +95,8 @@ def test_safe_class_knobs_with_rounding_level_numerics_add_no_risk_to_a_tie():
 def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gain():
     """search.strategy v2 gave the tie to the incumbent (`tie_kept`): the export,
     the live table and patience agree with it, whatever the window's mean."""
-    from autotune.raytune import Stop
-    from autotune.recorder import Recorder
+    from autotune.execution.raytune import Stop
+    from autotune.records.recorder import Recorder
 
     kept = timed(2, 130.0, 0.01, precision="bf16-mixed")  # its window tied with #1 within the process spread
     kept.metrics.update(tied=1.0, tie_kept=1.0)

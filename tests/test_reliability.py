@@ -15,11 +15,11 @@ import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from autotune import reaper
-from autotune.budget import NOTHING_LEFT
+from autotune.execution import reaper
+from autotune.search.budget import NOTHING_LEFT
 from autotune import spec as S
-from autotune.cli import app
-from autotune.driver import run
+from autotune.cli.main import app
+from autotune.execution.driver import run
 
 TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2}
 
@@ -333,11 +333,11 @@ def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_second_search_on_the_device_waits_its_turn(tmp_path):
-    from autotune.lock import lock_path
+    from autotune.execution.lock import lock_path
 
     go = tmp_path / "release"
     holder = subprocess.Popen(  # another search's lock, held until the test has seen ours wait
-        [sys.executable, "-c", "import os, sys, time; from autotune.lock import device_lock\n"
+        [sys.executable, "-c", "import os, sys, time; from autotune.execution.lock import device_lock\n"
                                "with device_lock('cpu', 'the-other-search'):\n"
                                "    print('held', flush=True)\n"
                                "    deadline = time.time() + 200\n"

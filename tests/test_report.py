@@ -10,8 +10,8 @@ import yaml
 from typer.testing import CliRunner
 
 from autotune import load_config
-from autotune.cli import app
-from autotune.export import TunedConfig, render
+from autotune.cli.main import app
+from autotune.export.best_config import TunedConfig, render
 
 runner = CliRunner()
 pytestmark = pytest.mark.timeout(300)
@@ -47,8 +47,8 @@ def test_report_json_matches_the_csv(finished_run):
     assert sum(e["pruned"] for e in data["knob_effects"]["batch_size"]) == pruned
     assert data["fixed"]["pin_memory"] == "pinned memory only speeds host-to-GPU copies; no CUDA device"
     assert data["baseline"]["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
-    from autotune.cli import _study
-    from autotune.plots import knob_importance
+    from autotune.cli.main import _study
+    from autotune.records.plots import knob_importance
 
     assert data["importance"] == knob_importance(*_study(run_dir))  # no plots drawn: computed for the report
 
@@ -170,7 +170,7 @@ def test_load_config_applies_compile_cudnn_and_tf32(tmp_path):
 
 def _result(records, tmp_path):
     from autotune import knobs as K
-    from autotune.records import SearchResult, pick_best
+    from autotune.records.run_dir import SearchResult, pick_best
 
     space = K.Space(baseline=records[0].knobs, search={"batch_size": [32, 64], "channels_last": [False, True]},
                     fixed={}, dropped=[])
@@ -179,7 +179,7 @@ def _result(records, tmp_path):
 
 def _records():
     from autotune import knobs as K
-    from autotune.records import TrialRecord
+    from autotune.records.run_dir import TrialRecord
 
     def rec(number, status, samples_per_s=None, **knobs):
         return TrialRecord(number=number, status=status, knobs={**K.pytorch_defaults(32), **knobs},
@@ -194,7 +194,7 @@ def test_pruned_trials_are_drawn_at_their_measured_throughput_and_the_legend_hid
     import matplotlib
 
     matplotlib.use("Agg")
-    from autotune.plots import PRUNED_LABEL, per_trial_figure
+    from autotune.records.plots import PRUNED_LABEL, per_trial_figure
 
     fig = per_trial_figure(_result(_records(), tmp_path))
     ax = fig.axes[0]
@@ -213,7 +213,7 @@ def test_pruned_trials_are_drawn_at_their_measured_throughput_and_the_legend_hid
 
 
 def test_per_knob_effects_count_pruned_trials_and_say_so(tmp_path):
-    from autotune.report import as_dict, console, summary
+    from autotune.cli.report import as_dict, console, summary
 
     result = _result(_records(), tmp_path)
     d = as_dict(result)
@@ -230,7 +230,7 @@ def test_per_knob_effects_count_pruned_trials_and_say_so(tmp_path):
 def test_the_live_table_shows_the_running_trial():
     from rich.console import Console
 
-    from autotune.report import LiveView
+    from autotune.cli.report import LiveView
 
     view = LiveView(quiet=True)
     view.searched = ["batch_size", "channels_last"]
@@ -262,7 +262,7 @@ def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
     import optuna
     from optuna.distributions import CategoricalDistribution as C
 
-    from autotune.plots import knob_importance
+    from autotune.records.plots import knob_importance
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
@@ -279,7 +279,7 @@ def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
 
 
 def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
-    from autotune.report import as_dict, as_markdown, console, summary
+    from autotune.cli.report import as_dict, as_markdown, console, summary
 
     records = _records()[:2] + [_records()[1]]
     records[2].number, records[2].knobs = 2, {**records[1].knobs, "batch_size": 256}
@@ -298,7 +298,7 @@ def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
 
 
 def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
-    from autotune.report import as_dict, as_markdown, summary
+    from autotune.cli.report import as_dict, as_markdown, summary
 
     records = _records()
     records[1].info["disturbed"] = "other processes used 48% of the host's CPU time during the window"
@@ -312,7 +312,7 @@ def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
 
 
 def test_break_even_weighs_the_search_against_the_per_step_saving():
-    from autotune.budget import break_even
+    from autotune.search.budget import break_even
 
     # the winner: 100 samples a step at 1000 samples/s, 0.1 s; the baseline 1.5x that: 50 ms saved a step
     b = break_even(600.0, 1.5, 1000.0, 100)
@@ -331,7 +331,7 @@ def test_break_even_weighs_the_search_against_the_per_step_saving():
 
 
 def test_break_even_is_in_the_summary_markdown_and_json(tmp_path):
-    from autotune.report import as_dict, as_markdown, console, summary
+    from autotune.cli.report import as_dict, as_markdown, console, summary
 
     result = _result(_records(), tmp_path)  # 10 s of search; best 150 samples/s at batch 32, 1.5x the baseline
     note = ("the search (10 s) pays for itself after 94 training steps of batch 32, 20 s of training at the best "
@@ -366,7 +366,7 @@ def test_a_search_writes_its_break_even_to_best_config_and_its_summary(finished_
 def test_with_a_time_budget_the_live_view_counts_down_the_budget_not_trials():
     from rich.console import Console
 
-    from autotune.report import LiveView
+    from autotune.cli.report import LiveView
 
     view = LiveView(quiet=True)
     view.searched = ["batch_size", "channels_last"]
@@ -382,7 +382,7 @@ def test_with_a_time_budget_the_live_view_counts_down_the_budget_not_trials():
 
 
 def test_configs_the_rate_model_kept_from_running_are_named_with_their_prediction(tmp_path, capsys):
-    from autotune.report import as_dict, short, summary
+    from autotune.cli.report import as_dict, short, summary
 
     result = _result(_records(), tmp_path)
     why = "skipped: predicted 80.0 samples/s, below 85% of the best (150.0)"

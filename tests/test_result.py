@@ -8,10 +8,10 @@ import os
 
 import pytest
 
-from autotune.launcher import run_in_process
-from autotune.records import received, record_of, transport
-from autotune.result import ResultError, TrialResult
-from autotune.scaling import with_reference
+from autotune.execution.launcher import run_in_process
+from autotune.records.run_dir import received, record_of, transport
+from autotune.trial.result import ResultError, TrialResult
+from autotune.records.scaling import with_reference
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -11,13 +11,14 @@ from autotune import knobs as K
 from autotune import load_config
 from autotune import spec as S
 from autotune import workload as W
-from autotune import safety, stepping
-from autotune.export import safety_flags
-from autotune.parity import verdict_key
-from autotune.records import TrialRecord, pick_best
-from autotune.safety import LEVELS, STEP_METRICS, batch_advice, loss_parity, needs_parity, trial_parity
-from autotune.driver import run
-from autotune.trial import prepare, run_trial
+from autotune.safety import levels as safety
+from autotune.safety import stepping
+from autotune.export.best_config import safety_flags
+from autotune.safety.parity import verdict_key
+from autotune.records.run_dir import TrialRecord, pick_best
+from autotune.safety.levels import LEVELS, STEP_METRICS, batch_advice, loss_parity, needs_parity, trial_parity
+from autotune.execution.driver import run
+from autotune.trial.runner import prepare, run_trial
 
 CPU = K.Device("cpu", 2)
 

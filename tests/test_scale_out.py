@@ -10,7 +10,7 @@ import sys
 import pytest
 import yaml
 
-from autotune import export as E
+from autotune.export import best_config as E
 from autotune import knobs as K
 
 pytestmark = pytest.mark.timeout(300)

@@ -6,10 +6,10 @@ import pandas as pd
 import pytest
 
 from autotune import knobs as K
-from autotune.records import transport
-from autotune.result import DeviceInfo, TrialResult
-from autotune.recorder import Recorder
-from autotune.tracking import Tracker
+from autotune.records.run_dir import transport
+from autotune.trial.result import DeviceInfo, TrialResult
+from autotune.records.recorder import Recorder
+from autotune.integrations.tracking import Tracker
 
 
 def result(samples_per_s, reference=None):

@@ -11,8 +11,8 @@ from mlflow.tracking import MlflowClient
 
 from autotune import load_config
 from autotune import spec as S
-from autotune.budget import NOTHING_LEFT
-from autotune.driver import run
+from autotune.search.budget import NOTHING_LEFT
+from autotune.execution.driver import run
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]
 

@@ -34,7 +34,7 @@ def test_a_search_without_ray_mlflow_or_pydantic_writes_a_run_dir_the_report_rea
     assert summary["trials"] == 3 and summary["spec_reader"].startswith("plain YAML reader")
     assert summary["best_samples_per_s"] >= summary["baseline_samples_per_s"]
 
-    from autotune.records import read_run
+    from autotune.records.run_dir import read_run
 
     run = read_run(tmp_path / "run")  # the run-dir format `autotune report` reads
     assert len(run.records) == 3 and run.baseline.number == 0 and run.best is not None

@@ -28,7 +28,7 @@ def test_minimal_spec_gets_embedded_defaults():
 
 
 def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
-    from autotune.request import TrialSettings
+    from autotune.trial.request import TrialSettings
 
     def floor(**sections) -> int:
         spec = S.parse({**WL, **sections}, "runs/x.yaml").model_dump(mode="json")
@@ -47,8 +47,8 @@ def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
 
 
 def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():
-    from autotune.measure import PROCESS_SPREAD, PROMOTE_FACTOR
-    from autotune.request import TrialSettings
+    from autotune.trial.measure import PROCESS_SPREAD, PROMOTE_FACTOR
+    from autotune.trial.request import TrialSettings
 
     spec = S.parse({**WL, "trial": {"target_ci": 0.06}}, "runs/x.yaml").model_dump(mode="json")
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}

@@ -15,7 +15,7 @@ def test_a_failing_rank_stops_the_other_and_the_trial_names_it(tmp_path):
     from ray.util.placement_group import placement_group, remove_placement_group
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
-    from autotune.spread import run_spread
+    from autotune.execution.spread import run_spread
 
     request = {"workload": {"factory": "tests.workloads:make_rank_one_fails"}, "knobs": {}, "warmup_steps": 2,
                "measure_steps": 6, "profile_steps": 0, "diagnose": False, "device": "cpu", "ranks": 2,
@@ -40,7 +40,7 @@ def test_a_failing_rank_stops_the_other_and_the_trial_names_it(tmp_path):
 
 def test_spreading_more_ranks_than_nodes_is_a_spec_error(tmp_path):
     from autotune import spec as S
-    from autotune.driver import run
+    from autotune.execution.driver import run
 
     data = {"workload": {"name": "tiny_transformer"}, "output_dir": str(tmp_path / "run"),
             "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}},
@@ -53,8 +53,8 @@ def test_spreading_more_ranks_than_nodes_is_a_spec_error(tmp_path):
 
 def test_spread_ranks_are_checked_against_one_node_s_cpus_one_rank_each():
     from autotune import knobs as K
-    from autotune import ranks as R
-    from autotune.spread import one_node
+    from autotune.trial import ranks as R
+    from autotune.execution.spread import one_node
 
     device = K.Device("cpu", 2, "cpu", ranks=4)  # four 2-CPU nodes would run it spread, not packed
     assert R.search_problem(one_node(device, "spread"), None, None, {}, {}) is None

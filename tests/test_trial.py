@@ -6,9 +6,9 @@ import sys
 
 import pytest
 
-from autotune import measure as M
+from autotune.trial import measure as M
 from autotune.knobs import pytorch_defaults
-from autotune.trial import TrialConfigError, check_config, run_trial
+from autotune.trial.runner import TrialConfigError, check_config, run_trial
 
 TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0,
         "profile_steps": 2}
@@ -75,7 +75,7 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
 
 
 def test_a_config_differing_in_loader_knobs_alone_is_diagnosed_from_the_trial_that_measured_its_compute_side():
-    from autotune.diagnose import APART
+    from autotune.trial.diagnose import APART
 
     base = {**pytorch_defaults(16), "num_threads": 1}
     first = run_trial({**TINY, "knobs": base})
@@ -223,7 +223,7 @@ def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
     would make the config the incumbent, paying profile, diagnosis and loss parity; for a config riskier than
     the incumbent that changes the numerics (`tie_keeps_incumbent`, set by Strategy.incumbent_bar) the tie
     goes to the incumbent, as records.pick_best exports it, and the trial stops at its window."""
-    from autotune.trial import _not_incumbent
+    from autotune.trial.runner import _not_incumbent
 
     tied, promoted = M.WindowRule(tied=True, screen_ci=0.098), M.WindowRule(promoted=True)
     cfg = {"incumbent_above": 100.0, "tie_keeps_incumbent": True}

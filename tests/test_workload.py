@@ -57,7 +57,7 @@ def test_tiny_transformer_trains_on_dict_batches():
     (warm-up, timed window) with the loss going down on a repeated batch."""
     import torch
 
-    from autotune.trial import run_trial
+    from autotune.trial.runner import run_trial
 
     wl = W.load("tiny_transformer", {"batch_size": 8})
     sample = wl.dataset[0]

@@ -11,6 +11,8 @@
 Each returns an `autotune.Workload`; a spec names the factory like any other
 (`workload.factory: mypkg.train:make_workload`). Importing this package is cheap:
 Lightning and transformers load when an adapter is called.
+
+May import: `autotune.workload`, `autotune.knobs`.
 """
 
 from autotune.adapters._huggingface import huggingface

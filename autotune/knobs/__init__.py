@@ -8,6 +8,8 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
     K.build_loader(dataset, knobs)    # applying knobs (imports torch on call)
     K.build_optimizer(workload, model, knobs)
     K.wrap(model, knobs, device, world_size)  # checkpointing, compile, DDP/FSDP
+
+May import: nothing else of autotune (everything else derives from it).
 """
 
 from autotune.knobs._apply import (apply_backend_flags, apply_process_flags, autocast, autocast_dtype, build_loader,

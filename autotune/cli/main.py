@@ -1,0 +1,278 @@
+"""`autotune`: the command line. Thin: parse, call, print. Heavy imports happen
+inside the commands, so `autotune --help` stays fast."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Measured performance tuning for PyTorch training.")
+
+
+class UserError(Exception):
+    """A mistake the user can fix; printed as one line, exit code 2."""
+
+
+def _fail(e: Exception, debug: bool) -> None:
+    from autotune.cli.report import error
+
+    if debug:
+        raise e
+    error(str(e))
+    raise typer.Exit(2)
+
+
+def _user_errors():
+    from autotune.spec import SpecError
+    from autotune.trial.runner import TrialConfigError
+    from autotune.workload import WorkloadError
+
+    return (UserError, SpecError, WorkloadError, TrialConfigError)
+
+
+@app.command()
+def search(
+    spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="the search spec (YAML)"),
+    resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR",
+                                          help="continue a stopped search (its spec is in RUN_DIR)"),
+    output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="override the spec's output_dir"),
+    address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
+                                          help="an existing Ray cluster (overrides resources.ray_address)"),
+    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", metavar="URI",
+                                               help="an MLflow server, http://host:port (overrides tracking.uri)"),
+    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION",
+                                         help="stop starting trials after this long: 300, 90s, 5m, 1h "
+                                              "(overrides search.time_budget_s)"),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
+    reuse: bool = typer.Option(False, "--reuse", help="an earlier finished search of the same question on this machine "
+                                                      "(same runs dir) is the result: no trial runs"),
+    refresh: bool = typer.Option(False, "--refresh", help="search even when an earlier search matches"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Run a search: trials through Ray, Optuna choosing, MLflow recording.
+    Ctrl-C or SIGTERM stops it with every finished trial saved."""
+    try:
+        from autotune import spec as S
+
+        if reuse and refresh:
+            raise UserError("give `--reuse` or `--refresh`, not both")
+        if resume is not None and (reuse or refresh):
+            raise UserError("`--resume` continues that search; `--reuse` and `--refresh` are for a new one")
+        if resume is not None and spec_path is not None:
+            raise UserError(f"give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it was "
+                            f"started with (`{resume / 'spec.yaml'}`)")
+        if resume is not None:
+            if not (resume / "spec.yaml").exists():
+                raise UserError(f"`{resume}` has no spec.yaml: not a search's output dir, nothing to resume")
+            spec = S.load(resume / "spec.yaml")
+            spec.output_dir = resume
+        elif spec_path is None:
+            raise UserError("give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)")
+        else:
+            spec = S.load(spec_path)
+        if output_dir is not None and resume is None:
+            spec.output_dir = output_dir
+        if address is not None:
+            spec.resources.ray_address = address
+        if budget is not None:
+            from autotune.search.budget import parse_duration
+
+            try:
+                spec.search.time_budget_s = parse_duration(budget)
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        if tracking_uri is not None and resume is None:
+            spec.tracking.uri = tracking_uri
+        from autotune import api
+        from autotune.cli import report
+
+        view = report.LiveView(quiet=quiet)
+        try:
+            result = api.search(spec, reuse=reuse, refresh=refresh, resume=resume is not None,
+                                on_match=report.remembered, on_start=view.start, on_trial=view.trial,
+                                on_trial_start=view.trial_started, on_wait=report.waiting, on_remeasure=report.note)
+        except KeyboardInterrupt:
+            from autotune.cli.report import error
+
+            error(f"interrupted; finished trials are saved: continue with `autotune search --resume "
+                  f"{spec.resolved_output_dir()}`")
+            raise typer.Exit(130) from None
+        finally:
+            view.stop()
+        # knob importance as the plots computed it (none for a reused result: `autotune report RUN_DIR`)
+        report.summary(result, result.importance)
+    except _user_errors() as e:
+        _fail(e, debug)
+    if result.stopped_reason:
+        raise typer.Exit(1)
+
+
+def _study(run_dir: Path) -> tuple[str, str]:
+    """The search's Optuna storage and its study."""
+    import json
+
+    study = json.loads((run_dir / "search.json").read_text())["optuna_study"]
+    return f"sqlite:///{(run_dir / 'optuna.db').resolve()}", study
+
+
+def _read_run(run_dir: Path):
+    from autotune.records.run_dir import read_run
+
+    try:
+        return read_run(run_dir)
+    except FileNotFoundError as e:
+        raise UserError(f"{e}; run `autotune search spec.yaml` first, or pass its output dir") from None
+
+
+@app.command()
+def report(
+    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
+    plots: bool = typer.Option(True, help="(re)draw the plots into RUN_DIR/plots"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Summarize a finished or interrupted search (and draw its plots)."""
+    try:
+        if fmt not in ("text", "json", "markdown"):
+            raise UserError(f"--format `{fmt}` is not one of: text, json, markdown")
+        result = _read_run(run_dir)
+    except _user_errors() as e:
+        _fail(e, debug)
+    import json
+
+    from autotune.records import plots as P
+    from autotune.cli import report as R
+
+    storage, study = _study(run_dir)
+    drawn = P.write_all(result, storage, study) if plots and result.best else []
+    importance = result.importance if drawn else P.knob_importance(storage, study)
+    if fmt == "json":
+        print(json.dumps({**R.as_dict(result, importance), "plots": [str(p) for p in drawn]}, indent=2, default=str))
+    elif fmt == "markdown":
+        print(R.as_markdown(result, importance), end="")
+    else:
+        R.summary(result, importance, show_paths=False)
+        for path in drawn:
+            R.console.print(f"plot: {path}")
+
+
+@app.command()
+def export(
+    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | torchrun"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """The best configuration, for production code."""
+    try:
+        from autotune.export import best_config as E
+
+        if fmt not in E.FORMATS:
+            raise UserError(f"--format `{fmt}` is not one of: {', '.join(E.FORMATS)}")
+        best = run_dir / "best_config.yaml"
+        if not best.exists():
+            raise UserError(f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never finished); "
+                            "run `autotune search spec.yaml` first")
+        import yaml
+
+        text = E.render(yaml.safe_load(best.read_text()), fmt)
+    except _user_errors() as e:
+        _fail(e, debug)
+    if output:
+        output.write_text(text)
+        from autotune.cli.report import console
+
+        console.print(f"wrote {output}")
+    else:
+        print(text, end="")
+
+
+@app.command()
+def ui(
+    run_dir: Optional[Path] = typer.Argument(None, help="a search's output dir (default: the newest under runs/)"),
+    port: int = typer.Option(5000, help="port on 127.0.0.1"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Serve the MLflow UI for a search's store on 127.0.0.1."""
+    try:
+        run_dir = run_dir or _newest_run()
+        db = run_dir / "mlflow.db"
+        if not db.exists():
+            raise UserError(f"`{run_dir}` has no mlflow.db; run `autotune search spec.yaml` first, or pass its output dir")
+    except _user_errors() as e:
+        _fail(e, debug)
+    from autotune.cli.report import console
+
+    url = _trials_url(run_dir, db, f"http://127.0.0.1:{port}")
+    console.print(f"MLflow UI for {run_dir}: [bold]{url}[/] (its trials, fastest first; Ctrl-C to stop)")
+    sys.stdout.flush()
+    args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db.resolve()}",
+            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    os.execv(sys.executable, args)
+
+
+def _trials_url(run_dir: Path, db: Path, base: str) -> str:
+    """The runs page on the search's trials (tracking.trials_view); a store
+    written before autotune saved that view gets it now. Without search.json:
+    the experiment's runs page (MLflow 3's start page is a GenAI overview)."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    from autotune.integrations import tracking
+
+    state = run_dir / "search.json"
+    state = json.loads(state.read_text()) if state.exists() else {}
+    client = MlflowClient(f"sqlite:///{db.resolve()}")
+    exp = client.get_experiment_by_name(state.get("mlflow_experiment", "autotune"))
+    parent = state.get("mlflow_parent_run_id")
+    if exp is None or parent is None:
+        return f"{base}/#/experiments/{exp.experiment_id if exp else '0'}/runs?workflowType=machine_learning"
+    if tracking.VIEW_TAG + tracking.view_key(parent) not in exp.tags:
+        tracking.share_trials_view(client, exp.experiment_id, parent, client.get_run(parent).data.params)
+    return tracking.trials_url(base, exp.experiment_id, parent)
+
+
+def _newest_run() -> Path:
+    runs = sorted((p for p in Path("runs").glob("*") if (p / "mlflow.db").exists()), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        raise UserError("no search found under `runs/`; run `autotune search spec.yaml` first, or pass a run dir")
+    return runs[-1]
+
+
+def main() -> None:
+    """The `autotune` command: the app, then a prompt exit. Once the command has
+    returned and the exit handlers have run (Ray's and MLflow's, logging's), the
+    interpreter's teardown of torch, Ray and MLflow has nothing left to write and
+    took 2.4 s after the quickstart's last line on 2 cores (1.2 s for a process
+    that only imports them): skipped, unless a thread of the user's still runs.
+    An exception other than an exit propagates as usual."""
+    import atexit
+    import threading
+
+    try:
+        app()
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    if isinstance(code, str):
+        print(code, file=sys.stderr)
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):  # a closed pipe: nothing more to say
+            pass
+    os._exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

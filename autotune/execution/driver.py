@@ -1,0 +1,345 @@
+"""The search's driver: `autotune.strategy` chooses, on an Optuna study (RDB
+storage in the run dir, resumable); Ray Tune places and runs each trial on this
+host or any node of a cluster (`autotune.raytune`); each trial runs in a fresh
+process (`autotune.launcher`); `autotune.recorder` writes each result everywhere.
+
+Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and
+the CUDA allocator are process state, and a reused process would carry them from
+one trial into the next. The Ray actor is the trial's resource reservation; the
+child process is its clean room, killed with its loader workers on timeout.
+
+Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml,
+as each trial's result arrives (a Ray Tune callback), so what finished is on disk
+at once; a trial on another node sends its files back with its result.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+from typing import Callable
+
+import optuna
+
+from autotune.records import cache
+from autotune.search import checked
+from autotune.export import best_config as export
+from autotune.records import plots
+from autotune.execution import startup
+from autotune.integrations import tracking
+from autotune import knobs as K
+from autotune.trial import ranks as R
+from autotune.execution import raytune as RT  # first: it binds a local Ray to loopback before Ray is imported
+from autotune.execution import spread as SP
+from autotune import workload as W
+from autotune.execution.launcher import start_shared, user_thread_env
+from autotune.execution.lock import device_lock
+from autotune.trial.measure import FLOPS_FILE
+from autotune.records.recorder import Recorder, reconcile
+from autotune.records.run_dir import (STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device,
+                              write_csv, write_state)
+from autotune.trial.request import TrialSettings
+from autotune.safety.levels import LEVELS, REFERENCE_FILE
+from autotune.spec import Spec, SpecError
+from autotune.search.budget import NOTHING_LEFT, budget_fits
+from autotune.search.confirm import confirm_best, settle, window_ci
+from autotune.search.strategy import Strategy
+
+
+def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
+        resume: bool = False, on_trial_start: Callable | None = None,
+        on_wait: Callable[[str], None] | None = None, on_remeasure: Callable[[str], None] | None = None,
+        factory: Callable | None = None, refresh: bool = False,
+        on_match: Callable[[str], None] | None = None) -> SearchResult:
+    """Run a search to its end (trial count, time budget, a failed baseline, or
+    Ctrl-C / SIGTERM). With `resume`, continue the search in `spec.output_dir`
+    from its Optuna storage: finished trials are neither lost nor repeated.
+    Everything that can be checked is checked before anything is written. A
+    local search waits while another one measures on the same device (`on_wait`
+    hears why). `factory`: the callable a spec's `workload.pickled` names.
+    A finished search of the same question on this machine (`autotune.cache`) is
+    named to `on_match` before the trials start (with `refresh`, it is not looked
+    for); `autotune.search(reuse=True)` returns it before this driver is imported."""
+    started = time.perf_counter()
+    run_dir = spec.resolved_output_dir().resolve()
+    state = None
+    if resume:
+        if not (run_dir / STATE_FILE).exists():
+            raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
+        state = json.loads((run_dir / STATE_FILE).read_text())
+    user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
+    user = spec.search_space.user()
+    source, pickled = startup.source(spec, factory, run_dir, resume)
+    try:  # what needs no torch is checked before anything starts
+        user_base = W.user_knob_baseline(source, spec.workload.args, user)
+    except W.WorkloadError as e:
+        raise SpecError(f"workload: {e}") from e
+    given = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
+    given.update({K.USER_PREFIX + n: v for n, v in user_base.items()})
+    clash = K.conflicts({**K.pytorch_defaults(None), **given})
+    if clash:
+        raise SpecError(f"baseline: {'; '.join(clash)}")
+    K.declare(user)
+    if spec.tracking.uri:
+        tracking.check_uri(spec.tracking.uri)
+    from concurrent.futures import ThreadPoolExecutor
+
+    asked = None if resume or refresh else cache.question(spec)
+    local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
+    # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer);
+    # not with a Ray of the caller's own, whose nodes may be anywhere
+    import ray
+
+    forks = None if spec.resources.ray_address or ray.is_initialized() else start_shared(
+        spec.workload.model_dump(mode="json"), user_path, user_thread_env())
+    try:
+        with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
+            preparing = pool.submit(startup.prepare, spec, run_dir, local_store, source)
+            started_ray = RT.init_ray(spec.resources.ray_address)
+    except BaseException:
+        if forks:
+            forks.close()
+        raise
+    RT.stop_on_sigterm()
+    if started_ray and not spec.resources.ray_address:
+        RT.warm_worker()
+    store, closing = None, []  # closing: what ends the search beside Ray's shutdown (_finish)
+    try:
+        workload, store, optimizer = preparing.result()
+        remembered = cache.key(asked, cache.machine(spec, workload) if asked else None)
+        found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
+        if found and on_match:
+            on_match(cache.describe(found, reused=False))
+        baseline = {**K.pytorch_defaults(workload.batch_size), **given}
+        lists, too_big = startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
+        device = dataclasses.replace(RT.detect_device(spec), optimizer=optimizer,  # fused_optimizer
+                                     ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
+        why = SP.problem(spec.resources.rank_placement, device) or R.search_problem(  # spread: one rank a node
+            SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline)
+        if why:
+            raise SpecError(why)
+        space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
+                                spec.safety.keep_effective_batch, user)
+        space.dropped += too_big
+        if not space.search:
+            raise SpecError(space.nothing_to_search())
+        if state and state["space"]["search"] != space.search:
+            raise SpecError(f"`{run_dir}` searched {state['space']['search']}; this machine resolves the space to "
+                            f"{space.search}: resume on the same kind of device")
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if not resume:
+            (run_dir / "spec.yaml").write_text(spec.to_yaml())
+            if pickled:  # what --resume and `python -m autotune.trial` load
+                (run_dir / W.PICKLE_FILE).write_bytes(pickled)
+        tracking.adopt_store(store, run_dir)
+        # a cluster's scheduler places trials; on this host, one search per device at a time
+        lock = contextlib.nullcontext() if spec.resources.ray_address else device_lock(device.type, run_dir, on_wait)
+        with lock as waited:
+            started += waited or 0.0  # waiting is not searching (time budget, wall time)
+            return _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state, on_trial_start,
+                           on_remeasure, pickled, remembered, forks.path if forks else None, closing)
+    finally:
+        tracking.adopt_store(store, None)  # not adopted (a check failed): removed
+        with ThreadPoolExecutor(1) as pool:  # the plots and MLflow's last writes while Ray stops (1-2 s each)
+            closed = [pool.submit(fn) for fn in closing]
+            if started_ray:
+                RT.shutdown_ray()
+        if forks:
+            forks.close()
+        for done in closed:
+            done.result()  # what failed there is raised here
+
+
+def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial, state,
+            on_trial_start=None, on_remeasure=None, pickled: bytes | None = None,
+            remembered: dict | None = None, fork_socket: str | None = None,
+            closing: list[Callable[[], None]] | None = None) -> SearchResult:
+    import ray
+
+    cuda = device.type == "cuda"
+    cpus_per_trial = spec.resources.cpus_per_trial
+    gpus_per_trial = spec.resources.gpus_per_trial  # default: one a rank with CUDA
+    if gpus_per_trial is None:
+        gpus_per_trial = spec.resources.ranks_per_trial if cuda else 0
+
+    def cpus_fn(config) -> int:
+        # Ray's reservation, not the trial's threads (those are torch's default or
+        # the num_threads knob: what the user will run). With a GPU: the loader
+        # workers + the main process; a CPU host runs one trial at a time
+        if cpus_per_trial:
+            return cpus_per_trial
+        return min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1)
+
+    # failed trials report no throughput; Optuna records them as FAIL (see _Searcher)
+    os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
+    # Tune's own per-trial result files would duplicate trials.csv (and the trial
+    # files that travel back from other nodes)
+    os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    opened = startup.open_search(spec, run_dir, device, space, state, remembered)
+    tracker, paths, state, n_trials, storage_url = (opened.tracker, opened.paths, opened.state, opened.n_trials,
+                                                    opened.storage_url)
+    write_state(run_dir, state)
+    records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
+    recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
+    study = optuna.create_study(study_name=state["optuna_study"], storage=storage_url, direction="maximize",
+                                load_if_exists=True, sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed))
+    reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
+    recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
+    strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
+                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2")
+    remaining = n_trials - len(records)
+    if on_start:
+        on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
+    for record in sorted(records, key=lambda r: r.number) if on_trial else ():
+        on_trial(record)  # what an earlier run of this search finished
+
+    base_knobs = {k: v for k, v in space.baseline.items() if k in K.KNOBS}
+    data = spec.model_dump(mode="json")
+    if pickled:  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
+        data["workload"].update(W.pickled_ref(pickled))
+    settings = {
+        "request": TrialSettings.of(data, device.type, space.baseline, parity={
+            # the baseline's parity reference: computed by the first trial that needs it, then reused
+            "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
+            "reference": str(run_dir / REFERENCE_FILE)}, flops_cache=str(run_dir / FLOPS_FILE)),
+        "timeout_s": spec.trial.timeout_s,
+        "run_dir": str(run_dir), "user_path": user_path,
+        # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
+        "thread_env": user_thread_env(),
+        "driver_node": ray.get_runtime_context().get_node_id(),
+        "workload_pickle": pickled, "rank_placement": spec.resources.rank_placement,
+        "fork_socket": fork_socket,  # a local search's shared fork server
+    }
+    budget = spec.search.time_budget_s
+
+    fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # what can run, and in time
+
+    searcher = RT.Searcher(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
+                           spec.trial.prune_margin, fits, pay_on_demand=spec.search.strategy == "v2")
+    stopper = RT.Stop(recorder, None if spec.search.sampler == "grid" else spec.search.patience,
+                    spec.search.min_improvement)
+    def resources(config) -> dict:
+        return {"CPU": cpus_fn(config), "GPU": gpus_per_trial, **spec.resources.custom}
+
+    trainable = RT.tune.with_resources(
+        RT.tune.with_parameters(RT.trainable, settings=settings),
+        lambda config: SP.placement(resources(config), spec.resources.rank_placement, spec.resources.ranks_per_trial),
+    )
+    tuner = RT.tune.Tuner(
+        trainable,
+        tune_config=RT.tune.TuneConfig(
+            search_alg=searcher,
+            num_samples=max(remaining, 1),
+            # a local CPU host runs one trial at a time (two at once disturb each
+            # other's numbers); GPUs and cluster nodes are placed by resources
+            max_concurrent_trials=None if cuda or spec.resources.ray_address else 1,
+            time_budget_s=spec.search.time_budget_s,
+            # the Ray actor only reserves resources and starts the trial process,
+            # which is fresh every time: reusing actors saves ~3 s a trial and
+            # carries no torch state from one trial to the next
+            reuse_actors=True,
+        ),
+        run_config=RT.tune.RunConfig(
+            name="ray", storage_path=str(run_dir), verbose=0, callbacks=[RT.RecordTrials(recorder)],
+            stop=stopper, failure_config=RT.tune.FailureConfig(max_failures=0),
+        ),
+    )
+    if remaining > 0:
+        tuner.fit()
+
+    with RT.remeasurers(local=fork_socket is not None) as runner:  # one warm actor for the late checks and the re-measurements
+        def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
+            need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]),
+                       default={})
+            ci = window_ci(baseline, best, spec.trial.target_ci) if spec.search.strategy == "v2" else None
+            return confirm_best(runner(settings, need, target_ci=ci), baseline, best, spec.search.confirm_rounds,
+                                on_remeasure, early=spec.search.strategy == "v2")
+
+        def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
+            return runner(settings, resources(knobs), parity_only=True)(knobs, label)
+
+        return _finish(spec, run_dir, device, space, started, opened, recorder, stopper, searcher, remeasure, check,
+                       on_remeasure, closing)
+
+
+def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recorder: Recorder, stopper: RT.Stop,
+            searcher: RT.Searcher, remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
+            check: Callable[[dict, str], dict] | None = None, announce: Callable[[str], None] | None = None,
+            closing: list[Callable[[], None]] | None = None) -> SearchResult:
+    """Speedups of trials that finished before the baseline, the best
+    re-measured against the baseline (autotune.confirm), the best config, why
+    the search ended, the plots, and the parent run closed. Strategy v2: the
+    best's loss parity checked late where its trial did not run it
+    (autotune.checked), and a best the re-measurement rejects hands over to the
+    next candidates (`_confirm_candidates`)."""
+    tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records
+    baseline = recorder.baseline()
+    if baseline and baseline.throughput:  # trials that finished before the baseline did
+        for r in records:
+            if r.throughput and r.speedup is None and same_device(baseline, r):
+                r.metrics["speedup_x"] = r.throughput / baseline.throughput
+                tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
+        write_csv(records, paths["trials_csv"])
+    ok = [r for r in records if r.throughput]
+    best = pick_best(records)
+    stopped = None
+    wall = time.perf_counter() - started + opened.wall_before  # a resumed search counts all its runs
+    budget = spec.search.time_budget_s
+    if recorder.baseline_failed:
+        stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"
+    elif len(records) < n_trials and not (budget and wall >= budget) and not stopper.stalled() and not searcher.exhausted:
+        stopped = (f"interrupted after {len(records)} of {n_trials} trials; "
+                   f"continue with `autotune search --resume {run_dir}`")
+    ended = ("the baseline failed" if recorder.baseline_failed else stopped and "interrupted"
+             or (stopper.stalled() and f"no gain above {spec.search.min_improvement:.0%} in "
+                                       f"{spec.search.patience} trials")
+             or (searcher.exhausted and NOTHING_LEFT)
+             or (len(records) >= n_trials and f"{n_trials} trials") or "the time budget")
+    confirm = None
+    try:
+        if not stopped and spec.search.strategy == "v2" and check is not None:
+            budget_left = (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before)) \
+                if spec.search.time_budget_s else (lambda: None)
+            best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
+                                                                 spec.search.min_improvement, budget_left)
+            if rejected:
+                state["confirm_rejected"] = rejected
+        elif not stopped:
+            confirm = remeasure(baseline, best)
+    except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
+        stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
+        best = pick_best(records)
+    write_csv(records, paths["trials_csv"])  # late parity verdicts
+    if confirm:
+        state["confirm"] = confirm
+        wall = time.perf_counter() - started + opened.wall_before
+    state["skipped_predicted"] = searcher.strategy.skipped_predicted()
+    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended, confirm,
+                          skipped=state["skipped_predicted"])
+    settle(result)  # a best that did not beat the baseline in every pair ties with it
+    best = result.best
+    summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
+    if baseline and baseline.throughput and best:
+        export.write_best_config(result, spec, paths["best_config"])
+        summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
+                       speedup_x=result.speedup, trials_speedup_x=best.throughput / baseline.throughput)
+        if confirm and confirm.get("verdict"):
+            summary.update(confirm_rounds=confirm["rounds"], confirm_speedup_low=confirm["speedup_low"],
+                           confirm_speedup_high=confirm["speedup_high"])
+    write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
+    tracker.tag_search({"ended": ended})
+
+    def close() -> None:  # the plots, then the parent run closed with them
+        plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok else []
+        tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml",
+                                 run_dir / "search.json"], status="FAILED" if stopped else "FINISHED", plots=plot_files)
+
+    if closing is None:
+        close()
+    else:  # the caller runs it beside Ray's shutdown (run)
+        closing.append(close)
+    return result

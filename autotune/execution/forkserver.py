@@ -1,0 +1,175 @@
+"""The warm fork server: a process that has imported torch, torchvision, the trial
+runner and the workload's module (and never touched CUDA), and forks one child
+per trial. The child is a fresh process from the fork on: no cuDNN flag, compile
+cache or allocator state of an earlier trial can reach it, because the server
+never runs a trial itself; it only skips the imports every trial would repeat.
+
+    python -m autotune.forkserver [MODULE ...]                 # on its stdin/stdout
+    python -m autotune.forkserver --listen SOCKET [MODULE ...]  # for every process of a search
+
+Protocol, one JSON object per line: the launcher writes {"dir", "env", "argv"};
+the server answers {"pid": N} once the child runs, then {"pid": N, "status": S}
+(the raw wait status) when it has ended. One trial at a time per stream; the
+child's environment is exactly the request's `env`.
+
+With `--listen`, a local search's driver starts one server for the whole search
+(autotune.launcher.start_shared): it listens on a Unix socket in a private dir
+(bound before the imports, so a connection made meanwhile waits in the backlog),
+forks a handler per connection (each a warm copy that serves its stream as
+above), and its stdin is only a lifeline: when the driver goes, the server and
+its handlers go (a handler's running trial watches its parent and follows).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import importlib
+import json
+import os
+import select
+import signal
+import socket
+import sys
+
+PRELOAD = ("torch", "torch.utils.data", "torch._dynamo", "torchvision", "autotune.trial.runner")
+
+
+def _std_fds(null: int, log: int) -> None:
+    """fd 0 on `null`, fds 1 and 2 on `log`, wherever those two were opened: an
+    open takes the lowest free descriptor, which may be 0, 1 or 2 itself (a
+    handler of the shared server has none on 0), so both move above 2 first."""
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 3) for fd in (null, log)]
+    for fd in (null, log):
+        os.close(fd)
+    for target, fd in ((0, high[0]), (1, high[1]), (2, high[1])):
+        os.dup2(fd, target)
+    for fd in high:
+        os.close(fd)
+
+
+def _child(request: dict) -> None:
+    """In the forked child: own session (so a timeout kills its loader workers
+    too), the trial dir, its log on stdout/stderr, the request's environment;
+    then the trial."""
+    try:
+        os.setsid()
+        os.chdir(request["dir"])
+        _std_fds(os.open(os.devnull, os.O_RDONLY), os.open("trial.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        sys.stdin = open(0, closefd=False)
+        sys.stdout = open(1, "w", buffering=1, closefd=False)
+        sys.stderr = open(2, "w", buffering=1, closefd=False)
+        os.environ.clear()
+        os.environ.update(request["env"])
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        from autotune.trial.runner import main
+
+        code = main(request["argv"])
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _wait(pid: int, fd: int) -> int | None:
+    """Wait for the child; if the launcher goes away meanwhile (its end of `fd`
+    closes), kill the child's process group and return None."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status
+        readable, _, _ = select.select([fd], [], [], 0.2)
+        # the launcher writes nothing while a trial runs: readable here means end of file
+        if readable and not os.read(fd, 1):  # EOF: the launcher's process is gone
+            os.killpg(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+
+
+def _serve_stream(fd_in: int, out) -> None:
+    """Serve one launcher's stream until it closes: a trial per request line."""
+    reader = os.fdopen(os.dup(fd_in), "r", buffering=1)
+    while True:
+        line = reader.readline()  # the launcher waits for the answer: never two requests in the buffer
+        if not line:  # the launcher's process is gone
+            return
+        request = json.loads(line)
+        pid = os.fork()
+        if pid == 0:  # the trial keeps none of the stream's descriptors
+            reader.close()
+            if fd_in > 2:
+                os.close(fd_in)
+            _child(request)
+        print(json.dumps({"pid": pid}), file=out, flush=True)
+        status = _wait(pid, fd_in)
+        if status is None:
+            return
+        print(json.dumps({"pid": pid, "status": status}), file=out, flush=True)
+
+
+def _preload(modules: list[str]) -> None:
+    for name in [*PRELOAD, *modules]:
+        try:
+            importlib.import_module(name)
+        except Exception as e:  # the child will import it again and report the error as the trial's
+            print(json.dumps({"preload_failed": name, "error": f"{type(e).__name__}: {e}"}), file=sys.stderr)
+    # out of the collector's reach: a full collection in a forked trial would otherwise
+    # write to every page the child shares with the server, one copy-on-write fault
+    # each (a ~200-ms stall inside a 6-ms-step window; scripts/bench_overhead.py)
+    gc.freeze()
+
+
+def serve(preload: list[str]) -> None:
+    """Single-threaded on purpose: a fork copies only the forking thread."""
+    _preload(preload)
+    print(json.dumps({"ready": os.getpid()}), file=sys.stdout, flush=True)
+    _serve_stream(sys.stdin.fileno(), sys.stdout)
+
+
+def listen(path: str, preload: list[str]) -> None:
+    """Serve every connection to the Unix socket `path` until stdin closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; the lifeline ends this
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(path)
+    server.listen(64)
+    _preload(preload)
+    handlers: set[int] = set()
+    try:
+        while True:
+            readable, _, _ = select.select([sys.stdin, server], [], [], 1.0)
+            for pid in list(handlers):  # reap the handlers whose launcher has gone
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    handlers.discard(pid)
+            if sys.stdin in readable and not os.read(sys.stdin.fileno(), 1):  # the driver has gone
+                return
+            if server in readable:
+                conn, _ = server.accept()
+                pid = os.fork()
+                if pid == 0:  # the handler: a warm copy serving this connection alone
+                    server.close()
+                    null = os.open(os.devnull, os.O_RDONLY)  # on fd 0, not the lifeline (and never free)
+                    os.dup2(null, 0)
+                    os.close(null)
+                    _serve_stream(conn.fileno(), conn.makefile("w", buffering=1))
+                    os._exit(0)
+                conn.close()
+                handlers.add(pid)
+    finally:
+        for pid in handlers:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        server.close()
+        os.unlink(path)
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["--listen"]:
+        listen(sys.argv[2], sys.argv[3:])
+    else:
+        serve(sys.argv[1:])

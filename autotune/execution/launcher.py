@@ -1,0 +1,301 @@
+"""Starting trial processes. Every trial is a fresh process in its own session,
+in its trial dir (config.json, result.json, trial.log, trace.json), killed with
+its whole process group (loader workers included) at the timeout; compile caches
+are per trial (a warm cache from an earlier trial would hide compile time).
+
+Two ways to start one:
+- `fork` (default): a warm fork server (`autotune.forkserver`) that has imported
+  torch, torchvision, the runner and the workload's module forks the trial, so a
+  trial does not pay the imports again (measured in scripts/bench_overhead.py);
+  the server never runs a trial, so nothing of one trial reaches the next. A
+  local search shares one server (`SharedForkServer`, started by the driver
+  beside Ray) among its trials' actors and its re-measurements; otherwise each
+  process that launches trials keeps its own;
+- `spawn`: `python -m autotune.trial` from scratch (also what users run by hand).
+Set AUTOTUNE_LAUNCHER=spawn to force the second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+# thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
+# a trial process gets the user's own values, so what is timed is what the user runs
+THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
+LAUNCHERS = ("fork", "spawn")
+
+
+def user_thread_env() -> dict[str, str | None]:
+    """The thread settings of this (the user's) process, for its trials."""
+    return {name: os.environ.get(name) for name in THREAD_ENV}
+
+
+def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) -> dict[str, str]:
+    """The environment of every trial of a search: this one, the user's module path
+    first, the user's own thread settings, and a watch on the parent."""
+    env = dict(os.environ, AUTOTUNE_WATCH_PARENT="1")
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, env.get("PYTHONPATH")) if p)
+    for name, value in (thread_env or {}).items():  # the user's, not the launcher's
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = value
+    return env
+
+
+def _time_out(pid: int) -> None:
+    """A trial past its timeout: every process of its group writes its threads'
+    stacks to trial.log (the SIGUSR1 of autotune.trial's faulthandler), then the
+    group is killed."""
+    try:
+        os.killpg(pid, signal.SIGUSR1)
+        time.sleep(STACKS_S)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
+
+
+STACKS_S = 0.5  # the dump is a few ms; a loaded host's scheduler may take longer
+
+
+class _Lines:
+    """JSON lines read from a descriptor with no buffer that select cannot see."""
+
+    def __init__(self, fd: int):
+        self.fd, self.buf = fd, b""
+
+    def read(self, timeout: float | None) -> dict | None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while b"\n" not in self.buf:
+            ready, _, _ = select.select([self.fd], [], [], None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if not ready:
+                return None
+            chunk = os.read(self.fd, 65536)
+            if not chunk:
+                raise RuntimeError("the fork server exited")
+            self.buf += chunk
+        line, _, self.buf = self.buf.partition(b"\n")
+        return json.loads(line)
+
+
+class _Stream:
+    """A stream to a fork server (autotune.forkserver's protocol): one trial at a time."""
+
+    lines: _Lines
+    first_answer_s = 60.0  # the server is ready: a fork is quick
+
+    def send(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
+        """Fork a trial with exactly `env`; wait for it, killing its process
+        group at the timeout. Returns its exit code (negative: killed by that signal)."""
+        self.send((json.dumps({"dir": str(trial_dir), "env": env, "argv": ["config.json", "-o", "result.json"]})
+                   + "\n").encode())
+        answer = self.lines.read(timeout=self.first_answer_s)
+        if answer is None:
+            raise RuntimeError("the fork server did not answer")
+        pid = answer["pid"]
+        try:
+            done = self.lines.read(timeout=timeout_s)
+            if done is None:
+                _time_out(pid)
+                done = self.lines.read(timeout=60)
+        except BaseException:  # the caller was cancelled: take the process group along
+            os.killpg(pid, signal.SIGKILL)
+            raise
+        return os.waitstatus_to_exitcode(done["status"])
+
+
+class ForkServer(_Stream):
+    """A running `python -m autotune.forkserver`, started with a search's env, on its pipes."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.execution.forkserver", *preload], env=env,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.lines = _Lines(self.proc.stdout.fileno())
+        ready = self.lines.read(timeout=120)
+        if not ready or "ready" not in ready:
+            self.close()
+            raise RuntimeError("the fork server did not start")
+
+    def send(self, data: bytes) -> None:
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+
+class Connection(_Stream):
+    """A stream to the search's shared fork server (`SharedForkServer`), from any
+    process of the search on its host: a Ray Tune trial's actor or the driver."""
+
+    first_answer_s = 300.0  # the first connection may wait while the server imports torch
+
+    def __init__(self, path: str):
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self.sock.connect(path)
+        except OSError:
+            self.sock.close()
+            raise
+        self.lines = _Lines(self.sock.fileno())
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def alive(self) -> bool:
+        """Not closed by the server (which never writes between trials: readable means gone)."""
+        if self.sock.fileno() < 0:
+            return False
+        readable, _, _ = select.select([self.sock], [], [], 0)
+        return not readable or self.sock.recv(1, socket.MSG_PEEK) != b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+class SharedForkServer:
+    """One warm fork server for every trial of a local search and its re-measurements
+    (`python -m autotune.forkserver --listen`): started by the driver before Ray, so its
+    imports overlap Ray's start, and never paid again by the re-measurement. Its socket
+    sits in a private dir (0700); its stdin is its lifeline to the driver."""
+
+    def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
+        self.dir = tempfile.mkdtemp(prefix="autotune-fork-")
+        self.path = os.path.join(self.dir, "socket")
+        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.execution.forkserver", "--listen", self.path, *preload],
+                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                     stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 30
+        while not os.path.exists(self.path) and self.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # bound before its imports: Python's own start, ~0.1 s
+
+    def close(self) -> None:
+        mine = _servers.pop(("shared", self.path), None)  # this process's own connection
+        if mine:
+            mine.close()
+        self.proc.stdin.close()  # the lifeline: the server kills its handlers and goes
+        try:
+            self.proc.wait(timeout=2)  # at once, unless it is still importing (then its trials never came)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+_servers: dict[tuple, _Stream] = {}
+
+
+def _server(env: dict[str, str], preload: tuple[str, ...], shared: str | None = None) -> _Stream:
+    """The shared server's stream when the search has one (`shared`: its socket),
+    else one server per (environment, preloaded modules) in this process; either
+    is reused by this process's trials."""
+    key = ("shared", shared) if shared else (tuple(sorted(env.items())), preload)
+    server = _servers.get(key)
+    if server is None or not server.alive():
+        server = _servers[key] = Connection(shared) if shared else ForkServer(env, preload)
+    return server
+
+
+def _spawn(trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
+    with open(trial_dir / "trial.log", "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
+                                cwd=trial_dir, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            _time_out(proc.pid)
+            proc.wait()
+        except BaseException:  # the caller was cancelled: take the process group along
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+    return proc.returncode
+
+
+def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
+    """The workload's module, for the fork server to import once."""
+    from autotune.workload import BUILTINS
+
+    wl = config.get("workload") or {}
+    ref = BUILTINS.get(wl.get("name") or "", wl.get("factory") or "")
+    return (ref.partition(":")[0],) if ":" in ref else ()
+
+
+def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None,
+                   thread_env: dict[str, str | None] | None = None, launcher: str | None = None,
+                   env: dict[str, str] | None = None, shared: str | None = None) -> dict[str, Any]:
+    """Run one trial in a fresh process (see the module doc); the result is its
+    result.json, or what killed it, with `trial_wall_s` (what the trial cost,
+    start-up included) and `launcher`. `env`: this trial's own variables (a
+    rank's RANK, MASTER_ADDR...; the fork server stays the search's). `shared`:
+    the socket of the search's shared fork server (`SharedForkServer`), forked
+    from when it answers; otherwise this process's own."""
+    launcher = launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork")
+    if launcher not in LAUNCHERS:
+        raise ValueError(f"AUTOTUNE_LAUNCHER={launcher!r}; allowed: {', '.join(LAUNCHERS)}")
+    trial_dir = Path(trial_dir).resolve()
+    trial_dir.mkdir(parents=True, exist_ok=True)
+    (trial_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    out = trial_dir / "result.json"
+    own = env or {}
+    base = trial_env(pythonpath, thread_env)  # the search's (a fork server's); then this trial's own
+    env = {**base, "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
+           "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"), **own}
+    started = time.perf_counter()
+    try:
+        server = None
+        if launcher == "fork":
+            for where in (shared, None) if shared else (None,):
+                try:
+                    server = _server(base, preload_for(config), where)
+                    launcher = "shared" if where else "fork"
+                    break
+                except (OSError, RuntimeError):  # not there: this process's own server, else from scratch
+                    continue
+            launcher = launcher if server else "spawn"
+        code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
+    finally:
+        for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
+            shutil.rmtree(trial_dir / cache, ignore_errors=True)
+    wall = time.perf_counter() - started
+    if code == -signal.SIGKILL and not out.exists():
+        result = {"status": "timeout", "error_type": "Timeout",
+                  "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
+        with open(trial_dir / "trial.log", "a") as log:  # after its stacks: where it was
+            print(f"autotune: the {result['error']}", file=log)
+    elif out.exists():
+        result = json.loads(out.read_text())
+    else:
+        tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
+        result = {"status": "error", "error_type": "TrialProcessDied",
+                  "error": f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}"}
+    result["trial_wall_s"] = wall
+    result["launcher"] = launcher
+    return result
+
+
+def start_shared(workload: dict[str, Any], pythonpath: str | None,
+                 thread_env: dict[str, str | None] | None) -> SharedForkServer | None:
+    """The shared fork server of a local search, already importing (None where
+    AUTOTUNE_LAUNCHER=spawn asks for trials from scratch)."""
+    if os.environ.get("AUTOTUNE_LAUNCHER", "fork") != "fork":
+        return None
+    return SharedForkServer(trial_env(pythonpath, thread_env), preload_for({"workload": workload}))

@@ -1,0 +1,391 @@
+"""The Ray adapter: a local Ray bound to loopback (or a cluster), the trial as a
+Ray Tune function trainable (a fresh trial process per trial, its files carried
+back from other nodes), `autotune.strategy.Strategy` as a Tune searcher, and the
+driver-side callbacks (recording, stopping).
+
+Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml
+(`autotune.recorder`), as each trial's result arrives.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import io
+import json
+import os
+import shutil
+import signal
+import tarfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable
+
+import optuna
+
+# Ray reads this when it is imported (DESIGN.md facts): set before `import ray`, the
+# local node's address is 127.0.0.1 and every Ray server binds there, so a local
+# search is not reachable from the network. `init_ray` opens it again only for an
+# explicit cluster address.
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+from ray import tune  # noqa: E402
+from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
+
+from autotune import knobs as K  # noqa: E402
+from autotune.execution import reaper  # noqa: E402
+from autotune.execution.launcher import run_in_process  # noqa: E402
+from autotune.records.run_dir import METRIC, received, transport, trial_dir_of  # noqa: E402
+from autotune.trial.request import TrialSettings  # noqa: E402
+from autotune.trial.result import TrialResult, failed  # noqa: E402
+from autotune.records.scaling import with_reference  # noqa: E402
+from autotune.spec import Spec, SpecError  # noqa: E402
+from autotune.execution.spread import rank_bundles, run_spread, spreads  # noqa: E402
+from autotune.workload import PICKLE_FILE  # noqa: E402
+from autotune.search.budget import no_improvement_for  # noqa: E402
+from autotune.search.confirm import reread_anchor  # noqa: E402
+from autotune.search.strategy import Strategy, told  # noqa: E402
+
+if TYPE_CHECKING:
+    from autotune.records.recorder import Recorder
+
+# --- the trial, inside a Ray worker ---------------------------------------------
+
+
+def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
+    """The trial config for this Ray config (the one request builder), run in a fresh process."""
+    request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
+
+    def run(request: dict, trial_dir: Path) -> dict:
+        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
+                              shared=settings.get("fork_socket"))
+
+    spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
+    result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
+    if config.get("anchor") and not spread:  # search.strategy v2's first incumbent: read twice
+        result = reread_anchor(result, settings["request"].timed_only().config(config, anchor=True), run, trial_dir)
+    if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.scaling)
+        # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
+        threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
+        result = with_reference(result, request, run, trial_dir, threads)
+    return result
+
+
+def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialResult, str | None]:
+    """Run the trial where Ray placed this call. Never raises: whatever goes
+    wrong is the trial's error. On the driver's node the trial writes
+    `local_dir`; on another node a temporary copy of the run dir's layout (with
+    the pickled factory, which travels in `settings`), whose trial files travel
+    back packed (the second item; None on the driver's node)."""
+    import tempfile
+
+    import ray
+
+    remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
+    root = Path(tempfile.mkdtemp(prefix=f"autotune-{local_dir.name}-")) if remote else None
+    # the run dir's last two levels (trials/NNNN, confirm/LABEL): a trial config's relative `file` finds the factory
+    work_dir = root / local_dir.parent.name / local_dir.name if remote else local_dir
+    if remote and settings.get("workload_pickle"):
+        (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
+    try:
+        result = TrialResult.from_dict(run_trial_in(config, settings, work_dir))  # the runner's boundary, checked
+    except Exception as e:
+        result = failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
+    if not remote:
+        return result, None
+    packed = pack_dir(work_dir)
+    shutil.rmtree(root, ignore_errors=True)
+    return result, packed
+
+
+def trainable(config: dict, settings: dict) -> None:
+    """Ray Tune's function trainable: one trial process, one report."""
+    import ray
+
+    number = config["trial_number"]
+    trial_dir = trial_dir_of(settings["run_dir"], number)
+    started = time.time()
+    result, packed = run_on_node(config, settings, trial_dir)
+    flat = transport(number, trial_dir, result)
+    flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
+                started_unix=started, ended_unix=time.time())
+    if packed:
+        flat["files_b64"] = packed
+    tune.report(flat)
+
+
+class _Remeasurer:
+    """A Ray actor holding one trial's reservation while configs are measured
+    again or checked late (autotune.confirm, autotune.checked); its fork server
+    stays warm from one run to the next."""
+
+    def run(self, knobs: dict, label: str, settings: dict) -> tuple[dict, str | None]:
+        return run_on_node(knobs, settings, Path(settings["run_dir"]) / "confirm" / label)
+
+
+@contextlib.contextmanager
+def remeasurers(local: bool = False):
+    """`runner(settings, resources, parity_only=False, target_ci=None)` ->
+    `run(knobs, label) -> result`, through Ray, for the block (the search's
+    end: late parity checks, each candidate's re-measurement): each run placed
+    like a trial (`resources`), with the trial settings less profiling,
+    diagnosis and parity, windows to `target_ci` where given (`parity_only`:
+    loss parity alone, the late check of `autotune.checked`). One actor runs
+    them all while the reservation stays the same (a fresh actor and fork
+    server cost 4-8 s on 2 loaded cores, per check or re-measurement); a
+    different one replaces it, never beside it (one GPU cannot hold two).
+    `local`: the driver's own Ray on this host, whose trials have ended, so
+    nothing else can hold the device: the driver runs them itself, through the
+    search's shared fork server (no actor, no second server: ~5 s on 2 cores)."""
+    import ray
+
+    held: dict = {}  # the one actor: {"key": its resources, "actor": ...}
+
+    def runner(settings: dict, resources: dict, parity_only: bool = False, target_ci: float | None = None):
+        request = settings["request"]
+        settings = {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}
+        if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
+            settings["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
+        key = json.dumps(resources, sort_keys=True)
+
+        def run(knobs: dict, label: str) -> dict:
+            if local:
+                return run_on_node(knobs, settings, Path(settings["run_dir"]) / "confirm" / label)[0]
+            if held.get("key") != key:  # started by the first run: none when there is nothing to re-measure
+                if held:
+                    ray.kill(held["actor"])
+                held.update(key=key, actor=ray.remote(_Remeasurer).options(
+                    num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
+                    resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote())
+            result, packed = ray.get(held["actor"].run.remote(knobs, label, settings))
+            if packed:
+                unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
+            return result
+
+        return run
+
+    try:
+        yield runner
+    finally:
+        if held:
+            ray.kill(held["actor"])
+
+
+def pack_dir(path: Path) -> str:
+    """A trial dir as base64 tar.gz text (Tune carries results as data)."""
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for f in sorted(path.iterdir()):
+            if f.is_file() or f.is_dir():  # a dir: the scaling reference's (autotune.scaling)
+                tar.add(f, arcname=f.name)
+    return base64.b64encode(buf.getvalue()).decode()
+
+
+def unpack_dir(data: str, path: Path) -> None:
+    path.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(data)), mode="r:gz") as tar:
+        tar.extractall(path, filter="data")
+
+
+# --- the search, in the driver ---------------------------------------------------
+
+
+class Searcher(TuneSearcher):
+    """Ray Tune's view of `autotune.strategy.Strategy`: each suggestion is the
+    strategy's next proposal (an Optuna trial in the run dir's storage), each
+    finished trial is told back with its status. The study holds all state, so
+    save/restore have nothing to add."""
+
+    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool],
+                 pay_on_demand: bool = False):
+        super().__init__(metric=METRIC, mode="max")
+        self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
+        self.pay_on_demand = pay_on_demand  # search.strategy v2: profile, diagnosis, parity for a new incumbent only
+        self.live: dict[str, tuple[optuna.trial.Trial, str]] = {}  # Ray trial id -> Optuna trial, source
+        self.exhausted = False  # every point measured, or known infeasible / over the budget
+
+    def set_search_properties(self, metric, mode, config, **spec) -> bool:
+        return True
+
+    def suggest(self, trial_id: str):
+        proposal = self.strategy.ask(self.fits)
+        if proposal is None:
+            self.exhausted = True
+            return TuneSearcher.FINISHED
+        self.live[trial_id] = proposal.trial, proposal.source
+        return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
+                "prune_below": self.strategy.prune_below(self.prune_margin),
+                **self.strategy.incumbent_bar(self.pay_on_demand, proposal.params), "predicted": proposal.predicted}
+
+    def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
+        if trial_id not in self.live:
+            return
+        trial, _ = self.live.pop(trial_id)
+        result = received(result)  # the runner's result (records.transport)
+        self.strategy.tell(
+            trial, "error" if error else result.status, result.metric(METRIC),
+            safe=result.parity is None or bool(result.parity.get("passed")),
+            error=f"{result.error_type}: {result.error}" if result.error else None,
+            diagnosis=result.diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
+            attrs=told(result, {**self.fixed, **self.strategy.baseline}),
+        )
+
+    def save(self, checkpoint_path: str) -> None:
+        pass
+
+    def __getstate__(self):  # lives in the driver (its `fits` reads the driver's records)
+        return {}
+
+    def restore(self, checkpoint_path: str) -> None:
+        pass
+
+
+def detect_device(spec: Spec) -> K.Device:
+    """The device trials will run on, and the CPUs of the largest node."""
+    import ray
+
+    cpus = int(max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=os.cpu_count() or 1))
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if spec.resources.device == "cpu" or (spec.resources.device == "auto" and gpus == 0):
+        return K.Device("cpu", cpus, "cpu")
+    if gpus == 0:
+        raise SpecError("resources.device: `cuda` requested but the Ray cluster has no GPU")
+
+    @ray.remote(num_gpus=1, num_cpus=0)
+    def probe():
+        import torch
+
+        return torch.cuda.get_device_name(), tuple(torch.cuda.get_device_capability())
+
+    name, capability = ray.get(probe.remote())
+    return K.Device("cuda", cpus, name, capability)
+
+
+def init_ray(address: str | None) -> bool:
+    """Connect to `address`, or start a local Ray bound to 127.0.0.1. Returns
+    whether this call started Ray (and so should stop it). A local Ray that
+    would not be on loopback is refused, not started."""
+    import ray
+    from ray._private import ray_constants
+
+    if ray.is_initialized():
+        return False
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")  # autotune prints its own table
+    # Ray decides its node address from this flag (read at import from
+    # RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER, set above): off, everything binds 127.0.0.1.
+    # A cluster is the user's explicit choice, and keeps Ray's token auth unless
+    # the user turns it off (RAY_AUTH_MODE=disabled).
+    ray_constants.ENABLE_RAY_CLUSTER = address is not None
+    if address is None:
+        os.environ.setdefault("RAY_AUTH_MODE", "disabled")  # nothing off this host can reach it
+        # Ray's sockets live under $TMPDIR/ray; a relative TMPDIR gives the raylet a socket path it parses as a
+        # TCP address: it aborts, and ray.init waits 30 s to say "the node timed out during startup"
+        if os.environ.get("TMPDIR") and not os.path.isabs(os.environ["TMPDIR"]):
+            os.environ["TMPDIR"] = os.path.abspath(os.environ["TMPDIR"])
+        # no idle worker per CPU started with the driver: a search starts its one actor itself
+        # (scripts/bench_ray_start.py: init + first actor 6.8 s against 9.1 s, 2 loaded cores)
+        os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
+    # a cluster on loopback addresses runs on this machine: join it from its head's address
+    host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None
+    node_ip = {"_node_ip_address": host} if host and host.startswith("127.") else {}
+    global _reaper
+    if address is None:  # a local Ray is this process's: it ends with it, a kill -9 included
+        _reaper = reaper.start()
+    ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
+    if address is None and not ray.util.get_node_ip_address().startswith("127."):
+        shutdown_ray()
+        raise SpecError(f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
+                        "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)")
+    return True
+
+
+_reaper = None  # autotune.reaper's process while a local Ray started by `init_ray` runs
+
+
+def warm_worker() -> None:
+    """Start one Ray worker now and load this module in it (Ray Tune, Optuna): a
+    local Ray starts none with the driver (init_ray), and Ray Tune's first trial
+    actor takes this idle one instead of starting its own while the driver opens
+    the study and the MLflow run."""
+    import ray
+
+    ray.remote(num_cpus=0)(_loaded).remote()
+
+
+def _loaded() -> None:
+    """Nothing: a task of this module imports it where it runs."""
+
+
+def shutdown_ray() -> None:
+    """Stop the Ray `init_ray` started, then let its reaper go."""
+    import ray
+
+    global _reaper
+    ray.shutdown()
+    reaper.stop(_reaper)
+    _reaper = None
+
+
+def stop_on_sigterm() -> None:
+    """SIGTERM stops a search the way Ctrl-C does: Ray Tune stops the running
+    trial, everything finished is already written, `--resume` continues. Set
+    after ray.init, whose core worker installs a handler of its own."""
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+
+
+class DriverOnly:
+    """Ray pickles callbacks and stoppers into its experiment state; the recorder
+    (live view, MLflow client) lives in the driver only and is left out."""
+
+    def __init__(self, recorder: Recorder):
+        self.recorder = recorder
+
+    def __getstate__(self):
+        return {}
+
+
+class RecordTrials(DriverOnly, tune.Callback):
+    def on_trial_start(self, iteration, trials, trial, **info):
+        if self.recorder.on_trial_start:  # the live view's row for the running trial
+            self.recorder.on_trial_start(trial.config["trial_number"], {k: trial.config[k] for k in K.KNOBS})
+
+    def on_trial_complete(self, iteration, trials, trial, **info):
+        self.recorder.add(trial.config, _landed(trial.last_result))
+
+    def on_trial_error(self, iteration, trials, trial, **info):
+        error = trial.get_pickled_error()
+        self.recorder.add(trial.config, _landed(trial.last_result), ray_error=str(error or "the Ray trial failed"))
+
+
+def _landed(result: dict | None) -> dict:
+    """A trial's result in the driver: the files of a trial from another node unpacked into the run dir."""
+    result = dict(result or {})
+    if result.get("files_b64"):
+        unpack_dir(result.pop("files_b64"), Path(result["trial_dir"]))
+    return result
+
+
+class Stop(DriverOnly, tune.Stopper):
+    """Stop the search when the baseline failed, or when `patience` trials in a
+    row improved the best by no more than `min_improvement` (a trial that cannot
+    be the best, `TrialRecord.contends`, improved nothing)."""
+
+    def __init__(self, recorder: Recorder, patience: int | None, min_improvement: float):
+        super().__init__(recorder)
+        self.patience, self.min_improvement = patience, min_improvement
+
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        return self.recorder.baseline_failed is not None or self.stalled()
+
+    def stalled(self) -> bool:
+        return bool(self.patience) and no_improvement_for(
+            [r.throughput if r.contends else None for r in self.recorder.records], self.min_improvement) >= self.patience
+
+

@@ -1,0 +1,346 @@
+"""best_config.yaml, the production contract, and `load_config` to apply it.
+
+    cfg = autotune.load_config("best_config.yaml")
+    workload = make_workload(**cfg.workload_args)     # your searched factory arguments, if any
+    loader = DataLoader(dataset, **cfg.dataloader_kwargs())
+    model, optimizer = cfg.prepare(model, optimizer)  # threads, backend flags, layout, compile, fused optimizer
+    for batch in loader:
+        batch = cfg.to_device(batch, preprocess)
+        with cfg.autocast():
+            loss = ...
+        ...
+        cfg.zero_grad(optimizer)
+
+Every setting a trial had in effect while it was timed is in best_config.yaml
+(the knobs, threads included, and the searched workload arguments), so what was
+measured is what production runs.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from autotune._version import __version__
+from autotune import knobs as K
+from autotune.export import formats as scale_out
+from autotune.search.checked import status
+from autotune.search.confirm import describe
+from autotune.safety.levels import batch_advice
+
+
+def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict | None = None) -> list[dict[str, Any]]:
+    """Each knob the best config changes from the baseline, with its safety class,
+    and the measured loss parity for the knobs that can change numerics."""
+    from autotune.safety.levels import PARITY_KNOBS, parity_summary
+
+    flags = []
+    for name, value in knobs.items():
+        if value != baseline.get(name):
+            knob = K.lookup(name)
+            flag = {"knob": name, "baseline": baseline.get(name), "tuned": value,
+                    "safety": knob.safety, "note": knob.safety_reason}
+            if name == "compile":
+                flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
+            if parity is not None and (name in PARITY_KNOBS or knob.user and knob.numerics):
+                flag["parity"] = parity_summary(parity)
+            flags.append(flag)
+    return flags
+
+
+def write_best_config(result, spec, path: Path) -> dict[str, Any]:
+    best, base = result.best, result.baseline
+    data = {
+        "autotune": {"version": __version__, "search": spec.name, "run_dir": str(result.run_dir),
+                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+        "workload": {"ref": spec.workload.ref, "args": spec.workload.args},
+        "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
+        "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
+        "workload_args": K.workload_args(best.knobs),
+        "measured": {
+            "baseline_samples_per_s": round(base.throughput, 2),
+            "best_samples_per_s": round(best.throughput, 2),
+            "speedup_x": round(result.speedup, 3),  # re-measured side by side where it was (autotune.confirm)
+            "best_trial": best.number, "baseline_trial": base.number,
+            "trials": len(result.records), "trials_ok": sum(1 for r in result.records if r.status == "ok"),
+        },
+        "safety": safety_flags(best.knobs, base.knobs, best.parity),
+        "fixed": result.space.fixed,
+    }
+    if spec.resources.ranks_per_trial > 1 or spec.resources.blocks:  # what cfg.wrap, torchrun and -f hf need
+        data["parallel"] = {"ranks": spec.resources.ranks_per_trial, "blocks": spec.resources.blocks}
+    accum = base.knobs["batch_size"] // best.knobs["batch_size"] if spec.safety.keep_effective_batch else 1
+    advice = batch_advice(base.knobs["batch_size"], best.knobs["batch_size"], best.info.get("optimizer"),
+                          bool(best.info.get("has_batchnorm")), accum)
+    if advice:
+        data["batch"] = advice
+    rejected = [{"trial": r.number, "samples_per_s": round(r.throughput, 2), "reason": r.parity.get("reason")}
+                for r in result.records if r.throughput and not r.safe and r.throughput > best.throughput]
+    if rejected:
+        data["rejected_faster_but_unsafe"] = rejected
+    if result.confirm:
+        data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)
+        data["confirmed"] = {**result.confirm, "note": describe(result.confirm)}
+    if result.break_even:
+        data["break_even"] = result.break_even  # the search's time against the winner's per-step saving
+    if not data["workload_args"]:
+        del data["workload_args"]
+    if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)
+        data["tie"] = best.tie
+    data["safety_status"] = status(best, base)  # baseline | safe | parity passed | unchecked
+    if data["safety_status"] == "unchecked":  # never exported as safe: the search stopped before its late check
+        data["unchecked"] = ("loss parity was not run for this config (the search stopped before checking it): "
+                             "its training numerics are unknown; resume the search to check it before adopting it")
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return data
+
+
+@dataclass
+class TunedConfig:
+    """A tuned configuration, applied with plain PyTorch."""
+
+    knobs: dict[str, Any]
+    device_type: str
+    data: dict[str, Any]
+
+    def dataloader_kwargs(self) -> dict[str, Any]:
+        return K.loader_kwargs(self.knobs)
+
+    @property
+    def workload_args(self) -> dict[str, Any]:
+        """Your workload factory's searched arguments, as tuned ({} when none were searched)."""
+        return dict(self.data.get("workload_args") or {})
+
+    @property
+    def trial_workload_args(self) -> dict[str, Any]:
+        """Every argument the search's best trial gave your factory: the spec's
+        `workload.args`, the searched ones over them (to reproduce its numbers)."""
+        return {**((self.data.get("workload") or {}).get("args") or {}), **self.workload_args}
+
+    @property
+    def num_threads(self) -> int | None:
+        """Intra-op threads measured (None: torch's default); `prepare` applies it."""
+        return self.knobs.get("num_threads")
+
+    def prepare(self, model, optimizer=None):
+        """Threads and backend flags, then the model on the device in its memory
+        format, then compile. Parameters stay the same objects, so `optimizer`
+        stays valid; with `fused_optimizer` it comes back rebuilt with fused=True
+        (same class, groups and state): use the one returned."""
+        K.apply_process_flags(self.knobs)
+        K.apply_backend_flags(self.knobs)
+        model = K.prepare_model(model, self.knobs, self.device_type)
+        return model, None if optimizer is None else K.prepare_optimizer(optimizer, self.knobs)
+
+    def wrap(self, model):
+        """The model as the trials ran it, in torchtitan's order: activation
+        checkpointing per repeated block, then device, memory format and compile
+        (`prepare`'s), then, in a process group of two or more ranks (torchrun),
+        DDP with the tuned bucket size, gradient views and static graph, or FSDP2
+        `fully_shard` per block. Call it instead of `prepare`'s model part, after
+        `dist.init_process_group()`, and build the optimizer after it (FSDP
+        replaces the parameters by shards)."""
+        import torch
+        import torch.distributed as dist
+
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        device = torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0))) if self.device_type == "cuda" \
+            else torch.device("cpu")
+        K.apply_process_flags(self.knobs)
+        K.apply_backend_flags(self.knobs)
+        return K.wrap(model, self.knobs, device, world, scale_out.parallel(self.data)["blocks"])
+
+    def to_device(self, batch, preprocess=None):
+        """A loader batch on the device (non_blocking when pinned), then your
+        on-device `preprocess` if any, then 4-D inputs in channels_last."""
+        batch = K.to_device(batch, self.device_type, non_blocking=self.knobs["pin_memory"])
+        if preprocess is not None:
+            batch = preprocess(batch)
+        return K.to_channels_last(batch) if self.knobs["channels_last"] else batch
+
+    def autocast(self):
+        return K.autocast(self.knobs, self.device_type)
+
+    def grad_scaler(self):
+        """A GradScaler for fp16, else None."""
+        return K.grad_scaler(self.knobs, self.device_type)
+
+    def zero_grad(self, optimizer) -> None:
+        optimizer.zero_grad(set_to_none=self.knobs["set_to_none"])
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step that keep the baseline's effective batch
+        (1: step every batch)."""
+        return int((self.data.get("batch") or {}).get("grad_accumulation_steps") or 1)
+
+
+def load_config(path: str | Path) -> TunedConfig:
+    import torch
+
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
+        raise ValueError(f"{path}: not an autotune best_config.yaml (no `knobs` mapping)")
+    knobs = {**K.pytorch_defaults(None), **data["knobs"]}
+    device = data.get("device") or {}
+    device_type = device.get("type", "cpu")
+    if device_type == "cuda" and not torch.cuda.is_available():
+        warnings.warn(f"{path} was tuned on CUDA ({device.get('name')}) but no CUDA device is available here; its numbers do not apply")
+    made_with = str(device.get("torch") or "")
+    if made_with and made_with.split(".")[0] != torch.__version__.split(".")[0]:
+        warnings.warn(f"{path} was tuned with torch {made_with}; this is torch {torch.__version__}")
+    return TunedConfig(knobs, device_type, data)
+
+
+# --- other forms of the same config ----------------------------------------------------
+
+FORMATS = ("yaml", "json", "python", "lightning", "hf", "torchrun")
+
+
+def render(data: dict[str, Any], fmt: str) -> str:
+    """best_config.yaml's content as yaml, json, a runnable plain-PyTorch snippet,
+    or the matching Lightning Trainer/DataLoader arguments."""
+    if fmt == "yaml":
+        return yaml.safe_dump(data, sort_keys=False)
+    if fmt == "json":
+        import json
+
+        return json.dumps(data, indent=2) + "\n"
+    if fmt == "python":
+        return _python(data)
+    if fmt == "lightning":
+        return _lightning(data)
+    if fmt == "hf":  # one JSON object of transformers.TrainingArguments keyword arguments
+        import json
+
+        return json.dumps(scale_out.hf_kwargs(data)) + "\n"
+    if fmt == "torchrun":
+        return scale_out.torchrun(data)
+    raise ValueError(f"unknown format `{fmt}`; formats: {', '.join(FORMATS)}")
+
+
+def _header(data) -> str:
+    m = data.get("measured", {})
+    return (f"# autotune: {m.get('speedup_x', '?')}x over the baseline ({m.get('baseline_samples_per_s')} -> "
+            f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
+            + "".join(f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
+                      for f in data.get("safety", []) if f["safety"] != "safe"))
+
+
+def _python(data) -> str:
+    """A plain-PyTorch module for a loop written against the workload contract:
+    `loss(model, batch)` on a device batch of tensors, tuples, lists or dicts."""
+    k = {**K.pytorch_defaults(None), **data["knobs"]}
+    device = data.get("device", {}).get("type", "cpu")
+    dtype = {"bf16-mixed": "torch.bfloat16", "16-mixed": "torch.float16"}.get(k["precision"])
+    compile_line = ("" if k["compile"] == "none" else
+                    f"    model = torch.compile(model{'' if k['compile'] == 'default' else ', mode=' + repr(k['compile'])})\n")
+    threads = "" if k["num_threads"] is None else f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured\n"
+    tf32 = "torch.backends.cudnn.allow_tf32 = True\n" if k["precision"] == "tf32" else ""
+    args = data.get("workload_args")
+    args_line = f"WORKLOAD_ARGS = {args!r}  # your factory's searched arguments, as tuned\n" if args else ""
+    return f'''{_header(data)}import torch
+from torch.utils.data import DataLoader
+
+DEVICE = {device!r}
+{threads}torch.backends.cudnn.benchmark = {k["cudnn_benchmark"]}
+torch.set_float32_matmul_precision({"'high'" if k["precision"] == "tf32" else "'highest'"})
+{tf32}{args_line}LOADER_KWARGS = {K.loader_kwargs(k)!r}
+
+
+def make_loader(dataset, **kwargs):
+    """The tuned DataLoader; your own arguments (shuffle, sampler, collate_fn,
+    drop_last, ...) pass through and win."""
+    return DataLoader(dataset, **{{**LOADER_KWARGS, **kwargs}})
+
+
+def prepare(model):
+    model = model.to(DEVICE{", memory_format=torch.channels_last" if k["channels_last"] else ""})
+{compile_line}    return model
+
+
+def prepare_optimizer(optimizer):
+    """Your optimizer, built over the prepared model's parameters, as measured."""
+    return {"fuse_optimizer(optimizer)" if k["fused_optimizer"] else "optimizer  # fused_optimizer: false"}
+{_fuse_source(k)}
+
+SCALER = {"torch.amp.GradScaler(DEVICE)" if k["precision"] == "16-mixed" else "None"}
+
+
+def to_device(batch, preprocess=None):
+    """A batch (tensors, tuples, lists, dicts) on the device, then your on-device
+    preprocessing, then 4-D float inputs in channels_last."""
+    def move(x, fn):
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if isinstance(x, dict):
+            return {{key: move(v, fn) for key, v in x.items()}}
+        if isinstance(x, (tuple, list)):
+            return type(x)(move(v, fn) for v in x)
+        return x
+
+    batch = move(batch, lambda t: t.to(DEVICE, non_blocking={k["pin_memory"]}))
+    if preprocess is not None:
+        batch = preprocess(batch)
+    return {"move(batch, lambda t: t.contiguous(memory_format=torch.channels_last) if t.dim() == 4 and t.is_floating_point() else t)" if k["channels_last"] else "batch"}
+
+
+def train_step(model, optimizer, batch, loss, preprocess=None):
+    """One optimizer step: `loss(model, batch)` (the workload contract) on the device batch."""
+    batch = to_device(batch, preprocess)
+    with torch.autocast(DEVICE, dtype={dtype}, enabled={dtype is not None}):
+        value = loss(model, batch)
+    if SCALER is not None:
+        SCALER.scale(value).backward()
+        SCALER.step(optimizer)
+        SCALER.update()
+    else:
+        value.backward()
+        optimizer.step()
+    optimizer.zero_grad(set_to_none={k["set_to_none"]})
+    return value
+'''
+
+
+def _fuse_source(knobs: dict[str, Any]) -> str:
+    """The function the trials rebuilt the optimizer with, for a snippet (fused_optimizer on)."""
+    import inspect
+
+    if not knobs["fused_optimizer"]:
+        return ""
+    return "".join("\n\n" + inspect.getsource(f) for f in (K.fuse_optimizer, K.lay_out_state_like_params))
+
+
+def _lightning(data) -> str:
+    k = {**K.pytorch_defaults(None), **data["knobs"]}
+    precision = "32-true" if k["precision"] == "tf32" else k["precision"]
+    lines = [_header(data).rstrip("\n"), "import torch", ""]
+    if k["precision"] == "tf32":
+        lines.append('torch.set_float32_matmul_precision("high")  # tf32: Lightning precision "32-true" + TF32 matmuls')
+    if k["num_threads"] is not None:
+        lines.append(f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured")
+    lines += [
+        f"trainer_kwargs = {{'precision': {precision!r}, 'benchmark': {k['cudnn_benchmark']}}}",
+        f"dataloader_kwargs = {K.loader_kwargs(k)!r}",
+        "# trainer = lightning.Trainer(**trainer_kwargs); DataLoader(dataset, shuffle=True, **dataloader_kwargs)",
+    ]
+    if data.get("workload_args"):
+        lines.append(f"workload_args = {data['workload_args']!r}  # your factory's searched arguments, as tuned")
+    if k["channels_last"]:
+        lines.append("# channels_last: in your LightningModule, self.to(memory_format=torch.channels_last) and the same for 4-D inputs")
+    if k["compile"] != "none":
+        mode = "" if k["compile"] == "default" else f", mode={k['compile']!r}"
+        lines.append(f"# compile: model = torch.compile(model{mode}) before trainer.fit(model)")
+    if k["fused_optimizer"]:
+        lines += ["# fused_optimizer: in configure_optimizers, return fuse_optimizer(your optimizer) (or build it with fused=True)",
+                  _fuse_source(k).strip() + "\n"]
+    lines += scale_out.lightning_strategy(data)
+    lines.append(f"# set_to_none={k['set_to_none']}: Lightning calls optimizer.zero_grad() (set_to_none=True by default)"
+                 + ("" if k["set_to_none"] else "; override LightningModule.optimizer_zero_grad to pass set_to_none=False"))
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,176 @@
+"""Winners remembered: a search that asks the same question as an earlier,
+finished one in the same runs directory, on the same kind of machine, is told so
+before it starts, and `reuse` returns the earlier result without running a trial.
+
+The run dirs are the cache: each search keeps its key in search.json
+(`cache_key`); there is no second store. The key has two parts:
+
+- `question` (no torch needed, compared first): the workload (its ref or a pickled
+  factory's qualified name, and its args), the baseline, the search space as
+  resolved from the presets (values, not the preset's name), the trial window, the
+  search settings (sampler, n_trials, budget, seed, patience) and the safety
+  settings, the autotune version and this host's CPU model and count. Each of them
+  changes which configs are tried, how they are timed, or which may win; where
+  results go (name, output_dir, tracking) and how trials are placed (resources)
+  do not, and are left out.
+- `machine` (computed only when some earlier search's question matches, or once
+  the workload is built for the search itself): the torch version, the device
+  (`cpu`, or the GPUs' names, read without creating a CUDA context in this
+  process), a fingerprint of the model's parameter names, shapes and dtypes
+  (the model built on the meta device: no memory, no weights), and the
+  workload's own batch size and dataset length (a factory's defaults may change
+  while its name and args do not).
+
+A search on a Ray cluster is neither remembered nor reused: its devices are known
+only once Ray runs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from autotune._version import __version__
+from autotune.records.run_dir import STATE_FILE
+
+KEY = "cache_key"
+
+
+def question(spec) -> dict[str, Any] | None:
+    """The cheap part of the key; None for a search the cache does not cover."""
+    if spec.resources.ray_address:
+        return None
+    data = spec.model_dump(mode="json")
+    return {"workload": data["workload"], "baseline": data["baseline"],
+            "space": {"lists": spec.search_space.lists(), "user": spec.search_space.user()},
+            "trial": data["trial"], "search": data["search"], "safety": data["safety"],
+            "autotune": __version__, "host": _host()}
+
+
+def machine(spec, workload) -> dict[str, Any] | None:
+    """The part that needs torch and the built workload; None when the device cannot be told."""
+    import torch
+
+    device = _device(spec.resources.device, torch)
+    params = param_fingerprint(workload)
+    if device is None or params is None:
+        return None
+    return {"torch": str(torch.__version__), "device": device, "params": params, "batch_size": workload.batch_size,
+            "samples": len(workload.dataset)}
+
+
+def param_fingerprint(workload) -> str | None:
+    """A digest of the model's parameter names, shapes and dtypes (built on the
+    meta device where the model allows it; None when it cannot be built)."""
+    import torch
+
+    try:
+        with torch.device("meta"):
+            model = workload.model()
+    except Exception:  # a model that loads weights or checks devices while it is built
+        try:
+            model = workload.model()
+        except Exception:
+            return None
+    digest = hashlib.sha256()
+    for name, p in model.named_parameters():  # a lazy module's parameters have no shape until a first batch
+        shape = "lazy" if isinstance(p, torch.nn.parameter.UninitializedParameter) else tuple(p.shape)
+        digest.update(f"{name}:{shape}:{p.dtype};".encode())
+    return digest.hexdigest()[:16]
+
+
+def _host() -> dict[str, Any]:
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    return {"cpu": model, "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+
+
+def _device(requested: str, torch) -> str | None:
+    """`cpu`, or `cuda:` and the GPUs' names; None when they cannot be read. No
+    CUDA context is created here: the driver's process must stay off the GPU its
+    trials measure (is_available asks the driver for a count; the names come from NVML)."""
+    if requested == "cpu" or (requested == "auto" and not torch.cuda.is_available()):
+        return "cpu"
+    names = _gpu_names()
+    return "cuda:" + ",".join(names) if names else None
+
+
+def _gpu_names() -> list[str]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                     for i in range(pynvml.nvmlDeviceGetCount())]
+        finally:
+            pynvml.nvmlShutdown()
+        return [n.decode() if isinstance(n, bytes) else n for n in names]
+    except Exception:  # no nvidia-ml-py, or no NVML: ask nvidia-smi
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                                 text=True, timeout=20)
+            return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
+        except (OSError, subprocess.SubprocessError):
+            return []
+
+
+class Lookup:
+    """The finished searches in `runs_dir` whose question matches this one's."""
+
+    def __init__(self, runs_dir: Path, asked: dict[str, Any]):
+        self.asked, self.found = asked, []
+        for state_file in runs_dir.glob(f"*/{STATE_FILE}") if runs_dir.is_dir() else ():
+            try:
+                state = json.loads(state_file.read_text())
+            except (OSError, ValueError):
+                continue
+            key = state.get(KEY) or {}
+            finished = "wall_s" in state and not state.get("stopped_reason")
+            if finished and key.get("question") == asked and (state_file.parent / "best_config.yaml").exists():
+                self.found.append((state.get("started") or "", state_file.parent, key.get("machine")))
+        self.found.sort(reverse=True)  # the newest first
+
+    def match(self, machine: dict[str, Any] | None) -> Path | None:
+        """The newest earlier search that also ran on this machine's kind with this model."""
+        return next((run_dir for _, run_dir, theirs in self.found if machine and theirs == machine), None)
+
+
+def find(spec, source) -> Path | None:
+    """The newest finished search in the spec's runs dir that asked this question
+    on this machine; the workload is built (its model on the meta device) only
+    when some earlier search's question matches."""
+    from autotune import workload as W
+
+    asked = question(spec)
+    earlier = Lookup(spec.resolved_output_dir().resolve().parent, asked) if asked else None
+    if not earlier or not earlier.found:
+        return None
+    W.importable_paths()  # a user factory resolves as the search would resolve it
+    return earlier.match(machine(spec, W.load(source, spec.workload.args)))
+
+
+def key(asked: dict[str, Any] | None, machine: dict[str, Any] | None) -> dict[str, Any] | None:
+    """What search.json keeps (None: not remembered)."""
+    return {"question": asked, "machine": machine} if asked and machine else None
+
+
+def describe(run_dir: Path, reused: bool) -> str:
+    """The line a matching search prints before it starts."""
+    import yaml
+
+    measured = (yaml.safe_load((run_dir / "best_config.yaml").read_text()) or {}).get("measured") or {}
+    best = f"best {measured.get('speedup_x', 0):.2f}x over the baseline in {measured.get('trials', '?')} trials"
+    if reused:
+        return (f"reusing `{run_dir}`: a finished search of the same workload, space and settings on this device, "
+                f"torch and autotune ({best}); no trial run (--refresh / refresh=True searches again)")
+    return (f"an earlier search asked the same on this device, torch and autotune: `{run_dir}` ({best}); "
+            f"searching again (--reuse / reuse=True returns it without running trials)")

@@ -1,0 +1,85 @@
+"""The recorder: each finished trial becomes a record, written everywhere at once
+(MLflow, trials.csv, the caller's view), and `reconcile` makes a resumed search
+whole again (trials Optuna saw finish but nobody recorded; trials cut short)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from autotune import knobs as K
+from autotune.records.run_dir import TrialRecord, add_speedup, received, record_of, transport, trial_dir_of, write_csv
+from autotune.trial.result import TrialResult
+from autotune.records.scaling import EFFICIENCY, add_efficiency
+
+LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what the Ray adapter adds to a result
+
+
+class Recorder:
+    """Turns each finished trial (as the Ray adapter, or a resume, hands it over)
+    into a record, writes it everywhere at once, and tells the caller."""
+
+    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
+        self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
+        self.csv_path, self.on_trial = csv_path, on_trial
+        self.on_trial_start: Callable | None = None
+        self.baseline_failed: TrialRecord | None = None
+
+    def baseline(self) -> TrialRecord | None:
+        return next((r for r in self.records if r.is_baseline), None)
+
+    def add(self, config: dict, carried: dict | None, ray_error: str | None = None) -> None:
+        """`carried`: what the Ray adapter (or a resume) hands over (`records.transport`)."""
+        carried = dict(carried or {})
+        knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
+        record = record_of(
+            config["trial_number"], knobs, received(carried), carried.get("trial_dir"),
+            # the baseline is enqueued first; a later trial with its knobs is a repeat
+            is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
+            info={k: carried.get(k) for k in LAUNCH_INFO}, ray_error=ray_error)
+        base = self.baseline()
+        if record.is_baseline:
+            base = record
+            if record.status != "ok":
+                self.baseline_failed = record
+        add_speedup(record, base)
+        add_efficiency(record, base)
+        self.records.append(record)
+        record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
+        if record.is_baseline:  # trials that finished before it (in parallel on a cluster)
+            self._late_efficiency(record)
+        write_csv(self.records, self.csv_path)
+        if self.on_trial:
+            self.on_trial(record)
+
+    def _late_efficiency(self, baseline: TrialRecord) -> None:
+        for r in self.records:
+            if r is not baseline and EFFICIENCY not in r.metrics:
+                add_efficiency(r, baseline)
+                if EFFICIENCY in r.metrics and r.mlflow_run_id:
+                    self.tracker.log_metrics(r.mlflow_run_id, {EFFICIENCY: r.metrics[EFFICIENCY]})
+
+
+def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> None:
+    """After a crash or an interruption: trials Optuna saw finish but the driver
+    did not record (killed in between) are recorded from their result.json;
+    trials left RUNNING are marked FAIL and `interrupted` (the strategy proposes
+    them again first)."""
+    from optuna.trial import TrialState
+
+    recorded = {r.number for r in recorder.records}
+    fixed = {k: v for k, v in space.baseline.items() if k not in space.search}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("virtual"):
+            continue  # never ran: a repeat or a predicted failure told to the sampler
+        result_file = trial_dir_of(run_dir, t.number) / "result.json"
+        finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
+        if finished and t.number not in recorded and result_file.exists():
+            recorder.add({**fixed, **t.params, "trial_number": t.number},
+                         transport(t.number, result_file.parent, TrialResult.read(result_file)))
+        elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
+            study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+            if t.state == TrialState.RUNNING:
+                study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+
+

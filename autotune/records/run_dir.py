@@ -1,0 +1,367 @@
+"""What a search leaves in its run dir, and reading it back: trials.csv (one row
+per trial), search.json (device, space, plan, MLflow ids) and each trial's
+result.json. `autotune report` and `autotune export` work from these alone."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autotune import knobs as K
+from autotune.search.confirm import settle
+from autotune.trial.result import TrialResult
+
+METRIC = "samples_per_s"
+STATE_FILE = "search.json"
+INFO = ("host", "node_ip", "gpu_ids", "started_unix", "ended_unix", "device_type", "device_name", "torch",
+        "trial_wall_s", "optimizer", "has_batchnorm", "disturbed")
+NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "parity", "parity_reason", "error_type", "error",
+               "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
+
+
+@dataclass
+class TrialRecord:
+    """One finished trial, as the driver saw it."""
+
+    number: int
+    status: str  # ok | oom | error | timeout
+    knobs: dict[str, Any]
+    metrics: dict[str, float]
+    is_baseline: bool = False
+    error_type: str | None = None
+    error: str | None = None
+    trial_dir: str | None = None
+    info: dict[str, Any] = field(default_factory=dict)  # host, device, wall time
+    mlflow_run_id: str | None = None
+    diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
+    parity: dict[str, Any] | None = None  # loss parity against the baseline (None: no numerics knob changed)
+    tie: dict[str, Any] | None = None  # set by pick_best on the best: a faster, riskier trial it tied with
+
+    @property
+    def measured(self) -> float | None:
+        """Throughput as measured, a pruned trial's too (over its shortened
+        window): what plots and per-knob effects show. `throughput` is only a
+        complete trial's: what can be the best."""
+        return self.metrics.get(METRIC) if self.status in ("ok", "pruned") else None
+
+    @property
+    def safe(self) -> bool:
+        """No measured reason to distrust this config's training numerics."""
+        return self.parity is None or bool(self.parity["passed"])
+
+    @property
+    def throughput(self) -> float | None:
+        return self.metrics.get(METRIC) if self.status == "ok" else None
+
+    @property
+    def tie_holds(self) -> bool:
+        """Its window tied with a safer incumbent (`tie_kept`: search.strategy v2
+        gave that tie to the incumbent, as `pick_best` gives ties to the safer
+        config), and the tie still holds: the re-measurement has not rejected
+        that incumbent (`info["tie_reopened"]`, autotune.checked)."""
+        return bool(self.metrics.get("tie_kept")) and "tie_reopened" not in self.info
+
+    @property
+    def contends(self) -> bool:
+        """Can be the best: complete, safe, and no tie with a safer incumbent holds (`tie_holds`)."""
+        return bool(self.throughput) and self.safe and not self.tie_holds
+
+    @property
+    def speedup(self) -> float | None:
+        return self.metrics.get("speedup_x")
+
+    def row(self) -> dict[str, Any]:
+        return {
+            "trial": self.number, "status": self.status, "baseline": self.is_baseline,
+            **self.knobs, **self.metrics, **self.info,
+            "bottleneck": (self.diagnosis or {}).get("bottleneck"),
+            "parity": None if self.parity is None else ("passed" if self.parity["passed"] else "failed"),
+            "parity_reason": (self.parity or {}).get("reason"),
+            "error_type": self.error_type, "error": self.error, "trial_dir": self.trial_dir,
+            "mlflow_run_id": self.mlflow_run_id,
+        }
+
+
+@dataclass
+class SearchResult:
+    """A search, finished or not: what `autotune.search` returns and `read_run` reads back."""
+
+    run_dir: Path
+    space: K.Space
+    device: K.Device
+    records: list[TrialRecord]
+    baseline: TrialRecord | None
+    best: TrialRecord | None
+    wall_s: float
+    paths: dict[str, Path]
+    stopped_reason: str | None = None
+    ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
+    confirm: dict[str, Any] | None = None  # the best re-measured against the baseline (autotune.confirm)
+    reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
+    skipped: list[dict] = field(default_factory=list)  # configs the rate model kept from running (search.json)
+    importance: dict[str, float] | None = None  # each knob's share of the variation, once the plots are drawn
+
+    @property
+    def confirmed(self) -> dict[str, Any] | None:
+        """The re-measurement of this best against the baseline (autotune.confirm),
+        None where there is none (or the baseline won it)."""
+        c = self.confirm
+        return c if c and self.best and c.get("best_trial") == self.best.number and c.get("verdict") else None
+
+    @property
+    def speedup(self) -> float | None:
+        """The best's speedup over the baseline: the re-measured one where the
+        search re-measured this best (autotune.confirm), else the trials' ratio."""
+        if not (self.best and self.baseline and self.baseline.throughput):
+            return None
+        return self.confirmed["speedup_x"] if self.confirmed else self.best.throughput / self.baseline.throughput
+
+    @property
+    def break_even(self) -> dict[str, Any] | None:
+        """When the search pays for itself (`budget.break_even`): its wall time
+        against the winner's per-step saving at the winner's batch size and
+        measured rate (the re-measured one where the speedup is)."""
+        from autotune.search.budget import break_even
+
+        best = self.best
+        if self.speedup is None:
+            return None
+        rate = self.confirmed["best_samples_per_s"] if self.confirmed else best.throughput
+        return break_even(self.wall_s, self.speedup, rate, best.knobs["batch_size"], best is not self.baseline)
+
+    @property
+    def best_config(self):
+        """The best config as production loads it (`autotune.load_config`); None
+        when nothing was exported (no measured baseline, or no safe trial)."""
+        from autotune.export.best_config import load_config
+
+        path = Path(self.paths["best_config"])
+        return load_config(path) if path.exists() else None
+
+    @property
+    def trials(self):
+        """The trials as a pandas DataFrame, one row per trial (trials.csv's columns)."""
+        return trials_frame(self.records)
+
+
+def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | str]:
+    """What a search leaves in its run dir, by name (one place for the layout)."""
+    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
+             "optuna_storage": run_dir / "optuna.db", "plots": run_dir / "plots"}
+    return {**paths, "mlflow_uri": mlflow_uri} if mlflow_uri else paths
+
+
+def trial_dir_of(run_dir: Path, number: int) -> Path:
+    """A trial's own dir: config.json, result.json, trial.log, trace.json."""
+    return Path(run_dir) / "trials" / f"{number:04d}"
+
+
+def transport(number: int, trial_dir: Path, result: TrialResult) -> dict:
+    """What Ray Tune carries from a trial to the driver: the runner's result as
+    JSON text (Tune would flatten nested dicts), with the metric Tune schedules on."""
+    carried = {"trial_number": number, "trial_dir": str(trial_dir), "status": result.status,
+               "result_json": json.dumps(result.to_dict())}
+    if result.ok:
+        carried[METRIC] = result.metrics[METRIC]
+    return carried
+
+
+def received(carried: dict | None) -> TrialResult:
+    """The transport's receiving end: the runner's result, parsed once (an
+    error where nothing came, a Ray trial that failed before reporting)."""
+    text = (carried or {}).get("result_json")
+    return TrialResult.from_dict(json.loads(text)) if text else TrialResult(status="error")
+
+
+def record_of(number: int, knobs: dict[str, Any], result: TrialResult, trial_dir, is_baseline: bool = False,
+              info: dict | None = None, ray_error: str | None = None) -> TrialRecord:
+    """The one conversion from the runner's result to a record; `info`: what
+    the launcher adds (node, GPU ids, start and end times)."""
+    device, wall = result.device, result.trial_wall_s
+    facts = {"host": result.host, "device_type": device and device.type, "device_name": device and device.name,
+             "torch": result.torch, "trial_wall_s": wall if wall is not None else result.trial_s,
+             "optimizer": result.optimizer, "has_batchnorm": result.has_batchnorm,
+             "disturbed": result.disturbed, **(info or {})}
+    return TrialRecord(
+        number=number, status=result.status or "error", knobs=knobs,
+        metrics={k: v for k, v in (result.metrics or {}).items() if v is not None}, is_baseline=is_baseline,
+        error_type=result.error_type or ("RayTrialError" if ray_error else None),
+        error=result.error or ray_error, trial_dir=str(trial_dir) if trial_dir else None,
+        info={k: v for k, v in facts.items() if k in INFO and v is not None},
+        diagnosis=result.diagnosis, parity=result.parity)
+
+
+def add_speedup(record: TrialRecord, baseline: TrialRecord | None) -> None:
+    """The record's speedup over the baseline, where the two compare (a pruned trial's too)."""
+    if baseline and baseline.throughput and record.measured and same_device(baseline, record):
+        record.metrics["speedup_x"] = record.measured / baseline.throughput
+
+
+def pruning_savings(records: list[TrialRecord]) -> dict[str, float]:
+    """Pruned trials, and the time their early stop saved: what a complete trial
+    took (the median over complete ones) less what each pruned one took."""
+    pruned = [r for r in records if r.status == "pruned"]
+    full = sorted(r.info["trial_wall_s"] for r in records if r.status == "ok" and r.info.get("trial_wall_s"))
+    if not pruned or not full:
+        return {"trials_pruned": len(pruned)} if pruned else {}
+    typical = full[len(full) // 2]
+    saved = sum(max(0.0, typical - r.info.get("trial_wall_s", typical)) for r in pruned)
+    return {"trials_pruned": len(pruned), "pruning_saved_s": saved}
+
+
+def same_device(a: TrialRecord | None, b: TrialRecord) -> bool:
+    """Comparable: measured on the same kind of device (a heterogeneous cluster
+    mixes them; a ratio across device types says nothing about a knob)."""
+    return a is None or a.info.get("device_name") == b.info.get("device_name")
+
+
+# safe < reproducibility < numerics < dynamics: what a changed knob may alter
+SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < reproducibility < numerics < dynamics
+
+
+def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int, bool]:
+    """How risky a config is to adopt (`pick_best`'s tie-break, and the strategy's:
+    `Strategy.incumbent_bar`): the highest safety class among the knobs it changes
+    from the baseline, then how many of them are in a class above safe, then
+    whether it changes any (a change is exported for a gain, never a tie). A knob
+    the registry classes safe adds nothing beyond that: loader and host knobs,
+    and channels_last and set_to_none, whose numerics differ at rounding level
+    (loss parity: 1e-7 on jpeg_pipeline, 1.4e-5 and 0 on an H200 at 224 px).
+    Counting them traded measured throughput for no measured risk: on
+    jpeg_pipeline 2 workers as a risk exported channels_last alone, 0.84x of the
+    two together side by side, and channels_last as one exported bf16 alone,
+    0.89x of bf16 + channels_last (5 pairs, 0.87-0.95)."""
+    changed = [K.lookup(k) for k, v in knobs.items() if v != baseline_knobs.get(k)]
+    return (max((SAFETY_RANK[k.safety] for k in changed), default=0),
+            sum(k.safety != "safe" for k in changed), bool(changed))
+
+
+def _ci(record: TrialRecord) -> float:
+    """The relative half-width of the 95% CI of the step-time mean; 0 where
+    unknown (a trial with no measured precision cannot claim a tie)."""
+    ci = record.metrics.get("step_mean_ci95")
+    return ci if ci is not None and math.isfinite(ci) else 0.0
+
+
+def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
+    """The two throughputs' 95% CIs overlap (a throughput's relative CI is its
+    step-time mean's: samples/s = batch / step time)."""
+    lo, hi = sorted((a, b), key=lambda r: r.throughput)
+    return lo.throughput * (1 + _ci(lo)) >= hi.throughput * (1 - _ci(hi))
+
+
+def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
+    """The fastest trial that can be the best (`TrialRecord.contends`), on the
+    baseline's device type; a faster one that failed loss parity is never the
+    one exported.
+
+    Ties are ties: among the trials whose 95% CI overlaps the fastest's (its
+    advantage is inside the measured uncertainty), the safer config wins
+    (`risk`: lower safety class, safe < reproducibility < numerics < dynamics;
+    then fewer changed knobs above the safe class, then the baseline's own
+    knobs before any change; then the faster). A trial whose window tied with
+    a safer incumbent (`tie_kept`) lost its tie there. The winner's `tie` then
+    names the fastest such faster-but-riskier trial and both CIs."""
+    base = next((r for r in records if r.is_baseline), None)
+    ok = [r for r in records if r.contends and same_device(base, r)]
+    for r in records:
+        r.tie = None
+    if not ok:
+        return None
+    fastest = max(ok, key=lambda r: r.throughput)
+    if base is None:
+        return fastest
+    tied = [r for r in ok if _overlap(r, fastest)]
+    best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.throughput))
+    kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
+    faster = max([r for r in [fastest, *kept] if r.throughput > best.throughput], key=lambda r: r.throughput,
+                 default=None)
+    if faster is not None:
+        how = ("its window tied with a safer incumbent, within the spread between processes" if faster in kept
+               else "inside the measured uncertainty (95% CIs overlap)")
+        best.tie = {
+            "faster_trial": faster.number, "faster_samples_per_s": round(faster.throughput, 2),
+            "faster_ci95": round(_ci(faster), 4), "faster_risk": _risk_name(faster, base.knobs),
+            "chosen_trial": best.number, "chosen_samples_per_s": round(best.throughput, 2),
+            "chosen_ci95": round(_ci(best), 4), "chosen_risk": _risk_name(best, base.knobs),
+            "note": (f"trial #{faster.number} ({faster.throughput:.1f} samples/s +-{_ci(faster):.1%}) is "
+                     f"{faster.throughput / best.throughput - 1:.1%} faster than #{best.number} "
+                     f"({best.throughput:.1f} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
+                     f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"),
+        }
+    return best
+
+
+def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
+    rank, n, changed = risk(record.knobs, baseline_knobs)
+    cls = next(name for name, r in SAFETY_RANK.items() if r == rank)
+    if not changed:
+        return "the baseline's knobs"
+    return f"{cls}, {n or 'no'} changed knob{'' if n == 1 else 's'} above the safe class"
+
+
+def trials_frame(records: list[TrialRecord]):
+    """One row per trial, in trial order: knobs, metrics, status, error."""
+    import pandas as pd
+
+    return pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)])
+
+
+def write_csv(records: list[TrialRecord], path: Path) -> None:
+    tmp = path.with_suffix(".csv.tmp")
+    trials_frame(records).to_csv(tmp, index=False)
+    tmp.replace(path)  # atomic: a reader never sees half a file
+
+
+def write_state(run_dir: Path, state: dict) -> None:
+    (run_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+
+
+def _clean(value):
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def read_run(run_dir: Path) -> SearchResult:
+    """A finished or interrupted search, from its run dir."""
+    import pandas as pd
+
+    run_dir = Path(run_dir)
+    state_file, csv = run_dir / STATE_FILE, run_dir / "trials.csv"
+    if not state_file.exists():
+        raise FileNotFoundError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE})")
+    state = json.loads(state_file.read_text())
+    space = K.Space(**state["space"])
+    K.declare(space.user)
+    records = []
+    rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []
+    for row in rows:
+        row = {k: _clean(v) for k, v in row.items()}
+        trial_dir = row.get("trial_dir")
+        result_file = Path(trial_dir) / "result.json" if trial_dir else None
+        trial_result = TrialResult.read(result_file) if result_file and result_file.exists() else TrialResult("error")
+        records.append(TrialRecord(
+            number=int(row["trial"]), status=row["status"], is_baseline=bool(row["baseline"]),
+            knobs={k: K.from_cell(k, row.get(k)) if k in K.KNOBS else row.get(k) for k in space.baseline},
+            metrics={k: v for k, v in row.items() if k not in NOT_METRICS and not k.startswith(K.USER_PREFIX)
+                     and isinstance(v, (int, float)) and v is not None},
+            error_type=row.get("error_type"), error=row.get("error"), trial_dir=trial_dir,
+            info={k: row[k] for k in INFO if row.get(k) is not None}, mlflow_run_id=row.get("mlflow_run_id"),
+            diagnosis=trial_result.diagnosis, parity=trial_result.parity,
+        ))
+    baseline = next((r for r in records if r.is_baseline), None)
+    best = pick_best(records)
+    named = (state.get("confirm") or {}).get("best_trial")  # a rejected best handed over to the next candidate
+    if best is not None and named is not None and named != best.number:
+        best = next((r for r in records if r.number == named and r.throughput and r.safe), best)
+    device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
+    paths = run_paths(run_dir, state["mlflow_uri"])
+    result = SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
+                          state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
+                          state.get("ended"), state.get("confirm"), skipped=state.get("skipped_predicted") or [])
+    settle(result)
+    return result

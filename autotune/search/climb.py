@@ -1,0 +1,194 @@
+"""The climb: what a performance engineer does by hand, as one decision on
+what the search knows. From the baseline, local moves from the incumbent (the
+best config so far, moved only by a gain above `min_improvement`), starting with
+the moves its own diagnosis names (`autotune.diagnose.PLAYBOOK`); every new
+incumbent is moved from in turn. `autotune.strategy.Strategy` (the Optuna
+adapter) hands it the measured values and asks for the next point.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+from autotune.trial.diagnose import STEP_COST_KNOBS, playbook_moves, user_moves
+from autotune.knobs import KNOBS, ladder_key
+
+# knobs whose values are ordered (a ladder: try the next value up, then down)
+LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
+# the knobs in the order the bottleneck usually moves through them (input ->
+# overhead -> compute -> memory, PLAYBOOK.md): the registry's order, the order of
+# the moves no diagnosis asked for. A knob of the space not listed (a user knob) is
+# tried after these.
+DEFAULT_ORDER = tuple(KNOBS)
+
+
+def key(params: dict, names) -> tuple:
+    return tuple(params[n] for n in names)
+
+
+@dataclass
+class _Path:
+    """What the climb did so far: per knob, the step it last moved at, and the
+    values it moved away from."""
+
+    moved: dict = field(default_factory=dict)
+    left: dict = field(default_factory=dict)
+    steps: int = 0
+
+    def record(self, before: dict, after: dict) -> None:
+        self.steps += 1
+        for n in after:
+            if after[n] != before[n]:
+                self.moved[n] = self.steps
+                self.left.setdefault(n, set()).add(before[n])
+
+
+class _Need(Exception):
+    """The climb needs this point measured (None: it waits on a running trial)."""
+
+
+class Climb:
+    def __init__(self, search: dict[str, list], baseline: dict, min_improvement: float, cuda: bool,
+                 diagnosis_of: Callable[[dict], dict | None],
+                 pick: Callable[[list[dict], float], dict] | None = None):
+        self.search, self.names, self.baseline = search, list(search), baseline
+        self.min_improvement, self.cuda, self.diagnosis_of = min_improvement, cuda, diagnosis_of
+        # `pick(points, above)`: which of the incumbent's unmeasured moves runs first (the rate
+        # model's fastest); None: the first in the climb's order
+        self.pick = pick
+
+    def _is_ladder(self, name: str) -> bool:
+        """Ordered values (workers, batch size, threads, any integer knob): step up or down."""
+        return name in LADDERS or all(isinstance(v, int) and not isinstance(v, bool) for v in self.search[name])
+
+    def _rungs(self, name: str) -> list:
+        """A ladder's values in order (None, torch's default, where the registry places it)."""
+        return sorted(self.search[name], key=ladder_key(name))
+
+    def _step(self, center: dict, name: str, direction: int) -> dict | None:
+        rungs = self._rungs(name)
+        i = rungs.index(center[name]) + direction
+        return {**center, name: rungs[i]} if 0 <= i < len(rungs) else None
+
+    def _targets(self, center: dict, move: dict) -> list[dict]:
+        """The points a diagnosis move names, from `center`, best guess first:
+        the next rung of a ladder ("up"/"down"); the smallest rung at or above a
+        sized target (workers from the two measured rates), else the top one;
+        one point per listed value."""
+        name, to = move.get("knob"), move.get("to")
+        if name not in self.search:
+            return []
+        options = self.search[name]
+        if to in ("up", "down"):
+            point = self._step(center, name, 1 if to == "up" else -1) if self._is_ladder(name) else None
+            return [point] if point else []
+        if isinstance(to, int) and not isinstance(to, bool) and self._is_ladder(name):
+            rungs, rank = self._rungs(name), ladder_key(name)
+            pick = next((r for r in rungs if rank(r) >= to), rungs[-1])
+            return [{**center, name: pick}] if pick != center[name] else []
+        if to == "other":  # a user knob: each of its other values
+            return [{**center, name: v} for v in options if v != center[name]]
+        wanted = to if isinstance(to, list) else [to]
+        return [{**center, name: v} for v in wanted if v in options and v != center[name]]
+
+    def candidates(self, center: dict, came_from: dict | None, path: "_Path | None" = None) -> list[dict]:
+        """The local moves from an incumbent, in the order they are tried:
+        1. what its own diagnosis says (every move at once, then each alone);
+        2. after a change in step cost (precision, layout, compile): the batch
+           ladder again, since a cheaper step brings overhead back;
+        3. every other neighbour (a rung up, another value), knobs never moved
+           on the climb first, in DEFAULT_ORDER (then any other knob of the
+           space), then the knobs moved longest ago: each knob gets its turn
+           before one is moved again, unless a diagnosis asks for it (step 1);
+        4. last: a rung down, and the values the climb moved away from
+           (`path.left`; undoing the move that led here among them)."""
+        path = path or _Path()
+        left = path.left
+        changed = [n for n in self.names if came_from is not None and came_from[n] != center[n]]
+        diagnosis = self.diagnosis_of(center)
+        out: list[dict] = []
+        if diagnosis is not None:
+            moves = diagnosis.get("moves")
+            if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
+                moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda)
+            else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
+                moves = moves + user_moves(diagnosis.get("bottleneck"))
+            targets = [t for t in (self._targets(center, mv) for mv in moves) if t]
+            if len(targets) > 1:
+                out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})
+            out += [p for t in targets for p in t]
+        if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
+            out.append(self._step(center, "batch_size", 1))
+        order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
+        order.sort(key=lambda n: path.moved.get(n, -1))  # stable: DEFAULT_ORDER among equals
+        last: list[dict | None] = []
+        for name in order:
+            if self._is_ladder(name):
+                out.append(self._step(center, name, 1))
+                last.append(self._step(center, name, -1))
+            else:
+                for v in self.search[name]:
+                    undo = v in left.get(name, ()) or (name in changed and v == came_from[name])
+                    if v != center[name]:
+                        (last if undo else out).append({**center, name: v})
+        seen, ordered = {key(center, self.names)}, []
+        for p in out + last:
+            if p is not None and key(p, self.names) not in seen:
+                seen.add(key(p, self.names))
+                ordered.append(p)
+        return ordered
+
+    def plan(self, values: dict[tuple, float | None], free, infeasible) -> dict | None:
+        """The next point of the hand-tuning procedure, replayed over what is
+        known (`values`: each measured config's key -> its value, None for a
+        failed or unsafe one): from the baseline, try the incumbent's local
+        moves (`candidates`: its own diagnosis first); the first that gains more
+        than min_improvement is the new incumbent, which is diagnosed again and
+        moved from in turn, so a ladder re-opens whenever its bottleneck comes
+        back. None when no move gains (a local optimum: the sampler explores
+        from there), or when the next point waits on a running trial. With
+        `pick` (the rate model's order, search.strategy v2), the incumbent's
+        measured moves are weighed first (any that gained moves the climb on),
+        then `pick` names which of its unmeasured moves runs next."""
+        def value(point):
+            k = key(point, self.names)
+            if k in values:
+                return values[k]
+            if not free(point):  # predicted OOM or over the budget: a failure; running: wait
+                if infeasible(point):
+                    return None
+                raise _Need(None)
+            raise _Need(point)
+
+        try:
+            center, came_from, path = self.baseline, None, _Path()
+            best = value(center)
+            if best is None:
+                return None  # the baseline failed: nothing to climb from
+            while True:
+                ready, waiting = [], False  # with `pick`: the moves not measured yet, and one running
+                for point in self.candidates(center, came_from, path):
+                    if self.pick is not None and key(point, self.names) not in values:
+                        if free(point):
+                            ready.append(point)
+                        waiting = waiting or not infeasible(point) and not free(point)
+                        continue
+                    v = value(point)
+                    if v is not None and v > best * (1 + self.min_improvement):
+                        path.record(center, point)
+                        came_from, center, best = center, point, v
+                        break
+                else:
+                    if ready:  # any measured move that gained moved the climb on; else the one `pick` names
+                        return self.pick(ready, best * (1 + self.min_improvement))
+                    if waiting:
+                        return None  # wait on the running move
+                    # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
+                    top = max(((v, k) for k, v in values.items() if v is not None), default=None, key=lambda x: x[0])
+                    if top is None or top[0] <= best * (1 + self.min_improvement):
+                        return None
+                    came_from, center, best = None, dict(zip(self.names, top[1])), top[0]
+        except _Need as need:
+            return need.args[0]
+

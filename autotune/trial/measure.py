@@ -1,0 +1,387 @@
+"""Measuring a running training session: the timed window (synchronized at its
+ends only, until its mean is known), NVML utilization, the separate profiled
+window, FLOPs of a step. The trace is read by `autotune.trace`; the two sides
+(compute on a cached batch, the loader alone) by `autotune.sides`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from dataclasses import dataclass
+
+from autotune.trial.memory import peak_rss_gib, reset_peak_rss
+from autotune.trial.trace import analyze_trace
+
+# --- measuring a running session (torch imported on call) ---------------------------
+
+
+class GpuUtilSampler:
+    """Samples NVML GPU utilization (what nvidia-smi shows) in a thread, when
+    nvidia-ml-py is installed."""
+
+    def __init__(self, enabled: bool, period_s: float = 0.05):
+        import threading
+
+        self.samples: list[int] = []
+        self._stop = threading.Event()
+        self._thread = None
+        if enabled:
+            import torch
+
+            try:
+                torch.cuda.utilization()
+            except Exception:  # no NVML: no samples, the field stays absent
+                return
+            self._thread = threading.Thread(target=self._run, args=(period_s,), daemon=True)
+
+    def _run(self, period_s):
+        import torch
+
+        while not self._stop.wait(period_s):
+            self.samples.append(torch.cuda.utilization())
+
+    def __enter__(self):
+        if self._thread:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        if self._thread:
+            self._thread.join()
+
+    def mean(self) -> float | None:
+        return sum(self.samples) / len(self.samples) if self.samples else None
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    i = (len(sorted_values) - 1) * q
+    lo, hi = math.floor(i), math.ceil(i)
+    return sorted_values[lo] + (sorted_values[hi] - sorted_values[lo]) * (i - lo)
+
+
+Z95 = 1.96  # the normal distribution's two-sided 95% quantile
+
+
+def rel_ci95(xs: list[float]) -> float:
+    """Half-width of the 95% confidence interval of the mean, relative to the mean."""
+    n = len(xs)
+    if n < 3:
+        return math.inf
+    mean = sum(xs) / n
+    std = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    return Z95 * std / math.sqrt(n) / mean
+
+
+# Student's t, two-sided 95%, by degrees of freedom (a short window's CI; Z95 from 30 on)
+T95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201,
+       12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
+       21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+
+
+def t_rel_ci95(xs: list[float]) -> float:
+    """rel_ci95 with Student's t for a short window (10 steps: 2.26, not 1.96)."""
+    df = len(xs) - 1
+    return rel_ci95(xs) * T95.get(df, Z95) / Z95  # rel_ci95: inf below 3 values
+
+
+PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x target_ci (WindowRule.promote_ci) ...
+GAP_CI_CAP = 0.10  # ... or looser where its lead is large, never looser than this (2 cores: 5-10% per process)
+# How far one fresh process's read of a config may be from the next's, beyond any window's own CI: on a 2-core
+# CPU host the CV (one standard deviation) over fresh processes was 4.6-8.5% (jpeg_pipeline) and 5.2-17.6%
+# (tiny_cnn) (scripts/bench_window.py), and a baseline re-measured 16-18% off its trial's read. The smallest CV
+# measured, on a GPU none (not measured yet).
+PROCESS_CV = {"cpu": 0.05}
+# ... as a 95% half-width, the unit of every window's CI (step_mean_ci95): 1.96 x the CV. Two trials are two
+# processes, so search.strategy v2 compares a window with the incumbent to within at least this
+# (`incumbent_interval`): a window need not be known better than that, nor can a lead inside it promote.
+# (Until session 34 the CV itself stood here, compared with 95% CIs: windows ran ~4x the steps that matched
+# the spread; jpeg_pipeline's anchor ran its 30-s cap for +-5.2%, then read 17% off in the confirm.)
+PROCESS_SPREAD = {d: round(Z95 * cv, 3) for d, cv in PROCESS_CV.items()}
+
+
+def incumbent_interval(ci: float, device_type: str) -> float:
+    """The incumbent's throughput as a window is compared with it: its own
+    relative 95% CI, and at least the spread between fresh processes
+    measured on such a device (PROCESS_SPREAD)."""
+    return max(ci, PROCESS_SPREAD.get(device_type, 0.0))
+
+
+def promote_floor(target_ci: float, device_type: str) -> float:
+    """How well a window that beats the incumbent must know its own mean (WindowRule.promote_ci), and the
+    anchor its own: PROMOTE_FACTOR x target_ci, and never tighter than PROCESS_SPREAD on such a device, to
+    within which every later window is compared with it anyway (`incumbent_interval`). On jpeg_pipeline
+    (2 CPUs, bf16 steps varying 15%) promoted windows ran 40-50 steps (20-22 s) to reach +-4%."""
+    return max(PROMOTE_FACTOR * target_ci, PROCESS_SPREAD.get(device_type, 0.0))
+
+
+def gap_ci(gap: float, floor: float) -> float:
+    """A window sized by its decision: its mean to within a quarter of `gap` (the relative lead: 1.2x, +-5%),
+    between `floor` and GAP_CI_CAP. Two such means are off by at most half the gap together (95% each), so
+    the lead is not the windows' noise (the promoted window's, and confirm.window_ci)."""
+    return max(floor, min(GAP_CI_CAP, gap / 4))
+
+
+@dataclass
+class WindowRule:
+    """When the timed window stops: at least `min_steps` steps and `min_s` seconds,
+    then as soon as the step-time mean is known to within ±`target_ci` (95%), or at
+    `max_steps` / `max_s`, whichever comes first.
+
+    With `prune_ms`, a window clearly slower than that stops early (`pruned`),
+    decided on elapsed time as well as on the step count, so a window of a few
+    slow steps is prunable too: at any step, a mean step (one step, even) above
+    `hopeless_factor` x prune_ms; once the window has run `min_s`, a mean step
+    above `slow_factor` x prune_ms; once it has run `min_s`, every 10 steps, and
+    at the caps, a step-time mean (from 9 step times on) whose 95% CI lies
+    wholly above prune_ms (before `min_s`, 10 steps of a fast config are ~0.1 s:
+    its first steps after warm-up, not its rate; measured on the quickstart, such
+    windows read 25-50% low, and 7 of 9 trials were pruned on them).
+
+    With `screen_ms` (the step time a config must beat to become the incumbent:
+    the incumbent's, less `search.min_improvement`), the window is a screening
+    window: once it has run `min_s` (and 9 step times, before `min_steps`),
+    every 10 steps, a step-time mean whose 95% CI (Student's t) lies wholly
+    above screen_ms stops it (`screened`: this config cannot gain enough to move
+    the incumbent, at 95%). Its throughput is a complete measurement, to a wider
+    CI than the target. `screen_ci`: the incumbent's own relative CI, so the
+    threshold is known to within it: a screen needs the window's CI wholly above
+    screen_ms x (1 + screen_ci).
+
+    With `promote_ci` too, the mirror rule: once the window has its floors
+    (`min_steps`, `min_s`), every 10 steps, a step-time mean whose 95% CI (t)
+    lies wholly below screen_ms x (1 - screen_ci), and is within a quarter of
+    its lead below it (`gap_ci`: at least ±promote_ci, at most ±GAP_CI_CAP),
+    stops it (`promoted`: this config beats the incumbent by min_improvement,
+    at 95%; its mean is known to that looser interval, not target_ci: on
+    jpeg_pipeline a 1.3x lead ran its 30-s cap to reach ±4%).
+
+    And where the incumbent itself is known only to ±screen_ci, wider than
+    target_ci: a window whose CI still reaches into that band (above the
+    promotion's threshold; one wholly above the screen's is screened) stops
+    once its own CI is as narrow (`tied`: a tie with the incumbent, at the
+    incumbent's precision: the two are compared to within both intervals, and
+    a longer window narrows only its own). On jpeg_pipeline two windows inside
+    the band ran their 30-s caps for ±4% and ±3% against an incumbent known to
+    ±7%, and three just above it ran theirs for ±3.7-4.2% against ±5.5%.)"""
+
+    min_steps: int = 30
+    min_s: float = 1.0
+    target_ci: float = 0.02
+    max_steps: int = 3000
+    max_s: float = 30.0
+    prune_ms: float | None = None  # stop early once the mean step time is clearly above this
+    screen_ms: float | None = None  # stop once the mean step time is known to be above this (cannot win)
+    screen_ci: float = 0.0  # the incumbent's relative CI: screen_ms is known to within it
+    promote_ci: float | None = None  # stop once the mean is known below screen_ms (wins), to within this
+    slow_factor: float = 1.5
+    hopeless_factor: float = 4.0
+    pruned: bool = False
+    screened: bool = False
+    promoted: bool = False
+    tied: bool = False
+
+    def done(self, steps: int, elapsed: float, step_times) -> bool:
+        capped = steps >= self.max_steps or elapsed >= self.max_s
+        if self.prune_ms and self._clearly_slow(steps, elapsed, step_times,
+                                                check_ci=capped or (steps % 10 == 0 and elapsed >= self.min_s)):
+            self.pruned = True
+            return True
+        if capped:
+            return True
+        if steps % 10 or steps < min(self.min_steps, 10):
+            return False
+        times = step_times() if self.screen_ms and elapsed >= self.min_s else None
+        if times:  # the step-time mean and its 95% CI (Student's t), for the screen and the promotion
+            mean, ci = sum(times) / len(times), t_rel_ci95(times)
+            if len(times) >= 9 and mean * (1 - ci) > self.screen_ms * (1 + self.screen_ci):
+                self.screened = True  # cannot win, at 95%
+                return True
+        if steps < self.min_steps or elapsed < self.min_s:
+            return False
+        if not times:
+            ci = t_rel_ci95(step_times())
+        elif self.promote_ci:
+            bar = self.screen_ms * (1 - self.screen_ci)
+            if mean * (1 + ci) < bar and ci <= gap_ci(bar / mean - 1, self.promote_ci):
+                self.promoted = True  # wins, at 95%, its mean known to a quarter of its lead
+                return True
+            if mean * (1 + ci) >= bar and ci <= self.screen_ci:
+                self.tied = True  # reaching into the incumbent's own uncertainty, and known as well as it
+                return True
+        return ci <= self.target_ci
+
+    def _clearly_slow(self, steps: int, elapsed: float, step_times, check_ci: bool) -> bool:
+        mean_ms = elapsed / steps * 1e3  # the host clock over the steps run (on a GPU it runs ahead: never too high)
+        if mean_ms > self.hopeless_factor * self.prune_ms:
+            return True
+        if elapsed >= self.min_s and mean_ms > self.slow_factor * self.prune_ms:
+            return True
+        if check_ci:
+            times = step_times()
+            return len(times) >= 9 and sum(times) / len(times) * (1 - t_rel_ci95(times)) > self.prune_ms
+        return False
+
+
+def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
+    """Time steps between two device syncs. The host clock decides when to stop
+    (no sync in the loop); per-step times are CUDA events on a GPU (read when
+    complete, no sync) and host intervals on a CPU."""
+    import torch
+
+    from autotune.workload import count_samples
+
+    cuda = session.device.type == "cuda"
+    sync = session.sync
+    clock = time.perf_counter
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    reset_peak_rss()
+    events, starts, data_wait, samples = [], [], 0.0, 0
+
+    def step_times() -> list[float]:  # ms, of the steps known to be complete
+        if not cuda:  # a CPU step has ended when the rule asks: the rule decides on every step it records
+            return [(b - a) * 1e3 for a, b in zip(starts, starts[1:] + [clock()])]
+        done = 0
+        while done < len(events) and events[done].query():
+            done += 1
+        return [events[i].elapsed_time(events[i + 1]) for i in range(done - 1)]
+
+    from autotune.trial.disturbance import CpuWatch, gpu_other_processes
+
+    outside = CpuWatch()  # load from outside the trial during the window
+    with GpuUtilSampler(enabled=cuda) as util:
+        sync()
+        outside.start()
+        t0, cpu0 = clock(), time.process_time()
+        while not starts or not rule.done(len(starts), clock() - t0, step_times):
+            starts.append(clock())
+            batch = next(batches)
+            data_wait += clock() - starts[-1]
+            samples += count_samples(session.workload, batch)
+            if cuda:
+                events.append(torch.cuda.Event(enable_timing=True))
+                events[-1].record()
+            loss = session.step(batch)
+        if cuda:
+            events.append(torch.cuda.Event(enable_timing=True))
+            events[-1].record()
+        sync()
+        window = clock() - t0
+        cpu = time.process_time() - cpu0
+        disturbed = outside.stop(window)
+    steps = len(starts)
+    if cuda:
+        steps_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
+    else:
+        steps_ms = [(b - a) * 1e3 for a, b in zip(starts, starts[1:] + [t0 + window])]
+    ordered = sorted(steps_ms)
+    mean_ms = sum(steps_ms) / steps
+    metrics = {
+        "samples_per_s": samples / window,
+        "steps_per_s": steps / window,
+        "step_ms_mean": window / steps * 1e3,
+        "step_ms_p50": percentile(ordered, 0.5),
+        "step_ms_p95": percentile(ordered, 0.95),
+        "step_ms_min": ordered[0],
+        "step_ms_max": ordered[-1],
+        "step_time_cv": math.sqrt(sum((x - mean_ms) ** 2 for x in steps_ms) / max(steps - 1, 1)) / mean_ms,
+        "step_mean_ci95": t_rel_ci95(steps_ms),  # Student's t: a window may be 10 steps
+        "data_wait_frac": data_wait / window,
+        "cpu_main_cores": cpu / window,  # CPU-seconds per second of the training process (not its workers)
+        "window_s": window,
+        "window_steps": steps,
+        "loss_last": float(loss.detach().float()),
+        "mem_rss_peak_gib": peak_rss_gib(),  # the training process's, over the window (not its loader workers)
+        **disturbed,  # host_other_cpu_frac
+    }
+    if cuda:
+        others = gpu_other_processes(session.device.index or 0)
+        if others is not None:
+            metrics["gpu_other_processes"] = others
+        metrics["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+        metrics["mem_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+        metrics["mem_device_gib"] = torch.cuda.get_device_properties(session.device).total_memory / 2**30
+        if util.mean() is not None:
+            metrics["gpu_util_nvml_pct"] = util.mean()
+    return metrics
+
+
+def profile_window(session, batches, active_steps: int, trace_path: str) -> dict:
+    """A separate, short profiled window (wait 1, warm-up 1, active N steps); the
+    Chrome trace is written to `trace_path` and analyzed. The device is
+    synchronized at both ends of the active steps, as in the timed window: the
+    first step carries no earlier step's kernels, and the last steps' kernels
+    finish before the profiler stops."""
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if session.device.type == "cuda" else [])
+    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=active_steps),
+                 on_trace_ready=lambda p: p.export_chrome_trace(trace_path)) as prof:
+        for i in range(active_steps + 2):
+            session.step(next(batches))
+            if i in (1, active_steps + 1):  # the ends of the active window
+                session.sync()
+            prof.step()
+    with open(trace_path) as f:
+        return analyze_trace(json.load(f))
+
+
+def count_flops(session, batch) -> float:
+    """Forward + backward FLOPs of one batch (torch.utils.flop_counter), run on
+    the uncompiled module; the gradients are cleared after."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from autotune import knobs as K
+
+    model = getattr(session.model, "_orig_mod", session.model)
+    batch = session.device_batch(batch)
+    with FlopCounterMode(display=False) as counter:
+        with K.autocast(session.knobs, session.device.type):
+            loss = session.workload.loss(model, batch)
+        loss.backward()
+    session.optimizer.zero_grad(set_to_none=True)
+    return float(counter.get_total_flops())
+
+
+def phase_clock(result: dict, started: float):
+    """`phase(name, until=now)`: the seconds since the last phase ended (the
+    trial's start first) go to `result["phases_s"][name]`."""
+    phases, last = result.setdefault("phases_s", {}), [started]
+
+    def phase(name: str, until: float | None = None) -> None:
+        until = time.perf_counter() if until is None else until
+        phases[name] = round(until - last[0], 4)
+        last[0] = until
+
+    return phase
+
+
+FLOPS_FILE = "flops.json"
+
+
+def flops_per_sample(session, batch, samples: int, path: str | None, key: dict) -> float:
+    """`count_flops` per sample, once per search for each `key` (what determines
+    them: the workload and its arguments, the batch size, activation
+    checkpointing): kept in the JSON file at `path` (FLOPS_FILE in the run dir)
+    for the search's later trials. Where `path`'s directory does not exist (a
+    trial on another node, or run alone), counted here every time."""
+    name = json.dumps(key, sort_keys=True, default=str)
+    known = {}
+    if path and os.path.exists(path):
+        try:
+            known = json.loads(open(path).read())
+        except (OSError, ValueError):  # a foreign or partial file: count again
+            known = {}
+    if name in known:
+        return float(known[name])
+    flops = count_flops(session, batch) / samples
+    if path and os.path.isdir(os.path.dirname(os.path.abspath(path))):
+        tmp = f"{path}.{os.getpid()}.tmp"  # the rename makes it whole or absent (a lost race only counts again)
+        with open(tmp, "w") as f:
+            json.dump({**known, name: flops}, f)
+        os.replace(tmp, path)
+    return flops

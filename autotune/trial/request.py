@@ -1,0 +1,235 @@
+"""The trial request: what the driver (Ray, or `scripts/search_no_ray.py`) hands
+the torch-only runner for one proposal. Built in one place from the search's
+settings and the proposal's knobs, so every launcher runs the same trial; and
+the runner's side of it, the trial config's defaults and check (`check_config`,
+what `python -m autotune.trial` accepts). Needs neither torch nor Ray.
+
+    settings = TrialSettings.of(spec_dict, device_type, baseline)
+    config = settings.config(knobs, prune_below, incumbent_above)   # -> python -m autotune.trial's JSON
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, replace
+from typing import Any
+
+from autotune import knobs as K
+from autotune.trial.measure import promote_floor
+from autotune.trial.ranks import ConfigError
+
+TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max_window_s", "profile_steps", "diagnose")
+
+
+@dataclass(frozen=True)
+class TrialSettings:
+    """What every trial of a search shares."""
+
+    workload: dict[str, Any]  # {"name" | "factory", "args"}
+    trial: dict[str, Any]  # the spec's trial settings the runner takes (TRIAL_KEYS)
+    device: str  # auto | cpu | cuda
+    seed: int
+    base_batch: int
+    keep_effective_batch: bool
+    parity: dict[str, Any]  # {"baseline": knobs, "steps", "tolerance", ...}
+    ranks: int = 1  # processes per trial (resources.ranks_per_trial)
+    blocks: list[str] | None = None  # the model's repeated block classes (resources.blocks)
+    memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
+    flops_cache: str | None = None  # the search's FLOPs per model and shape (measure.flops_per_sample)
+
+    @classmethod
+    def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
+           flops_cache: str | None = None):
+        """From the spec as plain data (`Spec.model_dump(mode="json")`, or the plain reader's)."""
+        safety, v1 = spec["safety"], spec["search"]["strategy"] == "v1"
+        return cls(
+            workload={k: v for k, v in spec["workload"].items() if v is not None},
+            trial={**{k: spec["trial"][k] for k in TRIAL_KEYS},
+                   "measure_steps": spec["trial"]["measure_steps"] or (V1_MEASURE_STEPS if v1 else DEFAULTS["measure_steps"]),
+                   "warmup_min_s": None if v1 else WARMUP_MIN_S},
+            device=device, seed=spec["search"]["seed"],
+            base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
+            parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
+                              "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
+            ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
+            memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
+        )
+
+    def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
+        """The same trials with the window only: no profiled window, diagnosis or
+        loss parity (a re-measurement, autotune.confirm); `target_ci`: the
+        window's, where the decision sizes it (confirm.window_ci)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False,
+                                    "target_ci": target_ci or self.trial["target_ci"]}, parity=None)
+
+    def parity_check(self) -> "TrialSettings":
+        """Loss parity alone, no window (the late check of a config about to be
+        exported whose trial did not run it)."""
+        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
+
+    # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
+    # carries them in each trial's Ray config under these names (autotune.raytune.run_trial_in)
+    PER_TRIAL = ("prune_below", "incumbent_above", "predicted", "incumbent_ci", "carry", "anchor",
+                 "tie_keeps_incumbent", "incumbent_trial")
+
+    def config(self, knobs: dict[str, Any], prune_below: float | None = None,
+               incumbent_above: float | None = None, predicted: float | None = None,
+               incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False,
+               tie_keeps_incumbent: bool = False, incumbent_trial: int | None = None) -> dict[str, Any]:
+        """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
+        first incumbent of a search.strategy v2 search (its baseline), which every later trial is weighed
+        against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
+        window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
+        confirm re-measures the baseline side by side with the best anyway."""
+        return {
+            "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
+            "knobs": {k: knobs[k] for k in K.KNOBS},
+            **self.trial,
+            **({"target_ci": promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
+            "trace_path": "trace.json" if self.trial["profile_steps"] else None,
+            "device": self.device,
+            # keep_effective_batch: micro-batches per optimizer step
+            "accum_steps": self.base_batch // knobs["batch_size"] if self.keep_effective_batch else 1,
+            "parity": self.parity,
+            "seed": self.seed,
+            "prune_below": prune_below,
+            # several ranks: a fixed window on every rank, no pruning (autotune.ranks)
+            **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
+            **({"blocks": self.blocks} if self.blocks else {}),
+            **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
+            "incumbent_above": incumbent_above,  # below it: the window alone (strategy v2)
+            "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
+            "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
+            "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
+            "tie_keeps_incumbent": tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it (Strategy)
+            "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
+            **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
+        }
+
+
+# --- the runner's side: a trial config (python -m autotune.trial's JSON), its defaults and check ---
+
+DEFAULTS = {
+    "warmup_steps": 5,  # untimed
+    "warmup_min_s": None,  # on a CPU, an eager one-rank config's warm-up ends after 2 steps once it ran this long
+    "measure_steps": 10,  # the timed window: at least this many steps (search.strategy v1: V1_MEASURE_STEPS),
+    "min_window_s": 1.0,  # at least this long,
+    "target_ci": 0.02,  # then until the step-time mean is known to +-2% (95%)
+    "max_window_s": 30.0,  # or this long, or max_steps(config) steps
+    "profile_steps": 5,  # a separate profiled window (0: none)
+    "trace_path": None,  # where the Chrome trace goes (default: a temporary file)
+    "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
+    "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
+    "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
+    "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
+    "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
+    # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
+    "incumbent_ci": 0.0,  # the incumbent's throughput known to +- this (95%, relative): screen and promote allow for it
+    "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
+    "carry": None,  # {"trial": N, "metrics"}: trial N measured what a diagnosis measures apart from the window
+    # (diagnose.APART) for a config that differs from this one in loader knobs alone: diagnose from it, no profile
+    "tie_keeps_incumbent": False,  # this config is riskier than the incumbent (records.risk): a window that ties
+    # with it (measure.WindowRule.tied) pays for nothing more, whatever its mean, as a tie goes to the safer config
+    "incumbent_trial": None,  # the incumbent's trial number: a kept tie names it (metric `tie_kept_incumbent`)
+    "parity_only": False,  # no window: loss parity alone (a late check of a config about to be exported)
+    "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
+    "device": "auto",
+    "seed": 0,
+    "ranks": 1,  # processes of one trial, one device each (autotune.ranks)
+    "backend": None,  # torch.distributed backend (default: gloo on the CPU, nccl on CUDA)
+    "dist_timeout_s": 300,  # the process group's timeout: a collective waiting longer fails the trial
+    "blocks": None,  # class names of the model's repeated blocks (default: found; knobs._parallel.find_blocks)
+    "memory_limit_gib": None,  # a peak RSS above it (checked each step) is an out of memory: status "oom"
+}
+MAX_STEPS_FACTOR = 50
+# the step floor of the search before issue 25 (search.strategy v1), kept for comparison: 10 steps read what 30 to
+# 60 do, once min_window_s has passed (scripts/bench_window.py: jpeg_pipeline's 10-step prefix -2.5% and +0.4% of
+# its 60-step window, inside the 5-9% spread of fresh processes), and 30 cost 10-23 s of every jpeg window
+V1_MEASURE_STEPS = 30
+# search.strategy v2's `warmup_min_s`: a warm-up is about time (the allocator, the loader's workers, caches), not
+# steps. jpeg_pipeline (0.3-0.7-s steps) read the same 10-step windows after 2 warm-up steps as after 5 (prefix
+# bias +1.2% / -0.5%, against -2.5% / +0.4%: scripts/bench_window.py --warmup 2); tiny_cnn's 5 steps take 25 ms and
+# all run. Compiled configs (CUDA graphs record on their first calls) and GPUs (not measured) keep warmup_steps.
+WARMUP_MIN_S = 1.0
+
+
+def max_steps(cfg: dict[str, Any]) -> int:
+    """The window's step cap: 50x the step floor, never below 50x V1_MEASURE_STEPS (so a
+    10-step floor keeps fast steps' windows to min_window_s and beyond)."""
+    return max(cfg["measure_steps"], V1_MEASURE_STEPS) * MAX_STEPS_FACTOR
+
+
+class TrialConfigError(ConfigError):
+    """A trial config that cannot run; the message names the field."""
+
+
+def check_config(config: dict[str, Any]) -> dict[str, Any]:
+    """Fill defaults and check a trial config (the runner needs no pydantic)."""
+    unknown = set(config) - set(DEFAULTS) - {"workload", "knobs"}
+    if unknown:
+        raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
+    wl = config.get("workload")
+    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file")):
+        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
+                               "(a pickled factory, relative to the config's dir), and optional `args`")
+    cfg = {**DEFAULTS, **config}
+    given = dict(config.get("knobs") or {})
+    for name, value in given.items():
+        knob = K.KNOBS.get(name)
+        if knob is None:
+            raise TrialConfigError(f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)} "
+                                   "(workload arguments go in workload.args)")
+        why = None if name == "batch_size" and value is None else knob.check(value)
+        if why:
+            raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed: {why}")
+    cfg["knobs"] = {**K.pytorch_defaults(None), **given}
+    clash = K.conflicts(cfg["knobs"])
+    if clash:
+        raise TrialConfigError(f"knobs cannot run together: {'; '.join(clash)}")
+    blocks = cfg["blocks"]
+    if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) and b for b in blocks)):
+        raise TrialConfigError(f"`blocks` must be null or a list of module class names, got {blocks!r}")
+    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1), ("ranks", 1),
+                     ("dist_timeout_s", 1)):
+        if type(cfg[key]) is not int or cfg[key] < low:
+            raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
+    if cfg["warmup_min_s"] is not None and (not isinstance(cfg["warmup_min_s"], (int, float))
+                                            or isinstance(cfg["warmup_min_s"], bool) or cfg["warmup_min_s"] < 0):
+        raise TrialConfigError(f"`warmup_min_s` must be null or seconds >= 0, got {cfg['warmup_min_s']!r}")
+    for key in ("min_window_s", "target_ci", "max_window_s", "incumbent_ci"):
+        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
+            raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
+    for key, unit in (("prune_below", "samples/s"), ("incumbent_above", "samples/s"), ("predicted", "samples/s"),
+                      ("memory_limit_gib", "GiB")):
+        if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
+            raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
+    carry = cfg["carry"]
+    if carry is not None and not (isinstance(carry, dict) and isinstance(carry.get("trial"), int)
+                                  and isinstance(carry.get("metrics"), dict)
+                                  and all(isinstance(v, (int, float)) for v in carry["metrics"].values())):
+        raise TrialConfigError(f"`carry` must be null or {{\"trial\": N, \"metrics\": {{name: number}}}}, got {carry!r}")
+    if not isinstance(cfg["tie_keeps_incumbent"], bool):
+        raise TrialConfigError(f"`tie_keeps_incumbent` must be true or false, got {cfg['tie_keeps_incumbent']!r}")
+    trial = cfg["incumbent_trial"]
+    if trial is not None and (not isinstance(trial, int) or isinstance(trial, bool) or trial < 0):
+        raise TrialConfigError(f"`incumbent_trial` must be null or a trial number >= 0, got {trial!r}")
+    if cfg["parity_only"] and not cfg["parity"]:
+        raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
+    if cfg["parity_only"] and cfg["ranks"] > 1 and cfg["knobs"]["sharding"] == "fsdp":  # never exported as safe
+        raise TrialConfigError("loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are "
+                               "sharded): such a config that changes numerics stays unchecked")
+    return cfg
+
+
+def parse_set(items: list[str]) -> dict[str, Any]:
+    """`--set NAME=VALUE` items (the runner's, the scripts'): each value as JSON where it parses, else the text."""
+    out = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep:
+            raise TrialConfigError(f"--set expects knob=value, got `{item}`")
+        try:
+            out[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            out[name] = raw
+    return out

@@ -45,7 +45,7 @@ SECTIONS = {
     "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "min_window_s", "target_ci", "max_window_s",
                                                 "profile_steps", "diagnose")}, "measure_steps": None,
               "timeout_s": 600.0, "prune_margin": 0.2},
-    "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
+    "search": {"sampler": "autotune", "strategy": "v2", "n_trials": None, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},
     "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {},
                   "ranks_per_trial": 1, "rank_placement": "pack", "blocks": None, "memory_limit_gib": None},

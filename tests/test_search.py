@@ -165,22 +165,18 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
 
 
 
-def test_with_a_time_budget_the_trial_count_does_not_end_the_search(tmp_path):
-    """The budget is the primary control: n_trials 2, but every point of the
-    space (4) runs or is known, well inside the budget (knobs that keep the
-    numerics, the window alone: 4 short trials)."""
+def test_with_a_time_budget_and_n_trials_the_first_limit_reached_ends_the_search(tmp_path):
+    """n_trials 2 and a 600-s budget: the count is reached first and ends the
+    search (4 points in the space, well inside the budget)."""
     spec = make_spec(tmp_path, search_space={"preset": None, "knobs": {"num_threads": [None, 1],
                                                                        "batch_size": [16, 32]}},
                      trial={**TRIAL, "profile_steps": 0, "diagnose": False},
                      search={"n_trials": 2, "time_budget_s": 600, "seed": 1, "confirm_rounds": 0})
     seen = {}
     result = run(spec, on_start=lambda device, space, run_dir, n, budget: seen.update(n=n, budget=budget))
-    assert seen == {"n": 4, "budget": 600}  # the space's points: the count caps nothing before the budget
-    assert len(result.records) > 2 and result.stopped_reason is None
-    assert result.ended in (NOTHING_LEFT, f"{len(result.records)} trials")
-    study = optuna.load_study(study_name="t", storage=f"sqlite:///{result.run_dir / 'optuna.db'}")
-    assert len({tuple(sorted(t.params.items())) for t in study.trials if t.params}) == 4  # run, or skipped: predicted
-    assert len({tuple(r.knobs.values()) for r in result.records}) == len(result.records)  # none repeated
+    assert seen == {"n": 2, "budget": 600}
+    assert len(result.records) == 2 and result.ended == "2 trials" and result.stopped_reason is None
+    assert result.wall_s < 600
 
 
 def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):

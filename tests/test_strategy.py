@@ -324,8 +324,9 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
         assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}
 
 
-def test_the_time_budget_not_the_trial_count_caps_a_search_and_a_grid_runs_each_point_once():
+def test_the_trial_count_caps_a_search_with_or_without_a_budget_and_a_grid_runs_each_point_once():
     space = {"num_workers": [0, 1, 2], "precision": ["32-true", "bf16-mixed"]}  # 6 points
-    assert trial_cap(space, 20, None, "autotune") == 20
-    assert trial_cap(space, 4, 300.0, "autotune") == 6  # the budget decides: every point may run
+    assert trial_cap(space, 20, None, "autotune") == 20 and trial_cap(space, None, None, "autotune") == 20
+    assert trial_cap(space, 4, 300.0, "autotune") == 4  # given, it caps: the budget or the count, the first reached
+    assert trial_cap(space, None, 300.0, "autotune") == 6  # left out, the budget decides: every point may run
     assert trial_cap(space, 20, None, "grid") == 6 and trial_cap(space, 4, None, "grid") == 4

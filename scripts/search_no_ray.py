@@ -300,12 +300,13 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                "spec_reader": reader, "device": f"{device.type}:{device.name}"}
     if baseline_record and baseline_record.throughput and best:
         summary.update(baseline_samples_per_s=round(baseline_record.throughput, 1),
-                       best_samples_per_s=round(best.throughput, 1), speedup_x=round(result.speedup, 3),
+                       best_samples_per_s=round(best.throughput, 1), speedup_x=result.speedup and round(result.speedup, 3),
                        trials_speedup_x=round(best.throughput / baseline_record.throughput, 3),
                        best_knobs={k: v for k, v in best.knobs.items() if v != space.baseline[k]})
         if confirm:
             print(describe(confirm))
-        print(f"best: {best.throughput:.1f} samples/s, {summary['speedup_x']:.2f}x the baseline "
+        speedup = f"{summary['speedup_x']:.2f}x" if summary["speedup_x"] else "unknown speedup over"
+        print(f"best: {best.throughput:.1f} samples/s, {speedup} the baseline "
               f"({', '.join(f'{k}={v}' for k, v in summary['best_knobs'].items()) or 'the baseline'}); "
               f"{len(records)} trials in {wall:.0f} s; ended: {ended}")
     print(json.dumps(summary))

@@ -327,7 +327,7 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
                        speedup_x=result.speedup, trials_speedup_x=best.throughput / baseline.throughput)
-        if confirm and confirm.get("verdict"):
+        if confirm and confirm.get("speedup_x"):
             summary.update(confirm_rounds=confirm["rounds"], confirm_speedup_low=confirm["speedup_low"],
                            confirm_speedup_high=confirm["speedup_high"])
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})

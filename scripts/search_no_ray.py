@@ -70,7 +70,8 @@ def read_spec(path: Path) -> tuple[dict, str]:
     except S.SpecError as e:
         raise SpecError(str(e)) from None
     data = spec.model_dump(mode="json")
-    data["search_space"] = {"lists": spec.search_space.lists(), "user": spec.search_space.user()}
+    data["search_space"] = {"lists": spec.search_space.lists(), "user": spec.search_space.user(),
+                            "listed": list(spec.search_space.knobs.given())}
     return data, "autotune.spec"
 
 
@@ -126,7 +127,8 @@ def _read_plain(path: Path) -> dict:
                             f"safety: {' | '.join(K.SAFETY_CLASSES)}, stage: {' | '.join(stages)}}}")
         user[name] = {"safety": k.get("safety", "dynamics"), "stage": k.get("stage")}
         lists[K.USER_PREFIX + name] = k["values"]
-    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}, "user": user}
+    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}, "user": user,
+                            "listed": list(space.get("knobs") or {})}
     data["name"] = data["name"] or path.stem
     return data
 
@@ -197,7 +199,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                                 sampler=Strategy.make_sampler(settings["sampler"], settings["seed"]))
     v2 = settings["strategy"] == "v2"  # as autotune.driver: pay for information where a decision needs it
     strategy = Strategy(study, space.search, space.baseline, settings["sampler"], settings["min_improvement"],
-                        settings["seed"], cuda=device.type == "cuda", predict=v2)
+                        settings["seed"], cuda=device.type == "cuda", predict=v2,
+                        listed=data["search_space"]["listed"])
     print(f"search {data['name']} on {device.type}:{device.name} ({device.cpus} CPUs), spec read by {reader}; "
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []

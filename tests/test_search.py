@@ -235,3 +235,20 @@ def test_fused_optimizer_for_an_optimizer_torch_cannot_fuse_is_fixed_with_the_re
     with pytest.raises(S.SpecError, match=r"fused_optimizer \(the workload's optimizer RMSprop has no fused implementation"):
         run(spec)
     assert not (tmp_path / "run").exists()
+
+
+def test_a_compute_bound_search_spends_one_probe_on_the_loader_knobs_it_was_not_given(tmp_path):
+    """The preset's num_workers (the spec lists batch size and set_to_none
+    only), a baseline that hardly waits on data: one trial varies the workers,
+    the rest of the search goes elsewhere."""
+    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_compute_bound"},
+                     search_space={"preset": "quick", "knobs": {
+                         "batch_size": [32, 64], "set_to_none": [False, True], "num_threads": [None],
+                         "precision": ["32-true"], "channels_last": [False], "fused_optimizer": [False]}},
+                     trial={**TRIAL, "profile_steps": 2, "diagnose": False},
+                     search={"n_trials": 7, "seed": 3, "sampler": "random", "confirm_rounds": 0})
+    result = run(spec)
+    assert result.baseline.metrics["data_wait_frac"] < 0.05, result.baseline.metrics
+    assert len(result.records) >= 4, result.ended
+    workers = {r.knobs["num_workers"] for r in result.records if not r.is_baseline}
+    assert len(workers - {result.baseline.knobs["num_workers"]}) <= 1, [r.knobs for r in result.records]

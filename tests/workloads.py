@@ -376,3 +376,16 @@ def make_talking(batch_size: int = 8, fail_rank: int | None = None, hang: bool =
         return recorder_loss(model, batch)
 
     return Workload(model=model, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
+
+
+def make_compute_bound(batch_size: int = 32) -> Workload:
+    """An MLP over samples already in memory: the step is matmuls, the loader
+    hands out slices of a tensor (a baseline that hardly waits on data)."""
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(4096, 256, generator=g), torch.randint(0, 10, (4096,), generator=g))
+
+    def model():
+        return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+    return Workload(model=model, dataset=data, batch_size=batch_size,
+                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))

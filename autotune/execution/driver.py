@@ -190,7 +190,8 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2")
+                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2",
+                        listed=tuple(spec.search_space.knobs.given()))
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)

@@ -4,7 +4,7 @@ import statistics
 import pytest
 import yaml
 
-from autotune.search import confirm as C
+from autotune.decide import confirm as C
 from autotune.trial import measure as M
 from autotune.records.run_dir import read_run
 from autotune.trial.result import TrialResult

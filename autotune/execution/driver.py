@@ -190,7 +190,8 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2")
+                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2",
+                        listed=tuple(spec.search_space.knobs.given()))
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
@@ -327,7 +328,7 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
                        speedup_x=result.speedup, trials_speedup_x=best.throughput / baseline.throughput)
-        if confirm and confirm.get("verdict"):
+        if confirm and confirm.get("speedup_x"):
             summary.update(confirm_rounds=confirm["rounds"], confirm_speedup_low=confirm["speedup_low"],
                            confirm_speedup_high=confirm["speedup_high"])
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})

@@ -66,7 +66,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         "measured": {
             "baseline_samples_per_s": round(base.throughput, 2),
             "best_samples_per_s": round(best.throughput, 2),
-            "speedup_x": round(result.speedup, 3),  # re-measured side by side where it was (autotune.confirm)
+            # re-measured side by side where it was (autotune.confirm); None: unknown (`confirmed.unknown` says why)
+            "speedup_x": None if result.speedup is None else round(result.speedup, 3),
             "best_trial": best.number, "baseline_trial": base.number,
             "trials": len(result.records), "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
@@ -225,7 +226,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
 
 def _header(data) -> str:
     m = data.get("measured", {})
-    return (f"# autotune: {m.get('speedup_x', '?')}x over the baseline ({m.get('baseline_samples_per_s')} -> "
+    return (f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get('baseline_samples_per_s')} -> "
             f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
             + "".join(f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
                       for f in data.get("safety", []) if f["safety"] != "safe"))

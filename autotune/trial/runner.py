@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import math
 import os
+import signal
 import socket
 import tempfile
 import sys
@@ -355,6 +357,7 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
     except K.BlockError as e:  # the model lacks what the knobs need: bad input
         raise TrialConfigError(str(e)) from e
     except Exception as e:  # a failing workload is a result, not a crash
+        traceback.print_exc()  # in trial.log too, beside the workload's own output
         if memory.is_oom(e):  # infeasible: record the memory at the failure with the knobs
             result["metrics"] = {**result.get("metrics", {}), **memory.at_failure(e, device)}
         result.update(
@@ -388,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.environ.get("AUTOTUNE_WATCH_PARENT") == "1":
         _exit_with_parent()
+    # a trial past its timeout gets SIGUSR1 first (autotune.launcher): its stacks go to its log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()
         config = json.loads(text)

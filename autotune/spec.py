@@ -207,10 +207,12 @@ class SearchSettings(_Strict):
     sampler: Literal["autotune", "tpe", "random", "grid"] = Field(
         "autotune", description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
                                 "tpe, random: Optuna's samplers; grid: every point (a whole landscape)")
-    n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included (with time_budget_s: "
-                                                      "the first limit reached ends the search)")
+    n_trials: Optional[StrictInt] = Field(
+        None, ge=1, description="trials in all, the baseline included; the first limit reached (n_trials, "
+                                "time_budget_s, patience, nothing left to try) ends the search. Left out: 20, or "
+                                "with a time_budget_s no cap but the space's points")
     time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds "
-                                                                   "(or after n_trials, if that comes first)")
+                                                                   "(or at n_trials, whichever is first)")
     seed: StrictInt = Field(0, description="sampler seed")
     patience: Optional[StrictInt] = Field(
         None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")

@@ -60,9 +60,14 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     assert (Path(run.baseline.trial_dir) / "reread" / "result.json").exists()
     assert run.baseline.throughput == pytest.approx(sum(reads) / 2)
     if run.best is not run.baseline:  # the best re-measured against the baseline, as with Ray
-        assert state["confirm"]["rounds"] == 1 and "re-measured side by side" in proc.stdout
+        from autotune.decide.confirm import RERUNS
+
+        confirm = state["confirm"]
+        aside = confirm.get("disturbed_pairs", [])  # measured under the host's other load: again, not counted
+        assert confirm["rounds"] == 1 or len(aside) > RERUNS
+        assert "re-measuring the best against the baseline" in proc.stdout
         runs = {p.parent.name for p in (run_dir / "confirm").glob("*/result.json")}
-        assert {r for r in runs if not r.startswith("parity-")} == {"00-baseline", "00-best"}
+        assert {r for r in runs if not r.startswith("parity-") and "-again" not in r} == {"00-baseline", "00-best"}
     report = autotune(env, "report", str(run_dir), "--format", "json", "--no-plots")
     assert report.returncode == 0, report.stderr[-2000:]
     summary = json.loads(report.stdout)

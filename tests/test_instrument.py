@@ -1,0 +1,132 @@
+"""Zero code for the Trainers (issue 42): an HfArgumentParser + Trainer script and a lightning.Trainer script,
+not a line changed, run as trials through autotune's sitecustomize (autotune.integrations.instrument), and
+the knobs as the HF script's own flags (autotune.integrations.hf_args)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.integrations import hf_args, instrument
+from autotune.trial.result import TrialResult
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "programs"
+HF_TINY = ["--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--max_words", "24", "--num_samples", "512",
+           "--disable_tqdm", "true", "--logging_steps", "1000"]
+LIGHTNING_TINY = ["--width", "8", "--image", "16"]
+
+
+def test_knobs_become_training_arguments_fields_with_their_pairs():
+    assert hf_args.fields({"precision": "bf16-mixed", "num_workers": 2, "batch_size": None}) == {
+        "dataloader_num_workers": 2, "bf16": True, "fp16": False}
+    assert hf_args.fields({"num_workers": 0, "prefetch_factor": 4}) == {"dataloader_num_workers": 0}  # HF refuses it
+    assert hf_args.fields({"compile": "max-autotune", "fused_optimizer": True}) == {
+        "torch_compile": True, "torch_compile_mode": "max-autotune", "optim": "adamw_torch_fused"}
+    assert hf_args.fields({"precision": "32-true"}, "cpu") == {"bf16": False, "fp16": False, "use_cpu": True}
+    assert hf_args.fields({}) == {}  # nothing set: the script keeps its own values
+    assert hf_args.flags({"bf16": True, "dataloader_num_workers": 2}) == [
+        "--bf16", "true", "--dataloader_num_workers", "2"]
+
+
+def test_the_change_from_the_baseline_switches_paired_fields_together():
+    base = hf_args.fields({"precision": "32-true", "num_workers": 0, "batch_size": 8})
+    best = hf_args.fields({"precision": "bf16-mixed", "num_workers": 0, "batch_size": 16})
+    assert hf_args.changed(best, base) == {"per_device_train_batch_size": 16, "bf16": True, "fp16": False}
+    assert hf_args.changed(base, base) == {}
+
+
+def run(cmd, env, cwd, timeout=600):
+    return subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def child_env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_TRIAL", "AUTOTUNE_CONFIG")}
+    env["PYTHONPATH"] = str(ROOT)
+    return {**instrument.with_env(env), **extra}
+
+
+PARSE = """
+import json, sys
+from transformers import HfArgumentParser, TrainingArguments
+(args,) = HfArgumentParser(TrainingArguments).parse_args_into_dataclasses()
+print(json.dumps({k: str(getattr(args, k)) for k in ("dataloader_num_workers", "bf16", "fp16", "per_device_train_batch_size",
+                                "output_dir", "report_to", "save_strategy")}))
+"""
+
+
+def test_a_best_config_reaches_an_hf_argument_parser_as_its_flags(tmp_path):
+    best = tmp_path / "best_config.yaml"
+    best.write_text(yaml.safe_dump({"knobs": {"num_workers": 2, "precision": "bf16-mixed", "batch_size": 8},
+                                    "device": {"type": "cpu"},
+                                    "safety": [{"knob": "num_workers"}, {"knob": "precision"}]}))
+    env = child_env(AUTOTUNE_CONFIG=str(best))
+    # the program's own command line: its flags stay unless a knob sets the same field
+    proc = run([sys.executable, "-c", PARSE, "--output_dir", "mine", "--per_device_train_batch_size", "4",
+                "--fp16", "true"], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["dataloader_num_workers"] == "2" and got["bf16"] == "True" and got["fp16"] == "False"
+    assert got["per_device_train_batch_size"] == "4"  # batch_size was the baseline's: not set by this config
+    assert got["output_dir"] == "mine" and got["save_strategy"] != "no"  # production: the program's own outputs
+
+
+def test_without_a_trial_or_a_config_nothing_is_patched_and_the_hidden_sitecustomize_still_runs(tmp_path):
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "sitecustomize.py").write_text("import os\nopen(os.environ['MARK'], 'w').write('ran')\n")
+    env = child_env(MARK=str(tmp_path / "mark"))
+    env["PYTHONPATH"] += os.pathsep + str(theirs)
+    code = ("import sys, transformers.trainer as t\n"
+            "print(hasattr(t.Trainer.__init__, '__wrapped__'), any(type(f).__name__ == '_Finder' for f in sys.meta_path))")
+    proc = run([sys.executable, "-c", code], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "False"]
+    assert (tmp_path / "mark").read_text() == "ran"
+
+
+def run_trial(tmp_path, program, knobs, args):
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    request = {"workload": {"command": ["python", program]}, "knobs": knobs,
+               "warmup_steps": 2, "measure_steps": 4, "min_window_s": 0.2, "max_window_s": 3.0}
+    (trial / "config.json").write_text(json.dumps(request))
+    proc = run([sys.executable, str(PROGRAMS / program), *args], child_env(AUTOTUNE_TRIAL=str(trial / "config.json")),
+               tmp_path)
+    return proc, trial
+
+
+@pytest.mark.timeout(600)
+def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
+    proc, trial = run_trial(tmp_path, "hf_bert.py", {"batch_size": 4, "num_workers": 1},
+                            ["--output_dir", "mine", "--max_steps", "60", *HF_TINY])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m["samples_per_s"] == pytest.approx(4 * m["steps_per_s"])  # the batch knob, as --per_device_train_batch_size
+    assert 0 <= m["data_wait_frac"] < 1  # get_batch_samples timed
+    assert len(result.losses) == m["warmup_steps_run"] + m["window_steps"]  # every step's loss, reported
+    assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
+    # the window's end ended the process: no final save; the Trainer's outputs went under the trial
+    assert not (tmp_path / "mine").exists()
+
+
+@pytest.mark.timeout(600)
+def test_a_lightning_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
+    proc, trial = run_trial(tmp_path, "lightning_clip.py", {"batch_size": 12, "num_workers": 1,
+                                                            "precision": "bf16-mixed"},
+                            ["--max_steps", "60", "--batch_size", "16", *LIGHTNING_TINY])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m["samples_per_s"] == pytest.approx(12 * m["steps_per_s"])  # the DataModule's loader got the knob
+    assert 0 <= m["data_wait_frac"] < 1
+    assert "bfloat16 Automatic Mixed Precision" in proc.stdout + proc.stderr  # the Trainer's precision
+    assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
+    assert not (tmp_path / "lightning_logs").exists() and not (tmp_path / "checkpoints").exists()

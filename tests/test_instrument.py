@@ -1,6 +1,6 @@
 """Zero code for the Trainers (issue 42): an HfArgumentParser + Trainer script and a lightning.Trainer script,
 not a line changed, run as trials through autotune's sitecustomize (autotune.integrations.instrument), and
-the knobs as the HF script's own flags (autotune.integrations.hf_args)."""
+the knobs as the HF script's own flags (autotune.export.hf_args)."""
 
 import json
 import os
@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from autotune.integrations import hf_args, instrument
+from autotune.export import hf_args
+from autotune.integrations import instrument
 from autotune.trial.result import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -130,3 +131,66 @@ def test_a_lightning_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
     assert "bfloat16 Automatic Mixed Precision" in proc.stdout + proc.stderr  # the Trainer's precision
     assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
     assert not (tmp_path / "lightning_logs").exists() and not (tmp_path / "checkpoints").exists()
+
+
+def best_config(tmp_path, changes, device="cpu"):
+    """A best_config.yaml as a search writes it: the knobs, and each changed one in `safety`."""
+    path = tmp_path / "run" / "best_config.yaml"
+    path.parent.mkdir(exist_ok=True)
+    knobs = {"num_workers": 0, "batch_size": 8, "precision": "32-true", "channels_last": False, "num_threads": None}
+    knobs.update({name: tuned for name, (_, tuned) in changes.items()})
+    path.write_text(yaml.safe_dump({"knobs": knobs, "device": {"type": device}, "safety": [
+        {"knob": name, "baseline": base, "tuned": tuned, "safety": "safe"} for name, (base, tuned) in changes.items()]}))
+    return path
+
+
+def test_export_hf_args_prints_the_changed_flags_then_what_no_flag_carries(tmp_path):
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    path = best_config(tmp_path, {"num_workers": (0, 2), "precision": ("32-true", "bf16-mixed"),
+                                  "channels_last": (False, True), "num_threads": (None, 1)})
+    out = CliRunner().invoke(app, ["export", str(path.parent), "-f", "hf-args"])
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0] == "--dataloader_num_workers 2 --bf16 true --fp16 false --use_cpu true"
+    assert lines[1] == "# not carried by a TrainingArguments flag:"
+    assert lines[2].startswith("#   num_threads=1: OMP_NUM_THREADS=1 before the command")
+    assert lines[3].startswith("#   channels_last=True: in the script, `model, _ = cfg.prepare(model)`")
+    unchanged = best_config(tmp_path, {})
+    assert CliRunner().invoke(app, ["export", str(unchanged.parent), "-f", "hf-args"]).output.startswith(
+        "# no flag to add")
+
+
+def autotune_cli(*args, cwd):
+    env = child_env()
+    return run([sys.executable, "-m", "autotune.cli", *args], env, cwd)
+
+
+def test_autotune_run_applies_a_best_config_to_an_unchanged_program(tmp_path):
+    path = best_config(tmp_path, {"num_workers": (0, 2), "precision": ("32-true", "bf16-mixed")})
+    proc = autotune_cli("run", str(path), "--", sys.executable, "-c", PARSE, "--output_dir", "mine", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["dataloader_num_workers"], got["bf16"], got["output_dir"]) == ("2", "True", "mine")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "best_config.yaml"], "no program to run: give its command after `--`"),
+    (["run", "nowhere.yaml", "--", "python"], "`nowhere.yaml` is not a file"),
+    (["run", "best_config.yaml", "--", "no-such-program-here"], "`no-such-program-here` is not a command on PATH"),
+])
+def test_autotune_run_refuses_bad_input_in_one_line(tmp_path, args, message):
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    best_config(tmp_path, {"num_workers": (0, 2)}).rename(tmp_path / "best_config.yaml")
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        out = CliRunner().invoke(app, args)
+    finally:
+        os.chdir(cwd)
+    assert out.exit_code == 2 and message in out.output and len(out.output.strip().splitlines()) == 1

@@ -164,7 +164,7 @@ def report(
 @app.command()
 def export(
     run_dir: Path = typer.Argument(..., help="a search's output dir"),
-    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | torchrun"),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | hf-args | torchrun"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
@@ -190,6 +190,41 @@ def export(
         console.print(f"wrote {output}")
     else:
         print(text, end="")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., help="a best_config.yaml (autotune export RUN -o best_config.yaml)"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Run a training program with a best config applied as its trials applied it:
+    `autotune run best_config.yaml -- python train.py ...` (a Trainer script with no line changed; a loop
+    that calls `autotune.config()` loads the same file)."""
+    import shutil
+
+    try:
+        command = list(ctx.args)
+        if not command:
+            raise UserError("no program to run: give its command after `--`, e.g. "
+                            "`autotune run best_config.yaml -- python train.py`")
+        if not config.is_file():
+            raise UserError(f"`{config}` is not a file; give a best_config.yaml (`autotune export RUN -o "
+                            "best_config.yaml` writes one)")
+        import yaml
+
+        data = yaml.safe_load(config.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
+            raise UserError(f"`{config}` is not an autotune best_config.yaml (no `knobs` mapping)")
+        program = shutil.which(command[0])
+        if program is None:
+            raise UserError(f"`{command[0]}` is not a command on PATH")
+    except _user_errors() as e:
+        _fail(e, debug)
+    from autotune.integrations import instrument
+
+    sys.stdout.flush()
+    os.execve(program, command, instrument.with_env({**os.environ, "AUTOTUNE_CONFIG": str(config.resolve())}))
 
 
 @app.command()

@@ -200,7 +200,7 @@ def load_config(path: str | Path) -> TunedConfig:
 
 # --- other forms of the same config ----------------------------------------------------
 
-FORMATS = ("yaml", "json", "python", "lightning", "hf", "torchrun")
+FORMATS = ("yaml", "json", "python", "lightning", "hf", "hf-args", "torchrun")
 
 
 def render(data: dict[str, Any], fmt: str) -> str:
@@ -220,6 +220,10 @@ def render(data: dict[str, Any], fmt: str) -> str:
         import json
 
         return json.dumps(scale_out.hf_kwargs(data)) + "\n"
+    if fmt == "hf-args":  # the HfArgumentParser script's flags (autotune.export.hf_args)
+        from autotune.export import hf_args
+
+        return hf_args.render(data)
     if fmt == "torchrun":
         return scale_out.torchrun(data)
     raise ValueError(f"unknown format `{fmt}`; formats: {', '.join(FORMATS)}")

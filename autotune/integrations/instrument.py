@@ -5,7 +5,7 @@ and by `autotune run`), active only when the process is a trial (`AUTOTUNE_TRIAL
 the module it patches.
 
 - `transformers.hf_argparser`: `HfArgumentParser.parse_args_into_dataclasses()` reads the script's command
-  line with the knobs' flags after it (autotune.integrations.hf_args), when the parser builds
+  line with the knobs' flags after it (autotune.export.hf_args), when the parser builds
   `TrainingArguments`; in a trial also the flags that keep the script from leaving anything behind;
 - `transformers.trainer`: every `Trainer` gets the measured loop's callback (huggingface_callback.attach);
 - `lightning.pytorch` (and `pytorch_lightning`): every `Trainer` gets its precision, the trial's
@@ -65,7 +65,7 @@ def reached(cfg, *methods: str) -> None:
 # --- the patches, one per module the script imports ------------------------------------------------------
 
 def _hf_argparser(module) -> None:
-    from autotune.integrations import hf_args
+    from autotune.export import hf_args
 
     parse = module.HfArgumentParser.parse_args_into_dataclasses
 
@@ -85,7 +85,7 @@ def _hf_argparser(module) -> None:
 def hf_fields(cfg) -> dict[str, Any]:
     """The TrainingArguments fields a process gets: its config's knobs', and in a trial its side-effect
     settings."""
-    from autotune.integrations import hf_args
+    from autotune.export import hf_args
 
     fields = hf_args.fields(cfg.knobs, cfg.device_type)
     where = trial_dir()

@@ -1,6 +1,6 @@
 """autotune's knobs as a Hugging Face `TrainingArguments` script's own flags: what a zero-code trial appends
-to the script's `HfArgumentParser` (autotune.integrations.sitecustomize), and what
-`autotune export RUN -f hf-args` prints for production. Plain data (no transformers imported).
+to the script's `HfArgumentParser` (autotune.integrations.instrument), and what
+`autotune export RUN -f hf-args` prints for production (`render`). Plain data (no transformers imported).
 
 A knob the config does not set (absent or None) adds no flag: the script keeps its own value. Fields that
 switch together are written together (`--bf16 true --fp16 false`), so a flag the script's command already
@@ -8,6 +8,7 @@ carries cannot leave two precisions on.
 
     fields({"precision": "bf16-mixed", "num_workers": 2})  # {"bf16": True, "fp16": False, "dataloader_num_workers": 2}
     flags(fields(...))                                     # ["--bf16", "true", "--fp16", "false", ...]
+    render(best_config)                                    # the flags that change the baseline, then how to apply the rest
 """
 
 from __future__ import annotations
@@ -26,16 +27,13 @@ LOADER = {"num_workers": "dataloader_num_workers", "pin_memory": "dataloader_pin
           "ddp_bucket_cap_mb": "ddp_bucket_cap_mb", "ddp_static_graph": "ddp_static_graph"}
 # knobs with no TrainingArguments field, and how a script applies them
 UNREACHABLE = {
-    "num_threads": "OMP_NUM_THREADS={v} before the command (or run it under `autotune run best_config.yaml --`)",
-    "channels_last": "model.to(memory_format=torch.channels_last) before Trainer(...): "
-                     "`model, _ = cfg.prepare(model)` with cfg = autotune.config()",
-    "cudnn_benchmark": "torch.backends.cudnn.benchmark = {v} (or run it under `autotune run best_config.yaml --`)",
-    "set_to_none": "the Trainer zeroes gradients with set_to_none=True: {v} cannot be set",
-    "ddp_gradient_as_bucket_view": "Trainer has no field for it: TrainingArguments(**cfg.training_arguments("
-                                   "output_dir=...)) in the script",
-    "sharding": "--fsdp 'full_shard auto_wrap' (TrainingArguments(**cfg.training_arguments(output_dir=...)) "
-                "in the script)",
-    "fsdp_reshard_after_forward": "--fsdp_config (TrainingArguments(**cfg.training_arguments(output_dir=...)))",
+    "num_threads": "OMP_NUM_THREADS={v} before the command (`autotune run` sets it as the trials did)",
+    "cudnn_benchmark": "torch.backends.cudnn.benchmark = {v} (`autotune run` sets it as the trials did)",
+    "channels_last": "in the script, `model, _ = cfg.prepare(model)` (cfg = autotune.config()) before Trainer(...)",
+    "set_to_none": "the Trainer zeroes gradients with set_to_none=True; {v} cannot be set from outside",
+    "ddp_gradient_as_bucket_view": "no TrainingArguments field: `model = cfg.wrap(model)` in the script",
+    "sharding": "no flag here: `autotune export RUN -f hf` gives the fsdp and fsdp_config arguments",
+    "fsdp_reshard_after_forward": "no flag here: `autotune export RUN -f hf` gives the fsdp_config argument",
 }
 # what a trial sets so the script leaves nothing behind: no hub push, no tracker, no checkpoints, no eval
 TRIAL_FIELDS = {"report_to": "none", "push_to_hub": False, "save_strategy": "no", "eval_strategy": "no"}
@@ -85,7 +83,26 @@ def changed(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
         if baseline.get(name) != value:
             out[name] = value
     if out.keys() & {"bf16", "fp16", "tf32"}:  # a precision switches all its fields together
-        out.update({f: best[f] for f in ("bf16", "fp16", "tf32") if f in best})
+        out.update({f: best[f] for f in ("bf16", "fp16", "tf32", "use_cpu") if f in best})
     if "torch_compile_mode" in best and "torch_compile" in out:
         out["torch_compile_mode"] = best["torch_compile_mode"]
     return out
+
+
+def render(data: dict[str, Any]) -> str:
+    """best_config.yaml as the HF script's flags: the fields the best config changes from the baseline (its
+    `safety` list: each changed knob's baseline and tuned value), on one line; then, as comments, the changed
+    knobs no flag carries and how to apply them."""
+    changes = [f for f in data.get("safety") or [] if isinstance(f, dict) and f.get("knob") in KNOWN]
+    best = {f["knob"]: f["tuned"] for f in changes}
+    device = (data.get("device") or {}).get("type")
+    line = " ".join(flags(changed(fields(best, device), fields({f["knob"]: f["baseline"] for f in changes}, device))))
+    out = [line or "# no flag to add: the best config changes no TrainingArguments field from the baseline"]
+    rest = unreachable(best)
+    if rest:
+        out.append("# not carried by a TrainingArguments flag:")
+        out += [f"#   {name}={best[name]}: {how}" for name, how in rest.items()]
+    return "\n".join(out) + "\n"
+
+
+KNOWN = {*LOADER, "precision", "compile", "fused_optimizer", *UNREACHABLE}

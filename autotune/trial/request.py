@@ -36,6 +36,7 @@ class TrialSettings:
     blocks: list[str] | None = None  # the model's repeated block classes (resources.blocks)
     memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
     flops_cache: str | None = None  # the search's FLOPs per model and shape (measure.flops_per_sample)
+    program_baseline: dict[str, Any] | None = None  # a program's (workload.command) baseline knobs: its own settings
 
     @classmethod
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
@@ -53,6 +54,7 @@ class TrialSettings:
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
             memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
+            program_baseline=dict(baseline) if spec["workload"].get("command") else None,
         )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
@@ -81,9 +83,11 @@ class TrialSettings:
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
         window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
+        base = self.program_baseline
         return {
             "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
-            "knobs": {k: knobs[k] for k in K.KNOBS},
+            # a program keeps its own settings but for the knobs this trial changes (autotune.config)
+            "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
             **({"target_ci": promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
@@ -169,9 +173,10 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
     wl = config.get("workload")
-    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file")):
-        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
-                               "(a pickled factory, relative to the config's dir), and optional `args`")
+    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file") or wl.get("command")):
+        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
+                               "(a pickled factory, relative to the config's dir) or `command` (your program), "
+                               "and optional `args`")
     cfg = {**DEFAULTS, **config}
     given = dict(config.get("knobs") or {})
     for name, value in given.items():

@@ -240,13 +240,14 @@ def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
     process: its exit code, and a failed result where it never reached a measured
     step (what to add, in one line); otherwise its measured loop wrote result.json
     (autotune.trial.loop), or it died, and the trial is classified as any other."""
+    from autotune.integrations import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial.loop import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
     with open(trial_dir / "trial.log", "w") as log:
         try:
             proc = subprocess.Popen(command, cwd=workload.get("dir") or trial_dir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env={**env, **program_env(trial_dir)},
+                                    stdin=subprocess.DEVNULL, env=instrument.with_env({**env, **program_env(trial_dir)}),
                                     start_new_session=True)
         except OSError as e:
             return None, {"status": "error", "error_type": "CommandNotFound",

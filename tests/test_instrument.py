@@ -194,3 +194,57 @@ def test_autotune_run_refuses_bad_input_in_one_line(tmp_path, args, message):
     finally:
         os.chdir(cwd)
     assert out.exit_code == 2 and message in out.output and len(out.output.strip().splitlines()) == 1
+
+
+def search_program(tmp_path, command):
+    """`autotune search` to the end on a program, batch 8 against 16 (the knob as the program's own setting)."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(yaml.safe_dump({
+        "workload": {"command": command}, "output_dir": str(tmp_path / "run"),
+        "search_space": {"preset": None, "knobs": {"batch_size": [8, 16]}},
+        "trial": {"warmup_steps": 2, "measure_steps": 4, "min_window_s": 0.2, "max_window_s": 2.0, "profile_steps": 0,
+                  "diagnose": False},
+        "search": {"n_trials": 2, "confirm_rounds": 0}, "safety": {"level": "dynamics", "parity_steps": 4}}))
+    proc = autotune_cli("search", str(spec), "--quiet", cwd=tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    import csv
+
+    with open(tmp_path / "run" / "trials.csv") as f:
+        trials = list(csv.DictReader(f))
+    assert [t["status"] for t in trials] == ["ok", "ok"], trials
+    per_step = {int(t["batch_size"]): float(t["samples_per_s"]) / float(t["steps_per_s"]) for t in trials}
+    assert per_step == pytest.approx({8: 8, 16: 16})  # each trial's batch reached the program's loader
+    assert (tmp_path / "run" / "best_config.yaml").exists()
+    return tmp_path / "run"
+
+
+@pytest.mark.timeout(900)
+def test_an_hf_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_path):
+    run_dir = search_program(tmp_path, [sys.executable, str(PROGRAMS / "hf_bert.py"), "--output_dir", "mine",
+                                        "--max_steps", "200", "--per_device_train_batch_size", "8", *HF_TINY])
+    assert not (tmp_path / "mine").exists()
+    out = autotune_cli("export", str(run_dir), "-f", "hf-args", cwd=tmp_path)
+    assert out.returncode == 0 and out.stdout.splitlines()[0] in (
+        "--per_device_train_batch_size 16", "# no flag to add: the best config changes no TrainingArguments field "
+                                            "from the baseline")
+
+
+@pytest.mark.timeout(900)
+def test_a_lightning_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_path):
+    search_program(tmp_path, [sys.executable, str(PROGRAMS / "lightning_clip.py"), "--max_steps", "200",
+                              "--batch_size", "8", *LIGHTNING_TINY])
+    assert not (tmp_path / "lightning_logs").exists()
+
+
+def test_training_arguments_puts_the_knobs_over_the_scripts_own(tmp_path, monkeypatch):
+    import autotune
+
+    monkeypatch.delenv("AUTOTUNE_TRIAL", raising=False)
+    monkeypatch.delenv("AUTOTUNE_CONFIG", raising=False)
+    assert autotune.config().training_arguments(output_dir="out", bf16=True) == {"output_dir": "out", "bf16": True}
+    path = best_config(tmp_path, {"num_workers": (0, 2), "precision": ("32-true", "bf16-mixed")})
+    cfg = autotune.config(path)
+    assert cfg.training_arguments(output_dir="out", dataloader_num_workers=0, per_device_train_batch_size=4) == {
+        "output_dir": "out", "dataloader_num_workers": 2, "per_device_train_batch_size": 4, "bf16": True,
+        "fp16": False, "use_cpu": True}
+    assert "dataloader_kwargs" in cfg.used  # its loader knobs are used: a search would not drop them

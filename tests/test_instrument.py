@@ -47,7 +47,7 @@ def run(cmd, env, cwd, timeout=600):
 
 def child_env(**extra):
     env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_TRIAL", "AUTOTUNE_CONFIG")}
-    env["PYTHONPATH"] = str(ROOT)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)
     return {**instrument.with_env(env), **extra}
 
 
@@ -248,3 +248,16 @@ def test_training_arguments_puts_the_knobs_over_the_scripts_own(tmp_path, monkey
         "output_dir": "out", "dataloader_num_workers": 2, "per_device_train_batch_size": 4, "bf16": True,
         "fp16": False, "use_cpu": True}
     assert "dataloader_kwargs" in cfg.used  # its loader knobs are used: a search would not drop them
+
+
+@pytest.mark.timeout(600)
+def test_a_lightning_cli_script_is_a_trial_with_no_line_changed(tmp_path):
+    pytest.importorskip("jsonargparse")  # LightningCLI's own dependency (lightning[pytorch-extra])
+    proc, trial = run_trial(tmp_path, "lightning_cli.py", {"batch_size": 12, "precision": "bf16-mixed"},
+                            ["fit", "--trainer.max_steps", "60", "--trainer.gradient_clip_val", "1.0",
+                             "--data.batch_size", "16", "--model.width", "8", "--data.image", "16"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    assert result.metrics["samples_per_s"] == pytest.approx(12 * result.metrics["steps_per_s"])
+    assert "bfloat16 Automatic Mixed Precision" in proc.stdout + proc.stderr

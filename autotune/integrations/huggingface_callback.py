@@ -16,20 +16,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
-
 from transformers import TrainerCallback
 
-
-def count_samples(batch: Any) -> int:
-    """The samples in one batch: the first dimension of its first tensor (a dict's, a tuple's, or itself)."""
-    if isinstance(batch, Mapping):
-        batch = next(iter(batch.values()), None)
-    elif isinstance(batch, (list, tuple)):
-        batch = batch[0] if batch else None
-    shape = getattr(batch, "shape", None)
-    return int(shape[0]) if shape else 0
+from autotune.trial.loop import batch_samples
 
 
 class AutotuneCallback(TrainerCallback):
@@ -41,7 +30,7 @@ class AutotuneCallback(TrainerCallback):
         self.loss = None
 
     def fetched(self, batches: list) -> None:
-        self.samples += sum(count_samples(b) for b in batches)
+        self.samples += sum(batch_samples(b) or 0 for b in batches)
 
     def micro_step(self, loss) -> None:
         self.loss = loss if self.loss is None else self.loss + loss

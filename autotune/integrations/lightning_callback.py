@@ -25,7 +25,7 @@ from typing import Any
 
 from lightning.pytorch import Callback
 
-from autotune.integrations.huggingface_callback import count_samples
+from autotune.trial.loop import batch_samples
 
 # what a trial sets on the Trainer so the script leaves nothing behind and runs training steps only
 TRIAL_KWARGS = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
@@ -111,7 +111,7 @@ class AutotuneCallback(Callback):
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
-        self.samples += count_samples(batch)
+        self.samples += batch_samples(batch) or 0
         if loss is not None:
             self.loss = loss.detach() if self.loss is None else self.loss + loss.detach()
         if trainer.global_step != self.global_step:  # the optimizer stepped (accumulation: every N batches)

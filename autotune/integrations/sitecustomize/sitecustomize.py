@@ -8,9 +8,10 @@ import os
 import sys
 
 try:
-    from autotune.integrations import instrument
+    if os.environ.get("AUTOTUNE_TRIAL") or os.environ.get("AUTOTUNE_CONFIG"):  # else nothing imported
+        from autotune.integrations import instrument
 
-    instrument.install()
+        instrument.install()
 finally:
     _here = os.path.dirname(os.path.abspath(__file__))
     _rest = [p for p in sys.path if os.path.abspath(p or ".") != _here]

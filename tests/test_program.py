@@ -20,10 +20,11 @@ TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "max_window
          "timeout_s": 120}
 
 
-def search(tmp_path, command, knobs, n_trials=3, trial=None):
+def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
     spec = {"name": "p", "workload": {"command": command},
             "search_space": {"preset": None, "knobs": knobs}, "trial": {**TRIAL, **(trial or {})},
-            "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run")}
+            "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run"),
+            **(spec_extra or {})}
     for name in os.listdir(PROGRAMS):  # the spec's directory holds the program, as a user's would
         if name.endswith(".py"):
             (tmp_path / name).write_text((PROGRAMS / name).read_text())
@@ -74,3 +75,26 @@ def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_pa
     log = (tmp_path / "run" / "trials" / f"{failed[0].number:04d}" / "trial.log").read_text()
     assert "RuntimeError: this program breaks with loader workers" in log  # its traceback
     assert any(r.status == "ok" and not r.is_baseline for r in run.records) or len(run.records) >= 2
+
+
+def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_path):
+    import numpy as np
+
+    np.random.default_rng(0).integers(0, 65, 50000, dtype=np.uint16).tofile(tmp_path / "data.bin")
+    spec_args = {"batch_size": {"values": [4, 16], "safety": "dynamics"}}
+    proc = search(tmp_path, "python memmap_loop.py --data data.bin --batch_size 4 --max_iters 400",
+                  {"num_workers": [0, 2]}, n_trials=3, spec_extra={"search_space": {"preset": None, "knobs": {"num_workers": [0, 2]},
+                                               "workload_args": spec_args}, "safety": {"level": "dynamics"}})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    state = json.loads((tmp_path / "run" / "search.json").read_text())
+    assert state["space"]["search"] == {"args.batch_size": [4, 16]}
+    assert state["space"]["fixed"]["num_workers"].startswith("not used by your program")  # no DataLoader
+    big = next(r for r in run.records if r.knobs["args.batch_size"] == 16)
+    config = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "config.json").read_text())
+    assert config["workload"]["command"][-2:] == ["--batch_size", "16"]  # the flag replaced, not repeated
+    assert config["workload"]["command"].count("--batch_size") == 1
+    result = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "result.json").read_text())
+    assert result["used"] == ["data", "step"] and "data_wait_frac" in result["metrics"]
+    assert big.metrics["samples_per_s"] == pytest.approx(32 * big.metrics["steps_per_s"])  # 16 x 2 micro-batches
+    assert len(result["losses"]) >= 3 and all(x > 0 for x in result["losses"])

@@ -78,7 +78,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         spec.workload.dir = os.getcwd()
     source, pickled = (None, None) if program else startup.source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
-        user_base = {} if program else W.user_knob_baseline(source, spec.workload.args, user)
+        user_base = PG.flag_baseline(spec) if program else W.user_knob_baseline(source, spec.workload.args, user)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     given = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}

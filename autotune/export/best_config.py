@@ -30,8 +30,8 @@ import yaml
 from autotune._version import __version__
 from autotune import knobs as K
 from autotune.export import formats as scale_out
-from autotune.search.checked import status
-from autotune.search.confirm import describe
+from autotune.decide.checked import status
+from autotune.decide.confirm import describe
 from autotune.safety.levels import batch_advice
 
 

@@ -152,11 +152,21 @@ class UserKnob(_Strict):
     stage: Optional[Literal[tuple(s for s in STAGES if s != "workload")]] = Field(  # type: ignore[misc]
         None, description="where it acts (loader: the input pipeline, model, step, process, backend), so the "
                           "diagnosis can move it")
+    flag: Optional[str] = Field(
+        None, description="for a program (workload.command): its flag, `--name` (written `--name value`) or `--name=` "
+                          "(written `--name=value`); default `--NAME`. It replaces the same flag in the command")
+    switch: StrictBool = Field(False, description="a boolean written as the flag alone (present: true, absent: false)")
+    bool_text: Optional[tuple[str, str]] = Field(
+        None, description="how the program reads a boolean value, [true, false] (default: true, false)")
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data):
         return {"values": data} if isinstance(data, list) else data
+
+    def syntax(self, name: str) -> dict[str, Any]:
+        """How the program's command writes this knob (`request.with_flags`)."""
+        return {"flag": self.flag or f"--{name}", "switch": self.switch, "bool_text": list(self.bool_text or ("true", "false"))}
 
 
 def preset_names() -> list[str]:
@@ -202,6 +212,10 @@ class SearchSpaceSpec(_Strict):
         base = load_preset(self.preset).given() if self.preset else {}
         user = {USER_PREFIX + n: list(dict.fromkeys(k.values)) for n, k in self.workload_args.items()}
         return {**base, **self.knobs.given(), **user}
+
+    def flags(self) -> dict[str, dict]:
+        """Each searched argument's flag syntax, for a program (workload.command)."""
+        return {n: k.syntax(n) for n, k in self.workload_args.items()}
 
     def user(self) -> dict[str, dict]:
         """The user knobs: name -> {safety, stage} (what `autotune.knobs.user_knob` takes)."""

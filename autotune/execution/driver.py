@@ -25,7 +25,7 @@ from typing import Callable
 import optuna
 
 from autotune.records import cache
-from autotune.search import checked
+from autotune.decide import checked
 from autotune.export import best_config as export
 from autotune.records import plots
 from autotune.execution import program as PG
@@ -45,9 +45,9 @@ from autotune.records.run_dir import (STATE_FILE, SearchResult, TrialRecord, pic
 from autotune.trial.request import TrialSettings
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
-from autotune.search.budget import NOTHING_LEFT, budget_fits
-from autotune.search.confirm import confirm_best, settle, window_ci
-from autotune.search.strategy import Strategy
+from autotune.decide.budget import NOTHING_LEFT, budget_fits
+from autotune.decide.confirm import confirm_best, settle, window_ci
+from autotune.decide.strategy import Strategy
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
@@ -78,7 +78,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         spec.workload.dir = os.getcwd()
     source, pickled = (None, None) if program else startup.source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
-        user_base = {} if program else W.user_knob_baseline(source, spec.workload.args, user)
+        user_base = PG.flag_baseline(spec) if program else W.user_knob_baseline(source, spec.workload.args, user)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     given = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}

@@ -51,3 +51,29 @@ def fix_unused(space, used: list[str]) -> None:
         if why:
             del space.search[name]
             space.fixed[name] = why
+
+
+def flag_baseline(spec: Spec) -> dict:
+    """The program's own value of each searched flag, as its command gives it
+    (a switch left out: false); a flag the command does not give is refused,
+    since the baseline must be what the program runs."""
+    import yaml
+
+    from autotune.trial.request import flag_value
+
+    out = {}
+    for name, knob in spec.search_space.workload_args.items():
+        syntax = knob.syntax(name)
+        found, text = flag_value(spec.workload.command, syntax)
+        if syntax["switch"]:
+            out[name] = found
+            continue
+        if not found or text is None:
+            raise SpecError(f"search_space.workload_args.{name}: workload.command does not give `{syntax['flag']}`; "
+                            "write it in the command with your program's current value (the baseline)")
+        bools = dict(zip(syntax["bool_text"], (True, False)))
+        out[name] = bools[text] if text in bools and all(isinstance(v, bool) for v in knob.values) else next(
+            (v for v in knob.values if str(v) == text), None)
+        if out[name] is None:
+            out[name] = yaml.safe_load(text)
+    return out

@@ -16,7 +16,7 @@ from autotune.records import cache
 from autotune.integrations import tracking
 from autotune import knobs as K
 from autotune import workload as W
-from autotune.search.budget import trial_cap
+from autotune.decide.budget import trial_cap
 from autotune.records.run_dir import run_paths
 from autotune.spec import Spec, SpecError
 

@@ -37,6 +37,7 @@ class TrialSettings:
     memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
     flops_cache: str | None = None  # the search's FLOPs per model and shape (measure.flops_per_sample)
     program_baseline: dict[str, Any] | None = None  # a program's (workload.command) baseline knobs: its own settings
+    flags: dict[str, dict] | None = None  # a program's searched flags: name -> syntax (spec.UserKnob.syntax)
 
     @classmethod
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
@@ -55,6 +56,10 @@ class TrialSettings:
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
             memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
             program_baseline=dict(baseline) if spec["workload"].get("command") else None,
+            flags={n: {"flag": k.get("flag") or f"--{n}", "switch": bool(k.get("switch")),
+                       "bool_text": list(k.get("bool_text") or ("true", "false"))}
+                   for n, k in spec["search_space"].get("workload_args", {}).items()}
+            if spec["workload"].get("command") else None,
         )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
@@ -83,9 +88,12 @@ class TrialSettings:
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
         window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
-        base = self.program_baseline
+        base, args = self.program_baseline, K.workload_args(knobs)
+        workload = {**self.workload, "args": {**self.workload.get("args", {}), **args}}
+        if base is not None and self.flags:  # a program takes its searched arguments as its own flags
+            workload["command"] = with_flags(workload["command"], args, self.flags)
         return {
-            "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
+            "workload": workload,
             # a program keeps its own settings but for the knobs this trial changes (autotune.config)
             "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
@@ -109,6 +117,48 @@ class TrialSettings:
             "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
+
+
+def flag_value(command: list[str], syntax: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether `command` gives the flag, and its text (None for a switch)."""
+    flag = syntax["flag"]
+    for i, arg in enumerate(command):
+        if flag.endswith("="):
+            if arg.startswith(flag):
+                return True, arg[len(flag):]
+        elif arg == flag:
+            return True, None if syntax["switch"] or i + 1 == len(command) else command[i + 1]
+        elif arg.startswith(flag + "="):
+            return True, arg[len(flag) + 1:]
+    return False, None
+
+
+def with_flags(command: list[str], values: dict[str, Any], flags: dict[str, dict]) -> list[str]:
+    """`command` with each of `values` written as its flag (`flags`: spec.UserKnob.syntax),
+    the same flag given before removed (`--name value`, `--name=value`, a switch)."""
+    out = list(command)
+    for name, value in values.items():
+        syntax = flags[name]
+        flag, kept = syntax["flag"], []
+        bare = flag.rstrip("=")
+        skip = False
+        for arg in out:
+            if skip:
+                skip = False
+                continue
+            if arg == bare and not syntax["switch"] and not flag.endswith("="):
+                skip = True  # its value follows
+                continue
+            if arg == bare or arg.startswith(bare + "="):
+                continue
+            kept.append(arg)
+        if isinstance(value, bool):
+            if syntax["switch"]:
+                out = kept + ([bare] if value else [])
+                continue
+            value = syntax["bool_text"][0 if value else 1]
+        out = kept + ([f"{flag}{value}"] if flag.endswith("=") else [flag, str(value)])
+    return out
 
 
 # --- the runner's side: a trial config (python -m autotune.trial's JSON), its defaults and check ---

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import program_command  # noqa: E402
+from autotune.integrations import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.trial.measure import T95, Z95  # noqa: E402
 
@@ -47,6 +48,7 @@ def run_once(command: list[str], cwd: str, config: Path, steps: int, warmup: int
                                                                   "AUTOTUNE_TRIAL")}
         env.update({"AUTOTUNE_CONFIG": str(config), STEP_LOG_ENV: str(log), STOP_AFTER_ENV: str(steps),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+        env = instrument.with_env(env)  # a Trainer script's knobs and step log come through the instrumentation
         started = time.perf_counter()
         proc = subprocess.run(program_command(command), cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)

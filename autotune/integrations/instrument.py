@@ -114,7 +114,9 @@ def _lightning_trainer(module) -> None:
     def __init__(self, *args, **kwargs):
         from autotune.integrations import lightning_callback
 
-        init(self, *args, **lightning_callback.trainer_kwargs(kwargs, config(), trial_dir()))
+        cfg = config()
+        reached(cfg, *lightning_callback.REACHES)
+        init(self, *args, **lightning_callback.trainer_kwargs(kwargs, cfg, trial_dir()))
 
     module.Trainer.__init__ = __init__
 

@@ -27,6 +27,9 @@ from lightning.pytorch import Callback
 
 from autotune.trial.loop import batch_samples
 
+# the config's methods whose knobs reach a Lightning script (the usage record, autotune.integrations.instrument):
+# precision here, channels_last and compile in `AutotuneCallback.setup` (the loaders call cfg.dataloader_kwargs)
+REACHES = ("autocast", "wrap")
 # what a trial sets on the Trainer so the script leaves nothing behind and runs training steps only
 TRIAL_KWARGS = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
                 "limit_val_batches": 0, "num_sanity_val_steps": 0}
@@ -34,10 +37,7 @@ TRIAL_KWARGS = {"logger": False, "enable_checkpointing": False, "enable_progress
 
 def trainer_kwargs(kwargs: dict[str, Any], cfg, trial_dir: Path | None) -> dict[str, Any]:
     """The script's Trainer arguments with the knobs' and the callback (and a trial's settings)."""
-    from autotune.integrations.instrument import reached
-
     out = dict(kwargs)
-    reached(cfg, "autocast", "wrap")  # precision here; channels_last and compile in `setup` (loaders: dataloader_kwargs)
     precision = cfg.knobs.get("precision")
     if precision == "tf32":
         import torch

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
-from autotune.trial.measure import promote_floor
+from autotune.trial import measure as M
 from autotune.trial.ranks import ConfigError
 
 TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max_window_s", "profile_steps", "diagnose")
@@ -97,7 +97,7 @@ class TrialSettings:
             # a program keeps its own settings but for the knobs this trial changes (autotune.config)
             "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
-            **({"target_ci": promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
+            **({"target_ci": M.promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
             "device": self.device,
             # keep_effective_batch: micro-batches per optimizer step
@@ -288,3 +288,15 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[name] = raw
     return out
+
+
+def window_rule(cfg: dict, batch: float, device_type: str) -> M.WindowRule:
+    """The timed window's rule for a trial config (request.check_config's), with
+    `batch` samples a step: its thresholds in samples/s become step times."""
+    prune, above = cfg["prune_below"], cfg["incumbent_above"]
+    return M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
+                      max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
+                      prune_ms=batch / prune * 1e3 if prune else None,
+                      screen_ms=batch / above * 1e3 if above else None,
+                      screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
+                      promote_ci=M.promote_floor(cfg["target_ci"], device_type) if above else None)

@@ -48,7 +48,16 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     first = json.loads((tmp_path / "run" / "trials" / "0000" / "result.json").read_text())
     assert first["used"] == ["dataloader_kwargs", "steps"] and first["knobs"] == {}  # the baseline: its own settings
     assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
-    assert (tmp_path / "run" / "best_config.yaml").exists()
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
+    # measured = exported: the program itself in production mode, baseline and best (scripts/bench_program.py)
+    bench = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_program.py"), str(tmp_path / "run"),
+                            "--pairs", "1", "--steps", "8", "--warmup", "2"], capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    last = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert last["claimed_speedup_x"] == best["measured"]["speedup_x"] and len(last["pairs"]) == 1
+    assert all(x > 0 for x in last["baseline_samples_per_s"] + last["best_samples_per_s"])
 
 
 @pytest.mark.parametrize("command,says", [

@@ -158,6 +158,9 @@ class UserKnob(_Strict):
     switch: StrictBool = Field(False, description="a boolean written as the flag alone (present: true, absent: false)")
     bool_text: Optional[tuple[str, str]] = Field(
         None, description="how the program reads a boolean value, [true, false] (default: true, false)")
+    env: StrictBool = Field(
+        False, description="for a program: an environment variable of its process (OMP_NUM_THREADS, ...), not a "
+                           "flag; its baseline is this environment's value ('' where unset: left unset)")
 
     @model_validator(mode="before")
     @classmethod
@@ -166,7 +169,9 @@ class UserKnob(_Strict):
 
     def syntax(self, name: str) -> dict[str, Any]:
         """How the program's command writes this knob (`request.with_flags`)."""
-        return {"flag": self.flag or f"--{name}", "switch": self.switch, "bool_text": list(self.bool_text or ("true", "false"))}
+        from autotune.trial.request import flag_syntax
+
+        return flag_syntax(name, self.model_dump())
 
 
 def preset_names() -> list[str]:

@@ -244,10 +244,13 @@ def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
     from autotune.trial.loop import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
+    env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last
+    env = instrument.with_env({k: v for k, v in env.items() if v != ""})  # '': left unset; a Trainer script's
+    # zero-code instrumentation first on its path (autotune.integrations.instrument)
     with open(trial_dir / "trial.log", "w") as log:
         try:
             proc = subprocess.Popen(command, cwd=workload.get("dir") or trial_dir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=instrument.with_env({**env, **program_env(trial_dir)}),
+                                    stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
         except OSError as e:
             return None, {"status": "error", "error_type": "CommandNotFound",

@@ -64,6 +64,10 @@ def flag_baseline(spec: Spec) -> dict:
     out = {}
     for name, knob in spec.search_space.workload_args.items():
         syntax = knob.syntax(name)
+        if syntax["env"]:
+            text = os.environ.get(name, "")
+            out[name] = next((v for v in knob.values if str(v) == text), text)
+            continue
         found, text = flag_value(spec.workload.command, syntax)
         if syntax["switch"]:
             out[name] = found

@@ -59,10 +59,11 @@ def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
     run it with AUTOTUNE_CONFIG=best_config.yaml for the knobs autotune.config() applies."""
     if not spec.workload.command:
         return {}
-    from autotune.trial.request import with_flags
+    from autotune.trial.request import env_of, with_flags
 
-    command = with_flags(spec.workload.command, K.workload_args(knobs), spec.search_space.flags())
-    return {"command": command, "dir": spec.workload.dir}
+    args, flags = K.workload_args(knobs), spec.search_space.flags()
+    return {"command": with_flags(spec.workload.command, args, flags), "dir": spec.workload.dir,
+            **({"env": env_of(args, flags)} if env_of(args, flags) else {})}
 
 
 def write_best_config(result, spec, path: Path) -> dict[str, Any]:

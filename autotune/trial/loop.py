@@ -28,7 +28,7 @@ from typing import Any, Iterable
 
 from autotune.safety.parity import needs_parity
 from autotune.trial import measure as M
-from autotune.trial.request import check_config
+from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import TrialResult
 
 STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
@@ -188,7 +188,7 @@ class TrialLoop:
 
         per_step = self.warm_samples / self.warm  # the rule's thresholds are in samples/s
         self.warmup_s = self.clock() - self.warm_started
-        rule = M.window_rule(self.cfg, per_step, self.device_type)
+        rule = window_rule(self.cfg, per_step, self.device_type)
         cuda = self.device_type == "cuda"
         self.window = M.Window(rule, self.device_type, torch.cuda.synchronize if cuda else (lambda: None))
         self.window.start()

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
-from autotune.trial.measure import promote_floor
+from autotune.trial import measure as M
 from autotune.trial.ranks import ConfigError
 
 TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max_window_s", "profile_steps", "diagnose")
@@ -56,9 +56,7 @@ class TrialSettings:
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
             memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
             program_baseline=dict(baseline) if spec["workload"].get("command") else None,
-            flags={n: {"flag": k.get("flag") or f"--{n}", "switch": bool(k.get("switch")),
-                       "bool_text": list(k.get("bool_text") or ("true", "false"))}
-                   for n, k in spec["search_space"].get("workload_args", {}).items()}
+            flags={n: flag_syntax(n, k) for n, k in spec["search_space"].get("workload_args", {}).items()}
             if spec["workload"].get("command") else None,
         )
 
@@ -90,14 +88,15 @@ class TrialSettings:
         confirm re-measures the baseline side by side with the best anyway."""
         base, args = self.program_baseline, K.workload_args(knobs)
         workload = {**self.workload, "args": {**self.workload.get("args", {}), **args}}
-        if base is not None and self.flags:  # a program takes its searched arguments as its own flags
+        if base is not None and self.flags:  # a program takes its searched arguments as its flags or environment
             workload["command"] = with_flags(workload["command"], args, self.flags)
+            workload["env"] = env_of(args, self.flags)
         return {
             "workload": workload,
             # a program keeps its own settings but for the knobs this trial changes (autotune.config)
             "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
-            **({"target_ci": promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
+            **({"target_ci": M.promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
             "device": self.device,
             # keep_effective_batch: micro-batches per optimizer step
@@ -117,6 +116,17 @@ class TrialSettings:
             "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
+
+
+def flag_syntax(name: str, declared: dict[str, Any]) -> dict[str, Any]:
+    """How a program takes a searched argument (spec.UserKnob's `flag`, `switch`, `bool_text`, `env`)."""
+    return {"flag": declared.get("flag") or f"--{name}", "switch": bool(declared.get("switch")),
+            "bool_text": list(declared.get("bool_text") or ("true", "false")), "env": bool(declared.get("env"))}
+
+
+def env_of(values: dict[str, Any], flags: dict[str, dict]) -> dict[str, str]:
+    """The searched arguments a program takes as environment variables ('': left unset)."""
+    return {name: str(v) for name, v in values.items() if flags[name]["env"]}
 
 
 def flag_value(command: list[str], syntax: dict[str, Any]) -> tuple[bool, str | None]:
@@ -139,6 +149,8 @@ def with_flags(command: list[str], values: dict[str, Any], flags: dict[str, dict
     out = list(command)
     for name, value in values.items():
         syntax = flags[name]
+        if syntax["env"]:
+            continue
         flag, kept = syntax["flag"], []
         bare = flag.rstrip("=")
         skip = False
@@ -288,3 +300,15 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[name] = raw
     return out
+
+
+def window_rule(cfg: dict, batch: float, device_type: str) -> M.WindowRule:
+    """The timed window's rule for a trial config (request.check_config's), with
+    `batch` samples a step: its thresholds in samples/s become step times."""
+    prune, above = cfg["prune_below"], cfg["incumbent_above"]
+    return M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
+                      max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
+                      prune_ms=batch / prune * 1e3 if prune else None,
+                      screen_ms=batch / above * 1e3 if above else None,
+                      screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
+                      promote_ci=M.promote_floor(cfg["target_ci"], device_type) if above else None)

@@ -261,3 +261,15 @@ def test_a_lightning_cli_script_is_a_trial_with_no_line_changed(tmp_path):
     assert result.status == "ok", result.error
     assert result.metrics["samples_per_s"] == pytest.approx(12 * result.metrics["steps_per_s"])
     assert "bfloat16 Automatic Mixed Precision" in proc.stdout + proc.stderr
+
+
+def test_autotune_run_without_a_command_runs_the_searched_program_with_its_environment(tmp_path):
+    path = best_config(tmp_path, {"num_workers": (0, 2)})
+    data = yaml.safe_load(path.read_text())
+    data["workload"] = {"command": ["python", "-c", "import os, sys; print(os.environ['SEARCHED'], "
+                                    "'OMP_NUM_THREADS' in os.environ, os.getcwd(), sys.executable)"],
+                        "dir": str(tmp_path), "env": {"SEARCHED": "yes", "OMP_NUM_THREADS": ""}}
+    path.write_text(yaml.safe_dump(data))
+    proc = autotune_cli("run", str(path), cwd=tmp_path / "run")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["yes", "False", str(tmp_path), sys.executable]

@@ -200,14 +200,11 @@ def run(
 ) -> None:
     """Run a training program with a best config applied as its trials applied it:
     `autotune run best_config.yaml -- python train.py ...` (a Trainer script with no line changed; a loop
-    that calls `autotune.config()` loads the same file)."""
+    that calls `autotune.config()` loads the same file). Without a command: the program the search ran,
+    with its best flags, from its directory. Its searched environment variables are set too."""
     import shutil
 
     try:
-        command = list(ctx.args)
-        if not command:
-            raise UserError("no program to run: give its command after `--`, e.g. "
-                            "`autotune run best_config.yaml -- python train.py`")
         if not config.is_file():
             raise UserError(f"`{config}` is not a file; give a best_config.yaml (`autotune export RUN -o "
                             "best_config.yaml` writes one)")
@@ -216,6 +213,14 @@ def run(
         data = yaml.safe_load(config.read_text())
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
             raise UserError(f"`{config}` is not an autotune best_config.yaml (no `knobs` mapping)")
+        workload = data.get("workload") or {}
+        command, cwd = (list(ctx.args), None) if ctx.args else (workload.get("command"), workload.get("dir"))
+        if not command:
+            raise UserError("no program to run: give its command after `--`, e.g. "
+                            "`autotune run best_config.yaml -- python train.py`")
+        from autotune.execution.launcher import program_command
+
+        command = program_command(command)  # `python`: the interpreter autotune runs in, as in the trials
         program = shutil.which(command[0])
         if program is None:
             raise UserError(f"`{command[0]}` is not a command on PATH")
@@ -223,8 +228,12 @@ def run(
         _fail(e, debug)
     from autotune.integrations import instrument
 
+    env = {**os.environ, **{k: str(v) for k, v in (workload.get("env") or {}).items()},
+           "AUTOTUNE_CONFIG": str(config.resolve())}
     sys.stdout.flush()
-    os.execve(program, command, instrument.with_env({**os.environ, "AUTOTUNE_CONFIG": str(config.resolve())}))
+    if cwd:
+        os.chdir(cwd)
+    os.execve(program, command, instrument.with_env({k: v for k, v in env.items() if v != ""}))  # '': unset
 
 
 @app.command()

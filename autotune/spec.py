@@ -250,10 +250,12 @@ class SearchSettings(_Strict):
         "v2", description="v2: a trial pays for profile, diagnosis and loss parity only when it would become the "
                           "incumbent, its window screens out what cannot, and a rejected best hands over to the next "
                           "candidates; v1: every trial pays for all (the search before issue 25, for comparison)")
-    n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included (with time_budget_s: "
-                                                      "no cap before the budget)")
-    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds; "
-                                                                   "the search's control: n_trials caps nothing before it")
+    n_trials: Optional[StrictInt] = Field(
+        None, ge=1, description="trials in all, the baseline included; the first limit reached (n_trials, "
+                                "time_budget_s, patience, nothing left to try) ends the search. Left out: 20, or "
+                                "with a time_budget_s no cap but the space's points")
+    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds "
+                                                                   "(or at n_trials, whichever is first)")
     seed: StrictInt = Field(0, description="sampler seed")
     patience: Optional[StrictInt] = Field(
         None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")

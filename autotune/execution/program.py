@@ -24,6 +24,7 @@ class Program:
     used: list[str]  # the autotune.config() methods it called
     batch_size: int  # samples per step, as it reported them
     result: dict  # the probe's result
+    baseline: dict | None = None  # knobs a workload states itself (a Workload's); a program's are its own settings
 
 
 def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:

@@ -54,12 +54,24 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
     return flags
 
 
+def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
+    """A program's (workload.command) production command: its own, with the best's searched flags;
+    run it with AUTOTUNE_CONFIG=best_config.yaml for the knobs autotune.config() applies."""
+    if not spec.workload.command:
+        return {}
+    from autotune.trial.request import env_of, with_flags
+
+    args, flags = K.workload_args(knobs), spec.search_space.flags()
+    return {"command": with_flags(spec.workload.command, args, flags), "dir": spec.workload.dir,
+            **({"env": env_of(args, flags)} if env_of(args, flags) else {})}
+
+
 def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     best, base = result.best, result.baseline
     data = {
         "autotune": {"version": __version__, "search": spec.name, "run_dir": str(result.run_dir),
                      "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-        "workload": {"ref": spec.workload.ref, "args": spec.workload.args},
+        "workload": {"ref": spec.workload.ref, "args": spec.workload.args, **_program(spec, best.knobs)},
         "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
         "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
         "workload_args": K.workload_args(best.knobs),
@@ -201,7 +213,7 @@ def load_config(path: str | Path) -> TunedConfig:
 
 # --- other forms of the same config ----------------------------------------------------
 
-FORMATS = ("yaml", "json", "python", "lightning", "hf", "torchrun")
+FORMATS = ("yaml", "json", "python", "lightning", "hf", "hf-args", "torchrun")
 
 
 def render(data: dict[str, Any], fmt: str) -> str:
@@ -219,6 +231,10 @@ def render(data: dict[str, Any], fmt: str) -> str:
         return _lightning(data)
     if fmt == "hf":
         return _hf(data)
+    if fmt == "hf-args":  # the HfArgumentParser script's flags (autotune.export.hf_args)
+        from autotune.export import hf_args
+
+        return hf_args.render(data)
     if fmt == "torchrun":
         return scale_out.torchrun(data)
     raise ValueError(f"unknown format `{fmt}`; formats: {', '.join(FORMATS)}")

@@ -111,7 +111,8 @@ def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
         return AW.make_cnn(width)
 
     spec = as_spec(AW.spec(tmp_path / "a"), "nb.make")
-    assert cache.question(spec)["workload"] == {"name": None, "factory": None, "pickled": "nb.make", "args": {}}
+    assert cache.question(spec)["workload"] == {"name": None, "factory": None, "pickled": "nb.make", "args": {}, "command": None,
+                                               "dir": None}
     shapes = cache.machine(spec, make())
     assert shapes["device"] == "cpu" and shapes["params"] == cache.machine(spec, make())["params"]
     assert cache.machine(spec, make(width=4))["params"] != shapes["params"]

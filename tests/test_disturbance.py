@@ -45,10 +45,10 @@ def test_the_trials_own_work_and_its_workers_are_not_outside_load():
 
 
 def test_the_other_ranks_of_the_same_trial_are_not_outside_load():
-    """A rank forked by the trial process (autotune.ranks) counts the whole trial's
+    """A rank forked by the trial process (autotune.trial.ranks) counts the whole trial's
     tree as its own: a sibling rank's CPU (here the test process, which the rank
     names as its trial) is not load from outside."""
-    rank_code = ("import json, time\nfrom autotune.disturbance import CpuWatch\n"
+    rank_code = ("import json, time\nfrom autotune.trial.disturbance import CpuWatch\n"
                  "w = CpuWatch(); w.start(); time.sleep(1.5); print(json.dumps(w.stop(1.5)))")
 
     def window(in_trial: bool) -> float:

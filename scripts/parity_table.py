@@ -39,6 +39,9 @@ PLANTED = [
     ("tests.workloads:make_fp16_overflow", "precision", "16-mixed", "fp16 overflow: activations ~1e6 > 65504"),
     ("tests.workloads:make_vanishing", "precision", "bf16-mixed", "does not train: loss = difference of two large terms"),
     ("tests.workloads:make_naive_variance", "precision", "bf16-mixed", "numerics bug: variance as E[x^2] - E[x]^2"),
+    # only the one-batch overfit check can catch it: its baseline diverges over fresh batches, and every single
+    # step from a loaded state is exact (parity.RULE 2)
+    ("tests.workloads:make_stale_cast", "precision", "bf16-mixed", "does not train: a stale bf16 weight copy"),
 ]
 
 
@@ -49,7 +52,8 @@ def _row(name: str, knob: str, value, r: dict, note: str = "") -> dict:
             "grad_cos_min": ps["grad"]["cos_min"], "multi_loss_dev": r["max_rel_dev"],
             "multi_loss_band": r["multi_step"]["loss_dev"]["band"], "multi_judged": r["multi_step"]["loss_dev"]["judged"],
             "moved": r["moved"]["candidate"],
-            "moved_baseline": r["moved"]["baseline"], "skipped_steps": r["skipped_steps"], "parity_s": r["parity_s"]}
+            "moved_baseline": r["moved"]["baseline"], "overfit": r.get("overfit"), "caught_by": r.get("failed", []),
+            "skipped_steps": r["skipped_steps"], "parity_s": r["parity_s"]}
 
 
 def _finite(obj):

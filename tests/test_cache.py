@@ -12,6 +12,7 @@ import pytest
 
 import autotune
 from autotune.records import cache
+from autotune.safety import parity
 from autotune.api import as_spec
 from tests import api_workloads as AW
 
@@ -101,6 +102,8 @@ def test_the_key_asks_what_changes_the_answer(tmp_path):
                    {"workload": {**WORKLOAD, "args": {"width": 4}}},
                    {"safety": {"level": "numerics"}}):
         assert cache.question(as_spec({**AW.spec(tmp_path / "a", workload=WORKLOAD), **change})) != asked, change
+    # so do the loss-parity rules: a search judged under older ones is not reused (issue 39)
+    assert asked["parity_rule"] == cache.PARITY_RULE == parity.RULE >= 2
     # a cluster's devices are known only once Ray runs: not remembered
     assert cache.question(as_spec(AW.spec(tmp_path / "a", workload=WORKLOAD,
                                           resources={"ray_address": "127.0.0.1:1"}))) is None

@@ -389,3 +389,37 @@ def make_compute_bound(batch_size: int = 32) -> Workload:
 
     return Workload(model=model, dataset=data, batch_size=batch_size,
                     loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))
+
+
+class StaleCast(nn.Module):
+    """Under autocast, a low-precision copy of the weights cast once and kept across
+    steps (the TransformerEngine-style weight cache, with its "refresh after the
+    optimizer step" forgotten): refreshed when a state is loaded, never after a
+    step. Its forward sees the weights it was loaded with; the gradient reaches the
+    real weights (straight through), so a single step from any loaded state is
+    exact, and a run never trains."""
+
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+        self.cache = None
+        self.register_load_state_dict_pre_hook(lambda *_: setattr(self, "cache", None))
+
+    def forward(self, x):
+        if not torch.is_autocast_enabled(x.device.type):
+            return self.net(x)
+        params = dict(self.net.named_parameters())
+        if self.cache is None:
+            self.cache = {n: p.detach().clone() for n, p in params.items()}
+        used = {n: p + (self.cache[n] - p).detach() for n, p in params.items()}
+        return torch.func.functional_call(self.net, used, (x,))
+
+
+def make_stale_cast(batch_size: int = 16, lr: float = 10.0) -> Workload:
+    """make_chaotic (its baseline's loss over fresh batches diverges), its forward
+    under bf16 on a stale weight copy (StaleCast): the candidate does not train,
+    each step from identical state is exact."""
+    wl = make_chaotic(batch_size, lr)
+    net = wl.model
+    wl.model = lambda: StaleCast(net())
+    return wl

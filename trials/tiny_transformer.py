@@ -29,12 +29,13 @@ class RandomTokens(Dataset):
 
 class TinyTransformer(nn.Module):
     def __init__(self, vocab: int = 128, seq_len: int = 32, dim: int = 64, heads: int = 4, layers: int = 2,
-                 classes: int = 8):
+                 classes: int = 8, dropout: float = 0.0):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
-        # dropout 0: parity compares runs step by step, and compiled kernels draw other random numbers
-        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=0.0, batch_first=True, norm_first=True)
+        # dropout 0 by default (as before); with dropout, compile's parity runs on eager randomness
+        # (autotune.stepping.take_step)
+        layer = nn.TransformerEncoderLayer(dim, heads, 2 * dim, dropout=dropout, batch_first=True, norm_first=True)
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes)
@@ -49,9 +50,9 @@ def loss(model, batch):
 
 
 def make_workload(batch_size: int = 16, seq_len: int = 32, dim: int = 64, layers: int = 2, lr: float = 1e-3,
-                  length: int = 1_000_000) -> Workload:
+                  length: int = 1_000_000, dropout: float = 0.0) -> Workload:
     return Workload(
-        model=lambda: TinyTransformer(seq_len=seq_len, dim=dim, layers=layers),
+        model=lambda: TinyTransformer(seq_len=seq_len, dim=dim, layers=layers, dropout=dropout),
         dataset=RandomTokens(length, seq_len),
         loss=loss,
         batch_size=batch_size,

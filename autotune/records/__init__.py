@@ -2,5 +2,6 @@
 trial ends (the recorder) and read back; the cache of finished searches; plots. The only readers and writers of
 those files.
 
-May import: `autotune.knobs`, `autotune.trial` (the typed result), `autotune.workload`.
+May import: `autotune.knobs`, `autotune.trial` (the typed result), `autotune.workload`, `autotune.safety` (the parity
+rule's version, in the cache's key).
 """

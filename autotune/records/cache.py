@@ -9,7 +9,8 @@ The run dirs are the cache: each search keeps its key in search.json
   factory's qualified name, and its args), the baseline, the search space as
   resolved from the presets (values, not the preset's name), the trial window, the
   search settings (sampler, n_trials, budget, seed, patience) and the safety
-  settings, the autotune version and this host's CPU model and count. Each of them
+  settings, the autotune version, the version of the loss-parity rules
+  (`parity.RULE`: a search judged under older rules is not reused) and this host's CPU model and count. Each of them
   changes which configs are tried, how they are timed, or which may win; where
   results go (name, output_dir, tracking) and how trials are placed (resources)
   do not, and are left out.
@@ -36,6 +37,7 @@ from typing import Any
 
 from autotune._version import __version__
 from autotune.records.run_dir import STATE_FILE
+from autotune.safety.parity import RULE as PARITY_RULE
 
 KEY = "cache_key"
 
@@ -48,7 +50,7 @@ def question(spec) -> dict[str, Any] | None:
     return {"workload": data["workload"], "baseline": data["baseline"],
             "space": {"lists": spec.search_space.lists(), "user": spec.search_space.user()},
             "trial": data["trial"], "search": data["search"], "safety": data["safety"],
-            "autotune": __version__, "host": _host()}
+            "autotune": __version__, "parity_rule": PARITY_RULE, "host": _host()}
 
 
 def machine(spec, workload) -> dict[str, Any] | None:

@@ -59,6 +59,30 @@ def _params(run: _Run) -> list:
     return [p for p in run.model.parameters() if p.requires_grad]
 
 
+def _eager_random(run: _Run):
+    """A compiled run draws its random numbers as eager code does (inductor's
+    fallback_random), while it compiles and steps here. Why: parity asks whether
+    compile changes the arithmetic; inductor's own RNG draws other dropout masks
+    from the same seed, another sample of the same distribution, which compile
+    is free to draw. Compared mask against other mask, every step of a model with
+    dropout differs by the dropout itself (a false alarm on randomness alone).
+    Only inside parity's steps: a trial times the compiled model with inductor's
+    own (faster) RNG, as production runs it."""
+    import contextlib
+
+    if run.knobs["compile"] == "none":
+        return contextlib.nullcontext()
+    from torch._inductor import config
+
+    return config.patch(fallback_random=True)
+
+
+def _loss(run: _Run, batch):
+    """The workload's loss on `batch`, as a trial computes it (autocast), random ops as eager's."""
+    with _eager_random(run), K.autocast(run.knobs, run.device.type):
+        return run.workload.loss(run.model, _device_batch(run, batch))
+
+
 def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, Any]:
     """One optimizer step as a trial takes it; with `capture`, the (unscaled)
     gradient and the update it made."""
@@ -66,10 +90,10 @@ def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, A
 
     K.apply_backend_flags(run.knobs)  # process-wide: the baseline and the candidate take turns
     torch.manual_seed(seed)  # dropout and other random ops draw the same for every run
-    with K.autocast(run.knobs, run.device.type):
-        loss = run.workload.loss(run.model, _device_batch(run, batch))
+    loss = _loss(run, batch)
     params = _params(run)
-    (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+    with _eager_random(run):
+        (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
     grads = [p.grad for p in params if p.grad is not None]
@@ -160,8 +184,8 @@ def run_trajectory(run: _Run, batches: list, seed: int, level: float = 0.0, nois
     out["finite"] = out["finite"] and all(bool(torch.isfinite(p).all()) for p in _params(run))
     out["buffers"], out["optim"] = _buffers(run), _optim_tensors(run)
     out["scale"] = run.scaler.get_scale() if run.scaler is not None else None
-    with K.autocast(run.knobs, run.device.type):  # the first batch again: did the loss move at all?
-        out["probe"] = float(run.workload.loss(run.model, _device_batch(run, batches[0])).detach().float())
+    torch.manual_seed(seed)
+    out["probe"] = float(_loss(run, batches[0]).detach().float())  # the first batch again: did the loss move at all?
     return out
 
 
@@ -203,6 +227,28 @@ def update_from(run: _Run, state: dict, grads: list) -> list:
     run.optimizer.step()
     run.optimizer.zero_grad(set_to_none=True)
     return [p.detach().float() - b for p, b in zip(params, before)]
+
+
+def overfit(run: _Run, state: dict, batch, seed: int, steps: int, scale: float | None = None) -> list[float]:
+    """From `state`, `steps` optimizer steps on the same `batch` (the standard
+    "can it overfit one batch" check), then the loss on it once more: the
+    `steps` + 1 losses. Each step draws the same random numbers (dropout masks)."""
+    load_state(run, state, scale)
+    import torch
+
+    losses = [take_step(run, batch, seed)["loss"] for _ in range(steps)]
+    torch.manual_seed(seed)
+    return losses + [float(_loss(run, batch).detach().float())]
+
+
+def fall(losses: list[float]) -> float:
+    """How far the loss fell below its first value, relative to it: the lowest
+    finite loss after the first (a loss that oscillates while it falls is judged
+    by its best point; one that never falls, or is never finite again, gives <= 0)."""
+    after = [x for x in losses[1:] if math.isfinite(x)]
+    if not after or not math.isfinite(losses[0]):
+        return -math.inf
+    return (losses[0] - min(after)) / max(abs(losses[0]), 1e-8)
 
 
 def loss_moved(end: dict, scale: float) -> float:

@@ -67,7 +67,7 @@ def run_trial(tmp_path, request, args=(), program="loader_loop.py"):
 def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
     request = {"workload": {"command": ["python", "loader_loop.py"]}, "knobs": {"num_workers": 1},
                "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 3.0}
-    proc, trial = run_trial(tmp_path, request, ["--steps", "100", "--batch_size", "8"])
+    proc, trial = run_trial(tmp_path, request, ["--steps", "100000", "--batch_size", "8"])  # the window ends first
     assert proc.returncode == 0, proc.stderr
     result = TrialResult.read(trial / "result.json")
     assert result.status == "ok" and result.knobs == {"num_workers": 1}
@@ -78,6 +78,17 @@ def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
     assert result.used == ["dataloader_kwargs", "steps"]
     assert not (trial / "model.pt").exists()  # the process ended after the window: no final save
     assert (trial / "first_step").exists()
+
+
+def test_a_program_that_ends_after_its_windows_floors_is_measured_on_the_steps_it_ran(tmp_path):
+    """A window still short of its statistical target when the program's loop ends, but past its floors
+    (measure_steps, min_window_s), is closed there: the steps it timed are a measurement, marked as such."""
+    request = {"workload": {"command": ["python", "loader_loop.py"]}, "warmup_steps": 2, "measure_steps": 4,
+               "min_window_s": 0.0, "max_window_s": 600.0, "target_ci": 1e-9}
+    proc, trial = run_trial(tmp_path, request, ["--steps", "20", "--batch_size", "4"])
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    assert result.metrics["window_ended_by_program"] == 1.0 and result.metrics["window_steps"] >= 4
 
 
 def test_a_program_that_ends_before_its_window_is_an_error_naming_why(tmp_path):

@@ -112,6 +112,7 @@ class TrialLoop:
         self.last_loss = None
         self.explicit = False  # the program calls step() itself: steps() adds none
         self.ended = False
+        self.ended_by_program = False  # the program ended with a window that had met its floors (_ended_early)
         atexit.register(self._ended_early)
         sys.excepthook = self._raised
 
@@ -218,6 +219,8 @@ class TrialLoop:
         if parity and needs_parity(self.cfg["knobs"], parity["baseline"]):  # a never-exported-as-checked verdict
             extra["parity"] = {"passed": False, "verdict": "not measured",
                                "reason": "loss parity of a program's numerics-changing knobs is not measured yet"}
+        if self.ended_by_program:
+            metrics["window_ended_by_program"] = 1.0
         for mark in ("screened", "promoted", "tied"):
             if getattr(rule, mark):
                 metrics[mark] = 1.0
@@ -249,6 +252,11 @@ class TrialLoop:
         """The program returned before the window was done: an error result naming why."""
         if self.ended or self.warm == 0:  # no step at all: the launcher says what to add
             return
+        window = self.window
+        if window is not None and window.steps >= self.cfg["measure_steps"] and \
+                self.clock() - window.marks[0] >= self.cfg["min_window_s"]:
+            self.ended_by_program = True  # a window the program's end closed: its floors held, its target may not
+            self._finish()
         need = self.cfg["warmup_steps"] + self.cfg["measure_steps"]
         done = self.warm + (self.window.steps if self.window else 0)
         self.ended = True

@@ -60,6 +60,10 @@ def median_error(pairs) -> float | None:
     return statistics.median(abs(m / p - 1) for p, m in pairs) if pairs else None
 
 
+def _pct(e: float | None) -> str:
+    return "-" if e is None else f"{e:.1%}"
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("runs", nargs="+", type=Path, help="search output dirs (each with a trials.csv)")
@@ -75,8 +79,7 @@ def main(argv=None) -> dict:
         before, now = median_error([(b, m) for _, b, _, m in rows]), median_error([(n, m) for _, _, n, m in rows])
         report[str(run)] = {"trials": len(rows), "before": before, "now": now,
                             "per_trial": [[n, round(b, 1), round(w, 1), round(m, 1)] for n, b, w, m in rows]}
-        fmt = (lambda e: "-" if e is None else f"{e:.1%}")
-        print(f"{str(run)[-48:]:48s} {len(rows):6d} {fmt(before):>8s} {fmt(now):>8s}")
+        print(f"{str(run)[-48:]:48s} {len(rows):6d} {_pct(before):>8s} {_pct(now):>8s}")
     if not report:
         ap.error("none of the dirs holds a trials.csv and search.json: pass search output dirs")
     total = {"trials": len(everything), "before": median_error([(b, m) for _, b, _, m in everything]),

@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 EXTRAS="[test]" bash scripts/install.sh
+.venv/bin/ruff check . && .venv/bin/ruff format --check . >/dev/null || { echo "ruff: run .venv/bin/ruff format . (and fix what ruff check names)" >&2; exit 1; }
 set +e
 .venv/bin/python -m pytest "$@"
 rc=$?

@@ -149,3 +149,21 @@ def test_settings_from_log_are_the_summarys(tmp_path, plain_and_online):
     log = tmp_path / "online.log"
     log.write_text("\n".join(["unrelated output"] + lines) + "\n")
     assert settings_from_log(log) == online.summary()["settings"]
+
+
+def test_each_change_is_an_mlflow_metric_on_the_run(tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.set_tracking_uri(uri)
+    mlflow.set_experiment("online")
+    with mlflow.start_run() as active:
+        online = OnlineLoader(seeded_loader(Storage(n=160)), cpu_budget=4, log=[].append, window_s=0.25,
+                              window_steps=3, warmup_steps=1, tracker=mlflow)
+        run(online, epochs=1)
+    history = MlflowClient(uri).get_metric_history(active.info.run_id, "online/num_workers")
+    waits = MlflowClient(uri).get_metric_history(active.info.run_id, "online/data_wait_pct")
+    assert online.changes
+    assert len(history) == len(waits) == 1 + len(online.changes)
+    assert history[-1].value == online.summary()["settings"]["num_workers"]  # a move still on trial is not one

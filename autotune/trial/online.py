@@ -43,15 +43,13 @@ class Setting:
     persistent_workers: bool
 
     def kwargs(self) -> dict[str, Any]:
-        out = {"num_workers": self.num_workers, "pin_memory": self.pin_memory}
-        if self.num_workers > 0:
-            out["prefetch_factor"] = self.prefetch_factor or 2
-            out["persistent_workers"] = self.persistent_workers
-        return out
+        """The DataLoader arguments (and best_config.yaml's knobs): without workers, no prefetch nor persistence."""
+        n = self.num_workers
+        return {"num_workers": n, "prefetch_factor": (self.prefetch_factor or 2) if n else None,
+                "pin_memory": self.pin_memory, "persistent_workers": self.persistent_workers and n > 0}
 
     def key(self) -> tuple:
-        n = self.num_workers
-        return (n, (self.prefetch_factor or 2) if n else None, self.pin_memory, self.persistent_workers and n > 0)
+        return tuple(self.kwargs().values())
 
     def short(self) -> str:
         s = f"num_workers={self.num_workers}"

@@ -7,9 +7,10 @@ command or function needs them.
 from autotune import adapters
 from autotune._version import __version__
 from autotune.api import search
+from autotune.config import config
 from autotune.workload import Workload
 
-__all__ = ["Workload", "search", "adapters", "load_config", "__version__"]
+__all__ = ["Workload", "search", "config", "adapters", "load_config", "__version__"]
 
 
 def load_config(path):

@@ -143,8 +143,9 @@ def test_a_knob_that_cannot_apply_here_is_refused():
     ({**TINY, "knobs": {"prefetch_factor": 4}}, "knobs cannot run together: prefetch_factor=4: needs loader workers (num_workers > 0)"),
     ({**TINY, "knobs": {"persistent_workers": True, "num_workers": 0}},
      "knobs cannot run together: persistent_workers=True: needs loader workers (num_workers > 0)"),
-    ({"workload": {}}, "`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
-                       "(a pickled factory, relative to the config's dir), and optional `args`"),
+    ({"workload": {}}, "`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
+                       "(a pickled factory, relative to the config's dir) or `command` (your program), "
+                       "and optional `args`"),
     ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, warmup_min_s, measure_steps, "
                            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
                            "prune_below, incumbent_above, incumbent_ci, predicted, carry, tie_keeps_incumbent, incumbent_trial, parity_only, flops_cache, device, seed, ranks, backend, "

@@ -226,88 +226,146 @@ class WindowRule:
         return False
 
 
-def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
-    """Time steps between two device syncs. The host clock decides when to stop
-    (no sync in the loop); per-step times are CUDA events on a GPU (read when
-    complete, no sync) and host intervals on a CPU."""
-    import torch
+def window_rule(cfg: dict, batch: float, device_type: str) -> WindowRule:
+    """The timed window's rule for a trial config (request.check_config's), with
+    `batch` samples a step: its thresholds in samples/s become step times."""
+    from autotune.trial.request import max_steps
 
+    prune, above = cfg["prune_below"], cfg["incumbent_above"]
+    return WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
+                      max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
+                      prune_ms=batch / prune * 1e3 if prune else None,
+                      screen_ms=batch / above * 1e3 if above else None,
+                      screen_ci=incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
+                      promote_ci=promote_floor(cfg["target_ci"], device_type) if above else None)
+
+
+class Window:
+    """The timed window, fed step by step: `start()` synchronizes the device and
+    starts the clock; `step_done(samples, data_wait_s)` marks the end of each
+    step (which `done()` then asks the rule about: the host clock decides, no
+    sync in the loop); `finish(loss)` synchronizes again and returns the
+    metrics. Per-step times are CUDA events recorded at the step boundaries on
+    a GPU (read when complete, no sync) and host intervals on a CPU. The one
+    timing path of both the built-in trial (`timed_window` pulls its steps) and
+    a user's own program (`autotune.trial.loop`, which pushes them)."""
+
+    def __init__(self, rule: WindowRule, device_type: str, sync, device=None):
+        self.rule, self.cuda, self.sync, self.device = rule, device_type == "cuda", sync, device
+        self.clock = time.perf_counter
+        self.marks: list[float] = []  # the window's start, then the end of each step
+        self.events: list = []
+        self.data_wait, self.samples = 0.0, 0
+
+    def _event(self) -> None:
+        if self.cuda:
+            import torch
+
+            self.events.append(torch.cuda.Event(enable_timing=True))
+            self.events[-1].record()
+
+    def step_times(self) -> list[float]:  # ms, of the steps known to be complete
+        if not self.cuda:  # a CPU step has ended when the rule asks: the rule decides on every step it records
+            return [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:])]
+        done = 0
+        while done < len(self.events) and self.events[done].query():
+            done += 1
+        return [self.events[i].elapsed_time(self.events[i + 1]) for i in range(done - 1)]
+
+    @property
+    def steps(self) -> int:
+        return max(len(self.marks) - 1, 0)
+
+    def start(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.reset_peak_memory_stats()
+        reset_peak_rss()
+        from autotune.trial.disturbance import CpuWatch
+
+        self.outside = CpuWatch()  # load from outside the trial during the window
+        self.util = GpuUtilSampler(enabled=self.cuda).__enter__()
+        self.sync()
+        self.outside.start()
+        self.cpu0 = time.process_time()
+        self.marks = [self.clock()]
+        self._event()
+
+    def step_done(self, samples: int, data_wait_s: float = 0.0) -> None:
+        self.marks.append(self.clock())
+        self._event()
+        self.samples += samples
+        self.data_wait += data_wait_s
+
+    def done(self) -> bool:
+        return self.steps > 0 and self.rule.done(self.steps, self.clock() - self.marks[0], self.step_times)
+
+    def finish(self, loss=None) -> dict[str, float]:
+        import torch
+
+        self.sync()
+        t0 = self.marks[0]
+        window = self.clock() - t0
+        cpu = time.process_time() - self.cpu0
+        disturbed = self.outside.stop(window)
+        self.util.__exit__(None, None, None)
+        steps = self.steps
+        if self.cuda:
+            steps_ms = [self.events[i].elapsed_time(self.events[i + 1]) for i in range(steps)]
+        else:  # the last step ends where the window does (its end includes the final sync)
+            steps_ms = [(b - a) * 1e3 for a, b in zip(self.marks, self.marks[1:-1] + [t0 + window])]
+        ordered = sorted(steps_ms)
+        mean_ms = sum(steps_ms) / steps
+        metrics = {
+            "samples_per_s": self.samples / window,
+            "steps_per_s": steps / window,
+            "step_ms_mean": window / steps * 1e3,
+            "step_ms_p50": percentile(ordered, 0.5),
+            "step_ms_p95": percentile(ordered, 0.95),
+            "step_ms_min": ordered[0],
+            "step_ms_max": ordered[-1],
+            "step_time_cv": math.sqrt(sum((x - mean_ms) ** 2 for x in steps_ms) / max(steps - 1, 1)) / mean_ms,
+            "step_mean_ci95": t_rel_ci95(steps_ms),  # Student's t: a window may be 10 steps
+            "data_wait_frac": self.data_wait / window,
+            "cpu_main_cores": cpu / window,  # CPU-seconds per second of the training process (not its workers)
+            "window_s": window,
+            "window_steps": steps,
+            "mem_rss_peak_gib": peak_rss_gib(),  # the training process's, over the window (not its loader workers)
+            **disturbed,  # host_other_cpu_frac
+        }
+        if loss is not None:
+            metrics["loss_last"] = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
+        if self.cuda:
+            from autotune.trial.disturbance import gpu_other_processes
+
+            dev = self.device if self.device is not None else torch.device("cuda", torch.cuda.current_device())
+            others = gpu_other_processes(dev.index or 0)
+            if others is not None:
+                metrics["gpu_other_processes"] = others
+            metrics["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
+            metrics["mem_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
+            metrics["mem_device_gib"] = torch.cuda.get_device_properties(dev).total_memory / 2**30
+            if self.util.mean() is not None:
+                metrics["gpu_util_nvml_pct"] = self.util.mean()
+        return metrics
+
+
+def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
+    """Time steps of a built-in session (`Window`): each pulls its batch (the
+    wait at `next()` is data wait) and runs `session.step`."""
     from autotune.workload import count_samples
 
-    cuda = session.device.type == "cuda"
-    sync = session.sync
-    clock = time.perf_counter
-    if cuda:
-        torch.cuda.reset_peak_memory_stats()
-    reset_peak_rss()
-    events, starts, data_wait, samples = [], [], 0.0, 0
-
-    def step_times() -> list[float]:  # ms, of the steps known to be complete
-        if not cuda:  # a CPU step has ended when the rule asks: the rule decides on every step it records
-            return [(b - a) * 1e3 for a, b in zip(starts, starts[1:] + [clock()])]
-        done = 0
-        while done < len(events) and events[done].query():
-            done += 1
-        return [events[i].elapsed_time(events[i + 1]) for i in range(done - 1)]
-
-    from autotune.trial.disturbance import CpuWatch, gpu_other_processes
-
-    outside = CpuWatch()  # load from outside the trial during the window
-    with GpuUtilSampler(enabled=cuda) as util:
-        sync()
-        outside.start()
-        t0, cpu0 = clock(), time.process_time()
-        while not starts or not rule.done(len(starts), clock() - t0, step_times):
-            starts.append(clock())
-            batch = next(batches)
-            data_wait += clock() - starts[-1]
-            samples += count_samples(session.workload, batch)
-            if cuda:
-                events.append(torch.cuda.Event(enable_timing=True))
-                events[-1].record()
-            loss = session.step(batch)
-        if cuda:
-            events.append(torch.cuda.Event(enable_timing=True))
-            events[-1].record()
-        sync()
-        window = clock() - t0
-        cpu = time.process_time() - cpu0
-        disturbed = outside.stop(window)
-    steps = len(starts)
-    if cuda:
-        steps_ms = [events[i].elapsed_time(events[i + 1]) for i in range(steps)]
-    else:
-        steps_ms = [(b - a) * 1e3 for a, b in zip(starts, starts[1:] + [t0 + window])]
-    ordered = sorted(steps_ms)
-    mean_ms = sum(steps_ms) / steps
-    metrics = {
-        "samples_per_s": samples / window,
-        "steps_per_s": steps / window,
-        "step_ms_mean": window / steps * 1e3,
-        "step_ms_p50": percentile(ordered, 0.5),
-        "step_ms_p95": percentile(ordered, 0.95),
-        "step_ms_min": ordered[0],
-        "step_ms_max": ordered[-1],
-        "step_time_cv": math.sqrt(sum((x - mean_ms) ** 2 for x in steps_ms) / max(steps - 1, 1)) / mean_ms,
-        "step_mean_ci95": t_rel_ci95(steps_ms),  # Student's t: a window may be 10 steps
-        "data_wait_frac": data_wait / window,
-        "cpu_main_cores": cpu / window,  # CPU-seconds per second of the training process (not its workers)
-        "window_s": window,
-        "window_steps": steps,
-        "loss_last": float(loss.detach().float()),
-        "mem_rss_peak_gib": peak_rss_gib(),  # the training process's, over the window (not its loader workers)
-        **disturbed,  # host_other_cpu_frac
-    }
-    if cuda:
-        others = gpu_other_processes(session.device.index or 0)
-        if others is not None:
-            metrics["gpu_other_processes"] = others
-        metrics["mem_peak_allocated_gib"] = torch.cuda.max_memory_allocated() / 2**30
-        metrics["mem_peak_reserved_gib"] = torch.cuda.max_memory_reserved() / 2**30
-        metrics["mem_device_gib"] = torch.cuda.get_device_properties(session.device).total_memory / 2**30
-        if util.mean() is not None:
-            metrics["gpu_util_nvml_pct"] = util.mean()
-    return metrics
+    window, clock = Window(rule, session.device.type, session.sync, session.device), time.perf_counter
+    window.start()
+    loss = None
+    while not window.done():
+        fetch = clock()
+        batch = next(batches)
+        wait = clock() - fetch
+        loss = session.step(batch)
+        window.step_done(count_samples(session.workload, batch), wait)
+    return window.finish(loss)
 
 
 def profile_window(session, batches, active_steps: int, trace_path: str) -> dict:

@@ -169,9 +169,10 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     if unknown:
         raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
     wl = config.get("workload")
-    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file")):
-        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn) or `file` "
-                               "(a pickled factory, relative to the config's dir), and optional `args`")
+    if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file") or wl.get("command")):
+        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
+                               "(a pickled factory, relative to the config's dir) or `command` (your program), "
+                               "and optional `args`")
     cfg = {**DEFAULTS, **config}
     given = dict(config.get("knobs") or {})
     for name, value in given.items():

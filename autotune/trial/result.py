@@ -99,6 +99,10 @@ class TrialResult:
     node_id: str | None = None
     master_addr: str | None = None  # the process group's rendezvous address
     scaling_reference: ScalingReference | None = None
+    # a user's own program as the trial (autotune.trial.loop):
+    used: list[str] | None = None  # the autotune.config() methods it called (the knobs it can take)
+    losses: list[float] | None = None  # its loss at each step from the first (warm-up included), for parity
+    data_wait: str | None = None  # why data wait was not measured, where it was not
 
     KEPT = ("status",)
 

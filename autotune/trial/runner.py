@@ -151,13 +151,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     window clearly slower than `prune_below` ends early and the trial stops
     there (status "pruned": its throughput is measured, the rest skipped).
     On the CPU, a memory window after the timed one samples the allocator's peak."""
-    prune, above = cfg["prune_below"], cfg["incumbent_above"]
-    rule = M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
-                        max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
-                        prune_ms=knobs["batch_size"] / prune * 1e3 if prune else None,
-                        screen_ms=knobs["batch_size"] / above * 1e3 if above else None,
-                        screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device.type) if above else 0.0,
-                        promote_ci=M.promote_floor(cfg["target_ci"], device.type) if above else None)
+    rule = M.window_rule(cfg, knobs["batch_size"], device.type)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
         rule = R.fixed_rule(max_steps(cfg))
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3

@@ -1,0 +1,237 @@
+"""`cfg = autotune.config()`: one object for a training program, the same in a
+trial and in production (issue 42).
+
+    cfg = autotune.config()
+    loader = DataLoader(dataset, **cfg.dataloader_kwargs(batch_size=64, num_workers=2))
+    model, optimizer = cfg.prepare(model, optimizer)
+    for batch in cfg.steps(loader):          # or: with cfg.data(): batch = get_batch() ... cfg.step(samples=n, loss=loss)
+        with cfg.autocast():
+            loss = ...
+
+Three modes:
+- trial: `AUTOTUNE_TRIAL=<trial dir>/config.json` (the launcher sets it): the
+  trial's knobs; `steps`/`step` are the measured loop (`autotune.trial.loop`),
+  which writes the trial's result and ends the process once its window is done;
+- production: `autotune.config("best_config.yaml")` or `AUTOTUNE_CONFIG=path`:
+  the exported knobs, the loop passes through (`online`: issue 43's loader tuner);
+- plain: neither: every method returns the program's own values (a no-op).
+Only the knobs the config sets override the program's own values. The methods
+the program calls are recorded (`used`): a knob whose method it never calls is
+"not used by your program" and not searched (`unused`).
+
+Cheap to import: torch loads when `config()` is called.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from autotune.knobs._registry import KNOBS, USER_PREFIX
+
+TRIAL_ENV, CONFIG_ENV, ONLINE_ENV = "AUTOTUNE_TRIAL", "AUTOTUNE_CONFIG", "AUTOTUNE_ONLINE"
+# the knobs applied when config() is called (process and backend flags): used by every program
+APPLIED_AT_START = ("num_threads", "cudnn_benchmark")
+# the methods through which each other knob reaches a program
+USES = {
+    "dataloader_kwargs": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
+    "prepare": ("channels_last", "compile", "fused_optimizer"),
+    "wrap": ("channels_last", "compile", "activation_checkpointing", "ddp_bucket_cap_mb",
+             "ddp_gradient_as_bucket_view", "ddp_static_graph", "sharding", "fsdp_reshard_after_forward"),
+    "autocast": ("precision",),
+    "to_device": ("channels_last",),
+    "zero_grad": ("set_to_none",),
+}
+
+
+def unused(knob: str, used: list[str]) -> str | None:
+    """Why a program that called the methods `used` cannot take `knob` (None: it can)."""
+    if knob.startswith(USER_PREFIX) or knob in APPLIED_AT_START:
+        return None
+    methods = [m for m, knobs in USES.items() if knob in knobs]
+    if not methods or set(methods) & set(used):
+        return None
+    return f"not used by your program: it never calls {' or '.join(f'cfg.{m}()' for m in methods)}"
+
+
+def _set_knobs(data: dict[str, Any]) -> dict[str, Any]:
+    """The knobs a best_config.yaml changes from its baseline (its `safety` list);
+    a file without one (written by hand): every knob it names."""
+    knobs = {k: v for k, v in (data.get("knobs") or {}).items() if k in KNOBS}
+    if isinstance(data.get("safety"), list):
+        changed = {f["knob"] for f in data["safety"] if isinstance(f, dict)}
+        knobs = {k: v for k, v in knobs.items() if k in changed}
+    return knobs
+
+
+class Config:
+    """See the module doc. `knobs`: the knobs this config sets (the rest stay the program's)."""
+
+    def __init__(self, mode: str, knobs: dict[str, Any], device_type: str, data: dict[str, Any] | None = None,
+                 trial_dir: Path | None = None, request: dict[str, Any] | None = None, online: bool = False):
+        from autotune.trial.loop import PassThrough, TrialLoop
+
+        self.mode, self.knobs, self.device_type, self.file = mode, dict(knobs), device_type, data or {}
+        self.online = online
+        self.used: set[str] = set()
+        self.loop = TrialLoop(request, trial_dir, self.used, device_type) if mode == "trial" else PassThrough()
+        import torch
+
+        if self.knobs.get("num_threads") is not None:
+            torch.set_num_threads(self.knobs["num_threads"])
+        if "cudnn_benchmark" in self.knobs:
+            torch.backends.cudnn.benchmark = bool(self.knobs["cudnn_benchmark"])
+        if self.knobs.get("precision") == "tf32":
+            torch.set_float32_matmul_precision("high")
+            torch.backends.cudnn.allow_tf32 = True
+
+    @property
+    def in_trial(self) -> bool:
+        """True while autotune measures this process (leave out what a trial need not run)."""
+        return self.mode == "trial"
+
+    @property
+    def workload_args(self) -> dict[str, Any]:
+        """The searched arguments (`search_space.workload_args`) as this config sets them ({}: none)."""
+        if self.mode == "trial":
+            return dict(self.request_args)
+        return dict(self.file.get("workload_args") or {})
+
+    @property
+    def request_args(self) -> dict[str, Any]:
+        return ((self.loop.cfg.get("workload") or {}).get("args") or {}) if self.mode == "trial" else {}
+
+    def _full(self) -> dict[str, Any]:
+        """Every knob: this config's over PyTorch's defaults (for the appliers that need all)."""
+        from autotune.knobs import pytorch_defaults
+
+        return {**pytorch_defaults(None), **self.knobs}
+
+    # --- the methods ----------------------------------------------------------------
+
+    def dataloader_kwargs(self, **yours) -> dict[str, Any]:
+        """Your DataLoader arguments with this config's loader knobs over them."""
+        from autotune.knobs import loader_kwargs
+
+        self.used.add("dataloader_kwargs")
+        out = {**yours, **loader_kwargs(self.knobs)}
+        if not out.get("num_workers"):  # without workers DataLoader refuses these
+            for name in ("prefetch_factor", "persistent_workers"):
+                if name not in yours:
+                    out.pop(name, None)
+        return out
+
+    def prepare(self, model, optimizer=None):
+        """The model in the set memory format, compiled if set (on its own device);
+        the optimizer fused if set (use the one returned). Returns (model, optimizer)."""
+        import torch
+
+        from autotune.knobs import prepare_optimizer
+
+        self.used.add("prepare")
+        if self.knobs.get("channels_last"):
+            model = model.to(memory_format=torch.channels_last)
+        if self.knobs.get("compile", "none") != "none":
+            mode = None if self.knobs["compile"] == "default" else self.knobs["compile"]
+            model = torch.compile(model, mode=mode)
+        return model, None if optimizer is None else prepare_optimizer(optimizer, self.knobs)
+
+    def wrap(self, model):
+        """As `TunedConfig.wrap`: checkpointing, device, layout, compile, then DDP/FSDP with ranks."""
+        import torch
+        import torch.distributed as dist
+
+        from autotune.knobs import wrap
+
+        self.used.add("wrap")
+        world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
+        device = torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0))) \
+            if self.device_type == "cuda" else torch.device("cpu")
+        blocks = (self.file.get("parallel") or {}).get("blocks")
+        return wrap(model, self._full(), device, world, blocks)
+
+    def autocast(self):
+        """The set precision's autocast (none set: a no-op, your own autocast stays)."""
+        import contextlib
+
+        from autotune.knobs import autocast
+
+        self.used.add("autocast")
+        if "precision" not in self.knobs:
+            return contextlib.nullcontext()
+        return autocast(self.knobs, self.device_type)
+
+    def grad_scaler(self, yours=None):
+        """A GradScaler enabled for fp16 when a precision is set; else `yours`
+        (default: a disabled one, whose calls pass through)."""
+        import torch
+
+        self.used.add("grad_scaler")
+        if "precision" in self.knobs:
+            return torch.amp.GradScaler(self.device_type, enabled=self.knobs["precision"] == "16-mixed")
+        return yours if yours is not None else torch.amp.GradScaler(self.device_type, enabled=False)
+
+    def to_device(self, batch, device=None, preprocess=None):
+        """A batch on `device` (default: the config's), non_blocking when pinned, your
+        `preprocess`, then channels_last 4-D inputs when set."""
+        from autotune.knobs import to_channels_last, to_device
+
+        self.used.add("to_device")
+        batch = to_device(batch, device or self.device_type, non_blocking=bool(self.knobs.get("pin_memory")))
+        if preprocess is not None:
+            batch = preprocess(batch)
+        return to_channels_last(batch) if self.knobs.get("channels_last") else batch
+
+    def zero_grad(self, optimizer, set_to_none: bool = True) -> None:
+        self.used.add("zero_grad")
+        optimizer.zero_grad(set_to_none=self.knobs.get("set_to_none", set_to_none))
+
+    # --- the measured loop (autotune.trial.loop) ------------------------------------------
+
+    def steps(self, iterable):
+        """`for batch in cfg.steps(loader):` each batch; in a trial, the measured loop."""
+        self.used.add("steps")
+        return self.loop.steps(iterable)
+
+    def step(self, samples: int | None = None, loss=None) -> None:
+        """At the end of each optimizer step of a loop without `steps` (or to report its samples and loss)."""
+        self.used.add("step")
+        self.loop.step(samples, loss)
+
+    def data(self):
+        """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""
+        self.used.add("data")
+        return self.loop.data()
+
+
+def _device(requested: str) -> str:
+    import torch
+
+    if requested == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    return requested
+
+
+def config(path: str | os.PathLike | None = None, *, online: bool | None = None) -> Config:
+    """The program's config: the trial's (AUTOTUNE_TRIAL), else `path`'s or
+    AUTOTUNE_CONFIG's best_config.yaml, else none (see the module doc)."""
+    trial = os.environ.get(TRIAL_ENV)
+    if trial:
+        request = json.loads(Path(trial).read_text())
+        return Config("trial", request.get("knobs") or {}, _device(request.get("device", "auto")),
+                      trial_dir=Path(trial).resolve().parent, request=request)
+    path = path or os.environ.get(CONFIG_ENV)
+    if path:
+        import yaml
+
+        data = yaml.safe_load(Path(path).read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
+            raise ValueError(f"{path}: not an autotune best_config.yaml (no `knobs` mapping)")
+        if online is None:
+            online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"
+        device = (data.get("device") or {}).get("type", "cpu")
+        return Config("production", _set_knobs(data), _device("auto") if device == "cuda" else device, data,
+                      online=online)
+    return Config("plain", {}, _device("auto"), online=bool(online))

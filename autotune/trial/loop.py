@@ -1,0 +1,216 @@
+"""The measured loop of a user's own training program (`cfg.steps`, `cfg.step`,
+`cfg.data` of `autotune.config()`), in a trial: the measurement rules of
+DESIGN.md on the program's own steps. Untimed warm-up; then the timed window
+(`measure.Window`, the built-in trial's own: the device synchronized at its two
+ends only, the rule deciding on the host clock); data wait measured at the
+loader's `next()` (`steps`) or inside `with cfg.data():`; each step's loss kept
+(detached, read after the window) for parity. Once the window is done, the
+trial's `TrialResult` goes to `<trial dir>/result.json` and the process ends
+(`os._exit(0)`: no teardown, final save or eval of the program runs).
+
+Needs torch only. A program that reaches its first step leaves `first_step` in
+its trial dir, so the launcher can tell "never called steps/step" from a crash.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import math
+import os
+import socket
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Iterable
+
+from autotune.trial import measure as M
+from autotune.trial.request import check_config
+from autotune.trial.result import TrialResult
+
+FIRST_STEP_FILE = "first_step"  # written at the program's first step (the launcher's "it reached a step")
+LOSSES_KEPT = 200  # the loss trajectory reported: the first steps (parity compares the first `parity.steps`)
+
+
+def batch_samples(batch) -> int | None:
+    """Samples in a batch: the first dimension of its first tensor (None: no tensor)."""
+    first = batch
+    while isinstance(first, (tuple, list, dict)) and len(first):
+        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    shape = getattr(first, "shape", None)
+    return int(shape[0]) if shape is not None and len(shape) else None
+
+
+class PassThrough:
+    """Production and plain modes: the loop as the program wrote it."""
+
+    def steps(self, iterable: Iterable):
+        return iter(iterable)
+
+    def step(self, samples: int | None = None, loss=None) -> None:
+        pass
+
+    def data(self):
+        return contextlib.nullcontext()
+
+
+class TrialLoop:
+    """A trial's measured loop over the program's steps (see the module doc).
+    `request`: the trial config (python -m autotune.trial's JSON); `trial_dir`:
+    where result.json goes; `used`: the config's usage record (method names),
+    read when the result is written."""
+
+    def __init__(self, request: dict[str, Any], trial_dir: Path, used: set[str], device_type: str):
+        self.cfg = check_config(request)
+        self.dir, self.used, self.device_type = trial_dir, used, device_type
+        self.clock = time.perf_counter
+        self.started = self.clock()
+        self.knobs = dict(request.get("knobs") or {})  # the knobs this trial sets (the rest: the program's own)
+        self.warm, self.warm_samples, self.warm_started = 0, 0, None
+        self.window: M.Window | None = None
+        self.wait, self.wait_measured = 0.0, False
+        self.losses: list = []
+        self.last_loss = None
+        self.explicit = False  # the program calls step() itself: steps() adds none
+        self.ended = False
+        atexit.register(self._ended_early)
+        sys.excepthook = self._raised
+
+    # --- what the program calls ---------------------------------------------------
+
+    def steps(self, iterable: Iterable):
+        """Each batch of `iterable`, the wait at `next()` as data wait; a step ends
+        at the next batch unless the program calls `step()` itself."""
+        self.wait_measured = True
+        it = iter(iterable)
+        previous = None
+        while True:
+            if previous is not None and not self.explicit:
+                self._step(batch_samples(previous), None)
+            fetch = self.clock()
+            try:
+                batch = next(it)
+            except StopIteration:
+                return
+            self.wait += self.clock() - fetch
+            previous = batch
+            yield batch
+
+    def data(self):
+        """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""
+        self.wait_measured = True
+        return self._waiting()
+
+    @contextlib.contextmanager
+    def _waiting(self):
+        fetch = self.clock()
+        try:
+            yield
+        finally:
+            self.wait += self.clock() - fetch
+
+    def step(self, samples: int | None = None, loss=None) -> None:
+        """The end of one optimizer step: `samples` it trained on, its `loss`."""
+        self.explicit = True
+        self._step(samples, loss)
+
+    # --- the measurement ------------------------------------------------------------
+
+    def _step(self, samples: int | None, loss) -> None:
+        samples = 1 if samples is None else int(samples)
+        if loss is not None:
+            self.last_loss = loss.detach() if hasattr(loss, "detach") else float(loss)
+            if len(self.losses) < LOSSES_KEPT:
+                self.losses.append(self.last_loss)
+        wait, self.wait = self.wait, 0.0
+        if self.window is not None:
+            self.window.step_done(samples, wait)
+            if self.window.done():
+                self._finish()
+            return
+        self.warm += 1
+        self.warm_samples += samples
+        if self.warm == 1:
+            (self.dir / FIRST_STEP_FILE).write_text(f"{self.clock() - self.started:.3f}\n")
+            self.first_step_s = self.clock() - self.started
+            self.warm_started = self.clock()
+        if self._warm():
+            self._start_window()
+
+    def _warm(self) -> bool:
+        cfg = self.cfg
+        if self.warm >= cfg["warmup_steps"]:
+            return True
+        short = cfg["warmup_min_s"] is not None and self.device_type == "cpu" and self.knobs.get("compile", "none") == "none"
+        return short and self.warm >= 2 and self.clock() - self.warm_started >= cfg["warmup_min_s"]
+
+    def _start_window(self) -> None:
+        import torch
+
+        per_step = self.warm_samples / self.warm  # the rule's thresholds are in samples/s
+        self.warmup_s = self.clock() - self.warm_started
+        rule = M.window_rule(self.cfg, per_step, self.device_type)
+        cuda = self.device_type == "cuda"
+        self.window = M.Window(rule, self.device_type, torch.cuda.synchronize if cuda else (lambda: None))
+        self.window.start()
+
+    def _losses(self) -> list[float]:
+        return [float(x) for x in self.losses]
+
+    def _result(self, status: str, **extra) -> dict[str, Any]:
+        import torch
+
+        return {"status": status, "knobs": self.knobs,
+                "device": {"type": self.device_type, "name": torch.cuda.get_device_name() if self.device_type == "cuda"
+                           else "cpu", "cpus": len(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads()},
+                "host": socket.gethostname(), "torch": torch.__version__, "used": sorted(self.used),
+                "losses": self._losses(), "trial_s": self.clock() - self.started, **extra}
+
+    def _finish(self) -> None:
+        window, rule = self.window, self.window.rule
+        metrics = {**window.finish(self.last_loss), "warmup_s": self.warmup_s, "warmup_steps_run": self.warm,
+                   "first_step_s": self.first_step_s}
+        extra = {}
+        if not self.wait_measured:
+            metrics.pop("data_wait_frac")
+            extra["data_wait"] = ("not measured: the program fetches its batches outside cfg.steps() and "
+                                  "`with cfg.data():`")
+        for mark in ("screened", "promoted", "tied"):
+            if getattr(rule, mark):
+                metrics[mark] = 1.0
+        status = "pruned" if rule.pruned else "ok"
+        if not math.isfinite(metrics.get("loss_last", 0.0)):
+            status, extra = "error", {**extra, "error_type": "NonFiniteLoss", "error": "the loss is NaN or inf"}
+        self._write(self._result(status, metrics=metrics, **extra))
+
+    def _write(self, result: dict[str, Any]) -> None:
+        self.ended = True
+        TrialResult.from_dict(result).write(self.dir / "result.json")  # the contract, checked
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0 if result["status"] in ("ok", "pruned") else 1)
+
+    def _raised(self, kind, error, tb) -> None:
+        """An exception escaping the program: an `error` (or `oom`) result with its
+        traceback, which also goes to trial.log, as the built-in trial's does."""
+        from autotune.trial.memory import is_oom
+
+        text = "".join(traceback.format_exception(kind, error, tb))
+        sys.stderr.write(text)
+        self.ended = True
+        first = str(error).strip().splitlines()[0][:500] if str(error).strip() else kind.__name__
+        TrialResult.from_dict(self._result("oom" if is_oom(error) else "error", error_type=kind.__name__, error=first,
+                                           traceback=text[-4000:])).write(self.dir / "result.json")
+
+    def _ended_early(self) -> None:
+        """The program returned before the window was done: an error result naming why."""
+        if self.ended or self.warm == 0:  # no step at all: the launcher says what to add
+            return
+        need = self.cfg["warmup_steps"] + self.cfg["measure_steps"]
+        done = self.warm + (self.window.steps if self.window else 0)
+        self.ended = True
+        TrialResult.from_dict(self._result(
+            "error", error_type="TooFewSteps",
+            error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
+                  "give it more steps or data in a trial (cfg.in_trial)")).write(self.dir / "result.json")

@@ -1,0 +1,88 @@
+"""autotune.config(): the three modes, the methods, and the measured loop of a
+real program in a trial (tests/programs/loader_loop.py run as its own process)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import autotune
+from autotune.config import unused
+from autotune.trial.result import TrialResult
+
+PROGRAMS = Path(__file__).parent / "programs"
+ROOT = Path(__file__).parent.parent
+
+
+def test_plain_mode_returns_the_programs_own_values(monkeypatch):
+    monkeypatch.delenv("AUTOTUNE_TRIAL", raising=False)
+    monkeypatch.delenv("AUTOTUNE_CONFIG", raising=False)
+    cfg = autotune.config()
+    assert not cfg.in_trial and cfg.knobs == {}
+    assert cfg.dataloader_kwargs(batch_size=8, num_workers=3) == {"batch_size": 8, "num_workers": 3}
+    model = torch.nn.Linear(2, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    assert cfg.prepare(model, opt) == (model, opt)
+    assert list(cfg.steps([1, 2, 3])) == [1, 2, 3]
+    cfg.step(samples=4, loss=1.0)
+    assert sorted(cfg.used) == ["dataloader_kwargs", "prepare", "step", "steps"]
+
+
+def test_production_sets_only_the_knobs_the_search_changed(tmp_path):
+    path = tmp_path / "best_config.yaml"
+    path.write_text(yaml.safe_dump({
+        "knobs": {"num_workers": 2, "batch_size": 64, "pin_memory": False, "precision": "32-true"},
+        "device": {"type": "cpu"},
+        "safety": [{"knob": "num_workers", "baseline": 0, "tuned": 2}]}))
+    cfg = autotune.config(path)
+    assert cfg.knobs == {"num_workers": 2}  # batch 64 was the baseline's: the program's own batch stays
+    assert cfg.dataloader_kwargs(batch_size=16, num_workers=0) == {"batch_size": 16, "num_workers": 2}
+    with cfg.data():
+        pass
+    assert list(cfg.steps(range(3))) == [0, 1, 2]
+
+
+def test_a_knob_whose_method_is_never_called_is_not_used():
+    assert unused("num_workers", ["steps", "prepare"]).startswith("not used by your program")
+    assert unused("num_workers", ["dataloader_kwargs"]) is None
+    assert unused("num_threads", []) is None  # applied by config() itself
+    assert unused("args.batch_size", []) is None  # a flag of the program
+
+
+def run_trial(tmp_path, request, args=(), program="loader_loop.py"):
+    trial = tmp_path / "trial"
+    trial.mkdir()
+    (trial / "config.json").write_text(json.dumps(request))
+    env = {**os.environ, "AUTOTUNE_TRIAL": str(trial / "config.json"), "PYTHONPATH": str(ROOT)}
+    proc = subprocess.run([sys.executable, str(PROGRAMS / program), *args], cwd=trial, env=env,
+                          capture_output=True, text=True, timeout=300)
+    return proc, trial
+
+
+def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
+    request = {"workload": {"command": ["python", "loader_loop.py"]}, "knobs": {"num_workers": 1},
+               "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 3.0}
+    proc, trial = run_trial(tmp_path, request, ["--steps", "100", "--batch_size", "8"])
+    assert proc.returncode == 0, proc.stderr
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok" and result.knobs == {"num_workers": 1}
+    m = result.metrics
+    assert m["window_steps"] >= 5 and m["warmup_steps_run"] == 2
+    assert m["samples_per_s"] == pytest.approx(8 * m["steps_per_s"])  # samples counted from the batches
+    assert 0 <= m["data_wait_frac"] < 1  # measured at next()
+    assert result.used == ["dataloader_kwargs", "steps"]
+    assert not (trial / "model.pt").exists()  # the process ended after the window: no final save
+    assert (trial / "first_step").exists()
+
+
+def test_a_program_that_ends_before_its_window_is_an_error_naming_why(tmp_path):
+    request = {"workload": {"command": ["python", "loader_loop.py"]}, "warmup_steps": 5, "measure_steps": 50}
+    proc, trial = run_trial(tmp_path, request, ["--steps", "8", "--batch_size", "4"])
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "error" and result.error_type == "TooFewSteps"
+    assert "ended after 8 steps" in result.error

@@ -167,3 +167,29 @@ def test_each_change_is_an_mlflow_metric_on_the_run(tmp_path):
     assert online.changes
     assert len(history) == len(waits) == 1 + len(online.changes)
     assert history[-1].value == online.summary()["settings"]["num_workers"]  # a move still on trial is not one
+
+
+def test_production_steps_with_online_on_re_tune_the_same_loader_across_epochs(tmp_path, monkeypatch):
+    import yaml
+
+    import autotune
+
+    monkeypatch.delenv("AUTOTUNE_TRIAL", raising=False)
+    monkeypatch.delenv("AUTOTUNE_ONLINE", raising=False)
+    path = tmp_path / "best_config.yaml"
+    path.write_text(yaml.safe_dump({"knobs": {"num_workers": 0}, "device": {"type": "cpu"},
+                                    "online": {"log": str(tmp_path / "online.log"), "cpu_budget": 1}}))
+    cfg = autotune.config(path)
+    loader = seeded_loader(Cached())
+    torch.manual_seed(0)
+    seen = [b.tolist() for _ in range(2) for b in cfg.steps(loader)]
+    plain = seeded_loader(Cached())
+    torch.manual_seed(0)
+    assert seen == [b.tolist() for _ in range(2) for b in plain]
+    assert len(cfg._online) == 1 and cfg._online[loader].epochs == 2
+    assert "watching num_workers=0" in (tmp_path / "online.log").read_text()
+    assert list(cfg.steps(loader, online=False)) is not None and cfg._online[loader].epochs == 2  # off there
+
+    monkeypatch.setenv("AUTOTUNE_ONLINE", "1")
+    path.write_text(yaml.safe_dump({"knobs": {"num_workers": 0}, "device": {"type": "cpu"}}))
+    assert autotune.config(path).online and not autotune.config(path, online=False).online

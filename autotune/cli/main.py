@@ -195,7 +195,7 @@ def export(
             if not from_online.is_file():
                 raise UserError(f"`{from_online}` is not a file: give the log an OnlineLoader wrote (`log=`)")
             try:
-                data["knobs"] = {**(data.get("knobs") or {}), **settings_from_log(from_online)}
+                data = E.with_online(data, settings_from_log(from_online))
             except ValueError as e:
                 raise UserError(str(e)) from None
         text = E.render(data, fmt)

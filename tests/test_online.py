@@ -51,10 +51,10 @@ def run(loader, epochs=2):
 def plain_and_online():
     lines = []
     torch.manual_seed(0)
-    plain = run(seeded_loader(Storage()))
+    plain = run(seeded_loader(Storage(n=480)))
     torch.manual_seed(0)
-    online = OnlineLoader(seeded_loader(Storage()), cpu_budget=4, log=lines.append, window_s=0.25, window_steps=3,
-                          warmup_steps=1, backoff_s=60)
+    online = OnlineLoader(seeded_loader(Storage(n=480)), cpu_budget=4, log=lines.append, window_s=0.5,
+                          window_steps=6, warmup_steps=1, backoff_s=60)
     return plain, run(online), online, lines
 
 
@@ -64,7 +64,7 @@ def test_same_indices_in_the_same_order_across_online_changes_mid_epoch(plain_an
     mid_epoch = [c for c in online.changes if c["step"] % steps_per_epoch not in (0, steps_per_epoch - 1)]
     assert len(mid_epoch) >= 2, online.changes
     assert online_seen == seen
-    assert sorted(seen[:240]) == list(range(240))
+    assert sorted(seen[:480]) == list(range(480))
 
 
 def test_torch_random_state_is_the_plain_loops_across_rebuilds(plain_and_online):
@@ -77,9 +77,9 @@ def test_each_move_is_measured_before_it_is_kept(plain_and_online):
     _, _, online, lines = plain_and_online
     changes = [json.loads(line.rsplit(" | ", 1)[1]) for line in lines if '"event": "change"' in line]
     assert len(changes) == len(online.changes) >= 2
-    for c in changes:
+    for c in [c for c in changes if c["kind"] == "window"]:
         before, after = c["before"], c["after"]
-        assert before["steps"] >= 3 and after["steps"] >= 3 and after["wall_s"] >= 0.25
+        assert before["steps"] >= 6 and after["steps"] >= 6 and after["wall_s"] >= 0.5
         gain = after["steps_per_s"] - before["steps_per_s"]
         if c["kept"] and c["to"]["num_workers"] > c["from"]["num_workers"]:
             assert gain > 0.03 * before["steps_per_s"]
@@ -193,3 +193,23 @@ def test_production_steps_with_online_on_re_tune_the_same_loader_across_epochs(t
     monkeypatch.setenv("AUTOTUNE_ONLINE", "1")
     path.write_text(yaml.safe_dump({"knobs": {"num_workers": 0}, "device": {"type": "cpu"}}))
     assert autotune.config(path).online and not autotune.config(path, online=False).online
+
+
+def slow_start(_worker_id):
+    time.sleep(0.5)  # a worker that opens files, connects to storage, loads an index
+
+
+def test_persistent_workers_when_start_up_is_a_share_of_the_epoch_and_same_indices():
+    def loader():
+        return seeded_loader(Cached(), num_workers=2, worker_init_fn=slow_start)
+
+    lines = []
+    online = OnlineLoader(loader(), log=lines.append, window_s=60)  # no window closes: only the epoch move
+    torch.manual_seed(0)
+    seen = [b.tolist() for _ in range(4) for b in online]
+    torch.manual_seed(0)
+    plain = loader()
+    assert seen == [b.tolist() for _ in range(4) for b in plain]
+    (move,) = online.changes
+    assert move["kind"] == "epoch" and move["kept"] and online.setting.persistent_workers, lines
+    assert move["before"]["startup_s"] >= 0.5 > move["after"]["startup_s"]

@@ -195,7 +195,7 @@ class OnlineLoader:
         self.banned: dict[tuple, tuple[float, float]] = {}  # setting key -> (until, back-off seconds)
         self.step = 0
         self.epochs = 0
-        self._dl = self._dl_setting = self._trial = None
+        self._dl = self._dl_setting = self._trial = self._persist = self._win = self._paused = None
         self._remaining = _Remaining()
         self._accel = _accelerator_available()
         self.emit(f"watching {self.setting.short()} (threshold {100 * threshold:.0f}% data wait, cpu budget "
@@ -212,20 +212,26 @@ class OnlineLoader:
         return len(self.loader)
 
     def __iter__(self) -> Iterator:
+        t = time.perf_counter()
         if self.iterable:
-            yield from self._measured(iter(self.loader), retune=False)
+            yield from self._measured(iter(self.loader), retune=False, t_epoch=t)
             return
         self._begin_epoch()
-        yield from self._measured(None, retune=True)
+        self._epoch_move()
+        yield from self._measured(None, retune=True, t_epoch=t)
         self.epochs += 1
+        self._epoch_wall = time.perf_counter() - t
         self.summary()
 
-    def _measured(self, it, retune: bool):
+    def _measured(self, it, retune: bool, t_epoch: float):
         """The loop: a clock read before and after each next() (and the main thread's CPU clock at 0 workers,
-        where the data work is done inside next()); everything else only at window ends."""
+        where the data work is done inside next()); everything else only at window ends. A window goes on across
+        an epoch's end; the time between epochs and the next epoch's first batch (worker start-up) are left out."""
         clock, cpu = time.perf_counter, time.thread_time
         self._it = it if it is not None else self._rebuild(None, reuse=True)
-        self._open_window(clock(), warmup=self.warmup_steps)
+        if self._win is None:
+            self._open_window(clock(), warmup=self.warmup_steps)
+        first = True
         while True:
             zero = self.setting.num_workers == 0
             c0 = cpu() if zero else 0.0
@@ -233,10 +239,21 @@ class OnlineLoader:
             try:
                 batch = next(self._it)
             except StopIteration:
+                self._paused = clock()
                 return
             t1 = clock()
             self.step += 1
             self._remaining.start += 1
+            if first:
+                first = False
+                self._startup = t1 - t_epoch
+                self._epochs_judged()
+                if not self._warm and self._paused is not None:
+                    gap = t1 - self._paused
+                    self._win.start += gap
+                    self._chunk_t += gap
+                    yield batch
+                    continue
             if self._warm:
                 self._warm -= 1
                 if not self._warm:
@@ -247,7 +264,7 @@ class OnlineLoader:
                 w.steps += 1
                 if zero:
                     w.main_data_cpu += cpu() - c0
-                if t1 - self._chunk_t >= self._chunk_s:
+                if t1 - self._chunk_t >= self._chunk_s and w.steps - self._chunk_steps >= self._chunk_n:
                     w.chunks.append((w.steps - self._chunk_steps) / (t1 - self._chunk_t))
                     self._chunk_t, self._chunk_steps = t1, w.steps
                 if w.steps >= self.window_steps and t1 - w.start >= self.window_s:
@@ -255,6 +272,41 @@ class OnlineLoader:
                     if retune:
                         self._decide()
             yield batch
+
+    # ---- persistent_workers: a move judged at epoch boundaries -----------------------------------------------
+    def _epoch_move(self):
+        """Workers that persist save each epoch's start-up: tried when the last epoch's start-up (the wait for its
+        first batch) passed `threshold` of the epoch, judged by the start-up of the second epoch after."""
+        s, last = self.setting, getattr(self, "_epoch_wall", None)
+        if self._persist or self._trial or last is None or not s.num_workers or s.persistent_workers:
+            return
+        new = replace(s, persistent_workers=True)
+        if self._startup > self.threshold * last and self.banned.get(new.key(), (0.0,))[0] <= time.monotonic():
+            self._persist = {"from": s, "to": new, "before": self._startup, "epoch_wall": last,
+                             "epoch": self.epochs, "step": self.step}
+            self.setting = new
+
+    def _epochs_judged(self) -> bool:
+        p = self._persist
+        if not p or self.epochs < p["epoch"] + 1:
+            return False
+        self._persist = None
+        old, new, before, after = p["from"], p["to"], p["before"], self._startup
+        keep = after < 0.5 * before
+        loser = old if keep else new
+        back = 2 * self.banned.get(loser.key(), (0.0, self.backoff_s / 2))[1]
+        self.banned[loser.key()] = (time.monotonic() + back, back)
+        if not keep:
+            self.setting = replace(self.setting, persistent_workers=False)
+        why = f"start-up {before:.2f} s was {100 * before / p['epoch_wall']:.0f}% of a {p['epoch_wall']:.1f} s epoch"
+        record = {"kind": "epoch", "step": p["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
+                  "why": why, "before": {"startup_s": round(before, 3)}, "after": {"startup_s": round(after, 3)},
+                  "move_cost_s": 0.0, "backoff_s": back}
+        self.changes.append(record)
+        self.emit(f"{old.short()} -> {new.short()} {'kept' if keep else 'reverted'} ({why}): start-up of an epoch "
+                  f"{before:.2f} s -> {after:.2f} s; {loser.short()} not retried for {back:.0f} s", event="change",
+                  **record, setting=self.setting.kwargs())
+        return True
 
     # ---- epochs and rebuilds --------------------------------------------------------------------------------
     def _begin_epoch(self):
@@ -314,7 +366,7 @@ class OnlineLoader:
         w = self._win
         w.start = self._chunk_t = now
         self._chunk_steps = 0
-        self._chunk_s = self.window_s / 4
+        self._chunk_s, self._chunk_n = self.window_s / 4, max(2, self.window_steps // 4)  # 4 chunks: the noise
         self._cpu_mark = self._worker_cpu()
         self._idle_mark, _ = host_idle_cores(None)
 
@@ -368,13 +420,13 @@ class OnlineLoader:
     def _predict(self, w: Window, new: Setting) -> tuple[float, float]:
         """CPU (cores of workers' CPU time) and PSS (GiB) after a move. CPU grows at most with the workers, and the
         loader cannot usefully run faster than the compute consumes (CPU per batch times the compute's step rate),
-        nor any worker use more than a core. Each new worker costs the PSS the present ones have (none yet: a
-        quarter of the main process's)."""
+        nor any worker use more than a core. Each new worker costs the PSS the present ones have (none yet: half
+        the main process's, as a forked worker's copy-on-write pages grow)."""
         n, k = self.setting.num_workers, new.num_workers
         per_batch = w.data_cpu / w.rate if w.rate > 0 else 0.0
         compute = max(w.wall - w.wait, 1e-9) / max(w.steps, 1)
         cpu = min(w.data_cpu * k / max(n, 1), per_batch / compute, float(k))
-        per_worker = w.worker_pss_gib / n if n else 0.25 * (w.pss_gib - w.worker_pss_gib)
+        per_worker = w.worker_pss_gib / n if n else 0.5 * (w.pss_gib - w.worker_pss_gib)
         return cpu, w.pss_gib + per_worker * (k - n)
 
     def _try(self, moves: list[Setting], w: Window, direction: str, why: str) -> bool:
@@ -437,7 +489,7 @@ class OnlineLoader:
                 f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
                 f"{after.pss_gib:.2f} GiB; move cost {cost:.2f} s (shutdown, start-up, warm-up); "
                 f"{loser.short()} not retried for {back:.0f} s")
-        record = {"step": trial["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
+        record = {"kind": "window", "step": trial["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
                   "why": trial["why"], "before": _window_dict(before), "after": _window_dict(after),
                   "move_cost_s": round(cost, 3), "backoff_s": back}
         self.changes.append(record)
@@ -467,7 +519,7 @@ class OnlineLoader:
     def summary(self) -> dict:
         """One line: what changed, and the settings to export (a move still on trial does not count yet)."""
         kept = [c for c in self.changes if c["kept"]]
-        settled = self._trial["from"] if self._trial else self.setting
+        settled = (self._trial or self._persist or {}).get("from", self.setting)
         text = (f"summary after {self.step} steps, {self.epochs} epoch(s): {len(kept)} change(s) kept of "
                 f"{len(self.changes)} tried; settings for best_config.yaml: {settled.short()} (started at "
                 f"{self.start_setting.short()}; `autotune export --from-online LOG` writes them); {NEVER}")

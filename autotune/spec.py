@@ -5,6 +5,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import shlex
 import tempfile
 from datetime import datetime
 from importlib import resources
@@ -45,6 +46,23 @@ class WorkloadSpec(_Strict):
         None, description="set by autotune.search(spec, workload=fn): the qualified name of a factory given in Python, "
                           "kept pickled in the run dir's workload.pkl (what --resume loads)")
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
+    command: Optional[Union[list[str], str]] = Field(
+        None, description="your own training program, e.g. `python train.py --config small.yaml` (a list, or a string "
+                          "split as a shell would): each trial runs it with AUTOTUNE_TRIAL set; it measures itself "
+                          "through autotune.config()")
+    dir: Optional[str] = Field(None, description="where `command` runs (default: the spec file's directory)")
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v):
+        if isinstance(v, str):
+            try:
+                v = shlex.split(v)
+            except ValueError as e:
+                raise ValueError(f"cannot be split as a shell would: {e}") from None
+        if v is not None and (not v or not all(isinstance(a, str) and a for a in v)):
+            raise ValueError("must be a non-empty command, e.g. `python train.py`")
+        return v
 
     @field_validator("name")
     @classmethod
@@ -62,13 +80,16 @@ class WorkloadSpec(_Strict):
 
     @model_validator(mode="after")
     def _one_of(self):
-        if sum(v is not None for v in (self.name, self.factory, self.pickled)) != 1:
-            raise ValueError("give exactly one of `name` (built-in) or `factory` (pkg.module:function)")
+        if sum(v is not None for v in (self.name, self.factory, self.pickled, self.command)) != 1:
+            raise ValueError("give exactly one of `name` (built-in), `factory` (pkg.module:function) or `command` "
+                             "(your own program)")
         return self
 
     @property
     def ref(self) -> str:
-        """How records name the factory: the built-in, the factory path, or the pickled callable's name."""
+        """How records name the factory: the built-in, the factory path, the pickled callable's name, or the command."""
+        if self.command:
+            return shlex.join(self.command)
         return self.factory or self.name or self.pickled  # type: ignore[return-value]
 
 
@@ -131,11 +152,21 @@ class UserKnob(_Strict):
     stage: Optional[Literal[tuple(s for s in STAGES if s != "workload")]] = Field(  # type: ignore[misc]
         None, description="where it acts (loader: the input pipeline, model, step, process, backend), so the "
                           "diagnosis can move it")
+    flag: Optional[str] = Field(
+        None, description="for a program (workload.command): its flag, `--name` (written `--name value`) or `--name=` "
+                          "(written `--name=value`); default `--NAME`. It replaces the same flag in the command")
+    switch: StrictBool = Field(False, description="a boolean written as the flag alone (present: true, absent: false)")
+    bool_text: Optional[tuple[str, str]] = Field(
+        None, description="how the program reads a boolean value, [true, false] (default: true, false)")
 
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data):
         return {"values": data} if isinstance(data, list) else data
+
+    def syntax(self, name: str) -> dict[str, Any]:
+        """How the program's command writes this knob (`request.with_flags`)."""
+        return {"flag": self.flag or f"--{name}", "switch": self.switch, "bool_text": list(self.bool_text or ("true", "false"))}
 
 
 def preset_names() -> list[str]:
@@ -181,6 +212,10 @@ class SearchSpaceSpec(_Strict):
         base = load_preset(self.preset).given() if self.preset else {}
         user = {USER_PREFIX + n: list(dict.fromkeys(k.values)) for n, k in self.workload_args.items()}
         return {**base, **self.knobs.given(), **user}
+
+    def flags(self) -> dict[str, dict]:
+        """Each searched argument's flag syntax, for a program (workload.command)."""
+        return {n: k.syntax(n) for n, k in self.workload_args.items()}
 
     def user(self) -> dict[str, dict]:
         """The user knobs: name -> {safety, stage} (what `autotune.knobs.user_knob` takes)."""
@@ -373,4 +408,7 @@ def load(path: str | Path, factory_name: str | None = None) -> Spec:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"{where}: not valid YAML: {problem}") from e
-    return parse(data, str(path), factory_name)
+    spec = parse(data, str(path), factory_name)
+    if spec.workload.command and spec.workload.dir is None:  # a program runs from its spec's directory
+        spec.workload.dir = str(path.resolve().parent)
+    return spec

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from autotune.search import model as M  # noqa: E402
+from autotune.decide import model as M  # noqa: E402
 from autotune.records.run_dir import read_run  # noqa: E402
 
 

@@ -50,7 +50,7 @@ import optuna  # noqa: E402
 from autotune import knobs as K  # noqa: E402
 from autotune.trial.measure import gap_ci, incumbent_interval, promote_floor  # noqa: E402
 from autotune.trial.request import DEFAULTS  # noqa: E402
-from autotune.search.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
+from autotune.decide.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 
 LANDSCAPES = sorted((ROOT / "scripts" / "landscapes").glob("*.csv"))
 # the realistic GPU landscapes (scripts/gpu_day.sh records them over several lent GPUs): replayed from 200 points on

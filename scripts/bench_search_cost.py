@@ -74,7 +74,7 @@ def run_search(name: str, spec: dict, strategy: str, out: Path) -> dict:
     best = result.best
     ended = best.info.get("ended_unix") if best else None
     state = json.loads((run_dir / "search.json").read_text())
-    from autotune.search.model import error
+    from autotune.decide.model import error
 
     rate_model = error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records)
     return {"wall_s": round(wall, 1), "to_winner_s": round(ended - started, 1) if ended else None,
@@ -109,7 +109,7 @@ def timed_config(*run_dirs) -> dict:
 def winners_side_by_side(old: dict, new: dict, out: Path, rounds: int, ci: float) -> dict:
     """The two searches' winners in `rounds` interleaved pairs of fresh trial processes (confirm.remeasure),
     each a timed window only, at +-`ci`, from a confirm config (`timed_config`)."""
-    from autotune.search.confirm import remeasure
+    from autotune.decide.confirm import remeasure
     from autotune.execution.launcher import run_in_process, user_thread_env
     from autotune.trial.result import TrialResult
 

@@ -152,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
 def search(data: dict, reader: str, output_dir: Path | None) -> int:
     import optuna
 
-    from autotune.search.budget import trial_cap
-    from autotune.search.checked import confirm_candidates
-    from autotune.search.confirm import confirm_best, describe, reread_anchor, settle, window_ci
+    from autotune.decide.budget import trial_cap
+    from autotune.decide.checked import confirm_candidates
+    from autotune.decide.confirm import confirm_best, describe, reread_anchor, settle, window_ci
     from autotune.export.best_config import write_best_config
     from autotune.records.run_dir import (SearchResult, add_speedup, pick_best, record_of, run_paths, trial_dir_of, write_csv,
                                   write_state)
@@ -162,8 +162,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
     from autotune.execution.launcher import run_in_process, user_thread_env
     from autotune.trial.result import TrialResult
     from autotune.trial.request import TrialSettings
-    from autotune.search.budget import NOTHING_LEFT, budget_fits, no_improvement_for
-    from autotune.search.strategy import Strategy, told
+    from autotune.decide.budget import NOTHING_LEFT, budget_fits, no_improvement_for
+    from autotune.decide.strategy import Strategy, told
     from autotune.trial.runner import detect_device
 
     started = time.perf_counter()

@@ -56,8 +56,8 @@ def timed(owner, name: str, label: str) -> None:
 def instrument() -> None:
     from ray import tune
 
-    from autotune.search import checked
-    from autotune.search import confirm
+    from autotune.decide import checked
+    from autotune.decide import confirm
     from autotune.execution import driver
     from autotune.export import best_config as export
     from autotune.records import plots

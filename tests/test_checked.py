@@ -8,10 +8,10 @@ import json
 
 import yaml
 
-from autotune.search import checked
+from autotune.decide import checked
 from autotune import knobs as K
 from autotune import spec as S
-from autotune.search.confirm import confirm_best
+from autotune.decide.confirm import confirm_best
 from autotune.export.best_config import write_best_config
 from autotune.records.run_dir import SearchResult, pick_best, record_of
 from autotune.trial.result import TrialResult

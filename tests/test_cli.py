@@ -40,7 +40,7 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
 
 
 def test_budget_durations():
-    from autotune.search.budget import parse_duration
+    from autotune.decide.budget import parse_duration
 
     assert [parse_duration(t) for t in ("300", "90s", "5m", "1.5h")] == [300, 90, 300, 5400]
 

@@ -3,7 +3,7 @@ import json
 import pytest
 import yaml
 
-from autotune.search import confirm as C
+from autotune.decide import confirm as C
 from autotune.trial import measure as M
 from autotune.records.run_dir import read_run
 from autotune.trial.result import TrialResult

@@ -6,9 +6,9 @@ import json
 import optuna
 import pytest
 
-from autotune.search import model
+from autotune.decide import model
 from autotune.knobs import pytorch_defaults
-from autotune.search.strategy import Strategy
+from autotune.decide.strategy import Strategy
 from autotune.trial.runner import run_trial
 
 # a fixed cost per step: overhead-bound, and steady while other work loads the host

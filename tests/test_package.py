@@ -54,3 +54,17 @@ def test_the_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
     (pkg / "b.py").write_text("def g():\n    from autotune import a\n")
     monkeypatch.setitem(globals(), "PACKAGE", pkg)
     assert cycles() == [("autotune.a", "autotune.b")]
+
+
+def test_the_public_names_survive_importing_every_module():
+    """A sub-package named like a public function (`autotune.search`) replaces it on
+    the package once imported: the public API must stay what it is."""
+    import importlib
+    import pkgutil
+
+    import autotune
+
+    for info in pkgutil.walk_packages(autotune.__path__, "autotune."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+    assert callable(autotune.search) and callable(autotune.load_config)

@@ -16,7 +16,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 from autotune.execution import reaper
-from autotune.search.budget import NOTHING_LEFT
+from autotune.decide.budget import NOTHING_LEFT
 from autotune import spec as S
 from autotune.cli.main import app
 from autotune.execution.driver import run

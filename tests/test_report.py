@@ -312,7 +312,7 @@ def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
 
 
 def test_break_even_weighs_the_search_against_the_per_step_saving():
-    from autotune.search.budget import break_even
+    from autotune.decide.budget import break_even
 
     # the winner: 100 samples a step at 1000 samples/s, 0.1 s; the baseline 1.5x that: 50 ms saved a step
     b = break_even(600.0, 1.5, 1000.0, 100)

@@ -11,7 +11,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune import load_config
 from autotune import spec as S
-from autotune.search.budget import NOTHING_LEFT
+from autotune.decide.budget import NOTHING_LEFT
 from autotune.execution.driver import run
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]

@@ -1,6 +1,7 @@
 """Spec errors name the field path and what is allowed."""
 
 import pytest
+import yaml
 
 from autotune import knobs as K
 from autotune import spec as S
@@ -77,7 +78,8 @@ def test_preset_shorthand_and_no_preset():
     ({"workload": {"name": "x"}},
      "s.yaml: workload.name: `x` is not a built-in workload; built-ins: tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer"),
     ({"workload": {"factory": "foo"}}, "s.yaml: workload.factory: `foo` is not of the form `pkg.module:function`"),
-    ({"workload": {}}, "s.yaml: workload: give exactly one of `name` (built-in) or `factory` (pkg.module:function)"),
+    ({"workload": {}}, "s.yaml: workload: give exactly one of `name` (built-in), `factory` (pkg.module:function) "
+                       "or `command` (your own program)"),
     ({}, "s.yaml: workload: required, missing"),
     ({**WL, "serch": {}},
      "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, safety, output_dir"),
@@ -119,3 +121,13 @@ def test_every_preset_and_the_quickstart_parse():
     for name in S.preset_names():
         assert S.load_preset(name).given()
     assert S.load("search_spaces/examples/quickstart.yaml").workload.name == "tiny_cnn"
+
+
+def test_a_program_command_is_split_as_a_shell_would_and_runs_from_the_specs_dir(tmp_path):
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"workload": {"command": "python train.py --name 'a b'"}}))
+    spec = S.load(tmp_path / "s.yaml")
+    assert spec.workload.command == ["python", "train.py", "--name", "a b"]
+    assert spec.workload.dir == str(tmp_path.resolve())
+    with pytest.raises(S.SpecError, match="workload.command: Value error, cannot be split as a shell would|"
+                                          "workload.command: cannot be split"):
+        S.parse({"workload": {"command": "python 'unclosed"}}, "s.yaml")

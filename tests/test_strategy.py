@@ -11,8 +11,8 @@ import pytest
 
 from autotune.trial.diagnose import diagnose
 from autotune.knobs import Device, pytorch_defaults
-from autotune.search.budget import budget_fits, estimate_cost, no_improvement_for, trial_cap
-from autotune.search.strategy import Strategy
+from autotune.decide.budget import budget_fits, estimate_cost, no_improvement_for, trial_cap
+from autotune.decide.strategy import Strategy
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -144,7 +144,7 @@ def test_unsafe_and_failed_trials_are_failures_for_the_sampler():
 
 def test_the_incumbents_interval_goes_with_its_threshold():
     from autotune.trial.result import TrialResult
-    from autotune.search.strategy import told
+    from autotune.decide.strategy import told
 
     strategy = make()
     assert strategy.incumbent_bar() == {"incumbent_above": None, "incumbent_ci": 0.0, "anchor": True}
@@ -166,7 +166,7 @@ def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
     keep the incumbent on a tie; a loader move is not (its tie pays little). A trial whose tie kept the
     incumbent (`tie_kept`) is neither the incumbent nor a gain the climb moves to."""
     from autotune.trial.result import TrialResult
-    from autotune.search.strategy import told
+    from autotune.decide.strategy import told
 
     strategy = make()
     p = strategy.ask()

@@ -80,7 +80,7 @@ def search(
         if address is not None:
             spec.resources.ray_address = address
         if budget is not None:
-            from autotune.search.budget import parse_duration
+            from autotune.decide.budget import parse_duration
 
             try:
                 spec.search.time_budget_s = parse_duration(budget)

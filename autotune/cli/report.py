@@ -13,9 +13,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from autotune.search import confirm as C
+from autotune.decide import confirm as C
 from autotune import knobs as K
-from autotune.search import model as M
+from autotune.decide import model as M
 from autotune.safety import levels as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -122,7 +122,7 @@ class LiveView:
     def _incumbent(self) -> str:
         """The incumbent at this moment: its trial, gain and safety status
         (`autotune.checked.status`: unchecked until its loss parity has run)."""
-        from autotune.search.checked import status
+        from autotune.decide.checked import status
 
         base = next((r for r in self.rows if r.is_baseline), None)
         if self.best is None or base is None or not base.throughput:

@@ -2,6 +2,6 @@
 processes (launcher, warm fork server, ranks spread over nodes), the device lock, and the reaper that cleans up
 after a killed driver.
 
-May import every part below it: `autotune.spec`, `workload`, `knobs`, `trial`, `safety`, `search`, `records`,
+May import every part below it: `autotune.spec`, `workload`, `knobs`, `trial`, `safety`, `decide`, `records`,
 `export`, `integrations`.
 """

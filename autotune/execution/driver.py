@@ -25,9 +25,10 @@ from typing import Callable
 import optuna
 
 from autotune.records import cache
-from autotune.search import checked
+from autotune.decide import checked
 from autotune.export import best_config as export
 from autotune.records import plots
+from autotune.execution import program as PG
 from autotune.execution import startup
 from autotune.integrations import tracking
 from autotune import knobs as K
@@ -44,9 +45,9 @@ from autotune.records.run_dir import (STATE_FILE, SearchResult, TrialRecord, pic
 from autotune.trial.request import TrialSettings
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.spec import Spec, SpecError
-from autotune.search.budget import NOTHING_LEFT, budget_fits
-from autotune.search.confirm import confirm_best, settle, window_ci
-from autotune.search.strategy import Strategy
+from autotune.decide.budget import NOTHING_LEFT, budget_fits
+from autotune.decide.confirm import confirm_best, settle, window_ci
+from autotune.decide.strategy import Strategy
 
 
 def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
@@ -72,9 +73,12 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         state = json.loads((run_dir / STATE_FILE).read_text())
     user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
     user = spec.search_space.user()
-    source, pickled = startup.source(spec, factory, run_dir, resume)
+    program = spec.workload.command is not None  # the user's own program (autotune.execution.program)
+    if program and not spec.workload.dir:
+        spec.workload.dir = os.getcwd()
+    source, pickled = (None, None) if program else startup.source(spec, factory, run_dir, resume)
     try:  # what needs no torch is checked before anything starts
-        user_base = W.user_knob_baseline(source, spec.workload.args, user)
+        user_base = PG.flag_baseline(spec) if program else W.user_knob_baseline(source, spec.workload.args, user)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     given = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
@@ -87,17 +91,18 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         tracking.check_uri(spec.tracking.uri)
     from concurrent.futures import ThreadPoolExecutor
 
-    asked = None if resume or refresh else cache.question(spec)
+    asked = None if resume or refresh or program else cache.question(spec)
     local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
     # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer);
     # not with a Ray of the caller's own, whose nodes may be anywhere
     import ray
 
-    forks = None if spec.resources.ray_address or ray.is_initialized() else start_shared(
+    forks = None if program or spec.resources.ray_address or ray.is_initialized() else start_shared(
         spec.workload.model_dump(mode="json"), user_path, user_thread_env())
     try:
         with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
-            preparing = pool.submit(startup.prepare, spec, run_dir, local_store, source)
+            preparing = pool.submit(startup.prepare, spec, run_dir, local_store, source,
+                                    (lambda: PG.probe(spec, run_dir, user_path)) if program else None)
             started_ray = RT.init_ray(spec.resources.ray_address)
     except BaseException:
         if forks:
@@ -114,16 +119,19 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         if found and on_match:
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **given}
-        lists, too_big = startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
+        lists, too_big = (spec.search_space.lists(), []) if program else startup.fit_batches(
+            spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = dataclasses.replace(RT.detect_device(spec), optimizer=optimizer,  # fused_optimizer
                                      ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
-        why = SP.problem(spec.resources.rank_placement, device) or R.search_problem(  # spread: one rank a node
-            SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline)
+        why = SP.problem(spec.resources.rank_placement, device) or (None if program else R.search_problem(
+            SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline))
         if why:
             raise SpecError(why)
         space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
                                 spec.safety.keep_effective_batch, user)
         space.dropped += too_big
+        if program:  # what it never calls, it cannot take
+            PG.fix_unused(space, workload.used)
         if not space.search:
             raise SpecError(space.nothing_to_search())
         if state and state["space"]["search"] != space.search:

@@ -215,6 +215,67 @@ def _spawn(trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
     return proc.returncode
 
 
+def program_env(trial_dir: Path) -> dict[str, str]:
+    """What a user's program gets in a trial beside AUTOTUNE_TRIAL (README, "Your own
+    program as the trial"): its trial dir, and its own tracking and hub traffic
+    off or pointed there, so a trial leaves no run, upload or download behind."""
+    return {"AUTOTUNE_TRIAL": str(trial_dir / "config.json"), "AUTOTUNE_TRIAL_DIR": str(trial_dir),
+            "WANDB_MODE": "disabled", "WANDB_DIR": str(trial_dir), "MLFLOW_TRACKING_URI": (trial_dir / "mlruns").as_uri(),
+            "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+
+
+def program_command(command: list[str]) -> list[str]:
+    """The program's command, `python`/`python3` as the interpreter autotune runs in
+    (the one that has torch and autotune; `sys.executable`)."""
+    return [sys.executable, *command[1:]] if command[0] in ("python", "python3") else list(command)
+
+
+NO_STEP = ("add `cfg = autotune.config()` and `for batch in cfg.steps(loader):` around its loop (or `cfg.step("
+           "samples=n, loss=loss)` at the end of each optimizer step)")
+
+
+def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
+             workload: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+    """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
+    process: its exit code, and a failed result where it never reached a measured
+    step (what to add, in one line); otherwise its measured loop wrote result.json
+    (autotune.trial.loop), or it died, and the trial is classified as any other."""
+    from autotune.trial.loop import FIRST_STEP_FILE
+
+    command = program_command(workload["command"])
+    with open(trial_dir / "trial.log", "w") as log:
+        try:
+            proc = subprocess.Popen(command, cwd=workload.get("dir") or trial_dir, stdout=log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL, env={**env, **program_env(trial_dir)},
+                                    start_new_session=True)
+        except OSError as e:
+            return None, {"status": "error", "error_type": "CommandNotFound",
+                          "error": f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
+                                   "runs your training program, e.g. `python train.py`"}
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        except BaseException:  # the caller was cancelled: take the process group along
+            os.killpg(proc.pid, signal.SIGKILL)
+            raise
+        else:
+            try:  # its loader workers, or anything else it started, go with it
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
+        return proc.returncode, None  # its own result, or it ended after its first step: classified as any trial
+    tail = (trial_dir / "trial.log").read_text(errors="replace")[-1500:].strip().splitlines()
+    how = (f"ran past timeout_s={timeout_s:g}" if timed_out else
+           f"exited with code {proc.returncode}" + (f" ({tail[-1][:200]})" if proc.returncode and tail else ""))
+    return proc.returncode, {"status": "error", "error_type": "NoStep", "error": (
+        f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}")}
+
+
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
     """The workload's module, for the fork server to import once."""
     from autotune.workload import BUILTINS
@@ -245,9 +306,12 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     env = {**base, "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
            "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"), **own}
     started = time.perf_counter()
+    program, failed = bool((config.get("workload") or {}).get("command")), None
     try:
         server = None
-        if launcher == "fork":
+        if program:  # the user's own program: a fresh process of its own (its environment may be a knob)
+            launcher = "program"
+        elif launcher == "fork":
             for where in (shared, None) if shared else (None,):
                 try:
                     server = _server(base, preload_for(config), where)
@@ -256,12 +320,17 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
                 except (OSError, RuntimeError):  # not there: this process's own server, else from scratch
                     continue
             launcher = launcher if server else "spawn"
-        code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
+        if program:
+            code, failed = _program(trial_dir, env, timeout_s, config["workload"])
+        else:
+            code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:
         for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
             shutil.rmtree(trial_dir / cache, ignore_errors=True)
     wall = time.perf_counter() - started
-    if code == -signal.SIGKILL and not out.exists():
+    if failed:
+        result = failed
+    elif code == -signal.SIGKILL and not out.exists():
         result = {"status": "timeout", "error_type": "Timeout",
                   "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
     elif out.exists():

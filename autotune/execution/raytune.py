@@ -42,9 +42,9 @@ from autotune.records.scaling import with_reference  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.execution.spread import rank_bundles, run_spread, spreads  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
-from autotune.search.budget import no_improvement_for  # noqa: E402
-from autotune.search.confirm import reread_anchor  # noqa: E402
-from autotune.search.strategy import Strategy, told  # noqa: E402
+from autotune.decide.budget import no_improvement_for  # noqa: E402
+from autotune.decide.confirm import reread_anchor  # noqa: E402
+from autotune.decide.strategy import Strategy, told  # noqa: E402
 
 if TYPE_CHECKING:
     from autotune.records.recorder import Recorder

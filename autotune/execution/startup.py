@@ -16,7 +16,7 @@ from autotune.records import cache
 from autotune.integrations import tracking
 from autotune import knobs as K
 from autotune import workload as W
-from autotune.search.budget import trial_cap
+from autotune.decide.budget import trial_cap
 from autotune.records.run_dir import run_paths
 from autotune.spec import Spec, SpecError
 
@@ -51,19 +51,20 @@ def source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) ->
         raise SpecError(str(e)) from e
 
 
-def prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source
+def prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source, probe: Callable | None = None
              ) -> tuple[W.Workload, Path | None, str | None]:
     """The user's workload, checked (imports torch and the factory), its
     optimizer's class (`K.optimizer_of`: its first optimizer imports
     torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
     store to adopt (`tracking.empty_store`, which imports MLflow). Runs while
     Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart
-    started after 7.6-10.7 s instead of 10.5-13.6 s."""
+    started after 7.6-10.7 s instead of 10.5-13.6 s. `probe`: a user's program
+    (workload.command) is probed instead (autotune.execution.program.Program)."""
     try:
-        workload = W.load(source, spec.workload.args)
+        workload = probe() if probe else W.load(source, spec.workload.args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
-    optimizer = K.optimizer_of(workload)
+    optimizer = None if probe else K.optimizer_of(workload)
     try:
         return workload, tracking.empty_store(run_dir) if local_store else None, optimizer
     except Exception:  # no head start: the Tracker creates the store itself

@@ -30,8 +30,8 @@ import yaml
 from autotune._version import __version__
 from autotune import knobs as K
 from autotune.export import formats as scale_out
-from autotune.search.checked import status
-from autotune.search.confirm import describe
+from autotune.decide.checked import status
+from autotune.decide.confirm import describe
 from autotune.safety.levels import batch_advice
 
 
@@ -54,12 +54,23 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
     return flags
 
 
+def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
+    """A program's (workload.command) production command: its own, with the best's searched flags;
+    run it with AUTOTUNE_CONFIG=best_config.yaml for the knobs autotune.config() applies."""
+    if not spec.workload.command:
+        return {}
+    from autotune.trial.request import with_flags
+
+    command = with_flags(spec.workload.command, K.workload_args(knobs), spec.search_space.flags())
+    return {"command": command, "dir": spec.workload.dir}
+
+
 def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     best, base = result.best, result.baseline
     data = {
         "autotune": {"version": __version__, "search": spec.name, "run_dir": str(result.run_dir),
                      "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
-        "workload": {"ref": spec.workload.ref, "args": spec.workload.args},
+        "workload": {"ref": spec.workload.ref, "args": spec.workload.args, **_program(spec, best.knobs)},
         "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
         "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
         "workload_args": K.workload_args(best.knobs),

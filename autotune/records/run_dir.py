@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as K
-from autotune.search.confirm import settle
+from autotune.decide.confirm import settle
 from autotune.trial.result import TrialResult
 
 METRIC = "samples_per_s"
@@ -124,7 +124,7 @@ class SearchResult:
         """When the search pays for itself (`budget.break_even`): its wall time
         against the winner's per-step saving at the winner's batch size and
         measured rate (the re-measured one where the speedup is)."""
-        from autotune.search.budget import break_even
+        from autotune.decide.budget import break_even
 
         best = self.best
         if self.speedup is None:

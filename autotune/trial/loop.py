@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import math
 import os
 import socket
@@ -25,10 +26,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
+from autotune.safety.parity import needs_parity
 from autotune.trial import measure as M
-from autotune.trial.request import check_config
+from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import TrialResult
 
+STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
 FIRST_STEP_FILE = "first_step"  # written at the program's first step (the launcher's "it reached a step")
 LOSSES_KEPT = 200  # the loss trajectory reported: the first steps (parity compares the first `parity.steps`)
 
@@ -43,16 +46,51 @@ def batch_samples(batch) -> int | None:
 
 
 class PassThrough:
-    """Production and plain modes: the loop as the program wrote it."""
+    """Production and plain modes: the loop as the program wrote it. With
+    `AUTOTUNE_STEP_LOG=path` (scripts/bench_program.py), each step's end and
+    samples are kept and written to `path` as JSON when the process ends, or
+    after `AUTOTUNE_STOP_AFTER` steps, where it then ends (os._exit)."""
+
+    def __init__(self):
+        self.log = os.environ.get(STEP_LOG_ENV)
+        self.stop_after = int(os.environ.get(STOP_AFTER_ENV) or 0)
+        self.marks: list[float] = []
+        self.samples: list[int] = []
+        self.explicit = False
+        if self.log:
+            atexit.register(self._write)
 
     def steps(self, iterable: Iterable):
-        return iter(iterable)
+        if not self.log:
+            return iter(iterable)
+        return self._steps(iterable)
+
+    def _steps(self, iterable):
+        previous = None
+        for batch in iterable:
+            if previous is not None and not self.explicit:
+                self._mark(batch_samples(previous))
+            previous = batch
+            yield batch
 
     def step(self, samples: int | None = None, loss=None) -> None:
-        pass
+        self.explicit = True
+        if self.log:
+            self._mark(1 if samples is None else int(samples))
 
     def data(self):
         return contextlib.nullcontext()
+
+    def _mark(self, samples) -> None:
+        self.marks.append(time.perf_counter())
+        self.samples.append(samples or 1)
+        if self.stop_after and len(self.marks) >= self.stop_after:
+            self._write()
+            sys.stdout.flush()
+            os._exit(0)
+
+    def _write(self) -> None:
+        Path(self.log).write_text(json.dumps({"marks": self.marks, "samples": self.samples}))
 
 
 class TrialLoop:
@@ -150,7 +188,7 @@ class TrialLoop:
 
         per_step = self.warm_samples / self.warm  # the rule's thresholds are in samples/s
         self.warmup_s = self.clock() - self.warm_started
-        rule = M.window_rule(self.cfg, per_step, self.device_type)
+        rule = window_rule(self.cfg, per_step, self.device_type)
         cuda = self.device_type == "cuda"
         self.window = M.Window(rule, self.device_type, torch.cuda.synchronize if cuda else (lambda: None))
         self.window.start()
@@ -176,6 +214,10 @@ class TrialLoop:
             metrics.pop("data_wait_frac")
             extra["data_wait"] = ("not measured: the program fetches its batches outside cfg.steps() and "
                                   "`with cfg.data():`")
+        parity = self.cfg["parity"]
+        if parity and needs_parity(self.cfg["knobs"], parity["baseline"]):  # a never-exported-as-checked verdict
+            extra["parity"] = {"passed": False, "verdict": "not measured",
+                               "reason": "loss parity of a program's numerics-changing knobs is not measured yet"}
         for mark in ("screened", "promoted", "tied"):
             if getattr(rule, mark):
                 metrics[mark] = 1.0

@@ -226,20 +226,6 @@ class WindowRule:
         return False
 
 
-def window_rule(cfg: dict, batch: float, device_type: str) -> WindowRule:
-    """The timed window's rule for a trial config (request.check_config's), with
-    `batch` samples a step: its thresholds in samples/s become step times."""
-    from autotune.trial.request import max_steps
-
-    prune, above = cfg["prune_below"], cfg["incumbent_above"]
-    return WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
-                      max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
-                      prune_ms=batch / prune * 1e3 if prune else None,
-                      screen_ms=batch / above * 1e3 if above else None,
-                      screen_ci=incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
-                      promote_ci=promote_floor(cfg["target_ci"], device_type) if above else None)
-
-
 class Window:
     """The timed window, fed step by step: `start()` synchronizes the device and
     starts the clock; `step_done(samples, data_wait_s)` marks the end of each

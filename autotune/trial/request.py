@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
-from autotune.trial.measure import promote_floor
+from autotune.trial import measure as M
 from autotune.trial.ranks import ConfigError
 
 TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max_window_s", "profile_steps", "diagnose")
@@ -36,6 +36,8 @@ class TrialSettings:
     blocks: list[str] | None = None  # the model's repeated block classes (resources.blocks)
     memory_limit_gib: float | None = None  # a forced memory limit per trial process (resources.memory_limit_gib)
     flops_cache: str | None = None  # the search's FLOPs per model and shape (measure.flops_per_sample)
+    program_baseline: dict[str, Any] | None = None  # a program's (workload.command) baseline knobs: its own settings
+    flags: dict[str, dict] | None = None  # a program's searched flags: name -> syntax (spec.UserKnob.syntax)
 
     @classmethod
     def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
@@ -53,6 +55,11 @@ class TrialSettings:
                               "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
             memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
+            program_baseline=dict(baseline) if spec["workload"].get("command") else None,
+            flags={n: {"flag": k.get("flag") or f"--{n}", "switch": bool(k.get("switch")),
+                       "bool_text": list(k.get("bool_text") or ("true", "false"))}
+                   for n, k in spec["search_space"].get("workload_args", {}).items()}
+            if spec["workload"].get("command") else None,
         )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
@@ -81,11 +88,16 @@ class TrialSettings:
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
         window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
+        base, args = self.program_baseline, K.workload_args(knobs)
+        workload = {**self.workload, "args": {**self.workload.get("args", {}), **args}}
+        if base is not None and self.flags:  # a program takes its searched arguments as its own flags
+            workload["command"] = with_flags(workload["command"], args, self.flags)
         return {
-            "workload": {**self.workload, "args": {**self.workload.get("args", {}), **K.workload_args(knobs)}},
-            "knobs": {k: knobs[k] for k in K.KNOBS},
+            "workload": workload,
+            # a program keeps its own settings but for the knobs this trial changes (autotune.config)
+            "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
-            **({"target_ci": promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
+            **({"target_ci": M.promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
             "device": self.device,
             # keep_effective_batch: micro-batches per optimizer step
@@ -105,6 +117,48 @@ class TrialSettings:
             "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
+
+
+def flag_value(command: list[str], syntax: dict[str, Any]) -> tuple[bool, str | None]:
+    """Whether `command` gives the flag, and its text (None for a switch)."""
+    flag = syntax["flag"]
+    for i, arg in enumerate(command):
+        if flag.endswith("="):
+            if arg.startswith(flag):
+                return True, arg[len(flag):]
+        elif arg == flag:
+            return True, None if syntax["switch"] or i + 1 == len(command) else command[i + 1]
+        elif arg.startswith(flag + "="):
+            return True, arg[len(flag) + 1:]
+    return False, None
+
+
+def with_flags(command: list[str], values: dict[str, Any], flags: dict[str, dict]) -> list[str]:
+    """`command` with each of `values` written as its flag (`flags`: spec.UserKnob.syntax),
+    the same flag given before removed (`--name value`, `--name=value`, a switch)."""
+    out = list(command)
+    for name, value in values.items():
+        syntax = flags[name]
+        flag, kept = syntax["flag"], []
+        bare = flag.rstrip("=")
+        skip = False
+        for arg in out:
+            if skip:
+                skip = False
+                continue
+            if arg == bare and not syntax["switch"] and not flag.endswith("="):
+                skip = True  # its value follows
+                continue
+            if arg == bare or arg.startswith(bare + "="):
+                continue
+            kept.append(arg)
+        if isinstance(value, bool):
+            if syntax["switch"]:
+                out = kept + ([bare] if value else [])
+                continue
+            value = syntax["bool_text"][0 if value else 1]
+        out = kept + ([f"{flag}{value}"] if flag.endswith("=") else [flag, str(value)])
+    return out
 
 
 # --- the runner's side: a trial config (python -m autotune.trial's JSON), its defaults and check ---
@@ -234,3 +288,15 @@ def parse_set(items: list[str]) -> dict[str, Any]:
         except json.JSONDecodeError:
             out[name] = raw
     return out
+
+
+def window_rule(cfg: dict, batch: float, device_type: str) -> M.WindowRule:
+    """The timed window's rule for a trial config (request.check_config's), with
+    `batch` samples a step: its thresholds in samples/s become step times."""
+    prune, above = cfg["prune_below"], cfg["incumbent_above"]
+    return M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
+                      max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
+                      prune_ms=batch / prune * 1e3 if prune else None,
+                      screen_ms=batch / above * 1e3 if above else None,
+                      screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
+                      promote_ci=M.promote_floor(cfg["target_ci"], device_type) if above else None)

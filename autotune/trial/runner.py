@@ -41,7 +41,7 @@ from autotune.trial import trace
 from autotune import workload as W
 from autotune.trial.diagnose import diagnose
 from autotune.trial.disturbance import verdict
-from autotune.trial.request import (DEFAULTS, TrialConfigError, check_config, max_steps,  # noqa: F401  (the runner's
+from autotune.trial.request import (DEFAULTS, TrialConfigError, check_config, max_steps, window_rule,  # noqa: F401  (the runner's
                               parse_set)  # contract)
 from autotune.safety.rank_parity import rank_parity
 from autotune.trial.result import TrialResult
@@ -151,7 +151,7 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     window clearly slower than `prune_below` ends early and the trial stops
     there (status "pruned": its throughput is measured, the rest skipped).
     On the CPU, a memory window after the timed one samples the allocator's peak."""
-    rule = M.window_rule(cfg, knobs["batch_size"], device.type)
+    rule = window_rule(cfg, knobs["batch_size"], device.type)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
         rule = R.fixed_rule(max_steps(cfg))
     steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3

@@ -35,8 +35,8 @@ from typing import Any, Callable
 import optuna
 from optuna.trial import TrialState
 
-from autotune.search import model
-from autotune.search.climb import Climb, key
+from autotune.decide import model
+from autotune.decide.climb import Climb, key
 from autotune.knobs import KNOBS
 
 SAMPLERS = ("autotune", "tpe", "random", "grid")

@@ -1,0 +1,79 @@
+"""A user's own program as the workload (`workload.command`): before a search
+starts, one probe run of it at its own settings (warm-up 1, a 2-step window)
+tells what the space can be (the autotune.config() methods it calls: a knob
+whose method it never calls is "not used by your program") and its samples per
+step (the baseline batch size); a program that cannot be a trial (the command
+does not run, it exits before its first step, or never calls steps/step) is
+refused in one line before any trial runs (the probe's trial.log kept)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.config import unused
+from autotune.execution.launcher import run_in_process, user_thread_env
+from autotune.spec import Spec, SpecError
+
+PROBE_DIR = "probe"
+
+
+@dataclass
+class Program:
+    used: list[str]  # the autotune.config() methods it called
+    batch_size: int  # samples per step, as it reported them
+    result: dict  # the probe's result
+
+
+def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
+    """Run the program once at its own settings (see the module doc)."""
+    wl = spec.workload.model_dump(mode="json")
+    wl["dir"] = wl.get("dir") or os.getcwd()
+    config = {"workload": {k: v for k, v in wl.items() if v is not None}, "knobs": {}, "warmup_steps": 1,
+              "measure_steps": 2, "min_window_s": 0.0, "max_window_s": 5.0, "profile_steps": 0, "diagnose": False}
+    where = run_dir / PROBE_DIR
+    result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env())
+    if result.get("status") not in ("ok", "pruned"):
+        why = result.get("error") or result.get("status")
+        if result.get("error_type") not in ("NoStep", "CommandNotFound"):
+            why = (f"the program failed in its first steps at its own settings ({result.get('error_type')}: {why}); "
+                   f"see {where / 'trial.log'}")
+        raise SpecError(f"workload.command: {why}")
+    m = result["metrics"]
+    return Program(result.get("used") or [], max(1, round(m["samples_per_s"] / m["steps_per_s"])), result)
+
+
+def fix_unused(space, used: list[str]) -> None:
+    """Knobs the program cannot take (`autotune.config.unused`) out of the space, with the reason."""
+    for name in list(space.search):
+        why = unused(name, used)
+        if why:
+            del space.search[name]
+            space.fixed[name] = why
+
+
+def flag_baseline(spec: Spec) -> dict:
+    """The program's own value of each searched flag, as its command gives it
+    (a switch left out: false); a flag the command does not give is refused,
+    since the baseline must be what the program runs."""
+    import yaml
+
+    from autotune.trial.request import flag_value
+
+    out = {}
+    for name, knob in spec.search_space.workload_args.items():
+        syntax = knob.syntax(name)
+        found, text = flag_value(spec.workload.command, syntax)
+        if syntax["switch"]:
+            out[name] = found
+            continue
+        if not found or text is None:
+            raise SpecError(f"search_space.workload_args.{name}: workload.command does not give `{syntax['flag']}`; "
+                            "write it in the command with your program's current value (the baseline)")
+        bools = dict(zip(syntax["bool_text"], (True, False)))
+        out[name] = bools[text] if text in bools and all(isinstance(v, bool) for v in knob.values) else next(
+            (v for v in knob.values if str(v) == text), None)
+        if out[name] is None:
+            out[name] = yaml.safe_load(text)
+    return out

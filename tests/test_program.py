@@ -1,0 +1,100 @@
+"""A user's own program as the trial (autotune.execution.program and the
+launcher's program path), searched by `autotune search` as a user runs it."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune.records.run_dir import read_run
+
+pytestmark = pytest.mark.timeout(600)
+
+PROGRAMS = Path(__file__).parent / "programs"
+ROOT = Path(__file__).parent.parent
+TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "max_window_s": 2.0, "profile_steps": 0,
+         "timeout_s": 120}
+
+
+def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
+    spec = {"name": "p", "workload": {"command": command},
+            "search_space": {"preset": None, "knobs": knobs}, "trial": {**TRIAL, **(trial or {})},
+            "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run"),
+            **(spec_extra or {})}
+    for name in os.listdir(PROGRAMS):  # the spec's directory holds the program, as a user's would
+        if name.endswith(".py"):
+            (tmp_path / name).write_text((PROGRAMS / name).read_text())
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cli = Path(sys.executable).parent / "autotune"
+    return subprocess.run([str(cli), "search", str(tmp_path / "spec.yaml"), "-q"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
+    proc = search(tmp_path, "python loader_loop.py --steps 400 --batch_size 16",
+                  {"num_workers": [0, 1], "channels_last": [False, True]})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
+    assert {r.knobs["num_workers"] for r in run.records} == {0, 1}
+    state = json.loads((tmp_path / "run" / "search.json").read_text())
+    assert state["space"]["search"] == {"num_workers": [0, 1]}
+    assert state["space"]["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
+    first = json.loads((tmp_path / "run" / "trials" / "0000" / "result.json").read_text())
+    assert first["used"] == ["dataloader_kwargs", "steps"] and first["knobs"] == {}  # the baseline: its own settings
+    assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
+    assert (tmp_path / "run" / "best_config.yaml").exists()
+
+
+@pytest.mark.parametrize("command,says", [
+    ("no_such_program --x", "workload.command: cannot run `no_such_program`"),
+    ("python tiny_steps.py --mode exit_early", "the program exited with code 0 without reaching a measured step: add "
+                                               "`cfg = autotune.config()`"),
+    ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=30 without reaching a measured step"),
+])
+def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_trial(tmp_path, command, says):
+    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 30})
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and says in lines[0]
+    assert not (tmp_path / "run" / "trials").exists()  # no trial ran
+
+
+def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_path):
+    proc = search(tmp_path, ["python", "tiny_steps.py", "--mode", "fail_with_workers"],
+                  {"num_workers": [0, 1], "set_to_none": [True, False]}, n_trials=4)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    failed = [r for r in run.records if r.knobs["num_workers"] == 1]
+    assert failed and all(r.status == "error" for r in failed)
+    log = (tmp_path / "run" / "trials" / f"{failed[0].number:04d}" / "trial.log").read_text()
+    assert "RuntimeError: this program breaks with loader workers" in log  # its traceback
+    assert any(r.status == "ok" and not r.is_baseline for r in run.records) or len(run.records) >= 2
+
+
+def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_path):
+    import numpy as np
+
+    np.random.default_rng(0).integers(0, 65, 50000, dtype=np.uint16).tofile(tmp_path / "data.bin")
+    spec_args = {"batch_size": {"values": [4, 16], "safety": "dynamics"}}
+    proc = search(tmp_path, "python memmap_loop.py --data data.bin --batch_size 4 --max_iters 400",
+                  {"num_workers": [0, 2]}, n_trials=3, spec_extra={"search_space": {"preset": None, "knobs": {"num_workers": [0, 2]},
+                                               "workload_args": spec_args}, "safety": {"level": "dynamics"}})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    state = json.loads((tmp_path / "run" / "search.json").read_text())
+    assert state["space"]["search"] == {"args.batch_size": [4, 16]}
+    assert state["space"]["fixed"]["num_workers"].startswith("not used by your program")  # no DataLoader
+    big = next(r for r in run.records if r.knobs["args.batch_size"] == 16)
+    config = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "config.json").read_text())
+    assert config["workload"]["command"][-2:] == ["--batch_size", "16"]  # the flag replaced, not repeated
+    assert config["workload"]["command"].count("--batch_size") == 1
+    result = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "result.json").read_text())
+    assert result["used"] == ["data", "step"] and "data_wait_frac" in result["metrics"]
+    assert big.metrics["samples_per_s"] == pytest.approx(32 * big.metrics["steps_per_s"])  # 16 x 2 micro-batches
+    assert len(result["losses"]) >= 3 and all(x > 0 for x in result["losses"])

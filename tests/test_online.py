@@ -4,6 +4,7 @@ and torch's random state kept across moves made mid-epoch, budgets respected, ev
 import json
 import os
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -213,3 +214,39 @@ def test_persistent_workers_when_start_up_is_a_share_of_the_epoch_and_same_indic
     (move,) = online.changes
     assert move["kind"] == "epoch" and move["kept"] and online.setting.persistent_workers, lines
     assert move["before"]["startup_s"] >= 0.5 > move["after"]["startup_s"]
+
+
+def _rank(rank: int, port: int, out: str):
+    import torch.distributed as dist
+    from torch.utils.data import DistributedSampler
+
+    os.environ["LOCAL_WORLD_SIZE"] = "2"
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    ds = Storage(n=480)
+    sampler = DistributedSampler(ds, num_replicas=2, rank=rank, seed=5)
+    lines = []
+    online = OnlineLoader(DataLoader(ds, batch_size=4, sampler=sampler), cpu_budget=0.5, log=lines.append,
+                          window_s=0.5, window_steps=6, warmup_steps=1)
+    seen = []
+    for batch in online:
+        seen += batch.tolist()
+        dist.all_reduce(torch.zeros(1))  # the ranks step together
+    dist.destroy_process_group()
+    Path(out, f"{rank}.json").write_text(json.dumps({"seen": seen, "order": list(sampler), "changes": online.changes,
+                                                     "budget": online.cpu_budget}))
+
+
+def test_two_ddp_ranks_each_tune_their_own_loader_within_their_share(tmp_path):
+    import socket
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    mp.start_processes(_rank, args=(port, str(tmp_path)), nprocs=2, start_method="fork")
+    ranks = [json.loads((tmp_path / f"{r}.json").read_text()) for r in range(2)]
+    for r in ranks:
+        assert r["seen"] == r["order"] and r["budget"] == 0.5
+        assert r["changes"], "each rank waits on storage: each makes its own measured moves"
+    assert not set(ranks[0]["seen"]) & set(ranks[1]["seen"])

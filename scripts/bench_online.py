@@ -11,6 +11,8 @@
 - too_many: tiny_cnn cached, started at 4 workers: where it ends, the throughput before and after, the workers'
   CPU freed; and a storage-latency job near its ram_budget: the largest PSS measured against the budget.
 - same_batches: a seeded sampler, the indices of an online run across its mid-epoch moves against a plain run.
+- ddp: 2 gloo ranks (forked) on the storage-latency job, each its own OnlineLoader within its share of the CPU
+  budget (affinity's cores less one per rank, split between the ranks: 0 on 2 cores; --ddp-cpu-budget sets it).
 
     python scripts/bench_online.py                 # ~5 min on 2 cores
     python scripts/bench_online.py --scale 0.5     # every phase half as long
@@ -245,13 +247,53 @@ def same_batches(a) -> dict:
     return {"same": seen == plain and len(mid) >= 2, "mid_epoch_changes": len(mid)}
 
 
+def _ddp_rank(rank: int, port: int, a, out: str):
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel
+    from torch.utils.data import DistributedSampler
+
+    os.environ["LOCAL_WORLD_SIZE"] = "2"
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    ds = StorageJpeg(10**6, a.latency, a.crop)
+    model = DistributedDataParallel(toy_cnn())
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    lines: list = []
+    online = OnlineLoader(DataLoader(ds, batch_size=a.batch_size, sampler=DistributedSampler(ds, seed=0)),
+                          cpu_budget=a.ddp_cpu_budget, log=lines.append)
+    run = train(_epochs(online), model, opt, 45 * a.scale)
+    end = run["trace"][-1][0]
+    dist.destroy_process_group()
+    Path(out, f"{rank}.json").write_text(json.dumps({
+        "cpu_budget": online.cpu_budget, "first_10s": round(trailing(run["trace"], 10, 10), 1),
+        "last_10s": round(trailing(run["trace"], end, 10), 1), "ended_at": online.summary()["settings"],
+        "changes": changes(lines)}))
+
+
+def ddp(a) -> dict:
+    """2 gloo ranks (forked), each its own OnlineLoader over its DistributedSampler share, from 0 workers."""
+    import socket
+    import tempfile
+
+    import torch.multiprocessing as mp
+
+    with socket.socket() as s, tempfile.TemporaryDirectory() as out:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        s.close()
+        mp.start_processes(_ddp_rank, args=(port, a, out), nprocs=2, start_method="fork")
+        return {f"rank{r}": json.loads(Path(out, f"{r}.json").read_text()) for r in range(2)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--scale", type=float, default=1.0, help="every phase's length times this")
     p.add_argument("--latency", type=float, default=0.04, help="storage latency per sample, s")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--crop", type=int, default=256)
-    p.add_argument("--only", default="start_wrong,busy_host,nothing_to_do,too_many,same_batches")
+    p.add_argument("--only", default="start_wrong,busy_host,nothing_to_do,too_many,same_batches,ddp")
+    p.add_argument("--ddp-cpu-budget", type=float, default=None,
+                   help="each rank's cpu_budget (default: its share, affinity's cores less one per rank)")
     p.add_argument("--threads", type=int, default=1, help="the main process's intra-op threads (the workers get the rest)")
     a = p.parse_args()
     torch.set_num_threads(a.threads)
@@ -269,6 +311,8 @@ def main() -> None:
         out["nothing_to_do"] = nothing_to_do(a)
     if "too_many" in only:
         out["too_many"] = too_many(a)
+    if "ddp" in only:
+        out["ddp"] = ddp(a)
     out["load"] = {"start": load, "end": os.getloadavg()[0], "cores": os.cpu_count()}
     print(table(out))
     summary = {}
@@ -300,7 +344,11 @@ def move(c: dict) -> str:
 
 def table(out: dict) -> str:
     rows = [("scenario", "figure", "value")]
-    for name, r in out.items():
+    flat = {}
+    for name, r in out.items():  # a scenario of ranks: one block per rank
+        nested = all(isinstance(v, dict) for v in r.values()) and name == "ddp"
+        flat.update({f"{name}/{k}": v for k, v in r.items()} if nested else {name: r})
+    for name, r in flat.items():
         for k, v in r.items():
             if k == "changes" and isinstance(v, list):
                 v = " ; ".join(move(c) for c in v) or "none"

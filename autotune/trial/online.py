@@ -24,9 +24,10 @@ import os
 import sys
 import time
 import warnings
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 NEVER = "batch size, precision, compile, layout and optimizer stay as exported"
@@ -120,12 +121,13 @@ def pss_gib(pid: int) -> float:
     """Proportional set size (shared pages split between the processes sharing them), psutil or smaps_rollup."""
     try:
         import psutil
-
-        return psutil.Process(pid).memory_full_info().pss / 2**30
     except ImportError:
-        pass
-    except Exception:
-        return 0.0
+        psutil = None
+    if psutil is not None:
+        try:
+            return psutil.Process(pid).memory_full_info().pss / 2**30
+        except psutil.Error:  # gone, or not ours to read
+            return 0.0
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             for line in f:
@@ -294,8 +296,7 @@ class OnlineLoader:
         old, new, before, after = p["from"], p["to"], p["before"], self._startup
         keep = after < 0.5 * before
         loser = old if keep else new
-        back = 2 * self.banned.get(loser.key(), (0.0, self.backoff_s / 2))[1]
-        self.banned[loser.key()] = (time.monotonic() + back, back)
+        back = self._back_off(loser)
         if not keep:
             self.setting = replace(self.setting, persistent_workers=False)
         why = f"start-up {before:.2f} s was {100 * before / p['epoch_wall']:.0f}% of a {p['epoch_wall']:.1f} s epoch"
@@ -447,6 +448,12 @@ class OnlineLoader:
             return True
         return False
 
+    def _back_off(self, loser: Setting) -> float:
+        """The setting that lost is not tried again for `backoff_s`, doubled at each loss."""
+        back = 2 * self.banned.get(loser.key(), (0.0, self.backoff_s / 2))[1]
+        self.banned[loser.key()] = (time.monotonic() + back, back)
+        return back
+
     def _refused(self, new: Setting, why: str, reason: str):
         key = ("refused", new.key(), reason.split(":")[0])
         if key not in self.banned:  # said once per setting and budget
@@ -476,9 +483,7 @@ class OnlineLoader:
         if over or over_cpu:
             keep = False
         loser = old if keep else new
-        until, back = self.banned.get(loser.key(), (0.0, self.backoff_s / 2))
-        back = 2 * back
-        self.banned[loser.key()] = (time.monotonic() + back, back)
+        back = self._back_off(loser)
         self._trial = None
         cost = max(after.start - trial["t"] - self.warmup_steps / after.rate, 0.0) if after.rate else 0.0
         verdict = "kept" if keep else "reverted"

@@ -97,7 +97,8 @@ class Window:
         return (self.worker_cpu + self.main_data_cpu) / self.wall if self.wall > 0 else 0.0
 
     def describe(self) -> str:
-        return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%"
+        idle = "" if self.host_idle is None else f", host idle {self.host_idle:.1f} cores"
+        return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"
 
 
 def default_cpu_budget() -> float:
@@ -136,6 +137,18 @@ def pss_gib(pid: int) -> float:
     except OSError:
         pass
     return 0.0
+
+
+def host_available_gib() -> float | None:
+    """The host's MemAvailable (what can be allocated without swapping), None where /proc/meminfo is absent."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
 
 
 def host_idle_cores(prev: tuple | None) -> tuple[tuple, float | None]:
@@ -444,6 +457,11 @@ class OnlineLoader:
             if direction == "up" and self.ram_budget_gib is not None and pss > self.ram_budget_gib:
                 self._refused(new, why, f"ram budget: {pss:.2f} GiB PSS predicted > {self.ram_budget_gib:.2f}")
                 continue
+            free = host_available_gib()
+            if direction == "up" and free is not None and pss - w.pss_gib > 0.5 * free:
+                self._refused(new, why, f"host memory: {pss - w.pss_gib:.2f} GiB more PSS predicted, "
+                                        f"{free:.2f} GiB available")
+                continue
             self._start_trial(new, w, direction, why)
             return True
         return False
@@ -537,6 +555,7 @@ class OnlineLoader:
 def _window_dict(w: Window) -> dict:
     return {"steps_per_s": round(w.rate, 3), "noise": round(w.noise, 3), "data_wait_pct": round(100 * w.wait_share, 1),
             "data_cpu_cores": round(w.data_cpu, 3), "pss_gib": round(w.pss_gib, 3), "steps": w.steps,
+            "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
             "wall_s": round(w.wall, 3)}
 
 

@@ -188,6 +188,15 @@ class Config:
         self.used.add("zero_grad")
         optimizer.zero_grad(set_to_none=self.knobs.get("set_to_none", set_to_none))
 
+    def training_arguments(self, **yours) -> dict[str, Any]:
+        """`TrainingArguments(**cfg.training_arguments(output_dir=..., ...))`, for a script that builds them
+        without HfArgumentParser: your arguments with this config's knobs over them (autotune.export.hf_args),
+        and in a trial its side-effect settings (autotune.integrations.instrument)."""
+        from autotune.integrations import instrument
+
+        instrument.reached(self, *instrument.HF_REACHES)
+        return {**yours, **instrument.hf_fields(self)}
+
     # --- the measured loop (autotune.trial.loop) ------------------------------------------
 
     def steps(self, iterable, *, online: bool | None = None):

@@ -158,6 +158,9 @@ class UserKnob(_Strict):
     switch: StrictBool = Field(False, description="a boolean written as the flag alone (present: true, absent: false)")
     bool_text: Optional[tuple[str, str]] = Field(
         None, description="how the program reads a boolean value, [true, false] (default: true, false)")
+    env: StrictBool = Field(
+        False, description="for a program: an environment variable of its process (OMP_NUM_THREADS, ...), not a "
+                           "flag; its baseline is this environment's value ('' where unset: left unset)")
 
     @model_validator(mode="before")
     @classmethod
@@ -166,7 +169,9 @@ class UserKnob(_Strict):
 
     def syntax(self, name: str) -> dict[str, Any]:
         """How the program's command writes this knob (`request.with_flags`)."""
-        return {"flag": self.flag or f"--{name}", "switch": self.switch, "bool_text": list(self.bool_text or ("true", "false"))}
+        from autotune.trial.request import flag_syntax
+
+        return flag_syntax(name, self.model_dump())
 
 
 def preset_names() -> list[str]:
@@ -245,10 +250,12 @@ class SearchSettings(_Strict):
         "v2", description="v2: a trial pays for profile, diagnosis and loss parity only when it would become the "
                           "incumbent, its window screens out what cannot, and a rejected best hands over to the next "
                           "candidates; v1: every trial pays for all (the search before issue 25, for comparison)")
-    n_trials: StrictInt = Field(20, ge=1, description="trials in all, the baseline included (with time_budget_s: "
-                                                      "no cap before the budget)")
-    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds; "
-                                                                   "the search's control: n_trials caps nothing before it")
+    n_trials: Optional[StrictInt] = Field(
+        None, ge=1, description="trials in all, the baseline included; the first limit reached (n_trials, "
+                                "time_budget_s, patience, nothing left to try) ends the search. Left out: 20, or "
+                                "with a time_budget_s no cap but the space's points")
+    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds "
+                                                                   "(or at n_trials, whichever is first)")
     seed: StrictInt = Field(0, description="sampler seed")
     patience: Optional[StrictInt] = Field(
         None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")

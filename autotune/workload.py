@@ -7,7 +7,8 @@ autocast, zero_grad). A step is:
 
     batch = to_device(next(loader)); batch = preprocess(batch)
     with autocast: loss = workload.loss(model, batch)
-    backward; optimizer.step(); optimizer.zero_grad(set_to_none=...)
+    backward; clip(model, optimizer, precision)
+    optimizer.step(); scheduler.step(); optimizer.zero_grad(set_to_none=...)
 
 Batches may be tensors, tuples, lists or dicts (nested).
 """
@@ -57,6 +58,14 @@ class Workload:
     """On-device preprocessing of a batch, e.g. uint8 -> normalized float on the GPU."""
     count_samples: Callable[[Any], int] | None = None
     """Samples in a batch; default: the first dimension of the batch's first tensor."""
+    clip: Callable[[Any, Any, str], None] | None = None
+    """`clip(model, optimizer, precision)`: your gradient clipping, run on every optimizer step between
+    backward (gradients unscaled) and `optimizer.step()`; `precision` is the trial's knob value."""
+    scheduler: Callable[[Any], Any] | None = None
+    """`scheduler(optimizer) -> LR scheduler` over the trial's optimizer, stepped after every optimizer step."""
+    baseline: dict[str, Any] | None = None
+    """Knob values your program runs with today (an adapter reads them from your Trainer); the spec's
+    `baseline` wins over them."""
 
     def build_optimizer(self, params):
         if self.optimizer is not None:

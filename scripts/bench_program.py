@@ -35,11 +35,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import program_command  # noqa: E402
+from autotune.integrations import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.trial.measure import T95, Z95  # noqa: E402
 
 
-def run_once(command: list[str], cwd: str, config: Path, steps: int, warmup: int, timeout: float) -> dict:
+def run_once(command: list[str], cwd: str, config: Path, steps: int, warmup: int, timeout: float,
+             own_env: dict[str, str] | None = None) -> dict:
     """One fresh process of the program in production mode: its samples/s after warm-up."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "steps.json"
@@ -47,6 +49,8 @@ def run_once(command: list[str], cwd: str, config: Path, steps: int, warmup: int
                                                                   "AUTOTUNE_TRIAL")}
         env.update({"AUTOTUNE_CONFIG": str(config), STEP_LOG_ENV: str(log), STOP_AFTER_ENV: str(steps),
                     "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+        env = {k: v for k, v in {**env, **(own_env or {})}.items() if v != ""}  # its searched environment ('': unset)
+        env = instrument.with_env(env)  # a Trainer script's knobs and step log come through the instrumentation
         started = time.perf_counter()
         proc = subprocess.run(program_command(command), cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout)
@@ -90,15 +94,16 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         nothing = Path(tmp) / "baseline.yaml"
         nothing.write_text(yaml.safe_dump({"knobs": {}, "device": best.get("device") or {}}))
-        sides = {"baseline": (wl["command"], nothing), "best": (best["workload"].get("command") or wl["command"],
-                                                                 (run / "best_config.yaml").resolve())}
+        sides = {"baseline": (wl["command"], nothing, {}),
+                 "best": (best["workload"].get("command") or wl["command"], (run / "best_config.yaml").resolve(),
+                          best["workload"].get("env") or {})}
         rows = {"baseline": [], "best": []}
         load = []
         for i in range(args.pairs):
             order = ("baseline", "best") if i % 2 == 0 else ("best", "baseline")
             for side in order:
-                command, config = sides[side]
-                rows[side].append(run_once(command, cwd, config, args.steps, args.warmup, args.timeout))
+                command, config, own_env = sides[side]
+                rows[side].append(run_once(command, cwd, config, args.steps, args.warmup, args.timeout, own_env))
                 load.append(os.getloadavg()[0])
     speedups = [b["samples_per_s"] / a["samples_per_s"] for a, b in zip(rows["baseline"], rows["best"])]
     mean, half = interval(speedups)

@@ -45,7 +45,7 @@ SECTIONS = {
     "trial": {**{k: TRIAL_DEFAULTS[k] for k in ("warmup_steps", "min_window_s", "target_ci", "max_window_s",
                                                 "profile_steps", "diagnose")}, "measure_steps": None,
               "timeout_s": 600.0, "prune_margin": 0.2},
-    "search": {"sampler": "autotune", "strategy": "v2", "n_trials": 20, "time_budget_s": None, "seed": 0, "patience": None,
+    "search": {"sampler": "autotune", "strategy": "v2", "n_trials": None, "time_budget_s": None, "seed": 0, "patience": None,
                "min_improvement": 0.02, "confirm_rounds": 2},
     "resources": {"device": "auto", "cpus_per_trial": None, "gpus_per_trial": None, "ray_address": None, "custom": {},
                   "ranks_per_trial": 1, "rank_placement": "pack", "blocks": None, "memory_limit_gib": None},
@@ -70,7 +70,8 @@ def read_spec(path: Path) -> tuple[dict, str]:
     except S.SpecError as e:
         raise SpecError(str(e)) from None
     data = spec.model_dump(mode="json")
-    data["search_space"] = {"lists": spec.search_space.lists(), "user": spec.search_space.user()}
+    data["search_space"] = {"lists": spec.search_space.lists(), "user": spec.search_space.user(),
+                            "listed": list(spec.search_space.knobs.given())}
     return data, "autotune.spec"
 
 
@@ -126,7 +127,8 @@ def _read_plain(path: Path) -> dict:
                             f"safety: {' | '.join(K.SAFETY_CLASSES)}, stage: {' | '.join(stages)}}}")
         user[name] = {"safety": k.get("safety", "dynamics"), "stage": k.get("stage")}
         lists[K.USER_PREFIX + name] = k["values"]
-    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}, "user": user}
+    data["search_space"] = {"lists": {k: list(dict.fromkeys(v)) for k, v in lists.items()}, "user": user,
+                            "listed": list(space.get("knobs") or {})}
     data["name"] = data["name"] or path.stem
     return data
 
@@ -197,7 +199,8 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                                 sampler=Strategy.make_sampler(settings["sampler"], settings["seed"]))
     v2 = settings["strategy"] == "v2"  # as autotune.driver: pay for information where a decision needs it
     strategy = Strategy(study, space.search, space.baseline, settings["sampler"], settings["min_improvement"],
-                        settings["seed"], cuda=device.type == "cuda", predict=v2)
+                        settings["seed"], cuda=device.type == "cuda", predict=v2,
+                        listed=data["search_space"]["listed"])
     print(f"search {data['name']} on {device.type}:{device.name} ({device.cpus} CPUs), spec read by {reader}; "
           f"searching {', '.join(f'{k}={v}' for k, v in space.search.items())}; run dir {run_dir}")
     records = []
@@ -300,12 +303,13 @@ def search(data: dict, reader: str, output_dir: Path | None) -> int:
                "spec_reader": reader, "device": f"{device.type}:{device.name}"}
     if baseline_record and baseline_record.throughput and best:
         summary.update(baseline_samples_per_s=round(baseline_record.throughput, 1),
-                       best_samples_per_s=round(best.throughput, 1), speedup_x=round(result.speedup, 3),
+                       best_samples_per_s=round(best.throughput, 1), speedup_x=result.speedup and round(result.speedup, 3),
                        trials_speedup_x=round(best.throughput / baseline_record.throughput, 3),
                        best_knobs={k: v for k, v in best.knobs.items() if v != space.baseline[k]})
         if confirm:
             print(describe(confirm))
-        print(f"best: {best.throughput:.1f} samples/s, {summary['speedup_x']:.2f}x the baseline "
+        speedup = f"{summary['speedup_x']:.2f}x" if summary["speedup_x"] else "unknown speedup over"
+        print(f"best: {best.throughput:.1f} samples/s, {speedup} the baseline "
               f"({', '.join(f'{k}={v}' for k, v in summary['best_knobs'].items()) or 'the baseline'}); "
               f"{len(records)} trials in {wall:.0f} s; ended: {ended}")
     print(json.dumps(summary))

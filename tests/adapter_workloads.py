@@ -118,3 +118,25 @@ def token_samples(samples: int = 256, seq_len: int = 16, labels: bool = True) ->
 
 def make_bert(batch_size: int = 8, record: str | None = None, labels: bool = True):
     return adapters.huggingface(tiny_bert(record), token_samples(labels=labels), batch_size=batch_size)
+
+
+def make_lightning_clipped(batch_size: int = 16, record: str | None = None, precision: str = "32-true"):
+    """The CNN as a Trainer with gradient clipping trains it (the Trainer given as its arguments)."""
+    return adapters.lightning(LitCNN(record=record), ImageData(batch_size=batch_size),
+                              trainer={"precision": precision, "gradient_clip_val": 1.0, "accelerator": "cpu"})
+
+
+def bert_trainer(batch_size: int = 8, record: str | None = None, **args):
+    """A transformers.Trainer on the tiny BERT with transformers' default optim (adamw_torch_fused)."""
+    import tempfile
+
+    from transformers import Trainer, TrainingArguments
+
+    out = tempfile.mkdtemp(prefix="hf-trainer-")
+    targs = TrainingArguments(output_dir=out, per_device_train_batch_size=batch_size, use_cpu=True, report_to=[],
+                              max_grad_norm=1.0, learning_rate=1e-3, warmup_steps=2, max_steps=50, **args)
+    return Trainer(model=tiny_bert(record), args=targs, train_dataset=token_samples())
+
+
+def make_bert_trainer(batch_size: int = 8, record: str | None = None):
+    return adapters.huggingface(bert_trainer(batch_size, record))

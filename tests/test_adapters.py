@@ -119,7 +119,7 @@ def test_lightning_says_what_it_cannot_run():
 
 
 def test_lightning_training_step_trains_outside_a_trainer():
-    wl = aw.make_lightning_cnn(batch_size=32)
+    wl = aw.make_lightning_cnn(batch_size=32, optimizers="single")  # no scheduler: "dict"'s StepLR decays it
     losses, session = train(wl, 60)
     assert session.optimizer.state  # Adam took steps
     assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8, losses  # and the loss fell
@@ -251,3 +251,117 @@ def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
     assert len(checked) >= 1 and (checked["parity"] == "passed").all(), checked[["parity", "parity_reason"]]
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["ref"] == "tests.adapter_workloads:make_lightning_cnn"
+
+
+# -- what the user's Trainer runs: clipping, precision, the LR scheduler ---------------------------------------------
+
+def test_lightning_trainer_sets_the_baseline_precision_clips_and_schedules():
+    wl = aw.make_lightning_clipped(precision="bf16-mixed")
+    assert wl.baseline == {"precision": "bf16-mixed"}
+    losses, session = train(wl, 12, **wl.baseline)
+    assert type(session.scheduler).__name__ == "StepLR"  # configure_optimizers' "interval": "step" scheduler
+    assert session.optimizer.param_groups[0]["lr"] == pytest.approx(1e-3)  # stepped 12 times: decayed at 10
+    batch = session.device_batch(next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1))))
+    (1e3 * wl.loss(session.model, batch)).backward()
+    wl.clip(session.model, session.optimizer, "32-true")  # the plugin's clip_gradients: gradient_clip_val=1.0
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in session.model.parameters()]))
+    assert 0.99 < norm <= 1.0 + 1e-4, norm
+    # a fused optimizer unscales inside its step: Lightning's plugin refuses to clip it under a mixed precision
+    with pytest.raises(RuntimeError, match=r"^The current optimizer, Adam, does not allow for gradient clipping"):
+        train(wl, 2, precision="bf16-mixed", fused_optimizer=True)
+    train(wl, 2, precision="32-true", fused_optimizer=True)  # and clips it in full precision
+
+
+def test_lightning_takes_a_trainer_object_and_says_what_it_cannot_take():
+    import lightning.pytorch as pl
+
+    trainer = pl.Trainer(precision="bf16-mixed", gradient_clip_val=0.5, gradient_clip_algorithm="value",
+                         accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False)
+    wl = adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer=trainer)
+    assert wl.baseline == {"precision": "bf16-mixed"}
+    model = wl.model()
+    optimizer = wl.build_optimizer(model.parameters())
+    batch = next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1)))
+    (1e3 * wl.loss(model, batch)).backward()
+    wl.clip(model, optimizer, "32-true")  # by value: every gradient entry within +-0.5
+    assert max(float(p.grad.abs().max()) for p in model.parameters()) == pytest.approx(0.5)
+    assert adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer={"accelerator": "cpu"}).clip is None  # no clipping
+    assert_one_line_errors([
+        (lambda: adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer="bf16"),
+         "autotune.adapters.lightning: `trainer` must be a Trainer or the dict of its arguments, got str"),
+        (lambda: adapters.lightning(aw.LitCNN(), aw.ImageData(), trainer={"precision": "64-true", "accelerator": "cpu"}),
+         "autotune.adapters.lightning: the Trainer's precision '64-true' is not one autotune runs; it runs "
+         "32-true, bf16-mixed and 16-mixed"),
+        (lambda: adapters.huggingface(aw.tiny_bert()),
+         "autotune.adapters.huggingface: pass a transformers.Trainer, or a model and its dataset; got a "
+         "BertForSequenceClassification and no dataset"),
+    ])
+
+
+def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray_local):
+    """fused_optimizer under the Trainer's bf16 and clipping: the trial fails with
+    Lightning's own error, the summary says why, the export keeps it off."""
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    spec = write_spec(tmp_path / "lit.yaml", output_dir=str(tmp_path / "run"),
+                      workload={"factory": "tests.adapter_workloads:make_lightning_clipped",
+                                "args": {"precision": "bf16-mixed"}},
+                      search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
+                      safety={"level": "numerics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240},
+                      search={"n_trials": 2, "confirm_rounds": 0, "strategy": "v1"})
+    result = CliRunner().invoke(app, ["search", str(spec)])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    trials = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert list(trials["fused_optimizer"]) == [False, True] and list(trials["precision"]) == ["bf16-mixed"] * 2
+    assert list(trials["status"]) == ["ok", "error"]
+    out = " ".join(result.output.split())
+    assert ("#1 error (RuntimeError: The current optimizer, Adam, does not allow for gradient clipping because it "
+            "performs unscaling of gradients internally.") in out, out
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["knobs"]["fused_optimizer"] is False and best["knobs"]["precision"] == "bf16-mixed"
+
+
+def test_huggingface_takes_a_trainer_and_steps_as_it_does():
+    trainer = aw.bert_trainer(batch_size=16)
+    wl = adapters.huggingface(trainer)
+    # transformers 5's default optim, adamw_torch_fused, is the baseline's fused_optimizer
+    assert wl.baseline == {"num_workers": 0, "pin_memory": False, "precision": "32-true", "compile": "none",
+                           "fused_optimizer": True}
+    assert wl.batch_size == 16 and wl.dataset is trainer.train_dataset and wl.collate_fn is trainer.data_collator
+    losses, session = train(wl, 4, **wl.baseline)
+    opt = session.optimizer  # create_optimizer's: its learning rate, weight decay groups, fused as the baseline
+    assert type(opt) is torch.optim.AdamW and all(g["fused"] for g in opt.param_groups)
+    assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 0.0] and opt.defaults["lr"] == 1e-3
+    assert opt.param_groups[0]["lr"] == pytest.approx(1e-3 * 46 / 48)  # linear: 2 warmup steps, then down to 0 at 50: 4 taken
+    _, unfused = train(wl, 4, **{**wl.baseline, "fused_optimizer": False})
+    assert all(not g["fused"] for g in unfused.optimizer.param_groups)
+    batch = session.device_batch(next(iter(K.seeded_loader(wl, K.pytorch_defaults(16), 1))))
+    (1e3 * wl.loss(session.model, batch)).backward()
+    wl.clip(session.model, session.optimizer, "32-true")  # the Trainer's _clip_grad_norm: max_grad_norm=1.0
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in session.model.parameters()
+                                                 if p.grad is not None]))
+    assert 0.99 < norm <= 1.0 + 1e-4, norm
+    # the user's Trainer is left as it was
+    assert session.model is not trainer.model and trainer.optimizer is None and trainer.lr_scheduler is None
+
+
+def test_a_huggingface_trainer_search_checks_the_unfused_candidate_not_the_baseline(tmp_path, ray_local):
+    """The Trainer's own optimizer (fused) is the baseline: no parity flag on it;
+    the unfused candidate is checked against it."""
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    spec = write_spec(tmp_path / "hf.yaml", output_dir=str(tmp_path / "run"),
+                      workload={"factory": "tests.adapter_workloads:make_bert_trainer", "args": {"batch_size": 8}},
+                      search_space={"preset": None, "knobs": {"fused_optimizer": [True, False]}},
+                      safety={"level": "numerics", "parity_steps": 4}, trial={**SHORT, "timeout_s": 240},
+                      search={"n_trials": 2, "confirm_rounds": 0, "strategy": "v1"})
+    result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
+    assert result.exit_code == 0, result.output + repr(result.exception)
+    trials = pd.read_csv(tmp_path / "run" / "trials.csv")
+    assert list(trials["status"]) == ["ok", "ok"], trials.get("error")
+    assert list(trials["fused_optimizer"]) == [True, False] and trials["baseline"].iloc[0]
+    assert pd.isna(trials["parity"].iloc[0]) and trials["parity"].iloc[1] in ("passed", "failed"), trials["parity"]

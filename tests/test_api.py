@@ -232,7 +232,10 @@ def test_a_factory_in_main_with_a_sys_path_helper_reaches_trials_on_another_node
     assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
     assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"
     confirm = json.loads((tmp_path / "run" / "search.json").read_text())["confirm"]
-    assert confirm["rounds"] == 1 and "error" not in confirm
+    from autotune.decide.confirm import RERUNS
+
+    # a pair under the host's other load is measured again (RERUNS in all), else the speedup is unknown
+    assert (confirm["rounds"] == 1 or len(confirm.get("disturbed_pairs", [])) > RERUNS) and "error" not in confirm
     remote = table[table["node_ip"] == "127.0.0.3"]["trial"].iloc[0]
     config = json.loads((tmp_path / "run" / "trials" / f"{remote:04d}" / "config.json").read_text())
     assert config["workload"]["file"] == "../../workload.pkl"  # as on the driver's node: reproducible from the run dir

@@ -136,10 +136,14 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
     # the best re-measured against the baseline, placed like a trial; its files reached the run dir too
     confirm = json.loads((run_dir / "search.json").read_text()).get("confirm")
     if confirm:
-        assert confirm["rounds"] == 1 and confirm["verdict"] in ("faster", "tie", "slower")
+        from autotune.decide.confirm import RERUNS
+
+        aside = confirm.get("disturbed_pairs", [])  # under the host's other load: measured again, not counted
+        assert confirm["rounds"] == 1 or len(aside) > RERUNS
+        assert confirm["verdict"] in ("faster", "tie", "slower", "unknown")
         ran = sorted(p.parent.name for p in (run_dir / "confirm").glob("*/result.json"))
         late = [name for name in ran if name.startswith("parity-")]  # a best whose trial skipped parity, checked late
-        assert [name for name in ran if name not in late] == ["00-baseline", "00-best"]
+        assert [name for name in ran if name not in late and "-again" not in name] == ["00-baseline", "00-best"]
         for name in late:
             trial = json.loads((run_dir / "trials" / name.removeprefix("parity-") / "result.json").read_text())
             assert "skipped" in trial and name != "parity-0000"

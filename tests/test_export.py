@@ -61,3 +61,86 @@ def test_load_config_builds_the_fused_optimizer(tmp_path):
     assert fused.state[model.conv.weight]["step"].dtype == torch.float32  # the fused kernel's own step counter
     off = load_config(write(tmp_path / "off.yaml", {}))
     assert off.prepare(model, optimizer)[1] is optimizer  # not tuned: your optimizer as it is
+
+
+# -- -f hf and -f lightning: what changed from the baseline, merged over the user's own arguments --------------------
+
+def flag(knob, baseline, tuned, safety="safe"):
+    return {"knob": knob, "baseline": baseline, "tuned": tuned, "safety": safety, "note": "n"}
+
+
+TUNED = {"knobs": {"batch_size": 32, "num_workers": 2, "precision": "bf16-mixed", "set_to_none": False,
+                   "channels_last": True, "num_threads": 1, "fused_optimizer": True},
+         "device": {"type": "cpu", "name": "cpu"},
+         "measured": {"speedup_x": 1.5, "baseline_samples_per_s": 100.0, "best_samples_per_s": 150.0},
+         # the baseline: an HF Trainer's (fused AdamW, 2 workers), at batch 8 in fp32, with channels_last already
+         "safety": [flag("batch_size", 8, 32, "dynamics"), flag("precision", "32-true", "bf16-mixed", "numerics"),
+                    flag("set_to_none", True, False), flag("num_threads", None, 1)]}
+
+
+HEADER = ("# autotune: 1.5x over the baseline (100.0 -> 150.0 samples/s), measured on cpu\n"
+          "# dynamics: batch_size 8 -> 32: n\n"
+          "# numerics: precision 32-true -> bf16-mixed: n\n")
+
+
+def export(tmp_path, data, fmt):
+    """`autotune export RUN -f FMT`, as a user runs it."""
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    (tmp_path / "best_config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+    result = CliRunner().invoke(app, ["export", str(tmp_path), "-f", fmt])
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def test_hf_export_is_what_changed_and_merges_over_the_users_arguments(tmp_path):
+    from transformers import TrainingArguments
+
+    text = export(tmp_path, TUNED, "hf")
+    assert text == HEADER + (
+        "# The TrainingArguments that differ from the baseline; merge them over your own (tuned values win):\n"
+        "#   args = TrainingArguments(**{**your_kwargs, **TUNED})\n"
+        "TUNED = {'per_device_train_batch_size': 32, 'bf16': True, 'fp16': False}\n"
+        "# Not TrainingArguments fields; apply them in your script:\n"
+        "# set_to_none=False: the Trainer zeroes gradients with model.zero_grad(); before Trainer(model=model): "
+        "model.zero_grad = functools.partial(torch.nn.Module.zero_grad, model, set_to_none=False)\n"
+        "# num_threads=1: torch.set_num_threads(1) at the top of your script (intra-op threads, as measured)\n")
+    ns = {}
+    exec(text, ns)
+    mine = {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 8, "dataloader_num_workers": 2,
+            "fp16": False, "use_cpu": True, "report_to": []}
+    args = TrainingArguments(**{**mine, **ns["TUNED"]})  # no "got multiple values for keyword argument"
+    assert (args.per_device_train_batch_size, args.bf16, args.fp16, args.dataloader_num_workers) == (32, True, False, 2)
+    same = {**TUNED, "safety": []}  # the baseline measured best: nothing to change
+    assert "TUNED = {}  # the baseline's arguments measured best\n" in export(tmp_path, same, "hf")
+
+
+def test_lightning_export_is_what_changed_and_merges_over_the_users_arguments(tmp_path):
+    import lightning.pytorch as pl
+
+    text = export(tmp_path, TUNED, "lightning")
+    assert text == HEADER + (
+        "import torch\n"
+        "\n"
+        "torch.set_num_threads(1)  # intra-op threads, as measured\n"
+        "# what differs from the baseline; merge over your own arguments (tuned values win):\n"
+        "trainer_kwargs = {'precision': 'bf16-mixed'}\n"
+        "dataloader_kwargs = {'batch_size': 32}\n"
+        "# trainer = lightning.Trainer(**{**your_trainer_kwargs, **trainer_kwargs})\n"
+        "# loader = DataLoader(dataset, **{**your_loader_kwargs, **dataloader_kwargs})\n"
+        "# set_to_none=False: Lightning calls optimizer.zero_grad() (set_to_none=True); override "
+        "LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none=False)\n")
+    ns = {}
+    threads = torch.get_num_threads()
+    try:
+        exec(text, ns)
+    finally:
+        torch.set_num_threads(threads)
+    mine = {"precision": "32-true", "gradient_clip_val": 1.0, "accelerator": "cpu", "logger": False}
+    trainer = pl.Trainer(**{**mine, **ns["trainer_kwargs"]})  # no clash on precision
+    assert trainer.precision == "bf16-mixed" and trainer.gradient_clip_val == 1.0
+    loader = torch.utils.data.DataLoader(list(range(64)), **{**{"batch_size": 8, "num_workers": 0},
+                                                            **ns["dataloader_kwargs"]})
+    assert loader.batch_size == 32

@@ -5,11 +5,13 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
 
+ROOT = str(Path(__file__).resolve().parent.parent)
 CONFIG = {"workload": {"factory": "tests.workloads:make_leaky"}, "knobs": {}, "warmup_steps": 1, "measure_steps": 3,
           "min_window_s": 0.1, "max_window_s": 0.3, "profile_steps": 0, "diagnose": False}
 
@@ -78,3 +80,67 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
 def test_a_shared_server_that_is_not_there_falls_back_to_this_process_own(tmp_path):
     result = run_in_process(CONFIG, tmp_path, 120, str(tmp_path.cwd()), {}, shared=str(tmp_path / "no-socket"))
     assert (result["status"], result["launcher"]) == ("ok", "fork"), result
+
+
+@pytest.mark.timeout(300)
+def test_a_search_of_a_program_that_prints_runs_to_the_end_with_its_text_in_each_trial_log(tmp_path):
+    """As a user runs it (the CLI: no Ray of the caller's, so the search's shared
+    fork server forks every trial), a model that prints when built and a loss
+    that writes to stderr: every trial runs to its end, its text in its trial.log."""
+    from tests.conftest import write_spec
+
+    spec = write_spec(tmp_path / "spec.yaml", workload={"factory": "tests.workloads:make_talking"},
+                      search_space={"preset": None, "knobs": {"set_to_none": [True, False]}},
+                      search={"n_trials": 2, "confirm_rounds": 0}, output_dir=str(tmp_path / "run"))
+    env = {**os.environ, "PYTHONPATH": ROOT}
+    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "search", str(spec), "--quiet"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    results = sorted((tmp_path / "run" / "trials").rglob("result.json"))  # the baseline's re-read too
+    assert len({p.relative_to(tmp_path / "run" / "trials").parts[0] for p in results}) == 2, results
+    for path in results:
+        result = json.loads(path.read_text())
+        assert result["status"] in ("ok", "pruned"), result  # pruned: measured, slower than the baseline
+        log = (path.parent / "trial.log").read_text()
+        assert "forkserver --listen " in log, log  # the search's shared server
+        assert "number of parameters: 260\n" in log and "warning: labels look unbalanced\n" in log, log
+
+
+def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[dict, str]:
+    """A trial forked by a search's shared fork server; its result and its trial.log."""
+    server = SharedForkServer(trial_env(ROOT, {}), ("tests.workloads",))
+    try:
+        result = run_in_process(config, tmp_path, timeout_s, ROOT, {}, shared=server.path)
+    finally:
+        server.close()
+    assert result["launcher"] == "shared", result
+    return result, (tmp_path / "trial.log").read_text()
+
+
+@pytest.mark.timeout(200)
+def test_a_failed_trial_leaves_its_output_and_traceback_in_its_log(tmp_path):
+    result, log = in_shared_server({**CONFIG, "workload": {"factory": "tests.workloads:make_failing"}}, tmp_path)
+    assert result["status"] == "error" and result["error_type"] == "ValueError", result
+    assert "Traceback (most recent call last):" in log and f"ValueError: {result['error']}" in log, log
+    assert 'tests/workloads.py", line' in log and "in bad_loss" in log  # the user's own line
+
+
+@pytest.mark.timeout(300)
+def test_a_two_rank_trial_leaves_every_rank_output_and_the_failing_rank_traceback_in_its_log(tmp_path):
+    config = {**CONFIG, "workload": {"factory": "tests.workloads:make_talking", "args": {"fail_rank": 1}}, "ranks": 2,
+              "device": "cpu", "dist_timeout_s": 200}
+    result, log = in_shared_server(config, tmp_path, 240)
+    assert result["status"] == "error" and result["error"].startswith("rank 1: rank 1 cannot build its model"), result
+    assert "rank 0 builds its model\n" in log and "rank 1 builds its model\n" in log, log
+    assert "Traceback (most recent call last):" in log and "RuntimeError: rank 1 cannot build its model" in log, log
+
+
+@pytest.mark.timeout(120)
+def test_a_timed_out_trial_leaves_its_output_and_where_it_hung_in_its_log(tmp_path):
+    config = {**CONFIG, "workload": {"factory": "tests.workloads:make_talking", "args": {"hang": True}}}
+    result, log = in_shared_server(config, tmp_path, 8)
+    assert (result["status"], result["error"]) == ("timeout", "trial ran past timeout_s=8 and was killed"), result
+    assert "number of parameters: 260\n" in log, log
+    # every thread's stack at the timeout (faulthandler), the hanging line of the user's loss first
+    assert "Current thread" in log and 'tests/workloads.py", line' in log and "in loss" in log, log
+    assert log.endswith("autotune: the trial ran past timeout_s=8 and was killed\n"), log

@@ -48,7 +48,16 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     first = json.loads((tmp_path / "run" / "trials" / "0000" / "result.json").read_text())
     assert first["used"] == ["dataloader_kwargs", "steps"] and first["knobs"] == {}  # the baseline: its own settings
     assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
-    assert (tmp_path / "run" / "best_config.yaml").exists()
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
+    # measured = exported: the program itself in production mode, baseline and best (scripts/bench_program.py)
+    bench = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_program.py"), str(tmp_path / "run"),
+                            "--pairs", "1", "--steps", "8", "--warmup", "2"], capture_output=True, text=True,
+                           timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    last = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert last["claimed_speedup_x"] == best["measured"]["speedup_x"] and len(last["pairs"]) == 1
+    assert all(x > 0 for x in last["baseline_samples_per_s"] + last["best_samples_per_s"])
 
 
 @pytest.mark.parametrize("command,says", [
@@ -98,3 +107,23 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     assert result["used"] == ["data", "step"] and "data_wait_frac" in result["metrics"]
     assert big.metrics["samples_per_s"] == pytest.approx(32 * big.metrics["steps_per_s"])  # 16 x 2 micro-batches
     assert len(result["losses"]) >= 3 and all(x > 0 for x in result["losses"])
+
+
+def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_path, monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the baseline: left unset
+    proc = search(tmp_path, "python tiny_steps.py", {"set_to_none": [True]}, n_trials=2, spec_extra={
+        "search_space": {"preset": None, "knobs": {},
+                         "workload_args": {"OMP_NUM_THREADS": {"values": [1], "env": True, "safety": "safe"}}}})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    seen = set()
+    for trial in sorted((tmp_path / "run" / "trials").iterdir()):
+        config = json.loads((trial / "config.json").read_text())
+        result = json.loads((trial / "result.json").read_text())
+        assert config["workload"]["command"][1:] == ["tiny_steps.py"]  # an environment knob is no flag
+        seen.add(config["workload"]["args"]["OMP_NUM_THREADS"])
+        if config["workload"]["args"]["OMP_NUM_THREADS"] == 1:
+            assert config["workload"]["env"] == {"OMP_NUM_THREADS": "1"} and result["device"]["torch_threads"] == 1
+        else:  # unset, as in this environment
+            assert config["workload"]["env"] == {"OMP_NUM_THREADS": ""}
+            assert result["device"]["torch_threads"] == len(os.sched_getaffinity(0))
+    assert seen == {"", 1}

@@ -108,3 +108,11 @@ def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gai
     assert stop.stalled()  # #2 gained nothing
     kept.metrics.pop("tie_kept")
     assert pick_best(records).number == 2 and not stop.stalled()
+
+
+def test_a_trial_measured_under_outside_load_does_not_decide_the_winner():
+    records = [record(0, 100.0), record(1, 130.0, num_workers=1), record(2, 180.0, num_workers=2)]
+    records[2].info["disturbed"] = "other processes used 40% of the host's CPU time during the window"
+    assert pick_best(records).number == 1  # the undisturbed contender, though slower
+    records[1].info["disturbed"] = records[2].info["disturbed"]
+    assert pick_best(records).number == 2  # every one disturbed: the fastest, for the re-measurement to decide

@@ -2,7 +2,6 @@
 TrainingArguments built from `-f hf`, the torchrun line, Lightning's strategy, and
 cfg.wrap in a real torchrun-launched 2-rank loop."""
 
-import json
 import re
 import subprocess
 import sys
@@ -17,9 +16,11 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def best_config(tmp_path, knobs, ranks=2, blocks=None, **extra):
+    """A best_config.yaml whose baseline is PyTorch's defaults (each changed knob flagged, as a search writes it)."""
     data = {"workload": {"ref": "tiny_transformer", "args": {"batch_size": 8}}, "device": {"type": "cpu", "name": "cpu"},
             "knobs": {**K.pytorch_defaults(8), **knobs}, "parallel": {"ranks": ranks, "blocks": blocks},
-            "measured": {}, **extra}
+            "measured": {}, "safety": [{"knob": k, "baseline": K.pytorch_defaults(8)[k], "tuned": v, "safety": "safe",
+                                        "note": "n"} for k, v in knobs.items()], **extra}
     path = tmp_path / "best_config.yaml"
     path.write_text(yaml.safe_dump(data))
     return path, data
@@ -31,18 +32,21 @@ def best_config(tmp_path, knobs, ranks=2, blocks=None, **extra):
      None, {"dataloader_num_workers": 2, "dataloader_prefetch_factor": 4, "ddp_bucket_cap_mb": 5,
             "ddp_static_graph": True, "activation_checkpointing": True, "optim": "adamw_torch_fused"}),
     ({"sharding": "fsdp", "fsdp_reshard_after_forward": False, "precision": "bf16-mixed"}, ["TransformerEncoderLayer"],
-     {"fsdp": "shard_grad_op auto_wrap", "bf16": True,
+     {"fsdp": "shard_grad_op auto_wrap", "bf16": True, "fp16": False,
       "fsdp_config": {"version": 2, "reshard_after_forward": False,
                       "transformer_layer_cls_to_wrap": ["TransformerEncoderLayer"]}}),
 ])
-def test_hf_export_is_one_json_object_training_arguments_accepts(tmp_path, knobs, blocks, expected):
+def test_hf_export_merges_into_training_arguments(tmp_path, knobs, blocks, expected):
     from transformers import TrainingArguments
 
     _, data = best_config(tmp_path, knobs, blocks=blocks, batch={"grad_accumulation_steps": 4})
-    kwargs = json.loads(E.render(data, "hf"))
+    ns = {}
+    exec(E.render(data, "hf"), ns)
+    kwargs = ns["TUNED"]  # what differs from the baseline (PyTorch's defaults here)
     assert {k: kwargs[k] for k in expected} == expected
-    assert kwargs["per_device_train_batch_size"] == 8 and kwargs["gradient_accumulation_steps"] == 4
-    args = TrainingArguments(output_dir=str(tmp_path / "out"), **kwargs)
+    assert "per_device_train_batch_size" not in kwargs and kwargs["gradient_accumulation_steps"] == 4
+    mine = {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 8, "use_cpu": True}
+    args = TrainingArguments(**{**mine, **kwargs})
     assert args.per_device_train_batch_size == 8 and args.gradient_accumulation_steps == 4
 
 

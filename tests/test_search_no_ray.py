@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from autotune.decide.confirm import RERUNS, describe
 from tests.conftest import write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -49,13 +50,16 @@ def test_a_search_without_ray_mlflow_or_pydantic_writes_a_run_dir_the_report_rea
     # the best re-measured against the baseline (confirm_rounds: 2 by default), as `autotune search` does
     state = json.loads((tmp_path / "run" / "search.json").read_text())
     if state.get("confirm"):
-        rounds = 1 if state["confirm"].get("settled") else 2  # v2: a first pair may settle the verdict
-        assert state["confirm"]["rounds"] == rounds and "re-measured side by side" in proc.stdout
-        assert summary["speedup_x"] == pytest.approx(run.speedup, abs=1e-3)
+        confirm = state["confirm"]
+        rounds = 1 if confirm.get("settled") else 2  # v2: a first pair may settle the verdict
+        aside = confirm.get("disturbed_pairs", [])  # measured under the host's other load: again, not counted
+        assert confirm["rounds"] == rounds or (confirm["rounds"] < rounds and len(aside) > RERUNS)
+        assert describe(confirm) in proc.stdout
+        assert summary["speedup_x"] == (run.speedup and pytest.approx(run.speedup, abs=1e-3))  # None: unknown
         runs = {p.parent.name for p in (tmp_path / "run" / "confirm").glob("*/result.json")}
         # the rounds, and a late loss-parity check (parity-NNNN) where the best's trial did not run it
         expected = {f"{i:02d}-{role}" for i in range(rounds) for role in ("baseline", "best")}
-        assert {r for r in runs if not r.startswith("parity-")} == expected
+        assert {r for r in runs if not r.startswith("parity-") and "-again" not in r} == expected
     else:
         assert run.best is run.baseline
 

@@ -18,7 +18,7 @@ def error_of(data) -> str:
 def test_minimal_spec_gets_embedded_defaults():
     spec = S.parse(WL, "runs/my-search.yaml")
     assert spec.name == "my-search"
-    assert spec.search.sampler == "autotune" and spec.search.n_trials == 20 and spec.search.patience is None
+    assert spec.search.sampler == "autotune" and spec.search.n_trials is None and spec.search.patience is None
     assert spec.search_space.preset == "default"
     assert spec.resources.ray_address is None and spec.tracking.uri is None
     # every built-in knob that acts within a single-rank trial (persistent_workers only between epochs); the

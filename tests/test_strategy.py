@@ -324,8 +324,35 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
         assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}
 
 
-def test_the_time_budget_not_the_trial_count_caps_a_search_and_a_grid_runs_each_point_once():
+def test_the_trial_count_caps_a_search_with_or_without_a_budget_and_a_grid_runs_each_point_once():
     space = {"num_workers": [0, 1, 2], "precision": ["32-true", "bf16-mixed"]}  # 6 points
-    assert trial_cap(space, 20, None, "autotune") == 20
-    assert trial_cap(space, 4, 300.0, "autotune") == 6  # the budget decides: every point may run
+    assert trial_cap(space, 20, None, "autotune") == 20 and trial_cap(space, None, None, "autotune") == 20
+    assert trial_cap(space, 4, 300.0, "autotune") == 4  # given, it caps: the budget or the count, the first reached
+    assert trial_cap(space, None, 300.0, "autotune") == 6  # left out, the budget decides: every point may run
     assert trial_cap(space, 20, None, "grid") == 6 and trial_cap(space, 4, None, "grid") == 4
+
+
+def compute_bound(p):
+    """The loader is no bottleneck: workers and pinning change nothing (a little noise aside)."""
+    v = 100 * {32: 1, 64: 1.3, 128: 1.5, 256: 1.6}[p["batch_size"]] * (1.2 if p["precision"] == "bf16-mixed" else 1)
+    return "ok", v * (1 + 0.001 * p["num_workers"])
+
+
+@pytest.mark.parametrize("sampler", ["autotune", "tpe"])
+def test_a_baseline_that_hardly_waits_on_data_gives_the_loader_knobs_one_probe(sampler):
+    def loader_probes(wait: float, listed=()) -> int:
+        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler(sampler, 0))
+        strategy = Strategy(study, SPACE, BASE, sampler, listed=listed)
+        loader = set()
+        for _ in range(20):
+            p = strategy.ask()
+            if p is None:
+                break
+            strategy.tell(p.trial, *compute_bound(p.params), bottleneck="compute" if p.source == "baseline" else None,
+                          attrs={"data_wait": wait} if p.source == "baseline" else None)
+            loader.add((p.params["num_workers"], p.params["pin_memory"]))
+        return len(loader) - 1  # the settings other than the baseline's
+
+    assert loader_probes(0.01) == 1  # 1% of its window: one probe, whatever the sampler draws
+    assert loader_probes(0.2) > 1  # a loader it waits on: searched
+    assert loader_probes(0.01, listed=("num_workers", "pin_memory")) > 1  # the spec listed them: searched

@@ -332,3 +332,60 @@ def make_summed_loss(batch_size: int = 8) -> Workload:
     workload.loss = lambda model, batch: nn.functional.cross_entropy(model(batch["input_ids"]), batch["labels"],
                                                                      reduction="sum")
     return workload
+
+
+
+class Talking(Recorder):
+    """Prints when built, as nanoGPT's GPT() prints its parameter count."""
+
+    def __init__(self):
+        super().__init__()
+        print(f"number of parameters: {sum(p.numel() for p in self.parameters())}")
+
+
+def make_talking(batch_size: int = 8, fail_rank: int | None = None, hang: bool = False) -> Workload:
+    """A model that prints when built (stdout) and a loss that writes to stderr on
+    its first step. `fail_rank`: that rank cannot build its model; `hang`: the
+    loss sleeps for an hour. Also prints what its parent's parent runs (a shared
+    fork server's handler's: the server, `--listen`)."""
+    import os
+    import sys
+    import time
+
+    with open(f"/proc/{os.getppid()}/stat") as f:
+        grandparent = int(f.read().rsplit(")", 1)[1].split()[1])
+    with open(f"/proc/{grandparent}/cmdline") as f:
+        print("forked from:", " ".join(f.read().split("\0")).strip())
+
+    def model():
+        rank = os.environ.get("RANK")
+        if rank is not None:
+            print(f"rank {rank} builds its model")
+        if rank == str(fail_rank):
+            raise RuntimeError(f"rank {rank} cannot build its model")
+        return Talking()
+
+    warned = []
+
+    def loss(model, batch):
+        if not warned:
+            print("warning: labels look unbalanced", file=sys.stderr)
+            warned.append(True)
+        if hang:
+            time.sleep(3600)
+        return recorder_loss(model, batch)
+
+    return Workload(model=model, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
+
+
+def make_compute_bound(batch_size: int = 32) -> Workload:
+    """An MLP over samples already in memory: the step is matmuls, the loader
+    hands out slices of a tensor (a baseline that hardly waits on data)."""
+    g = torch.Generator().manual_seed(0)
+    data = torch.utils.data.TensorDataset(torch.randn(4096, 256, generator=g), torch.randint(0, 10, (4096,), generator=g))
+
+    def model():
+        return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+
+    return Workload(model=model, dataset=data, batch_size=batch_size,
+                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))

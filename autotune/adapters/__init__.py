@@ -2,11 +2,11 @@
 
     from autotune import adapters
 
-    def make_workload():
-        return adapters.lightning(MyModule(), MyDataModule())       # pip install 'autotune[lightning]'
+    def make_workload():                                            # pip install 'autotune[lightning]'
+        return adapters.lightning(MyModule(), MyDataModule(), trainer={"gradient_clip_val": 1.0})
 
-    def make_bert():
-        return adapters.huggingface(model, dataset, batch_size=32)  # pip install 'autotune[hf]'
+    def make_bert():                                                # pip install 'autotune[hf]'
+        return adapters.huggingface(Trainer(model=model, args=args, train_dataset=dataset))
 
 Each returns an `autotune.Workload`; a spec names the factory like any other
 (`workload.factory: mypkg.train:make_workload`). Importing this package is cheap:

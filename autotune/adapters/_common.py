@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import importlib
+import weakref
 from typing import Any
 
 from autotune.workload import WorkloadError
@@ -25,6 +26,28 @@ def fresh_copy(template):
     model = copy.deepcopy(template)
     model.train()
     return model
+
+
+class Copies:
+    """The fresh copies of a template module, each found again from its
+    parameters (what a workload's optimizer(params) is given)."""
+
+    def __init__(self, template, adapter: str):
+        self.template, self.adapter = template, adapter
+        self.by_param: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(first param) -> copy
+
+    def new(self):
+        module = fresh_copy(self.template)
+        self.by_param[id(next(module.parameters()))] = module
+        return module
+
+    def owner(self, params):
+        params = list(params)
+        module = self.by_param.get(id(params[0])) if params else None
+        if module is None:
+            raise WorkloadError(f"autotune.adapters.{self.adapter}: the optimizer was asked for parameters of a module "
+                                "the workload's model() did not build (or one no longer referenced)")
+        return module
 
 
 def check_batch_size(batch_size: Any, adapter: str, where: str) -> int:

@@ -164,7 +164,7 @@ def report(
 @app.command()
 def export(
     run_dir: Optional[Path] = typer.Argument(None, help="a search's output dir"),
-    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | torchrun"),
+    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | hf-args | torchrun"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
     from_online: Optional[Path] = typer.Option(None, "--from-online", metavar="LOG",
                                                help="the loader settings an online run ended with (its log), "
@@ -208,6 +208,50 @@ def export(
         console.print(f"wrote {output}")
     else:
         print(text, end="")
+
+
+@app.command(context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
+def run(
+    ctx: typer.Context,
+    config: Path = typer.Argument(..., help="a best_config.yaml (autotune export RUN -o best_config.yaml)"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Run a training program with a best config applied as its trials applied it:
+    `autotune run best_config.yaml -- python train.py ...` (a Trainer script with no line changed; a loop
+    that calls `autotune.config()` loads the same file). Without a command: the program the search ran,
+    with its best flags, from its directory. Its searched environment variables are set too."""
+    import shutil
+
+    try:
+        if not config.is_file():
+            raise UserError(f"`{config}` is not a file; give a best_config.yaml (`autotune export RUN -o "
+                            "best_config.yaml` writes one)")
+        import yaml
+
+        data = yaml.safe_load(config.read_text())
+        if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
+            raise UserError(f"`{config}` is not an autotune best_config.yaml (no `knobs` mapping)")
+        workload = data.get("workload") or {}
+        command, cwd = (list(ctx.args), None) if ctx.args else (workload.get("command"), workload.get("dir"))
+        if not command:
+            raise UserError("no program to run: give its command after `--`, e.g. "
+                            "`autotune run best_config.yaml -- python train.py`")
+        from autotune.execution.launcher import program_command
+
+        command = program_command(command)  # `python`: the interpreter autotune runs in, as in the trials
+        program = shutil.which(command[0])
+        if program is None:
+            raise UserError(f"`{command[0]}` is not a command on PATH")
+    except _user_errors() as e:
+        _fail(e, debug)
+    from autotune.integrations import instrument
+
+    env = {**os.environ, **{k: str(v) for k, v in (workload.get("env") or {}).items()},
+           "AUTOTUNE_CONFIG": str(config.resolve())}
+    sys.stdout.flush()
+    if cwd:
+        os.chdir(cwd)
+    os.execve(program, command, instrument.with_env({k: v for k, v in env.items() if v != ""}))  # '': unset
 
 
 @app.command()

@@ -235,6 +235,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "pruning": pruning_savings(result.records), "compile": compiled,
         "baseline": _trial(base), "best": _trial(best), "tie": best.tie if best else None,
         "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
+        "speedup_unknown": result.speedup_unknown if compared else None,  # why a re-measurement could not say
         "search_speedup_x": best.throughput / base.throughput if compared else None,  # the two trials' ratio
         "confirm": result.confirm, "break_even": result.break_even if compared else None,
         "knob_effects": effects, "importance": importance,
@@ -267,7 +268,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
     console.print()
     if d["stopped_reason"]:
         error(f"search stopped: {d['stopped_reason']}")
-    if d["speedup_x"] is None:
+    if d["speedup_x"] is None and not d["speedup_unknown"]:
         console.print("[yellow]no measured baseline: no speedup to report[/]")
     else:
         base, best = d["baseline"], d["best"]
@@ -282,7 +283,8 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
         for flag in d["safety"]:
             table.add_row(f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]")
         table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, best)))
-        table.add_row("[bold]speedup[/]", "1.00x", f"[bold green]{d['speedup_x']:.2f}x[/]")
+        table.add_row("[bold]speedup[/]", "1.00x", "[bold yellow]unknown[/]" if d["speedup_unknown"]
+                      else f"[bold green]{d['speedup_x']:.2f}x[/]")
         console.print(table)
         effects = Table(title="per-knob effect (median samples/s over the trials with that value, pruned ones included "
                               "at their measured throughput)", title_justify="left")
@@ -345,7 +347,9 @@ def _search_notes(d: dict) -> list[str]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})
         notes.append(f"{len(d['other_devices'])} trial(s) ran on other device types ({', '.join(names)}): "
                      "not compared with the baseline, never the best")
-    if d["confirm"] and d["speedup_x"] is not None:
+    if d["speedup_unknown"]:
+        notes.append(f"the trials' ratio was {d['search_speedup_x']:.2f}x; " + C.describe(d["confirm"]))
+    elif d["confirm"] and d["speedup_x"] is not None:
         notes.append(f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
                      + C.describe(d["confirm"]))
     if d["break_even"]:
@@ -372,9 +376,10 @@ def as_markdown(result, importance: dict | None = None) -> str:
     lines = [f"## autotune: {d['trials']} trials on {d['device']['type']} ({d['device']['name']})", ""]
     if d["stopped_reason"]:
         lines += [f"**Stopped:** {d['stopped_reason']}", ""]
-    if d["speedup_x"] is not None:
+    if d["speedup_x"] is not None or d["speedup_unknown"]:
         base, best = d["baseline"], d["best"]
-        lines += [f"**Speedup: {d['speedup_x']:.2f}x** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
+        speedup = "unknown" if d["speedup_unknown"] else f"{d['speedup_x']:.2f}x"
+        lines += [f"**Speedup: {speedup}** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
                   + ("re-measured side by side)" if d["confirm"] else "measured in the same search)"), "", "| | baseline | best |", "|---|---:|---:|"]
         for label, key, fmt in ROWS:
             cells = _cells(d, key, fmt)

@@ -26,12 +26,15 @@ def parse_duration(text: str) -> float:
     return seconds
 
 
-def trial_cap(search: dict[str, list], n_trials: int, budget: float | None, sampler: str) -> int:
-    """How many trials a search may run: with a time budget, the budget is the
-    control and the trial count caps nothing before it (every point may run); a
-    grid runs each point once."""
+DEFAULT_TRIALS = 20  # search.n_trials left out, with no time budget
+
+
+def trial_cap(search: dict[str, list], n_trials: int | None, budget: float | None, sampler: str) -> int:
+    """How many trials a search may run: `n_trials` where given (with a time
+    budget too, the first reached ends the search); left out, every point of
+    the space under a time budget, else DEFAULT_TRIALS; a grid runs each point once."""
     points = math.prod(len(v) for v in search.values())
-    cap = points if budget else n_trials
+    cap = n_trials or (points if budget else DEFAULT_TRIALS)
     return min(cap, points) if sampler == "grid" else cap
 
 

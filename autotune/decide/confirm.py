@@ -12,6 +12,11 @@ of the pairs' ratios is the speedup's uncertainty.
 When the pairs do not all say "faster", the winner's advantage is inside that
 uncertainty: a tie, and a tie goes to the safer config, the baseline.
 
+A pair measured while load from outside took the host's CPU (autotune.disturbance:
+either side's window) does not count: it is measured again, up to RERUNS times
+in all; with fewer than 2 undisturbed pairs (where 2 were asked) the speedup is
+unknown, and says why.
+
 Needs neither torch nor Ray: the driver hands in `run(knobs, label) -> result`
 (an autotune.result.TrialResult), through Ray or in a plain process.
 """
@@ -33,6 +38,7 @@ ANCHOR_DRIFT = 0.10
 # CV (tiny_cnn, scripts/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
 # above 1: at one-sided 95% the best is faster, even at that spread (jpeg_pipeline's pairs: 2.2x)
 SETTLED = 0.5
+RERUNS = 2  # disturbed pairs measured again, in all, per re-measurement (each pair: two fresh processes)
 
 
 REREAD_DIR = "reread"  # the anchor's second read, under its trial's dir
@@ -71,13 +77,15 @@ def reread_anchor(result: dict[str, Any], again: dict[str, Any], run: Callable[[
     return result
 
 
+def roles(i: int) -> tuple[str, ...]:
+    """Round `i`'s measuring order: A B, B A, A B, ... so a drift of the host
+    over the rounds weighs on both sides alike."""
+    return ROLES if i % 2 == 0 else ROLES[::-1]
+
+
 def order(rounds: int) -> list[tuple[int, str]]:
-    """(round, role) in measuring order: A B, B A, A B, ... so a drift of the
-    host over the rounds weighs on both sides alike."""
-    out = []
-    for i in range(rounds):
-        out += [(i, role) for role in (ROLES if i % 2 == 0 else ROLES[::-1])]
-    return out
+    """(round, role) in measuring order."""
+    return [(i, role) for i in range(rounds) for role in roles(i)]
 
 
 def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline, best, rounds: int,
@@ -127,43 +135,64 @@ def settles(pairs: list[dict[str, float]], trials: float | None) -> bool:
 def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],
               rounds: int, trials: float | None = None) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,
-    interleaved; the summary of `summarize`. A run that does not finish ends
-    the re-measurement with its error: the figures up to there are kept.
-    `trials`: the trials' ratio, best over baseline: with it, the rounds stop
-    once they settle the verdict (`settles`) and no run was disturbed; the
-    summary's `settled` is then that ratio."""
-    measured: list[dict[str, float]] = [{} for _ in range(rounds)]
-    error, disturbed, settled = None, [], False
-    for i, role in order(rounds):
-        if len(measured[i]) == 0 and i > 0 and not disturbed and settles(measured[:i], trials):
+    interleaved; the summary of `summarize`. A pair either side of which was
+    disturbed by outside load is kept aside (`disturbed_pairs`) and the round
+    measured again (label suffix `-again<N>`), RERUNS times at most in all. A
+    run that does not finish ends the re-measurement with its error: the
+    figures up to there are kept. `trials`: the trials' ratio, best over
+    baseline: with it, the rounds stop once they settle the verdict (`settles`)
+    and no pair was disturbed; the summary's `settled` is then that ratio."""
+    pairs: list[dict[str, float]] = []
+    aside: list[dict[str, Any]] = []  # the disturbed pairs
+    error, settled = None, False
+    for i in range(rounds):
+        if i > 0 and not aside and settles(pairs, trials):
             settled = True
             break
-        label = f"{i:02d}-{role}"
-        result = run(baseline if role == "baseline" else best, label)
-        value = result.metric(METRIC) if result.ok else None
-        if value is None:
-            error = f"round {i + 1}, {role}: {result.status} ({result.error_type}: {result.error})"
+        while error is None:
+            again = sum(1 for d in aside if d["round"] == i)
+            pair, why = {}, []
+            for role in roles(i):
+                label = f"{i:02d}-{role}" + (f"-again{again}" if again else "")
+                result = run(baseline if role == "baseline" else best, label)
+                value = result.metric(METRIC) if result.ok else None
+                if value is None:
+                    error = f"round {i + 1}, {role}: {result.status} ({result.error_type}: {result.error})"
+                    break
+                pair[role] = value
+                if result.disturbed:  # load from outside during its window (autotune.disturbance)
+                    why.append(f"{label}: {result.disturbed}")
+            if error is None and not why:
+                pairs.append(pair)
+            elif why:
+                aside.append({"round": i, **{k: round(v, 2) for k, v in pair.items()}, "why": "; ".join(why)})
+            if not why or len(aside) > RERUNS:
+                break
+        if error:
             break
-        measured[i][role] = value
-        if result.disturbed:  # load from outside during its window (autotune.disturbance)
-            disturbed.append(f"{label}: {result.disturbed}")
-    out = summarize([m for m in measured if len(m) == 2], error, disturbed)
+    out = summarize(pairs, error, aside, min(rounds, 2))
     return {**out, "settled": round(trials, 4)} if settled else out
 
 
-def summarize(pairs: list[dict[str, float]], error: str | None = None,
-              disturbed: list[str] | None = None) -> dict[str, Any]:
-    """The paired measurements -> the confirmed speedup (median of the pairs'
-    ratios), its range, and the verdict: `faster` when every pair says so,
-    `slower` when every pair says so, else `tie`."""
+def summarize(pairs: list[dict[str, float]], error: str | None = None, aside: list[dict[str, Any]] | None = None,
+              needed: int = 2) -> dict[str, Any]:
+    """The undisturbed paired measurements -> the confirmed speedup (median of
+    the pairs' ratios), its range, and the verdict: `faster` when every pair
+    says so, `slower` when every pair says so, else `tie`; `unknown` when
+    disturbed pairs (`aside`) left fewer than `needed` undisturbed ones."""
     ratios = [p["best"] / p["baseline"] for p in pairs]
     out: dict[str, Any] = {"rounds": len(pairs), "pairs": [
         {"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
         for p, r in zip(pairs, ratios)]}
     if error:
         out["error"] = error
-    if disturbed:
-        out["disturbed"] = disturbed
+    if aside:
+        out["disturbed_pairs"] = aside
+    if aside and len(pairs) < needed:
+        out.update(verdict="unknown", unknown=(
+            f"{len(aside)} pair(s) measured while load from outside took the host's CPU ({aside[-1]['why']}), "
+            f"{len(pairs)} undisturbed: fewer than {needed}"))
+        return out
     if not ratios:
         out["verdict"] = None
         return out
@@ -181,6 +210,9 @@ def describe(confirm: dict[str, Any]) -> str:
     """One line for the summary and best_config.yaml."""
     if confirm.get("verdict") is None:
         return f"not re-measured: {confirm.get('error') or 'no round finished'}"
+    if confirm["verdict"] == "unknown":
+        return f"speedup unknown: {confirm['unknown']}" + (f"; stopped early: {confirm['error']}"
+                                                          if confirm.get("error") else "")
     n = confirm["rounds"]
     spread = (f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x" if n > 1
               else f"one pair: {confirm['speedup_x']:.2f}x")
@@ -198,9 +230,9 @@ def describe(confirm: dict[str, Any]) -> str:
                  "that process was unusual, and configs screened or pruned near the baseline may deserve a second look")
     if confirm.get("error"):
         line += f"; stopped early: {confirm['error']}"
-    if confirm.get("disturbed"):
-        line += (f"; {len(confirm['disturbed'])} run(s) measured under load from outside, figures suspect: "
-                 + "; ".join(confirm["disturbed"]))
+    if confirm.get("disturbed_pairs"):
+        line += (f"; {len(confirm['disturbed_pairs'])} pair(s) measured under load from outside, not counted: "
+                 + "; ".join(d["why"] for d in confirm["disturbed_pairs"]))
     return line
 
 
@@ -209,7 +241,7 @@ def settle(result) -> None:
     read back from its run dir): a best that was not faster in every pair
     ties with the baseline, and the baseline wins the tie."""
     confirm, best, base = result.confirm, result.best, result.baseline
-    if not confirm or confirm.get("verdict") in (None, "faster") or best is None or base is None or best is base:
+    if not confirm or confirm.get("verdict") in (None, "faster", "unknown") or best is None or base is None or best is base:
         return
     base.tie = {
         "faster_trial": best.number, "faster_samples_per_s": round(best.throughput, 2),

@@ -22,7 +22,9 @@ All of them: a config already measured (or running) is not run again (its known
 value is told to the sampler instead: a "virtual" trial); a batch size at or
 above one that ran out of memory with the same device-side knobs is not run
 (predicted OOM: the memory ladder); failed, OOM and unsafe (loss parity failed)
-trials are FAIL for the sampler.
+trials are FAIL for the sampler. Where the baseline waits on its loader for
+under DATA_WAIT_FLOOR of its window, the loader knobs the spec did not list
+itself get one probe (`loader_held`; not for grid, which maps every point).
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
 # knobs of the loader alone (not the batch): what a diagnosis measures apart does not depend on them (diagnose.APART)
 LOADER_KNOBS = tuple(n for n, k in KNOBS.items() if k.stage == "loader" and n != "batch_size")
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
+# the baseline waits on data less than this share of its window: the loader is no bottleneck, and its knobs get one
+# probe (PLAYBOOK.md: the profiler's rule, DataLoader time above 5% of the step -> more workers)
+DATA_WAIT_FLOOR = 0.05
 
 
 @dataclass
@@ -74,7 +79,9 @@ def told(result, baseline: dict) -> dict:
     rates = model.rates_of(metrics) if result.diagnosis else None
     apart = {k: metrics[k] for k in APART if k in metrics} if result.diagnosis else None
     ci = metrics.get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
+    wait = metrics.get("data_wait_frac")  # the baseline's decides the loader knobs' probes (`loader_held`)
     return {**({"unchecked": True} if needed else {}), **({"tie_kept": True} if metrics.get("tie_kept") else {}),
+            **({"data_wait": wait} if wait is not None else {}),
             **({"rates": rates} if rates else {}),
             **({"apart": apart} if apart else {}),
             **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {})}
@@ -82,7 +89,8 @@ def told(result, baseline: dict) -> dict:
 
 class Strategy:
     def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
-                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, predict: bool = False):
+                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, predict: bool = False,
+                 listed=()):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
         self.study, self.search, self.kind = study, search, sampler
@@ -93,6 +101,8 @@ class Strategy:
         # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
         self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
         self.predict = predict  # the rate model orders the climb's moves, and skips what it predicts clearly below
+        # the loader knobs searched though the spec did not list them (a preset's): `loader_held`
+        self.loader = [n for n in LOADER_KNOBS if n in self.names and n not in set(listed)]
         self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of,
                            self.fastest_first if predict else None)
 
@@ -182,13 +192,30 @@ class Strategy:
                 values.setdefault(key(t.params, self.names), t.values[0] if good else None)
         return self.climb.plan(values, free, infeasible)
 
+    def loader_held(self) -> set[tuple] | None:
+        """The loader settings (of `self.loader`, the loader knobs the spec did
+        not list) left to run, or None: all. Where the baseline waited on data
+        under DATA_WAIT_FLOOR of its window, once one trial has probed other
+        loader settings, only those measured (or running) so far: the search
+        builds on the probe where it gained, and spends no more trials on a
+        loader that is not the bottleneck."""
+        if not self.loader or self.kind == "grid":
+            return None
+        real = [t for t in self.real_trials() if self._counts(t)]
+        base = next((t for t in real if key(t.params, self.names) == key(self.baseline, self.names)), None)
+        wait = base.user_attrs.get("data_wait") if base else None
+        seen = {key(t.params, self.loader) for t in real}
+        return seen if wait is not None and wait < DATA_WAIT_FLOOR and len(seen) > 1 else None
+
     def _feasibility(self, fits):
         """`free(p)`: p may run now (not measured, running or infeasible);
-        `infeasible(p)`: predicted OOM or over the budget; the configs taken; the OOM bounds."""
-        taken, bounds = self.taken(), self.oom_bounds()
+        `infeasible(p)`: predicted OOM, over the budget, or a loader setting
+        past its probe (`loader_held`); the configs taken; the OOM bounds."""
+        taken, bounds, held = self.taken(), self.oom_bounds(), self.loader_held()
 
         def infeasible(p) -> bool:
-            return bool(self.predicted_oom(p, bounds)) or not fits(p)
+            return bool(self.predicted_oom(p, bounds)) or not fits(p) or (
+                held is not None and key(p, self.loader) not in held)
 
         def free(p) -> bool:
             return key(p, self.names) not in taken and not infeasible(p)
@@ -241,8 +268,11 @@ class Strategy:
                 self.study.tell(trial, known.values[0])
             else:
                 oom = self.predicted_oom(params, bounds)
+                held = self.loader_held()
                 why = ("repeat of a failed or running trial" if known is not None or k in taken
                        else f"predicted OOM: batch_size >= {oom} ran out of memory" if oom
+                       else f"the loader had its probe: the baseline waits on data under {DATA_WAIT_FLOOR:.0%}"
+                       if held is not None and key(params, self.loader) not in held
                        else "cannot run: knobs in conflict, or over the time budget")
                 trial.set_user_attr("status", "skipped")
                 trial.set_user_attr("error", why)

@@ -118,7 +118,7 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
         if found and on_match:
             on_match(cache.describe(found, reused=False))
-        baseline = {**K.pytorch_defaults(workload.batch_size), **given}
+        baseline = {**K.pytorch_defaults(workload.batch_size), **(workload.baseline or {}), **given}
         lists, too_big = (spec.search_space.lists(), []) if program else startup.fit_batches(
             spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
         device = dataclasses.replace(RT.detect_device(spec), optimizer=optimizer,  # fused_optimizer
@@ -198,7 +198,8 @@ def _search(spec, run_dir, user_path, device, space, started, on_start, on_trial
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2")
+                        spec.search.seed, cuda=device.type == "cuda", predict=spec.search.strategy == "v2",
+                        listed=tuple(spec.search_space.knobs.given()))
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
@@ -335,7 +336,7 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
                        speedup_x=result.speedup, trials_speedup_x=best.throughput / baseline.throughput)
-        if confirm and confirm.get("verdict"):
+        if confirm and confirm.get("speedup_x"):
             summary.update(confirm_rounds=confirm["rounds"], confirm_speedup_low=confirm["speedup_low"],
                            confirm_speedup_high=confirm["speedup_high"])
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})

@@ -22,6 +22,7 @@ its handlers go (a handler's running trial watches its parent and follows).
 
 from __future__ import annotations
 
+import fcntl
 import gc
 import importlib
 import json
@@ -34,6 +35,19 @@ import sys
 PRELOAD = ("torch", "torch.utils.data", "torch._dynamo", "torchvision", "autotune.trial.runner")
 
 
+def _std_fds(null: int, log: int) -> None:
+    """fd 0 on `null`, fds 1 and 2 on `log`, wherever those two were opened: an
+    open takes the lowest free descriptor, which may be 0, 1 or 2 itself (a
+    handler of the shared server has none on 0), so both move above 2 first."""
+    high = [fcntl.fcntl(fd, fcntl.F_DUPFD, 3) for fd in (null, log)]
+    for fd in (null, log):
+        os.close(fd)
+    for target, fd in ((0, high[0]), (1, high[1]), (2, high[1])):
+        os.dup2(fd, target)
+    for fd in high:
+        os.close(fd)
+
+
 def _child(request: dict) -> None:
     """In the forked child: own session (so a timeout kills its loader workers
     too), the trial dir, its log on stdout/stderr, the request's environment;
@@ -41,11 +55,7 @@ def _child(request: dict) -> None:
     try:
         os.setsid()
         os.chdir(request["dir"])
-        log = os.open("trial.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        null = os.open(os.devnull, os.O_RDONLY)
-        os.dup2(null, 0)
-        os.dup2(log, 1)
-        os.dup2(log, 2)
+        _std_fds(os.open(os.devnull, os.O_RDONLY), os.open("trial.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
@@ -143,7 +153,9 @@ def listen(path: str, preload: list[str]) -> None:
                 pid = os.fork()
                 if pid == 0:  # the handler: a warm copy serving this connection alone
                     server.close()
-                    os.close(0)
+                    null = os.open(os.devnull, os.O_RDONLY)  # on fd 0, not the lifeline (and never free)
+                    os.dup2(null, 0)
+                    os.close(null)
                     _serve_stream(conn.fileno(), conn.makefile("w", buffering=1))
                     os._exit(0)
                 conn.close()

@@ -54,6 +54,21 @@ def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) 
     return env
 
 
+def _time_out(pid: int) -> None:
+    """A trial past its timeout: every process of its group writes its threads'
+    stacks to trial.log (the SIGUSR1 of autotune.trial's faulthandler), then the
+    group is killed."""
+    try:
+        os.killpg(pid, signal.SIGUSR1)
+        time.sleep(STACKS_S)
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
+
+
+STACKS_S = 0.5  # the dump is a few ms; a loaded host's scheduler may take longer
+
+
 class _Lines:
     """JSON lines read from a descriptor with no buffer that select cannot see."""
 
@@ -95,7 +110,7 @@ class _Stream:
         try:
             done = self.lines.read(timeout=timeout_s)
             if done is None:
-                os.killpg(pid, signal.SIGKILL)
+                _time_out(pid)
                 done = self.lines.read(timeout=60)
         except BaseException:  # the caller was cancelled: take the process group along
             os.killpg(pid, signal.SIGKILL)
@@ -207,7 +222,7 @@ def _spawn(trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
+            _time_out(proc.pid)
             proc.wait()
         except BaseException:  # the caller was cancelled: take the process group along
             os.killpg(proc.pid, signal.SIGKILL)
@@ -240,13 +255,17 @@ def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
     process: its exit code, and a failed result where it never reached a measured
     step (what to add, in one line); otherwise its measured loop wrote result.json
     (autotune.trial.loop), or it died, and the trial is classified as any other."""
+    from autotune.integrations import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial.loop import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
+    env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last
+    env = instrument.with_env({k: v for k, v in env.items() if v != ""})  # '': left unset; a Trainer script's
+    # zero-code instrumentation first on its path (autotune.integrations.instrument)
     with open(trial_dir / "trial.log", "w") as log:
         try:
             proc = subprocess.Popen(command, cwd=workload.get("dir") or trial_dir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env={**env, **program_env(trial_dir)},
+                                    stdin=subprocess.DEVNULL, env=env,
                                     start_new_session=True)
         except OSError as e:
             return None, {"status": "error", "error_type": "CommandNotFound",
@@ -333,6 +352,8 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     elif code == -signal.SIGKILL and not out.exists():
         result = {"status": "timeout", "error_type": "Timeout",
                   "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
+        with open(trial_dir / "trial.log", "a") as log:  # after its stacks: where it was
+            print(f"autotune: the {result['error']}", file=log)
     elif out.exists():
         result = json.loads(out.read_text())
     else:

@@ -24,6 +24,7 @@ class Program:
     used: list[str]  # the autotune.config() methods it called
     batch_size: int  # samples per step, as it reported them
     result: dict  # the probe's result
+    baseline: dict | None = None  # knobs a workload states itself (a Workload's); a program's are its own settings
 
 
 def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
@@ -64,6 +65,10 @@ def flag_baseline(spec: Spec) -> dict:
     out = {}
     for name, knob in spec.search_space.workload_args.items():
         syntax = knob.syntax(name)
+        if syntax["env"]:
+            text = os.environ.get(name, "")
+            out[name] = next((v for v in knob.values if str(v) == text), text)
+            continue
         found, text = flag_value(spec.workload.command, syntax)
         if syntax["switch"]:
             out[name] = found

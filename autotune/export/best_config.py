@@ -59,10 +59,11 @@ def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
     run it with AUTOTUNE_CONFIG=best_config.yaml for the knobs autotune.config() applies."""
     if not spec.workload.command:
         return {}
-    from autotune.trial.request import with_flags
+    from autotune.trial.request import env_of, with_flags
 
-    command = with_flags(spec.workload.command, K.workload_args(knobs), spec.search_space.flags())
-    return {"command": command, "dir": spec.workload.dir}
+    args, flags = K.workload_args(knobs), spec.search_space.flags()
+    return {"command": with_flags(spec.workload.command, args, flags), "dir": spec.workload.dir,
+            **({"env": env_of(args, flags)} if env_of(args, flags) else {})}
 
 
 def write_best_config(result, spec, path: Path) -> dict[str, Any]:
@@ -77,7 +78,8 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         "measured": {
             "baseline_samples_per_s": round(base.throughput, 2),
             "best_samples_per_s": round(best.throughput, 2),
-            "speedup_x": round(result.speedup, 3),  # re-measured side by side where it was (autotune.confirm)
+            # re-measured side by side where it was (autotune.confirm); None: unknown (`confirmed.unknown` says why)
+            "speedup_x": None if result.speedup is None else round(result.speedup, 3),
             "best_trial": best.number, "baseline_trial": base.number,
             "trials": len(result.records), "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
@@ -224,7 +226,7 @@ def with_online(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any
     return data
 
 
-FORMATS = ("yaml", "json", "python", "lightning", "hf", "torchrun")
+FORMATS = ("yaml", "json", "python", "lightning", "hf", "hf-args", "torchrun")
 
 
 def render(data: dict[str, Any], fmt: str) -> str:
@@ -240,10 +242,12 @@ def render(data: dict[str, Any], fmt: str) -> str:
         return _python(data)
     if fmt == "lightning":
         return _lightning(data)
-    if fmt == "hf":  # one JSON object of transformers.TrainingArguments keyword arguments
-        import json
+    if fmt == "hf":
+        return _hf(data)
+    if fmt == "hf-args":  # the HfArgumentParser script's flags (autotune.export.hf_args)
+        from autotune.export import hf_args
 
-        return json.dumps(scale_out.hf_kwargs(data)) + "\n"
+        return hf_args.render(data)
     if fmt == "torchrun":
         return scale_out.torchrun(data)
     raise ValueError(f"unknown format `{fmt}`; formats: {', '.join(FORMATS)}")
@@ -251,7 +255,7 @@ def render(data: dict[str, Any], fmt: str) -> str:
 
 def _header(data) -> str:
     m = data.get("measured", {})
-    return (f"# autotune: {m.get('speedup_x', '?')}x over the baseline ({m.get('baseline_samples_per_s')} -> "
+    return (f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get('baseline_samples_per_s')} -> "
             f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
             + "".join(f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
                       for f in data.get("safety", []) if f["safety"] != "safe"))
@@ -341,30 +345,96 @@ def _fuse_source(knobs: dict[str, Any]) -> str:
     return "".join("\n\n" + inspect.getsource(f) for f in (K.fuse_optimizer, K.lay_out_state_like_params))
 
 
-def _lightning(data) -> str:
+def baseline_knobs(data: dict[str, Any]) -> dict[str, Any]:
+    """The baseline's knobs: the tuned ones, less each change the safety flags record."""
     k = {**K.pytorch_defaults(None), **data["knobs"]}
-    precision = "32-true" if k["precision"] == "tf32" else k["precision"]
+    return {**k, **{f["knob"]: f["baseline"] for f in data.get("safety", [])}}
+
+
+def changed(tuned: dict[str, Any], base: dict[str, Any], pairs=()) -> dict[str, Any]:
+    """The fields of `tuned` that differ from `base`; a field of a pair that
+    changed brings its partners (bf16 with fp16: one switches the other off)."""
+    out = {k: v for k, v in tuned.items() if base.get(k) != v}
+    for pair in pairs:
+        if any(k in out for k in pair):
+            out.update({k: tuned[k] for k in pair if k in tuned})
+    return {k: v for k, v in tuned.items() if k in out}  # in the fields' own order
+
+
+def _not_carried(k: dict, base: dict, how: dict) -> list[str]:
+    """A comment line for each changed knob `how` knows how to apply."""
+    return [f"# {name}={k[name]!r}: {how[name](k[name])}" for name in how if k[name] != base[name]]
+
+
+HF_HOW = {
+    "set_to_none": lambda v: ("the Trainer zeroes gradients with model.zero_grad(); before Trainer(model=model): "
+                              f"model.zero_grad = functools.partial(torch.nn.Module.zero_grad, model, set_to_none={v})"),
+    "channels_last": lambda v: ("model = model.to(memory_format=torch.channels_last) before Trainer(model=model), and "
+                                "4-D inputs likewise in your data_collator" if v else
+                                "drop your channels_last conversion of the model and inputs"),
+    "num_threads": lambda v: (f"torch.set_num_threads({v}) at the top of your script (intra-op threads, as measured)"
+                              if v is not None else "drop your torch.set_num_threads() (torch's default: every core)"),
+    "cudnn_benchmark": lambda v: f"torch.backends.cudnn.benchmark = {v} at the top of your script",
+}
+
+
+def _hf(data) -> str:
+    """The TrainingArguments that differ from the baseline, as a dict that merges
+    over the user's own keyword arguments; the knobs TrainingArguments cannot
+    carry, with how to apply each."""
+    k, base = {**K.pytorch_defaults(None), **data["knobs"]}, baseline_knobs(data)
+    tuned = changed(scale_out.hf_kwargs(data), scale_out.hf_kwargs(data, base, accum=1),
+                    pairs=[("bf16", "fp16"), ("torch_compile", "torch_compile_mode")])
+    lines = [_header(data).rstrip("\n"),
+             "# The TrainingArguments that differ from the baseline; merge them over your own (tuned values win):",
+             "#   args = TrainingArguments(**{**your_kwargs, **TUNED})",
+             f"TUNED = {tuned!r}" + ("" if tuned else "  # the baseline's arguments measured best")]
+    rest = _not_carried(k, base, HF_HOW)
+    if data.get("workload_args"):
+        rest.append(f"# workload_args={data['workload_args']!r}: your factory's searched arguments, as tuned")
+    if rest:
+        lines += ["# Not TrainingArguments fields; apply them in your script:", *rest]
+    return "\n".join(lines) + "\n"
+
+
+LIGHTNING_HOW = {
+    "channels_last": lambda v: ("in your LightningModule, self.to(memory_format=torch.channels_last), and the same for "
+                                "4-D inputs" if v else "drop your channels_last conversion of the module and inputs"),
+    "compile": lambda v: ("model = torch.compile(model" + ("" if v == "default" else f", mode={v!r}")
+                          + ") before trainer.fit(model)" if v != "none" else "drop your torch.compile(model)"),
+    "fused_optimizer": lambda v: ("in configure_optimizers, return fuse_optimizer(your optimizer), below (or build it "
+                                  "with fused=True)" if v else "build your optimizer without fused=True"),
+    "set_to_none": lambda v: ("Lightning calls optimizer.zero_grad() (set_to_none=True); override "
+                              f"LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none={v})"),
+}
+
+
+def _lightning(data) -> str:
+    """The Trainer and DataLoader keyword arguments that differ from the
+    baseline, as dicts that merge over the user's own; the rest as code or
+    comments."""
+    k, base = {**K.pytorch_defaults(None), **data["knobs"]}, baseline_knobs(data)
+
+    def trainer(knobs):
+        return {"precision": "32-true" if knobs["precision"] == "tf32" else knobs["precision"],
+                "benchmark": knobs["cudnn_benchmark"]}
+
     lines = [_header(data).rstrip("\n"), "import torch", ""]
-    if k["precision"] == "tf32":
+    if k["precision"] == "tf32" and base["precision"] != "tf32":
         lines.append('torch.set_float32_matmul_precision("high")  # tf32: Lightning precision "32-true" + TF32 matmuls')
-    if k["num_threads"] is not None:
+    if k["num_threads"] != base["num_threads"] and k["num_threads"] is not None:
         lines.append(f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured")
     lines += [
-        f"trainer_kwargs = {{'precision': {precision!r}, 'benchmark': {k['cudnn_benchmark']}}}",
-        f"dataloader_kwargs = {K.loader_kwargs(k)!r}",
-        "# trainer = lightning.Trainer(**trainer_kwargs); DataLoader(dataset, shuffle=True, **dataloader_kwargs)",
+        "# what differs from the baseline; merge over your own arguments (tuned values win):",
+        f"trainer_kwargs = {changed(trainer(k), trainer(base))!r}",
+        f"dataloader_kwargs = {changed(K.loader_kwargs(k), K.loader_kwargs(base))!r}",
+        "# trainer = lightning.Trainer(**{**your_trainer_kwargs, **trainer_kwargs})",
+        "# loader = DataLoader(dataset, **{**your_loader_kwargs, **dataloader_kwargs})",
     ]
     if data.get("workload_args"):
         lines.append(f"workload_args = {data['workload_args']!r}  # your factory's searched arguments, as tuned")
-    if k["channels_last"]:
-        lines.append("# channels_last: in your LightningModule, self.to(memory_format=torch.channels_last) and the same for 4-D inputs")
-    if k["compile"] != "none":
-        mode = "" if k["compile"] == "default" else f", mode={k['compile']!r}"
-        lines.append(f"# compile: model = torch.compile(model{mode}) before trainer.fit(model)")
-    if k["fused_optimizer"]:
-        lines += ["# fused_optimizer: in configure_optimizers, return fuse_optimizer(your optimizer) (or build it with fused=True)",
-                  _fuse_source(k).strip() + "\n"]
+    lines += _not_carried(k, base, LIGHTNING_HOW)
+    if k["fused_optimizer"] and not base["fused_optimizer"]:
+        lines.append(_fuse_source(k).strip() + "\n")
     lines += scale_out.lightning_strategy(data)
-    lines.append(f"# set_to_none={k['set_to_none']}: Lightning calls optimizer.zero_grad() (set_to_none=True by default)"
-                 + ("" if k["set_to_none"] else "; override LightningModule.optimizer_zero_grad to pass set_to_none=False"))
     return "\n".join(lines) + "\n"

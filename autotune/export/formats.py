@@ -3,7 +3,7 @@ Face `TrainingArguments` keyword arguments, the `torchrun` command line, and
 Lightning's DDPStrategy / FSDPStrategy. Plain data in, text or a dict out (no
 torch, transformers or Lightning imported).
 
-    autotune export runs/<search> -f hf         # one JSON object of TrainingArguments(**kwargs)
+    autotune export runs/<search> -f hf         # the TrainingArguments that differ from the baseline
     autotune export runs/<search> -f torchrun   # the command line for `cfg.wrap` in your script
 """
 
@@ -19,34 +19,27 @@ def parallel(data: dict[str, Any]) -> dict[str, Any]:
     return {"ranks": 1, "blocks": None, **(data.get("parallel") or {})}
 
 
-def hf_kwargs(data: dict[str, Any]) -> dict[str, Any]:
-    """`transformers.TrainingArguments` keyword arguments for every tuned knob that
-    has one (the rest: threads, channels_last, cuDNN, set_to_none, have none)."""
-    k = {**K.pytorch_defaults(None), **data["knobs"]}
+def hf_kwargs(data: dict[str, Any], knobs: dict[str, Any] | None = None, accum: int | None = None) -> dict[str, Any]:
+    """`transformers.TrainingArguments` keyword arguments for every knob that has
+    one (the rest: threads, channels_last, cuDNN, set_to_none, have none), for
+    `knobs` (default: the tuned ones) at `accum` micro-batches a step (default:
+    the tuned accumulation). Every field is given, False ones too, so that two
+    configs' fields can be compared."""
+    k = {**K.pytorch_defaults(None), **(data["knobs"] if knobs is None else knobs)}
     par = parallel(data)
-    out: dict[str, Any] = {"per_device_train_batch_size": k["batch_size"],
-                           "dataloader_num_workers": k["num_workers"], "dataloader_pin_memory": k["pin_memory"]}
-    accum = int((data.get("batch") or {}).get("grad_accumulation_steps") or 1)
-    if accum > 1:
-        out["gradient_accumulation_steps"] = accum
-    if k["num_workers"]:
-        out["dataloader_persistent_workers"] = k["persistent_workers"]
-        if k["prefetch_factor"] is not None:
-            out["dataloader_prefetch_factor"] = k["prefetch_factor"]
-    if k["precision"] == "bf16-mixed":
-        out["bf16"] = True
-    elif k["precision"] == "16-mixed":
-        out["fp16"] = True
-    elif k["precision"] == "tf32":
-        out["tf32"] = True
-    if k["compile"] != "none":
-        out["torch_compile"] = True
-        if k["compile"] != "default":
-            out["torch_compile_mode"] = k["compile"]
-    if k["fused_optimizer"]:
-        out["optim"] = "adamw_torch_fused"
-    if k["activation_checkpointing"]:
-        out["activation_checkpointing"] = True  # transformers 5 (gradient_checkpointing: its deprecated alias)
+    if accum is None:
+        accum = int((data.get("batch") or {}).get("grad_accumulation_steps") or 1)
+    out: dict[str, Any] = {"per_device_train_batch_size": k["batch_size"], "gradient_accumulation_steps": accum,
+                           "dataloader_num_workers": k["num_workers"], "dataloader_pin_memory": k["pin_memory"],
+                           "dataloader_persistent_workers": k["persistent_workers"] if k["num_workers"] else False,
+                           "dataloader_prefetch_factor": k["prefetch_factor"] if k["num_workers"] else None,
+                           "bf16": k["precision"] == "bf16-mixed", "fp16": k["precision"] == "16-mixed",
+                           "tf32": True if k["precision"] == "tf32" else None,
+                           "torch_compile": k["compile"] != "none",
+                           "torch_compile_mode": None if k["compile"] in ("none", "default") else k["compile"],
+                           "optim": "adamw_torch_fused" if k["fused_optimizer"] else "adamw_torch",
+                           # transformers 5 (gradient_checkpointing: its deprecated alias)
+                           "activation_checkpointing": k["activation_checkpointing"]}
     if par["ranks"] > 1 and k["sharding"] == "fsdp":
         out["fsdp"] = "full_shard auto_wrap" if k["fsdp_reshard_after_forward"] else "shard_grad_op auto_wrap"
         out["fsdp_config"] = {"version": 2, "reshard_after_forward": k["fsdp_reshard_after_forward"],
@@ -81,8 +74,8 @@ def lightning_strategy(data: dict[str, Any]) -> list[str]:
                 f"strategy = FSDPStrategy(auto_wrap_policy={policy}, "
                 f"sharding_strategy={'FULL_SHARD' if k['fsdp_reshard_after_forward'] else 'SHARD_GRAD_OP'!r}"
                 + (f", activation_checkpointing_policy={policy}" if k["activation_checkpointing"] else "") + ")",
-                f"# trainer = lightning.Trainer(strategy=strategy, devices={par['ranks']}, **trainer_kwargs)"]
+                f"# trainer = lightning.Trainer(strategy=strategy, devices={par['ranks']}, **{{**your_trainer_kwargs, **trainer_kwargs}})"]
     return ["from lightning.pytorch.strategies import DDPStrategy",
             f"strategy = DDPStrategy(bucket_cap_mb={k['ddp_bucket_cap_mb']}, "
             f"gradient_as_bucket_view={k['ddp_gradient_as_bucket_view']}, static_graph={k['ddp_static_graph']})",
-            f"# trainer = lightning.Trainer(strategy=strategy, devices={par['ranks']}, **trainer_kwargs)"]
+            f"# trainer = lightning.Trainer(strategy=strategy, devices={par['ranks']}, **{{**your_trainer_kwargs, **trainer_kwargs}})"]

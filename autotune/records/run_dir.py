@@ -109,13 +109,22 @@ class SearchResult:
         """The re-measurement of this best against the baseline (autotune.confirm),
         None where there is none (or the baseline won it)."""
         c = self.confirm
-        return c if c and self.best and c.get("best_trial") == self.best.number and c.get("verdict") else None
+        return c if c and self.best and c.get("best_trial") == self.best.number and c.get("speedup_x") else None
+
+    @property
+    def speedup_unknown(self) -> str | None:
+        """Why the best's speedup is unknown (its re-measurement's pairs were
+        disturbed by outside load, autotune.confirm), or None."""
+        c = self.confirm
+        same = c and self.best and c.get("best_trial") == self.best.number
+        return c["unknown"] if same and c.get("verdict") == "unknown" else None
 
     @property
     def speedup(self) -> float | None:
         """The best's speedup over the baseline: the re-measured one where the
-        search re-measured this best (autotune.confirm), else the trials' ratio."""
-        if not (self.best and self.baseline and self.baseline.throughput):
+        search re-measured this best (autotune.confirm), else the trials' ratio;
+        None where there is none, or it is unknown (`speedup_unknown`)."""
+        if not (self.best and self.baseline and self.baseline.throughput) or self.speedup_unknown:
             return None
         return self.confirmed["speedup_x"] if self.confirmed else self.best.throughput / self.baseline.throughput
 
@@ -264,9 +273,17 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     then fewer changed knobs above the safe class, then the baseline's own
     knobs before any change; then the faster). A trial whose window tied with
     a safer incumbent (`tie_kept`) lost its tie there. The winner's `tie` then
-    names the fastest such faster-but-riskier trial and both CIs."""
+    names the fastest such faster-but-riskier trial and both CIs.
+
+    A trial measured under load from outside (`info["disturbed"]`) decides
+    nothing while an undisturbed trial contends beside the baseline: its figure
+    says more about the load than about its knobs (where every one was
+    disturbed, the re-measurement's undisturbed pairs decide, autotune.confirm)."""
     base = next((r for r in records if r.is_baseline), None)
     ok = [r for r in records if r.contends and same_device(base, r)]
+    others = [r for r in ok if not r.is_baseline]
+    calm = [r for r in others if not r.info.get("disturbed")]
+    ok = [r for r in ok if r.is_baseline] + (calm or others)
     for r in records:
         r.tie = None
     if not ok:

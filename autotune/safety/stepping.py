@@ -81,6 +81,8 @@ def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, A
         out["grad"] = [p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p, dtype=torch.float)
                        for p in params]
         before = [p.detach().float().clone() for p in params]
+    if run.workload.clip is not None:  # the program's clipping is part of its step
+        run.workload.clip(run.model, run.optimizer, run.knobs["precision"])
     if run.scaler is not None:
         scale = run.scaler.get_scale()
         run.scaler.step(run.optimizer)

@@ -56,9 +56,7 @@ class TrialSettings:
             ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
             memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
             program_baseline=dict(baseline) if spec["workload"].get("command") else None,
-            flags={n: {"flag": k.get("flag") or f"--{n}", "switch": bool(k.get("switch")),
-                       "bool_text": list(k.get("bool_text") or ("true", "false"))}
-                   for n, k in spec["search_space"].get("workload_args", {}).items()}
+            flags={n: flag_syntax(n, k) for n, k in spec["search_space"].get("workload_args", {}).items()}
             if spec["workload"].get("command") else None,
         )
 
@@ -90,8 +88,9 @@ class TrialSettings:
         confirm re-measures the baseline side by side with the best anyway."""
         base, args = self.program_baseline, K.workload_args(knobs)
         workload = {**self.workload, "args": {**self.workload.get("args", {}), **args}}
-        if base is not None and self.flags:  # a program takes its searched arguments as its own flags
+        if base is not None and self.flags:  # a program takes its searched arguments as its flags or environment
             workload["command"] = with_flags(workload["command"], args, self.flags)
+            workload["env"] = env_of(args, self.flags)
         return {
             "workload": workload,
             # a program keeps its own settings but for the knobs this trial changes (autotune.config)
@@ -119,6 +118,17 @@ class TrialSettings:
         }
 
 
+def flag_syntax(name: str, declared: dict[str, Any]) -> dict[str, Any]:
+    """How a program takes a searched argument (spec.UserKnob's `flag`, `switch`, `bool_text`, `env`)."""
+    return {"flag": declared.get("flag") or f"--{name}", "switch": bool(declared.get("switch")),
+            "bool_text": list(declared.get("bool_text") or ("true", "false")), "env": bool(declared.get("env"))}
+
+
+def env_of(values: dict[str, Any], flags: dict[str, dict]) -> dict[str, str]:
+    """The searched arguments a program takes as environment variables ('': left unset)."""
+    return {name: str(v) for name, v in values.items() if flags[name]["env"]}
+
+
 def flag_value(command: list[str], syntax: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether `command` gives the flag, and its text (None for a switch)."""
     flag = syntax["flag"]
@@ -139,6 +149,8 @@ def with_flags(command: list[str], values: dict[str, Any], flags: dict[str, dict
     out = list(command)
     for name, value in values.items():
         syntax = flags[name]
+        if syntax["env"]:
+            continue
         flag, kept = syntax["flag"], []
         bare = flag.rstrip("=")
         skip = False

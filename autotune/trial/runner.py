@@ -20,9 +20,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import faulthandler
 import json
 import math
 import os
+import signal
 import socket
 import tempfile
 import sys
@@ -76,6 +78,7 @@ class Session:
     world_size: int = 1  # ranks in the trial's process group
     unsynced: bool = False  # every backward without gradient synchronization (ranks.comm_share)
     memory_cap: Any = None  # a forced memory limit's sampler (memory.cap), checked after every backward
+    scheduler: Any = None  # the workload's LR scheduler, stepped after every optimizer step
 
     def sync(self) -> None:
         """Wait for the device (a no-op on the CPU, where work is synchronous),
@@ -109,11 +112,17 @@ class Session:
             self.memory_cap.check()
         if self.micro_step % self.accum_steps:
             return loss  # accumulating: the optimizer steps once per accum_steps micro-batches
+        if self.workload.clip is not None:  # on unscaled gradients (a fused optimizer unscales inside its step)
+            if self.scaler is not None and not getattr(self.optimizer, "_step_supports_amp_scaling", False):
+                self.scaler.unscale_(self.optimizer)
+            self.workload.clip(self.model, self.optimizer, k["precision"])
         if self.scaler is not None:
             self.scaler.step(self.optimizer)
             self.scaler.update()
         else:
             self.optimizer.step()
+        if self.scheduler is not None:
+            self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=k["set_to_none"])
         return loss
 
@@ -134,8 +143,9 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     model = K.wrap(workload.model(), knobs, dev, world, blocks)
     optimizer = K.build_optimizer(workload, model, knobs)
     loader = K.seeded_loader(workload, knobs, steps, seed + R.rank())
+    scheduler = workload.scheduler(optimizer) if workload.scheduler is not None else None
     return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps,
-                   world_size=world)
+                   world_size=world, scheduler=scheduler)
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
@@ -341,6 +351,7 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
     except K.BlockError as e:  # the model lacks what the knobs need: bad input
         raise TrialConfigError(str(e)) from e
     except Exception as e:  # a failing workload is a result, not a crash
+        traceback.print_exc()  # in trial.log too, beside the workload's own output
         if memory.is_oom(e):  # infeasible: record the memory at the failure with the knobs
             result["metrics"] = {**result.get("metrics", {}), **memory.at_failure(e, device)}
         result.update(
@@ -374,6 +385,8 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.environ.get("AUTOTUNE_WATCH_PARENT") == "1":
         _exit_with_parent()
+    # a trial past its timeout gets SIGUSR1 first (autotune.launcher): its stacks go to its log
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()
         config = json.loads(text)

@@ -1,0 +1,108 @@
+"""autotune's knobs as a Hugging Face `TrainingArguments` script's own flags: what a zero-code trial appends
+to the script's `HfArgumentParser` (autotune.integrations.instrument), and what
+`autotune export RUN -f hf-args` prints for production (`render`). Plain data (no transformers imported).
+
+A knob the config does not set (absent or None) adds no flag: the script keeps its own value. Fields that
+switch together are written together (`--bf16 true --fp16 false`), so a flag the script's command already
+carries cannot leave two precisions on.
+
+    fields({"precision": "bf16-mixed", "num_workers": 2})  # {"bf16": True, "fp16": False, "dataloader_num_workers": 2}
+    flags(fields(...))                                     # ["--bf16", "true", "--fp16", "false", ...]
+    render(best_config)                                    # the flags that change the baseline, then how to apply the rest
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PRECISION = {  # knob value -> the TrainingArguments fields that select it (tf32 left to the script unless asked)
+    "32-true": {"bf16": False, "fp16": False},
+    "bf16-mixed": {"bf16": True, "fp16": False},
+    "16-mixed": {"fp16": True, "bf16": False},
+    "tf32": {"tf32": True, "bf16": False, "fp16": False},
+}
+LOADER = {"num_workers": "dataloader_num_workers", "pin_memory": "dataloader_pin_memory",
+          "persistent_workers": "dataloader_persistent_workers", "prefetch_factor": "dataloader_prefetch_factor",
+          "batch_size": "per_device_train_batch_size", "activation_checkpointing": "activation_checkpointing",
+          "ddp_bucket_cap_mb": "ddp_bucket_cap_mb", "ddp_static_graph": "ddp_static_graph"}
+# knobs with no TrainingArguments field, and how a script applies them
+UNREACHABLE = {
+    "num_threads": "OMP_NUM_THREADS={v} before the command (`autotune run` sets it as the trials did)",
+    "cudnn_benchmark": "torch.backends.cudnn.benchmark = {v} (`autotune run` sets it as the trials did)",
+    "channels_last": "in the script, `model, _ = cfg.prepare(model)` (cfg = autotune.config()) before Trainer(...)",
+    "set_to_none": "the Trainer zeroes gradients with set_to_none=True; {v} cannot be set from outside",
+    "ddp_gradient_as_bucket_view": "no TrainingArguments field: `model = cfg.wrap(model)` in the script",
+    "sharding": "no flag here: `autotune export RUN -f hf` gives the fsdp and fsdp_config arguments",
+    "fsdp_reshard_after_forward": "no flag here: `autotune export RUN -f hf` gives the fsdp_config argument",
+}
+# what a trial sets so the script leaves nothing behind: no hub push, no tracker, no checkpoints, no eval
+TRIAL_FIELDS = {"report_to": "none", "push_to_hub": False, "save_strategy": "no", "eval_strategy": "no"}
+
+
+def fields(knobs: dict[str, Any], device_type: str | None = None) -> dict[str, Any]:
+    """The TrainingArguments fields for the knobs `knobs` sets (absent or None: the script's own); on a
+    `device_type` "cpu" a precision comes with `use_cpu` (TrainingArguments refuses bf16 on a host without
+    a GPU otherwise)."""
+    k = {name: v for name, v in knobs.items() if v is not None}
+    out: dict[str, Any] = {}
+    for name, field in LOADER.items():
+        if name in k:
+            out[field] = k[name]
+    if not k.get("num_workers"):  # TrainingArguments refuses a prefetch factor without workers
+        out.pop("dataloader_prefetch_factor", None)
+    if "precision" in k:
+        out.update(PRECISION[k["precision"]])
+        if device_type == "cpu":
+            out["use_cpu"] = True
+    if "compile" in k:
+        out["torch_compile"] = k["compile"] != "none"
+        if k["compile"] not in ("none", "default"):
+            out["torch_compile_mode"] = k["compile"]
+    if k.get("fused_optimizer"):
+        out["optim"] = "adamw_torch_fused"
+    return out
+
+
+def unreachable(knobs: dict[str, Any]) -> dict[str, str]:
+    """knob -> how to apply it, for the set knobs no TrainingArguments flag carries."""
+    return {name: how.format(v=knobs[name]) for name, how in UNREACHABLE.items() if knobs.get(name) is not None}
+
+
+def flags(values: dict[str, Any]) -> list[str]:
+    """`--name value` pairs as HfArgumentParser reads them (booleans as true/false)."""
+    out = []
+    for name, value in values.items():
+        out += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+    return out
+
+
+def changed(best: dict[str, Any], baseline: dict[str, Any]) -> dict[str, Any]:
+    """The fields of `best` that differ from `baseline`'s, with their pairs (both as `fields` returns them)."""
+    out = {}
+    for name, value in best.items():
+        if baseline.get(name) != value:
+            out[name] = value
+    if out.keys() & {"bf16", "fp16", "tf32"}:  # a precision switches all its fields together
+        out.update({f: best[f] for f in ("bf16", "fp16", "tf32", "use_cpu") if f in best})
+    if "torch_compile_mode" in best and "torch_compile" in out:
+        out["torch_compile_mode"] = best["torch_compile_mode"]
+    return out
+
+
+def render(data: dict[str, Any]) -> str:
+    """best_config.yaml as the HF script's flags: the fields the best config changes from the baseline (its
+    `safety` list: each changed knob's baseline and tuned value), on one line; then, as comments, the changed
+    knobs no flag carries and how to apply them."""
+    changes = [f for f in data.get("safety") or [] if isinstance(f, dict) and f.get("knob") in KNOWN]
+    best = {f["knob"]: f["tuned"] for f in changes}
+    device = (data.get("device") or {}).get("type")
+    line = " ".join(flags(changed(fields(best, device), fields({f["knob"]: f["baseline"] for f in changes}, device))))
+    out = [line or "# no flag to add: the best config changes no TrainingArguments field from the baseline"]
+    rest = unreachable(best)
+    if rest:
+        out.append("# not carried by a TrainingArguments flag:")
+        out += [f"#   {name}={best[name]}: {how}" for name, how in rest.items()]
+    return "\n".join(out) + "\n"
+
+
+KNOWN = {*LOADER, "precision", "compile", "fused_optimizer", *UNREACHABLE}

@@ -1,0 +1,63 @@
+"""A `transformers.Trainer` measured with no line of its script changed: the callback that
+`autotune.integrations.sitecustomize` attaches to every Trainer when the process is a trial (or runs under
+`autotune run`).
+
+- data wait: the Trainer takes an optimizer step's batches with `get_batch_samples` (its `next()` on the
+  train dataloader's iterator); that call runs inside `cfg.data()`, and its batches are counted (samples);
+- the step: `on_step_end` (after the optimizer step and the LR scheduler) reports `cfg.step(samples=...,
+  loss=...)`, the loss being the sum of the step's micro-batch losses that `training_step` returned (a
+  tensor: no host sync per step);
+- the end: the measured loop writes result.json and ends the process once its windows are done, so the
+  Trainer's final save and eval never run.
+
+    trainer = Trainer(...)            # the script's own line; the patched __init__ then calls
+    attach(trainer, autotune.config())
+"""
+
+from __future__ import annotations
+
+from transformers import TrainerCallback
+
+from autotune.trial.loop import batch_samples
+
+
+class AutotuneCallback(TrainerCallback):
+    """Reports each optimizer step of the Trainer it is attached to (`attach`) to the measured loop."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.samples = 0
+        self.loss = None
+
+    def fetched(self, batches: list) -> None:
+        self.samples += sum(batch_samples(b) or 0 for b in batches)
+
+    def micro_step(self, loss) -> None:
+        self.loss = loss if self.loss is None else self.loss + loss
+
+    def on_step_end(self, args, state, control, **kwargs):
+        samples, loss, self.samples, self.loss = self.samples, self.loss, 0, None
+        self.cfg.step(samples=samples, loss=loss)
+
+
+def attach(trainer, cfg) -> AutotuneCallback:
+    """`trainer` reports to `cfg`: its batch fetch timed as data wait, its micro-batch losses summed per step,
+    the callback added (wrapping the instance's own methods, so a subclass's overrides still run)."""
+    callback = AutotuneCallback(cfg)
+    get_batch_samples, training_step = trainer.get_batch_samples, trainer.training_step
+
+    def timed_get_batch_samples(*args, **kwargs):
+        with cfg.data():
+            out = get_batch_samples(*args, **kwargs)
+        callback.fetched(out[0])
+        return out
+
+    def reported_training_step(*args, **kwargs):
+        loss = training_step(*args, **kwargs)
+        callback.micro_step(loss)
+        return loss
+
+    trainer.get_batch_samples = timed_get_batch_samples
+    trainer.training_step = reported_training_step
+    trainer.add_callback(callback)
+    return callback

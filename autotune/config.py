@@ -199,10 +199,30 @@ class Config:
 
     # --- the measured loop (autotune.trial.loop) ------------------------------------------
 
-    def steps(self, iterable):
-        """`for batch in cfg.steps(loader):` each batch; in a trial, the measured loop."""
+    def steps(self, iterable, *, online: bool | None = None):
+        """`for batch in cfg.steps(loader):` each batch; in a trial, the measured loop. In production with
+        `online` on (the config's, or this loader's own `online=`), a DataLoader is re-tuned while it runs: the
+        same `OnlineLoader` (autotune.trial.online) for this loader across epochs."""
         self.used.add("steps")
+        if self.mode == "production" and (self.online if online is None else online):
+            iterable = self._online_loader(iterable)
         return self.loop.steps(iterable)
+
+    def _online_loader(self, loader):
+        from torch.utils.data import DataLoader
+
+        if not isinstance(loader, DataLoader):
+            return loader
+        import weakref
+
+        from autotune.trial.online import OnlineLoader
+
+        if not hasattr(self, "_online"):
+            self._online = weakref.WeakKeyDictionary()
+        if loader not in self._online:
+            options = self.file.get("online") if isinstance(self.file.get("online"), dict) else {}
+            self._online[loader] = OnlineLoader(loader, **options)
+        return self._online[loader]
 
     def step(self, samples: int | None = None, loss=None) -> None:
         """At the end of each optimizer step of a loop without `steps` (or to report its samples and loss)."""
@@ -239,7 +259,7 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
         if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
             raise ValueError(f"{path}: not an autotune best_config.yaml (no `knobs` mapping)")
         if online is None:
-            online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"
+            online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"  # `online: {cpu_budget: ..}` too
         device = (data.get("device") or {}).get("type", "cpu")
         return Config("production", _set_knobs(data), _device("auto") if device == "cuda" else device, data,
                       online=online)

@@ -203,3 +203,33 @@ def test_the_command_exits_with_its_code_after_the_exit_handlers_without_the_tea
     helped = subprocess.run([sys.executable, "-m", "autotune.cli", "--help"], capture_output=True, text=True, timeout=120)
     assert helped.returncode == 0 and "search" in helped.stdout
 
+
+
+def test_export_from_online_writes_the_loader_settings_over_best_config(tmp_path):
+    import yaml
+
+    log = tmp_path / "online.log"
+    log.write_text('other output\n'
+                   'autotune online: summary after 9 steps | {"event": "summary", "settings": {"num_workers": 3, '
+                   '"prefetch_factor": 2, "pin_memory": false, "persistent_workers": false}}\n')
+    alone = CliRunner().invoke(app, ["export", "--from-online", str(log)])
+    assert alone.exit_code == 0, alone.output
+    assert yaml.safe_load(alone.output) == {"knobs": {"num_workers": 3, "prefetch_factor": 2, "pin_memory": False,
+                                                      "persistent_workers": False}}
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "best_config.yaml").write_text(yaml.safe_dump({"knobs": {"num_workers": 0, "precision": "bf16-mixed"}}))
+    merged = CliRunner().invoke(app, ["export", str(run_dir), "--from-online", str(log)])
+    assert yaml.safe_load(merged.output)["knobs"] == {"num_workers": 3, "precision": "bf16-mixed", "prefetch_factor": 2,
+                                                      "pin_memory": False, "persistent_workers": False}
+    (run_dir / "best_config.yaml").write_text(yaml.safe_dump({
+        "knobs": {"num_workers": 0, "precision": "bf16-mixed"}, "device": {"type": "cpu"},
+        "safety": [{"knob": "precision", "baseline": "32-true", "tuned": "bf16-mixed", "safety": "numerics"}]}))
+    out = tmp_path / "best_online.yaml"
+    assert CliRunner().invoke(app, ["export", str(run_dir), "--from-online", str(log), "-o", str(out)]).exit_code == 0
+    import autotune
+
+    assert autotune.config(out).dataloader_kwargs(batch_size=8)["num_workers"] == 3  # listed, so applied
+    bad = CliRunner().invoke(app, ["export", "--from-online", str(run_dir / "best_config.yaml")])
+    assert bad.exit_code == 2
+    assert "has no `autotune online:` lines: not the log of an OnlineLoader run" in bad.output

@@ -336,3 +336,12 @@ def test_install_returns_at_once_when_pyproject_and_extras_are_what_it_installed
     (tmp_path / "pyproject.toml").write_text((tmp_path / "pyproject.toml").read_text() + "\n# a new dependency\n")
     proc = install("[test]")  # pyproject.toml changed since
     assert proc.returncode == 1 and "installed already" not in proc.stdout
+
+
+@pytest.mark.timeout(120)
+def test_bench_online_same_batches_ends_with_its_json_line():
+    proc = subprocess.run([sys.executable, "scripts/bench_online.py", "--only", "same_batches"], capture_output=True,
+                          text=True, timeout=110)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "mid_epoch_changes" in proc.stdout
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"same_batches": True}

@@ -168,9 +168,12 @@ def report(
 
 @app.command()
 def export(
-    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    run_dir: Optional[Path] = typer.Argument(None, help="a search's output dir"),
     fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | hf-args | torchrun"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
+    from_online: Optional[Path] = typer.Option(None, "--from-online", metavar="LOG",
+                                               help="the loader settings an online run ended with (its log), "
+                                                    "over RUN_DIR's best config, or alone"),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
     """The best configuration, for production code."""
@@ -179,13 +182,28 @@ def export(
 
         if fmt not in E.FORMATS:
             raise UserError(f"--format `{fmt}` is not one of: {', '.join(E.FORMATS)}")
-        best = run_dir / "best_config.yaml"
-        if not best.exists():
-            raise UserError(f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never finished); "
-                            "run `autotune search spec.yaml` first")
+        if run_dir is None and from_online is None:
+            raise UserError("give a search's output dir (`autotune export RUN_DIR`) or an online run's log "
+                            "(`--from-online LOG`)")
         import yaml
 
-        text = E.render(yaml.safe_load(best.read_text()), fmt)
+        data = {"knobs": {}}
+        if run_dir is not None:
+            best = run_dir / "best_config.yaml"
+            if not best.exists():
+                raise UserError(f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never "
+                                "finished); run `autotune search spec.yaml` first")
+            data = yaml.safe_load(best.read_text())
+        if from_online is not None:
+            from autotune.trial.online import settings_from_log
+
+            if not from_online.is_file():
+                raise UserError(f"`{from_online}` is not a file: give the log an OnlineLoader wrote (`log=`)")
+            try:
+                data = E.with_online(data, settings_from_log(from_online))
+            except ValueError as e:
+                raise UserError(str(e)) from None
+        text = E.render(data, fmt)
     except _user_errors() as e:
         _fail(e, debug)
     if output:

@@ -213,6 +213,19 @@ def load_config(path: str | Path) -> TunedConfig:
 
 # --- other forms of the same config ----------------------------------------------------
 
+def with_online(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
+    """best_config.yaml's content with the loader settings an online run ended with (`autotune export
+    --from-online`); each knob it changes is listed in `safety` (loader knobs: no numerics), since
+    `autotune.config` applies only the knobs listed there."""
+    data = {**data, "knobs": {**(data.get("knobs") or {}), **settings}}
+    if isinstance(data.get("safety"), list):
+        listed = {f.get("knob") for f in data["safety"] if isinstance(f, dict)}
+        data["safety"] = data["safety"] + [
+            {"knob": k, "tuned": v, "safety": K.lookup(k).safety, "note": "re-tuned online (autotune.trial.online)"}
+            for k, v in settings.items() if k not in listed]
+    return data
+
+
 FORMATS = ("yaml", "json", "python", "lightning", "hf", "hf-args", "torchrun")
 
 

@@ -1,0 +1,577 @@
+"""The loader re-tuned while the real job runs (issue 43): `for batch in OnlineLoader(loader):`.
+
+It times the data wait at each `next()` and the compute between calls, in windows. When the wait is above
+`threshold` of the step it tries more workers (or a deeper prefetch); when there is no wait it tries fewer. Each
+move is a measured trial: the window before, the loader rebuilt, a short warm-up, the window after; the move is
+kept only if it wins beyond the noise of the two windows (a move down is kept when it does not lose: a tie goes to
+the cheaper loader). The config that lost is not tried again for a back-off time that doubles at each loss, so it
+does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count) or memory (PSS: forked
+workers share pages) passes its budget is not made.
+
+What stays the same: the sample indices and their order (the epoch's indices are drawn once; a rebuilt loader
+continues from the next one not yet yielded, mid-epoch), and torch's global random state (saved and restored around
+every rebuild, so dropout draws what it would have drawn). Sample *contents* under random augmentations in workers
+depend on the workers' seeds and may differ. Never touched: batch size, precision, compile, layout, optimizer.
+
+torch and the standard library only (psutil is not needed: /proc is read directly).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
+NEVER = "batch size, precision, compile, layout and optimizer stay as exported"
+PREFIX = "autotune online:"
+_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class Setting:
+    """The loader knobs the tuner moves."""
+    num_workers: int
+    prefetch_factor: int | None
+    pin_memory: bool
+    persistent_workers: bool
+
+    def kwargs(self) -> dict[str, Any]:
+        """The DataLoader arguments (and best_config.yaml's knobs): without workers, no prefetch nor persistence."""
+        n = self.num_workers
+        return {"num_workers": n, "prefetch_factor": (self.prefetch_factor or 2) if n else None,
+                "pin_memory": self.pin_memory, "persistent_workers": self.persistent_workers and n > 0}
+
+    def key(self) -> tuple:
+        return tuple(self.kwargs().values())
+
+    def short(self) -> str:
+        s = f"num_workers={self.num_workers}"
+        if self.num_workers:
+            s += f" prefetch_factor={self.prefetch_factor or 2}"
+        return s + (" pin_memory" if self.pin_memory else "") + (" persistent" if self.persistent_workers else "")
+
+
+@dataclass
+class Window:
+    """One measured window: steps (batches yielded), its wall time, the data wait in it, per-chunk rates (for the
+    noise), the workers' CPU time and the PSS of the job at its end."""
+    steps: int = 0
+    wall: float = 0.0
+    wait: float = 0.0
+    chunks: list = field(default_factory=list)
+    worker_cpu: float = 0.0
+    main_data_cpu: float = 0.0
+    pss_gib: float = 0.0
+    worker_pss_gib: float = 0.0
+    start: float = 0.0
+    host_idle: float | None = None
+
+    @property
+    def rate(self) -> float:
+        return self.steps / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def wait_share(self) -> float:
+        return self.wait / self.wall if self.wall > 0 else 0.0
+
+    @property
+    def noise(self) -> float:
+        """Standard error of the rate, from the spread of its chunks' rates."""
+        c = self.chunks
+        if len(c) < 2:
+            return self.rate * 0.1
+        m = sum(c) / len(c)
+        return math.sqrt(sum((x - m) ** 2 for x in c) / (len(c) - 1) / len(c))
+
+    @property
+    def data_cpu(self) -> float:
+        """Cores the data loading used: the workers' CPU time (or the main process's inside next() at 0 workers)."""
+        return (self.worker_cpu + self.main_data_cpu) / self.wall if self.wall > 0 else 0.0
+
+    def describe(self) -> str:
+        idle = "" if self.host_idle is None else f", host idle {self.host_idle:.1f} cores"
+        return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"
+
+
+def default_cpu_budget() -> float:
+    """The cores affinity gives, less one for the main process of each rank on this node, shared by those ranks."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    return max(cores - ranks, 0) / ranks
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (from /proc; 0 when it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _TICK
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def pss_gib(pid: int) -> float:
+    """Proportional set size (shared pages split between the processes sharing them), psutil or smaps_rollup."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        try:
+            return psutil.Process(pid).memory_full_info().pss / 2**30
+        except psutil.Error:  # gone, or not ours to read
+            return 0.0
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return 0.0
+
+
+def host_available_gib() -> float | None:
+    """The host's MemAvailable (what can be allocated without swapping), None where /proc/meminfo is absent."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) / 2**20
+    except OSError:
+        pass
+    return None
+
+
+def host_idle_cores(prev: tuple | None) -> tuple[tuple, float | None]:
+    """Idle cores of the host since `prev` (from /proc/stat), and the new mark."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+    except OSError:
+        return (), None
+    mark = (sum(v), v[3] + v[4])
+    if not prev:
+        return mark, None
+    total, idle = mark[0] - prev[0], mark[1] - prev[1]
+    cores = os.cpu_count() or 1
+    return mark, (cores * idle / total if total > 0 else None)
+
+
+class _Remaining:
+    """The rebuilt loader's sampler: the epoch's indices (or batches of indices) from `start` on."""
+
+    def __init__(self):
+        self.order: list = []
+        self.start = 0
+
+    def __iter__(self):
+        return iter(self.order[self.start:])
+
+    def __len__(self):
+        return len(self.order) - self.start
+
+
+class OnlineLoader:
+    """Iterate it like the loader. `cpu_budget`: cores of CPU time the workers may use (default: affinity's cores
+    less one per rank, shared by the node's ranks); `ram_budget_gib`: the job's PSS (main + workers) it may reach
+    (default: no limit beyond the host's available memory); `threshold`: data wait share of the step above which
+    it moves up; `log`: a path (lines appended), a callable (given each line) or None (stderr); `tracker`: anything
+    with `log_metric(key, value, step=...)`, e.g. the `mlflow` module inside a run."""
+
+    def __init__(self, loader, *, cpu_budget: float | None = None, ram_budget_gib: float | None = None,
+                 threshold: float = 0.05, log: str | Path | Callable[[str], None] | None = None, tracker=None,
+                 window_s: float = 2.0, window_steps: int = 8, warmup_steps: int = 2, backoff_s: float = 30.0,
+                 min_gain: float = 0.03, max_workers: int | None = None, max_prefetch: int = 8):
+        from torch.utils.data import IterableDataset
+
+        self.loader = loader
+        self.cpu_budget = default_cpu_budget() if cpu_budget is None else float(cpu_budget)
+        self.ram_budget_gib = ram_budget_gib
+        self.threshold = threshold
+        self.tracker = tracker
+        self.window_s, self.window_steps, self.warmup_steps = window_s, window_steps, warmup_steps
+        self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
+        self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
+        self._sink = log
+        self.setting = Setting(loader.num_workers, loader.prefetch_factor, bool(loader.pin_memory),
+                               bool(loader.persistent_workers))
+        self.start_setting = self.setting
+        self.iterable = isinstance(loader.dataset, IterableDataset)
+        self.changes: list[dict] = []
+        self.banned: dict[tuple, tuple[float, float]] = {}  # setting key -> (until, back-off seconds)
+        self.step = 0
+        self.epochs = 0
+        self._dl = self._dl_setting = self._trial = self._persist = self._win = self._paused = None
+        self._remaining = _Remaining()
+        self._accel = _accelerator_available()
+        self.emit(f"watching {self.setting.short()} (threshold {100 * threshold:.0f}% data wait, cpu budget "
+                  f"{self.cpu_budget:.2f} cores of workers' CPU time, ram budget "
+                  f"{'none' if ram_budget_gib is None else f'{ram_budget_gib:.2f} GiB PSS'}); re-tunes "
+                  f"{', '.join(KNOBS)} only: {NEVER}", event="start", setting=self.setting.kwargs())
+        if self.iterable:
+            self.emit("IterableDataset: not re-tuned (its order lives in the dataset); data wait is still measured",
+                      event="note")
+        self._metric(0)
+
+    # ---- the user's side ------------------------------------------------------------------------------------
+    def __len__(self):
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator:
+        t = time.perf_counter()
+        if self.iterable:
+            yield from self._measured(iter(self.loader), retune=False, t_epoch=t)
+            return
+        self._begin_epoch()
+        self._epoch_move()
+        yield from self._measured(None, retune=True, t_epoch=t)
+        self.epochs += 1
+        self._epoch_wall = time.perf_counter() - t
+        self.summary()
+
+    def _measured(self, it, retune: bool, t_epoch: float):
+        """The loop: a clock read before and after each next() (and the main thread's CPU clock at 0 workers,
+        where the data work is done inside next()); everything else only at window ends. A window goes on across
+        an epoch's end; the time between epochs and the next epoch's first batch (worker start-up) are left out."""
+        clock, cpu = time.perf_counter, time.thread_time
+        self._it = it if it is not None else self._rebuild(None, reuse=True)
+        if self._win is None:
+            self._open_window(clock(), warmup=self.warmup_steps)
+        first = True
+        while True:
+            zero = self.setting.num_workers == 0
+            c0 = cpu() if zero else 0.0
+            t0 = clock()
+            try:
+                batch = next(self._it)
+            except StopIteration:
+                self._paused = clock()
+                return
+            t1 = clock()
+            self.step += 1
+            self._remaining.start += 1
+            if first:
+                first = False
+                self._startup = t1 - t_epoch
+                self._epochs_judged()
+                if not self._warm and self._paused is not None:
+                    gap = t1 - self._paused
+                    self._win.start += gap
+                    self._chunk_t += gap
+                    yield batch
+                    continue
+            if self._warm:
+                self._warm -= 1
+                if not self._warm:
+                    self._start_window(t1)
+            else:
+                w = self._win
+                w.wait += t1 - t0
+                w.steps += 1
+                if zero:
+                    w.main_data_cpu += cpu() - c0
+                if t1 - self._chunk_t >= self._chunk_s and w.steps - self._chunk_steps >= self._chunk_n:
+                    w.chunks.append((w.steps - self._chunk_steps) / (t1 - self._chunk_t))
+                    self._chunk_t, self._chunk_steps = t1, w.steps
+                if w.steps >= self.window_steps and t1 - w.start >= self.window_s:
+                    self._close_window(t1)
+                    if retune:
+                        self._decide()
+            yield batch
+
+    # ---- persistent_workers: a move judged at epoch boundaries -----------------------------------------------
+    def _epoch_move(self):
+        """Workers that persist save each epoch's start-up: tried when the last epoch's start-up (the wait for its
+        first batch) passed `threshold` of the epoch, judged by the start-up of the second epoch after."""
+        s, last = self.setting, getattr(self, "_epoch_wall", None)
+        if self._persist or self._trial or last is None or not s.num_workers or s.persistent_workers:
+            return
+        new = replace(s, persistent_workers=True)
+        if self._startup > self.threshold * last and self.banned.get(new.key(), (0.0,))[0] <= time.monotonic():
+            self._persist = {"from": s, "to": new, "before": self._startup, "epoch_wall": last,
+                             "epoch": self.epochs, "step": self.step}
+            self.setting = new
+
+    def _epochs_judged(self) -> bool:
+        p = self._persist
+        if not p or self.epochs < p["epoch"] + 1:
+            return False
+        self._persist = None
+        old, new, before, after = p["from"], p["to"], p["before"], self._startup
+        keep = after < 0.5 * before
+        loser = old if keep else new
+        back = self._back_off(loser)
+        if not keep:
+            self.setting = replace(self.setting, persistent_workers=False)
+        why = f"start-up {before:.2f} s was {100 * before / p['epoch_wall']:.0f}% of a {p['epoch_wall']:.1f} s epoch"
+        record = {"kind": "epoch", "step": p["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
+                  "why": why, "before": {"startup_s": round(before, 3)}, "after": {"startup_s": round(after, 3)},
+                  "move_cost_s": 0.0, "backoff_s": back}
+        self.changes.append(record)
+        self.emit(f"{old.short()} -> {new.short()} {'kept' if keep else 'reverted'} ({why}): start-up of an epoch "
+                  f"{before:.2f} s -> {after:.2f} s; {loser.short()} not retried for {back:.0f} s", event="change",
+                  **record, setting=self.setting.kwargs())
+        return True
+
+    # ---- epochs and rebuilds --------------------------------------------------------------------------------
+    def _begin_epoch(self):
+        """Draw the epoch's indices once, consuming torch's random state exactly as the plain loader would (its
+        iterator's base seed, unless its workers persist past the first epoch, then its sampler), and keep the
+        state from before the base seed so every rebuilt iterator of this epoch gets the same worker seed."""
+        import torch
+
+        loader = self.loader
+        self._gen = loader.generator if loader.generator is not None else torch.default_generator
+        self._seed_state = self._gen.get_state()
+        if self.epochs == 0 or not loader.persistent_workers:
+            torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+        self._remaining.order = list(loader._index_sampler)
+        self._remaining.start = 0
+
+    def _new_loader(self, setting: Setting):
+        from torch.utils.data import DataLoader
+
+        src = self.loader
+        common = dict(collate_fn=src.collate_fn, timeout=src.timeout, worker_init_fn=src.worker_init_fn,
+                      multiprocessing_context=src.multiprocessing_context if setting.num_workers else None,
+                      in_order=getattr(src, "in_order", True), **setting.kwargs())
+        if not self._accel:
+            common["pin_memory"] = False  # pinning without an accelerator only warns
+        if src._auto_collation:
+            return DataLoader(src.dataset, batch_sampler=self._remaining, **common)
+        return DataLoader(src.dataset, batch_size=None, sampler=self._remaining, **common)
+
+    def _rebuild(self, old_it, reuse: bool = False):
+        """An iterator for `self.setting` from the next index not yet yielded (at an epoch start, persistent
+        workers of the same setting are reused); the generator's state is the same after as before."""
+        keep = reuse and self._dl is not None and self._dl_setting == self.setting and self.setting.persistent_workers
+        if old_it is not None and hasattr(old_it, "_shutdown_workers"):
+            old_it._shutdown_workers()
+        gen = self._gen
+        state = gen.get_state()
+        gen.set_state(self._seed_state)
+        try:
+            with warnings.catch_warnings():  # the budgets, not torch's count of cores, bound the workers
+                warnings.filterwarnings("ignore", message="This DataLoader will create")
+                if not keep:
+                    self._dl, self._dl_setting = self._new_loader(self.setting), self.setting
+                return iter(self._dl)
+        finally:
+            gen.set_state(state)
+
+    # ---- windows --------------------------------------------------------------------------------------------
+    def _open_window(self, now: float, warmup: int = 0):
+        """A new window, after `warmup` steps that do not count (worker start-up, the prefetch filling)."""
+        self._win = Window()
+        self._warm = warmup
+        if not warmup:
+            self._start_window(now)
+
+    def _start_window(self, now: float):
+        w = self._win
+        w.start = self._chunk_t = now
+        self._chunk_steps = 0
+        self._chunk_s, self._chunk_n = self.window_s / 4, max(2, self.window_steps // 4)  # 4 chunks: the noise
+        self._cpu_mark = self._worker_cpu()
+        self._idle_mark, _ = host_idle_cores(None)
+
+    def _close_window(self, now: float):
+        w = self._win
+        w.wall = now - w.start
+        w.worker_cpu = self._worker_cpu() - self._cpu_mark
+        w.worker_pss_gib = sum(pss_gib(p) for p in self._worker_pids())
+        w.pss_gib = pss_gib(os.getpid()) + w.worker_pss_gib
+        _, w.host_idle = host_idle_cores(self._idle_mark)
+        self.last = w
+        self._open_window(time.perf_counter())
+
+    def _worker_pids(self) -> list[int]:
+        return [p.pid for p in getattr(self._it, "_workers", []) if p.pid]
+
+    def _worker_cpu(self) -> float:
+        return sum(cpu_seconds(p) for p in self._worker_pids())
+
+    # ---- decisions ------------------------------------------------------------------------------------------
+    def _decide(self):
+        w = self.last
+        trial = getattr(self, "_trial", None)
+        if trial is not None:
+            self._judge(trial, w)
+            return
+        if w.wait_share > self.threshold:
+            if self._try(self._up_moves(), w, "up", f"data wait {100 * w.wait_share:.0f}% of the step > "
+                                                    f"{100 * self.threshold:.0f}%"):
+                return
+            why = f"data wait {100 * w.wait_share:.0f}% but every move up lost or passes a budget"
+        elif w.wait_share < self.threshold / 2:
+            why = f"data wait {100 * w.wait_share:.1f}% of the step: fewer workers may keep the rate"
+        else:
+            return
+        self._try(self._down_moves(), w, "down", why)
+
+    def _up_moves(self) -> list[Setting]:
+        s, n = self.setting, self.setting.num_workers
+        out = [replace(s, num_workers=k) for k in dict.fromkeys((max(2, 2 * n), n + 1)) if k <= self.max_workers]
+        if n > 0 and (s.prefetch_factor or 2) < self.max_prefetch:
+            out.append(replace(s, prefetch_factor=2 * (s.prefetch_factor or 2)))
+        if self._accel and not s.pin_memory:
+            out.append(replace(s, pin_memory=True))
+        return out
+
+    def _down_moves(self) -> list[Setting]:
+        s, n = self.setting, self.setting.num_workers
+        return [replace(s, num_workers=k) for k in dict.fromkeys((n // 2, n - 1)) if 0 <= k < n]
+
+    def _predict(self, w: Window, new: Setting) -> tuple[float, float]:
+        """CPU (cores of workers' CPU time) and PSS (GiB) after a move. CPU grows at most with the workers, and the
+        loader cannot usefully run faster than the compute consumes (CPU per batch times the compute's step rate),
+        nor any worker use more than a core. Each new worker costs the PSS the present ones have (none yet: half
+        the main process's, as a forked worker's copy-on-write pages grow)."""
+        n, k = self.setting.num_workers, new.num_workers
+        per_batch = w.data_cpu / w.rate if w.rate > 0 else 0.0
+        compute = max(w.wall - w.wait, 1e-9) / max(w.steps, 1)
+        cpu = min(w.data_cpu * k / max(n, 1), per_batch / compute, float(k))
+        per_worker = w.worker_pss_gib / n if n else 0.5 * (w.pss_gib - w.worker_pss_gib)
+        return cpu, w.pss_gib + per_worker * (k - n)
+
+    def _try(self, moves: list[Setting], w: Window, direction: str, why: str) -> bool:
+        """Start a trial of the first move not backed off nor past a budget; False when there is none."""
+        now = time.monotonic()
+        for new in moves:
+            until = self.banned.get(new.key(), (0.0, 0.0))[0]
+            if until > now:
+                continue
+            cpu, pss = self._predict(w, new)
+            if direction == "up" and new.num_workers > self.setting.num_workers and cpu > self.cpu_budget:
+                self._refused(new, why, f"cpu budget: {cpu:.2f} cores predicted > {self.cpu_budget:.2f}")
+                continue
+            if direction == "up" and self.ram_budget_gib is not None and pss > self.ram_budget_gib:
+                self._refused(new, why, f"ram budget: {pss:.2f} GiB PSS predicted > {self.ram_budget_gib:.2f}")
+                continue
+            free = host_available_gib()
+            if direction == "up" and free is not None and pss - w.pss_gib > 0.5 * free:
+                self._refused(new, why, f"host memory: {pss - w.pss_gib:.2f} GiB more PSS predicted, "
+                                        f"{free:.2f} GiB available")
+                continue
+            self._start_trial(new, w, direction, why)
+            return True
+        return False
+
+    def _back_off(self, loser: Setting) -> float:
+        """The setting that lost is not tried again for `backoff_s`, doubled at each loss."""
+        back = 2 * self.banned.get(loser.key(), (0.0, self.backoff_s / 2))[1]
+        self.banned[loser.key()] = (time.monotonic() + back, back)
+        return back
+
+    def _refused(self, new: Setting, why: str, reason: str):
+        key = ("refused", new.key(), reason.split(":")[0])
+        if key not in self.banned:  # said once per setting and budget
+            self.banned[key] = (math.inf, 0.0)
+            self.emit(f"{self.setting.short()} -> {new.short()} not made ({why}): {reason}", event="refused",
+                      to=new.kwargs(), reason=reason)
+
+    def _start_trial(self, new: Setting, before: Window, direction: str, why: str):
+        t = time.perf_counter()
+        old = self.setting
+        self.setting = new
+        self._it = self._rebuild(self._it)
+        self._trial = {"from": old, "to": new, "before": before, "direction": direction, "why": why,
+                       "t": t, "step": self.step}
+        self._open_window(time.perf_counter(), warmup=self.warmup_steps)
+
+    def _judge(self, trial: dict, after: Window):
+        before, old, new = trial["before"], trial["from"], trial["to"]
+        margin = 2 * math.sqrt(before.noise ** 2 + after.noise ** 2)
+        gain = after.rate - before.rate
+        if trial["direction"] == "up":
+            keep = gain > max(margin, self.min_gain * before.rate)
+        else:  # a tie goes to the cheaper loader, within the noise but never more than twice min_gain
+            keep = gain > -min(max(margin, self.min_gain * before.rate), 2 * self.min_gain * before.rate)
+        over = self.ram_budget_gib is not None and after.pss_gib > self.ram_budget_gib
+        over_cpu = new.num_workers > old.num_workers and after.data_cpu > 1.1 * self.cpu_budget
+        if over or over_cpu:
+            keep = False
+        loser = old if keep else new
+        back = self._back_off(loser)
+        self._trial = None
+        cost = max(after.start - trial["t"] - self.warmup_steps / after.rate, 0.0) if after.rate else 0.0
+        verdict = "kept" if keep else "reverted"
+        reason = (" (measured PSS over the ram budget)" if over else
+                  " (measured workers' CPU over the budget)" if over_cpu else "")
+        line = (f"{old.short()} -> {new.short()} {verdict}{reason} ({trial['why']}): "
+                f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}), workers' CPU "
+                f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
+                f"{after.pss_gib:.2f} GiB; move cost {cost:.2f} s (shutdown, start-up, warm-up); "
+                f"{loser.short()} not retried for {back:.0f} s")
+        record = {"kind": "window", "step": trial["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
+                  "why": trial["why"], "before": _window_dict(before), "after": _window_dict(after),
+                  "move_cost_s": round(cost, 3), "backoff_s": back}
+        self.changes.append(record)
+        if not keep:
+            self.setting = old
+            self._it = self._rebuild(self._it)
+            self._open_window(time.perf_counter(), warmup=self.warmup_steps)
+        self.emit(line, event="change", **record, setting=self.setting.kwargs())
+        self._metric(100 * after.wait_share)
+
+    # ---- output ---------------------------------------------------------------------------------------------
+    def emit(self, text: str, **record):
+        line = f"{PREFIX} {text} | {json.dumps(record, default=str)}"
+        if callable(self._sink):
+            self._sink(line)
+        elif self._sink is not None:
+            with open(self._sink, "a") as f:
+                f.write(line + "\n")
+        else:
+            print(line, file=sys.stderr, flush=True)
+
+    def _metric(self, wait_pct: float):
+        if self.tracker is not None:
+            self.tracker.log_metric("online/num_workers", self.setting.num_workers, step=self.step)
+            self.tracker.log_metric("online/data_wait_pct", wait_pct, step=self.step)
+
+    def summary(self) -> dict:
+        """One line: what changed, and the settings to export (a move still on trial does not count yet)."""
+        kept = [c for c in self.changes if c["kept"]]
+        settled = (self._trial or self._persist or {}).get("from", self.setting)
+        text = (f"summary after {self.step} steps, {self.epochs} epoch(s): {len(kept)} change(s) kept of "
+                f"{len(self.changes)} tried; settings for best_config.yaml: {settled.short()} (started at "
+                f"{self.start_setting.short()}; `autotune export --from-online LOG` writes them); {NEVER}")
+        out = {"steps": self.step, "epochs": self.epochs, "tried": len(self.changes), "kept": len(kept),
+               "settings": settled.kwargs()}
+        self.emit(text, event="summary", **out)
+        return out
+
+
+def _window_dict(w: Window) -> dict:
+    return {"steps_per_s": round(w.rate, 3), "noise": round(w.noise, 3), "data_wait_pct": round(100 * w.wait_share, 1),
+            "data_cpu_cores": round(w.data_cpu, 3), "pss_gib": round(w.pss_gib, 3), "steps": w.steps,
+            "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
+            "wall_s": round(w.wall, 3)}
+
+
+def _accelerator_available() -> bool:
+    import torch
+
+    return bool(getattr(torch, "accelerator", None) and torch.accelerator.is_available())
+
+
+def settings_from_log(path: str | Path) -> dict[str, Any]:
+    """The loader settings an online run ended with (its last summary, else its last change or start line)."""
+    found = None
+    for line in Path(path).read_text().splitlines():
+        if line.startswith(PREFIX) and " | " in line:
+            record = json.loads(line.rsplit(" | ", 1)[1])
+            found = record.get("settings", record.get("setting", found))
+    if found is None:
+        raise ValueError(f"`{path}` has no `{PREFIX}` lines: not the log of an OnlineLoader run")
+    return found

@@ -25,11 +25,21 @@ if TYPE_CHECKING:
     from autotune.spec import Spec
 
 
-def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = None, *, reuse: bool = False,
-           refresh: bool = False, resume: bool = False, on_match: Callable[[str], None] | None = None,
-           on_start: Callable | None = None, on_trial: Callable | None = None, on_trial_start: Callable | None = None,
-           on_wait: Callable[[str], None] | None = None,
-           on_remeasure: Callable[[str], None] | None = None, backend: str = "auto") -> "SearchResult":
+def search(
+    spec: Union[str, Path, dict, "Spec"],
+    workload: Callable | None = None,
+    *,
+    reuse: bool = False,
+    refresh: bool = False,
+    resume: bool = False,
+    on_match: Callable[[str], None] | None = None,
+    on_start: Callable | None = None,
+    on_trial: Callable | None = None,
+    on_trial_start: Callable | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    on_remeasure: Callable[[str], None] | None = None,
+    backend: str = "auto",
+) -> "SearchResult":
     """Run a search (see README "The spec") and return its result.
 
     spec: a spec file's path, the spec as a dict, or a typed `autotune.spec.Spec`.
@@ -67,9 +77,19 @@ def search(spec: Union[str, Path, dict, "Spec"], workload: Callable | None = Non
             return dataclasses.replace(read_run(found), reused=True)
     from autotune.execution import driver
 
-    return driver.run(spec, on_start=on_start, on_trial=on_trial, resume=resume, on_trial_start=on_trial_start,
-                      on_wait=on_wait, on_remeasure=on_remeasure, factory=workload, refresh=refresh, on_match=on_match,
-                      backend=backend)
+    return driver.run(
+        spec,
+        on_start=on_start,
+        on_trial=on_trial,
+        resume=resume,
+        on_trial_start=on_trial_start,
+        on_wait=on_wait,
+        on_remeasure=on_remeasure,
+        factory=workload,
+        refresh=refresh,
+        on_match=on_match,
+        backend=backend,
+    )
 
 
 def as_spec(spec: Any, factory_name: str | None = None) -> "Spec":

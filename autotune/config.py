@@ -38,8 +38,16 @@ APPLIED_AT_START = ("num_threads", "cudnn_benchmark")
 USES = {
     "dataloader_kwargs": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
     "prepare": ("channels_last", "compile", "fused_optimizer"),
-    "wrap": ("channels_last", "compile", "activation_checkpointing", "ddp_bucket_cap_mb",
-             "ddp_gradient_as_bucket_view", "ddp_static_graph", "sharding", "fsdp_reshard_after_forward"),
+    "wrap": (
+        "channels_last",
+        "compile",
+        "activation_checkpointing",
+        "ddp_bucket_cap_mb",
+        "ddp_gradient_as_bucket_view",
+        "ddp_static_graph",
+        "sharding",
+        "fsdp_reshard_after_forward",
+    ),
     "autocast": ("precision",),
     "to_device": ("channels_last",),
     "zero_grad": ("set_to_none",),
@@ -69,8 +77,16 @@ def _set_knobs(data: dict[str, Any]) -> dict[str, Any]:
 class Config:
     """See the module doc. `knobs`: the knobs this config sets (the rest stay the program's)."""
 
-    def __init__(self, mode: str, knobs: dict[str, Any], device_type: str, data: dict[str, Any] | None = None,
-                 trial_dir: Path | None = None, request: dict[str, Any] | None = None, online: bool = False):
+    def __init__(
+        self,
+        mode: str,
+        knobs: dict[str, Any],
+        device_type: str,
+        data: dict[str, Any] | None = None,
+        trial_dir: Path | None = None,
+        request: dict[str, Any] | None = None,
+        online: bool = False,
+    ):
         from autotune.trial.loop import PassThrough, TrialLoop
 
         self.mode, self.knobs, self.device_type, self.file = mode, dict(knobs), device_type, data or {}
@@ -147,8 +163,11 @@ class Config:
 
         self.used.add("wrap")
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        device = torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0))) \
-            if self.device_type == "cuda" else torch.device("cpu")
+        device = (
+            torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0)))
+            if self.device_type == "cuda"
+            else torch.device("cpu")
+        )
         blocks = (self.file.get("parallel") or {}).get("blocks")
         return wrap(model, self._full(), device, world, blocks)
 
@@ -249,8 +268,13 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
     trial = os.environ.get(TRIAL_ENV)
     if trial:
         request = json.loads(Path(trial).read_text())
-        return Config("trial", request.get("knobs") or {}, _device(request.get("device", "auto")),
-                      trial_dir=Path(trial).resolve().parent, request=request)
+        return Config(
+            "trial",
+            request.get("knobs") or {},
+            _device(request.get("device", "auto")),
+            trial_dir=Path(trial).resolve().parent,
+            request=request,
+        )
     path = path or os.environ.get(CONFIG_ENV)
     if path:
         import yaml
@@ -261,6 +285,7 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
         if online is None:
             online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"  # `online: {cpu_budget: ..}` too
         device = (data.get("device") or {}).get("type", "cpu")
-        return Config("production", _set_knobs(data), _device("auto") if device == "cuda" else device, data,
-                      online=online)
+        return Config(
+            "production", _set_knobs(data), _device("auto") if device == "cuda" else device, data, online=online
+        )
     return Config("plain", {}, _device("auto"), online=bool(online))

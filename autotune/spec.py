@@ -14,8 +14,17 @@ from pathlib import Path
 from typing import Any, Literal, Optional, Union
 
 import yaml
-from pydantic import (BaseModel, Field, StrictBool, StrictFloat, StrictInt, ValidationError, create_model,
-                      field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
 from autotune.knobs import KNOBS, SAFETY_CLASSES, STAGES, USER_PREFIX, Knob
 from autotune.workload import BUILTINS
@@ -44,13 +53,17 @@ class WorkloadSpec(_Strict):
     name: Optional[str] = Field(None, description=f"a built-in workload: {', '.join(BUILTINS)}")
     factory: Optional[str] = Field(None, description="a user factory `pkg.module:function` returning autotune.Workload")
     pickled: Optional[str] = Field(
-        None, description="set by autotune.search(spec, workload=fn): the qualified name of a factory given in Python, "
-                          "kept pickled in the run dir's workload.pkl (what --resume loads)")
+        None,
+        description="set by autotune.search(spec, workload=fn): the qualified name of a factory given in Python, "
+        "kept pickled in the run dir's workload.pkl (what --resume loads)",
+    )
     args: dict[str, Any] = Field(default_factory=dict, description="keyword arguments for the factory")
     command: Optional[Union[list[str], str]] = Field(
-        None, description="your own training program, e.g. `python train.py --config small.yaml` (a list, or a string "
-                          "split as a shell would): each trial runs it with AUTOTUNE_TRIAL set; it measures itself "
-                          "through autotune.config()")
+        None,
+        description="your own training program, e.g. `python train.py --config small.yaml` (a list, or a string "
+        "split as a shell would): each trial runs it with AUTOTUNE_TRIAL set; it measures itself "
+        "through autotune.config()",
+    )
     dir: Optional[str] = Field(None, description="where `command` runs (default: the spec file's directory)")
 
     @field_validator("command")
@@ -82,8 +95,9 @@ class WorkloadSpec(_Strict):
     @model_validator(mode="after")
     def _one_of(self):
         if sum(v is not None for v in (self.name, self.factory, self.pickled, self.command)) != 1:
-            raise ValueError("give exactly one of `name` (built-in), `factory` (pkg.module:function) or `command` "
-                             "(your own program)")
+            raise ValueError(
+                "give exactly one of `name` (built-in), `factory` (pkg.module:function) or `command` (your own program)"
+            )
         return self
 
     @property
@@ -112,9 +126,13 @@ class _KnobSettingsBase(_Strict):
 
 # One value per knob; None means "PyTorch's default" (batch size: the workload's).
 KnobSettings = create_model(
-    "KnobSettings", __base__=_KnobSettingsBase,
-    **{name: (Optional[_value_type(k)], Field(None, ge=k.minimum, description=_describe_knob(k)))
-       for name, k in KNOBS.items()})
+    "KnobSettings",
+    __base__=_KnobSettingsBase,
+    **{
+        name: (Optional[_value_type(k)], Field(None, ge=k.minimum, description=_describe_knob(k)))
+        for name, k in KNOBS.items()
+    },
+)
 
 
 class _KnobListsBase(_Strict):
@@ -135,33 +153,51 @@ class _KnobListsBase(_Strict):
 
 
 KnobLists = create_model(
-    "KnobLists", __base__=_KnobListsBase,
-    **{name: (Optional[list[Optional[_value_type(k)]] if k.nullable else list[_value_type(k)]],
-              Field(None, description=_describe_knob(k)))
-       for name, k in KNOBS.items()})
+    "KnobLists",
+    __base__=_KnobListsBase,
+    **{
+        name: (
+            Optional[list[Optional[_value_type(k)]] if k.nullable else list[_value_type(k)]],
+            Field(None, description=_describe_knob(k)),
+        )
+        for name, k in KNOBS.items()
+    },
+)
 
 
 class UserKnob(_Strict):
     """A workload factory argument searched like a knob (`search_space.workload_args`)."""
 
     values: list[Union[StrictBool, StrictInt, StrictFloat, str]] = Field(
-        ..., min_length=1, description="the values to try (the baseline's value, from workload.args or the "
-                                       "factory's default, is always tried)")
+        ...,
+        min_length=1,
+        description="the values to try (the baseline's value, from workload.args or the "
+        "factory's default, is always tried)",
+    )
     safety: Literal[SAFETY_CLASSES] = Field(  # type: ignore[valid-type]
-        "dynamics", description="what changing it may do to training: safe | reproducibility | numerics | dynamics "
-                                "(default: dynamics, it may change training)")
+        "dynamics",
+        description="what changing it may do to training: safe | reproducibility | numerics | dynamics "
+        "(default: dynamics, it may change training)",
+    )
     stage: Optional[Literal[tuple(s for s in STAGES if s != "workload")]] = Field(  # type: ignore[misc]
-        None, description="where it acts (loader: the input pipeline, model, step, process, backend), so the "
-                          "diagnosis can move it")
+        None,
+        description="where it acts (loader: the input pipeline, model, step, process, backend), so the "
+        "diagnosis can move it",
+    )
     flag: Optional[str] = Field(
-        None, description="for a program (workload.command): its flag, `--name` (written `--name value`) or `--name=` "
-                          "(written `--name=value`); default `--NAME`. It replaces the same flag in the command")
+        None,
+        description="for a program (workload.command): its flag, `--name` (written `--name value`) or `--name=` "
+        "(written `--name=value`); default `--NAME`. It replaces the same flag in the command",
+    )
     switch: StrictBool = Field(False, description="a boolean written as the flag alone (present: true, absent: false)")
     bool_text: Optional[tuple[str, str]] = Field(
-        None, description="how the program reads a boolean value, [true, false] (default: true, false)")
+        None, description="how the program reads a boolean value, [true, false] (default: true, false)"
+    )
     env: StrictBool = Field(
-        False, description="for a program: an environment variable of its process (OMP_NUM_THREADS, ...), not a "
-                           "flag; its baseline is this environment's value ('' where unset: left unset)")
+        False,
+        description="for a program: an environment variable of its process (OMP_NUM_THREADS, ...), not a "
+        "flag; its baseline is this environment's value ('' where unset: left unset)",
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -187,11 +223,15 @@ def load_preset(name: str) -> KnobLists:
 
 
 class SearchSpaceSpec(_Strict):
-    preset: Optional[str] = Field("default", description="a preset from search_spaces/ (null: only the knobs given here)")
+    preset: Optional[str] = Field(
+        "default", description="a preset from search_spaces/ (null: only the knobs given here)"
+    )
     knobs: KnobLists = Field(default_factory=KnobLists, description="per-knob values, overriding the preset's")
     workload_args: dict[str, UserKnob] = Field(
-        default_factory=dict, description="your workload factory's arguments searched as knobs, e.g. "
-                                          "{gpu_normalize: {values: [false, true], safety: safe}}")
+        default_factory=dict,
+        description="your workload factory's arguments searched as knobs, e.g. "
+        "{gpu_normalize: {values: [false, true], safety: safe}}",
+    )
 
     @field_validator("workload_args")
     @classmethod
@@ -230,75 +270,112 @@ class SearchSpaceSpec(_Strict):
 
 class TrialSpec(_Strict):
     warmup_steps: StrictInt = Field(5, ge=0, description="untimed steps (worker start, compile, autotuning)")
-    measure_steps: Optional[StrictInt] = Field(
-        None, ge=2, description="fewest steps in the timed window (default: 10)")
+    measure_steps: Optional[StrictInt] = Field(None, ge=2, description="fewest steps in the timed window (default: 10)")
     min_window_s: float = Field(1.0, ge=0, description="the timed window runs at least this long")
-    target_ci: float = Field(0.02, gt=0, description="then until the step-time mean is known to +- this (95% confidence)")
-    max_window_s: float = Field(30.0, gt=0, description="or until this long (or 50x measure_steps, at least 1500 steps), whichever is first")
+    target_ci: float = Field(
+        0.02, gt=0, description="then until the step-time mean is known to +- this (95% confidence)"
+    )
+    max_window_s: float = Field(
+        30.0, gt=0, description="or until this long (or 50x measure_steps, at least 1500 steps), whichever is first"
+    )
     profile_steps: StrictInt = Field(5, ge=0, description="steps in the separate profiled window (0: no profile)")
     diagnose: StrictBool = Field(True, description="count FLOPs, probe 2x the batch, and diagnose the bottleneck")
     timeout_s: float = Field(600, gt=0, description="a trial running longer is killed and recorded as timed out")
     prune_margin: float = Field(
-        0.2, ge=0, lt=1, description="a trial whose throughput is clearly (95% confidence) below the best so far less "
-                                     "this fraction stops its window early and skips profile, diagnosis and parity (0: never)")
+        0.2,
+        ge=0,
+        lt=1,
+        description="a trial whose throughput is clearly (95% confidence) below the best so far less "
+        "this fraction stops its window early and skips profile, diagnosis and parity (0: never)",
+    )
 
 
 class SearchSettings(_Strict):
     sampler: Literal["autotune", "tpe", "random", "grid"] = Field(
-        "autotune", description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
-                                "tpe, random: Optuna's samplers; grid: every point (a whole landscape)")
+        "autotune",
+        description="autotune: the baseline's diagnosis first, then one knob at a time, then TPE; "
+        "tpe, random: Optuna's samplers; grid: every point (a whole landscape)",
+    )
     n_trials: Optional[StrictInt] = Field(
-        None, ge=1, description="trials in all, the baseline included; the first limit reached (n_trials, "
-                                "time_budget_s, patience, nothing left to try) ends the search. Left out: 20, or "
-                                "with a time_budget_s no cap but the space's points")
-    time_budget_s: Optional[float] = Field(None, gt=0, description="stop starting trials after this many seconds "
-                                                                   "(or at n_trials, whichever is first)")
+        None,
+        ge=1,
+        description="trials in all, the baseline included; the first limit reached (n_trials, "
+        "time_budget_s, patience, nothing left to try) ends the search. Left out: 20, or "
+        "with a time_budget_s no cap but the space's points",
+    )
+    time_budget_s: Optional[float] = Field(
+        None, gt=0, description="stop starting trials after this many seconds (or at n_trials, whichever is first)"
+    )
     seed: StrictInt = Field(0, description="sampler seed")
     patience: Optional[StrictInt] = Field(
-        None, ge=1, description="stop after this many trials in a row without a gain above min_improvement (grid: never)")
+        None,
+        ge=1,
+        description="stop after this many trials in a row without a gain above min_improvement (grid: never)",
+    )
     min_improvement: float = Field(0.02, ge=0, description="a gain below this fraction is noise: it moves nothing")
     confirm_rounds: StrictInt = Field(
-        2, ge=0, description="after the trials, the baseline and the best measured again this many times each, "
-                             "interleaved, a fresh process each; the speedup reported is the median of the paired "
-                             "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
-                             "at most: stopping once a pair and the trials are both over 1.5x)")
+        2,
+        ge=0,
+        description="after the trials, the baseline and the best measured again this many times each, "
+        "interleaved, a fresh process each; the speedup reported is the median of the paired "
+        "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
+        "at most: stopping once a pair and the trials are both over 1.5x)",
+    )
 
 
 class Resources(_Strict):
     ray_address: Optional[str] = Field(None, description="an existing Ray cluster; default: a local Ray on 127.0.0.1")
     device: Literal["auto", "cpu", "cuda"] = Field("auto", description="where trials run")
     cpus_per_trial: Optional[StrictInt] = Field(
-        None, ge=1, description="default: num_workers + 1 with a GPU; without one, every CPU but one (one trial at a time)"
+        None,
+        ge=1,
+        description="default: num_workers + 1 with a GPU; without one, every CPU but one (one trial at a time)",
     )
     gpus_per_trial: Optional[float] = Field(None, ge=0, description="default: ranks_per_trial with CUDA, else 0")
     ranks_per_trial: StrictInt = Field(
-        1, ge=1, description="processes per trial, one device each (DDP or FSDP over torch.distributed: gloo on CPUs, "
-                             "nccl on GPUs); on a CPU host at most its CPUs")
+        1,
+        ge=1,
+        description="processes per trial, one device each (DDP or FSDP over torch.distributed: gloo on CPUs, "
+        "nccl on GPUs); on a CPU host at most its CPUs",
+    )
     rank_placement: Literal["pack", "spread"] = Field(
-        "pack", description="where a trial's ranks run: pack, on one node (forked by the trial process); spread, "
-                            "one rank per node of the Ray cluster (a STRICT_SPREAD placement group, each rank's "
-                            "bundle 1/ranks of the trial's CPUs, GPUs and custom resources)")
+        "pack",
+        description="where a trial's ranks run: pack, on one node (forked by the trial process); spread, "
+        "one rank per node of the Ray cluster (a STRICT_SPREAD placement group, each rank's "
+        "bundle 1/ranks of the trial's CPUs, GPUs and custom resources)",
+    )
     blocks: Optional[list[str]] = Field(
-        None, description="class names of the model's repeated blocks, for FSDP and activation checkpointing "
-                          "(default: the module class with two or more instances holding the most parameters)")
+        None,
+        description="class names of the model's repeated blocks, for FSDP and activation checkpointing "
+        "(default: the module class with two or more instances holding the most parameters)",
+    )
     memory_limit_gib: Optional[float] = Field(
-        None, gt=0, description="a forced memory limit per trial process: the C allocator's bytes in use (sampled "
-                                "every ms) above it, checked after each backward, end the trial as out of memory "
-                                "(shows on a CPU what a GPU's memory bounds)")
+        None,
+        gt=0,
+        description="a forced memory limit per trial process: the C allocator's bytes in use (sampled "
+        "every ms) above it, checked after each backward, end the trial as out of memory "
+        "(shows on a CPU what a GPU's memory bounds)",
+    )
     custom: dict[str, float] = Field(
-        default_factory=dict, description="custom Ray resources each trial needs, e.g. {gpu_h100: 1} for nodes "
-                                          "started with --resources='{\"gpu_h100\": 8}'")
+        default_factory=dict,
+        description="custom Ray resources each trial needs, e.g. {gpu_h100: 1} for nodes "
+        "started with --resources='{\"gpu_h100\": 8}'",
+    )
 
 
 class Safety(_Strict):
     level: Literal["strict", "numerics", "dynamics"] = Field(
-        "numerics", description="strict: only safe knobs; numerics: + precision/compile/cudnn when loss parity passes; "
-                                "dynamics: + batch size")
+        "numerics",
+        description="strict: only safe knobs; numerics: + precision/compile/cudnn when loss parity passes; "
+        "dynamics: + batch size",
+    )
     tolerance: float = Field(0.05, gt=0, description="multi-step deviations from the baseline below this always pass")
     parity_steps: StrictInt = Field(20, ge=2, description="training steps of the multi-step parity check")
     keep_effective_batch: StrictBool = Field(
-        False, description="search batch sizes that divide the baseline's, with gradient accumulation, "
-                           "so the optimization batch never changes")
+        False,
+        description="search batch sizes that divide the baseline's, with gradient accumulation, "
+        "so the optimization batch never changes",
+    )
 
 
 class Tracking(_Strict):
@@ -309,7 +386,9 @@ class Tracking(_Strict):
 class Spec(_Strict):
     name: Optional[str] = Field(None, description="the search's name; default: the spec file's stem")
     workload: WorkloadSpec
-    baseline: KnobSettings = Field(default_factory=KnobSettings, description="your current settings (default: PyTorch's)")
+    baseline: KnobSettings = Field(
+        default_factory=KnobSettings, description="your current settings (default: PyTorch's)"
+    )
     search_space: SearchSpaceSpec = Field(default_factory=SearchSpaceSpec)
     trial: TrialSpec = Field(default_factory=TrialSpec)
     search: SearchSettings = Field(default_factory=SearchSettings)
@@ -341,8 +420,10 @@ def check_output_dir(path: Path) -> None:
     written, or is on a read-only or full disk: before anything starts."""
     fix = "name a directory you can write (it is created) or leave output_dir out for runs/<name>-<timestamp>"
     if path.exists() and not path.is_dir():
-        raise SpecError(f"output_dir: `{path}` is a file, not a directory; name a directory "
-                        "(it is created) or leave output_dir out for runs/<name>-<timestamp>")
+        raise SpecError(
+            f"output_dir: `{path}` is a file, not a directory; name a directory "
+            "(it is created) or leave output_dir out for runs/<name>-<timestamp>"
+        )
     chain = (path.absolute(), *path.absolute().parents)
     existing = next(p for p in chain if p.is_dir())
     below = chain[chain.index(existing) - 1] if existing != chain[0] else None
@@ -358,12 +439,16 @@ def check_output_dir(path: Path) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".autotune-check-", dir=existing))
     except OSError as e:
         why = os.strerror(e.errno) if e.errno else str(e)
-        raise SpecError(f"output_dir: `{path}` cannot be written: creating a directory in `{existing}` fails "
-                        f"({why}{'; the disk is full' if e.errno == errno.ENOSPC else ''}); {fix}") from None
+        raise SpecError(
+            f"output_dir: `{path}` cannot be written: creating a directory in `{existing}` fails "
+            f"({why}{'; the disk is full' if e.errno == errno.ENOSPC else ''}); {fix}"
+        ) from None
     free = fs.f_bavail * fs.f_frsize
     if fs.f_blocks and free < MIN_FREE_BYTES:  # f_blocks 0: a pseudo file system that reports no sizes
-        raise SpecError(f"output_dir: `{path}` is on a full disk ({free >> 20} MiB free in `{existing}`; a search "
-                        f"needs at least {MIN_FREE_BYTES >> 20} MiB for its stores and trial files); {fix}")
+        raise SpecError(
+            f"output_dir: `{path}` is on a full disk ({free >> 20} MiB free in `{existing}`; a search "
+            f"needs at least {MIN_FREE_BYTES >> 20} MiB for its stores and trial files); {fix}"
+        )
 
 
 def _describe(err: dict) -> str:
@@ -380,15 +465,19 @@ def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> S
     """`factory_name`: a factory callable comes with the spec (`autotune.search(spec,
     workload=fn)`); the spec must not name another, and records it as `workload.pickled`."""
     if not isinstance(data, dict):
-        raise SpecError(f"{source}: the spec must be a YAML mapping with at least `workload`, got {type(data).__name__}")
+        raise SpecError(
+            f"{source}: the spec must be a YAML mapping with at least `workload`, got {type(data).__name__}"
+        )
     if factory_name is not None:
         wl = data.get("workload") or {}
         if not isinstance(wl, dict):
             raise SpecError(f"{source}: workload: expected a mapping (`args`, with a factory callable), got {wl!r}")
         named = next((f"{k}: {wl[k]}" for k in ("name", "factory", "pickled") if wl.get(k)), None)
         if named:
-            raise SpecError(f"{source}: workload: the spec names `{named}` and a factory callable (`{factory_name}`) "
-                            "was given; give one (leave workload.name and workload.factory out to use the callable)")
+            raise SpecError(
+                f"{source}: workload: the spec names `{named}` and a factory callable (`{factory_name}`) "
+                "was given; give one (leave workload.name and workload.factory out to use the callable)"
+            )
         data = {**data, "workload": {**wl, "pickled": factory_name}}
     data = _without_strategy(data, source)
     try:
@@ -398,7 +487,11 @@ def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> S
         lines = list(dict.fromkeys(_describe(err) for err in e.errors(include_url=False)))
         raise SpecError(f"{source}: " + "\n  ".join(lines)) from e
     if spec.name is None:  # the file's name, else the factory's
-        spec.name = Path(source).stem if source != "spec" else re.sub(r"\W", "", (factory_name or "").rsplit(".", 1)[-1]) or "search"
+        spec.name = (
+            Path(source).stem
+            if source != "spec"
+            else re.sub(r"\W", "", (factory_name or "").rsplit(".", 1)[-1]) or "search"
+        )
     return spec
 
 
@@ -409,8 +502,10 @@ def _without_strategy(data: dict, source: str) -> dict:
     if not isinstance(search, dict) or "strategy" not in search:
         return data
     if search["strategy"] != "v2":
-        raise SpecError(f"{source}: search.strategy: `{search['strategy']}` is gone; autotune searches one way "
-                        "(what v2 was): remove the line")
+        raise SpecError(
+            f"{source}: search.strategy: `{search['strategy']}` is gone; autotune searches one way "
+            "(what v2 was): remove the line"
+        )
     print(f"note: {source}: search.strategy: v2 is how autotune searches now; the line can go", file=sys.stderr)
     return {**data, "search": {k: v for k, v in search.items() if k != "strategy"}}
 

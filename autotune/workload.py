@@ -95,8 +95,10 @@ def resolve(ref: Source) -> Callable[..., Workload]:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # the user's module may fail in any way while importing
-        raise WorkloadError(f"workload factory `{target}`: cannot import `{module_name}`: {type(e).__name__}: {e}"
-                            + _import_hint(module_name, e)) from e
+        raise WorkloadError(
+            f"workload factory `{target}`: cannot import `{module_name}`: {type(e).__name__}: {e}"
+            + _import_hint(module_name, e)
+        ) from e
     factory = getattr(module, attr, None)
     if not callable(factory):
         raise WorkloadError(f"workload factory `{target}`: `{module_name}` has no function `{attr}`")
@@ -156,16 +158,20 @@ def _import_hint(module_name: str, e: Exception) -> str:
     if not isinstance(e, ModuleNotFoundError) or not e.name or not (module_name + ".").startswith(e.name + "."):
         return ""
     top = module_name.split(".")[0]
-    return (f"; run the search from the directory that contains `{top}` (trials import it the same way), "
-            f"or add that directory to PYTHONPATH")
+    return (
+        f"; run the search from the directory that contains `{top}` (trials import it the same way), "
+        f"or add that directory to PYTHONPATH"
+    )
 
 
 def check_factory(factory) -> None:
     """A factory given in Python must be a callable."""
     if isinstance(factory, str) or not callable(factory):
-        raise WorkloadError(f"workload: expected a factory callable returning autotune.Workload, got "
-                            f"{type(factory).__name__}; or leave it out and name the factory in the spec "
-                            "(workload.name or workload.factory)")
+        raise WorkloadError(
+            f"workload: expected a factory callable returning autotune.Workload, got "
+            f"{type(factory).__name__}; or leave it out and name the factory in the spec "
+            "(workload.name or workload.factory)"
+        )
 
 
 def dump_factory(factory) -> bytes:
@@ -186,8 +192,10 @@ def dump_factory(factory) -> bytes:
     try:
         return cloudpickle.dumps(factory)
     except Exception as e:  # whatever it closes over may refuse: a lock, an open file, a CUDA stream
-        raise WorkloadError(f"workload factory `{name_of(factory)}` cannot be pickled for the trial processes "
-                            f"({type(e).__name__}: {e}); build such objects inside the factory, not around it") from e
+        raise WorkloadError(
+            f"workload factory `{name_of(factory)}` cannot be pickled for the trial processes "
+            f"({type(e).__name__}: {e}); build such objects inside the factory, not around it"
+        ) from e
     finally:
         for module in modules:
             cloudpickle.unregister_pickle_by_value(module)
@@ -207,17 +215,26 @@ def load_factory(path: str, sha256: str | None = None) -> Callable[..., Workload
         with open(path, "rb") as f:
             blob = f.read()
     except OSError as e:
-        raise WorkloadError(f"workload: the pickled factory `{path}` cannot be read ({e.strerror}); it is the "
-                            f"search's {PICKLE_FILE}, kept in its run dir") from None
+        raise WorkloadError(
+            f"workload: the pickled factory `{path}` cannot be read ({e.strerror}); it is the "
+            f"search's {PICKLE_FILE}, kept in its run dir"
+        ) from None
     if sha256 and hashlib.sha256(blob).hexdigest() != sha256:
         raise WorkloadError(f"workload: `{path}` is not the pickled factory this trial was run with (sha256 differs)")
     try:
         return pickle.loads(blob)
     except Exception as e:  # a module the factory needs by reference, or another Python
-        hint = (f"; it uses `{e.name}` by reference: run from the directory the search ran from, or add that "
-                "directory to PYTHONPATH") if isinstance(e, ModuleNotFoundError) and e.name else ""
-        raise WorkloadError(f"workload: the pickled factory `{path}` cannot be loaded: {type(e).__name__}: {e}"
-                            + hint) from e
+        hint = (
+            (
+                f"; it uses `{e.name}` by reference: run from the directory the search ran from, or add that "
+                "directory to PYTHONPATH"
+            )
+            if isinstance(e, ModuleNotFoundError) and e.name
+            else ""
+        )
+        raise WorkloadError(
+            f"workload: the pickled factory `{path}` cannot be loaded: {type(e).__name__}: {e}" + hint
+        ) from e
 
 
 def trial_source(wl: dict[str, Any], base_dir: str = ".") -> Source:
@@ -237,8 +254,10 @@ def load(ref: Source, args: dict[str, Any] | None = None) -> Workload:
     except TypeError as e:
         raise WorkloadError(f"workload factory `{ref}` rejected its args {args or {}}: {e}") from e
     except Exception as e:  # the user's factory may fail in any way: one line, the traceback with --debug
-        raise WorkloadError(f"workload factory `{ref}` raised {type(e).__name__}: {e}; fix the factory or its "
-                            f"arguments (workload.args: {args or {}}); --debug shows the traceback") from e
+        raise WorkloadError(
+            f"workload factory `{ref}` raised {type(e).__name__}: {e}; fix the factory or its "
+            f"arguments (workload.args: {args or {}}); --debug shows the traceback"
+        ) from e
     if not isinstance(workload, Workload):
         raise WorkloadError(
             f"workload factory `{ref}` returned {type(workload).__name__}; it must return autotune.Workload"
@@ -248,8 +267,10 @@ def load(ref: Source, args: dict[str, Any] | None = None) -> Workload:
     try:
         n = len(workload.dataset)
     except TypeError:
-        raise WorkloadError(f"workload factory `{ref}`: the dataset ({type(workload.dataset).__name__}) has no len(); "
-                            "it must be a map-style Dataset (samples read in random order)") from None
+        raise WorkloadError(
+            f"workload factory `{ref}`: the dataset ({type(workload.dataset).__name__}) has no len(); "
+            "it must be a map-style Dataset (samples read in random order)"
+        ) from None
     if n == 0:
         raise WorkloadError(f"workload factory `{ref}`: the dataset is empty; nothing to train on")
     return workload
@@ -271,15 +292,19 @@ def user_knob_baseline(ref: Source, args: dict[str, Any], names) -> dict[str, An
     out = {}
     for name in names:
         if name not in params and not takes_any:
-            raise WorkloadError(f"search_space.workload_args.{name}: the factory `{ref}` takes no argument `{name}`; "
-                                f"it takes: {', '.join(params) or 'none'}")
+            raise WorkloadError(
+                f"search_space.workload_args.{name}: the factory `{ref}` takes no argument `{name}`; "
+                f"it takes: {', '.join(params) or 'none'}"
+            )
         if name in args:
             out[name] = args[name]
         elif name in params and params[name].default is not inspect.Parameter.empty:
             out[name] = params[name].default
         else:
-            raise WorkloadError(f"search_space.workload_args.{name}: the factory `{ref}` has no default for `{name}`; "
-                                f"give your current value in workload.args")
+            raise WorkloadError(
+                f"search_space.workload_args.{name}: the factory `{ref}` has no default for `{name}`; "
+                f"give your current value in workload.args"
+            )
     return out
 
 

@@ -61,8 +61,14 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
         model, optimizer = cfg.prepare(model, optimizer)
     scaler = cfg.grad_scaler()
     rank = int(os.environ.get("RANK", 0))
-    loader = torch.utils.data.DataLoader(wl.dataset, shuffle=True, drop_last=True, collate_fn=wl.collate_fn,
-                                         generator=torch.Generator().manual_seed(rank), **cfg.dataloader_kwargs())
+    loader = torch.utils.data.DataLoader(
+        wl.dataset,
+        shuffle=True,
+        drop_last=True,
+        collate_fn=wl.collate_fn,
+        generator=torch.Generator().manual_seed(rank),
+        **cfg.dataloader_kwargs(),
+    )
     device_sync = torch.cuda.synchronize if cfg.device_type == "cuda" else (lambda: None)
 
     def sync():  # every rank starts and ends the window together
@@ -99,8 +105,12 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
             torch.distributed.broadcast(rate, 0)
             fixed = max(4, int(rate.item() * window_s))
     sync()
-    out = {"samples_per_s": samples * ranks / (time.perf_counter() - t), "steps": steps,
-           "torch_threads": torch.get_num_threads(), "ranks": ranks}
+    out = {
+        "samples_per_s": samples * ranks / (time.perf_counter() - t),
+        "steps": steps,
+        "torch_threads": torch.get_num_threads(),
+        "ranks": ranks,
+    }
     if ranks > 1:
         torch.distributed.destroy_process_group()
     return out
@@ -111,8 +121,12 @@ def baseline_config(run_dir: Path, best: dict) -> dict:
     from autotune.knobs import KNOBS, workload_args
 
     base = json.loads((run_dir / "search.json").read_text())["space"]["baseline"]
-    return {**best, "knobs": {k: v for k, v in base.items() if k in KNOBS}, "workload_args": workload_args(base),
-            "safety": []}
+    return {
+        **best,
+        "knobs": {k: v for k, v in base.items() if k in KNOBS},
+        "workload_args": workload_args(base),
+        "safety": [],
+    }
 
 
 def main() -> None:
@@ -145,13 +159,38 @@ def main() -> None:
     measured = {name: [] for name in configs}
     print(f"{'rep':>3}  {'config':<8}  {'plain samples/s':>15}  {'steps':>6}  {'threads':>7}")
     for rep in range(args.reps):
-        for name in (list(configs) if rep % 2 == 0 else list(configs)[::-1]):  # interleaved, alternating
+        for name in list(configs) if rep % 2 == 0 else list(configs)[::-1]:  # interleaved, alternating
             ranks = (best.get("parallel") or {}).get("ranks", 1)
-            launch = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nnodes=1",
-                      f"--nproc-per-node={ranks}"] if ranks > 1 else [sys.executable]
-            proc = subprocess.run([*launch, __file__, str(args.run_dir), "--warmup", str(args.warmup),
-                                   "--window-s", str(args.window_s), "--child", str(tmp / f"{name}.yaml"),
-                                   json.dumps(best["workload"])], capture_output=True, text=True, env=ENV, timeout=1800)
+            launch = (
+                [
+                    sys.executable,
+                    "-m",
+                    "torch.distributed.run",
+                    "--standalone",
+                    "--nnodes=1",
+                    f"--nproc-per-node={ranks}",
+                ]
+                if ranks > 1
+                else [sys.executable]
+            )
+            proc = subprocess.run(
+                [
+                    *launch,
+                    __file__,
+                    str(args.run_dir),
+                    "--warmup",
+                    str(args.warmup),
+                    "--window-s",
+                    str(args.window_s),
+                    "--child",
+                    str(tmp / f"{name}.yaml"),
+                    json.dumps(best["workload"]),
+                ],
+                capture_output=True,
+                text=True,
+                env=ENV,
+                timeout=1800,
+            )
             if proc.returncode:
                 raise SystemExit(f"plain loop for {name} failed: {proc.stderr[-2000:]}")
             r = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -159,27 +198,43 @@ def main() -> None:
             print(f"{rep:>3}  {name:<8}  {r['samples_per_s']:>15.1f}  {r['steps']:>6}  {r['torch_threads']:>7}")
     plain = {name: statistics.median(v) for name, v in measured.items()}
     summary = {
-        "run_dir": str(args.run_dir), "device": best["device"].get("name"), "reps": args.reps,
+        "run_dir": str(args.run_dir),
+        "device": best["device"].get("name"),
+        "reps": args.reps,
         "ranks": (best.get("parallel") or {}).get("ranks", 1),  # >1: torchrun-launched, cfg.wrap
-        "best_knobs": best["knobs"], "workload_args": best.get("workload_args") or {},
+        "best_knobs": best["knobs"],
+        "workload_args": best.get("workload_args") or {},
         # the speedup the search claims (unknown where its re-measurement was disturbed: the trials' ratio, said)
-        "search": {**searched, "speedup_x": best["measured"]["speedup_x"] or best["measured"]["trials_speedup_x"],
-                   "figures": "re-measured" if source is confirmed else
-                   "trials (re-measurement: speedup unknown)" if best["measured"]["speedup_x"] is None else "trials",
-                   "trials_speedup_x": best["measured"].get("trials_speedup_x", best["measured"]["speedup_x"])},
-        "plain": {**plain, "speedup_x": plain["best"] / plain["baseline"],
-                  "range": {name: [min(v), max(v)] for name, v in measured.items()}},
+        "search": {
+            **searched,
+            "speedup_x": best["measured"]["speedup_x"] or best["measured"]["trials_speedup_x"],
+            "figures": "re-measured"
+            if source is confirmed
+            else "trials (re-measurement: speedup unknown)"
+            if best["measured"]["speedup_x"] is None
+            else "trials",
+            "trials_speedup_x": best["measured"].get("trials_speedup_x", best["measured"]["speedup_x"]),
+        },
+        "plain": {
+            **plain,
+            "speedup_x": plain["best"] / plain["baseline"],
+            "range": {name: [min(v), max(v)] for name, v in measured.items()},
+        },
     }
     summary["search_vs_plain"] = {name: searched[name] / plain[name] for name in configs}
     summary["speedup_claimed_vs_plain"] = summary["search"]["speedup_x"] / summary["plain"]["speedup_x"]
     print()
-    print(f"search figures: {summary['search']['figures']} (the trials' own speedup: "
-          f"{summary['search']['trials_speedup_x']:.2f}x)")
+    print(
+        f"search figures: {summary['search']['figures']} (the trials' own speedup: "
+        f"{summary['search']['trials_speedup_x']:.2f}x)"
+    )
     print(f"{'':<10}  {'search':>10}  {'plain loop':>10}  {'search / plain':>14}")
     for name in configs:
         print(f"{name:<10}  {searched[name]:>10.1f}  {plain[name]:>10.1f}  {summary['search_vs_plain'][name]:>14.3f}")
-    print(f"{'speedup':<10}  {summary['search']['speedup_x']:>9.2f}x  {summary['plain']['speedup_x']:>9.2f}x  "
-          f"{summary['speedup_claimed_vs_plain']:>14.3f}   (target: within 5%)")
+    print(
+        f"{'speedup':<10}  {summary['search']['speedup_x']:>9.2f}x  {summary['plain']['speedup_x']:>9.2f}x  "
+        f"{summary['speedup_claimed_vs_plain']:>14.3f}   (target: within 5%)"
+    )
     print(json.dumps(summary))
 
 

@@ -53,9 +53,15 @@ def plain_loop(config: dict, steps: int) -> dict:
         model = torch.compile(model, mode=None if k["compile"] == "default" else k["compile"])
     dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(k.get("precision"))
     scaler = torch.amp.GradScaler("cuda") if k.get("precision") == "16-mixed" else None
-    loader = DataLoader(wl.dataset, batch_size=batch_size, shuffle=True, drop_last=True,
-                        num_workers=k.get("num_workers", 0), pin_memory=bool(k.get("pin_memory")),
-                        generator=torch.Generator().manual_seed(0))
+    loader = DataLoader(
+        wl.dataset,
+        batch_size=batch_size,
+        shuffle=True,
+        drop_last=True,
+        num_workers=k.get("num_workers", 0),
+        pin_memory=bool(k.get("pin_memory")),
+        generator=torch.Generator().manual_seed(0),
+    )
     pin = bool(k.get("pin_memory"))
 
     def step(images, labels):
@@ -93,7 +99,7 @@ def run_child(args: list[str]) -> dict:
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=ENV, timeout=1800)
     if proc.returncode not in (0, 1):
         raise SystemExit(f"child failed ({proc.returncode}): {proc.stderr[-2000:]}")
-    return json.loads(proc.stdout[proc.stdout.index("{"):])
+    return json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
 def main() -> None:
@@ -101,11 +107,17 @@ def main() -> None:
 
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--workload", default="tiny_cnn")
-    p.add_argument("--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'")
+    p.add_argument(
+        "--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'"
+    )
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--cpus", type=int, default=None, help="torch threads for the trial and the plain loop (the "
-                                                          "num_threads knob; default: torch's)")
+    p.add_argument(
+        "--cpus",
+        type=int,
+        default=None,
+        help="torch threads for the trial and the plain loop (the num_threads knob; default: torch's)",
+    )
     p.add_argument("--mode", choices=["all", "repeat"], default="all", help="repeat: skip the plain-loop comparison")
     p.add_argument("--min-window-s", type=float, default=2.0)
     p.add_argument("--max-window-s", type=float, default=10.0)
@@ -117,9 +129,16 @@ def main() -> None:
         return
 
     knobs = {**parse_set(args.set), **({"num_threads": args.cpus} if args.cpus else {})}
-    config = {"workload": {"name": args.workload, "args": json.loads(args.args)}, "knobs": knobs, "warmup_steps": 5,
-              "measure_steps": 30, "min_window_s": args.min_window_s, "max_window_s": args.max_window_s,
-              "profile_steps": 5, "diagnose": False}
+    config = {
+        "workload": {"name": args.workload, "args": json.loads(args.args)},
+        "knobs": knobs,
+        "warmup_steps": 5,
+        "measure_steps": 30,
+        "min_window_s": args.min_window_s,
+        "max_window_s": args.max_window_s,
+        "profile_steps": 5,
+        "diagnose": False,
+    }
     tmp = Path(tempfile.mkdtemp(prefix="fidelity"))
     (tmp / "trial.json").write_text(json.dumps(config))
     trials, plains = [], []
@@ -128,7 +147,9 @@ def main() -> None:
         # alternate which runs first, so a drift of the machine hits both alike
         plain = None
         if args.mode == "all" and rep % 2:
-            plain = run_child([__file__, "--plain-child", str(tmp / "trial.json"), "--steps", str(trials[-1]["window_steps"])])
+            plain = run_child(
+                [__file__, "--plain-child", str(tmp / "trial.json"), "--steps", str(trials[-1]["window_steps"])]
+            )
         r = run_child(["-m", "autotune.trial", str(tmp / "trial.json")])
         if r["status"] != "ok":
             raise SystemExit(f"trial failed: {r.get('error_type')}: {r.get('error')}")
@@ -138,8 +159,10 @@ def main() -> None:
             plain = run_child([__file__, "--plain-child", str(tmp / "trial.json"), "--steps", str(m["window_steps"])])
         if plain:
             plains.append(plain["samples_per_s"])
-        print(f"{rep:>3}  {m['samples_per_s']:>15.1f}  {m['window_steps']:>6}  {m['step_mean_ci95']:>6.1%}  "
-              f"{m.get('profiler_overhead_frac', float('nan')):>8.1%}  {plain['samples_per_s'] if plain else float('nan'):>15.1f}")
+        print(
+            f"{rep:>3}  {m['samples_per_s']:>15.1f}  {m['window_steps']:>6}  {m['step_mean_ci95']:>6.1%}  "
+            f"{m.get('profiler_overhead_frac', float('nan')):>8.1%}  {plain['samples_per_s'] if plain else float('nan'):>15.1f}"
+        )
     tput = [m["samples_per_s"] for m in trials]
     cv = statistics.stdev(tput) / statistics.mean(tput) if len(tput) > 1 else None
     summary = {

@@ -61,34 +61,66 @@ def make_workload(optimizer: str = "sgd", batch_size: int = 64, image_size: int 
 
     cls, kwargs = OPTIMIZERS[optimizer]
     build = {"resnet18": lambda: torchvision.models.resnet18(weights=None, num_classes=10), "tiny_cnn": tiny_cnn}[model]
-    return Workload(model=build,
-                    dataset=ImagePool(image_size), loss=loss, batch_size=batch_size,
-                    optimizer=lambda params: getattr(torch.optim, cls)(params, **kwargs),
-                    preprocess=normalize_on_device)
+    return Workload(
+        model=build,
+        dataset=ImagePool(image_size),
+        loss=loss,
+        batch_size=batch_size,
+        optimizer=lambda params: getattr(torch.optim, cls)(params, **kwargs),
+        preprocess=normalize_on_device,
+    )
 
 
 def measure(args, optimizer: str, fused: bool, cuda: bool, tmp: Path) -> dict:
     """One fresh trial process: the timed window only (no profile, no diagnosis)."""
     from bench_fidelity import run_child
 
-    knobs = {"batch_size": args.batch_size, "precision": args.precision, "channels_last": args.channels_last,
-             "num_workers": args.workers, "pin_memory": cuda and args.workers > 0, "fused_optimizer": fused}
-    config = {"workload": {"factory": FACTORY, "args": {"optimizer": optimizer, "batch_size": args.batch_size,
-                                                       "image_size": args.image_size, "model": args.model}},
-              "knobs": knobs, "warmup_steps": args.warmup, "measure_steps": args.measure_steps,
-              "min_window_s": args.min_window_s, "max_window_s": args.max_window_s, "profile_steps": 0,
-              "diagnose": False}
+    knobs = {
+        "batch_size": args.batch_size,
+        "precision": args.precision,
+        "channels_last": args.channels_last,
+        "num_workers": args.workers,
+        "pin_memory": cuda and args.workers > 0,
+        "fused_optimizer": fused,
+    }
+    config = {
+        "workload": {
+            "factory": FACTORY,
+            "args": {
+                "optimizer": optimizer,
+                "batch_size": args.batch_size,
+                "image_size": args.image_size,
+                "model": args.model,
+            },
+        },
+        "knobs": knobs,
+        "warmup_steps": args.warmup,
+        "measure_steps": args.measure_steps,
+        "min_window_s": args.min_window_s,
+        "max_window_s": args.max_window_s,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
     path = tmp / f"{optimizer}-{fused}.json"
     path.write_text(json.dumps(config))
     r = run_child(["-m", "autotune.trial", str(path)])
     if r["status"] != "ok":
-        raise SystemExit(f"bench_fused: {optimizer} fused={fused}: {r['status']}: {r.get('error_type')}: {r.get('error')}")
+        raise SystemExit(
+            f"bench_fused: {optimizer} fused={fused}: {r['status']}: {r.get('error_type')}: {r.get('error')}"
+        )
     if r.get("optimizer_fused") is not fused:  # what ran must be what was asked
         raise SystemExit(f"bench_fused: {optimizer} fused={fused} ran with optimizer_fused={r.get('optimizer_fused')}")
     m = r["metrics"]
-    return {"optimizer": r["optimizer"], "fused": fused, "samples_per_s": m["samples_per_s"],
-            "step_ms": m["step_ms_mean"], "step_time_cv": m["step_time_cv"], "data_wait_frac": m["data_wait_frac"],
-            "device": r["device"]["name"], "torch": r["torch"]}
+    return {
+        "optimizer": r["optimizer"],
+        "fused": fused,
+        "samples_per_s": m["samples_per_s"],
+        "step_ms": m["step_ms_mean"],
+        "step_time_cv": m["step_time_cv"],
+        "data_wait_frac": m["data_wait_frac"],
+        "device": r["device"]["name"],
+        "torch": r["torch"],
+    }
 
 
 def effect(runs: list[dict]) -> dict:
@@ -97,10 +129,14 @@ def effect(runs: list[dict]) -> dict:
     ratios = [f["samples_per_s"] / u["samples_per_s"] for u, f in pairs]
     unfused = statistics.median(u["samples_per_s"] for u, _ in pairs)
     fused = statistics.median(f["samples_per_s"] for _, f in pairs)
-    return {"unfused_samples_per_s": round(unfused, 2), "fused_samples_per_s": round(fused, 2),
-            "speedup_x": round(statistics.median(ratios), 4), "speedup_low": round(min(ratios), 4),
-            "speedup_high": round(max(ratios), 4),
-            "saved_ms_per_step": round(statistics.median(u["step_ms"] - f["step_ms"] for u, f in pairs), 3)}
+    return {
+        "unfused_samples_per_s": round(unfused, 2),
+        "fused_samples_per_s": round(fused, 2),
+        "speedup_x": round(statistics.median(ratios), 4),
+        "speedup_low": round(min(ratios), 4),
+        "speedup_high": round(max(ratios), 4),
+        "saved_ms_per_step": round(statistics.median(u["step_ms"] - f["step_ms"] for u, f in pairs), 3),
+    }
 
 
 def main() -> None:
@@ -128,29 +164,49 @@ def main() -> None:
     cuda = torch.cuda.is_available()
     args.workers = (4 if cuda else 0) if args.workers is None else args.workers
     tmp = Path(tempfile.mkdtemp(prefix="bench_fused"))
-    print(f"{args.model} at {args.image_size} px, batch {args.batch_size}, {args.precision}, "
-          f"{'channels_last' if args.channels_last else 'contiguous'}, {args.workers} loader workers; "
-          f"{args.reps} reps, a fresh process each, interleaved")
+    print(
+        f"{args.model} at {args.image_size} px, batch {args.batch_size}, {args.precision}, "
+        f"{'channels_last' if args.channels_last else 'contiguous'}, {args.workers} loader workers; "
+        f"{args.reps} reps, a fresh process each, interleaved"
+    )
     print(f"{'rep':>3}  {'optimizer':9} {'fused':5}  {'samples/s':>10}  {'step ms':>8}  {'cv':>6}  {'data wait':>9}")
     runs: dict[str, list[dict]] = {o: [] for o in optimizers}
     for rep in range(args.reps):
         for o in optimizers:
-            for fused in ((False, True) if rep % 2 == 0 else (True, False)):
+            for fused in (False, True) if rep % 2 == 0 else (True, False):
                 r = measure(args, o, fused, cuda, tmp)
                 runs[o].append({"rep": rep, **r})
-                print(f"{rep:>3}  {o:9} {str(fused):5}  {r['samples_per_s']:>10.1f}  {r['step_ms']:>8.2f}  "
-                      f"{r['step_time_cv']:>6.1%}  {r['data_wait_frac']:>9.1%}", flush=True)
+                print(
+                    f"{rep:>3}  {o:9} {str(fused):5}  {r['samples_per_s']:>10.1f}  {r['step_ms']:>8.2f}  "
+                    f"{r['step_time_cv']:>6.1%}  {r['data_wait_frac']:>9.1%}",
+                    flush=True,
+                )
     effects = {o: effect(rs) for o, rs in runs.items()}
     print()
     print(f"{'optimizer':9}  {'unfused/s':>10}  {'fused/s':>10}  {'fused/unfused (pairs)':>24}  {'saved ms/step':>13}")
     for o, e in effects.items():
-        print(f"{o:9}  {e['unfused_samples_per_s']:>10.1f}  {e['fused_samples_per_s']:>10.1f}  "
-              f"{e['speedup_x']:>8.3f}x ({e['speedup_low']:.3f}-{e['speedup_high']:.3f})  {e['saved_ms_per_step']:>13.2f}")
+        print(
+            f"{o:9}  {e['unfused_samples_per_s']:>10.1f}  {e['fused_samples_per_s']:>10.1f}  "
+            f"{e['speedup_x']:>8.3f}x ({e['speedup_low']:.3f}-{e['speedup_high']:.3f})  {e['saved_ms_per_step']:>13.2f}"
+        )
     first = runs[optimizers[0]][0]
-    print(json.dumps({"device": first["device"], "torch": first["torch"], "model": args.model,
-                      "image_size": args.image_size, "batch_size": args.batch_size, "precision": args.precision,
-                      "channels_last": args.channels_last, "workers": args.workers, "reps": args.reps,
-                      "effects": effects, "runs": runs}))
+    print(
+        json.dumps(
+            {
+                "device": first["device"],
+                "torch": first["torch"],
+                "model": args.model,
+                "image_size": args.image_size,
+                "batch_size": args.batch_size,
+                "precision": args.precision,
+                "channels_last": args.channels_last,
+                "workers": args.workers,
+                "reps": args.reps,
+                "effects": effects,
+                "runs": runs,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -37,9 +37,15 @@ def trials(run_dir: Path) -> list[dict]:
         if r.status not in ("ok", "pruned") or not r.metrics.get("samples_per_s"):
             continue
         diagnosed = M.rates_of(r.metrics)
-        out.append({"number": r.number, "knobs": r.knobs, "measured": r.metrics["samples_per_s"],
-                    "rates": diagnosed or {"samples_per_s": r.metrics["samples_per_s"]},
-                    "cpu": result.device.type == "cpu"})
+        out.append(
+            {
+                "number": r.number,
+                "knobs": r.knobs,
+                "measured": r.metrics["samples_per_s"],
+                "rates": diagnosed or {"samples_per_s": r.metrics["samples_per_s"]},
+                "cpu": result.device.type == "cpu",
+            }
+        )
     return out
 
 
@@ -77,13 +83,20 @@ def main(argv=None) -> dict:
         rows = replay(trials(run))
         everything += rows
         before, now = median_error([(b, m) for _, b, _, m in rows]), median_error([(n, m) for _, _, n, m in rows])
-        report[str(run)] = {"trials": len(rows), "before": before, "now": now,
-                            "per_trial": [[n, round(b, 1), round(w, 1), round(m, 1)] for n, b, w, m in rows]}
+        report[str(run)] = {
+            "trials": len(rows),
+            "before": before,
+            "now": now,
+            "per_trial": [[n, round(b, 1), round(w, 1), round(m, 1)] for n, b, w, m in rows],
+        }
         print(f"{str(run)[-48:]:48s} {len(rows):6d} {_pct(before):>8s} {_pct(now):>8s}")
     if not report:
         ap.error("none of the dirs holds a trials.csv and search.json: pass search output dirs")
-    total = {"trials": len(everything), "before": median_error([(b, m) for _, b, _, m in everything]),
-             "now": median_error([(n, m) for _, _, n, m in everything])}
+    total = {
+        "trials": len(everything),
+        "before": median_error([(b, m) for _, b, _, m in everything]),
+        "now": median_error([(n, m) for _, _, n, m in everything]),
+    }
     print(f"{'all':48s} {total['trials']:6d} {total['before'] or 0:8.1%} {total['now'] or 0:8.1%}")
     result = {"runs": report, "all": total}
     print(json.dumps(result))

@@ -111,8 +111,9 @@ class Job:
     def fixed(self, seconds: float, **knobs) -> float:
         return train(self.loader(**knobs), self.model, self.opt, seconds, skip_s=min(2.0, seconds / 3))["rate"]
 
-    def online(self, seconds: float, lines: list, knobs: dict | None = None, skip_s: float = 0.0,
-               **kw) -> tuple[dict, OnlineLoader]:
+    def online(
+        self, seconds: float, lines: list, knobs: dict | None = None, skip_s: float = 0.0, **kw
+    ) -> tuple[dict, OnlineLoader]:
         online = OnlineLoader(self.loader(**(knobs or {})), log=lines.append, **kw)
         return train(_epochs(online), self.model, self.opt, seconds, skip_s), online
 
@@ -146,12 +147,21 @@ def start_wrong(a) -> dict:
     again = job.fixed(10 * a.scale, **knobs_of(best_n))  # the best fixed config, next to the online run's end
     best_side = statistics.mean([best_rate, again])
     final = trailing(run["trace"], end, 10 * a.scale)
-    return {"best_fixed": {"num_workers": best_n, "grid": {n: round(r, 1) for n, r in grid.items()},
-                           "samples_per_s": round(best_side, 1), "again": round(again, 1)},
-            "start_samples_per_s": round(start, 1), "online_last_10s": round(final, 1),
-            "online_ended_at": online.summary()["settings"], "changes": changes(lines),
-            "vs_best_fixed": round(final / best_side, 3), "vs_start": round(final / start, 2) if start else None,
-            "seconds_to_5pct": first_within(run["trace"], best_side)}
+    return {
+        "best_fixed": {
+            "num_workers": best_n,
+            "grid": {n: round(r, 1) for n, r in grid.items()},
+            "samples_per_s": round(best_side, 1),
+            "again": round(again, 1),
+        },
+        "start_samples_per_s": round(start, 1),
+        "online_last_10s": round(final, 1),
+        "online_ended_at": online.summary()["settings"],
+        "changes": changes(lines),
+        "vs_best_fixed": round(final / best_side, 3),
+        "vs_start": round(final / start, 2) if start else None,
+        "seconds_to_5pct": first_within(run["trace"], best_side),
+    }
 
 
 def hog() -> subprocess.Popen:
@@ -172,11 +182,18 @@ def busy_host(a, best_n: int) -> dict:
     finally:
         h.kill()
         h.wait()
-    return {"before_hog": round(before, 1), "online_second_window": round(second, 1),
-            "best_fixed_under_hog": {"num_workers": best_n_hog, "samples_per_s": round(best_hog, 1),
-                                     "grid": {n: round(r, 1) for n, r in grid.items()}},
-            "online_ended_at": online.summary()["settings"], "changes": changes(lines),
-            "vs_best_fixed": round(second / best_hog, 3) if best_hog else None}
+    return {
+        "before_hog": round(before, 1),
+        "online_second_window": round(second, 1),
+        "best_fixed_under_hog": {
+            "num_workers": best_n_hog,
+            "samples_per_s": round(best_hog, 1),
+            "grid": {n: round(r, 1) for n, r in grid.items()},
+        },
+        "online_ended_at": online.summary()["settings"],
+        "changes": changes(lines),
+        "vs_best_fixed": round(second / best_hog, 3) if best_hog else None,
+    }
 
 
 def per_step_cost(reps: int = 7, steps: int = 3000) -> dict:
@@ -192,8 +209,11 @@ def per_step_cost(reps: int = 7, steps: int = 3000) -> dict:
             for _ in range(steps):
                 next(it)
             out.append((time.perf_counter() - t) / steps)
-    return {"plain_us": round(1e6 * min(plain_t), 2), "online_us": round(1e6 * min(online_t), 2),
-            "cost_us": round(1e6 * (min(online_t) - min(plain_t)), 2)}
+    return {
+        "plain_us": round(1e6 * min(plain_t), 2),
+        "online_us": round(1e6 * min(online_t), 2),
+        "cost_us": round(1e6 * (min(online_t) - min(plain_t)), 2),
+    }
 
 
 def nothing_to_do(a) -> dict:
@@ -208,10 +228,16 @@ def nothing_to_do(a) -> dict:
     ratios = [f / o for f, o in zip(off, on)]
     step_s = 64 / statistics.mean(off)
     cost = per_step_cost()
-    return {"off": [round(x, 1) for x in off], "on": [round(x, 1) for x in on],
-            "slowdown": round(statistics.mean(ratios), 3), "slowdown_range": [round(min(ratios), 3), round(max(ratios), 3)],
-            "changes": n_changes, "step_ms": round(1e3 * step_s, 2), "per_step": cost,
-            "per_step_cost_pct": round(100 * cost["cost_us"] * 1e-6 / step_s, 3)}
+    return {
+        "off": [round(x, 1) for x in off],
+        "on": [round(x, 1) for x in on],
+        "slowdown": round(statistics.mean(ratios), 3),
+        "slowdown_range": [round(min(ratios), 3), round(max(ratios), 3)],
+        "changes": n_changes,
+        "step_ms": round(1e3 * step_s, 2),
+        "per_step": cost,
+        "per_step_cost_pct": round(100 * cost["cost_us"] * 1e-6 / step_s, 3),
+    }
 
 
 def too_many(a) -> dict:
@@ -227,11 +253,18 @@ def too_many(a) -> dict:
     near.online(20 * a.scale, ram_lines, ram_budget_gib=budget)
     ram_changes = changes(ram_lines)
     max_pss = max([c["after"]["pss_gib"] for c in ram_changes] + [c["before"]["pss_gib"] for c in ram_changes] + [0])
-    return {"ended_at": online.summary()["settings"], "changes": ch,
-            "first_window": first, "last_10s_samples_per_s": round(trailing(run["trace"], end, 10 * a.scale), 1),
-            "ram": {"budget_gib": round(budget, 3), "max_pss_gib": round(max_pss, 3),
-                    "refused": sum('"event": "refused"' in line for line in ram_lines),
-                    "kept_past_budget": sum(c["kept"] and c["after"]["pss_gib"] > budget for c in ram_changes)}}
+    return {
+        "ended_at": online.summary()["settings"],
+        "changes": ch,
+        "first_window": first,
+        "last_10s_samples_per_s": round(trailing(run["trace"], end, 10 * a.scale), 1),
+        "ram": {
+            "budget_gib": round(budget, 3),
+            "max_pss_gib": round(max_pss, 3),
+            "refused": sum('"event": "refused"' in line for line in ram_lines),
+            "kept_past_budget": sum(c["kept"] and c["after"]["pss_gib"] > budget for c in ram_changes),
+        },
+    }
 
 
 def same_batches(a) -> dict:
@@ -259,15 +292,25 @@ def _ddp_rank(rank: int, port: int, a, out: str):
     model = DistributedDataParallel(toy_cnn())
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     lines: list = []
-    online = OnlineLoader(DataLoader(ds, batch_size=a.batch_size, sampler=DistributedSampler(ds, seed=0)),
-                          cpu_budget=a.ddp_cpu_budget, log=lines.append)
+    online = OnlineLoader(
+        DataLoader(ds, batch_size=a.batch_size, sampler=DistributedSampler(ds, seed=0)),
+        cpu_budget=a.ddp_cpu_budget,
+        log=lines.append,
+    )
     run = train(_epochs(online), model, opt, 45 * a.scale)
     end = run["trace"][-1][0]
     dist.destroy_process_group()
-    Path(out, f"{rank}.json").write_text(json.dumps({
-        "cpu_budget": online.cpu_budget, "first_10s": round(trailing(run["trace"], 10, 10), 1),
-        "last_10s": round(trailing(run["trace"], end, 10), 1), "ended_at": online.summary()["settings"],
-        "changes": changes(lines)}))
+    Path(out, f"{rank}.json").write_text(
+        json.dumps(
+            {
+                "cpu_budget": online.cpu_budget,
+                "first_10s": round(trailing(run["trace"], 10, 10), 1),
+                "last_10s": round(trailing(run["trace"], end, 10), 1),
+                "ended_at": online.summary()["settings"],
+                "changes": changes(lines),
+            }
+        )
+    )
 
 
 def ddp(a) -> dict:
@@ -292,9 +335,15 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--crop", type=int, default=256)
     p.add_argument("--only", default="start_wrong,busy_host,nothing_to_do,too_many,same_batches,ddp")
-    p.add_argument("--ddp-cpu-budget", type=float, default=None,
-                   help="each rank's cpu_budget (default: its share, affinity's cores less one per rank)")
-    p.add_argument("--threads", type=int, default=1, help="the main process's intra-op threads (the workers get the rest)")
+    p.add_argument(
+        "--ddp-cpu-budget",
+        type=float,
+        default=None,
+        help="each rank's cpu_budget (default: its share, affinity's cores less one per rank)",
+    )
+    p.add_argument(
+        "--threads", type=int, default=1, help="the main process's intra-op threads (the workers get the rest)"
+    )
     a = p.parse_args()
     torch.set_num_threads(a.threads)
     only = a.only.split(",")
@@ -334,7 +383,9 @@ def main() -> None:
 def move(c: dict) -> str:
     """One change in a table cell: what moved, kept or not, the measured before and after."""
     a, b = c["from"], c["to"]
-    what = " ".join(f"{k} {a[k]}->{b[k]}" for k in a if a[k] != b[k] and not (k == "prefetch_factor" and None in (a[k], b[k])))
+    what = " ".join(
+        f"{k} {a[k]}->{b[k]}" for k in a if a[k] != b[k] and not (k == "prefetch_factor" and None in (a[k], b[k]))
+    )
     if "startup_s" in c["before"]:
         measured = f"start-up {c['before']['startup_s']}->{c['after']['startup_s']} s"
     else:

@@ -41,47 +41,72 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=5, help="trials per launcher")
     p.add_argument("--window-s", type=float, default=1.0)
     args = p.parse_args()
-    config = {"workload": {"name": args.workload, "args": json.loads(args.args)}, "knobs": parse_set(args.set),
-              "warmup_steps": 3, "measure_steps": 5, "min_window_s": args.window_s, "max_window_s": args.window_s,
-              "profile_steps": 0, "diagnose": False}
+    config = {
+        "workload": {"name": args.workload, "args": json.loads(args.args)},
+        "knobs": parse_set(args.set),
+        "warmup_steps": 3,
+        "measure_steps": 5,
+        "min_window_s": args.window_s,
+        "max_window_s": args.window_s,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
     tmp = Path(tempfile.mkdtemp(prefix="overhead"))
     rows = {"spawn": [], "fork": []}
     t = time.perf_counter()
     server_start_s = None
-    print(f"{'trial':>5}  {'launcher':<8}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}"
-          f"  {'step_ms_max':>11}  {'step_cv':>7}")
+    print(
+        f"{'trial':>5}  {'launcher':<8}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}"
+        f"  {'step_ms_max':>11}  {'step_cv':>7}"
+    )
     for i in range(args.trials):
-        for launcher in (("spawn", "fork") if i % 2 == 0 else ("fork", "spawn")):
+        for launcher in ("spawn", "fork") if i % 2 == 0 else ("fork", "spawn"):
             fresh = launcher == "fork" and not _servers
             t = time.perf_counter()
             r = run_in_process(config, tmp / f"{i:03d}-{launcher}", 600, str(ROOT), {}, launcher=launcher)
             if r.get("status") != "ok":
                 raise SystemExit(f"trial failed: {r.get('error_type')}: {r.get('error')}")
             m = r["metrics"]
-            row = {"first_step_s": m["first_step_s"], "fixed_cost_s": r["trial_wall_s"] - m["warmup_s"] - m["window_s"],
-                   "trial_wall_s": r["trial_wall_s"], "samples_per_s": m["samples_per_s"],
-                   "step_ms_max": m["step_ms_max"], "step_time_cv": m["step_time_cv"]}
+            row = {
+                "first_step_s": m["first_step_s"],
+                "fixed_cost_s": r["trial_wall_s"] - m["warmup_s"] - m["window_s"],
+                "trial_wall_s": r["trial_wall_s"],
+                "samples_per_s": m["samples_per_s"],
+                "step_ms_max": m["step_ms_max"],
+                "step_time_cv": m["step_time_cv"],
+            }
             if fresh:  # the server's imports, paid once per search, not per trial
                 server_start_s = time.perf_counter() - t - r["trial_wall_s"] + row["fixed_cost_s"]
             rows[launcher].append(row)
-            print(f"{i:>5}  {launcher:<8}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "
-                  f"{row['trial_wall_s']:>12.2f}  {row['samples_per_s']:>10.1f}  {row['step_ms_max']:>11.1f}"
-                  f"  {row['step_time_cv']:>7.2f}")
+            print(
+                f"{i:>5}  {launcher:<8}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "
+                f"{row['trial_wall_s']:>12.2f}  {row['samples_per_s']:>10.1f}  {row['step_ms_max']:>11.1f}"
+                f"  {row['step_time_cv']:>7.2f}"
+            )
 
     def medians(launcher):
-        return {k: statistics.median(r[k] for r in rows[launcher])
-                for k in ("first_step_s", "fixed_cost_s", "samples_per_s", "step_ms_max", "step_time_cv")}
+        return {
+            k: statistics.median(r[k] for r in rows[launcher])
+            for k in ("first_step_s", "fixed_cost_s", "samples_per_s", "step_ms_max", "step_time_cv")
+        }
 
     import torch
 
-    summary = {"device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu", "trials": args.trials,
-               "workload": args.workload, "old": medians("spawn"), "new": medians("fork"),
-               "fork_server_first_trial_fixed_cost_s": server_start_s}
-    print(f"\nmedians over {args.trials} trials each: first_step_s {summary['old']['first_step_s']:.2f} -> "
-          f"{summary['new']['first_step_s']:.2f} s, fixed cost {summary['old']['fixed_cost_s']:.2f} -> "
-          f"{summary['new']['fixed_cost_s']:.2f} s per trial (the server's first trial: {server_start_s:.2f} s); "
-          f"step-time CV {summary['old']['step_time_cv']:.2f} -> {summary['new']['step_time_cv']:.2f}, slowest step "
-          f"{summary['old']['step_ms_max']:.1f} -> {summary['new']['step_ms_max']:.1f} ms")
+    summary = {
+        "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+        "trials": args.trials,
+        "workload": args.workload,
+        "old": medians("spawn"),
+        "new": medians("fork"),
+        "fork_server_first_trial_fixed_cost_s": server_start_s,
+    }
+    print(
+        f"\nmedians over {args.trials} trials each: first_step_s {summary['old']['first_step_s']:.2f} -> "
+        f"{summary['new']['first_step_s']:.2f} s, fixed cost {summary['old']['fixed_cost_s']:.2f} -> "
+        f"{summary['new']['fixed_cost_s']:.2f} s per trial (the server's first trial: {server_start_s:.2f} s); "
+        f"step-time CV {summary['old']['step_time_cv']:.2f} -> {summary['new']['step_time_cv']:.2f}, slowest step "
+        f"{summary['old']['step_ms_max']:.1f} -> {summary['new']['step_ms_max']:.1f} ms"
+    )
     print(json.dumps(summary))
 
 

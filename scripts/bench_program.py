@@ -40,30 +40,45 @@ from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.trial.measure import T95, Z95  # noqa: E402
 
 
-def run_once(command: list[str], cwd: str, config: Path, steps: int, warmup: int, timeout: float,
-             own_env: dict[str, str] | None = None) -> dict:
+def run_once(
+    command: list[str],
+    cwd: str,
+    config: Path,
+    steps: int,
+    warmup: int,
+    timeout: float,
+    own_env: dict[str, str] | None = None,
+) -> dict:
     """One fresh process of the program in production mode: its samples/s after warm-up."""
     with tempfile.TemporaryDirectory() as tmp:
         log = Path(tmp) / "steps.json"
-        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS",
-                                                                  "AUTOTUNE_TRIAL")}
-        env.update({"AUTOTUNE_CONFIG": str(config), STEP_LOG_ENV: str(log), STOP_AFTER_ENV: str(steps),
-                    "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))})
+        env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "AUTOTUNE_TRIAL")}
+        env.update(
+            {
+                "AUTOTUNE_CONFIG": str(config),
+                STEP_LOG_ENV: str(log),
+                STOP_AFTER_ENV: str(steps),
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+            }
+        )
         env = {k: v for k, v in {**env, **(own_env or {})}.items() if v != ""}  # its searched environment ('': unset)
         env = instrument.with_env(env)  # a Trainer script's knobs and step log come through the instrumentation
         started = time.perf_counter()
-        proc = subprocess.run(program_command(command), cwd=cwd, env=env, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.run(
+            program_command(command), cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout
+        )
         wall = time.perf_counter() - started
         if not log.exists():
-            raise SystemExit(f"error: `{' '.join(command)}` wrote no step log (exit {proc.returncode}): "
-                             f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}")
+            raise SystemExit(
+                f"error: `{' '.join(command)}` wrote no step log (exit {proc.returncode}): "
+                f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}"
+            )
         data = json.loads(log.read_text())
     marks, samples = data["marks"], data["samples"]
     if len(marks) <= warmup + 2:
         raise SystemExit(f"error: the program ran {len(marks)} steps; --warmup {warmup} needs more (--steps)")
     span = marks[-1] - marks[warmup]
-    return {"samples_per_s": sum(samples[warmup + 1:]) / span, "steps": len(marks) - warmup - 1, "wall_s": wall}
+    return {"samples_per_s": sum(samples[warmup + 1 :]) / span, "steps": len(marks) - warmup - 1, "wall_s": wall}
 
 
 def interval(xs: list[float]) -> tuple[float, float]:
@@ -87,16 +102,23 @@ def main(argv=None) -> int:
     spec = yaml.safe_load((run / "spec.yaml").read_text())
     wl = spec["workload"]
     if not wl.get("command"):
-        print(f"error: {run} is not a search of a program (no workload.command); see scripts/bench_exported.py",
-              file=sys.stderr)
+        print(
+            f"error: {run} is not a search of a program (no workload.command); see scripts/bench_exported.py",
+            file=sys.stderr,
+        )
         return 2
     cwd = wl.get("dir") or "."
     with tempfile.TemporaryDirectory() as tmp:
         nothing = Path(tmp) / "baseline.yaml"
         nothing.write_text(yaml.safe_dump({"knobs": {}, "device": best.get("device") or {}}))
-        sides = {"baseline": (wl["command"], nothing, {}),
-                 "best": (best["workload"].get("command") or wl["command"], (run / "best_config.yaml").resolve(),
-                          best["workload"].get("env") or {})}
+        sides = {
+            "baseline": (wl["command"], nothing, {}),
+            "best": (
+                best["workload"].get("command") or wl["command"],
+                (run / "best_config.yaml").resolve(),
+                best["workload"].get("env") or {},
+            ),
+        }
         rows = {"baseline": [], "best": []}
         load = []
         for i in range(args.pairs):
@@ -112,15 +134,29 @@ def main(argv=None) -> int:
     print(f"{'pair':>4}  {'baseline samples/s':>18}  {'best samples/s':>14}  {'speedup':>7}")
     for i, (a, b, s) in enumerate(zip(rows["baseline"], rows["best"], speedups)):
         print(f"{i:>4}  {a['samples_per_s']:>18.2f}  {b['samples_per_s']:>14.2f}  {s:>6.3f}x")
-    print(f"program's own speedup {mean:.3f}x +-{half:.3f} (95%, {args.pairs} pairs); claimed {claimed:.3f}x: "
-          f"{'agrees' if agrees else 'DISAGREES'} (within 5% or inside the interval); load avg "
-          f"{min(load):.1f}-{max(load):.1f}")
+    print(
+        f"program's own speedup {mean:.3f}x +-{half:.3f} (95%, {args.pairs} pairs); claimed {claimed:.3f}x: "
+        f"{'agrees' if agrees else 'DISAGREES'} (within 5% or inside the interval); load avg "
+        f"{min(load):.1f}-{max(load):.1f}"
+    )
     best_cmd = " ".join(sides["best"][0])
-    print(json.dumps({"run_dir": str(run), "best_command": best_cmd, "claimed_speedup_x": claimed,
-                      "program_speedup_x": round(mean, 4), "program_speedup_ci95": round(half, 4),
-                      "pairs": speedups, "baseline_samples_per_s": [r["samples_per_s"] for r in rows["baseline"]],
-                      "best_samples_per_s": [r["samples_per_s"] for r in rows["best"]], "agrees": agrees,
-                      "loadavg_min": min(load), "loadavg_max": max(load)}))
+    print(
+        json.dumps(
+            {
+                "run_dir": str(run),
+                "best_command": best_cmd,
+                "claimed_speedup_x": claimed,
+                "program_speedup_x": round(mean, 4),
+                "program_speedup_ci95": round(half, 4),
+                "pairs": speedups,
+                "baseline_samples_per_s": [r["samples_per_s"] for r in rows["baseline"]],
+                "best_samples_per_s": [r["samples_per_s"] for r in rows["best"]],
+                "agrees": agrees,
+                "loadavg_min": min(load),
+                "loadavg_max": max(load),
+            }
+        )
+    )
     return 0
 
 

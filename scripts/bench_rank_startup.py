@@ -42,8 +42,16 @@ from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # n
 
 from autotune.execution.spread import run_spread  # noqa: E402
 
-CONFIG = {"workload": {"name": "tiny_transformer", "args": {"batch_size": 8}}, "knobs": {}, "warmup_steps": 2,
-          "measure_steps": 4, "profile_steps": 0, "diagnose": False, "device": "cpu", "ranks": 2}
+CONFIG = {
+    "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
+    "knobs": {},
+    "warmup_steps": 2,
+    "measure_steps": 4,
+    "profile_steps": 0,
+    "diagnose": False,
+    "device": "cpu",
+    "ranks": 2,
+}
 
 
 def by_tasks(tmp: Path, i: int) -> dict:
@@ -52,8 +60,13 @@ def by_tasks(tmp: Path, i: int) -> dict:
     ray.get(pg.ready())
     try:
         started = time.perf_counter()
-        result = ray.get(ray.remote(run_spread).options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            pg, placement_group_bundle_index=0)).remote(CONFIG, settings, tmp / "tasks" / f"{i:04d}"))
+        result = ray.get(
+            ray.remote(run_spread)
+            .options(
+                num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+            )
+            .remote(CONFIG, settings, tmp / "tasks" / f"{i:04d}")
+        )
         wall = time.perf_counter() - started
     finally:
         remove_placement_group(pg)
@@ -76,9 +89,13 @@ def by_trainer(tmp: Path, i: int) -> dict:
 
     out = tmp / "trainer" / f"{i:04d}"
     out.mkdir(parents=True)
-    trainer = TorchTrainer(_train_loop, train_loop_config={"out": str(out)}, torch_config=TorchConfig(backend="gloo"),
-                           scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
-                           run_config=RunConfig(name=f"t{i}", storage_path=str(tmp / "ray_train")))
+    trainer = TorchTrainer(
+        _train_loop,
+        train_loop_config={"out": str(out)},
+        torch_config=TorchConfig(backend="gloo"),
+        scaling_config=ScalingConfig(num_workers=2, use_gpu=False, resources_per_worker={"CPU": 0.5}),
+        run_config=RunConfig(name=f"t{i}", storage_path=str(tmp / "ray_train")),
+    )
     started = time.perf_counter()
     trainer.fit()
     wall = time.perf_counter() - started
@@ -91,29 +108,43 @@ def main() -> None:
     p.add_argument("--rounds", type=int, default=4, help="trials per approach (the first is cold)")
     args = p.parse_args()
     tmp = Path(tempfile.mkdtemp(prefix="rankstart", dir=os.environ.get("TMPDIR")))
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR",
-             runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+        runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
+    )
     rows = {"tasks": [], "trainer": []}
     print(f"{'round':>5}  {'approach':<8}  {'wall_s':>7}  {'runner_s':>8}  {'startup_s':>9}")
     try:
         for i in range(args.rounds):
-            for name in (("tasks", "trainer") if i % 2 == 0 else ("trainer", "tasks")):
+            for name in ("tasks", "trainer") if i % 2 == 0 else ("trainer", "tasks"):
                 r = (by_tasks if name == "tasks" else by_trainer)(tmp, i)
                 if r["status"] != "ok":
                     raise SystemExit(f"{name}: the trial failed ({r['status']})")
                 r["startup_s"] = r["wall_s"] - r["runner_s"]
                 rows[name].append(r)
-                print(f"{i + 1:>5}  {name:<8}  {r['wall_s']:>7.2f}  {r['runner_s']:>8.2f}  {r['startup_s']:>9.2f}", flush=True)
+                print(
+                    f"{i + 1:>5}  {name:<8}  {r['wall_s']:>7.2f}  {r['runner_s']:>8.2f}  {r['startup_s']:>9.2f}",
+                    flush=True,
+                )
     finally:
         ray.shutdown()
-    summary = {name: {"cold_startup_s": rs[0]["startup_s"],
-                      "warm_startup_s_median": statistics.median(r["startup_s"] for r in rs[1:]) if len(rs) > 1 else None,
-                      "warm_startup_s_min": min(r["startup_s"] for r in rs[1:]) if len(rs) > 1 else None,
-                      "warm_wall_s_median": statistics.median(r["wall_s"] for r in rs[1:]) if len(rs) > 1 else None}
-               for name, rs in rows.items()}
+    summary = {
+        name: {
+            "cold_startup_s": rs[0]["startup_s"],
+            "warm_startup_s_median": statistics.median(r["startup_s"] for r in rs[1:]) if len(rs) > 1 else None,
+            "warm_startup_s_min": min(r["startup_s"] for r in rs[1:]) if len(rs) > 1 else None,
+            "warm_wall_s_median": statistics.median(r["wall_s"] for r in rs[1:]) if len(rs) > 1 else None,
+        }
+        for name, rs in rows.items()
+    }
     print(f"\n{'approach':<8}  {'cold startup_s':>14}  {'warm startup_s: median':>22}  {'min':>6}")
     for name, s in summary.items():
-        median, low = (None if v is None else round(v, 2) for v in (s["warm_startup_s_median"], s["warm_startup_s_min"]))
+        median, low = (
+            None if v is None else round(v, 2) for v in (s["warm_startup_s_median"], s["warm_startup_s_min"])
+        )
         print(f"{name:<8}  {s['cold_startup_s']:>14.2f}  {median!s:>22}  {low!s:>6}")
     print(json.dumps({"rounds": args.rounds, "workload": CONFIG["workload"]["name"], "ranks": 2, **summary}))
 

@@ -63,18 +63,27 @@ def main(argv=None) -> int:
     for _ in range(args.rounds):
         for name, env in VARIANTS.items():
             with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
-                proc = subprocess.run([sys.executable, "-c", CHILD, str(ROOT)], capture_output=True, text=True,
-                                      env={**os.environ, **env, "RAY_TMPDIR": tmp}, timeout=300)
+                proc = subprocess.run(
+                    [sys.executable, "-c", CHILD, str(ROOT)],
+                    capture_output=True,
+                    text=True,
+                    env={**os.environ, **env, "RAY_TMPDIR": tmp},
+                    timeout=300,
+                )
             if proc.returncode:
                 sys.stderr.write(proc.stderr[-2000:])
                 raise SystemExit(f"{name}: exited {proc.returncode}")
             runs[name].append(json.loads(proc.stdout.strip().splitlines()[-1]))
     out = {}
-    print(f"{'variant':12} {'import s':>9} {'init s':>8} {'1st actor s':>12} {'shutdown s':>11}  (medians of {args.rounds})")
+    print(
+        f"{'variant':12} {'import s':>9} {'init s':>8} {'1st actor s':>12} {'shutdown s':>11}  (medians of {args.rounds})"
+    )
     for name, rows in runs.items():
         med = {k: round(statistics.median(r[k] for r in rows), 2) for k in rows[0]}
         out[name] = med
-        print(f"{name:12} {med['import_s']:9.2f} {med['init_s']:8.2f} {med['first_actor_s']:12.2f} {med['shutdown_s']:11.2f}")
+        print(
+            f"{name:12} {med['import_s']:9.2f} {med['init_s']:8.2f} {med['first_actor_s']:12.2f} {med['shutdown_s']:11.2f}"
+        )
     print(json.dumps({"variants": out}))
     return 0
 

@@ -172,8 +172,12 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             # incumbent (charged at the window's minimum; the recorded CI, at the window's end, stands in for
             # the CI at that point, an optimistic stand-in); no profile, diagnosis or parity
             cost -= max(0.0, window - MIN_WINDOW_S)
-        elif value is not None and above and value * (1 - ci) > above * (1 + known) \
-                and ci < (allowed := gap_ci(value / (above * (1 + known)) - 1, promote_ci)):
+        elif (
+            value is not None
+            and above
+            and value * (1 - ci) > above * (1 + known)
+            and ci < (allowed := gap_ci(value / (above * (1 + known)) - 1, promote_ci))
+        ):
             # a promoted window: clearly ahead, it stops at +-promote_ci, or a quarter of its lead where looser
             # (steps ~ 1 / CI^2: the recorded window scaled down, never below its minimum)
             cost -= max(0.0, window - max(MIN_WINDOW_S, window * (ci / allowed) ** 2))
@@ -183,8 +187,13 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             # riskier numerics read inside the incumbent's interval above its bar: the incumbent stays
             kept = above < value <= above * (1 + known) and bar.get("tie_keeps_incumbent", False)
         trials, spent = trials + 1, spent + cost
-        strategy.tell(proposal.trial, status, value, diagnosis=land.diagnosis(proposal.params) if value else None,
-                      attrs={"ci": min(ci, MAX_INCUMBENT_CI), **({"tie_kept": True} if kept else {})})
+        strategy.tell(
+            proposal.trial,
+            status,
+            value,
+            diagnosis=land.diagnosis(proposal.params) if value else None,
+            attrs={"ci": min(ci, MAX_INCUMBENT_CI), **({"tie_kept": True} if kept else {})},
+        )
         if value is not None and value >= TARGET * land.best:
             return trials, spent, True
     return max_trials, spent, False
@@ -204,8 +213,12 @@ def default_landscapes() -> list[Path]:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("landscapes", nargs="*", type=Path, help="CSVs (default: scripts/landscapes/, a *_gpunorm.csv "
-                                                           f"once it has {GROWING_MIN_POINTS} points)")
+    p.add_argument(
+        "landscapes",
+        nargs="*",
+        type=Path,
+        help=f"CSVs (default: scripts/landscapes/, a *_gpunorm.csv once it has {GROWING_MIN_POINTS} points)",
+    )
     p.add_argument("--seeds", type=int, default=100)
     p.add_argument("--max-trials", type=int, default=100)
     args = p.parse_args()
@@ -221,9 +234,11 @@ def main() -> None:
         land = Landscape(path)
         size = len(land.rows)
         fixed = ", ".join(f"{k}={v}" for k, v in land.restricted.items())
-        print(f"\n{land.name}: {size} points ({' x '.join(f'{k}{len(v)}' for k, v in land.space.items())}"
-              f"{'; off-grid rows dropped: kept ' + fixed if fixed else ''}), best {land.best:.0f} samples/s, "
-              f"{land.near_best} points within 95%, baseline bottleneck {land.bottleneck or 'unknown'}")
+        print(
+            f"\n{land.name}: {size} points ({' x '.join(f'{k}{len(v)}' for k, v in land.space.items())}"
+            f"{'; off-grid rows dropped: kept ' + fixed if fixed else ''}), best {land.best:.0f} samples/s, "
+            f"{land.near_best} points within 95%, baseline bottleneck {land.bottleneck or 'unknown'}"
+        )
         entry = {"points": size, "near_best_points": land.near_best, "best_samples_per_s": land.best}
         for kind in STRATEGIES:
             runs = [replay(land, kind, seed, args.max_trials) for seed in range(args.seeds)]
@@ -235,8 +250,10 @@ def main() -> None:
         a, r = entry["autotune"]["median_trials_to_95"], entry["random"]["median_trials_to_95"]
         entry["trials_vs_random_x"] = r / a
         entry["meets_target"] = a <= 15 and r / a >= 2
-        print(f"autotune: {a:g} trials median (target <= 15), {r / a:.1f}x fewer than random (target >= 2x): "
-              f"{'met' if entry['meets_target'] else 'NOT met'}")
+        print(
+            f"autotune: {a:g} trials median (target <= 15), {r / a:.1f}x fewer than random (target >= 2x): "
+            f"{'met' if entry['meets_target'] else 'NOT met'}"
+        )
         report[land.name] = entry
     print(json.dumps({"seeds": args.seeds, "target": TARGET, "landscapes": report}))
 

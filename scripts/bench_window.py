@@ -120,12 +120,27 @@ def analyze(processes: list[dict]) -> list[dict]:
             rates.append(p["batch_size"] / st["mean_ms"] * 1e3)
             n.append(len(part))
         else:
-            rows.append({unit: size, "n_steps": round(statistics.median(n)), "bias_median": statistics.median(bias),
-                         "bias_worst": max(bias, key=abs), "covered": f"{covered}/{len(processes)}",
-                         "cv": statistics.stdev(rates) / statistics.mean(rates) if len(rates) > 1 else None})
+            rows.append(
+                {
+                    unit: size,
+                    "n_steps": round(statistics.median(n)),
+                    "bias_median": statistics.median(bias),
+                    "bias_worst": max(bias, key=abs),
+                    "covered": f"{covered}/{len(processes)}",
+                    "cv": statistics.stdev(rates) / statistics.mean(rates) if len(rates) > 1 else None,
+                }
+            )
     whole = [p["batch_size"] / (sum(p["steps_ms"]) / len(p["steps_ms"])) * 1e3 for p in processes]
-    rows.append({"steps": longest, "n_steps": longest, "bias_median": 0.0, "bias_worst": 0.0, "covered": "-",
-                 "cv": statistics.stdev(whole) / statistics.mean(whole) if len(whole) > 1 else None})
+    rows.append(
+        {
+            "steps": longest,
+            "n_steps": longest,
+            "bias_median": 0.0,
+            "bias_worst": 0.0,
+            "covered": "-",
+            "cv": statistics.stdev(whole) / statistics.mean(whole) if len(whole) > 1 else None,
+        }
+    )
     return rows
 
 
@@ -161,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     from autotune.trial.runner import parse_set
 
-    base = {"workload": {"name": args.workload, "args": parse_set(args.arg)}, "warmup_steps": args.warmup,
-            "steps": args.steps}
+    base = {
+        "workload": {"name": args.workload, "args": parse_set(args.arg)},
+        "warmup_steps": args.warmup,
+        "steps": args.steps,
+    }
     configs = [{**parse_set(args.set), **parse_knobs(c)} for c in (args.config or [""])]
     runs: list[list[dict]] = [[] for _ in configs]
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"bench_window-{os.getpid()}.json"
@@ -170,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
     for rep in range(args.reps):
         for i, knobs in enumerate(configs):
             tmp.write_text(json.dumps({**base, "knobs": knobs}))
-            proc = subprocess.run([sys.executable, __file__, "--child", str(tmp)], capture_output=True, text=True,
-                                  env=ENV)
+            proc = subprocess.run(
+                [sys.executable, __file__, "--child", str(tmp)], capture_output=True, text=True, env=ENV
+            )
             if proc.returncode:
                 sys.stderr.write(proc.stderr[-3000:])
                 raise SystemExit(f"config {knobs}: the process exited {proc.returncode}")
@@ -181,17 +200,25 @@ def main(argv: list[str] | None = None) -> int:
     for knobs, processes in zip(configs, runs):
         rows = analyze(processes)
         whole = [p["batch_size"] / (sum(p["steps_ms"]) / len(p["steps_ms"])) * 1e3 for p in processes]
-        print(f"\n{args.workload} {knobs or '(defaults)'}: {args.reps} processes of {args.steps} steps, "
-              f"samples/s {', '.join(f'{w:.1f}' for w in whole)}")
+        print(
+            f"\n{args.workload} {knobs or '(defaults)'}: {args.reps} processes of {args.steps} steps, "
+            f"samples/s {', '.join(f'{w:.1f}' for w in whole)}"
+        )
         print(f"{'prefix':>10} {'steps':>6} {'bias med':>9} {'worst':>8} {'mean in CI':>11} {'CV procs':>9}")
         for r in rows:
             name = f"{r['steps']} st" if "steps" in r else f"{r['seconds']} s"
             cv = f"{r['cv']:.1%}" if r["cv"] is not None else "-"
-            print(f"{name:>10} {r['n_steps']:>6} {r['bias_median']:>+9.1%} {r['bias_worst']:>+8.1%} "
-                  f"{r['covered']:>11} {cv:>9}")
-        out["configs"].append({"knobs": knobs, "samples_per_s": [round(w, 2) for w in whole],
-                               "prefixes": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()}
-                                            for r in rows]})
+            print(
+                f"{name:>10} {r['n_steps']:>6} {r['bias_median']:>+9.1%} {r['bias_worst']:>+8.1%} "
+                f"{r['covered']:>11} {cv:>9}"
+            )
+        out["configs"].append(
+            {
+                "knobs": knobs,
+                "samples_per_s": [round(w, 2) for w in whole],
+                "prefixes": [{k: (round(v, 4) if isinstance(v, float) else v) for k, v in r.items()} for r in rows],
+            }
+        )
     print(json.dumps(out))
     return 0
 

@@ -33,8 +33,10 @@ def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
         "defaults": (HOST, {}),
         "defaults, gpu_normalize": (GPU_NORMALIZE, {}),
         f"{workers} workers + pinned": (HOST, {"num_workers": workers, "pin_memory": True}),
-        "hand-tuned end state": (GPU_NORMALIZE, {"num_workers": 8, "pin_memory": True, "batch_size": 1024,
-                                                 "precision": "16-mixed", "compile": "default"}),
+        "hand-tuned end state": (
+            GPU_NORMALIZE,
+            {"num_workers": 8, "pin_memory": True, "batch_size": 1024, "precision": "16-mixed", "compile": "default"},
+        ),
     }
     if found:
         del out["defaults, gpu_normalize"], out[f"{workers} workers + pinned"]
@@ -60,13 +62,21 @@ def main() -> None:
         return
     rows = {}
     tmp = Path(tempfile.mkdtemp(prefix="classic"))
-    print(f"{'config':26} {'samples/s':>10} {'x defaults':>10} {'step ms':>8} {'GPU busy':>9} {'NVML util':>9} "
-          f"{'data wait':>9} {'compile s':>9}  bottleneck")
+    print(
+        f"{'config':26} {'samples/s':>10} {'x defaults':>10} {'step ms':>8} {'GPU busy':>9} {'NVML util':>9} "
+        f"{'data wait':>9} {'compile s':>9}  bottleneck"
+    )
     for name, (wl_args, knobs) in cases(args.workers, args.found).items():
         # as a search runs it: torch's default threads unless the case sets num_threads
-        config = {"workload": {"name": "resnet18_cifar", "args": wl_args}, "knobs": knobs,
-                  "warmup_steps": 10, "measure_steps": 50, "min_window_s": 3.0, "max_window_s": 20.0,
-                  "trace_path": str(tmp / f"trace-{len(rows)}.json")}
+        config = {
+            "workload": {"name": "resnet18_cifar", "args": wl_args},
+            "knobs": knobs,
+            "warmup_steps": 10,
+            "measure_steps": 50,
+            "min_window_s": 3.0,
+            "max_window_s": 20.0,
+            "trace_path": str(tmp / f"trace-{len(rows)}.json"),
+        }
         (tmp / "c.json").write_text(json.dumps(config))
         r = run_child(["-m", "autotune.trial", str(tmp / "c.json")])
         if r["status"] != "ok":
@@ -74,23 +84,36 @@ def main() -> None:
             rows[name] = {"status": r["status"], "error": r.get("error")}
             continue
         m, d = r["metrics"], r.get("diagnosis") or {}
-        rows[name] = {"knobs": r["knobs"], "workload_args": wl_args, "samples_per_s": m["samples_per_s"],
-                      "step_ms": m["step_ms_mean"], "gpu_util": m.get("gpu_util_frac"),
-                      "gpu_util_nvml_pct": m.get("gpu_util_nvml_pct"), "data_wait_frac": m.get("data_wait_frac"),
-                      "dataloader_frac": m.get("dataloader_frac"), "compile_s": m.get("compile_s"),
-                      "compute_ceiling_samples_per_s": m.get("compute_ceiling_samples_per_s"),
-                      "loader_samples_per_s_per_worker": m.get("loader_samples_per_s_per_worker"),
-                      "bottleneck": d.get("bottleneck"), "evidence": d.get("evidence"),
-                      "recommendations": d.get("recommendations")}
+        rows[name] = {
+            "knobs": r["knobs"],
+            "workload_args": wl_args,
+            "samples_per_s": m["samples_per_s"],
+            "step_ms": m["step_ms_mean"],
+            "gpu_util": m.get("gpu_util_frac"),
+            "gpu_util_nvml_pct": m.get("gpu_util_nvml_pct"),
+            "data_wait_frac": m.get("data_wait_frac"),
+            "dataloader_frac": m.get("dataloader_frac"),
+            "compile_s": m.get("compile_s"),
+            "compute_ceiling_samples_per_s": m.get("compute_ceiling_samples_per_s"),
+            "loader_samples_per_s_per_worker": m.get("loader_samples_per_s_per_worker"),
+            "bottleneck": d.get("bottleneck"),
+            "evidence": d.get("evidence"),
+            "recommendations": d.get("recommendations"),
+        }
         base = rows["defaults"].get("samples_per_s")
         rows[name]["x_defaults"] = m["samples_per_s"] / base if base else None
         nvml, comp = m.get("gpu_util_nvml_pct"), m.get("compile_s")
-        print(f"{name:26} {m['samples_per_s']:>10.1f} {rows[name]['x_defaults'] or 0:>9.2f}x {m['step_ms_mean']:>8.1f} "
-              f"{m.get('gpu_util_frac', 0):>9.1%} {'-' if nvml is None else f'{nvml:.0f}%':>9} "
-              f"{m.get('data_wait_frac', 0):>9.1%} {'-' if comp is None else f'{comp:.1f}':>9}  {d.get('bottleneck')}")
+        print(
+            f"{name:26} {m['samples_per_s']:>10.1f} {rows[name]['x_defaults'] or 0:>9.2f}x {m['step_ms_mean']:>8.1f} "
+            f"{m.get('gpu_util_frac', 0):>9.1%} {'-' if nvml is None else f'{nvml:.0f}%':>9} "
+            f"{m.get('data_wait_frac', 0):>9.1%} {'-' if comp is None else f'{comp:.1f}':>9}  {d.get('bottleneck')}"
+        )
     found, hand = rows.get("found by autotune", {}), rows.get("hand-tuned end state", {})
-    versus = (found["samples_per_s"] / hand["samples_per_s"]
-              if found.get("samples_per_s") and hand.get("samples_per_s") else None)
+    versus = (
+        found["samples_per_s"] / hand["samples_per_s"]
+        if found.get("samples_per_s") and hand.get("samples_per_s")
+        else None
+    )
     if versus is not None:
         print(f"found by autotune: {versus:.2f}x the hand-tuned end state")
     print(json.dumps({"device": r["device"]["name"], "cases": rows, "found_vs_hand_tuned": versus}))

@@ -53,15 +53,24 @@ def search_spec(budget_s: float = SEARCH_BUDGET_S) -> dict:
     return {
         "name": "gpu-day-classic",
         "workload": {"name": "resnet18_cifar", "args": {"batch_size": 32}},
-        "search_space": {"preset": "default", "workload_args": {
-            "gpu_normalize": {"values": [False, True], "safety": "safe", "stage": "loader"}}},
+        "search_space": {
+            "preset": "default",
+            "workload_args": {"gpu_normalize": {"values": [False, True], "safety": "safe", "stage": "loader"}},
+        },
         "safety": {"level": "dynamics"},
         "search": {"n_trials": 200, "time_budget_s": budget_s, "seed": 0},
     }
 
+
 # the realistic landscape (record_landscape.py's docstring), every point diagnosed
-LANDSCAPE_GRID = ["num_workers=0,4,8,16", "pin_memory=false,true", "batch_size=32,128,512,1024",
-                  "precision=32-true,bf16-mixed,16-mixed", "channels_last=false,true", "compile=none,default"]
+LANDSCAPE_GRID = [
+    "num_workers=0,4,8,16",
+    "pin_memory=false,true",
+    "batch_size=32,128,512,1024",
+    "precision=32-true,bf16-mixed,16-mixed",
+    "channels_last=false,true",
+    "compile=none,default",
+]
 
 
 @dataclass
@@ -88,31 +97,108 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
     landscape = f"{rel}/{landscape_of(gpu).name}"
     run = f"{rel}/run"  # the search's run dir (traces, per-trial files): not collected
     return [
-        Step("1-fidelity", "trial fidelity on a GPU-bound config (CV over fresh trials, trial vs plain loop, profiler)",
-             270, [PY, "scripts/bench_fidelity.py", "--workload", "resnet18_cifar", "--args", '{"gpu_normalize": true}',
-                   "--set", "num_workers=12", "--set", "pin_memory=true", "--set", "batch_size=256",
-                   "--set", "precision=bf16-mixed"]),
-        Step("2-classic", "the classic case: defaults, 8 workers + pinned, the hand-tuned end state", 240,
-             [PY, "scripts/classic_case.py"]),
-        Step("3-search", f"the live search on the classic case ({search_s / 60:g}-minute budget, dynamics, "
-                         "gpu_normalize searchable), the local backend: no Ray or MLflow", search_s + 180,
-             [PY, "-m", "autotune.cli", "search", f"{rel}/search_spec.yaml", "--backend", "local", "--quiet",
-              "--output-dir", run],
-             ["search_spec.yaml", "search/trials.csv", "search/search.json", "search/best_config.yaml"],
-             spec=search_spec(search_s), result=lambda: search_summary(Path(run))),
-        Step("3b-classic-found", "the classic case with the search's winner, side by side with the hand-tuned end state",
-             270, [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"]),
-        Step("4-parity", "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
-             180, [PY, "scripts/parity_table.py", "--workloads", "resnet18_cifar", "--image-size", "224"]),
-        Step("5-fused", "fused vs unfused optimizers (SGD, AdamW, Adagrad), ResNet-18 at 224 px", 240,
-             [PY, "scripts/bench_fused.py", "--optimizers", "sgd,adamw,adagrad"]),
-        Step("6-overhead", "first_step_s and fixed cost per trial: fork server vs from scratch, with CUDA", 120,
-             [PY, "scripts/bench_overhead.py", "--workload", "resnet18_cifar", "--args", '{"gpu_normalize": true}',
-              "--set", "num_workers=8", "--set", "pin_memory=true"]),
-        Step("7-landscape", f"the realistic GPU landscape, appended point by point to {show(landscape_of(gpu))}", 60,
-             [PY, "scripts/record_landscape.py", "-o", landscape, "--workload", "resnet18_cifar",
-              "--args", '{"gpu_normalize": true}', "--diagnose-all", *(a for g in LANDSCAPE_GRID for a in ("--grid", g))],
-             [landscape_of(gpu).name], again=True),
+        Step(
+            "1-fidelity",
+            "trial fidelity on a GPU-bound config (CV over fresh trials, trial vs plain loop, profiler)",
+            270,
+            [
+                PY,
+                "scripts/bench_fidelity.py",
+                "--workload",
+                "resnet18_cifar",
+                "--args",
+                '{"gpu_normalize": true}',
+                "--set",
+                "num_workers=12",
+                "--set",
+                "pin_memory=true",
+                "--set",
+                "batch_size=256",
+                "--set",
+                "precision=bf16-mixed",
+            ],
+        ),
+        Step(
+            "2-classic",
+            "the classic case: defaults, 8 workers + pinned, the hand-tuned end state",
+            240,
+            [PY, "scripts/classic_case.py"],
+        ),
+        Step(
+            "3-search",
+            f"the live search on the classic case ({search_s / 60:g}-minute budget, dynamics, "
+            "gpu_normalize searchable), the local backend: no Ray or MLflow",
+            search_s + 180,
+            [
+                PY,
+                "-m",
+                "autotune.cli",
+                "search",
+                f"{rel}/search_spec.yaml",
+                "--backend",
+                "local",
+                "--quiet",
+                "--output-dir",
+                run,
+            ],
+            ["search_spec.yaml", "search/trials.csv", "search/search.json", "search/best_config.yaml"],
+            spec=search_spec(search_s),
+            result=lambda: search_summary(Path(run)),
+        ),
+        Step(
+            "3b-classic-found",
+            "the classic case with the search's winner, side by side with the hand-tuned end state",
+            270,
+            [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"],
+        ),
+        Step(
+            "4-parity",
+            "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
+            180,
+            [PY, "scripts/parity_table.py", "--workloads", "resnet18_cifar", "--image-size", "224"],
+        ),
+        Step(
+            "5-fused",
+            "fused vs unfused optimizers (SGD, AdamW, Adagrad), ResNet-18 at 224 px",
+            240,
+            [PY, "scripts/bench_fused.py", "--optimizers", "sgd,adamw,adagrad"],
+        ),
+        Step(
+            "6-overhead",
+            "first_step_s and fixed cost per trial: fork server vs from scratch, with CUDA",
+            120,
+            [
+                PY,
+                "scripts/bench_overhead.py",
+                "--workload",
+                "resnet18_cifar",
+                "--args",
+                '{"gpu_normalize": true}',
+                "--set",
+                "num_workers=8",
+                "--set",
+                "pin_memory=true",
+            ],
+        ),
+        Step(
+            "7-landscape",
+            f"the realistic GPU landscape, appended point by point to {show(landscape_of(gpu))}",
+            60,
+            [
+                PY,
+                "scripts/record_landscape.py",
+                "-o",
+                landscape,
+                "--workload",
+                "resnet18_cifar",
+                "--args",
+                '{"gpu_normalize": true}',
+                "--diagnose-all",
+                *(a for g in LANDSCAPE_GRID for a in ("--grid", g)),
+            ],
+            [landscape_of(gpu).name],
+            again=True,
+        ),
     ]
 
 
@@ -122,12 +208,21 @@ def search_summary(run: Path) -> dict:
 
     result = read_run(run)
     base, best = result.baseline, result.best
-    summary = {"run_dir": str(run), "trials": len(result.records), "wall_s": round(result.wall_s or 0, 1),
-               "ended": result.ended, "device": f"{result.device.type}:{result.device.name}"}
+    summary = {
+        "run_dir": str(run),
+        "trials": len(result.records),
+        "wall_s": round(result.wall_s or 0, 1),
+        "ended": result.ended,
+        "device": f"{result.device.type}:{result.device.name}",
+    }
     if base and base.throughput and best:
-        summary.update(baseline_samples_per_s=round(base.throughput, 1), best_samples_per_s=round(best.throughput, 1),
-                       speedup_x=round(result.speedup, 3), trials_speedup_x=round(best.throughput / base.throughput, 3),
-                       best_knobs={k: v for k, v in best.knobs.items() if v != base.knobs.get(k)})
+        summary.update(
+            baseline_samples_per_s=round(base.throughput, 1),
+            best_samples_per_s=round(best.throughput, 1),
+            speedup_x=round(result.speedup, 3),
+            trials_speedup_x=round(best.throughput / base.throughput, 3),
+            best_knobs={k: v for k, v in best.knobs.items() if v != base.knobs.get(k)},
+        )
     return summary
 
 
@@ -174,8 +269,9 @@ def show(path: Path) -> str:
 
 def commit() -> str:
     try:
-        return subprocess.run(["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True,
-                              check=True).stdout.strip()
+        return subprocess.run(
+            ["git", "describe", "--always", "--dirty"], cwd=ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):  # the device's copy of the tree has no .git
         staged = ROOT / ".whl" / "COMMIT"
         return f"{staged.read_text().strip()} (as staged)" if staged.exists() else "unknown"
@@ -195,8 +291,15 @@ def run_step(step: Step, day: Path, cap_s: float) -> dict:
     t = time.monotonic()
     started = datetime.now(timezone.utc).isoformat(timespec="seconds")
     with log.open("w") as out:
-        proc = subprocess.Popen(step.argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, text=True,
-                                start_new_session=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc = subprocess.Popen(
+            step.argv,
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
         try:
             rc = proc.wait(timeout=cap_s)
         except subprocess.TimeoutExpired:
@@ -212,9 +315,19 @@ def run_step(step: Step, day: Path, cap_s: float) -> dict:
         result, text = None, f"{text}\nits result: {type(e).__name__}: {e}"
     if status == "ok" and result is None:
         status = "failed"  # every step's script ends with one JSON line, or leaves what `result` reads
-    record = {"step": step.key, "what": step.what, "command": shlex.join(step.argv[1:]), "commit": commit(),
-              "started": started, "wall_s": round(time.monotonic() - t, 1), "cap_s": cap_s, "status": status,
-              "returncode": rc, "result": result, "error": None if status == "ok" else text[-2000:]}
+    record = {
+        "step": step.key,
+        "what": step.what,
+        "command": shlex.join(step.argv[1:]),
+        "commit": commit(),
+        "started": started,
+        "wall_s": round(time.monotonic() - t, 1),
+        "cap_s": cap_s,
+        "status": status,
+        "returncode": rc,
+        "result": result,
+        "error": None if status == "ok" else text[-2000:],
+    }
     (day / f"{step.key}.json").write_text(json.dumps(record, indent=1) + "\n")
     return record
 
@@ -241,15 +354,18 @@ def write_readme(day: Path, gpu: str, plan: list[Step]) -> None:
     for step in plan:
         f = day / f"{step.key}.json"
         r = json.loads(f.read_text()) if f.exists() else None
-        rows.append(f"| {step.key} | {r.get('what', step.what) if r else step.what} | {r['status'] if r else 'not run'} | "
-                    f"{r['wall_s'] if r else ''} | `{r['command'] if r else shlex.join(step.argv[1:])}` | "
-                    f"{r['commit'] if r else ''} |")
+        rows.append(
+            f"| {step.key} | {r.get('what', step.what) if r else step.what} | {r['status'] if r else 'not run'} | "
+            f"{r['wall_s'] if r else ''} | `{r['command'] if r else shlex.join(step.argv[1:])}` | "
+            f"{r['commit'] if r else ''} |"
+        )
     (day / "README.md").write_text(
         f"# GPU day: {gpu}, started {json.loads((day / 'day.json').read_text())['started']}\n\n"
         "Written by `bash scripts/gpu_day.sh` (see its header). Per step: `NN-step.json` (the command, the commit, "
         "status, wall time, the script's last JSON line as `result`) and `NN-step.log` (its output).\n"
         "Commands run from the repo root with the GPU host's python3.\n\n"
-        "| step | what | status | wall s | command | commit |\n|---|---|---|---:|---|---|\n" + "\n".join(rows) + "\n")
+        "| step | what | status | wall s | command | commit |\n|---|---|---|---:|---|---|\n" + "\n".join(rows) + "\n"
+    )
 
 
 def check_parses(step: Step) -> str:
@@ -313,24 +429,38 @@ def check_spec() -> str:
 def dry_run(budget_s: float, gpu: str | None, search_s: float = SEARCH_BUDGET_S, only: set[str] = frozenset()) -> int:
     shown = gpu or "<gpu>"
     day = MEASUREMENTS / f"{shown}-{datetime.now(timezone.utc):%Y-%m-%d}"
-    print(f"GPU day plan: budget {budget_s / 60:.0f} min, written in {LIVE / day.name}/ while it runs, "
-          f"unpacked in {day.relative_to(ROOT)}/ "
-          f"({'this machine has ' + gpu if gpu else 'no CUDA here: <gpu> is the GPU name'}); a step starts only when "
-          "its cap fits in what is left")
+    print(
+        f"GPU day plan: budget {budget_s / 60:.0f} min, written in {LIVE / day.name}/ while it runs, "
+        f"unpacked in {day.relative_to(ROOT)}/ "
+        f"({'this machine has ' + gpu if gpu else 'no CUDA here: <gpu> is the GPU name'}); a step starts only when "
+        "its cap fits in what is left"
+    )
     plan, failed = [], 0
     rel, landscape = day.relative_to(ROOT), landscape_of(shown)
     for step in (s for s in steps(LIVE / day.name, shown, search_s) if chosen(s, only)):
-        writes = [f"{rel}/{step.key}.json", f"{rel}/{step.key}.log",
-                  *(show(landscape) if w == landscape.name else f"{rel}/{w}" for w in step.writes)]
+        writes = [
+            f"{rel}/{step.key}.json",
+            f"{rel}/{step.key}.log",
+            *(show(landscape) if w == landscape.name else f"{rel}/{w}" for w in step.writes),
+        ]
         parses = check_parses(step)
         if step.key == "3-search" and parses == "ok":
             parses = check_spec()
         failed += parses != "ok"
         cap = "the rest of the budget" if step.again else f"{step.cap_s / 60:g} min"
-        print(f"\n{step.key}: {step.what}\n  cap: {cap}\n  command: {shlex.join(['python3', *step.argv[1:]])}\n"
-              f"  writes: {', '.join(writes)}\n  parses: {parses}")
-        plan.append({"step": step.key, "cap_s": None if step.again else step.cap_s, "command": step.argv[1:],
-                     "writes": writes, "parses": parses})
+        print(
+            f"\n{step.key}: {step.what}\n  cap: {cap}\n  command: {shlex.join(['python3', *step.argv[1:]])}\n"
+            f"  writes: {', '.join(writes)}\n  parses: {parses}"
+        )
+        plan.append(
+            {
+                "step": step.key,
+                "cap_s": None if step.again else step.cap_s,
+                "command": step.argv[1:],
+                "writes": writes,
+                "parses": parses,
+            }
+        )
     print(f"\n{len(plan) - failed} of {len(plan)} steps parse")
     print(json.dumps({"dry_run": True, "budget_s": budget_s, "dir": str(day.relative_to(ROOT)), "steps": plan}))
     return 1 if failed else 0
@@ -393,10 +523,19 @@ def main() -> int:
     p.add_argument("--detach", action="store_true", help="run the day in its own session (setsid), log to day.log")
     p.add_argument("--wait", type=float, metavar="S", help="follow a detached day up to S seconds, then collect")
     p.add_argument("--redo", action="append", default=[], metavar="STEP", help="rerun a step with a result (e.g. 4)")
-    p.add_argument("--only", action="append", default=[], metavar="STEP",
-                   help="run these steps alone, in the plan's order (e.g. --only 3 --only 3b on a short loan)")
-    p.add_argument("--search-min", type=float, default=SEARCH_BUDGET_S / 60,
-                   help=f"the search's budget (default {SEARCH_BUDGET_S // 60}; its cap is 3 minutes more)")
+    p.add_argument(
+        "--only",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="run these steps alone, in the plan's order (e.g. --only 3 --only 3b on a short loan)",
+    )
+    p.add_argument(
+        "--search-min",
+        type=float,
+        default=SEARCH_BUDGET_S / 60,
+        help=f"the search's budget (default {SEARCH_BUDGET_S // 60}; its cap is 3 minutes more)",
+    )
     args = p.parse_args()
     for name, value in (("--budget-min", args.budget_min), ("--search-min", args.search_min)):
         if value <= 0:
@@ -405,8 +544,10 @@ def main() -> int:
     known = [number(s) for s in steps(MEASUREMENTS / "x", "x")]
     for flag, given in (("--redo", args.redo), ("--only", args.only)):
         if set(given) - set(known):
-            print(f"error: {flag} {sorted(set(given) - set(known))[0]}: not a step; steps: {', '.join(known)}",
-                  file=sys.stderr)
+            print(
+                f"error: {flag} {sorted(set(given) - set(known))[0]}: not a step; steps: {', '.join(known)}",
+                file=sys.stderr,
+            )
             return 2
 
     gpu = gpu_name()
@@ -424,21 +565,33 @@ def main() -> int:
         if alive(day / "day.pid"):
             print(f"the day is already running (pid {alive(day / 'day.pid')})")
         else:
-            argv = ["--budget-min", str(args.budget_min), "--search-min", str(args.search_min),
-                    *(a for r in args.redo for a in ("--redo", r)), *(a for o in args.only for a in ("--only", o))]
+            argv = [
+                "--budget-min",
+                str(args.budget_min),
+                "--search-min",
+                str(args.search_min),
+                *(a for r in args.redo for a in ("--redo", r)),
+                *(a for o in args.only for a in ("--only", o)),
+            ]
             with (day / "day.log").open("a") as log:
-                proc = subprocess.Popen([PY, __file__, *argv], cwd=ROOT, stdout=log, stderr=subprocess.STDOUT,
-                                        stdin=subprocess.DEVNULL, start_new_session=True,
-                                        env={**{k: v for k, v in os.environ.items() if k != "OUT"},
-                                             "PYTHONUNBUFFERED": "1"})  # $OUT is the command's: --wait collects
+                proc = subprocess.Popen(
+                    [PY, __file__, *argv],
+                    cwd=ROOT,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    stdin=subprocess.DEVNULL,
+                    start_new_session=True,
+                    env={**{k: v for k, v in os.environ.items() if k != "OUT"}, "PYTHONUNBUFFERED": "1"},
+                )  # $OUT is the command's: --wait collects
             (day / "day.pid").write_text(str(proc.pid))
             print(f"the day runs detached (pid {proc.pid}), log: {show(day / 'day.log')}")
     if args.detach or args.wait is not None:
         wait(day, args.wait or 0)
         collect(day, gpu)
         return 0
-    return run_day(day, gpu, args.budget_min * 60, set(args.redo), steps(day, gpu, args.search_min * 60),
-                   set(args.only))
+    return run_day(
+        day, gpu, args.budget_min * 60, set(args.redo), steps(day, gpu, args.search_min * 60), set(args.only)
+    )
 
 
 def number(step: Step) -> str:
@@ -451,7 +604,9 @@ def chosen(step: Step, only: set[str]) -> bool:
     return not only or number(step) in only
 
 
-def run_day(day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step], only: set[str] = frozenset()) -> int:
+def run_day(
+    day: Path, gpu: str, budget_s: float, redo: set[str], plan: list[Step], only: set[str] = frozenset()
+) -> int:
     """Run the plan's steps (those in `only`, when given) in order; the README lists them all."""
     end = time.monotonic() + budget_s
     statuses = {}

@@ -31,13 +31,26 @@ from autotune.safety import parity as S  # noqa: E402
 from autotune import workload as W  # noqa: E402
 from autotune.trial.runner import detect_device  # noqa: E402
 
-KNOB_CHANGES = [("precision", "tf32"), ("precision", "bf16-mixed"), ("precision", "16-mixed"), ("channels_last", True),
-                ("cudnn_benchmark", True), ("set_to_none", False), ("compile", "default"), ("fused_optimizer", True)]
+KNOB_CHANGES = [
+    ("precision", "tf32"),
+    ("precision", "bf16-mixed"),
+    ("precision", "16-mixed"),
+    ("channels_last", True),
+    ("cudnn_benchmark", True),
+    ("set_to_none", False),
+    ("compile", "default"),
+    ("fused_optimizer", True),
+]
 ARGS = {"resnet18_cifar": {"batch_size": 16, "image_size": 32}}  # the classic case, small enough for a CPU
 # planted faults (tests/workloads.py), each must fail parity: (workload, knob, value, what)
 PLANTED = [
     ("tests.workloads:make_fp16_overflow", "precision", "16-mixed", "fp16 overflow: activations ~1e6 > 65504"),
-    ("tests.workloads:make_vanishing", "precision", "bf16-mixed", "does not train: loss = difference of two large terms"),
+    (
+        "tests.workloads:make_vanishing",
+        "precision",
+        "bf16-mixed",
+        "does not train: loss = difference of two large terms",
+    ),
     ("tests.workloads:make_naive_variance", "precision", "bf16-mixed", "numerics bug: variance as E[x^2] - E[x]^2"),
     # only the one-batch overfit check can catch it: its baseline diverges over fresh batches, and every single
     # step from a loaded state is exact (parity.RULE 2)
@@ -47,13 +60,26 @@ PLANTED = [
 
 def _row(name: str, knob: str, value, r: dict, note: str = "") -> dict:
     ps = r["per_step"]
-    return {"workload": name, "knob": knob, "value": value, "passed": r["passed"], "reason": r["reason"], "note": note,
-            **{f"{m}_err": ps[m]["max"] for m in S.STEP_METRICS}, **{f"{m}_band": ps[m]["band"] for m in S.STEP_METRICS},
-            "grad_cos_min": ps["grad"]["cos_min"], "multi_loss_dev": r["max_rel_dev"],
-            "multi_loss_band": r["multi_step"]["loss_dev"]["band"], "multi_judged": r["multi_step"]["loss_dev"]["judged"],
-            "moved": r["moved"]["candidate"],
-            "moved_baseline": r["moved"]["baseline"], "overfit": r.get("overfit"), "caught_by": r.get("failed", []),
-            "skipped_steps": r["skipped_steps"], "parity_s": r["parity_s"]}
+    return {
+        "workload": name,
+        "knob": knob,
+        "value": value,
+        "passed": r["passed"],
+        "reason": r["reason"],
+        "note": note,
+        **{f"{m}_err": ps[m]["max"] for m in S.STEP_METRICS},
+        **{f"{m}_band": ps[m]["band"] for m in S.STEP_METRICS},
+        "grad_cos_min": ps["grad"]["cos_min"],
+        "multi_loss_dev": r["max_rel_dev"],
+        "multi_loss_band": r["multi_step"]["loss_dev"]["band"],
+        "multi_judged": r["multi_step"]["loss_dev"]["judged"],
+        "moved": r["moved"]["candidate"],
+        "moved_baseline": r["moved"]["baseline"],
+        "overfit": r.get("overfit"),
+        "caught_by": r.get("failed", []),
+        "skipped_steps": r["skipped_steps"],
+        "parity_s": r["parity_s"],
+    }
 
 
 def _finite(obj):
@@ -71,9 +97,11 @@ def _print(row: dict) -> None:
     cells = " ".join(f"{row[m + '_err']:>8.1e}/{row[m + '_band']:<8.1e}" for m in S.STEP_METRICS)
     verdict = "pass" if row["passed"] else "FAIL"
     band = f"{row['multi_loss_band']:.1e}" if row["multi_judged"] else "chaotic"  # noise alone above tolerance
-    print(f"{row['workload'].split(':')[-1]:22} {row['knob'] + '=' + str(row['value']):24} {cells} "
-          f"{row['multi_loss_dev']:>8.1e}/{band:<8} {verdict:5} {row['parity_s']:6.1f}  "
-          f"{row['note']}{'; ' if row['note'] and row['reason'] else ''}{row['reason'] or ''}")
+    print(
+        f"{row['workload'].split(':')[-1]:22} {row['knob'] + '=' + str(row['value']):24} {cells} "
+        f"{row['multi_loss_dev']:>8.1e}/{band:<8} {verdict:5} {row['parity_s']:6.1f}  "
+        f"{row['note']}{'; ' if row['note'] and row['reason'] else ''}{row['reason'] or ''}"
+    )
 
 
 def main() -> None:
@@ -82,15 +110,24 @@ def main() -> None:
     p.add_argument("--workloads", default="resnet18_cifar,tiny_transformer")
     p.add_argument("--skip-compile", action="store_true")
     p.add_argument("--cpu-fp16", action="store_true", help="on a CPU, also run the knob rows with fp16 (emulated)")
-    p.add_argument("--image-size", type=int, default=ARGS["resnet18_cifar"]["image_size"],
-                   help="resnet18_cifar's image size (224: the classic case as trained on a GPU)")
-    p.add_argument("--batch-size", type=int, default=ARGS["resnet18_cifar"]["batch_size"], help="resnet18_cifar's batch")
+    p.add_argument(
+        "--image-size",
+        type=int,
+        default=ARGS["resnet18_cifar"]["image_size"],
+        help="resnet18_cifar's image size (224: the classic case as trained on a GPU)",
+    )
+    p.add_argument(
+        "--batch-size", type=int, default=ARGS["resnet18_cifar"]["batch_size"], help="resnet18_cifar's batch"
+    )
     args = p.parse_args()
     wl_args = {**ARGS, "resnet18_cifar": {"batch_size": args.batch_size, "image_size": args.image_size}}
     device = detect_device("auto")
     rows, references = [], {}
-    print(f"{'workload':22} {'knob':24} " + " ".join(f"{m + ' err/band':17}" for m in S.STEP_METRICS)
-          + f" {'multi loss/band':17} {'verdict':5} {'time_s':>6}  note")
+    print(
+        f"{'workload':22} {'knob':24} "
+        + " ".join(f"{m + ' err/band':17}" for m in S.STEP_METRICS)
+        + f" {'multi loss/band':17} {'verdict':5} {'time_s':>6}  note"
+    )
     for name in args.workloads.split(","):
         wl = W.load(name, wl_args.get(name))
         base = K.pytorch_defaults(wl.batch_size)
@@ -123,11 +160,26 @@ def main() -> None:
         _print(planted[-1])
     false_alarms = [f"{r['workload']} {r['knob']}={r['value']}" for r in rows if not r["passed"]]
     caught = sum(not r["passed"] for r in planted)
-    print(f"false alarms: {len(false_alarms)} of {len(rows)} knob rows; planted faults caught: {caught} of {len(planted)}")
-    print(json.dumps(_finite({"device": device.name, "steps": args.steps, "workload_args": wl_args,
-                              "reference_s": references, "rows": rows + planted,
-                      "false_alarms": len(false_alarms), "false_alarm_rows": false_alarms,
-                      "planted_total": len(planted), "planted_caught": caught})))
+    print(
+        f"false alarms: {len(false_alarms)} of {len(rows)} knob rows; planted faults caught: {caught} of {len(planted)}"
+    )
+    print(
+        json.dumps(
+            _finite(
+                {
+                    "device": device.name,
+                    "steps": args.steps,
+                    "workload_args": wl_args,
+                    "reference_s": references,
+                    "rows": rows + planted,
+                    "false_alarms": len(false_alarms),
+                    "false_alarm_rows": false_alarms,
+                    "planted_total": len(planted),
+                    "planted_caught": caught,
+                }
+            )
+        )
+    )
 
 
 if __name__ == "__main__":

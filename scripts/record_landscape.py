@@ -44,12 +44,30 @@ from autotune import knobs as K  # noqa: E402
 from autotune.execution.launcher import run_in_process  # noqa: E402
 from autotune.trial.runner import detect_device, parse_set  # noqa: E402
 
-RESULT_COLUMNS = ["samples_per_s", "step_ms_mean", "step_mean_ci95", "warmup_s", "window_s", "trial_wall_s",
-                  "mem_peak_allocated_gib", "mem_rss_peak_gib", "data_wait_frac", "compile_s",
-                  "compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker"]
+RESULT_COLUMNS = [
+    "samples_per_s",
+    "step_ms_mean",
+    "step_mean_ci95",
+    "warmup_s",
+    "window_s",
+    "trial_wall_s",
+    "mem_peak_allocated_gib",
+    "mem_rss_peak_gib",
+    "data_wait_frac",
+    "compile_s",
+    "compute_ceiling_samples_per_s",
+    "loader_samples_per_s_per_worker",
+]
 COLUMNS = ["point", "status", *K.KNOBS, *RESULT_COLUMNS, "bottleneck", "error_type", "device_name", "host", "workload"]
-TRIAL = {"warmup_steps": 5, "measure_steps": 10, "min_window_s": 1.0, "max_window_s": 4.0, "target_ci": 0.03,
-         "profile_steps": 0, "diagnose": False}
+TRIAL = {
+    "warmup_steps": 5,
+    "measure_steps": 10,
+    "min_window_s": 1.0,
+    "max_window_s": 4.0,
+    "target_ci": 0.03,
+    "profile_steps": 0,
+    "diagnose": False,
+}
 
 
 def parse_grid(items: list[str]) -> dict[str, list]:
@@ -110,16 +128,27 @@ def main() -> None:
     p.add_argument("-o", "--out", required=True, help="landscape CSV (appended to; recorded points are skipped)")
     p.add_argument("--workload", default="tiny_cnn", help="built-in name or pkg.module:factory")
     p.add_argument("--grid", action="append", default=[], metavar="KNOB=V1,V2", help="a searched knob and its values")
-    p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE", help="a fixed knob (else PyTorch's default)")
-    p.add_argument("--trial", action="append", default=[], metavar="KEY=VALUE", help=f"trial setting (defaults {TRIAL})")
-    p.add_argument("--cpus", type=int, default=None, help="torch threads per trial: the num_threads knob (default: torch's)")
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KNOB=VALUE", help="a fixed knob (else PyTorch's default)"
+    )
+    p.add_argument(
+        "--trial", action="append", default=[], metavar="KEY=VALUE", help=f"trial setting (defaults {TRIAL})"
+    )
+    p.add_argument(
+        "--cpus", type=int, default=None, help="torch threads per trial: the num_threads knob (default: torch's)"
+    )
     p.add_argument("--timeout-s", type=float, default=300)
     p.add_argument("--budget-s", type=float, default=None, help="stop starting points after this long")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--diagnose-baseline", action="store_true", help="re-measure the baseline point with its diagnosis")
-    p.add_argument("--diagnose-all", action="store_true",
-                   help="profile and diagnose every point (its bottleneck: a replay moves from each incumbent's own)")
-    p.add_argument("--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'")
+    p.add_argument(
+        "--diagnose-all",
+        action="store_true",
+        help="profile and diagnose every point (its bottleneck: a replay moves from each incumbent's own)",
+    )
+    p.add_argument(
+        "--args", default="{}", metavar="JSON", help="workload factory arguments, e.g. '{\"gpu_normalize\": true}'"
+    )
     args = p.parse_args()
     device = detect_device()
     grid = parse_grid(args.grid)
@@ -127,7 +156,11 @@ def main() -> None:
 
     wl_args = json.loads(args.args)
     base_batch = load(args.workload, wl_args).batch_size
-    fixed = {**K.pytorch_defaults(base_batch), **({"num_threads": args.cpus} if args.cpus else {}), **parse_set(args.set)}
+    fixed = {
+        **K.pytorch_defaults(base_batch),
+        **({"num_threads": args.cpus} if args.cpus else {}),
+        **parse_set(args.set),
+    }
     todo, dropped = points(grid, fixed, device, args.seed)
     out = Path(args.out)
     if out.exists() and (args.diagnose_baseline or header(out) != COLUMNS):
@@ -158,18 +191,38 @@ def main() -> None:
                 config.update(diagnose=True, profile_steps=max(trial["profile_steps"], 5))
             r = run_in_process(config, Path(tmp) / f"{i:04d}", args.timeout_s, str(Path.cwd()))
             m = r.get("metrics") or {}
-            row = {"point": len(done) + i, "status": r.get("status", "error"), **{k: K.to_cell(v) for k, v in knobs.items()},
-                   **{c: m.get(c) for c in RESULT_COLUMNS}, "trial_wall_s": r["trial_wall_s"],
-                   "bottleneck": (r.get("diagnosis") or {}).get("bottleneck"), "error_type": r.get("error_type"), "device_name": (r.get("device") or {}).get("name"),
-                   "host": r.get("host"), "workload": args.workload}
+            row = {
+                "point": len(done) + i,
+                "status": r.get("status", "error"),
+                **{k: K.to_cell(v) for k, v in knobs.items()},
+                **{c: m.get(c) for c in RESULT_COLUMNS},
+                "trial_wall_s": r["trial_wall_s"],
+                "bottleneck": (r.get("diagnosis") or {}).get("bottleneck"),
+                "error_type": r.get("error_type"),
+                "device_name": (r.get("device") or {}).get("name"),
+                "host": r.get("host"),
+                "workload": args.workload,
+            }
             writer.writerow(row)
             f.flush()
             tput = m.get("samples_per_s")
-            print(" ".join(f"{str(knobs[c]):>12}" for c in cols)
-                  + f" {row['status']:>7} {tput or 0:>10.1f} {r['trial_wall_s']:>7.1f}", flush=True)
+            print(
+                " ".join(f"{str(knobs[c]):>12}" for c in cols)
+                + f" {row['status']:>7} {tput or 0:>10.1f} {r['trial_wall_s']:>7.1f}",
+                flush=True,
+            )
     recorded = len(read_rows(out))
-    print(json.dumps({"landscape": str(out), "points_recorded": recorded, "points_in_grid": len(done) + len(todo),
-                      "device": f"{device.type}:{device.name}", "wall_s": time.perf_counter() - started}))
+    print(
+        json.dumps(
+            {
+                "landscape": str(out),
+                "points_recorded": recorded,
+                "points_in_grid": len(done) + len(todo),
+                "device": f"{device.type}:{device.name}",
+                "wall_s": time.perf_counter() - started,
+            }
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -100,13 +100,21 @@ def trial_phases(run_dir: Path) -> list[dict]:
 
     walls = {Path(r.trial_dir).name: r.info.get("trial_wall_s") for r in read_run(run_dir).records if r.trial_dir}
     out = []
-    for path in sorted((run_dir / "trials").glob("*/result.json")) + sorted((run_dir / "confirm").glob("*/result.json")):
+    for path in sorted((run_dir / "trials").glob("*/result.json")) + sorted(
+        (run_dir / "confirm").glob("*/result.json")
+    ):
         result = json.loads(path.read_text())
         own = result.get("trial_s") or 0.0
         wall = walls.get(path.parent.name) or own
-        out.append({"number": path.parent.name, "status": result.get("status"), "wall_s": round(wall, 2),
-                    "launcher_s": round(wall - own, 2),
-                    "phases": {k: round(v, 2) for k, v in (result.get("phases_s") or {}).items()}})
+        out.append(
+            {
+                "number": path.parent.name,
+                "status": result.get("status"),
+                "wall_s": round(wall, 2),
+                "launcher_s": round(wall - own, 2),
+                "phases": {k: round(v, 2) for k, v in (result.get("phases_s") or {}).items()},
+            }
+        )
     return out
 
 
@@ -143,20 +151,37 @@ def main(argv=None) -> int:
         phases[label] = round(phases.get(label, 0.0) + b - a, 2)
         print(f"{label:58} {a - T0:7.1f} {b - T0:7.1f} {b - a:7.2f}")
     trials = trial_phases(run_dir)
-    names = sorted({k for t in trials for k in t["phases"]}, key=lambda k: ["setup", "warmup", "window"].index(k)
-                   if k in ("setup", "warmup", "window") else 3)
+    names = sorted(
+        {k for t in trials for k in t["phases"]},
+        key=lambda k: ["setup", "warmup", "window"].index(k) if k in ("setup", "warmup", "window") else 3,
+    )
     print(f"\n{'trial':>12} {'status':>7} {'wall':>6} {'launch':>6} " + " ".join(f"{n[:9]:>9}" for n in names))
     for t in trials:
-        print(f"{t['number']:>12} {t['status']:>7} {t['wall_s']:6.1f} {t['launcher_s']:6.2f} "
-              + " ".join(f"{t['phases'].get(n, 0):9.2f}" for n in names))
+        print(
+            f"{t['number']:>12} {t['status']:>7} {t['wall_s']:6.1f} {t['launcher_s']:6.2f} "
+            + " ".join(f"{t['phases'].get(n, 0):9.2f}" for n in names)
+        )
     totals = {n: round(sum(t["phases"].get(n, 0) for t in trials), 2) for n in names}
     totals["launcher"] = round(sum(t["launcher_s"] for t in trials), 2)
-    print(f"{'all':>12} {'':>7} {sum(t['wall_s'] for t in trials):6.1f} {totals['launcher']:6.2f} "
-          + " ".join(f"{totals[n]:9.2f}" for n in names))
+    print(
+        f"{'all':>12} {'':>7} {sum(t['wall_s'] for t in trials):6.1f} {totals['launcher']:6.2f} "
+        + " ".join(f"{totals[n]:9.2f}" for n in names)
+    )
     wall = ended - T0
-    print(f"\nwall {wall:.1f} s from the script's start ({ended - started:.1f} s from the command's); run dir {run_dir}")
-    print(json.dumps({"wall_s": round(wall, 2), "command_s": round(ended - started, 2), "phases": phases,
-                      "trial_phase_totals": totals, "trials": trials}))
+    print(
+        f"\nwall {wall:.1f} s from the script's start ({ended - started:.1f} s from the command's); run dir {run_dir}"
+    )
+    print(
+        json.dumps(
+            {
+                "wall_s": round(wall, 2),
+                "command_s": round(ended - started, 2),
+                "phases": phases,
+                "trial_phase_totals": totals,
+                "trials": trials,
+            }
+        )
+    )
     return 0
 
 

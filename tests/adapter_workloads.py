@@ -21,10 +21,19 @@ SEEN: list[dict] = []
 
 def note(x: torch.Tensor, record: str | None, **extra) -> None:
     """What a forward saw: compiled or eager, memory format, autocast."""
-    _keep({"compiling": torch.compiler.is_compiling(),
-           "channels_last": x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
-           "autocast": str(torch.get_autocast_dtype(x.device.type)) if torch.is_autocast_enabled(x.device.type)
-           else None, **extra}, record)
+    _keep(
+        {
+            "compiling": torch.compiler.is_compiling(),
+            "channels_last": x.dim() == 4
+            and x.is_contiguous(memory_format=torch.channels_last)
+            and not x.is_contiguous(),
+            "autocast": str(torch.get_autocast_dtype(x.device.type))
+            if torch.is_autocast_enabled(x.device.type)
+            else None,
+            **extra,
+        },
+        record,
+    )
 
 
 @torch.compiler.disable  # runs eagerly, with what the traced forward saw (no guard on SEEN, no recompiles)
@@ -66,8 +75,9 @@ class LitCNN(pl.LightningModule):
 
     def __init__(self, lr: float = 1e-2, optimizers: str = "dict", record: str | None = None):
         super().__init__()
-        self.net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(),
-                                 nn.AdaptiveAvgPool2d(1), nn.Flatten())
+        self.net = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten()
+        )
         self.head = nn.Linear(8, 2)
         self.lr, self.optimizers_form, self.record = lr, optimizers, record
 
@@ -85,10 +95,14 @@ class LitCNN(pl.LightningModule):
         opt = torch.optim.Adam(self.parameters(), lr=self.lr)
         sched = torch.optim.lr_scheduler.StepLR(opt, step_size=10)
         return {
-            "optimizer": opt, "single": opt, "list": [opt], "pair": ([opt], [sched]),
+            "optimizer": opt,
+            "single": opt,
+            "list": [opt],
+            "pair": ([opt], [sched]),
             "dict": {"optimizer": opt, "lr_scheduler": {"scheduler": sched, "interval": "step"}},
             "list_of_dicts": [{"optimizer": opt, "lr_scheduler": sched}],
-            "two": [opt, torch.optim.SGD(self.head.parameters(), lr=0.1)], "none": None,
+            "two": [opt, torch.optim.SGD(self.head.parameters(), lr=0.1)],
+            "none": None,
         }[self.optimizers_form]
 
 
@@ -100,8 +114,15 @@ def tiny_bert(record: str | None = None, num_labels: int = 2):
     """A 2-layer BERT with a 64-token vocabulary, built from a config (no weights downloaded)."""
     from transformers import BertConfig, BertForSequenceClassification
 
-    config = BertConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32, num_labels=num_labels)
+    config = BertConfig(
+        vocab_size=64,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        num_labels=num_labels,
+    )
     torch.manual_seed(0)
     model = BertForSequenceClassification(config)
     model.bert.embeddings.register_forward_hook(lambda module, args, out: note(out, record))
@@ -112,8 +133,14 @@ def token_samples(samples: int = 256, seq_len: int = 16, labels: bool = True) ->
     """Generated token ids; the label says whether token 1 is in the first half of the vocabulary."""
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(1, 64, (samples, seq_len), generator=g)
-    return [{"input_ids": row, "attention_mask": torch.ones(seq_len, dtype=torch.long),
-             **({"label": int(row[1] < 32)} if labels else {})} for row in ids]
+    return [
+        {
+            "input_ids": row,
+            "attention_mask": torch.ones(seq_len, dtype=torch.long),
+            **({"label": int(row[1] < 32)} if labels else {}),
+        }
+        for row in ids
+    ]
 
 
 def make_bert(batch_size: int = 8, record: str | None = None, labels: bool = True):
@@ -122,8 +149,11 @@ def make_bert(batch_size: int = 8, record: str | None = None, labels: bool = Tru
 
 def make_lightning_clipped(batch_size: int = 16, record: str | None = None, precision: str = "32-true"):
     """The CNN as a Trainer with gradient clipping trains it (the Trainer given as its arguments)."""
-    return adapters.lightning(LitCNN(record=record), ImageData(batch_size=batch_size),
-                              trainer={"precision": precision, "gradient_clip_val": 1.0, "accelerator": "cpu"})
+    return adapters.lightning(
+        LitCNN(record=record),
+        ImageData(batch_size=batch_size),
+        trainer={"precision": precision, "gradient_clip_val": 1.0, "accelerator": "cpu"},
+    )
 
 
 def bert_trainer(batch_size: int = 8, record: str | None = None, **args):
@@ -133,8 +163,17 @@ def bert_trainer(batch_size: int = 8, record: str | None = None, **args):
     from transformers import Trainer, TrainingArguments
 
     out = tempfile.mkdtemp(prefix="hf-trainer-")
-    targs = TrainingArguments(output_dir=out, per_device_train_batch_size=batch_size, use_cpu=True, report_to=[],
-                              max_grad_norm=1.0, learning_rate=1e-3, warmup_steps=2, max_steps=50, **args)
+    targs = TrainingArguments(
+        output_dir=out,
+        per_device_train_batch_size=batch_size,
+        use_cpu=True,
+        report_to=[],
+        max_grad_norm=1.0,
+        learning_rate=1e-3,
+        warmup_steps=2,
+        max_steps=50,
+        **args,
+    )
     return Trainer(model=tiny_bert(record), args=targs, train_dataset=token_samples())
 
 

@@ -8,20 +8,35 @@ from torch.utils.data import TensorDataset
 
 from autotune import Workload
 
-TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 0,
-         "diagnose": False, "timeout_s": 120, "prune_margin": 0}
+TRIAL = {
+    "warmup_steps": 2,
+    "measure_steps": 5,
+    "min_window_s": 0.2,
+    "max_window_s": 1.0,
+    "profile_steps": 0,
+    "diagnose": False,
+    "timeout_s": 120,
+    "prune_margin": 0,
+}
 
 
 def spec(output_dir, n_trials: int = 2, confirm_rounds: int = 0, **overrides) -> dict:
     """A search of 2 cheap trials on the CPU (the baseline and one more), not re-measured."""
-    return {"search_space": {"preset": None, "knobs": {"batch_size": [16, 64]}}, "trial": TRIAL,
-            "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": confirm_rounds}, "safety": {"level": "dynamics"},
-            "resources": {"device": "cpu"}, "output_dir": str(output_dir), **overrides}
+    return {
+        "search_space": {"preset": None, "knobs": {"batch_size": [16, 64]}},
+        "trial": TRIAL,
+        "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": confirm_rounds},
+        "safety": {"level": "dynamics"},
+        "resources": {"device": "cpu"},
+        "output_dir": str(output_dir),
+        **overrides,
+    }
 
 
 def cnn(width: int) -> nn.Module:
-    return nn.Sequential(nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                         nn.Linear(width, 4))
+    return nn.Sequential(
+        nn.Conv2d(3, width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(width, 4)
+    )
 
 
 def images(n: int = 512) -> TensorDataset:

@@ -25,8 +25,9 @@ def ray_local():
     import ray
 
     temp = tempfile.mkdtemp(prefix="rt", dir="/tmp")  # short: Ray's socket paths have a length limit
-    ray.init(num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, _temp_dir=temp,
-             logging_level="ERROR")
+    ray.init(
+        num_cpus=os.cpu_count(), include_dashboard=False, log_to_driver=False, _temp_dir=temp, logging_level="ERROR"
+    )
     yield
     ray.shutdown()
     shutil.rmtree(temp, ignore_errors=True)
@@ -36,12 +37,18 @@ def write_spec(path, **overrides):
     """A small search spec on the tiny workload."""
     import yaml
 
-    data = {"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
-            "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
-                                                     "pin_memory": [False, True]}},
-            "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
-            # no re-measuring unless a test asks (autotune.confirm); finished_run does
-            "search": {"n_trials": 3, "confirm_rounds": 0}, "safety": {"level": "dynamics"}, **overrides}
+    data = {
+        "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+        "search_space": {
+            "preset": None,
+            "knobs": {"batch_size": [16, 64], "channels_last": [False, True], "pin_memory": [False, True]},
+        },
+        "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
+        # no re-measuring unless a test asks (autotune.confirm); finished_run does
+        "search": {"n_trials": 3, "confirm_rounds": 0},
+        "safety": {"level": "dynamics"},
+        **overrides,
+    }
     path.write_text(yaml.safe_dump(data))
     return path
 
@@ -86,8 +93,12 @@ def outside_hogs():
 
     def start(n: int = 1) -> None:
         for _ in range(n):
-            out = subprocess.run(["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                ["sh", "-c", f"'{sys.executable}' -c 'while True: pass' >/dev/null 2>&1 & echo $!"],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             pids.append(int(out.stdout))
         time.sleep(0.5)
 

@@ -32,11 +32,20 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     width = 6  # a closure: travels with the pickled factory
 
     def make(batch_size=16, extra=1):
-        return autotune.Workload(model=lambda: AW.cnn(width * extra), dataset=AW.images(), loss=AW.classify,
-                                 batch_size=batch_size)
+        return autotune.Workload(
+            model=lambda: AW.cnn(width * extra), dataset=AW.images(), loss=AW.classify, batch_size=batch_size
+        )
 
-    spec = AW.spec(tmp_path / "run", n_trials=3, confirm_rounds=1, search_space={
-        "preset": None, "knobs": {"batch_size": [16, 64]}, "workload_args": {"extra": {"values": [1, 2], "safety": "safe"}}})
+    spec = AW.spec(
+        tmp_path / "run",
+        n_trials=3,
+        confirm_rounds=1,
+        search_space={
+            "preset": None,
+            "knobs": {"batch_size": [16, 64]},
+            "workload_args": {"extra": {"values": [1, 2], "safety": "safe"}},
+        },
+    )
     result = autotune.search(spec, workload=make)
 
     trials = result.trials
@@ -54,8 +63,9 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     assert yaml.safe_load((run_dir / "spec.yaml").read_text())["workload"]["pickled"] == name
     assert yaml.safe_load((run_dir / "best_config.yaml").read_text())["workload"]["ref"] == name
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
-    parent = client.search_runs([client.get_experiment_by_name("autotune").experiment_id],
-                                "tags.`autotune.role` = 'search'")[0]
+    parent = client.search_runs(
+        [client.get_experiment_by_name("autotune").experiment_id], "tags.`autotune.role` = 'search'"
+    )[0]
     assert parent.data.params["workload"] == name
 
     # --resume reads the spec as written, and the run dir's own workload.pkl (here: nothing left to run)
@@ -76,8 +86,13 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
 
 
 def _trial_by_hand(config: Path, out: Path, cwd: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "autotune.trial", str(config), "-o", str(out)], cwd=cwd,
-                   capture_output=True, text=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "-m", "autotune.trial", str(config), "-o", str(out)],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     return out
 
 
@@ -101,8 +116,14 @@ print(json.dumps({"status": list(result.trials["status"]), "best": result.best_c
 def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
     """A script's `__main__` (a notebook's scope), every trial started from scratch."""
     env = {**os.environ, "AUTOTUNE_LAUNCHER": "spawn", "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(AW.spec(tmp_path / "run"))],
-                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(NOTEBOOK), json.dumps(AW.spec(tmp_path / "run"))],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert out["status"] == ["ok", "ok"] and out["best"] in (16, 64)
@@ -113,16 +134,20 @@ def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
 def test_a_workload_that_is_not_callable_is_one_line(tmp_path):
     with pytest.raises(WorkloadError) as e:
         autotune.search(AW.spec(tmp_path / "run"), workload="tests.api_workloads:make_cnn")
-    assert str(e.value) == ("workload: expected a factory callable returning autotune.Workload, got str; or leave it "
-                            "out and name the factory in the spec (workload.name or workload.factory)")
+    assert str(e.value) == (
+        "workload: expected a factory callable returning autotune.Workload, got str; or leave it "
+        "out and name the factory in the spec (workload.name or workload.factory)"
+    )
 
 
 def test_a_spec_naming_a_workload_and_a_callable_is_one_line(tmp_path):
     with pytest.raises(SpecError) as e:
         autotune.search({**AW.spec(tmp_path / "run"), "workload": {"name": "tiny_cnn"}}, workload=AW.make_cnn)
-    assert str(e.value) == ("spec: workload: the spec names `name: tiny_cnn` and a factory callable "
-                            "(`tests.api_workloads.make_cnn`) was given; give one (leave workload.name and "
-                            "workload.factory out to use the callable)")
+    assert str(e.value) == (
+        "spec: workload: the spec names `name: tiny_cnn` and a factory callable "
+        "(`tests.api_workloads.make_cnn`) was given; give one (leave workload.name and "
+        "workload.factory out to use the callable)"
+    )
 
 
 def test_a_factory_that_cannot_be_pickled_is_one_line_and_nothing_is_written(tmp_path):
@@ -135,8 +160,10 @@ def test_a_factory_that_cannot_be_pickled_is_one_line_and_nothing_is_written(tmp
     with pytest.raises(SpecError) as e:
         autotune.search(AW.spec(tmp_path / "run"), workload=make)
     message = str(e.value)
-    assert message.startswith(f"workload factory `{__name__}.test_a_factory_that_cannot_be_pickled_is_one_line_and_"
-                              "nothing_is_written.<locals>.make` cannot be pickled for the trial processes (TypeError: ")
+    assert message.startswith(
+        f"workload factory `{__name__}.test_a_factory_that_cannot_be_pickled_is_one_line_and_"
+        "nothing_is_written.<locals>.make` cannot be pickled for the trial processes (TypeError: "
+    )
     assert message.endswith("build such objects inside the factory, not around it") and "\n" not in message
     assert not (tmp_path / "run").exists()
 
@@ -190,16 +217,27 @@ def sys_path_notebook(tmp_path: Path, spec: dict, env: dict) -> subprocess.Compl
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "nbhelper.py").write_text(textwrap.dedent(HELPER))
     (tmp_path / "nb").mkdir()
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(SYS_PATH_NOTEBOOK), json.dumps(spec)],
-                          cwd=tmp_path / "nb", env={**env, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
-                          timeout=280)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(SYS_PATH_NOTEBOOK), json.dumps(spec)],
+        cwd=tmp_path / "nb",
+        env={**env, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
 
 
 def loads_without_the_helper(pickled: Path) -> str:
     """Unpickle and call the factory in a process that cannot import nbhelper."""
     code = "import pickle, sys; f = pickle.load(open(sys.argv[1], 'rb')); print(type(f().model()).__name__)"
-    proc = subprocess.run([sys.executable, "-c", code, str(pickled)], cwd=pickled.parent, capture_output=True,
-                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(pickled)],
+        cwd=pickled.parent,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout.strip()
 
@@ -223,9 +261,12 @@ def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_refe
 def test_a_factory_in_main_with_a_sys_path_helper_reaches_trials_on_another_node(tmp_path, cluster):
     """The pickled bytes travel with the request, the helper by value in them: a
     node without the run dir (or ../lib) runs the factory; re-measuring too."""
-    spec = AW.spec(tmp_path / "run", search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 1},
-                   search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
-                   resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1})
+    spec = AW.spec(
+        tmp_path / "run",
+        search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 1},
+        search_space={"preset": None, "knobs": {"batch_size": [16, 32, 64, 128]}},
+        resources={"ray_address": cluster, "device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1},
+    )
     proc = sys_path_notebook(tmp_path, spec, cluster_env())
     assert proc.returncode == 0, proc.stderr[-3000:]
     table = pd.read_csv(tmp_path / "run" / "trials.csv")

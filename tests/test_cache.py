@@ -50,8 +50,13 @@ print(json.dumps({"s": time.perf_counter() - started, "run_dir": str(result.run_
 def test_reuse_returns_the_earlier_winner_without_starting_anything(first):
     runs = first.run_dir.parent
     spec = AW.spec(runs / "second", workload=WORKLOAD)
-    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(REUSE), json.dumps(spec)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=100)
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(REUSE), json.dumps(spec)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     # printed, not asserted (timings are measured, never asserted in tests); what makes it fast is asserted below
@@ -67,8 +72,9 @@ def test_reuse_returns_the_earlier_winner_without_starting_anything(first):
 @pytest.mark.timeout(300)
 def test_a_changed_spec_searches_again(first):
     runs, notes = first.run_dir.parent, []
-    changed = AW.spec(runs / "changed", workload=WORKLOAD, search_space={"preset": None,
-                                                                        "knobs": {"batch_size": [16, 32]}})
+    changed = AW.spec(
+        runs / "changed", workload=WORKLOAD, search_space={"preset": None, "knobs": {"batch_size": [16, 32]}}
+    )
     result = autotune.search(changed, reuse=True, on_match=notes.append)
     assert not result.reused and result.run_dir == (runs / "changed").resolve() and notes == []
     assert trials_run(result) == 2 and result.records[1].knobs["batch_size"] == 32
@@ -82,8 +88,9 @@ def test_a_matching_search_says_so_and_refresh_says_nothing(first):
     assert not again.reused and trials_run(again) == 2
     # the matching finished search is named (the changed one asked another question)
     assert notes == [cache.describe(first.run_dir, reused=False)]
-    assert notes[0].startswith(f"an earlier search asked the same on this device, torch and autotune: "
-                               f"`{first.run_dir}`")
+    assert notes[0].startswith(
+        f"an earlier search asked the same on this device, torch and autotune: `{first.run_dir}`"
+    )
     notes.clear()
     fresh = autotune.search(AW.spec(runs / "fresh", workload=WORKLOAD), refresh=True, on_match=notes.append)
     assert not fresh.reused and trials_run(fresh) == 2 and notes == []
@@ -93,20 +100,30 @@ def test_the_key_asks_what_changes_the_answer(tmp_path):
     base = as_spec(AW.spec(tmp_path / "a", workload=WORKLOAD))
     asked = cache.question(base)
     # where results go does not change the answer
-    same = as_spec({**AW.spec(tmp_path / "b", workload=WORKLOAD), "name": "other",
-                    "tracking": {"experiment": "x"}, "resources": {"device": "cpu", "cpus_per_trial": 1}})
+    same = as_spec(
+        {
+            **AW.spec(tmp_path / "b", workload=WORKLOAD),
+            "name": "other",
+            "tracking": {"experiment": "x"},
+            "resources": {"device": "cpu", "cpus_per_trial": 1},
+        }
+    )
     assert cache.question(same) == asked
     # the trial count, the space, the workload's args and a preset's values do
-    for change in ({"search": {"n_trials": 3, "seed": 1}},
-                   {"search_space": {"preset": None, "knobs": {"batch_size": [16, 32]}}},
-                   {"workload": {**WORKLOAD, "args": {"width": 4}}},
-                   {"safety": {"level": "numerics"}}):
+    for change in (
+        {"search": {"n_trials": 3, "seed": 1}},
+        {"search_space": {"preset": None, "knobs": {"batch_size": [16, 32]}}},
+        {"workload": {**WORKLOAD, "args": {"width": 4}}},
+        {"safety": {"level": "numerics"}},
+    ):
         assert cache.question(as_spec({**AW.spec(tmp_path / "a", workload=WORKLOAD), **change})) != asked, change
     # so do the loss-parity rules: a search judged under older ones is not reused (issue 39)
     assert asked["parity_rule"] == cache.PARITY_RULE == parity.RULE >= 2
     # a cluster's devices are known only once Ray runs: not remembered
-    assert cache.question(as_spec(AW.spec(tmp_path / "a", workload=WORKLOAD,
-                                          resources={"ray_address": "127.0.0.1:1"}))) is None
+    assert (
+        cache.question(as_spec(AW.spec(tmp_path / "a", workload=WORKLOAD, resources={"ray_address": "127.0.0.1:1"})))
+        is None
+    )
 
 
 def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
@@ -114,8 +131,14 @@ def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
         return AW.make_cnn(width)
 
     spec = as_spec(AW.spec(tmp_path / "a"), "nb.make")
-    assert cache.question(spec)["workload"] == {"name": None, "factory": None, "pickled": "nb.make", "args": {}, "command": None,
-                                               "dir": None}
+    assert cache.question(spec)["workload"] == {
+        "name": None,
+        "factory": None,
+        "pickled": "nb.make",
+        "args": {},
+        "command": None,
+        "dir": None,
+    }
     shapes = cache.machine(spec, make())
     assert shapes["device"] == "cpu" and shapes["params"] == cache.machine(spec, make())["params"]
     assert cache.machine(spec, make(width=4))["params"] != shapes["params"]

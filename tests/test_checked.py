@@ -17,8 +17,14 @@ from autotune.records.run_dir import SearchResult, pick_best, record_of
 from autotune.trial.result import TrialResult
 from autotune.trial.runner import run_trial
 
-WINDOW = {"warmup_steps": 2, "measure_steps": 10, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 0,
-          "diagnose": False}
+WINDOW = {
+    "warmup_steps": 2,
+    "measure_steps": 10,
+    "min_window_s": 0.3,
+    "max_window_s": 1.0,
+    "profile_steps": 0,
+    "diagnose": False,
+}
 PARITY_STEPS = 4
 
 
@@ -64,8 +70,11 @@ def test_an_incumbent_whose_parity_its_trial_skipped_is_checked_late_and_stays_t
     # test failed there, deterministically, with bf16 here), and a batch that is faster everywhere
     records = [t.record(0, {}), t.record(1, {"batch_size": 64, "set_to_none": False})]
     base, fast = records
-    assert pick_best(records) is fast and checked.unchecked(fast, base) and "skipped" in json.loads(
-        (tmp_path / "0001" / "result.json").read_text())
+    assert (
+        pick_best(records) is fast
+        and checked.unchecked(fast, base)
+        and "skipped" in json.loads((tmp_path / "0001" / "result.json").read_text())
+    )
     asked = []
     best = checked.pick_checked(records, lambda knobs, label: asked.append(label) or t.check(knobs, label))
     assert best is fast and asked == ["parity-0001"]
@@ -108,7 +117,8 @@ def test_a_best_the_remeasurement_rejects_hands_over_to_a_faster_candidate(tmp_p
     monkeypatch.setenv("AUTOTUNE_TEST_SLOW_BATCH", "32")  # the host changed under the first pick
     said = []
     best, confirm, rejected = checked.confirm_candidates(
-        records, base, lambda b, c: confirm_best(t.timed, b, c, 1), t.check, said.append, min_improvement=0.02)
+        records, base, lambda b, c: confirm_best(t.timed, b, c, 1), t.check, said.append, min_improvement=0.02
+    )
     assert [c["best_trial"] for c in rejected] == [1] and rejected[0]["verdict"] == "slower"
     assert best is second and confirm["best_trial"] == 2 and confirm["verdict"] == "faster"
     assert "the next candidate: trial #2" in said[0]
@@ -130,7 +140,8 @@ def test_a_tie_kept_by_a_best_the_remeasurement_rejects_is_open_again(tmp_path, 
     monkeypatch.setenv("AUTOTUNE_TEST_SLOW_BATCH", "32")  # the host changed under the first pick
     said = []
     best, confirm, rejected = checked.confirm_candidates(
-        records, base, lambda b, c: confirm_best(t.timed, b, c, 1), t.check, said.append, min_improvement=0.02)
+        records, base, lambda b, c: confirm_best(t.timed, b, c, 1), t.check, said.append, min_improvement=0.02
+    )
     assert [c["best_trial"] for c in rejected] == [1]
     assert best is kept and confirm["best_trial"] == 2 and confirm["verdict"] == "faster"
     assert kept.info["tie_reopened"] == 1 and kept.parity["passed"] and kept.info["parity_late"]
@@ -142,9 +153,16 @@ def test_a_tie_kept_by_a_best_the_remeasurement_rejects_is_open_again(tmp_path, 
 
 def test_a_tie_kept_by_another_incumbent_still_holds(tmp_path):
     """Only the ties the rejected best kept are opened: one kept by another trial still holds."""
-    records = [record_of(n, {**K.pytorch_defaults(8), "batch_size": b}, TrialResult.from_dict(
-        {"status": "ok", "metrics": {"samples_per_s": v, "step_mean_ci95": 0.01}}), None, is_baseline=n == 0)
-        for n, b, v in ((0, 8, 100.0), (1, 16, 150.0), (2, 32, 160.0), (3, 64, 170.0))]
+    records = [
+        record_of(
+            n,
+            {**K.pytorch_defaults(8), "batch_size": b},
+            TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": v, "step_mean_ci95": 0.01}}),
+            None,
+            is_baseline=n == 0,
+        )
+        for n, b, v in ((0, 8, 100.0), (1, 16, 150.0), (2, 32, 160.0), (3, 64, 170.0))
+    ]
     records[2].metrics.update(tie_kept=1.0, tie_kept_incumbent=1.0)
     records[3].metrics.update(tie_kept=1.0, tie_kept_incumbent=0.0)
     assert checked.reopen_ties(records, records[1]) == [2]

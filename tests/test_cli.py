@@ -21,7 +21,10 @@ def test_bad_spec_is_one_line_exit_2_no_traceback(tmp_path):
     spec = write_spec(tmp_path / "s.yaml", search={"sampler": "bayes"})
     result = runner.invoke(app, ["search", str(spec)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: {spec}: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'\n"
+    assert (
+        result.stderr
+        == f"error: {spec}: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'\n"
+    )
     assert "Traceback" not in result.output
 
 
@@ -35,8 +38,9 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
     spec = write_spec(tmp_path / "s.yaml")
     result = runner.invoke(app, ["search", str(spec), "--budget", "5 weeks"])
     assert result.exit_code == 2
-    assert result.stderr == ("error: --budget: '5 weeks' is not a duration; give a positive number of seconds, or with "
-                             "a unit: 90s, 5m, 1h\n")
+    assert result.stderr == (
+        "error: --budget: '5 weeks' is not a duration; give a positive number of seconds, or with a unit: 90s, 5m, 1h\n"
+    )
 
 
 def test_budget_durations():
@@ -53,12 +57,16 @@ def test_debug_shows_the_exception(tmp_path):
 
 
 def test_a_factory_that_does_not_import_is_a_user_error(tmp_path, ray_local):
-    spec = write_spec(tmp_path / "s.yaml", workload={"factory": "no_such_pkg.train:make"}, output_dir=str(tmp_path / "run"))
+    spec = write_spec(
+        tmp_path / "s.yaml", workload={"factory": "no_such_pkg.train:make"}, output_dir=str(tmp_path / "run")
+    )
     result = runner.invoke(app, ["search", str(spec)])
     assert result.exit_code == 2
-    assert result.stderr == ("error: workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: "
-                             "ModuleNotFoundError: No module named 'no_such_pkg'; run the search from the directory that "
-                             "contains `no_such_pkg` (trials import it the same way), or add that directory to PYTHONPATH\n")
+    assert result.stderr == (
+        "error: workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: "
+        "ModuleNotFoundError: No module named 'no_such_pkg'; run the search from the directory that "
+        "contains `no_such_pkg` (trials import it the same way), or add that directory to PYTHONPATH\n"
+    )
 
 
 @pytest.mark.timeout(300)
@@ -90,7 +98,10 @@ def get_json(url, body=None):
 def test_ui_without_a_search_says_what_to_do(tmp_path):
     result = runner.invoke(app, ["ui", str(tmp_path)])
     assert result.exit_code == 2
-    assert result.stderr == f"error: `{tmp_path}` has no mlflow.db; run `autotune search spec.yaml` first, or pass its output dir\n"
+    assert (
+        result.stderr
+        == f"error: `{tmp_path}` has no mlflow.db; run `autotune search spec.yaml` first, or pass its output dir\n"
+    )
 
 
 @pytest.mark.timeout(180)
@@ -102,13 +113,18 @@ def test_ui_serves_the_search_runs_on_loopback(finished_run):
         exp = get_json(base + "/api/2.0/mlflow/experiments/get-by-name?experiment_name=autotune")["experiment"]
         assert {"key": "mlflow.experimentKind", "value": "custom_model_development"} in exp["tags"]
         runs = get_json(base + "/api/2.0/mlflow/runs/search", {"experiment_ids": [exp["experiment_id"]]})["runs"]
-        trials = [r for r in runs if any(t["key"] == "autotune.role" and t["value"] == "trial" for t in r["data"]["tags"])]
+        trials = [
+            r for r in runs if any(t["key"] == "autotune.role" and t["value"] == "trial" for t in r["data"]["tags"])
+        ]
         assert len(runs) == 4 and len(trials) == 3
         assert all(any(m["key"] == "samples_per_s" for m in r["data"]["metrics"]) for r in trials)
         assert all({p["key"] for p in r["data"]["params"]} >= {"batch_size", "channels_last"} for r in trials)
         parent = next(r for r in runs if r not in trials)
         listed = get_json(f"{base}/api/2.0/mlflow/artifacts/list?run_id={parent['info']['run_id']}&path=plots")
-        assert {f["path"] for f in listed["files"]} >= {"plots/throughput_per_trial.png", "plots/parallel_coordinates.png"}
+        assert {f["path"] for f in listed["files"]} >= {
+            "plots/throughput_per_trial.png",
+            "plots/parallel_coordinates.png",
+        }
 
 
 def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run, tmp_path):
@@ -132,25 +148,38 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
     view = json.loads(exp.tags[key])
     assert _trials_url(run_dir, run_dir / "mlflow.db", "http://127.0.0.1:5000") == (
         f"http://127.0.0.1:5000/#/experiments/{exp.experiment_id}/runs"
-        f"?workflowType=machine_learning&viewStateShareKey=autotune-{parent}")
+        f"?workflowType=machine_learning&viewStateShareKey=autotune-{parent}"
+    )
     order = view["orderByKey"].replace("`", "") + (" ASC" if view["orderByAsc"] else " DESC")
     runs = client.search_runs([exp.experiment_id], view["searchFilter"], order_by=[order])
     assert [r.data.tags["autotune.role"] for r in runs] == ["trial"] * 3
     speeds = [r.data.metrics["samples_per_s"] for r in runs]
     assert speeds == sorted(speeds, reverse=True)
     knobs = [k.removeprefix("space.") for k in client.get_run(parent).data.params if k.startswith("space.")]
-    assert knobs and view["selectedColumns"] == ["metrics.`samples_per_s`", "metrics.`speedup_x`", "tags.`outcome`",
-                                                 "tags.`safety.parity`", *(f"params.`{k}`" for k in knobs), "tags.`safety.flags`"]
+    assert knobs and view["selectedColumns"] == [
+        "metrics.`samples_per_s`",
+        "metrics.`speedup_x`",
+        "tags.`outcome`",
+        "tags.`safety.parity`",
+        *(f"params.`{k}`" for k in knobs),
+        "tags.`safety.flags`",
+    ]
     assert [c["metricKey"] for c in view["compareRunCharts"]] == ["samples_per_s", "speedup_x"]
-    assert all({"samples_per_s", "speedup_x"} <= set(r.data.metrics) and set(knobs) <= set(r.data.params)
-               and {"outcome", "safety.flags"} <= set(r.data.tags) for r in runs)
+    assert all(
+        {"samples_per_s", "speedup_x"} <= set(r.data.metrics)
+        and set(knobs) <= set(r.data.params)
+        and {"outcome", "safety.flags"} <= set(r.data.tags)
+        for r in runs
+    )
     client.delete_experiment_tag(exp.experiment_id, key)  # a store from before the view was saved
     _trials_url(run_dir, run_dir / "mlflow.db", "http://127.0.0.1:5000")
     assert json.loads(client.get_experiment(exp.experiment_id).tags[key]) == view
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None,
-                    reason="chromium is not installed (apt-get install chromium): the UI's first screen is not checked")
+@pytest.mark.skipif(
+    shutil.which("chromium") is None,
+    reason="chromium is not installed (apt-get install chromium): the UI's first screen is not checked",
+)
 @pytest.mark.timeout(300)
 def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run, tmp_path):
     """A real browser on the printed link: every trial a row, fastest first, the
@@ -166,12 +195,27 @@ def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run
     base = f"http://127.0.0.1:{port}"
     with serving([sys.executable, "-m", "autotune.cli", "ui", str(run_dir), "--port", str(port)], base) as proc:
         url = re.search(r"http://\S+", proc.stdout.readline().decode()).group(0)
-        dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", f"--user-data-dir={tmp_path}",
-                              "--window-size=1600,1000", "--virtual-time-budget=20000", "--dump-dom", url],
-                             capture_output=True, text=True, timeout=240).stdout
+        dom = subprocess.run(
+            [
+                "chromium",
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                f"--user-data-dir={tmp_path}",
+                "--window-size=1600,1000",
+                "--virtual-time-budget=20000",
+                "--dump-dom",
+                url,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=240,
+        ).stdout
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     runs = client.search_runs([client.get_experiment_by_name("autotune").experiment_id])
-    trials = sorted((r for r in runs if r.data.tags["autotune.role"] == "trial"), key=lambda r: -r.data.metrics["samples_per_s"])
+    trials = sorted(
+        (r for r in runs if r.data.tags["autotune.role"] == "trial"), key=lambda r: -r.data.metrics["samples_per_s"]
+    )
     rows = dict(re.findall(r'row-index="(\d+)" row-id="(\w+)"', dom))
     assert [rows.get(str(i)) for i in range(len(rows))] == [r.info.run_id for r in trials], dom[-3000:]
     assert 'col-id="metrics.`samples_per_s`"' in dom
@@ -179,11 +223,16 @@ def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run
 
 
 def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local):
-    spec = write_spec(tmp_path / "s.yaml", baseline={"precision": "16-mixed"}, output_dir=str(tmp_path / "run"),
-                      search_space={"preset": None, "knobs": {"batch_size": [16, 32]}}, search={"n_trials": 2, "confirm_rounds": 0})
+    spec = write_spec(
+        tmp_path / "s.yaml",
+        baseline={"precision": "16-mixed"},
+        output_dir=str(tmp_path / "run"),
+        search_space={"preset": None, "knobs": {"batch_size": [16, 32]}},
+        search={"n_trials": 2, "confirm_rounds": 0},
+    )
     result = runner.invoke(app, ["search", str(spec), "--quiet"])
     assert result.exit_code == 0, result.output
-    line = ("precision='16-mixed': fp16 mixed precision with GradScaler needs a CUDA device; using '32-true'")
+    line = "precision='16-mixed': fp16 mixed precision with GradScaler needs a CUDA device; using '32-true'"
     assert f"not run: baseline {line}" in result.stdout  # when the search starts
     assert f"baseline replaced: {line}" in result.stdout  # and in the summary
 
@@ -191,40 +240,63 @@ def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local
 def test_the_command_exits_with_its_code_after_the_exit_handlers_without_the_teardown(tmp_path):
     """`autotune` (cli.main) runs the exit handlers, flushes, and leaves with the
     command's exit code, skipping the interpreter's teardown."""
-    code = ("import atexit, sys\n"
-            "atexit.register(lambda: print('exit handler ran', flush=True))\n"
-            "sys.argv = ['autotune', 'search', 'missing.yaml']\n"
-            "from autotune.cli.main import main\n"
-            "main()\n")
-    done = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('exit handler ran', flush=True))\n"
+        "sys.argv = ['autotune', 'search', 'missing.yaml']\n"
+        "from autotune.cli.main import main\n"
+        "main()\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert done.returncode == 2, done.stderr
     assert "missing.yaml" in done.stderr and done.stdout.strip() == "exit handler ran"
-    helped = subprocess.run([sys.executable, "-m", "autotune.cli", "--help"], capture_output=True, text=True, timeout=120)
+    helped = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "--help"], capture_output=True, text=True, timeout=120
+    )
     assert helped.returncode == 0 and "search" in helped.stdout
-
 
 
 def test_export_from_online_writes_the_loader_settings_over_best_config(tmp_path):
     import yaml
 
     log = tmp_path / "online.log"
-    log.write_text('other output\n'
-                   'autotune online: summary after 9 steps | {"event": "summary", "settings": {"num_workers": 3, '
-                   '"prefetch_factor": 2, "pin_memory": false, "persistent_workers": false}}\n')
+    log.write_text(
+        "other output\n"
+        'autotune online: summary after 9 steps | {"event": "summary", "settings": {"num_workers": 3, '
+        '"prefetch_factor": 2, "pin_memory": false, "persistent_workers": false}}\n'
+    )
     alone = CliRunner().invoke(app, ["export", "--from-online", str(log)])
     assert alone.exit_code == 0, alone.output
-    assert yaml.safe_load(alone.output) == {"knobs": {"num_workers": 3, "prefetch_factor": 2, "pin_memory": False,
-                                                      "persistent_workers": False}}
+    assert yaml.safe_load(alone.output) == {
+        "knobs": {"num_workers": 3, "prefetch_factor": 2, "pin_memory": False, "persistent_workers": False}
+    }
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     (run_dir / "best_config.yaml").write_text(yaml.safe_dump({"knobs": {"num_workers": 0, "precision": "bf16-mixed"}}))
     merged = CliRunner().invoke(app, ["export", str(run_dir), "--from-online", str(log)])
-    assert yaml.safe_load(merged.output)["knobs"] == {"num_workers": 3, "precision": "bf16-mixed", "prefetch_factor": 2,
-                                                      "pin_memory": False, "persistent_workers": False}
-    (run_dir / "best_config.yaml").write_text(yaml.safe_dump({
-        "knobs": {"num_workers": 0, "precision": "bf16-mixed"}, "device": {"type": "cpu"},
-        "safety": [{"knob": "precision", "baseline": "32-true", "tuned": "bf16-mixed", "safety": "numerics"}]}))
+    assert yaml.safe_load(merged.output)["knobs"] == {
+        "num_workers": 3,
+        "precision": "bf16-mixed",
+        "prefetch_factor": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+    }
+    (run_dir / "best_config.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "knobs": {"num_workers": 0, "precision": "bf16-mixed"},
+                "device": {"type": "cpu"},
+                "safety": [{"knob": "precision", "baseline": "32-true", "tuned": "bf16-mixed", "safety": "numerics"}],
+            }
+        )
+    )
     out = tmp_path / "best_online.yaml"
     assert CliRunner().invoke(app, ["export", str(run_dir), "--from-online", str(log), "-o", str(out)]).exit_code == 0
     import autotune

@@ -22,8 +22,14 @@ from autotune.execution.driver import run
 from tests.conftest import free_port, serving
 
 BIN = Path(sys.executable).parent
-TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "max_window_s": 1.0, "profile_steps": 2,
-         "prune_margin": 0}
+TRIAL = {
+    "warmup_steps": 2,
+    "measure_steps": 5,
+    "min_window_s": 0.3,
+    "max_window_s": 1.0,
+    "profile_steps": 2,
+    "prune_margin": 0,
+}
 
 
 def process_tree(marker: str) -> list[int]:
@@ -71,8 +77,17 @@ def cluster():
     try:
         for attempt in range(2):
             port = free_port("127.0.0.2")
-            failed = ray_start(["--head", "--node-ip-address=127.0.0.2", f"--port={port}", f"--temp-dir={temp}",
-                                "--include-dashboard=false", *common], temp)
+            failed = ray_start(
+                [
+                    "--head",
+                    "--node-ip-address=127.0.0.2",
+                    f"--port={port}",
+                    f"--temp-dir={temp}",
+                    "--include-dashboard=false",
+                    *common,
+                ],
+                temp,
+            )
             if not failed:
                 break
             for pid in process_tree(temp):  # whatever of the failed head still runs
@@ -93,16 +108,28 @@ def cluster():
 @pytest.mark.timeout(300)
 def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "cluster", "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
-        "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64], "channels_last": [False, True]}},
-        "trial": TRIAL, "search": {"sampler": "grid", "n_trials": 6, "confirm_rounds": 1}, "safety": {"level": "dynamics"},
-        # the GPUs are fake (no CUDA here): each trial reserves one, and runs on the CPU
-        "resources": {"device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1},
-        "output_dir": str(tmp_path / "run"),
-    }))
-    proc = subprocess.run([BIN / "autotune", "search", str(spec), "--address", cluster, "-q"], env=cluster_env(),
-                          capture_output=True, text=True, timeout=280)
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "cluster",
+                "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+                "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64], "channels_last": [False, True]}},
+                "trial": TRIAL,
+                "search": {"sampler": "grid", "n_trials": 6, "confirm_rounds": 1},
+                "safety": {"level": "dynamics"},
+                # the GPUs are fake (no CUDA here): each trial reserves one, and runs on the CPU
+                "resources": {"device": "cpu", "cpus_per_trial": 1, "gpus_per_trial": 1},
+                "output_dir": str(tmp_path / "run"),
+            }
+        )
+    )
+    proc = subprocess.run(
+        [BIN / "autotune", "search", str(spec), "--address", cluster, "-q"],
+        env=cluster_env(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = tmp_path / "run"
     table = pd.read_csv(run_dir / "trials.csv")
@@ -116,8 +143,11 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
         for b in rows:
             if a is not b and a["started_unix"] < b["ended_unix"] and b["started_unix"] < a["ended_unix"]:
                 assert a["node_ip"] != b["node_ip"], (a, b)
-    overlapping = sum(a["started_unix"] < b["ended_unix"] and b["started_unix"] < a["ended_unix"]
-                      for i, a in enumerate(rows) for b in rows[i + 1:])
+    overlapping = sum(
+        a["started_unix"] < b["ended_unix"] and b["started_unix"] < a["ended_unix"]
+        for i, a in enumerate(rows)
+        for b in rows[i + 1 :]
+    )
     assert overlapping >= 1  # two GPUs: trials ran in parallel
 
     # every trial's files reached the driver's run dir, and MLflow
@@ -153,21 +183,43 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
 def mlflow_server(tmp_path):
     port = free_port()
     url = f"http://127.0.0.1:{port}"
-    with serving([BIN / "mlflow", "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-                  "--backend-store-uri", f"sqlite:///{tmp_path / 'server.db'}",
-                  "--artifacts-destination", str(tmp_path / "store")], url):
+    with serving(
+        [
+            BIN / "mlflow",
+            "server",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+            "--backend-store-uri",
+            f"sqlite:///{tmp_path / 'server.db'}",
+            "--artifacts-destination",
+            str(tmp_path / "store"),
+        ],
+        url,
+    ):
         yield url, tmp_path / "store"
 
 
 @pytest.mark.timeout(300)
 def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local):
     url, store = mlflow_server
-    result = run(S.parse({
-        "name": "served", "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
-        "search_space": {"preset": None, "knobs": {"channels_last": [False, True]}},
-        "trial": TRIAL, "search": {"n_trials": 2, "confirm_rounds": 0}, "tracking": {"uri": url, "experiment": "served"},
-        "output_dir": str(tmp_path / "run"),
-    }, "served.yaml"))
+    result = run(
+        S.parse(
+            {
+                "name": "served",
+                "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+                "search_space": {"preset": None, "knobs": {"channels_last": [False, True]}},
+                "trial": TRIAL,
+                "search": {"n_trials": 2, "confirm_rounds": 0},
+                "tracking": {"uri": url, "experiment": "served"},
+                "output_dir": str(tmp_path / "run"),
+            },
+            "served.yaml",
+        )
+    )
     assert [r.status for r in result.records] == ["ok", "ok"]
     assert not (tmp_path / "run" / "mlflow.db").exists()  # nothing tracked locally
     client = MlflowClient(url)
@@ -190,23 +242,36 @@ def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local)
 @pytest.mark.timeout(300)
 def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "name": "spread", "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
-        "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}},
-        "trial": {**TRIAL, "profile_steps": 0, "diagnose": False}, "search": {"n_trials": 1, "confirm_rounds": 0},
-        "resources": {"device": "cpu", "cpus_per_trial": 2, "ranks_per_trial": 2, "rank_placement": "spread"},
-        "output_dir": str(tmp_path / "run"),
-    }))
-    proc = subprocess.run([BIN / "autotune", "search", str(spec), "--address", cluster, "-q"], env=cluster_env(),
-                          capture_output=True, text=True, timeout=280)
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "name": "spread",
+                "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
+                "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}},
+                "trial": {**TRIAL, "profile_steps": 0, "diagnose": False},
+                "search": {"n_trials": 1, "confirm_rounds": 0},
+                "resources": {"device": "cpu", "cpus_per_trial": 2, "ranks_per_trial": 2, "rank_placement": "spread"},
+                "output_dir": str(tmp_path / "run"),
+            }
+        )
+    )
+    proc = subprocess.run(
+        [BIN / "autotune", "search", str(spec), "--address", cluster, "-q"],
+        env=cluster_env(),
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     row = pd.read_csv(tmp_path / "run" / "trials.csv").iloc[0]
     assert row["status"] == "ok" and row["ranks"] == 2
     trial_dir = tmp_path / "run" / "trials" / "0000"
     result = json.loads((trial_dir / "result.json").read_text())
     # one rank per node, rank 0's node the master (the trial's own node)
-    assert {r["rank"]: r["node_ip"] for r in result["ranks"]} in ({0: "127.0.0.2", 1: "127.0.0.3"},
-                                                                  {0: "127.0.0.3", 1: "127.0.0.2"})
+    assert {r["rank"]: r["node_ip"] for r in result["ranks"]} in (
+        {0: "127.0.0.2", 1: "127.0.0.3"},
+        {0: "127.0.0.3", 1: "127.0.0.2"},
+    )
     assert result["master_addr"] == result["ranks"][0]["node_ip"] == row["node_ip"]
     assert len({r["node_id"] for r in result["ranks"]}) == 2 and all(r["status"] == "ok" for r in result["ranks"])
     # global throughput: the ranks' samples over the slowest rank's window (a barrier starts them together; they

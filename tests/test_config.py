@@ -35,10 +35,15 @@ def test_plain_mode_returns_the_programs_own_values(monkeypatch):
 
 def test_production_sets_only_the_knobs_the_search_changed(tmp_path):
     path = tmp_path / "best_config.yaml"
-    path.write_text(yaml.safe_dump({
-        "knobs": {"num_workers": 2, "batch_size": 64, "pin_memory": False, "precision": "32-true"},
-        "device": {"type": "cpu"},
-        "safety": [{"knob": "num_workers", "baseline": 0, "tuned": 2}]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "knobs": {"num_workers": 2, "batch_size": 64, "pin_memory": False, "precision": "32-true"},
+                "device": {"type": "cpu"},
+                "safety": [{"knob": "num_workers", "baseline": 0, "tuned": 2}],
+            }
+        )
+    )
     cfg = autotune.config(path)
     assert cfg.knobs == {"num_workers": 2}  # batch 64 was the baseline's: the program's own batch stays
     assert cfg.dataloader_kwargs(batch_size=16, num_workers=0) == {"batch_size": 16, "num_workers": 2}
@@ -59,14 +64,26 @@ def run_trial(tmp_path, request, args=(), program="loader_loop.py"):
     trial.mkdir()
     (trial / "config.json").write_text(json.dumps(request))
     env = {**os.environ, "AUTOTUNE_TRIAL": str(trial / "config.json"), "PYTHONPATH": str(ROOT)}
-    proc = subprocess.run([sys.executable, str(PROGRAMS / program), *args], cwd=trial, env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(PROGRAMS / program), *args],
+        cwd=trial,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     return proc, trial
 
 
 def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
-    request = {"workload": {"command": ["python", "loader_loop.py"]}, "knobs": {"num_workers": 1},
-               "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 3.0}
+    request = {
+        "workload": {"command": ["python", "loader_loop.py"]},
+        "knobs": {"num_workers": 1},
+        "warmup_steps": 2,
+        "measure_steps": 5,
+        "min_window_s": 0.2,
+        "max_window_s": 3.0,
+    }
     proc, trial = run_trial(tmp_path, request, ["--steps", "100000", "--batch_size", "8"])  # the window ends first
     assert proc.returncode == 0, proc.stderr
     result = TrialResult.read(trial / "result.json")
@@ -83,8 +100,14 @@ def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
 def test_a_program_that_ends_after_its_windows_floors_is_measured_on_the_steps_it_ran(tmp_path):
     """A window still short of its statistical target when the program's loop ends, but past its floors
     (measure_steps, min_window_s), is closed there: the steps it timed are a measurement, marked as such."""
-    request = {"workload": {"command": ["python", "loader_loop.py"]}, "warmup_steps": 2, "measure_steps": 4,
-               "min_window_s": 0.0, "max_window_s": 600.0, "target_ci": 1e-9}
+    request = {
+        "workload": {"command": ["python", "loader_loop.py"]},
+        "warmup_steps": 2,
+        "measure_steps": 4,
+        "min_window_s": 0.0,
+        "max_window_s": 600.0,
+        "target_ci": 1e-9,
+    }
     proc, trial = run_trial(tmp_path, request, ["--steps", "20", "--batch_size", "4"])
     result = TrialResult.read(trial / "result.json")
     assert result.status == "ok", result.error

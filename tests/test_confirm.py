@@ -21,8 +21,11 @@ def fake_runs(values):
     def run(knobs, label):
         calls.append((knobs["id"], label))
         value = values.pop(0)
-        return TrialResult("ok", metrics={"samples_per_s": value}) if value else TrialResult(
-            "oom", error_type="OutOfMemoryError", error="CUDA out of memory")
+        return (
+            TrialResult("ok", metrics={"samples_per_s": value})
+            if value
+            else TrialResult("oom", error_type="OutOfMemoryError", error="CUDA out of memory")
+        )
 
     return run, calls
 
@@ -38,24 +41,51 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
     from autotune.trial.measure import promote_floor
     from autotune.trial.request import TrialSettings
 
-    settings = TrialSettings({"name": "tiny_cnn"}, {"warmup_steps": 5, "measure_steps": 10, "min_window_s": 1.0,
-                                                    "target_ci": 0.02, "max_window_s": 30.0, "profile_steps": 5,
-                                                    "diagnose": True}, "cpu", 0, 32, False,
-                             {"baseline": K.pytorch_defaults(32), "steps": 20, "tolerance": 0.05})
+    settings = TrialSettings(
+        {"name": "tiny_cnn"},
+        {
+            "warmup_steps": 5,
+            "measure_steps": 10,
+            "min_window_s": 1.0,
+            "target_ci": 0.02,
+            "max_window_s": 30.0,
+            "profile_steps": 5,
+            "diagnose": True,
+        },
+        "cpu",
+        0,
+        32,
+        False,
+        {"baseline": K.pytorch_defaults(32), "steps": 20, "tolerance": 0.05},
+    )
     request = settings.timed_only().config(K.pytorch_defaults(32), anchor=True)  # as both drivers build it
-    first = {"status": "ok", "metrics": {"samples_per_s": 100.0, "steps_per_s": 10.0, "step_ms_mean": 100.0,
-                                         "step_ms_p95": 120.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
+    first = {
+        "status": "ok",
+        "metrics": {
+            "samples_per_s": 100.0,
+            "steps_per_s": 10.0,
+            "step_ms_mean": 100.0,
+            "step_ms_p95": 120.0,
+            "step_mean_ci95": 0.03,
+        },
+        "trial_wall_s": 20.0,
+    }
     out = C.reread_anchor(first, request, run, tmp_path / "0000")
-    (config, where), = calls
+    ((config, where),) = calls
     # the anchor's own window: a promoted window's floor, on a CPU the spread between processes (+-9.8%, 95%)
     assert where == tmp_path / "0000" / "reread" and config["target_ci"] == promote_floor(0.02, "cpu") == 0.098
     assert (config["profile_steps"], config["diagnose"], config["parity"], config["carry"]) == (0, False, None, None)
     assert out["metrics"]["samples_per_s"] == 90.0 and out["trial_wall_s"] == 23.0
     # the rates and the mean step follow the mean (samples/s = steps/s x batch still holds); the tail is the window's
-    assert out["metrics"]["steps_per_s"] == pytest.approx(9.0) and out["metrics"]["step_ms_mean"] == pytest.approx(100 / 0.9)
+    assert out["metrics"]["steps_per_s"] == pytest.approx(9.0) and out["metrics"]["step_ms_mean"] == pytest.approx(
+        100 / 0.9
+    )
     assert out["metrics"]["step_ms_p95"] == 120.0
     assert out["metrics"]["step_mean_ci95"] == pytest.approx(20 / 180)  # half the reads' relative gap
-    assert (out["metrics"]["anchor_first_samples_per_s"], out["metrics"]["anchor_reread_samples_per_s"]) == (100.0, 80.0)
+    assert (out["metrics"]["anchor_first_samples_per_s"], out["metrics"]["anchor_reread_samples_per_s"]) == (
+        100.0,
+        80.0,
+    )
 
     close = {"status": "ok", "metrics": {"samples_per_s": 81.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
     assert C.reread_anchor(close, request, run, tmp_path)["metrics"]["step_mean_ci95"] == 0.03  # its own CI is wider
@@ -69,21 +99,29 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
     def fails(config, trial_dir):
         return {"status": "error", "error": "boom", "trial_wall_s": 1.0}
 
-    kept = C.reread_anchor({"status": "ok", "metrics": {"samples_per_s": 100.0}, "trial_wall_s": 20.0}, request,
-                           fails, tmp_path)
+    kept = C.reread_anchor(
+        {"status": "ok", "metrics": {"samples_per_s": 100.0}, "trial_wall_s": 20.0}, request, fails, tmp_path
+    )
     assert kept["metrics"] == {"samples_per_s": 100.0} and kept["trial_wall_s"] == 21.0  # one read, as measured
 
 
 def test_the_speedup_is_the_median_of_the_paired_ratios():
     run, calls = fake_runs([100.0, 190.0, 210.0, 105.0, 95.0, 200.0])
     out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 3)
-    assert calls == [("A", "00-baseline"), ("B", "00-best"), ("B", "01-best"), ("A", "01-baseline"),
-                     ("A", "02-baseline"), ("B", "02-best")]
+    assert calls == [
+        ("A", "00-baseline"),
+        ("B", "00-best"),
+        ("B", "01-best"),
+        ("A", "01-baseline"),
+        ("A", "02-baseline"),
+        ("B", "02-best"),
+    ]
     assert [p["ratio"] for p in out["pairs"]] == [1.9, 2.0, pytest.approx(2.1053, abs=1e-4)]
     assert out["speedup_x"] == 2.0 and out["speedup_low"] == 1.9 and out["verdict"] == "faster"
     assert out["baseline_samples_per_s"] == 100.0 and out["best_samples_per_s"] == 200.0
-    assert C.describe(out) == ("re-measured side by side, 3 interleaved rounds in fresh processes: 2.00x "
-                               "(pairs 1.90-2.11x)")
+    assert C.describe(out) == (
+        "re-measured side by side, 3 interleaved rounds in fresh processes: 2.00x (pairs 1.90-2.11x)"
+    )
 
 
 LOADED = "other processes used 60% of the host's CPU time"
@@ -91,8 +129,10 @@ LOADED = "other processes used 60% of the host's CPU time"
 
 def prepared(values, disturbed=()):
     """A run function over prepared results (the `disturbed`-th ones under outside load), and its labels."""
-    results = [TrialResult("ok", metrics={"samples_per_s": v}, disturbed=LOADED if i in disturbed else None)
-               for i, v in enumerate(values)]
+    results = [
+        TrialResult("ok", metrics={"samples_per_s": v}, disturbed=LOADED if i in disturbed else None)
+        for i, v in enumerate(values)
+    ]
     labels = []
     return (lambda knobs, label: labels.append(label) or results.pop(0)), labels
 
@@ -108,8 +148,10 @@ def test_a_pair_measured_under_outside_load_is_measured_again_and_not_counted():
     run, labels = prepared([100.0, 250.0] * 5, disturbed=set(range(0, 10, 2)))
     out = C.remeasure(run, {}, {}, 2)
     assert len(labels) == 2 * (C.RERUNS + 2) and out["rounds"] == 0 and "speedup_x" not in out
-    assert out["verdict"] == "unknown" and C.describe(out) == (f"speedup unknown: {C.RERUNS + 2} pair(s) measured while load from outside took the "
-                               f"host's CPU (01-best: {LOADED}), 0 undisturbed: fewer than 2")
+    assert out["verdict"] == "unknown" and C.describe(out) == (
+        f"speedup unknown: {C.RERUNS + 2} pair(s) measured while load from outside took the "
+        f"host's CPU (01-best: {LOADED}), 0 undisturbed: fewer than 2"
+    )
 
 
 def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
@@ -144,17 +186,23 @@ def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     been compared with 105.9. Within 10% (or twice its window's CI), nothing is said."""
     from autotune.records.run_dir import TrialRecord
 
-    base = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.022})
+    base = TrialRecord(
+        number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.022}
+    )
     best = TrialRecord(number=9, status="ok", knobs={"id": "B"}, metrics={"samples_per_s": 171.5})
     run, _ = fake_runs([88.0, 154.8, 153.7, 87.3])
     out = C.confirm_best(run, base, best, 2)  # the first pair (1.76x) and the trials (1.62x) settle it: one round
     assert out["rounds"] == 1 and out["baseline_drift"] == pytest.approx(88.0 / 105.9 - 1, abs=1e-4)
     assert out["baseline_trial_ci95"] == 0.022
-    assert ("; the baseline re-measured -17% off its trial's 105.9 samples/s (its window: ±2.2%), the read every "
-            "trial was compared with") in C.describe(out)
+    assert (
+        "; the baseline re-measured -17% off its trial's 105.9 samples/s (its window: ±2.2%), the read every "
+        "trial was compared with"
+    ) in C.describe(out)
     run, _ = fake_runs([98.0, 154.8, 153.7, 97.3])
     assert "the baseline re-measured" not in C.describe(C.confirm_best(run, base, best, 2))  # -8%: not said
-    loose = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.1})
+    loose = TrialRecord(
+        number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.1}
+    )
     run, _ = fake_runs([88.0, 154.8, 153.7, 87.3])
     assert "the baseline re-measured" not in C.describe(C.confirm_best(run, loose, best, 2))  # inside 2x its CI
 
@@ -191,7 +239,9 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     trials = {r.number: r for r in result.records}
     dirs = sorted(p.name for p in (run_dir / "confirm").iterdir())
     labels = [d for d in dirs if not d.startswith("parity-")]
-    assert [d for d in labels if "-again" not in d] == ["00-baseline", "00-best", "01-baseline", "01-best"][:2 * rounds]
+    assert [d for d in labels if "-again" not in d] == ["00-baseline", "00-best", "01-baseline", "01-best"][
+        : 2 * rounds
+    ]
     assert len([d for d in labels if "-again" in d]) == 2 * min(len(aside), C.RERUNS)
     for late in set(dirs) - set(labels):  # a best checked late for loss parity (its trial did not check it)
         assert trials[int(late.split("-")[1])].parity is not None, late
@@ -201,8 +251,9 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         assert config["knobs"] == {k: v for k, v in knobs.items() if k in config["knobs"]}
         assert config["profile_steps"] == 0 and config["diagnose"] is False and config["parity"] is None
         # the windows sized by the gap the trials measured (strategy v2)
-        assert config["target_ci"] == pytest.approx(C.window_ci(trials[confirm["baseline_trial"]],
-                                                                trials[confirm["best_trial"]], 0.02))
+        assert config["target_ci"] == pytest.approx(
+            C.window_ci(trials[confirm["baseline_trial"]], trials[confirm["best_trial"]], 0.02)
+        )
         assert json.loads((run_dir / "confirm" / label / "result.json").read_text())["status"] == "ok"
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
     assert best["confirmed"]["note"] == C.describe(confirm)
@@ -227,8 +278,15 @@ def test_a_pair_measured_while_a_cpu_hog_runs_is_measured_again_and_does_not_cou
 
     from autotune.execution.launcher import run_in_process
 
-    trial = {"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}}, "warmup_steps": 2, "measure_steps": 5,
-             "min_window_s": 0.5, "max_window_s": 1.0, "profile_steps": 0, "diagnose": False}
+    trial = {
+        "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+        "warmup_steps": 2,
+        "measure_steps": 5,
+        "min_window_s": 0.5,
+        "max_window_s": 1.0,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
     hogs = []
 
     def run(knobs, label):

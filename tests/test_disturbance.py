@@ -48,12 +48,17 @@ def test_the_other_ranks_of_the_same_trial_are_not_outside_load():
     """A rank forked by the trial process (autotune.trial.ranks) counts the whole trial's
     tree as its own: a sibling rank's CPU (here the test process, which the rank
     names as its trial) is not load from outside."""
-    rank_code = ("import json, time\nfrom autotune.trial.disturbance import CpuWatch\n"
-                 "w = CpuWatch(); w.start(); time.sleep(1.5); print(json.dumps(w.stop(1.5)))")
+    rank_code = (
+        "import json, time\nfrom autotune.trial.disturbance import CpuWatch\n"
+        "w = CpuWatch(); w.start(); time.sleep(1.5); print(json.dumps(w.stop(1.5)))"
+    )
 
     def window(in_trial: bool) -> float:
-        env = {**os.environ, "AUTOTUNE_TRIAL_PID": str(os.getpid())} if in_trial else \
-            {k: v for k, v in os.environ.items() if k != "AUTOTUNE_TRIAL_PID"}
+        env = (
+            {**os.environ, "AUTOTUNE_TRIAL_PID": str(os.getpid())}
+            if in_trial
+            else {k: v for k, v in os.environ.items() if k != "AUTOTUNE_TRIAL_PID"}
+        )
         rank = subprocess.Popen([sys.executable, "-c", rank_code], env=env, stdout=subprocess.PIPE, text=True)
         time.sleep(0.3)  # its watch has started
         burn(1.5)  # the sibling rank's work

@@ -15,10 +15,24 @@ def write(path, knobs, device=None):
 
 
 def test_load_config_applies_the_knobs(tmp_path):
-    cfg = load_config(write(tmp_path / "best.yaml", {"num_workers": 2, "batch_size": 64, "channels_last": True,
-                                                     "precision": "bf16-mixed", "set_to_none": False}))
-    assert cfg.dataloader_kwargs() == {"batch_size": 64, "num_workers": 2, "pin_memory": False,
-                                       "persistent_workers": False}
+    cfg = load_config(
+        write(
+            tmp_path / "best.yaml",
+            {
+                "num_workers": 2,
+                "batch_size": 64,
+                "channels_last": True,
+                "precision": "bf16-mixed",
+                "set_to_none": False,
+            },
+        )
+    )
+    assert cfg.dataloader_kwargs() == {
+        "batch_size": 64,
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+    }
     model = Recorder()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     model, optimizer = cfg.prepare(model, optimizer)
@@ -65,22 +79,38 @@ def test_load_config_builds_the_fused_optimizer(tmp_path):
 
 # -- -f hf and -f lightning: what changed from the baseline, merged over the user's own arguments --------------------
 
+
 def flag(knob, baseline, tuned, safety="safe"):
     return {"knob": knob, "baseline": baseline, "tuned": tuned, "safety": safety, "note": "n"}
 
 
-TUNED = {"knobs": {"batch_size": 32, "num_workers": 2, "precision": "bf16-mixed", "set_to_none": False,
-                   "channels_last": True, "num_threads": 1, "fused_optimizer": True},
-         "device": {"type": "cpu", "name": "cpu"},
-         "measured": {"speedup_x": 1.5, "baseline_samples_per_s": 100.0, "best_samples_per_s": 150.0},
-         # the baseline: an HF Trainer's (fused AdamW, 2 workers), at batch 8 in fp32, with channels_last already
-         "safety": [flag("batch_size", 8, 32, "dynamics"), flag("precision", "32-true", "bf16-mixed", "numerics"),
-                    flag("set_to_none", True, False), flag("num_threads", None, 1)]}
+TUNED = {
+    "knobs": {
+        "batch_size": 32,
+        "num_workers": 2,
+        "precision": "bf16-mixed",
+        "set_to_none": False,
+        "channels_last": True,
+        "num_threads": 1,
+        "fused_optimizer": True,
+    },
+    "device": {"type": "cpu", "name": "cpu"},
+    "measured": {"speedup_x": 1.5, "baseline_samples_per_s": 100.0, "best_samples_per_s": 150.0},
+    # the baseline: an HF Trainer's (fused AdamW, 2 workers), at batch 8 in fp32, with channels_last already
+    "safety": [
+        flag("batch_size", 8, 32, "dynamics"),
+        flag("precision", "32-true", "bf16-mixed", "numerics"),
+        flag("set_to_none", True, False),
+        flag("num_threads", None, 1),
+    ],
+}
 
 
-HEADER = ("# autotune: 1.5x over the baseline (100.0 -> 150.0 samples/s), measured on cpu\n"
-          "# dynamics: batch_size 8 -> 32: n\n"
-          "# numerics: precision 32-true -> bf16-mixed: n\n")
+HEADER = (
+    "# autotune: 1.5x over the baseline (100.0 -> 150.0 samples/s), measured on cpu\n"
+    "# dynamics: batch_size 8 -> 32: n\n"
+    "# numerics: precision 32-true -> bf16-mixed: n\n"
+)
 
 
 def export(tmp_path, data, fmt):
@@ -106,11 +136,18 @@ def test_hf_export_is_what_changed_and_merges_over_the_users_arguments(tmp_path)
         "# Not TrainingArguments fields; apply them in your script:\n"
         "# set_to_none=False: the Trainer zeroes gradients with model.zero_grad(); before Trainer(model=model): "
         "model.zero_grad = functools.partial(torch.nn.Module.zero_grad, model, set_to_none=False)\n"
-        "# num_threads=1: torch.set_num_threads(1) at the top of your script (intra-op threads, as measured)\n")
+        "# num_threads=1: torch.set_num_threads(1) at the top of your script (intra-op threads, as measured)\n"
+    )
     ns = {}
     exec(text, ns)
-    mine = {"output_dir": str(tmp_path / "out"), "per_device_train_batch_size": 8, "dataloader_num_workers": 2,
-            "fp16": False, "use_cpu": True, "report_to": []}
+    mine = {
+        "output_dir": str(tmp_path / "out"),
+        "per_device_train_batch_size": 8,
+        "dataloader_num_workers": 2,
+        "fp16": False,
+        "use_cpu": True,
+        "report_to": [],
+    }
     args = TrainingArguments(**{**mine, **ns["TUNED"]})  # no "got multiple values for keyword argument"
     assert (args.per_device_train_batch_size, args.bf16, args.fp16, args.dataloader_num_workers) == (32, True, False, 2)
     same = {**TUNED, "safety": []}  # the baseline measured best: nothing to change
@@ -131,7 +168,8 @@ def test_lightning_export_is_what_changed_and_merges_over_the_users_arguments(tm
         "# trainer = lightning.Trainer(**{**your_trainer_kwargs, **trainer_kwargs})\n"
         "# loader = DataLoader(dataset, **{**your_loader_kwargs, **dataloader_kwargs})\n"
         "# set_to_none=False: Lightning calls optimizer.zero_grad() (set_to_none=True); override "
-        "LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none=False)\n")
+        "LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none=False)\n"
+    )
     ns = {}
     threads = torch.get_num_threads()
     try:
@@ -141,6 +179,7 @@ def test_lightning_export_is_what_changed_and_merges_over_the_users_arguments(tm
     mine = {"precision": "32-true", "gradient_clip_val": 1.0, "accelerator": "cpu", "logger": False}
     trainer = pl.Trainer(**{**mine, **ns["trainer_kwargs"]})  # no clash on precision
     assert trainer.precision == "bf16-mixed" and trainer.gradient_clip_val == 1.0
-    loader = torch.utils.data.DataLoader(list(range(64)), **{**{"batch_size": 8, "num_workers": 0},
-                                                            **ns["dataloader_kwargs"]})
+    loader = torch.utils.data.DataLoader(
+        list(range(64)), **{**{"batch_size": 8, "num_workers": 0}, **ns["dataloader_kwargs"]}
+    )
     assert loader.batch_size == 32

@@ -17,21 +17,45 @@ from autotune.trial.result import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "programs"
-HF_TINY = ["--hidden_size", "32", "--num_layers", "1", "--num_heads", "2", "--max_words", "24", "--num_samples", "512",
-           "--disable_tqdm", "true", "--logging_steps", "1000"]
+HF_TINY = [
+    "--hidden_size",
+    "32",
+    "--num_layers",
+    "1",
+    "--num_heads",
+    "2",
+    "--max_words",
+    "24",
+    "--num_samples",
+    "512",
+    "--disable_tqdm",
+    "true",
+    "--logging_steps",
+    "1000",
+]
 LIGHTNING_TINY = ["--width", "8", "--image", "16"]
 
 
 def test_knobs_become_training_arguments_fields_with_their_pairs():
     assert hf_args.fields({"precision": "bf16-mixed", "num_workers": 2, "batch_size": None}) == {
-        "dataloader_num_workers": 2, "bf16": True, "fp16": False}
+        "dataloader_num_workers": 2,
+        "bf16": True,
+        "fp16": False,
+    }
     assert hf_args.fields({"num_workers": 0, "prefetch_factor": 4}) == {"dataloader_num_workers": 0}  # HF refuses it
     assert hf_args.fields({"compile": "max-autotune", "fused_optimizer": True}) == {
-        "torch_compile": True, "torch_compile_mode": "max-autotune", "optim": "adamw_torch_fused"}
+        "torch_compile": True,
+        "torch_compile_mode": "max-autotune",
+        "optim": "adamw_torch_fused",
+    }
     assert hf_args.fields({"precision": "32-true"}, "cpu") == {"bf16": False, "fp16": False, "use_cpu": True}
     assert hf_args.fields({}) == {}  # nothing set: the script keeps its own values
     assert hf_args.flags({"bf16": True, "dataloader_num_workers": 2}) == [
-        "--bf16", "true", "--dataloader_num_workers", "2"]
+        "--bf16",
+        "true",
+        "--dataloader_num_workers",
+        "2",
+    ]
 
 
 def test_the_change_from_the_baseline_switches_paired_fields_together():
@@ -62,13 +86,22 @@ print(json.dumps({k: str(getattr(args, k)) for k in ("dataloader_num_workers", "
 
 def test_a_best_config_reaches_an_hf_argument_parser_as_its_flags(tmp_path):
     best = tmp_path / "best_config.yaml"
-    best.write_text(yaml.safe_dump({"knobs": {"num_workers": 2, "precision": "bf16-mixed", "batch_size": 8},
-                                    "device": {"type": "cpu"},
-                                    "safety": [{"knob": "num_workers"}, {"knob": "precision"}]}))
+    best.write_text(
+        yaml.safe_dump(
+            {
+                "knobs": {"num_workers": 2, "precision": "bf16-mixed", "batch_size": 8},
+                "device": {"type": "cpu"},
+                "safety": [{"knob": "num_workers"}, {"knob": "precision"}],
+            }
+        )
+    )
     env = child_env(AUTOTUNE_CONFIG=str(best))
     # the program's own command line: its flags stay unless a knob sets the same field
-    proc = run([sys.executable, "-c", PARSE, "--output_dir", "mine", "--per_device_train_batch_size", "4",
-                "--fp16", "true"], env, tmp_path)
+    proc = run(
+        [sys.executable, "-c", PARSE, "--output_dir", "mine", "--per_device_train_batch_size", "4", "--fp16", "true"],
+        env,
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got["dataloader_num_workers"] == "2" and got["bf16"] == "True" and got["fp16"] == "False"
@@ -82,8 +115,10 @@ def test_without_a_trial_or_a_config_nothing_is_patched_and_the_hidden_sitecusto
     (theirs / "sitecustomize.py").write_text("import os\nopen(os.environ['MARK'], 'w').write('ran')\n")
     env = child_env(MARK=str(tmp_path / "mark"))
     env["PYTHONPATH"] += os.pathsep + str(theirs)
-    code = ("import sys, transformers.trainer as t\n"
-            "print(hasattr(t.Trainer.__init__, '__wrapped__'), any(type(f).__name__ == '_Finder' for f in sys.meta_path))")
+    code = (
+        "import sys, transformers.trainer as t\n"
+        "print(hasattr(t.Trainer.__init__, '__wrapped__'), any(type(f).__name__ == '_Finder' for f in sys.meta_path))"
+    )
     proc = run([sys.executable, "-c", code], env, tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["False", "False"]
@@ -93,18 +128,29 @@ def test_without_a_trial_or_a_config_nothing_is_patched_and_the_hidden_sitecusto
 def run_trial(tmp_path, program, knobs, args):
     trial = tmp_path / "trial"
     trial.mkdir()
-    request = {"workload": {"command": ["python", program]}, "knobs": knobs,
-               "warmup_steps": 2, "measure_steps": 4, "min_window_s": 0.2, "max_window_s": 3.0}
+    request = {
+        "workload": {"command": ["python", program]},
+        "knobs": knobs,
+        "warmup_steps": 2,
+        "measure_steps": 4,
+        "min_window_s": 0.2,
+        "max_window_s": 3.0,
+    }
     (trial / "config.json").write_text(json.dumps(request))
-    proc = run([sys.executable, str(PROGRAMS / program), *args], child_env(AUTOTUNE_TRIAL=str(trial / "config.json")),
-               tmp_path)
+    proc = run(
+        [sys.executable, str(PROGRAMS / program), *args], child_env(AUTOTUNE_TRIAL=str(trial / "config.json")), tmp_path
+    )
     return proc, trial
 
 
 @pytest.mark.timeout(600)
 def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
-    proc, trial = run_trial(tmp_path, "hf_bert.py", {"batch_size": 4, "num_workers": 1},
-                            ["--output_dir", "mine", "--max_steps", "60", *HF_TINY])
+    proc, trial = run_trial(
+        tmp_path,
+        "hf_bert.py",
+        {"batch_size": 4, "num_workers": 1},
+        ["--output_dir", "mine", "--max_steps", "60", *HF_TINY],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = TrialResult.read(trial / "result.json")
     assert result.status == "ok", result.error
@@ -119,9 +165,12 @@ def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
 
 @pytest.mark.timeout(600)
 def test_a_lightning_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
-    proc, trial = run_trial(tmp_path, "lightning_clip.py", {"batch_size": 12, "num_workers": 1,
-                                                            "precision": "bf16-mixed"},
-                            ["--max_steps", "60", "--batch_size", "16", *LIGHTNING_TINY])
+    proc, trial = run_trial(
+        tmp_path,
+        "lightning_clip.py",
+        {"batch_size": 12, "num_workers": 1, "precision": "bf16-mixed"},
+        ["--max_steps", "60", "--batch_size", "16", *LIGHTNING_TINY],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = TrialResult.read(trial / "result.json")
     assert result.status == "ok", result.error
@@ -139,8 +188,18 @@ def best_config(tmp_path, changes, device="cpu"):
     path.parent.mkdir(exist_ok=True)
     knobs = {"num_workers": 0, "batch_size": 8, "precision": "32-true", "channels_last": False, "num_threads": None}
     knobs.update({name: tuned for name, (_, tuned) in changes.items()})
-    path.write_text(yaml.safe_dump({"knobs": knobs, "device": {"type": device}, "safety": [
-        {"knob": name, "baseline": base, "tuned": tuned, "safety": "safe"} for name, (base, tuned) in changes.items()]}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "knobs": knobs,
+                "device": {"type": device},
+                "safety": [
+                    {"knob": name, "baseline": base, "tuned": tuned, "safety": "safe"}
+                    for name, (base, tuned) in changes.items()
+                ],
+            }
+        )
+    )
     return path
 
 
@@ -149,8 +208,15 @@ def test_export_hf_args_prints_the_changed_flags_then_what_no_flag_carries(tmp_p
 
     from autotune.cli.main import app
 
-    path = best_config(tmp_path, {"num_workers": (0, 2), "precision": ("32-true", "bf16-mixed"),
-                                  "channels_last": (False, True), "num_threads": (None, 1)})
+    path = best_config(
+        tmp_path,
+        {
+            "num_workers": (0, 2),
+            "precision": ("32-true", "bf16-mixed"),
+            "channels_last": (False, True),
+            "num_threads": (None, 1),
+        },
+    )
     out = CliRunner().invoke(app, ["export", str(path.parent), "-f", "hf-args"])
     assert out.exit_code == 0, out.output
     lines = out.output.splitlines()
@@ -159,8 +225,11 @@ def test_export_hf_args_prints_the_changed_flags_then_what_no_flag_carries(tmp_p
     assert lines[2].startswith("#   num_threads=1: OMP_NUM_THREADS=1 before the command")
     assert lines[3].startswith("#   channels_last=True: in the script, `model, _ = cfg.prepare(model)`")
     unchanged = best_config(tmp_path, {})
-    assert CliRunner().invoke(app, ["export", str(unchanged.parent), "-f", "hf-args"]).output.startswith(
-        "# no flag to add")
+    assert (
+        CliRunner()
+        .invoke(app, ["export", str(unchanged.parent), "-f", "hf-args"])
+        .output.startswith("# no flag to add")
+    )
 
 
 def autotune_cli(*args, cwd):
@@ -176,11 +245,14 @@ def test_autotune_run_applies_a_best_config_to_an_unchanged_program(tmp_path):
     assert (got["dataloader_num_workers"], got["bf16"], got["output_dir"]) == ("2", "True", "mine")
 
 
-@pytest.mark.parametrize("args, message", [
-    (["run", "best_config.yaml"], "no program to run: give its command after `--`"),
-    (["run", "nowhere.yaml", "--", "python"], "`nowhere.yaml` is not a file"),
-    (["run", "best_config.yaml", "--", "no-such-program-here"], "`no-such-program-here` is not a command on PATH"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["run", "best_config.yaml"], "no program to run: give its command after `--`"),
+        (["run", "nowhere.yaml", "--", "python"], "`nowhere.yaml` is not a file"),
+        (["run", "best_config.yaml", "--", "no-such-program-here"], "`no-such-program-here` is not a command on PATH"),
+    ],
+)
 def test_autotune_run_refuses_bad_input_in_one_line(tmp_path, args, message):
     from typer.testing import CliRunner
 
@@ -199,12 +271,25 @@ def test_autotune_run_refuses_bad_input_in_one_line(tmp_path, args, message):
 def search_program(tmp_path, command):
     """`autotune search` to the end on a program, batch 8 against 16 (the knob as the program's own setting)."""
     spec = tmp_path / "spec.yaml"
-    spec.write_text(yaml.safe_dump({
-        "workload": {"command": command}, "output_dir": str(tmp_path / "run"),
-        "search_space": {"preset": None, "knobs": {"batch_size": [8, 16]}},
-        "trial": {"warmup_steps": 2, "measure_steps": 4, "min_window_s": 0.2, "max_window_s": 2.0, "profile_steps": 0,
-                  "diagnose": False},
-        "search": {"n_trials": 2, "confirm_rounds": 0}, "safety": {"level": "dynamics", "parity_steps": 4}}))
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "workload": {"command": command},
+                "output_dir": str(tmp_path / "run"),
+                "search_space": {"preset": None, "knobs": {"batch_size": [8, 16]}},
+                "trial": {
+                    "warmup_steps": 2,
+                    "measure_steps": 4,
+                    "min_window_s": 0.2,
+                    "max_window_s": 2.0,
+                    "profile_steps": 0,
+                    "diagnose": False,
+                },
+                "search": {"n_trials": 2, "confirm_rounds": 0},
+                "safety": {"level": "dynamics", "parity_steps": 4},
+            }
+        )
+    )
     proc = autotune_cli("search", str(spec), "--quiet", cwd=tmp_path)
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     import csv
@@ -220,19 +305,42 @@ def search_program(tmp_path, command):
 
 @pytest.mark.timeout(900)
 def test_an_hf_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_path):
-    run_dir = search_program(tmp_path, [sys.executable, str(PROGRAMS / "hf_bert.py"), "--output_dir", "mine",
-                                        "--max_steps", "200", "--per_device_train_batch_size", "8", *HF_TINY])
+    run_dir = search_program(
+        tmp_path,
+        [
+            sys.executable,
+            str(PROGRAMS / "hf_bert.py"),
+            "--output_dir",
+            "mine",
+            "--max_steps",
+            "200",
+            "--per_device_train_batch_size",
+            "8",
+            *HF_TINY,
+        ],
+    )
     assert not (tmp_path / "mine").exists()
     out = autotune_cli("export", str(run_dir), "-f", "hf-args", cwd=tmp_path)
     assert out.returncode == 0 and out.stdout.splitlines()[0] in (
-        "--per_device_train_batch_size 16", "# no flag to add: the best config changes no TrainingArguments field "
-                                            "from the baseline")
+        "--per_device_train_batch_size 16",
+        "# no flag to add: the best config changes no TrainingArguments field from the baseline",
+    )
 
 
 @pytest.mark.timeout(900)
 def test_a_lightning_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_path):
-    search_program(tmp_path, [sys.executable, str(PROGRAMS / "lightning_clip.py"), "--max_steps", "200",
-                              "--batch_size", "8", *LIGHTNING_TINY])
+    search_program(
+        tmp_path,
+        [
+            sys.executable,
+            str(PROGRAMS / "lightning_clip.py"),
+            "--max_steps",
+            "200",
+            "--batch_size",
+            "8",
+            *LIGHTNING_TINY,
+        ],
+    )
     assert not (tmp_path / "lightning_logs").exists()
 
 
@@ -245,17 +353,37 @@ def test_training_arguments_puts_the_knobs_over_the_scripts_own(tmp_path, monkey
     path = best_config(tmp_path, {"num_workers": (0, 2), "precision": ("32-true", "bf16-mixed")})
     cfg = autotune.config(path)
     assert cfg.training_arguments(output_dir="out", dataloader_num_workers=0, per_device_train_batch_size=4) == {
-        "output_dir": "out", "dataloader_num_workers": 2, "per_device_train_batch_size": 4, "bf16": True,
-        "fp16": False, "use_cpu": True}
+        "output_dir": "out",
+        "dataloader_num_workers": 2,
+        "per_device_train_batch_size": 4,
+        "bf16": True,
+        "fp16": False,
+        "use_cpu": True,
+    }
     assert "dataloader_kwargs" in cfg.used  # its loader knobs are used: a search would not drop them
 
 
 @pytest.mark.timeout(600)
 def test_a_lightning_cli_script_is_a_trial_with_no_line_changed(tmp_path):
     pytest.importorskip("jsonargparse")  # LightningCLI's own dependency (lightning[pytorch-extra])
-    proc, trial = run_trial(tmp_path, "lightning_cli.py", {"batch_size": 12, "precision": "bf16-mixed"},
-                            ["fit", "--trainer.max_steps", "60", "--trainer.gradient_clip_val", "1.0",
-                             "--data.batch_size", "16", "--model.width", "8", "--data.image", "16"])
+    proc, trial = run_trial(
+        tmp_path,
+        "lightning_cli.py",
+        {"batch_size": 12, "precision": "bf16-mixed"},
+        [
+            "fit",
+            "--trainer.max_steps",
+            "60",
+            "--trainer.gradient_clip_val",
+            "1.0",
+            "--data.batch_size",
+            "16",
+            "--model.width",
+            "8",
+            "--data.image",
+            "16",
+        ],
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = TrialResult.read(trial / "result.json")
     assert result.status == "ok", result.error
@@ -266,9 +394,16 @@ def test_a_lightning_cli_script_is_a_trial_with_no_line_changed(tmp_path):
 def test_autotune_run_without_a_command_runs_the_searched_program_with_its_environment(tmp_path):
     path = best_config(tmp_path, {"num_workers": (0, 2)})
     data = yaml.safe_load(path.read_text())
-    data["workload"] = {"command": ["python", "-c", "import os, sys; print(os.environ['SEARCHED'], "
-                                    "'OMP_NUM_THREADS' in os.environ, os.getcwd(), sys.executable)"],
-                        "dir": str(tmp_path), "env": {"SEARCHED": "yes", "OMP_NUM_THREADS": ""}}
+    data["workload"] = {
+        "command": [
+            "python",
+            "-c",
+            "import os, sys; print(os.environ['SEARCHED'], "
+            "'OMP_NUM_THREADS' in os.environ, os.getcwd(), sys.executable)",
+        ],
+        "dir": str(tmp_path),
+        "env": {"SEARCHED": "yes", "OMP_NUM_THREADS": ""},
+    }
     path.write_text(yaml.safe_dump(data))
     proc = autotune_cli("run", str(path), cwd=tmp_path / "run")
     assert proc.returncode == 0, proc.stderr

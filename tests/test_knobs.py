@@ -111,9 +111,14 @@ def test_compile_wraps_the_model_and_trains(tmp_path, monkeypatch):
 
 
 def test_resolve_space_on_cpu_fixes_gpu_only_knobs_and_says_why():
-    lists = {"pin_memory": [False, True], "cudnn_benchmark": [False, True],
-             "precision": ["32-true", "tf32", "bf16-mixed", "16-mixed"],
-             "compile": ["none", "reduce-overhead"], "num_workers": [0, 2, 8], "batch_size": [64, 128]}
+    lists = {
+        "pin_memory": [False, True],
+        "cudnn_benchmark": [False, True],
+        "precision": ["32-true", "tf32", "bf16-mixed", "16-mixed"],
+        "compile": ["none", "reduce-overhead"],
+        "num_workers": [0, 2, 8],
+        "batch_size": [64, 128],
+    }
     space = K.resolve_space(lists, K.pytorch_defaults(32), CPU)
     assert space.search == {"precision": ["32-true", "bf16-mixed"], "num_workers": [0, 2], "batch_size": [32, 64, 128]}
     assert space.fixed["pin_memory"] == "pinned memory only speeds host-to-GPU copies; no CUDA device"
@@ -127,7 +132,9 @@ def test_resolve_space_on_a_gpu_keeps_them():
     lists = {"pin_memory": [False, True], "precision": ["32-true", "tf32", "16-mixed"]}
     space = K.resolve_space(lists, K.pytorch_defaults(32), K.Device("cuda", 8, "H100", (9, 0)))
     assert space.search == {"pin_memory": [False, True], "precision": ["32-true", "tf32", "16-mixed"]}
-    old = K.resolve_space({"precision": ["32-true", "bf16-mixed"]}, K.pytorch_defaults(32), K.Device("cuda", 8, "V100", (7, 0)))
+    old = K.resolve_space(
+        {"precision": ["32-true", "bf16-mixed"]}, K.pytorch_defaults(32), K.Device("cuda", 8, "V100", (7, 0))
+    )
     assert old.fixed["precision"] == "bf16-mixed needs compute capability >= 8.0 (this GPU: 7.0)"
 
 
@@ -185,7 +192,9 @@ def test_prefetch_and_persistent_workers_need_workers():
     # with workers searched they stay, and the space says which combinations cannot run
     space = K.resolve_space({"num_workers": [0, 1], "prefetch_factor": [2, 4]}, base, CPU)
     assert space.search["prefetch_factor"] == [None, 2, 4]
-    assert space.conflicts({"num_workers": 0, "prefetch_factor": 2}) and not space.conflicts({"num_workers": 1, "prefetch_factor": 2})
+    assert space.conflicts({"num_workers": 0, "prefetch_factor": 2}) and not space.conflicts(
+        {"num_workers": 1, "prefetch_factor": 2}
+    )
 
 
 def test_cuda_graphs_need_gradients_set_to_none():
@@ -203,9 +212,13 @@ def test_cuda_graphs_need_gradients_set_to_none():
 
 def test_user_knobs_resolve_with_their_declared_class():
     base = {**K.pytorch_defaults(32), "args.gpu_normalize": False}
-    space = K.resolve_space({"args.gpu_normalize": [False, True], "args.size": [32, 64]}, {**base, "args.size": 32}, CPU,
-                            allowed_classes={"safe", "numerics", "reproducibility"},
-                            user={"gpu_normalize": {"safety": "safe", "stage": "loader"}, "size": {"safety": "dynamics", "stage": None}})
+    space = K.resolve_space(
+        {"args.gpu_normalize": [False, True], "args.size": [32, 64]},
+        {**base, "args.size": 32},
+        CPU,
+        allowed_classes={"safe", "numerics", "reproducibility"},
+        user={"gpu_normalize": {"safety": "safe", "stage": "loader"}, "size": {"safety": "dynamics", "stage": None}},
+    )
     assert space.search == {"args.gpu_normalize": [False, True]}  # `size` is dynamics (the default): not at this level
     assert "a dynamics knob" in space.fixed["args.size"]
     K.declare(space.user)
@@ -234,7 +247,9 @@ def test_fused_optimizer_takes_the_same_step_with_a_fused_kernel(name):
 
 def test_fuse_optimizer_keeps_groups_and_state():
     model = torch.nn.Linear(4, 2)
-    adam = torch.optim.Adam([{"params": [model.weight], "lr": 0.1}, {"params": [model.bias]}], lr=0.01, betas=(0.8, 0.9))
+    adam = torch.optim.Adam(
+        [{"params": [model.weight], "lr": 0.1}, {"params": [model.bias]}], lr=0.01, betas=(0.8, 0.9)
+    )
     model(torch.randn(3, 4)).sum().backward()
     adam.step()
     fused = K.fuse_optimizer(adam)
@@ -251,8 +266,10 @@ def test_an_optimizer_torch_cannot_fuse_is_dropped_with_the_reason():
         device = K.Device("cpu", 2, optimizer=K.optimizer_of(make_with_optimizer(name)))
         assert device.optimizer == f"torch.optim.{name}:{cls}"
         space = K.resolve_space({"fused_optimizer": [False, True]}, K.pytorch_defaults(8), device)
-        why = (f"the workload's optimizer {cls} has no fused implementation in torch {torch.__version__} "
-               "(torch.optim has one for Adagrad, Adam, AdamW, SGD)")
+        why = (
+            f"the workload's optimizer {cls} has no fused implementation in torch {torch.__version__} "
+            "(torch.optim has one for Adagrad, Adam, AdamW, SGD)"
+        )
         assert space.fixed["fused_optimizer"] == why and f"fused_optimizer=True: {why}" in space.dropped
         with pytest.raises(ValueError, match=f"torch.optim.{name}.{cls} has no fused implementation"):
             run_steps(workload=make_with_optimizer(name), fused_optimizer=True)
@@ -266,12 +283,18 @@ def test_an_optimizer_torch_cannot_fuse_is_dropped_with_the_reason():
 def test_a_trial_of_an_optimizer_torch_cannot_fuse_says_why():
     from autotune.trial.runner import check_config, run_trial
 
-    config = check_config({"workload": {"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
-                           "knobs": {"fused_optimizer": True}, "device": "cpu"})
+    config = check_config(
+        {
+            "workload": {"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
+            "knobs": {"fused_optimizer": True},
+            "device": "cpu",
+        }
+    )
     result = run_trial(config)
     assert result["status"] == "error" and result["error_type"] == "TrialConfigError"
-    assert result["error"].startswith("knobs.fused_optimizer=True cannot apply on cpu: the workload's optimizer "
-                                      "RMSprop has no fused implementation")
+    assert result["error"].startswith(
+        "knobs.fused_optimizer=True cannot apply on cpu: the workload's optimizer RMSprop has no fused implementation"
+    )
 
 
 def test_loading_another_runs_state_keeps_the_fused_kernel():
@@ -292,8 +315,9 @@ def test_state_from_a_run_without_channels_last_is_laid_out_like_the_parameters(
 
     def model(channels_last):
         torch.manual_seed(0)
-        m = nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                          nn.Linear(8, 4))
+        m = nn.Sequential(
+            nn.Conv2d(3, 8, 3), nn.ReLU(), nn.Conv2d(8, 8, 3), nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(8, 4)
+        )
         return m.to(memory_format=torch.channels_last) if channels_last else m
 
     g = torch.Generator().manual_seed(1)

@@ -12,8 +12,16 @@ import pytest
 from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
 
 ROOT = str(Path(__file__).resolve().parent.parent)
-CONFIG = {"workload": {"factory": "tests.workloads:make_leaky"}, "knobs": {}, "warmup_steps": 1, "measure_steps": 3,
-          "min_window_s": 0.1, "max_window_s": 0.3, "profile_steps": 0, "diagnose": False}
+CONFIG = {
+    "workload": {"factory": "tests.workloads:make_leaky"},
+    "knobs": {},
+    "warmup_steps": 1,
+    "measure_steps": 3,
+    "min_window_s": 0.1,
+    "max_window_s": 0.3,
+    "profile_steps": 0,
+    "diagnose": False,
+}
 
 
 @pytest.mark.timeout(200)
@@ -39,8 +47,14 @@ def test_each_trial_starts_from_a_clean_process(tmp_path, launcher):
 
 @pytest.mark.timeout(120)
 def test_a_hung_trial_is_killed_at_its_timeout_with_the_fork_server(tmp_path):
-    config = {"workload": {"factory": "tests.workloads:make_faulty"}, "knobs": {"batch_size": 64}, "warmup_steps": 1,
-              "measure_steps": 3, "profile_steps": 0, "diagnose": False}
+    config = {
+        "workload": {"factory": "tests.workloads:make_faulty"},
+        "knobs": {"batch_size": 64},
+        "warmup_steps": 1,
+        "measure_steps": 3,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
     result = run_in_process(config, tmp_path, 8, str(tmp_path.cwd()), {}, launcher="fork")
     assert (result["status"], result["error"]) == ("timeout", "trial ran past timeout_s=8 and was killed")
     assert 8 <= result["trial_wall_s"] < 30
@@ -55,12 +69,18 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
     cwd = str(tmp_path.cwd())
     server = SharedForkServer({**trial_env(cwd, {}), "AUTOTUNE_TEST_SERVER_ONLY": "1"}, ("tests.workloads",))
     try:
-        results = [run_in_process(CONFIG, tmp_path / str(i), 120, cwd, {}, env={"AUTOTUNE_TEST_MARK": str(i)},
-                                  shared=server.path) for i in range(2)]
+        results = [
+            run_in_process(
+                CONFIG, tmp_path / str(i), 120, cwd, {}, env={"AUTOTUNE_TEST_MARK": str(i)}, shared=server.path
+            )
+            for i in range(2)
+        ]
         # another process of the search (a Ray actor's, in a search)
-        script = (f"from autotune.execution.launcher import run_in_process; import json; print(json.dumps(run_in_process("
-                  f"{CONFIG!r}, {str(tmp_path / '2')!r}, 120, {cwd!r}, {{}}, env={{'AUTOTUNE_TEST_MARK': '2'}}, "
-                  f"shared={server.path!r})))")
+        script = (
+            f"from autotune.execution.launcher import run_in_process; import json; print(json.dumps(run_in_process("
+            f"{CONFIG!r}, {str(tmp_path / '2')!r}, 120, {cwd!r}, {{}}, env={{'AUTOTUNE_TEST_MARK': '2'}}, "
+            f"shared={server.path!r})))"
+        )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=cwd)
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
         assert [(r["status"], r["launcher"]) for r in results] == [("ok", "shared")] * 3, results
@@ -89,12 +109,22 @@ def test_a_search_of_a_program_that_prints_runs_to_the_end_with_its_text_in_each
     that writes to stderr: every trial runs to its end, its text in its trial.log."""
     from tests.conftest import write_spec
 
-    spec = write_spec(tmp_path / "spec.yaml", workload={"factory": "tests.workloads:make_talking"},
-                      search_space={"preset": None, "knobs": {"set_to_none": [True, False]}},
-                      search={"n_trials": 2, "confirm_rounds": 0}, output_dir=str(tmp_path / "run"))
+    spec = write_spec(
+        tmp_path / "spec.yaml",
+        workload={"factory": "tests.workloads:make_talking"},
+        search_space={"preset": None, "knobs": {"set_to_none": [True, False]}},
+        search={"n_trials": 2, "confirm_rounds": 0},
+        output_dir=str(tmp_path / "run"),
+    )
     env = {**os.environ, "PYTHONPATH": ROOT}
-    proc = subprocess.run([sys.executable, "-m", "autotune.cli", "search", str(spec), "--quiet"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.cli", "search", str(spec), "--quiet"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     results = sorted((tmp_path / "run" / "trials").rglob("result.json"))  # the baseline's re-read too
     assert len({p.relative_to(tmp_path / "run" / "trials").parts[0] for p in results}) == 2, results
@@ -127,8 +157,13 @@ def test_a_failed_trial_leaves_its_output_and_traceback_in_its_log(tmp_path):
 
 @pytest.mark.timeout(300)
 def test_a_two_rank_trial_leaves_every_rank_output_and_the_failing_rank_traceback_in_its_log(tmp_path):
-    config = {**CONFIG, "workload": {"factory": "tests.workloads:make_talking", "args": {"fail_rank": 1}}, "ranks": 2,
-              "device": "cpu", "dist_timeout_s": 200}
+    config = {
+        **CONFIG,
+        "workload": {"factory": "tests.workloads:make_talking", "args": {"fail_rank": 1}},
+        "ranks": 2,
+        "device": "cpu",
+        "dist_timeout_s": 200,
+    }
     result, log = in_shared_server(config, tmp_path, 240)
     assert result["status"] == "error" and result["error"].startswith("rank 1: rank 1 cannot build its model"), result
     assert "rank 0 builds its model\n" in log and "rank 1 builds its model\n" in log, log

@@ -15,10 +15,10 @@ import pytest
 from tests.conftest import write_spec
 
 ROOT = Path(__file__).resolve().parent.parent
-BLOCK = '''import sys
+BLOCK = """import sys
 for name in ("ray", "mlflow"):
     sys.modules[name] = None  # `import name` raises ImportError, here and in every trial process
-'''
+"""
 
 
 def hidden_env(tmp_path) -> dict:
@@ -30,8 +30,14 @@ def hidden_env(tmp_path) -> dict:
 
 
 def autotune(env, *args, timeout=120):
-    return subprocess.run([sys.executable, "-m", "autotune.cli", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "autotune.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 @pytest.mark.timeout(330)
@@ -74,16 +80,28 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     assert summary["trials"] == 3 and summary["ended"] == "3 trials" and summary["best"]["trial"] == run.best.number
 
 
-@pytest.mark.parametrize("overrides, args, line", [
-    ({"resources": {"ray_address": "127.0.0.1:6379"}}, (),
-     "resources.ray_address: `127.0.0.1:6379` is a Ray cluster, and Ray is not installed here"),
-    ({"tracking": {"uri": "http://127.0.0.1:5999"}}, (),
-     "tracking.uri: `http://127.0.0.1:5999` needs MLflow, which is not installed here (pip install mlflow)"),
-    ({"resources": {"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"}}, (),
-     "resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray"),
-    ({}, ("--backend", "ray"), "backend `ray`: Ray is not installed here (pip install 'ray[tune]')"),
-    ({"search": {"strategy": "v1"}}, (), "search.strategy: `v1` is gone; autotune searches one way (what v2 was)"),
-])
+@pytest.mark.parametrize(
+    "overrides, args, line",
+    [
+        (
+            {"resources": {"ray_address": "127.0.0.1:6379"}},
+            (),
+            "resources.ray_address: `127.0.0.1:6379` is a Ray cluster, and Ray is not installed here",
+        ),
+        (
+            {"tracking": {"uri": "http://127.0.0.1:5999"}},
+            (),
+            "tracking.uri: `http://127.0.0.1:5999` needs MLflow, which is not installed here (pip install mlflow)",
+        ),
+        (
+            {"resources": {"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"}},
+            (),
+            "resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray",
+        ),
+        ({}, ("--backend", "ray"), "backend `ray`: Ray is not installed here (pip install 'ray[tune]')"),
+        ({"search": {"strategy": "v1"}}, (), "search.strategy: `v1` is gone; autotune searches one way (what v2 was)"),
+    ],
+)
 def test_what_the_host_lacks_is_refused_in_one_line(tmp_path, overrides, args, line):
     spec = write_spec(tmp_path / "spec.yaml", output_dir=str(tmp_path / "run"), **overrides)
     proc = autotune(hidden_env(tmp_path), "search", str(spec), *args)
@@ -120,8 +138,15 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     spec = stop_spec(tmp_path / "s.yaml", n_trials=4)
 
     def start(*args):
-        return subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", *args, "-q"], cwd=ROOT, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        return subprocess.Popen(
+            [sys.executable, "-m", "autotune.cli", "search", *args, "-q"],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            start_new_session=True,
+        )
 
     proc = start(str(spec))
     wait_for_rows(run_dir / "trials.csv", 1, proc)
@@ -138,7 +163,10 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     assert proc.returncode == 0, out
     rows = sorted(pd.read_csv(run_dir / "trials.csv")["trial"])
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{run_dir / 'optuna.db'}")
-    ran = sorted(t.number for t in study.trials if t.state.is_finished() and not t.user_attrs.get("interrupted")
-                 and not t.user_attrs.get("virtual"))
+    ran = sorted(
+        t.number
+        for t in study.trials
+        if t.state.is_finished() and not t.user_attrs.get("interrupted") and not t.user_attrs.get("virtual")
+    )
     assert set(first) < set(rows) and rows == ran and len(rows) == 4  # nothing lost or repeated
     assert json.loads((run_dir / "search.json").read_text())["ended"] == "4 trials"

@@ -12,28 +12,30 @@ def X(name, ts, dur, cat):
     return {"ph": "X", "name": name, "ts": ts, "dur": dur, "cat": cat, "pid": 1, "tid": 1}
 
 
-GPU_TRACE = {"traceEvents": [
-    X("ProfilerStep#1", 0, 100, "user_annotation"),
-    X("ProfilerStep#2", 100, 100, "user_annotation"),
-    # torch >= 2.x also marks each step on the GPU timeline: not a step of its own
-    # (counting them halved step_ms on an H100: "profiler overhead" read -27% to -47%)
-    X("ProfilerStep#1", 10, 50, "gpu_user_annotation"),
-    X("ProfilerStep#2", 150, 60, "gpu_user_annotation"),
-    X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 8, "user_annotation"),
-    X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 8, "user_annotation"),
-    X("aten::mm", 0, 100, "cpu_op"),
-    X("aten::relu", 100, 40, "cpu_op"),
-    X("cudaLaunchKernel", 5, 7, "cuda_runtime"),
-    X("cudaLaunchKernel", 145, 7, "cuda_runtime"),
-    X("elementwise_kernel", 10, 30, "kernel"),
-    X("vectorized_elementwise_kernel", 30, 30, "kernel"),  # overlaps the one before: counted once
-    X("Memcpy HtoD (Pinned -> Device)", 60, 10, "gpu_memcpy"),
-    X("Memset (Device)", 70, 5, "gpu_memset"),
-    X("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 150, 20, "kernel"),
-    X("reduce_kernel", 195, 15, "kernel"),  # the last step's kernel ends after the host moved on
-    X("some_marker", 0, 5, "python_function"),  # not a category: ignored
-    {"ph": "i", "name": "instant", "ts": 3},
-]}
+GPU_TRACE = {
+    "traceEvents": [
+        X("ProfilerStep#1", 0, 100, "user_annotation"),
+        X("ProfilerStep#2", 100, 100, "user_annotation"),
+        # torch >= 2.x also marks each step on the GPU timeline: not a step of its own
+        # (counting them halved step_ms on an H100: "profiler overhead" read -27% to -47%)
+        X("ProfilerStep#1", 10, 50, "gpu_user_annotation"),
+        X("ProfilerStep#2", 150, 60, "gpu_user_annotation"),
+        X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 0, 8, "user_annotation"),
+        X("enumerate(DataLoader)#_SingleProcessDataLoaderIter.__next__", 100, 8, "user_annotation"),
+        X("aten::mm", 0, 100, "cpu_op"),
+        X("aten::relu", 100, 40, "cpu_op"),
+        X("cudaLaunchKernel", 5, 7, "cuda_runtime"),
+        X("cudaLaunchKernel", 145, 7, "cuda_runtime"),
+        X("elementwise_kernel", 10, 30, "kernel"),
+        X("vectorized_elementwise_kernel", 30, 30, "kernel"),  # overlaps the one before: counted once
+        X("Memcpy HtoD (Pinned -> Device)", 60, 10, "gpu_memcpy"),
+        X("Memset (Device)", 70, 5, "gpu_memset"),
+        X("sm80_xmma_gemm_bf16bf16_bf16f32_f32_tn_n", 150, 20, "kernel"),
+        X("reduce_kernel", 195, 15, "kernel"),  # the last step's kernel ends after the host moved on
+        X("some_marker", 0, 5, "python_function"),  # not a category: ignored
+        {"ph": "i", "name": "instant", "ts": 3},
+    ]
+}
 
 
 def test_gpu_trace_figures_are_exact():
@@ -42,13 +44,18 @@ def test_gpu_trace_figures_are_exact():
     assert a["profiled_steps"] == 2
     assert a["step_ms"] == pytest.approx(total / 2 / 1e3)
     assert a["gpu_util"] == pytest.approx(85 / total)  # [10,60) + [150,170) + [195,210)
-    assert a["breakdown"] == pytest.approx({
-        "kernel": 85 / total, "memcpy": 10 / total, "memset": 5 / total, "communication": 0.0,
-        "runtime": 10 / total,  # [5,10) and [145,150): the rest is under kernels
-        "dataloader": 13 / total,  # [0,5) and [100,108)
-        "cpu_exec": 57 / total,  # [75,100) and [108,140)
-        "other": 30 / total,  # [140,145) and [170,195)
-    })
+    assert a["breakdown"] == pytest.approx(
+        {
+            "kernel": 85 / total,
+            "memcpy": 10 / total,
+            "memset": 5 / total,
+            "communication": 0.0,
+            "runtime": 10 / total,  # [5,10) and [145,150): the rest is under kernels
+            "dataloader": 13 / total,  # [0,5) and [100,108)
+            "cpu_exec": 57 / total,  # [75,100) and [108,140)
+            "other": 30 / total,  # [140,145) and [170,195)
+        }
+    )
     assert sum(a["breakdown"].values()) == pytest.approx(1.0)
     assert a["dataloader_frac"] == pytest.approx(16 / total)  # the reader ratio counts all loader time
     assert a["tensor_core_frac"] == pytest.approx(20 / 95)
@@ -58,12 +65,14 @@ def test_gpu_trace_figures_are_exact():
 
 
 def test_cpu_trace_has_no_gpu_fields():
-    trace = {"traceEvents": [
-        X("ProfilerStep#0", 0, 50, "user_annotation"),
-        X("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 10, "user_annotation"),
-        X("aten::convolution", 12, 20, "cpu_op"),
-        X("aten::add_", 40, 5, "cpu_op"),
-    ]}
+    trace = {
+        "traceEvents": [
+            X("ProfilerStep#0", 0, 50, "user_annotation"),
+            X("enumerate(DataLoader)#_MultiProcessingDataLoaderIter.__next__", 0, 10, "user_annotation"),
+            X("aten::convolution", 12, 20, "cpu_op"),
+            X("aten::add_", 40, 5, "cpu_op"),
+        ]
+    }
     a = T.analyze_trace(trace)
     assert a["breakdown"] == pytest.approx({"dataloader": 0.2, "cpu_exec": 0.5, "other": 0.3})
     assert a["cpu_compute_op_frac"] == pytest.approx(20 / 25)
@@ -71,9 +80,13 @@ def test_cpu_trace_has_no_gpu_fields():
 
 
 def test_nccl_kernels_count_as_communication():
-    trace = {"traceEvents": [X("ProfilerStep#0", 0, 100, "user_annotation"),
-                             X("ncclKernel_AllReduce_RING_LL_Sum_float", 0, 40, "kernel"),
-                             X("ampere_sgemm_128x64_nn", 20, 40, "kernel")]}
+    trace = {
+        "traceEvents": [
+            X("ProfilerStep#0", 0, 100, "user_annotation"),
+            X("ncclKernel_AllReduce_RING_LL_Sum_float", 0, 40, "kernel"),
+            X("ampere_sgemm_128x64_nn", 20, 40, "kernel"),
+        ]
+    }
     b = T.analyze_trace(trace)["breakdown"]
     assert b["kernel"] == pytest.approx(0.4) and b["communication"] == pytest.approx(0.2)
 
@@ -147,8 +160,19 @@ def test_a_screening_window_stops_once_a_config_cannot_beat_the_incumbent():
 
 def test_a_window_that_clearly_beats_the_incumbent_is_promoted_at_a_looser_ci():
     faster = lambda: [9.0, 9.5, 8.5] * 10  # noqa: E731  (9 ms +- 1.6%, 95%)
-    rule = lambda **kw: M.WindowRule(**{"min_steps": 30, "min_s": 1.0, "target_ci": 0.01, "screen_ms": 10.0,  # noqa: E731
-                                        "promote_ci": 0.02, **kw})
+
+    def rule(**kw):
+        return M.WindowRule(
+            **{
+                "min_steps": 30,
+                "min_s": 1.0,
+                "target_ci": 0.01,
+                "screen_ms": 10.0,
+                "promote_ci": 0.02,
+                **kw,
+            }
+        )
+
     promoted = rule()
     assert promoted.done(30, 1.0, faster) and promoted.promoted and not promoted.screened
     early = rule()
@@ -171,15 +195,29 @@ def test_a_window_that_clearly_beats_the_incumbent_is_promoted_at_a_looser_ci():
     slower = lambda: [10.0, 10.1, 9.9] * 10  # noqa: E731
     tie = M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1, promote_ci=0.002)
     assert not tie.done(30, 1.0, slower) and tie.done(50, 1.0, slower) and tie.tied and not tie.screened  # floors first
-    assert not M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1).done(50, 1.0, slower)
+    assert not M.WindowRule(min_steps=50, min_s=1.0, target_ci=0.001, screen_ms=9.5, screen_ci=0.1).done(
+        50, 1.0, slower
+    )
 
 
 def test_a_window_inside_the_incumbents_band_stops_at_the_incumbents_precision():
     """jpeg_pipeline: the incumbent known to +-7%, a window 4% faster than it ran its 30-s cap to reach +-4%.
     Reaching into that band, it stops once known as well as the incumbent; wholly outside it, or known worse, it
     runs on."""
-    rule = lambda **kw: M.WindowRule(**{"min_steps": 10, "min_s": 1.0, "target_ci": 0.02, "screen_ms": 10.0,  # noqa: E731
-                                        "screen_ci": 0.07, "promote_ci": 0.04, **kw})
+
+    def rule(**kw):
+        return M.WindowRule(
+            **{
+                "min_steps": 10,
+                "min_s": 1.0,
+                "target_ci": 0.02,
+                "screen_ms": 10.0,
+                "screen_ci": 0.07,
+                "promote_ci": 0.04,
+                **kw,
+            }
+        )
+
     inside = lambda: [9.3, 10.3, 8.9, 9.8] * 5  # noqa: E731  (9.6 ms +- 2.6%, 20 steps)
     assert (r := rule()).done(20, 2.0, inside) and r.tied and not (r.promoted or r.screened)
     assert not rule(screen_ci=0.02).done(20, 2.0, inside)  # a tighter incumbent: +-2.6% is not as good, on
@@ -203,8 +241,16 @@ def test_on_a_cpu_the_incumbent_is_known_no_better_than_the_spread_between_proce
     assert M.promote_floor(0.02, "cpu") == 0.098 and M.promote_floor(0.06, "cpu") == M.PROMOTE_FACTOR * 0.06
     assert M.promote_floor(0.02, "cuda") == M.PROMOTE_FACTOR * 0.02
     between = lambda: [8.6, 10.4] * 10  # noqa: E731  (9.5 ms +- 4.5%, t): clearly below 11 ms less a 5% band
-    rule = lambda floor: M.WindowRule(min_steps=10, min_s=0.0, screen_ms=11.0, screen_ci=0.05,  # noqa: E731
-                                      promote_ci=floor)
+
+    def rule(floor):
+        return M.WindowRule(
+            min_steps=10,
+            min_s=0.0,
+            screen_ms=11.0,
+            screen_ci=0.05,
+            promote_ci=floor,
+        )
+
     assert (r := rule(M.promote_floor(0.02, "cpu"))).done(20, 2.0, between) and r.promoted
     assert not rule(M.PROMOTE_FACTOR * 0.02).done(20, 2.0, between)  # +-4%: the window ran on
 
@@ -230,13 +276,20 @@ def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_pa
     from autotune.trial.runner import run_trial
 
     baseline = K.pytorch_defaults(16)
-    result = run_trial({
-        "workload": {"factory": "tests.workloads:make_slow_large_batches", "args": {"sleep_s": 0.3}},
-        "knobs": {"batch_size": 64, "channels_last": True, "num_threads": 1}, "warmup_steps": 1, "measure_steps": 40,
-        "min_window_s": 1.0, "max_window_s": 4.0, "profile_steps": 2, "diagnose": True,
-        "prune_below": 64 / 0.1,  # 100 ms a step; this config takes ~300 ms
-        "parity": {"baseline": baseline, "steps": 5, "tolerance": 0.05},
-    })
+    result = run_trial(
+        {
+            "workload": {"factory": "tests.workloads:make_slow_large_batches", "args": {"sleep_s": 0.3}},
+            "knobs": {"batch_size": 64, "channels_last": True, "num_threads": 1},
+            "warmup_steps": 1,
+            "measure_steps": 40,
+            "min_window_s": 1.0,
+            "max_window_s": 4.0,
+            "profile_steps": 2,
+            "diagnose": True,
+            "prune_below": 64 / 0.1,  # 100 ms a step; this config takes ~300 ms
+            "parity": {"baseline": baseline, "steps": 5, "tolerance": 0.05},
+        }
+    )
     assert result["status"] == "pruned", result.get("error")
     m = result["metrics"]
     assert m["window_steps"] <= 5 and 1.0 <= m["window_s"] < 2.0  # stopped once min_window_s had run

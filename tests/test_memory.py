@@ -35,17 +35,32 @@ def test_the_ladder_climbs_past_an_oom_with_checkpointing_under_a_memory_limit(t
     from autotune import spec as S
     from autotune.execution.driver import run
 
-    spec = S.parse({
-        "name": "ladder", "workload": {"name": "tiny_transformer", "args": {"batch_size": 32, **LADDER_ARGS}},
-        "search_space": {"preset": None, "knobs": {"batch_size": [32, 64], "activation_checkpointing": [False, True]}},
-        "baseline": {"num_threads": 1},
-        # batch 32 holds ~0.18 GiB in use at its peak, 64 ~0.23 without checkpointing, ~0.16 with it
-        "resources": {"device": "cpu", "memory_limit_gib": 0.2},
-        "trial": {"warmup_steps": 1, "measure_steps": 2, "min_window_s": 0, "max_window_s": 0.001,
-                  "profile_steps": 0, "timeout_s": 120, "prune_margin": 0},  # no pruning: every trial's memory window runs
-        "search": {"sampler": "grid", "n_trials": 4, "seed": 0, "confirm_rounds": 0},
-        "safety": {"level": "dynamics"}, "output_dir": str(tmp_path / "run"),
-    }, "ladder.yaml")
+    spec = S.parse(
+        {
+            "name": "ladder",
+            "workload": {"name": "tiny_transformer", "args": {"batch_size": 32, **LADDER_ARGS}},
+            "search_space": {
+                "preset": None,
+                "knobs": {"batch_size": [32, 64], "activation_checkpointing": [False, True]},
+            },
+            "baseline": {"num_threads": 1},
+            # batch 32 holds ~0.18 GiB in use at its peak, 64 ~0.23 without checkpointing, ~0.16 with it
+            "resources": {"device": "cpu", "memory_limit_gib": 0.2},
+            "trial": {
+                "warmup_steps": 1,
+                "measure_steps": 2,
+                "min_window_s": 0,
+                "max_window_s": 0.001,
+                "profile_steps": 0,
+                "timeout_s": 120,
+                "prune_margin": 0,
+            },  # no pruning: every trial's memory window runs
+            "search": {"sampler": "grid", "n_trials": 4, "seed": 0, "confirm_rounds": 0},
+            "safety": {"level": "dynamics"},
+            "output_dir": str(tmp_path / "run"),
+        },
+        "ladder.yaml",
+    )
     result = run(spec)
     by = {(r.knobs["batch_size"], r.knobs["activation_checkpointing"]): r for r in result.records}
     print({k: (r.status, r.metrics.get("mem_inuse_peak_gib")) for k, r in by.items()})

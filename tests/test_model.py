@@ -12,8 +12,14 @@ from autotune.decide.strategy import Strategy
 from autotune.trial.runner import run_trial
 
 # a fixed cost per step: overhead-bound, and steady while other work loads the host
-WINDOW = {"workload": {"factory": "tests.workloads:make_sleepy"}, "warmup_steps": 2, "measure_steps": 20, "min_window_s": 1.0,
-          "max_window_s": 2.0, "profile_steps": 0}
+WINDOW = {
+    "workload": {"factory": "tests.workloads:make_sleepy"},
+    "warmup_steps": 2,
+    "measure_steps": 20,
+    "min_window_s": 1.0,
+    "max_window_s": 2.0,
+    "profile_steps": 0,
+}
 BASE = {**pytorch_defaults(8), "num_threads": 1}
 
 
@@ -39,8 +45,12 @@ def test_the_model_predicts_a_batch_change_from_the_measured_rates(diagnosed):
 def test_the_model_says_nothing_of_knobs_it_does_not_model(diagnosed):
     knobs, _ = diagnosed
     # compute-side knobs no diagnosed trial ran, and knobs outside the model (never assumed free)
-    for other in ({"precision": "bf16-mixed"}, {"activation_checkpointing": True}, {"ddp_bucket_cap_mb": 1},
-                  {"pin_memory": not knobs["pin_memory"]}):
+    for other in (
+        {"precision": "bf16-mixed"},
+        {"activation_checkpointing": True},
+        {"ddp_bucket_cap_mb": 1},
+        {"pin_memory": not knobs["pin_memory"]},
+    ):
         assert model.predict({**knobs, **other}, [diagnosed]) is None, other
         assert model.predict({**knobs, **other, "batch_size": 16}, [diagnosed]) is None, other
     assert model.predict({**knobs, "batch_size": 16}, [(knobs, {**diagnosed[1], "batch2x_step_ratio": None})]) is None
@@ -54,8 +64,9 @@ def test_the_strategy_skips_a_point_predicted_clearly_below_the_incumbent(diagno
     base = strategy.ask()
     assert base.source == "baseline"
     # the baseline is diagnosed overhead-bound: a larger batch first; the model predicts batch 1 far below
-    strategy.tell(base.trial, "ok", rates["samples_per_s"], diagnosis={"bottleneck": "overhead"},
-                  attrs={"rates": rates})
+    strategy.tell(
+        base.trial, "ok", rates["samples_per_s"], diagnosis={"bottleneck": "overhead"}, attrs={"rates": rates}
+    )
     nxt = strategy.ask()
     assert nxt.params["batch_size"] == 16 and nxt.predicted > rates["samples_per_s"]  # its prediction goes along
     strategy.tell(nxt.trial, "ok", rates["samples_per_s"] * 0.9)  # no gain: the climb's last move is a rung down
@@ -83,22 +94,36 @@ def test_the_climb_runs_the_move_the_model_predicts_fastest_first(diagnosed):
     study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
     strategy = Strategy(study, search, {"num_workers": 0, "batch_size": 8, "num_threads": 1})
     base = strategy.ask()
-    strategy.tell(base.trial, "ok", rates["samples_per_s"], attrs={"rates": rates},
-                  diagnosis={"bottleneck": "input", "moves": [{"knob": "num_workers", "to": "up"}]})
+    strategy.tell(
+        base.trial,
+        "ok",
+        rates["samples_per_s"],
+        attrs={"rates": rates},
+        diagnosis={"bottleneck": "input", "moves": [{"knob": "num_workers", "to": "up"}]},
+    )
     ranked = strategy.ask()
-    workers = strategy.predicted({"num_workers": 1, "batch_size": 8, "num_threads": 1})["samples_per_s"]  # the diagnosis's
+    workers = strategy.predicted({"num_workers": 1, "batch_size": 8, "num_threads": 1})[
+        "samples_per_s"
+    ]  # the diagnosis's
     assert ranked.params == {"num_workers": 0, "batch_size": 16, "num_threads": 1} and ranked.predicted > workers
-    result = run_trial({**WINDOW, "knobs": {**knobs, **ranked.params}, "diagnose": False,
-                        "predicted": ranked.predicted})
+    result = run_trial(
+        {**WINDOW, "knobs": {**knobs, **ranked.params}, "diagnose": False, "predicted": ranked.predicted}
+    )
     m = result["metrics"]
     assert result["status"] == "ok" and m["predicted_samples_per_s"] == ranked.predicted
-    print(f"the model's pick: predicted {ranked.predicted:.1f}, measured {m['samples_per_s']:.1f} samples/s; "
-          f"workers=1 predicted {workers:.1f}")
+    print(
+        f"the model's pick: predicted {ranked.predicted:.1f}, measured {m['samples_per_s']:.1f} samples/s; "
+        f"workers=1 predicted {workers:.1f}"
+    )
 
 
 # what jpeg_pipeline's baseline measured apart on 2 CPUs (fp32, batch 64): compute ceiling, one worker's rate
-JPEG = {"compute_ceiling_samples_per_s": 160.0, "loader_samples_per_s_per_worker": 230.0, "batch2x_step_ratio": 2.0,
-        "host_cpus_per_gpu": 2.0}
+JPEG = {
+    "compute_ceiling_samples_per_s": 160.0,
+    "loader_samples_per_s_per_worker": 230.0,
+    "batch2x_step_ratio": 2.0,
+    "host_cpus_per_gpu": 2.0,
+}
 NO_WORKERS = {"num_workers": 0, "batch_size": 64, "num_threads": None}
 
 
@@ -141,10 +166,16 @@ def test_a_batch_is_predicted_from_the_diagnosed_trial_at_the_closest_batch():
     512's own probe (ratio 1.99: the GPU saturated) says 5469."""
     gpu = {"loader_samples_per_s_per_worker": 4000.0, "host_cpus_per_gpu": 16.0}
     at = {b: {"num_workers": 8, "batch_size": b} for b in (64, 512, 1024)}
-    measured = [(at[64], {**gpu, "compute_ceiling_samples_per_s": 4121.0, "batch2x_step_ratio": 1.616,
-                          "samples_per_s": 4231.0}),
-                (at[512], {**gpu, "compute_ceiling_samples_per_s": 5530.0, "batch2x_step_ratio": 1.986,
-                           "samples_per_s": 5431.0})]
+    measured = [
+        (
+            at[64],
+            {**gpu, "compute_ceiling_samples_per_s": 4121.0, "batch2x_step_ratio": 1.616, "samples_per_s": 4231.0},
+        ),
+        (
+            at[512],
+            {**gpu, "compute_ceiling_samples_per_s": 5530.0, "batch2x_step_ratio": 1.986, "samples_per_s": 5431.0},
+        ),
+    ]
     guess = model.predict(at[1024], measured)
     assert guess["from"] == at[512] and guess["samples_per_s"] == pytest.approx(5431 * 2 / 1.986)
     assert model.predict(at[1024], measured[:1])["samples_per_s"] > 9000  # from 64 alone: the overshoot

@@ -25,7 +25,7 @@ def _listening() -> dict[int, str]:
             hex_ip, hex_port = fields[1].split(":")
             raw = bytes.fromhex(hex_ip)
             # /proc prints each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
             ip = ipaddress.ip_address(raw)
             ip = getattr(ip, "ipv4_mapped", None) or ip
             out[int(fields[9])] = f"{ip}:{int(hex_port, 16)}"
@@ -48,7 +48,7 @@ def _tree(root: int) -> dict[int, str]:
             cmd = " ".join([os.path.basename(argv[0]), *argv[1:]]).strip()
         except OSError:
             continue
-        fields = stat[stat.rindex(")") + 2:].split()
+        fields = stat[stat.rindex(")") + 2 :].split()
         procs[int(entry.name)] = (int(fields[1]), int(fields[3]), cmd)  # ppid, session, cmd
     tree = {root}
     grew = True
@@ -85,16 +85,31 @@ def _sockets_of(pids) -> set[tuple[str, str]]:
 @pytest.mark.parametrize("ray_first", [False, True], ids=["cli", "ray-imported-first"])
 @pytest.mark.timeout(240)
 def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
-    spec = write_spec(tmp_path / "s.yaml", output_dir=str(tmp_path / "run"),
-                      search_space={"preset": None, "knobs": {"batch_size": [16, 32]}},
-                      trial={"warmup_steps": 2, "measure_steps": 5, "min_window_s": 2.0, "max_window_s": 3.0,
-                             "profile_steps": 0, "diagnose": False})
+    spec = write_spec(
+        tmp_path / "s.yaml",
+        output_dir=str(tmp_path / "run"),
+        search_space={"preset": None, "knobs": {"batch_size": [16, 32]}},
+        trial={
+            "warmup_steps": 2,
+            "measure_steps": 5,
+            "min_window_s": 2.0,
+            "max_window_s": 3.0,
+            "profile_steps": 0,
+            "diagnose": False,
+        },
+    )
     # the user's environment, not the test suite's (conftest sets Ray's loopback flag)
     env = {k: v for k, v in os.environ.items() if k != "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"}
     # ray-imported-first: user code that imported Ray before autotune (Ray read its flag then)
     code = ("import ray\n" if ray_first else "") + "from autotune.cli.main import app\napp()"
-    proc = subprocess.Popen([sys.executable, "-c", code, "search", str(spec), "-q"], cwd=tmp_path, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code, "search", str(spec), "-q"],
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     seen, commands = set(), set()
     while proc.poll() is None:
         tree = _tree(proc.pid)

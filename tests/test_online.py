@@ -33,8 +33,9 @@ class Storage(Dataset):
 
 
 def seeded_loader(dataset, **kw):
-    return DataLoader(dataset, batch_size=4, sampler=RandomSampler(dataset, generator=torch.Generator().manual_seed(7)),
-                      **kw)
+    return DataLoader(
+        dataset, batch_size=4, sampler=RandomSampler(dataset, generator=torch.Generator().manual_seed(7)), **kw
+    )
 
 
 def run(loader, epochs=2):
@@ -54,8 +55,15 @@ def plain_and_online():
     torch.manual_seed(0)
     plain = run(seeded_loader(Storage(n=480)))
     torch.manual_seed(0)
-    online = OnlineLoader(seeded_loader(Storage(n=480)), cpu_budget=4, log=lines.append, window_s=0.5,
-                          window_steps=6, warmup_steps=1, backoff_s=60)
+    online = OnlineLoader(
+        seeded_loader(Storage(n=480)),
+        cpu_budget=4,
+        log=lines.append,
+        window_s=0.5,
+        window_steps=6,
+        warmup_steps=1,
+        backoff_s=60,
+    )
     return plain, run(online), online, lines
 
 
@@ -93,8 +101,14 @@ def test_each_move_is_measured_before_it_is_kept(plain_and_online):
 
 def test_cpu_budget_no_move_past_it():
     lines = []
-    online = OnlineLoader(seeded_loader(Storage(n=120, latency=0.002, cpu=0.004)), cpu_budget=0.05,
-                          log=lines.append, window_s=0.25, window_steps=3, warmup_steps=1)
+    online = OnlineLoader(
+        seeded_loader(Storage(n=120, latency=0.002, cpu=0.004)),
+        cpu_budget=0.05,
+        log=lines.append,
+        window_s=0.25,
+        window_steps=3,
+        warmup_steps=1,
+    )
     run(online, epochs=1)
     assert online.setting.num_workers == 0 and not online.changes
     assert any("not made" in line and "cpu budget" in line for line in lines), lines
@@ -105,8 +119,15 @@ def test_ram_budget_no_move_past_it():
 
     lines = []
     budget = pss_gib(os.getpid()) + 0.001
-    online = OnlineLoader(seeded_loader(Storage(n=120)), cpu_budget=4, ram_budget_gib=budget, log=lines.append,
-                          window_s=0.25, window_steps=3, warmup_steps=1)
+    online = OnlineLoader(
+        seeded_loader(Storage(n=120)),
+        cpu_budget=4,
+        ram_budget_gib=budget,
+        log=lines.append,
+        window_s=0.25,
+        window_steps=3,
+        warmup_steps=1,
+    )
     run(online, epochs=1)
     assert online.setting.num_workers == 0 and not online.changes
     assert any("not made" in line and "ram budget" in line for line in lines), lines
@@ -123,8 +144,14 @@ class Cached(Dataset):
 def test_too_many_workers_moves_down_and_keeps_every_sample():
     lines = []
     # threshold 0.5: on a loaded shared host a worker's hand-over alone can pass 5% of a short step
-    online = OnlineLoader(DataLoader(Cached(), batch_size=4, num_workers=2), threshold=0.5, log=lines.append,
-                          window_s=0.25, window_steps=3, warmup_steps=2)
+    online = OnlineLoader(
+        DataLoader(Cached(), batch_size=4, num_workers=2),
+        threshold=0.5,
+        log=lines.append,
+        window_s=0.25,
+        window_steps=3,
+        warmup_steps=2,
+    )
     seen = []
     for batch in online:
         seen += batch.tolist()
@@ -160,8 +187,15 @@ def test_each_change_is_an_mlflow_metric_on_the_run(tmp_path):
     mlflow.set_tracking_uri(uri)
     mlflow.set_experiment("online")
     with mlflow.start_run() as active:
-        online = OnlineLoader(seeded_loader(Storage(n=160)), cpu_budget=4, log=[].append, window_s=0.25,
-                              window_steps=3, warmup_steps=1, tracker=mlflow)
+        online = OnlineLoader(
+            seeded_loader(Storage(n=160)),
+            cpu_budget=4,
+            log=[].append,
+            window_s=0.25,
+            window_steps=3,
+            warmup_steps=1,
+            tracker=mlflow,
+        )
         run(online, epochs=1)
     history = MlflowClient(uri).get_metric_history(active.info.run_id, "online/num_workers")
     waits = MlflowClient(uri).get_metric_history(active.info.run_id, "online/data_wait_pct")
@@ -178,8 +212,15 @@ def test_production_steps_with_online_on_re_tune_the_same_loader_across_epochs(t
     monkeypatch.delenv("AUTOTUNE_TRIAL", raising=False)
     monkeypatch.delenv("AUTOTUNE_ONLINE", raising=False)
     path = tmp_path / "best_config.yaml"
-    path.write_text(yaml.safe_dump({"knobs": {"num_workers": 0}, "device": {"type": "cpu"},
-                                    "online": {"log": str(tmp_path / "online.log"), "cpu_budget": 1}}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "knobs": {"num_workers": 0},
+                "device": {"type": "cpu"},
+                "online": {"log": str(tmp_path / "online.log"), "cpu_budget": 1},
+            }
+        )
+    )
     cfg = autotune.config(path)
     loader = seeded_loader(Cached())
     torch.manual_seed(0)
@@ -225,15 +266,22 @@ def _rank(rank: int, port: int, out: str):
     ds = Storage(n=480)
     sampler = DistributedSampler(ds, num_replicas=2, rank=rank, seed=5)
     lines = []
-    online = OnlineLoader(DataLoader(ds, batch_size=4, sampler=sampler), cpu_budget=0.5, log=lines.append,
-                          window_s=0.5, window_steps=6, warmup_steps=1)
+    online = OnlineLoader(
+        DataLoader(ds, batch_size=4, sampler=sampler),
+        cpu_budget=0.5,
+        log=lines.append,
+        window_s=0.5,
+        window_steps=6,
+        warmup_steps=1,
+    )
     seen = []
     for batch in online:
         seen += batch.tolist()
         dist.all_reduce(torch.zeros(1))  # the ranks step together
     dist.destroy_process_group()
-    Path(out, f"{rank}.json").write_text(json.dumps({"seen": seen, "order": list(sampler), "changes": online.changes,
-                                                     "budget": online.cpu_budget}))
+    Path(out, f"{rank}.json").write_text(
+        json.dumps({"seen": seen, "order": list(sampler), "changes": online.changes, "budget": online.cpu_budget})
+    )
 
 
 def test_two_ddp_ranks_each_tune_their_own_loader_within_their_share(tmp_path):

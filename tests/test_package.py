@@ -38,8 +38,14 @@ def cycles() -> list[tuple[str, str]]:
     modules = {module_name(p) for p in files}
     deps = {module_name(p): imports(p, modules) for p in files}
     # a package's __init__ re-exports its modules: the modules may import their package's private siblings
-    return sorted({tuple(sorted((a, b))) for a, bs in deps.items() for b in bs
-                   if a in deps.get(b, ()) and not (a.startswith(b + ".") or b.startswith(a + "."))})
+    return sorted(
+        {
+            tuple(sorted((a, b)))
+            for a, bs in deps.items()
+            for b in bs
+            if a in deps.get(b, ()) and not (a.startswith(b + ".") or b.startswith(a + "."))
+        }
+    )
 
 
 def test_no_two_modules_import_each_other():

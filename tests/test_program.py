@@ -16,28 +16,48 @@ pytestmark = pytest.mark.timeout(600)
 
 PROGRAMS = Path(__file__).parent / "programs"
 ROOT = Path(__file__).parent.parent
-TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "max_window_s": 2.0, "profile_steps": 0,
-         "timeout_s": 120}
+TRIAL = {
+    "warmup_steps": 2,
+    "measure_steps": 5,
+    "min_window_s": 0.3,
+    "max_window_s": 2.0,
+    "profile_steps": 0,
+    "timeout_s": 120,
+}
 
 
 def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
-    spec = {"name": "p", "workload": {"command": command},
-            "search_space": {"preset": None, "knobs": knobs}, "trial": {**TRIAL, **(trial or {})},
-            "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": 0}, "output_dir": str(tmp_path / "run"),
-            **(spec_extra or {})}
+    spec = {
+        "name": "p",
+        "workload": {"command": command},
+        "search_space": {"preset": None, "knobs": knobs},
+        "trial": {**TRIAL, **(trial or {})},
+        "search": {"n_trials": n_trials, "seed": 1, "confirm_rounds": 0},
+        "output_dir": str(tmp_path / "run"),
+        **(spec_extra or {}),
+    }
     for name in os.listdir(PROGRAMS):  # the spec's directory holds the program, as a user's would
         if name.endswith(".py"):
             (tmp_path / name).write_text((PROGRAMS / name).read_text())
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = Path(sys.executable).parent / "autotune"
-    return subprocess.run([str(cli), "search", str(tmp_path / "spec.yaml"), "-q"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [str(cli), "search", str(tmp_path / "spec.yaml"), "-q"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
-    proc = search(tmp_path, "python loader_loop.py --steps 400 --batch_size 16",
-                  {"num_workers": [0, 1], "channels_last": [False, True]})
+    proc = search(
+        tmp_path,
+        "python loader_loop.py --steps 400 --batch_size 16",
+        {"num_workers": [0, 1], "channels_last": [False, True]},
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
     assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
@@ -51,21 +71,40 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
     # measured = exported: the program itself in production mode, baseline and best (scripts/bench_program.py)
-    bench = subprocess.run([sys.executable, str(ROOT / "scripts" / "bench_program.py"), str(tmp_path / "run"),
-                            "--pairs", "1", "--steps", "8", "--warmup", "2"], capture_output=True, text=True,
-                           timeout=600, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    bench = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "scripts" / "bench_program.py"),
+            str(tmp_path / "run"),
+            "--pairs",
+            "1",
+            "--steps",
+            "8",
+            "--warmup",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert bench.returncode == 0, bench.stderr[-2000:]
     last = json.loads(bench.stdout.strip().splitlines()[-1])
     assert last["claimed_speedup_x"] == best["measured"]["speedup_x"] and len(last["pairs"]) == 1
     assert all(x > 0 for x in last["baseline_samples_per_s"] + last["best_samples_per_s"])
 
 
-@pytest.mark.parametrize("command,says", [
-    ("no_such_program --x", "workload.command: cannot run `no_such_program`"),
-    ("python tiny_steps.py --mode exit_early", "the program exited with code 0 without reaching a measured step: add "
-                                               "`cfg = autotune.config()`"),
-    ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=30 without reaching a measured step"),
-])
+@pytest.mark.parametrize(
+    "command,says",
+    [
+        ("no_such_program --x", "workload.command: cannot run `no_such_program`"),
+        (
+            "python tiny_steps.py --mode exit_early",
+            "the program exited with code 0 without reaching a measured step: add `cfg = autotune.config()`",
+        ),
+        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=30 without reaching a measured step"),
+    ],
+)
 def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_trial(tmp_path, command, says):
     proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 30})
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -75,8 +114,12 @@ def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_tria
 
 
 def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_path):
-    proc = search(tmp_path, ["python", "tiny_steps.py", "--mode", "fail_with_workers"],
-                  {"num_workers": [0, 1], "set_to_none": [True, False]}, n_trials=4)
+    proc = search(
+        tmp_path,
+        ["python", "tiny_steps.py", "--mode", "fail_with_workers"],
+        {"num_workers": [0, 1], "set_to_none": [True, False]},
+        n_trials=4,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
     failed = [r for r in run.records if r.knobs["num_workers"] == 1]
@@ -91,9 +134,16 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
 
     np.random.default_rng(0).integers(0, 65, 50000, dtype=np.uint16).tofile(tmp_path / "data.bin")
     spec_args = {"batch_size": {"values": [4, 16], "safety": "dynamics"}}
-    proc = search(tmp_path, "python memmap_loop.py --data data.bin --batch_size 4 --max_iters 400",
-                  {"num_workers": [0, 2]}, n_trials=3, spec_extra={"search_space": {"preset": None, "knobs": {"num_workers": [0, 2]},
-                                               "workload_args": spec_args}, "safety": {"level": "dynamics"}})
+    proc = search(
+        tmp_path,
+        "python memmap_loop.py --data data.bin --batch_size 4 --max_iters 400",
+        {"num_workers": [0, 2]},
+        n_trials=3,
+        spec_extra={
+            "search_space": {"preset": None, "knobs": {"num_workers": [0, 2]}, "workload_args": spec_args},
+            "safety": {"level": "dynamics"},
+        },
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
     state = json.loads((tmp_path / "run" / "search.json").read_text())
@@ -111,9 +161,19 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
 
 def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the baseline: left unset
-    proc = search(tmp_path, "python tiny_steps.py", {"set_to_none": [True]}, n_trials=2, spec_extra={
-        "search_space": {"preset": None, "knobs": {},
-                         "workload_args": {"OMP_NUM_THREADS": {"values": [1], "env": True, "safety": "safe"}}}})
+    proc = search(
+        tmp_path,
+        "python tiny_steps.py",
+        {"set_to_none": [True]},
+        n_trials=2,
+        spec_extra={
+            "search_space": {
+                "preset": None,
+                "knobs": {},
+                "workload_args": {"OMP_NUM_THREADS": {"values": [1], "env": True, "safety": "safe"}},
+            }
+        },
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     seen = set()
     for trial in sorted((tmp_path / "run" / "trials").iterdir()):

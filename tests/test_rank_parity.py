@@ -16,18 +16,29 @@ pytestmark = pytest.mark.timeout(300)
 def late_check(tmp_path, workload, knobs):
     """The late check a 2-rank search asks for (`TrialSettings.parity_check`), run as its trials run."""
     base = {**pytorch_defaults(8), "num_threads": 1}
-    spec = S.parse({"workload": workload, "resources": {"device": "cpu", "ranks_per_trial": 2},
-                    "search_space": {"preset": None, "knobs": {"precision": ["32-true", "bf16-mixed"]}}}, "late.yaml")
+    spec = S.parse(
+        {
+            "workload": workload,
+            "resources": {"device": "cpu", "ranks_per_trial": 2},
+            "search_space": {"preset": None, "knobs": {"precision": ["32-true", "bf16-mixed"]}},
+        },
+        "late.yaml",
+    )
     parity = {"baseline": base, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}
-    config = TrialSettings.of(spec.model_dump(mode="json"), "cpu", base, parity).parity_check().config({**base, **knobs})
+    config = (
+        TrialSettings.of(spec.model_dump(mode="json"), "cpu", base, parity).parity_check().config({**base, **knobs})
+    )
     assert config["ranks"] == 2 and config["parity_only"]
     # spawned: a fork server preloading tests.workloads is test_launcher's to count
     return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launcher="spawn")
 
 
 def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(tmp_path):
-    result = late_check(tmp_path, {"name": "tiny_transformer"},
-                        {"precision": "bf16-mixed", "ddp_bucket_cap_mb": 1, "ddp_gradient_as_bucket_view": True})
+    result = late_check(
+        tmp_path,
+        {"name": "tiny_transformer"},
+        {"precision": "bf16-mixed", "ddp_bucket_cap_mb": 1, "ddp_gradient_as_bucket_view": True},
+    )
     assert result["status"] == "ok", result.get("error")
     parity = result["parity"]
     assert parity["passed"], parity["reason"]

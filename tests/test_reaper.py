@@ -17,8 +17,11 @@ def alive(pid: int) -> bool:
 def driver_with_child():
     """A stand-in driver with its reaper, and a child it started after the reaper (as Ray's processes are)."""
     driver = subprocess.Popen([sys.executable, "-c", DRIVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    watcher = subprocess.Popen([sys.executable, "-m", "autotune.execution.reaper", str(driver.pid)], stdin=subprocess.PIPE,
-                               start_new_session=True)
+    watcher = subprocess.Popen(
+        [sys.executable, "-m", "autotune.execution.reaper", str(driver.pid)],
+        stdin=subprocess.PIPE,
+        start_new_session=True,
+    )
     time.sleep(1.0)  # the reaper's start: what starts after it is the search's
     driver.stdin.write("go\n")
     driver.stdin.flush()

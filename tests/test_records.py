@@ -8,18 +8,36 @@ from autotune.cli.report import as_dict
 
 
 def record(number, samples_per_s, device="NVIDIA H100 80GB HBM3", status="ok", wall=10.0, **knobs):
-    return TrialRecord(number=number, status=status, knobs={**K.pytorch_defaults(32), **knobs},
-                       metrics={"samples_per_s": samples_per_s}, is_baseline=number == 0,
-                       info={"device_name": device, "trial_wall_s": wall})
+    return TrialRecord(
+        number=number,
+        status=status,
+        knobs={**K.pytorch_defaults(32), **knobs},
+        metrics={"samples_per_s": samples_per_s},
+        is_baseline=number == 0,
+        info={"device_name": device, "trial_wall_s": wall},
+    )
 
 
 def test_a_heterogeneous_cluster_never_mixes_device_types():
-    records = [record(0, 100.0), record(1, 150.0, num_workers=4),
-               record(2, 900.0, device="NVIDIA H200", num_workers=8)]  # faster, but another GPU
+    records = [
+        record(0, 100.0),
+        record(1, 150.0, num_workers=4),
+        record(2, 900.0, device="NVIDIA H200", num_workers=8),
+    ]  # faster, but another GPU
     assert pick_best(records).number == 1
     space = K.Space(baseline=records[0].knobs, search={"num_workers": [0, 4, 8]}, fixed={}, dropped=[])
-    d = as_dict(SearchResult(Path("."), space, K.Device("cuda", 16, "NVIDIA H100 80GB HBM3"), records, records[0],
-                             pick_best(records), 1.0, {}))
+    d = as_dict(
+        SearchResult(
+            Path("."),
+            space,
+            K.Device("cuda", 16, "NVIDIA H100 80GB HBM3"),
+            records,
+            records[0],
+            pick_best(records),
+            1.0,
+            {},
+        )
+    )
     assert d["speedup_x"] == 1.5 and d["trials_ok"] == 2
     assert d["other_devices"] == [{"trial": 2, "device_name": "NVIDIA H200", "host": None, "samples_per_s": 900.0}]
     assert [e["trials"] for e in d["knob_effects"]["num_workers"]] == [1, 1, 0]  # the H200 trial is not an effect
@@ -39,8 +57,11 @@ def timed(number, samples_per_s, ci, **knobs):
 
 def test_a_tie_inside_the_measured_uncertainty_goes_to_the_safer_config():
     # the quickstart's case: batch 256 + channels_last (dynamics) 1.26x +-6% vs channels_last (safe) 1.19x +-4%
-    records = [timed(0, 100.0, 0.02), timed(1, 119.0, 0.04, channels_last=True),
-               timed(2, 126.0, 0.06, batch_size=256, channels_last=True)]
+    records = [
+        timed(0, 100.0, 0.02),
+        timed(1, 119.0, 0.04, channels_last=True),
+        timed(2, 126.0, 0.06, batch_size=256, channels_last=True),
+    ]
     best = pick_best(records)
     assert best.number == 1
     assert best.tie["faster_trial"] == 2 and (best.tie["faster_ci95"], best.tie["chosen_ci95"]) == (0.06, 0.04)
@@ -51,11 +72,18 @@ def test_a_tie_inside_the_measured_uncertainty_goes_to_the_safer_config():
 
 
 def test_a_clear_win_is_not_a_tie_and_fewer_knobs_break_a_tie_within_a_class():
-    records = [timed(0, 100.0, 0.02), timed(1, 119.0, 0.01, channels_last=True),
-               timed(2, 126.0, 0.01, batch_size=256, channels_last=True)]  # 119*1.01 < 126*0.99: no overlap
+    records = [
+        timed(0, 100.0, 0.02),
+        timed(1, 119.0, 0.01, channels_last=True),
+        timed(2, 126.0, 0.01, batch_size=256, channels_last=True),
+    ]  # 119*1.01 < 126*0.99: no overlap
     assert pick_best(records).number == 2 and pick_best(records).tie is None
-    records = [timed(0, 100.0, 0.01), timed(1, 152.0, 0.05, precision="bf16-mixed", fused_optimizer=True),
-               timed(2, 150.0, 0.05, precision="bf16-mixed"), timed(3, 153.0, 0.05, batch_size=256)]
+    records = [
+        timed(0, 100.0, 0.01),
+        timed(1, 152.0, 0.05, precision="bf16-mixed", fused_optimizer=True),
+        timed(2, 150.0, 0.05, precision="bf16-mixed"),
+        timed(3, 153.0, 0.05, batch_size=256),
+    ]
     best = pick_best(records)  # all tie: numerics beats dynamics, then one numerics knob beats two
     assert best.number == 2 and best.tie["faster_trial"] == 3
     # no better than the baseline within the noise: the baseline's own knobs win
@@ -68,8 +96,11 @@ def test_a_clear_win_is_not_a_tie_and_fewer_knobs_break_a_tie_within_a_class():
 def test_loader_knobs_add_no_risk_to_a_tie():
     # jpeg_pipeline: channels_last 81.7 +-9% tied with 2 workers + channels_last 89.1 +-8%; counting the
     # workers as a risk exported the first, 0.84x of the second side by side
-    records = [timed(0, 60.0, 0.02), timed(1, 81.7, 0.09, channels_last=True),
-               timed(2, 89.1, 0.08, channels_last=True, num_workers=2, pin_memory=True)]
+    records = [
+        timed(0, 60.0, 0.02),
+        timed(1, 81.7, 0.09, channels_last=True),
+        timed(2, 89.1, 0.08, channels_last=True, num_workers=2, pin_memory=True),
+    ]
     best = pick_best(records)
     assert best.number == 2 and best.tie is None
     records.append(timed(3, 95.0, 0.1, channels_last=True, num_workers=2, precision="bf16-mixed"))
@@ -85,8 +116,12 @@ def test_safe_class_knobs_with_rounding_level_numerics_add_no_risk_to_a_tie():
     # jpeg_pipeline, 2026-11-26: bf16 + channels_last 162.6 +-5.3% tied with bf16 alone 151.4 +-8.2%; counting
     # channels_last as a risk exported bf16 alone, 0.89x of the two together side by side (5 pairs, 0.87-0.95)
     both = dict(num_workers=2, num_threads=1, precision="bf16-mixed")
-    records = [timed(0, 88.7, 0.03), timed(2, 162.6, 0.053, channels_last=True, **both), timed(8, 151.4, 0.082, **both),
-               timed(4, 172.0, 0.07, channels_last=True, set_to_none=False, **both)]
+    records = [
+        timed(0, 88.7, 0.03),
+        timed(2, 162.6, 0.053, channels_last=True, **both),
+        timed(8, 151.4, 0.082, **both),
+        timed(4, 172.0, 0.07, channels_last=True, set_to_none=False, **both),
+    ]
     assert pick_best(records).number == 4 and pick_best(records).tie is None  # the fastest: no safer config ties it
     assert pick_best(records[:3]).number == 2
     assert risk(records[3].knobs, records[0].knobs) == risk(records[2].knobs, records[0].knobs) == (2, 1, True)

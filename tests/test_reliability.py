@@ -38,14 +38,18 @@ def processes_in(path: Path) -> list[int]:
 
 @pytest.mark.timeout(400)
 def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
-    spec = S.parse({
-        "name": "faults", "workload": {"factory": "tests.workloads:make_faulty"},
-        "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64, 128], "num_workers": [0, 1]}},
-        # no diagnosis: its 2x-batch probe of batch 32 would run into the batch-64 hang
-        "trial": {**TRIAL, "timeout_s": 12, "diagnose": False}, "search": {"sampler": "grid", "n_trials": 8, "confirm_rounds": 0},
-        "safety": {"level": "dynamics"},
-        "output_dir": str(tmp_path / "run"),
-    })
+    spec = S.parse(
+        {
+            "name": "faults",
+            "workload": {"factory": "tests.workloads:make_faulty"},
+            "search_space": {"preset": None, "knobs": {"batch_size": [16, 32, 64, 128], "num_workers": [0, 1]}},
+            # no diagnosis: its 2x-batch probe of batch 32 would run into the batch-64 hang
+            "trial": {**TRIAL, "timeout_s": 12, "diagnose": False},
+            "search": {"sampler": "grid", "n_trials": 8, "confirm_rounds": 0},
+            "safety": {"level": "dynamics"},
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
     result = run(spec)
     by = {(r.knobs["batch_size"], r.knobs["num_workers"]): r for r in result.records}
     # the whole grid, each once, but for batch 128 with a worker: batch 128 ran out of
@@ -78,19 +82,31 @@ def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
 
 
 def write_spec(path: Path, n_trials: int) -> Path:
-    path.write_text(yaml.safe_dump({
-        "name": "stop", "workload": {"name": "tiny_cnn"},
-        # compute-side knobs only: the rate model predicts none of them (each needs its own
-        # measurement), so the budget is reached by trials that ran, never skipped
-        "search_space": {"preset": None, "knobs": {"channels_last": [False, True], "num_threads": [1, 2, 3]}},
-        "trial": TRIAL, "search": {"n_trials": n_trials, "confirm_rounds": 0},
-        "output_dir": str(path.parent / "run")}))
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "stop",
+                "workload": {"name": "tiny_cnn"},
+                # compute-side knobs only: the rate model predicts none of them (each needs its own
+                # measurement), so the budget is reached by trials that ran, never skipped
+                "search_space": {"preset": None, "knobs": {"channels_last": [False, True], "num_threads": [1, 2, 3]}},
+                "trial": TRIAL,
+                "search": {"n_trials": n_trials, "confirm_rounds": 0},
+                "output_dir": str(path.parent / "run"),
+            }
+        )
+    )
     return path
 
 
 def start_search(*args) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "autotune.cli", "search", *args, "-q"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.cli", "search", *args, "-q"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def wait_for_rows(csv: Path, n: int, proc, timeout=180):
@@ -108,11 +124,16 @@ def count(run_dir: Path) -> dict:
     rows = pd.read_csv(run_dir / "trials.csv")
     runs = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}").search_runs(["1"])
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{run_dir / 'optuna.db'}")
-    done = [t for t in study.trials  # trials that ran: not virtual ones (repeats told to the sampler)
-            if t.state.is_finished() and not t.user_attrs.get("interrupted") and not t.user_attrs.get("virtual")]
-    return {"csv": sorted(rows["trial"]), "mlflow": sorted(int(r.data.tags["trial_number"]) for r in runs
-                                                           if r.data.tags.get("autotune.role") == "trial"),
-            "optuna": sorted(t.number for t in done)}
+    done = [
+        t
+        for t in study.trials  # trials that ran: not virtual ones (repeats told to the sampler)
+        if t.state.is_finished() and not t.user_attrs.get("interrupted") and not t.user_attrs.get("virtual")
+    ]
+    return {
+        "csv": sorted(rows["trial"]),
+        "mlflow": sorted(int(r.data.tags["trial_number"]) for r in runs if r.data.tags.get("autotune.role") == "trial"),
+        "optuna": sorted(t.number for t in done),
+    }
 
 
 def stop(proc, run_dir: Path, sig: int) -> dict:
@@ -182,7 +203,8 @@ def test_sigkill_of_the_driver_leaves_the_stores_consistent_and_no_process_behin
     while alive(started) and time.time() < deadline:
         time.sleep(0.5)
     assert alive(started) == set(), "processes of the killed search outlived it: " + "; ".join(
-        f"{pid}: {cmdline(pid)}" for pid, _ in alive(started))
+        f"{pid}: {cmdline(pid)}" for pid, _ in alive(started)
+    )
     killed = count(run_dir)
     # every trial in trials.csv (written last) is in the other two stores; the kill may
     # land between the writes of one trial, which Optuna or MLflow then hold alone:
@@ -208,31 +230,50 @@ def spec_file(tmp_path, **overrides) -> Path:
     return path
 
 
-@pytest.mark.parametrize("overrides, message", [
-    ({"workload": {"factory": "tests.workloads:not_a_workload"}},
-     "workload: workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload"),
-    ({"workload": {"factory": "no_such_pkg.train:make"}},
-     "workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: ModuleNotFoundError: No module named 'no_such_pkg'"
-     "; run the search from the directory that contains `no_such_pkg` (trials import it the same way), or add that "
-     "directory to PYTHONPATH"),
-    ({"tracking": {"uri": "http://127.0.0.1:9"}},
-     "tracking.uri: cannot reach an MLflow server at `http://127.0.0.1:9` ([Errno 111] Connection refused); start one "
-     "(`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out for a local store"),
-    ({"search_space": {"preset": None, "knobs": {"cudnn_benchmark": [True]}}},
-     "search_space: nothing to search on this device; every knob is fixed: cudnn_benchmark (cuDNN runs only on CUDA "
-     "devices; no CUDA device); not in the search space: num_workers, pin_memory, prefetch_factor, persistent_workers, "
-     "num_threads, batch_size, precision, channels_last, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
-     "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, activation_checkpointing"),
-    ({"workload": {"factory": "tests.workloads:make_raising"}},
-     "workload: workload factory `tests.workloads:make_raising` raised ValueError: expected a batch like [images, labels] "
-     "from the dataset; fix the factory or its arguments (workload.args: {}); --debug shows the traceback"),
-    ({"workload": {"factory": "tests.workloads:make_small", "args": {"samples": 0}}},
-     "workload: workload factory `tests.workloads:make_small`: the dataset is empty; nothing to train on"),
-    ({"workload": {"factory": "tests.workloads:make_small", "args": {"samples": 3, "batch_size": 8}}},
-     "baseline: batch_size 8 is larger than the workload's dataset (3 samples); use a smaller batch or a larger dataset"),
-    ({"baseline": {"num_workers": 0, "prefetch_factor": 4}},
-     "baseline: prefetch_factor=4: needs loader workers (num_workers > 0)"),
-])
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (
+            {"workload": {"factory": "tests.workloads:not_a_workload"}},
+            "workload: workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload",
+        ),
+        (
+            {"workload": {"factory": "no_such_pkg.train:make"}},
+            "workload: workload factory `no_such_pkg.train:make`: cannot import `no_such_pkg.train`: ModuleNotFoundError: No module named 'no_such_pkg'"
+            "; run the search from the directory that contains `no_such_pkg` (trials import it the same way), or add that "
+            "directory to PYTHONPATH",
+        ),
+        (
+            {"tracking": {"uri": "http://127.0.0.1:9"}},
+            "tracking.uri: cannot reach an MLflow server at `http://127.0.0.1:9` ([Errno 111] Connection refused); start one "
+            "(`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out for a local store",
+        ),
+        (
+            {"search_space": {"preset": None, "knobs": {"cudnn_benchmark": [True]}}},
+            "search_space: nothing to search on this device; every knob is fixed: cudnn_benchmark (cuDNN runs only on CUDA "
+            "devices; no CUDA device); not in the search space: num_workers, pin_memory, prefetch_factor, persistent_workers, "
+            "num_threads, batch_size, precision, channels_last, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
+            "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, activation_checkpointing",
+        ),
+        (
+            {"workload": {"factory": "tests.workloads:make_raising"}},
+            "workload: workload factory `tests.workloads:make_raising` raised ValueError: expected a batch like [images, labels] "
+            "from the dataset; fix the factory or its arguments (workload.args: {}); --debug shows the traceback",
+        ),
+        (
+            {"workload": {"factory": "tests.workloads:make_small", "args": {"samples": 0}}},
+            "workload: workload factory `tests.workloads:make_small`: the dataset is empty; nothing to train on",
+        ),
+        (
+            {"workload": {"factory": "tests.workloads:make_small", "args": {"samples": 3, "batch_size": 8}}},
+            "baseline: batch_size 8 is larger than the workload's dataset (3 samples); use a smaller batch or a larger dataset",
+        ),
+        (
+            {"baseline": {"num_workers": 0, "prefetch_factor": 4}},
+            "baseline: prefetch_factor=4: needs loader workers (num_workers > 0)",
+        ),
+    ],
+)
 def test_bad_input_is_one_error_and_writes_nothing(tmp_path, ray_local, overrides, message):
     result = runner.invoke(app, ["search", str(spec_file(tmp_path, **overrides))])
     assert result.exit_code == 2
@@ -245,34 +286,46 @@ def test_resume_needs_a_search(tmp_path):
     assert result.exit_code == 2
     assert result.stderr == f"error: `{tmp_path}` has no spec.yaml: not a search's output dir, nothing to resume\n"
     result = runner.invoke(app, ["search"])
-    assert result.stderr == "error: give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)\n"
+    assert (
+        result.stderr
+        == "error: give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)\n"
+    )
 
 
 def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
     (tmp_path / "run").write_text("my notes\n")
     result = runner.invoke(app, ["search", str(spec_file(tmp_path))])
     assert result.exit_code == 2 and (tmp_path / "run").read_text() == "my notes\n"
-    assert result.stderr == (f"error: output_dir: `{tmp_path / 'run'}` is a file, not a directory; name a directory "
-                             "(it is created) or leave output_dir out for runs/<name>-<timestamp>\n")
+    assert result.stderr == (
+        f"error: output_dir: `{tmp_path / 'run'}` is a file, not a directory; name a directory "
+        "(it is created) or leave output_dir out for runs/<name>-<timestamp>\n"
+    )
 
 
-@pytest.mark.parametrize("where, existing, why", [
-    ("/proc/autotune-cannot-write-here", "/proc", "No such file or directory"),
-    ("{tmp}/notes.txt/run", "{tmp}", None),
-])
+@pytest.mark.parametrize(
+    "where, existing, why",
+    [
+        ("/proc/autotune-cannot-write-here", "/proc", "No such file or directory"),
+        ("{tmp}/notes.txt/run", "{tmp}", None),
+    ],
+)
 def test_an_unwritable_output_dir_is_one_line_and_nothing_starts(tmp_path, where, existing, why):
     (tmp_path / "notes.txt").write_text("my notes\n")
     out = where.format(tmp=tmp_path)
     result = runner.invoke(app, ["search", str(spec_file(tmp_path)), "--output-dir", out])
     assert result.exit_code == 2
     if why is None:  # the path runs through a file
-        assert result.stderr == (f"error: output_dir: `{out}` cannot be created: `{tmp_path / 'notes.txt'}` is a file, "
-                                 "not a directory; name a directory you can write (it is created) or leave output_dir "
-                                 "out for runs/<name>-<timestamp>\n")
+        assert result.stderr == (
+            f"error: output_dir: `{out}` cannot be created: `{tmp_path / 'notes.txt'}` is a file, "
+            "not a directory; name a directory you can write (it is created) or leave output_dir "
+            "out for runs/<name>-<timestamp>\n"
+        )
     else:
-        assert result.stderr == (f"error: output_dir: `{out}` cannot be written: creating a directory in `{existing}` "
-                                 f"fails ({why}); name a directory you can write (it is created) or leave output_dir "
-                                 "out for runs/<name>-<timestamp>\n")
+        assert result.stderr == (
+            f"error: output_dir: `{out}` cannot be written: creating a directory in `{existing}` "
+            f"fails ({why}); name a directory you can write (it is created) or leave output_dir "
+            "out for runs/<name>-<timestamp>\n"
+        )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt", "s.yaml"]  # nothing written, nothing started
     assert (tmp_path / "notes.txt").read_text() == "my notes\n"
 
@@ -288,20 +341,31 @@ def test_a_yaml_syntax_error_is_one_line_with_its_place(tmp_path):
 def test_a_spec_and_resume_together_are_refused(tmp_path):
     result = runner.invoke(app, ["search", str(spec_file(tmp_path)), "--resume", str(tmp_path / "run")])
     assert result.exit_code == 2
-    assert result.stderr == (f"error: give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it "
-                             f"was started with (`{tmp_path / 'run' / 'spec.yaml'}`)\n")
+    assert result.stderr == (
+        f"error: give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it "
+        f"was started with (`{tmp_path / 'run' / 'spec.yaml'}`)\n"
+    )
 
 
 @pytest.mark.timeout(300)
 def test_batches_larger_than_the_dataset_are_dropped_and_samples_counted(tmp_path, ray_local):
-    spec = S.parse({"name": "small", "workload": {"factory": "tests.workloads:make_small", "args": {"samples": 20}},
-                    "search_space": {"preset": None, "knobs": {"batch_size": [8, 16, 32, 64]}},
-                    "trial": {**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0}, "search": {"n_trials": 5, "confirm_rounds": 0},
-                    "safety": {"level": "dynamics"}, "output_dir": str(tmp_path / "run")})
+    spec = S.parse(
+        {
+            "name": "small",
+            "workload": {"factory": "tests.workloads:make_small", "args": {"samples": 20}},
+            "search_space": {"preset": None, "knobs": {"batch_size": [8, 16, 32, 64]}},
+            "trial": {**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0},
+            "search": {"n_trials": 5, "confirm_rounds": 0},
+            "safety": {"level": "dynamics"},
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
     result = run(spec)
     assert result.space.search == {"batch_size": [8, 16]}
-    assert {"batch_size=32: larger than the dataset (20 samples)", "batch_size=64: larger than the dataset (20 samples)"} \
-        <= set(result.space.dropped)
+    assert {
+        "batch_size=32: larger than the dataset (20 samples)",
+        "batch_size=64: larger than the dataset (20 samples)",
+    } <= set(result.space.dropped)
     for r in result.records:  # every batch is full: samples/s is steps/s times the batch
         assert r.metrics["samples_per_s"] == pytest.approx(r.metrics["steps_per_s"] * r.knobs["batch_size"])
 
@@ -319,8 +383,9 @@ def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
     rows[rows.trial != last].to_csv(run_dir / "trials.csv", index=False)
     state = json.loads((run_dir / "search.json").read_text())
     client = MlflowClient(state["mlflow_uri"])
-    [left] = client.search_runs([client.get_experiment_by_name("autotune").experiment_id],
-                                filter_string=f"tags.trial_number = '{last}'")
+    [left] = client.search_runs(
+        [client.get_experiment_by_name("autotune").experiment_id], filter_string=f"tags.trial_number = '{last}'"
+    )
     client.update_run(left.info.run_id, status="RUNNING")
     proc = start_search("--resume", str(run_dir))
     out, _ = proc.communicate(timeout=300)
@@ -337,13 +402,20 @@ def test_a_second_search_on_the_device_waits_its_turn(tmp_path):
 
     go = tmp_path / "release"
     holder = subprocess.Popen(  # another search's lock, held until the test has seen ours wait
-        [sys.executable, "-c", "import os, sys, time; from autotune.execution.lock import device_lock\n"
-                               "with device_lock('cpu', 'the-other-search'):\n"
-                               "    print('held', flush=True)\n"
-                               "    deadline = time.time() + 200\n"
-                               "    while not os.path.exists(sys.argv[1]) and time.time() < deadline: time.sleep(0.1)\n"
-                               "print('released', time.time(), flush=True)", str(go)],
-        stdout=subprocess.PIPE, text=True)
+        [
+            sys.executable,
+            "-c",
+            "import os, sys, time; from autotune.execution.lock import device_lock\n"
+            "with device_lock('cpu', 'the-other-search'):\n"
+            "    print('held', flush=True)\n"
+            "    deadline = time.time() + 200\n"
+            "    while not os.path.exists(sys.argv[1]) and time.time() < deadline: time.sleep(0.1)\n"
+            "print('released', time.time(), flush=True)",
+            str(go),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline() == "held\n"
     spec = write_spec(tmp_path / "s.yaml", n_trials=2)
     proc = start_search(str(spec))
@@ -358,8 +430,10 @@ def test_a_second_search_on_the_device_waits_its_turn(tmp_path):
     released = float(holder.stdout.readline().split()[1])
     out = "".join(lines) + proc.communicate(timeout=250)[0]
     assert proc.returncode == 0, out
-    assert ("waiting: another autotune search is measuring on this cpu (pid "
-            f"{holder.pid}, the-other-search); waiting for it to finish") in " ".join(out.split())
+    assert (
+        "waiting: another autotune search is measuring on this cpu (pid "
+        f"{holder.pid}, the-other-search); waiting for it to finish"
+    ) in " ".join(out.split())
     started = pd.read_csv(tmp_path / "run" / "trials.csv").started_unix
     assert (started >= released).all()  # no trial of ours ran while the other search held the device
     assert lock_path("cpu").exists()

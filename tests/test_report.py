@@ -66,8 +66,10 @@ def test_report_markdown(finished_run):
 def test_report_and_export_say_what_to_do_without_a_search(tmp_path):
     result = runner.invoke(app, ["report", str(tmp_path)])
     assert result.exit_code == 2
-    assert result.stderr == (f"error: `{tmp_path}` is not a search's output dir (no search.json); "
-                             "run `autotune search spec.yaml` first, or pass its output dir\n")
+    assert result.stderr == (
+        f"error: `{tmp_path}` is not a search's output dir (no search.json); "
+        "run `autotune search spec.yaml` first, or pass its output dir\n"
+    )
     result = runner.invoke(app, ["export", str(tmp_path)])
     assert result.exit_code == 2 and "has no best_config.yaml" in result.stderr
     result = runner.invoke(app, ["report", str(tmp_path), "-f", "html"])
@@ -84,11 +86,21 @@ def test_export_yaml_and_json_round_trip(finished_run, tmp_path):
     assert as_json == yaml.safe_load((run_dir / "best_config.yaml").read_text())
 
 
-CONFIG = {"knobs": {"num_workers": 1, "pin_memory": False, "batch_size": 8, "precision": "bf16-mixed", "compile": "none",
-                    "set_to_none": False, "channels_last": True, "cudnn_benchmark": False},
-          "device": {"type": "cpu", "name": "cpu"},
-          "measured": {"speedup_x": 1.5, "baseline_samples_per_s": 100.0, "best_samples_per_s": 150.0},
-          "safety": [{"knob": "precision", "baseline": "32-true", "tuned": "bf16-mixed", "safety": "numerics", "note": "n"}]}
+CONFIG = {
+    "knobs": {
+        "num_workers": 1,
+        "pin_memory": False,
+        "batch_size": 8,
+        "precision": "bf16-mixed",
+        "compile": "none",
+        "set_to_none": False,
+        "channels_last": True,
+        "cudnn_benchmark": False,
+    },
+    "device": {"type": "cpu", "name": "cpu"},
+    "measured": {"speedup_x": 1.5, "baseline_samples_per_s": 100.0, "best_samples_per_s": 150.0},
+    "safety": [{"knob": "precision", "baseline": "32-true", "tuned": "bf16-mixed", "safety": "numerics", "note": "n"}],
+}
 
 
 def test_the_python_snippet_runs_and_applies_the_knobs():
@@ -122,9 +134,14 @@ def test_the_python_snippet_runs_and_applies_the_knobs():
 def test_the_snippets_build_the_fused_optimizer():
     from tests.workloads import Recorder, WorkerTagged, recorder_loss
 
-    fused = {**CONFIG, "knobs": {**CONFIG["knobs"], "fused_optimizer": True},
-             "safety": [*CONFIG["safety"], {"knob": "fused_optimizer", "baseline": False, "tuned": True,
-                                            "safety": "numerics", "note": "n"}]}
+    fused = {
+        **CONFIG,
+        "knobs": {**CONFIG["knobs"], "fused_optimizer": True},
+        "safety": [
+            *CONFIG["safety"],
+            {"knob": "fused_optimizer", "baseline": False, "tuned": True, "safety": "numerics", "note": "n"},
+        ],
+    }
     ns = {}
     exec(compile(render(fused, "python"), "snippet.py", "exec"), ns)
     model = ns["prepare"](Recorder())
@@ -153,7 +170,13 @@ def test_the_lightning_form_has_the_trainer_and_loader_arguments():
 
 
 def test_load_config_applies_compile_cudnn_and_tf32(tmp_path):
-    knobs = {**CONFIG["knobs"], "compile": "default", "cudnn_benchmark": True, "precision": "tf32", "channels_last": False}
+    knobs = {
+        **CONFIG["knobs"],
+        "compile": "default",
+        "cudnn_benchmark": True,
+        "precision": "tf32",
+        "channels_last": False,
+    }
     path = tmp_path / "c.yaml"
     path.write_text(yaml.safe_dump({**CONFIG, "knobs": knobs}))
     cfg = load_config(path)
@@ -176,8 +199,9 @@ def _result(records, tmp_path):
     from autotune import knobs as K
     from autotune.records.run_dir import SearchResult, pick_best
 
-    space = K.Space(baseline=records[0].knobs, search={"batch_size": [32, 64], "channels_last": [False, True]},
-                    fixed={}, dropped=[])
+    space = K.Space(
+        baseline=records[0].knobs, search={"batch_size": [32, 64], "channels_last": [False, True]}, fixed={}, dropped=[]
+    )
     return SearchResult(tmp_path, space, K.Device("cpu", 2, "cpu"), records, records[0], pick_best(records), 10.0, {})
 
 
@@ -186,12 +210,22 @@ def _records():
     from autotune.records.run_dir import TrialRecord
 
     def rec(number, status, samples_per_s=None, **knobs):
-        return TrialRecord(number=number, status=status, knobs={**K.pytorch_defaults(32), **knobs},
-                           metrics={"samples_per_s": samples_per_s} if samples_per_s else {}, is_baseline=number == 0,
-                           error_type=None if samples_per_s else "RuntimeError", error=None if samples_per_s else "boom")
+        return TrialRecord(
+            number=number,
+            status=status,
+            knobs={**K.pytorch_defaults(32), **knobs},
+            metrics={"samples_per_s": samples_per_s} if samples_per_s else {},
+            is_baseline=number == 0,
+            error_type=None if samples_per_s else "RuntimeError",
+            error=None if samples_per_s else "boom",
+        )
 
-    return [rec(0, "ok", 100.0), rec(1, "ok", 150.0, channels_last=True), rec(2, "pruned", 40.0, batch_size=64),
-            rec(3, "error", batch_size=64, channels_last=True)]
+    return [
+        rec(0, "ok", 100.0),
+        rec(1, "ok", 150.0, channels_last=True),
+        rec(2, "pruned", 40.0, batch_size=64),
+        rec(3, "error", batch_size=64, channels_last=True),
+    ]
 
 
 def test_pruned_trials_are_drawn_at_their_measured_throughput_and_the_legend_hides_no_point(tmp_path):
@@ -223,7 +257,8 @@ def test_per_knob_effects_count_pruned_trials_and_say_so(tmp_path):
     d = as_dict(result)
     assert d["knob_effects"]["batch_size"] == [
         {"value": 32, "trials": 2, "pruned": 0, "median_samples_per_s": 150.0},
-        {"value": 64, "trials": 1, "pruned": 1, "median_samples_per_s": 40.0}]  # the pruned trial's measured 40
+        {"value": 64, "trials": 1, "pruned": 1, "median_samples_per_s": 40.0},
+    ]  # the pruned trial's measured 40
     with console.capture() as out:
         summary(result, show_paths=False)
     text = out.get()
@@ -254,8 +289,11 @@ def test_the_live_table_shows_the_running_trial():
     records[1].parity = {"passed": True}
     assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
     # a faster window that tied with it, of a riskier config, left it the incumbent (Strategy._best): so says the view
-    tied = dataclasses.replace(records[1], number=2, metrics={**records[1].metrics, "samples_per_s": 2.0 * records[1].throughput,
-                                                          "tie_kept": 1.0})
+    tied = dataclasses.replace(
+        records[1],
+        number=2,
+        metrics={**records[1].metrics, "samples_per_s": 2.0 * records[1].throughput, "tie_kept": 1.0},
+    )
     view.trial(tied)
     assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
 
@@ -270,13 +308,27 @@ def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
 
     storage = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    space = {"batch_size": C([32, 64, 128, 256]), "precision": C(["32-true", "bf16-mixed"]),
-             "channels_last": C([False, True])}
-    for b, p, c, v in [(32, "32-true", False, 1000), (32, "32-true", True, 1190), (256, "32-true", True, 1260),
-                       (64, "32-true", True, 1200), (32, "bf16-mixed", False, 130), (128, "bf16-mixed", True, 150),
-                       (128, "32-true", True, 1230), (256, "32-true", False, 1100), (64, "32-true", False, 1050)]:
-        study.add_trial(optuna.trial.create_trial(params={"batch_size": b, "precision": p, "channels_last": c},
-                                                  distributions=space, value=v))
+    space = {
+        "batch_size": C([32, 64, 128, 256]),
+        "precision": C(["32-true", "bf16-mixed"]),
+        "channels_last": C([False, True]),
+    }
+    for b, p, c, v in [
+        (32, "32-true", False, 1000),
+        (32, "32-true", True, 1190),
+        (256, "32-true", True, 1260),
+        (64, "32-true", True, 1200),
+        (32, "bf16-mixed", False, 130),
+        (128, "bf16-mixed", True, 150),
+        (128, "32-true", True, 1230),
+        (256, "32-true", False, 1100),
+        (64, "32-true", False, 1050),
+    ]:
+        study.add_trial(
+            optuna.trial.create_trial(
+                params={"batch_size": b, "precision": p, "channels_last": c}, distributions=space, value=v
+            )
+        )
     importance = knob_importance(storage, "s")
     assert max(importance, key=importance.get) == "precision" and importance["precision"] > 0.5
     assert knob_importance(storage, "s") == importance  # seeded: the same every time
@@ -292,9 +344,11 @@ def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
     records[2].metrics["samples_per_s"] = 158.0  # 5.3% faster than #1, inside both CIs: a tie
     result = _result(records, tmp_path)
     assert result.best.number == 1 and as_dict(result)["tie"]["faster_trial"] == 2
-    note = ("trial #2 (158.0 samples/s +-6.0%) is 5.3% faster than #1 (150.0 +-4.0%), inside the measured "
-            "uncertainty (95% CIs overlap): a tie, won by the safer config (safe, no changed knobs above the "
-            "safe class vs dynamics, 1 changed knob above the safe class)")
+    note = (
+        "trial #2 (158.0 samples/s +-6.0%) is 5.3% faster than #1 (150.0 +-4.0%), inside the measured "
+        "uncertainty (95% CIs overlap): a tie, won by the safer config (safe, no changed knobs above the "
+        "safe class vs dynamics, 1 changed knob above the safe class)"
+    )
     with console.capture() as out:
         summary(result, show_paths=False)
     assert f"tie: {note}" in out.get().replace("\n", " ")
@@ -311,8 +365,10 @@ def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
     assert "- #1: other processes used 48% of the host's CPU time during the window" in as_markdown(result)
     summary(result, show_paths=False)
     out = " ".join(capsys.readouterr().out.split())
-    assert ("disturbed: 1 trial(s) measured while other work loaded the machine, their figures are suspect: "
-            "#1 (other processes used 48% of the host's CPU time during the window)") in out
+    assert (
+        "disturbed: 1 trial(s) measured while other work loaded the machine, their figures are suspect: "
+        "#1 (other processes used 48% of the host's CPU time during the window)"
+    ) in out
 
 
 def test_break_even_weighs_the_search_against_the_per_step_saving():
@@ -321,16 +377,20 @@ def test_break_even_weighs_the_search_against_the_per_step_saving():
     # the winner: 100 samples a step at 1000 samples/s, 0.1 s; the baseline 1.5x that: 50 ms saved a step
     b = break_even(600.0, 1.5, 1000.0, 100)
     assert (b["saved_ms_per_step"], b["steps"], b["hours"]) == (50.0, 12_000, pytest.approx(1 / 3, abs=1e-4))
-    assert b["note"] == ("the search (10.0 min) pays for itself after 12,000 training steps of batch 100, 20.0 min of "
-                         "training at the best config's 1,000 samples/s (it saves 50 ms a step, 1.50x)")
+    assert b["note"] == (
+        "the search (10.0 min) pays for itself after 12,000 training steps of batch 100, 20.0 min of "
+        "training at the best config's 1,000 samples/s (it saves 50 ms a step, 1.50x)"
+    )
     assert break_even(7200.0, 1.02, 500.0, 32)["hours"] == pytest.approx(100.0)  # a 2% gain takes 50x the search
     assert break_even(600.0, 1.5, 1000.0, 100)["steps"] * 0.05 >= 600.0 > (12_000 - 1) * 0.05
     slower = break_even(600.0, 0.97, 1000.0, 100)
     assert slower["steps"] is None and slower["hours"] is None
-    assert slower["note"] == ("never pays back: the best config is not faster than the baseline (0.97x), "
-                              "so no training step saves anything")
+    assert slower["note"] == (
+        "never pays back: the best config is not faster than the baseline (0.97x), so no training step saves anything"
+    )
     assert break_even(600.0, 1.0, 1000.0, 100, changed=False)["note"].startswith(
-        "never pays back: the best config is the baseline's own")
+        "never pays back: the best config is the baseline's own"
+    )
     assert break_even(600.0, None, None, 100) is None  # no measured baseline: nothing to weigh
 
 
@@ -338,8 +398,10 @@ def test_break_even_is_in_the_summary_markdown_and_json(tmp_path):
     from autotune.cli.report import as_dict, as_markdown, console, summary
 
     result = _result(_records(), tmp_path)  # 10 s of search; best 150 samples/s at batch 32, 1.5x the baseline
-    note = ("the search (10 s) pays for itself after 94 training steps of batch 32, 20 s of training at the best "
-            "config's 150 samples/s (it saves 107 ms a step, 1.50x)")  # 32 x 0.5 / 150 = 0.107 s; 10 / 0.107 = 93.8
+    note = (
+        "the search (10 s) pays for itself after 94 training steps of batch 32, 20 s of training at the best "
+        "config's 150 samples/s (it saves 107 ms a step, 1.50x)"
+    )  # 32 x 0.5 / 150 = 0.107 s; 10 / 0.107 = 93.8
     assert as_dict(result)["break_even"]["steps"] == 94
     with console.capture() as out:
         summary(result, show_paths=False)

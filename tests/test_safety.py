@@ -40,8 +40,13 @@ def test_loader_knobs_need_no_parity():
     base = K.pytorch_defaults(32)
     for change in ({"num_workers": 2}, {"pin_memory": True}, {"batch_size": 64}):
         assert not needs_parity({**base, **change}, base)
-    for knob, value in (("precision", "bf16-mixed"), ("compile", "default"), ("channels_last", True),
-                        ("cudnn_benchmark", True), ("set_to_none", False)):
+    for knob, value in (
+        ("precision", "bf16-mixed"),
+        ("compile", "default"),
+        ("channels_last", True),
+        ("cudnn_benchmark", True),
+        ("set_to_none", False),
+    ):
         assert needs_parity({**base, knob: value}, base)
 
 
@@ -195,8 +200,14 @@ def test_a_numerics_bug_under_bf16_is_caught():
 
 def test_a_precision_sensitive_model_fails_bf16_parity():
     base = K.pytorch_defaults(32)
-    r = loss_parity(W.load("tests.workloads:make_precision_sensitive"), base, {**base, "precision": "bf16-mixed"}, CPU,
-                    steps=5, tolerance=0.05)
+    r = loss_parity(
+        W.load("tests.workloads:make_precision_sensitive"),
+        base,
+        {**base, "precision": "bf16-mixed"},
+        CPU,
+        steps=5,
+        tolerance=0.05,
+    )
     assert not r["passed"] and r["per_step"]["loss"]["max"] > r["per_step"]["loss"]["band"]
     assert r["reason"].startswith("per-step loss error ")
 
@@ -230,19 +241,34 @@ def test_the_reference_is_computed_once_and_reused(tmp_path):
     added = trial_parity(wl, ref, cfg, {**base, "channels_last": True}, CPU)
     assert added["reference"] == f"noise level {2.0**-16:.3g} added and stored" and added["reference_s"] > 0
     assert levels() == {repr(2.0**-8), repr(2.0**-16)} and added["passed"]
-    assert trial_parity(wl, ref, cfg, {**base, "channels_last": True, "set_to_none": False}, CPU)["reference"] == "cached"
+    assert (
+        trial_parity(wl, ref, cfg, {**base, "channels_last": True, "set_to_none": False}, CPU)["reference"] == "cached"
+    )
     assert trial_parity(wl, ref, cfg, {**base, "channels_last": True}, CPU)["max_rel_dev"] == added["max_rel_dev"]
     other = trial_parity(wl, ref, {**cfg, "steps": 4}, {**base, "channels_last": True}, CPU)  # another key
     assert other["reference"] == "computed" and other["steps"] == 4
-    alone = trial_parity(wl, ref, {k: v for k, v in cfg.items() if k != "reference"}, {**base, "channels_last": True}, CPU)
+    alone = trial_parity(
+        wl, ref, {k: v for k, v in cfg.items() if k != "reference"}, {**base, "channels_last": True}, CPU
+    )
     assert alone["reference"] == "computed" and alone["passed"]
 
 
 def test_a_trial_run_alone_computes_its_own_reference():
     base = K.pytorch_defaults(16)
-    result = run_trial({"workload": {"name": "tiny_cnn", "args": {"batch_size": 16}}, "knobs": {"channels_last": True},
-                        "warmup_steps": 1, "measure_steps": 3, "min_window_s": 0, "max_window_s": 1,
-                        "profile_steps": 0, "diagnose": False, "device": "cpu", "parity": {"baseline": base, "steps": 4}})
+    result = run_trial(
+        {
+            "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
+            "knobs": {"channels_last": True},
+            "warmup_steps": 1,
+            "measure_steps": 3,
+            "min_window_s": 0,
+            "max_window_s": 1,
+            "profile_steps": 0,
+            "diagnose": False,
+            "device": "cpu",
+            "parity": {"baseline": base, "steps": 4},
+        }
+    )
     assert result["status"] == "ok", result.get("error")
     assert result["parity"]["passed"] and result["parity"]["reference"] == "computed"
     assert result["metrics"]["parity_s"] == result["parity"]["parity_s"] > 0
@@ -278,7 +304,14 @@ def test_batch_size_advice():
 def test_strict_searches_only_safe_knobs():
     lists = S.load_preset("default").given()
     space = K.resolve_space(lists, K.pytorch_defaults(32), K.Device("cuda", 16, "H100", (9, 0)), LEVELS["strict"])
-    assert set(space.search) == {"num_workers", "pin_memory", "prefetch_factor", "num_threads", "set_to_none", "channels_last"}
+    assert set(space.search) == {
+        "num_workers",
+        "pin_memory",
+        "prefetch_factor",
+        "num_threads",
+        "set_to_none",
+        "channels_last",
+    }
     for knob in ("batch_size", "precision", "compile", "cudnn_benchmark"):
         assert "safety.level allows only safe knobs" in space.fixed[knob]
     numerics = K.resolve_space(lists, K.pytorch_defaults(32), K.Device("cuda", 16, "H100", (9, 0)), LEVELS["numerics"])
@@ -286,8 +319,9 @@ def test_strict_searches_only_safe_knobs():
 
 
 def test_keep_effective_batch_searches_divisors_and_accumulates():
-    space = K.resolve_space({"batch_size": [8, 16, 48, 64]}, K.pytorch_defaults(32), CPU, LEVELS["numerics"],
-                            keep_effective_batch=True)
+    space = K.resolve_space(
+        {"batch_size": [8, 16, 48, 64]}, K.pytorch_defaults(32), CPU, LEVELS["numerics"], keep_effective_batch=True
+    )
     assert space.search["batch_size"] == [32, 8, 16]
     assert "batch_size=48: keep_effective_batch: a micro-batch must divide the baseline batch 32" in space.dropped
     session = prepare(W.load("tiny_cnn"), {**K.pytorch_defaults(8)}, CPU, steps=4, accum_steps=4)
@@ -310,15 +344,27 @@ def test_the_fastest_unsafe_trial_is_never_best():
 
 @pytest.mark.timeout(300)
 def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
-    spec = S.parse({
-        "name": "parity", "workload": {"factory": "tests.workloads:make_precision_sensitive"},
-        "search_space": {"preset": None, "knobs": {"precision": ["32-true", "bf16-mixed"], "set_to_none": [True, False]}},
-        "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 0.5, "profile_steps": 0,
-                  "prune_margin": 0},  # every trial measured to the end: parity on each
-        "search": {"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
-        "safety": {"parity_steps": 5},
-        "output_dir": str(tmp_path / "run"),
-    })
+    spec = S.parse(
+        {
+            "name": "parity",
+            "workload": {"factory": "tests.workloads:make_precision_sensitive"},
+            "search_space": {
+                "preset": None,
+                "knobs": {"precision": ["32-true", "bf16-mixed"], "set_to_none": [True, False]},
+            },
+            "trial": {
+                "warmup_steps": 2,
+                "measure_steps": 5,
+                "min_window_s": 0.2,
+                "max_window_s": 0.5,
+                "profile_steps": 0,
+                "prune_margin": 0,
+            },  # every trial measured to the end: parity on each
+            "search": {"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
+            "safety": {"parity_steps": 5},
+            "output_dir": str(tmp_path / "run"),
+        }
+    )
     result = run(spec)
     by = {(r.knobs["precision"], r.knobs["set_to_none"]): r for r in result.records}
     assert len(by) == 4 and all(r.status == "ok" for r in result.records)
@@ -333,8 +379,13 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
     seen, expected = set(), []
     for r in measured:
         level = r.parity["per_step"]["roundoff"]
-        expected.append("cached" if level in seen else "computed and stored" if not seen
-                        else f"noise level {level:.3g} added and stored")
+        expected.append(
+            "cached"
+            if level in seen
+            else "computed and stored"
+            if not seen
+            else f"noise level {level:.3g} added and stored"
+        )
         seen.add(level)
     assert [r.parity["reference"] for r in measured] == expected
     assert all(r.metrics["parity_s"] > 0 for r in measured)
@@ -355,13 +406,30 @@ def test_parity_table_has_no_false_alarm_and_catches_every_planted_fault():
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "scripts/parity_table.py", "--workloads", "tiny_transformer", "--steps", "6",
-                          "--skip-compile"], capture_output=True, text=True, timeout=280, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "scripts/parity_table.py",
+            "--workloads",
+            "tiny_transformer",
+            "--steps",
+            "6",
+            "--skip-compile",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=True,
+    ).stdout
     table = json.loads(out.strip().splitlines()[-1])
     assert {(r["knob"], r["value"]) for r in table["rows"] if not r.get("planted")} == {
-        ("precision", "bf16-mixed"), ("channels_last", True), ("set_to_none", False),
-        ("fused_optimizer", True)}  # what a CPU has
+        ("precision", "bf16-mixed"),
+        ("channels_last", True),
+        ("set_to_none", False),
+        ("fused_optimizer", True),
+    }  # what a CPU has
     assert table["false_alarms"] == 0, table["false_alarm_rows"]
     assert table["planted_total"] == 4 and table["planted_caught"] == 4
     assert {r["workload"]: r["caught_by"] for r in table["rows"] if r.get("planted")}[
-        "tests.workloads:make_stale_cast"] == ["does not train"]
+        "tests.workloads:make_stale_cast"
+    ] == ["does not train"]

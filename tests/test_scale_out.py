@@ -17,25 +17,61 @@ pytestmark = pytest.mark.timeout(300)
 
 def best_config(tmp_path, knobs, ranks=2, blocks=None, **extra):
     """A best_config.yaml whose baseline is PyTorch's defaults (each changed knob flagged, as a search writes it)."""
-    data = {"workload": {"ref": "tiny_transformer", "args": {"batch_size": 8}}, "device": {"type": "cpu", "name": "cpu"},
-            "knobs": {**K.pytorch_defaults(8), **knobs}, "parallel": {"ranks": ranks, "blocks": blocks},
-            "measured": {}, "safety": [{"knob": k, "baseline": K.pytorch_defaults(8)[k], "tuned": v, "safety": "safe",
-                                        "note": "n"} for k, v in knobs.items()], **extra}
+    data = {
+        "workload": {"ref": "tiny_transformer", "args": {"batch_size": 8}},
+        "device": {"type": "cpu", "name": "cpu"},
+        "knobs": {**K.pytorch_defaults(8), **knobs},
+        "parallel": {"ranks": ranks, "blocks": blocks},
+        "measured": {},
+        "safety": [
+            {"knob": k, "baseline": K.pytorch_defaults(8)[k], "tuned": v, "safety": "safe", "note": "n"}
+            for k, v in knobs.items()
+        ],
+        **extra,
+    }
     path = tmp_path / "best_config.yaml"
     path.write_text(yaml.safe_dump(data))
     return path, data
 
 
-@pytest.mark.parametrize("knobs, blocks, expected", [
-    ({"num_workers": 2, "prefetch_factor": 4, "ddp_bucket_cap_mb": 5, "ddp_static_graph": True,
-      "activation_checkpointing": True, "fused_optimizer": True},
-     None, {"dataloader_num_workers": 2, "dataloader_prefetch_factor": 4, "ddp_bucket_cap_mb": 5,
-            "ddp_static_graph": True, "activation_checkpointing": True, "optim": "adamw_torch_fused"}),
-    ({"sharding": "fsdp", "fsdp_reshard_after_forward": False, "precision": "bf16-mixed"}, ["TransformerEncoderLayer"],
-     {"fsdp": "shard_grad_op auto_wrap", "bf16": True, "fp16": False,
-      "fsdp_config": {"version": 2, "reshard_after_forward": False,
-                      "transformer_layer_cls_to_wrap": ["TransformerEncoderLayer"]}}),
-])
+@pytest.mark.parametrize(
+    "knobs, blocks, expected",
+    [
+        (
+            {
+                "num_workers": 2,
+                "prefetch_factor": 4,
+                "ddp_bucket_cap_mb": 5,
+                "ddp_static_graph": True,
+                "activation_checkpointing": True,
+                "fused_optimizer": True,
+            },
+            None,
+            {
+                "dataloader_num_workers": 2,
+                "dataloader_prefetch_factor": 4,
+                "ddp_bucket_cap_mb": 5,
+                "ddp_static_graph": True,
+                "activation_checkpointing": True,
+                "optim": "adamw_torch_fused",
+            },
+        ),
+        (
+            {"sharding": "fsdp", "fsdp_reshard_after_forward": False, "precision": "bf16-mixed"},
+            ["TransformerEncoderLayer"],
+            {
+                "fsdp": "shard_grad_op auto_wrap",
+                "bf16": True,
+                "fp16": False,
+                "fsdp_config": {
+                    "version": 2,
+                    "reshard_after_forward": False,
+                    "transformer_layer_cls_to_wrap": ["TransformerEncoderLayer"],
+                },
+            },
+        ),
+    ],
+)
 def test_hf_export_merges_into_training_arguments(tmp_path, knobs, blocks, expected):
     from transformers import TrainingArguments
 
@@ -55,10 +91,13 @@ def test_torchrun_line_and_lightning_strategy(tmp_path):
     assert E.render(data, "torchrun").startswith("torchrun --standalone --nnodes=1 --nproc-per-node=2 train.py")
     lightning = E.render(data, "lightning")
     assert "DDPStrategy(bucket_cap_mb=5, gradient_as_bucket_view=True, static_graph=False)" in lightning
-    _, data = best_config(tmp_path, {"sharding": "fsdp", "activation_checkpointing": True},
-                          blocks=["TransformerEncoderLayer"])
-    assert ("FSDPStrategy(auto_wrap_policy={TransformerEncoderLayer}, sharding_strategy='FULL_SHARD', "
-            "activation_checkpointing_policy={TransformerEncoderLayer})") in E.render(data, "lightning")
+    _, data = best_config(
+        tmp_path, {"sharding": "fsdp", "activation_checkpointing": True}, blocks=["TransformerEncoderLayer"]
+    )
+    assert (
+        "FSDPStrategy(auto_wrap_policy={TransformerEncoderLayer}, sharding_strategy='FULL_SHARD', "
+        "activation_checkpointing_policy={TransformerEncoderLayer})"
+    ) in E.render(data, "lightning")
 
 
 LOOP = """
@@ -81,10 +120,16 @@ dist.destroy_process_group()
 """
 
 
-@pytest.mark.parametrize("knobs, wrapped", [
-    ({"ddp_bucket_cap_mb": 1, "ddp_static_graph": True, "activation_checkpointing": True}, "DistributedDataParallel"),
-    ({"sharding": "fsdp"}, "FSDPTinyTransformer"),
-])
+@pytest.mark.parametrize(
+    "knobs, wrapped",
+    [
+        (
+            {"ddp_bucket_cap_mb": 1, "ddp_static_graph": True, "activation_checkpointing": True},
+            "DistributedDataParallel",
+        ),
+        ({"sharding": "fsdp"}, "FSDPTinyTransformer"),
+    ],
+)
 def test_cfg_wrap_in_a_torchrun_launched_loop(tmp_path, knobs, wrapped):
     path, _ = best_config(tmp_path, knobs)
     (tmp_path / "loop.py").write_text(LOOP)

@@ -13,8 +13,11 @@ from autotune.integrations.tracking import Tracker
 
 
 def result(samples_per_s, reference=None):
-    metrics = {"samples_per_s": samples_per_s, "ranks": 2, **({"scaling_reference_samples_per_s": reference}
-                                                               if reference else {})}
+    metrics = {
+        "samples_per_s": samples_per_s,
+        "ranks": 2,
+        **({"scaling_reference_samples_per_s": reference} if reference else {}),
+    }
     return TrialResult("ok", metrics=metrics, device=DeviceInfo("cpu", "cpu", 2))
 
 
@@ -23,8 +26,10 @@ def test_trials_finished_before_the_baseline_get_their_efficiency_when_it_lands(
     tracker = Tracker(f"sqlite:///{tmp_path / 'mlflow.db'}", "scaling", tmp_path, "scaling")
     recorder = Recorder(tracker, [], tmp_path / "trials.csv", None, base)
     # in parallel on a cluster: two trials land before the baseline does
-    for number, knobs, rate in ((1, {"ddp_static_graph": True, "ddp_bucket_cap_mb": 1}, 150.0),
-                                (2, {"batch_size": 16}, 300.0)):
+    for number, knobs, rate in (
+        (1, {"ddp_static_graph": True, "ddp_bucket_cap_mb": 1}, 150.0),
+        (2, {"batch_size": 16}, 300.0),
+    ):
         recorder.add({**base, **knobs, "trial_number": number}, transport(number, tmp_path / str(number), result(rate)))
     assert all("scaling_efficiency" not in r.metrics for r in recorder.records)  # no reference yet
     recorder.add({**base, "trial_number": 0}, transport(0, tmp_path / "0", result(160.0, reference=100.0)))

@@ -34,9 +34,26 @@ def test_gpu_check_runs_on_cpu_and_reports_fidelity():
 @pytest.mark.timeout(300)
 def test_record_a_landscape_then_replay_it(tmp_path):
     out = tmp_path / "landscape.csv"
-    record = [sys.executable, "scripts/record_landscape.py", "-o", str(out), "--workload", "tiny_cnn",
-              "--grid", "batch_size=16,32", "--grid", "channels_last=false,true", "--grid", "pin_memory=false,true",
-              "--cpus", "1", "--trial", "min_window_s=0.2", "--trial", "max_window_s=0.5"]
+    record = [
+        sys.executable,
+        "scripts/record_landscape.py",
+        "-o",
+        str(out),
+        "--workload",
+        "tiny_cnn",
+        "--grid",
+        "batch_size=16,32",
+        "--grid",
+        "channels_last=false,true",
+        "--grid",
+        "pin_memory=false,true",
+        "--cpus",
+        "1",
+        "--trial",
+        "min_window_s=0.2",
+        "--trial",
+        "max_window_s=0.5",
+    ]
     proc = subprocess.run(record, capture_output=True, text=True, timeout=250)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "dropped pin_memory=True: pinned memory only speeds host-to-GPU copies; no CUDA device" in proc.stdout
@@ -50,8 +67,12 @@ def test_record_a_landscape_then_replay_it(tmp_path):
     assert "4 points recorded, 0 to go" in again.stdout  # recorded points are never measured twice
     assert len(list(csv.DictReader(out.open()))) == 4
 
-    bench = subprocess.run([sys.executable, "scripts/bench_search.py", str(out), "--seeds", "3"],
-                           capture_output=True, text=True, timeout=120)
+    bench = subprocess.run(
+        [sys.executable, "scripts/bench_search.py", str(out), "--seeds", "3"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert bench.returncode == 0, bench.stderr[-3000:]
     report = json.loads(bench.stdout.strip().splitlines()[-1])["landscapes"]["landscape"]
     assert report["points"] == 4
@@ -60,8 +81,9 @@ def test_record_a_landscape_then_replay_it(tmp_path):
 
 
 def test_bench_search_replays_the_committed_landscapes():
-    proc = subprocess.run([sys.executable, "scripts/bench_search.py", "--seeds", "5"], capture_output=True, text=True,
-                          timeout=250)
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_search.py", "--seeds", "5"], capture_output=True, text=True, timeout=250
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])["landscapes"]
     assert {"h100_resnet18_classic", "cpu2_tiny_cnn"} <= set(report)
@@ -71,8 +93,9 @@ def test_bench_search_replays_the_committed_landscapes():
 
 def test_bench_model_replays_a_recorded_search_with_both_models(finished_run):
     run_dir, _ = finished_run
-    proc = subprocess.run([sys.executable, "scripts/bench_model.py", str(run_dir)], capture_output=True, text=True,
-                          timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_model.py", str(run_dir)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     run = report["runs"][str(run_dir)]
@@ -86,8 +109,22 @@ def test_bench_model_replays_a_recorded_search_with_both_models(finished_run):
 @pytest.mark.timeout(300)
 def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_run):
     run_dir, _ = finished_run
-    proc = subprocess.run([sys.executable, "scripts/bench_exported.py", str(run_dir), "--reps", "2", "--warmup", "2",
-                           "--window-s", "0.5"], capture_output=True, text=True, timeout=280)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/bench_exported.py",
+            str(run_dir),
+            "--reps",
+            "2",
+            "--warmup",
+            "2",
+            "--window-s",
+            "0.5",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=280,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert len(report["plain"]["range"]["best"]) == 2 and report["plain"]["baseline"] > 0
@@ -100,9 +137,29 @@ def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_ru
 
 @pytest.mark.timeout(300)
 def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
-    bench = [sys.executable, "scripts/bench_fused.py", "--model", "tiny_cnn", "--image-size", "16", "--batch-size", "8",
-             "--reps", "1", "--warmup", "2", "--measure-steps", "3", "--min-window-s", "0.2", "--max-window-s", "0.5",
-             "--precision", "32-true", "--no-channels-last"]
+    bench = [
+        sys.executable,
+        "scripts/bench_fused.py",
+        "--model",
+        "tiny_cnn",
+        "--image-size",
+        "16",
+        "--batch-size",
+        "8",
+        "--reps",
+        "1",
+        "--warmup",
+        "2",
+        "--measure-steps",
+        "3",
+        "--min-window-s",
+        "0.2",
+        "--max-window-s",
+        "0.5",
+        "--precision",
+        "32-true",
+        "--no-channels-last",
+    ]
     proc = subprocess.run([*bench, "--optimizers", "sgd,adamw"], capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -120,13 +177,26 @@ def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
 
 
 def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
-    proc = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run"], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "PYTHON": sys.executable})
+    proc = subprocess.run(
+        ["bash", "scripts/gpu_day.sh", "--dry-run"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     plan = json.loads(proc.stdout.strip().splitlines()[-1])
     keys = [s["step"] for s in plan["steps"]]
-    assert keys == ["1-fidelity", "2-classic", "3-search", "3b-classic-found", "4-parity", "5-fused", "6-overhead",
-                    "7-landscape"]  # the issue's priority order
+    assert keys == [
+        "1-fidelity",
+        "2-classic",
+        "3-search",
+        "3b-classic-found",
+        "4-parity",
+        "5-fused",
+        "6-overhead",
+        "7-landscape",
+    ]  # the issue's priority order
     assert plan["budget_s"] == 40 * 60 and sum(s["cap_s"] for s in plan["steps"][:-1]) <= plan["budget_s"]
     assert plan["steps"][-1]["cap_s"] is None and "cap: the rest of the budget" in proc.stdout  # the landscape
     for step in plan["steps"]:
@@ -139,11 +209,21 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
     assert "scripts/landscapes/<gpu>_resnet18_gpunorm.csv" in plan["steps"][-1]["writes"]
     assert "8 of 8 steps parse" in proc.stdout
 
-    short = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run", "--budget-min", "0"], capture_output=True,
-                           text=True, timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    short = subprocess.run(
+        ["bash", "scripts/gpu_day.sh", "--dry-run", "--budget-min", "0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert short.returncode == 2 and short.stderr.strip() == "error: --budget-min 0: must be > 0 (minutes)"
-    typo = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run", "--redo", "9"], capture_output=True, text=True,
-                          timeout=60, env={**os.environ, "PYTHON": sys.executable})
+    typo = subprocess.run(
+        ["bash", "scripts/gpu_day.sh", "--dry-run", "--redo", "9"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
     assert typo.returncode == 2 and typo.stderr.strip() == "error: --redo 9: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
 
 
@@ -154,10 +234,12 @@ def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp
     assert day["check_parses"](typo) == "does not parse (exit 2)"  # caught by the dry run, before a GPU is lent
 
     ok = [sys.executable, "-c", "print('measured'); print('{\"x\": 1}')"]
-    plan = [Step("1-fails", "exits 3", 60, [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]),
-            Step("2-hangs", "outlives its cap", 1.5, [sys.executable, "-c", "import time; time.sleep(60)"]),
-            Step("3-ok", "prints its JSON line", 60, ok),
-            Step("4-too-long", "its cap does not fit the budget", 3600, ok)]
+    plan = [
+        Step("1-fails", "exits 3", 60, [sys.executable, "-c", "import sys; print('boom'); sys.exit(3)"]),
+        Step("2-hangs", "outlives its cap", 1.5, [sys.executable, "-c", "import time; time.sleep(60)"]),
+        Step("3-ok", "prints its JSON line", 60, ok),
+        Step("4-too-long", "its cap does not fit the budget", 3600, ok),
+    ]
     (tmp_path / "day.json").write_text(json.dumps({"gpu": "cpu", "started": "2026-11-24T00:00:00+00:00"}))
     monkeypatch.delenv("OUT", raising=False)
     assert day["run_day"](tmp_path, "cpu", 600, set(), plan) == 0
@@ -194,7 +276,9 @@ def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detach
     (tmp_path / "day.json").write_text(json.dumps({"gpu": "cpu", "started": "2026-11-26T00:00:00+00:00"}))
     monkeypatch.delenv("OUT", raising=False)
     assert day["run_day"](tmp_path, "cpu", 600, set(), plan, {"3", "3b"}) == 0
-    assert not (tmp_path / "1-a.json").exists() and (tmp_path / "3-b.json").exists() and (tmp_path / "3b-c.json").exists()
+    assert (
+        not (tmp_path / "1-a.json").exists() and (tmp_path / "3-b.json").exists() and (tmp_path / "3b-c.json").exists()
+    )
     assert "| 1-a | not named | not run |" in (tmp_path / "README.md").read_text()  # the day's table lists them all
 
     child = subprocess.Popen([sys.executable, "-c", "pass"])
@@ -203,8 +287,9 @@ def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detach
     assert day["alive"](tmp_path / "day.pid") is None
     (tmp_path / "day.pid").write_text(str(os.getpid()))  # a process that is not this one's child, running
     assert day["alive"](tmp_path / "day.pid") == os.getpid()
-    typo = subprocess.run(["bash", "scripts/gpu_day.sh", "--dry-run", "--only", "8"], capture_output=True, text=True,
-                          timeout=120)
+    typo = subprocess.run(
+        ["bash", "scripts/gpu_day.sh", "--dry-run", "--only", "8"], capture_output=True, text=True, timeout=120
+    )
     assert typo.returncode == 2 and typo.stderr.strip() == "error: --only 8: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
 
 
@@ -213,27 +298,40 @@ def test_classic_case_runs_the_found_config_with_its_searched_workload_args(tmp_
     host pipeline and measured 0.28x the hand-tuned end state, input-bound."""
     classic = runpy.run_path("scripts/classic_case.py", run_name="classic")
     best = tmp_path / "best_config.yaml"
-    best.write_text(yaml.safe_dump({"workload": {"ref": "resnet18_cifar", "args": {"batch_size": 32}},
-                                    "device": {"type": "cpu"}, "knobs": {"num_workers": 8, "batch_size": 1024},
-                                    "workload_args": {"gpu_normalize": True}}))
+    best.write_text(
+        yaml.safe_dump(
+            {
+                "workload": {"ref": "resnet18_cifar", "args": {"batch_size": 32}},
+                "device": {"type": "cpu"},
+                "knobs": {"num_workers": 8, "batch_size": 1024},
+                "workload_args": {"gpu_normalize": True},
+            }
+        )
+    )
     cases = classic["cases"](8, best)
     assert list(cases) == ["defaults", "hand-tuned end state", "found by autotune"]
     args, knobs = cases["found by autotune"]
     assert args == {"batch_size": 32, "gpu_normalize": True} and knobs["batch_size"] == 1024
 
 
-def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_packs_the_trees_paths(tmp_path,
-                                                                                                    monkeypatch):
+def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_packs_the_trees_paths(
+    tmp_path, monkeypatch
+):
     """The device tool makes each command's tree a copy of the checkout's: a day writing
     there lost its search's log. It writes in LIVE and packs what the tree will hold."""
     day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
     g, repo = day["seed"].__globals__, tmp_path / "repo"
-    for name, value in {"ROOT": repo, "MEASUREMENTS": repo / "scripts" / "measurements", "LIVE": tmp_path / "live"}.items():
+    for name, value in {
+        "ROOT": repo,
+        "MEASUREMENTS": repo / "scripts" / "measurements",
+        "LIVE": tmp_path / "live",
+    }.items():
         monkeypatch.setitem(g, name, value)
     unpacked = repo / "scripts" / "measurements" / "h100-80gb-hbm3-2026-11-24"
     (unpacked / "search").mkdir(parents=True)
-    (unpacked / "day.json").write_text(json.dumps({"gpu": "h100-80gb-hbm3",
-                                                   "started": datetime.now(timezone.utc).isoformat()}))
+    (unpacked / "day.json").write_text(
+        json.dumps({"gpu": "h100-80gb-hbm3", "started": datetime.now(timezone.utc).isoformat()})
+    )
     (unpacked / "1-fidelity.json").write_text('{"status": "ok"}')
     (unpacked / "search" / "trials.csv").write_text("trial\n0\n")
     (repo / "scripts" / "landscapes").mkdir(parents=True)
@@ -264,14 +362,30 @@ def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_pack
 
 
 def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
-    bench = [sys.executable, "scripts/bench_checkpointing.py", "--batch-size", "4", "--seq-len", "16", "--reps", "1",
-             "--steps", "2", "--cap-gib", "0.01", "--ladder", "4,8"]
+    bench = [
+        sys.executable,
+        "scripts/bench_checkpointing.py",
+        "--batch-size",
+        "4",
+        "--seq-len",
+        "16",
+        "--reps",
+        "1",
+        "--steps",
+        "2",
+        "--cap-gib",
+        "0.01",
+        "--ladder",
+        "4,8",
+    ]
     proc = subprocess.run(bench, capture_output=True, text=True, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     (pair,) = report["pairs"]
     assert pair["off"]["status"] == pair["on"]["status"] == "ok"
-    assert all(0 < side["inuse_step_gib"] < side["inuse_peak_gib"] and side["rss_peak_gib"] > 0 for side in pair.values())
+    assert all(
+        0 < side["inuse_step_gib"] < side["inuse_peak_gib"] and side["rss_peak_gib"] > 0 for side in pair.values()
+    )
     assert report["ratio_on_off"]["step_ms"] == pytest.approx(pair["on"]["step_ms"] / pair["off"]["step_ms"])
     assert report["ladder"] == {"off": None, "on": None}  # 0.01 GiB in use: no batch fits either way
     assert "ladder ckpt=True  batch    4: oom" in proc.stdout
@@ -280,9 +394,29 @@ def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
 def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
     """Two configs, two fresh processes each, 40-step windows: a row per prefix
     (10-30 steps, 0.25-5 s where the window lasts that long) and the whole window's."""
-    proc = subprocess.run([sys.executable, "scripts/bench_window.py", "--workload", "tiny_cnn", "--arg", "batch_size=8",
-                           "--steps", "40", "--warmup", "2", "--reps", "2", "--config", "", "--config",
-                           "channels_last=true"], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "scripts/bench_window.py",
+            "--workload",
+            "tiny_cnn",
+            "--arg",
+            "batch_size=8",
+            "--steps",
+            "40",
+            "--warmup",
+            "2",
+            "--reps",
+            "2",
+            "--config",
+            "",
+            "--config",
+            "channels_last=true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     assert [c["knobs"] for c in out["configs"]] == [{}, {"channels_last": True}]
@@ -310,8 +444,10 @@ def _venv_with_pip_refused(root):
         (root / name).write_bytes(open(name, "rb").read())
     bin_ = root / ".venv" / "bin"
     bin_.mkdir(parents=True)
-    (bin_ / "python").write_text(f'#!/usr/bin/env bash\n[ "$1 $2" = "-m pip" ] && {{ echo "pip $*"; exit 1; }}\n'
-                                 f'exec {shlex.quote(sys.executable)} "$@"\n')
+    (bin_ / "python").write_text(
+        f'#!/usr/bin/env bash\n[ "$1 $2" = "-m pip" ] && {{ echo "pip $*"; exit 1; }}\n'
+        f'exec {shlex.quote(sys.executable)} "$@"\n'
+    )
     (bin_ / "python").chmod(0o755)
     (bin_ / "autotune").symlink_to(os.path.join(os.path.dirname(sys.executable), "autotune"))
 
@@ -324,8 +460,14 @@ def test_install_returns_at_once_when_pyproject_and_extras_are_what_it_installed
     (tmp_path / ".venv" / "installed").write_text(f"{digest} [test]\n")
 
     def install(extras):
-        return subprocess.run(["bash", "scripts/install.sh"], cwd=tmp_path, capture_output=True, text=True, timeout=60,
-                              env={**os.environ, "EXTRAS": extras})
+        return subprocess.run(
+            ["bash", "scripts/install.sh"],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "EXTRAS": extras},
+        )
 
     for extras in ("[test]", ""):  # asking for none: any extras installed from this pyproject.toml will do
         proc = install(extras)
@@ -340,8 +482,12 @@ def test_install_returns_at_once_when_pyproject_and_extras_are_what_it_installed
 
 @pytest.mark.timeout(120)
 def test_bench_online_same_batches_ends_with_its_json_line():
-    proc = subprocess.run([sys.executable, "scripts/bench_online.py", "--only", "same_batches"], capture_output=True,
-                          text=True, timeout=110)
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench_online.py", "--only", "same_batches"],
+        capture_output=True,
+        text=True,
+        timeout=110,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mid_epoch_changes" in proc.stdout
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"same_batches": True}

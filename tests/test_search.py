@@ -16,16 +16,24 @@ from autotune.execution.driver import run
 
 pytestmark = [pytest.mark.usefixtures("ray_local"), pytest.mark.timeout(300)]
 
-TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2,
-         "timeout_s": 120}
+TRIAL = {
+    "warmup_steps": 2,
+    "measure_steps": 5,
+    "min_window_s": 0.2,
+    "max_window_s": 1.0,
+    "profile_steps": 2,
+    "timeout_s": 120,
+}
 
 
 def make_spec(tmp_path, **overrides):
     data = {
         "name": "t",
         "workload": {"name": "tiny_cnn", "args": {"batch_size": 16}},
-        "search_space": {"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
-                                                   "pin_memory": [False, True]}},
+        "search_space": {
+            "preset": None,
+            "knobs": {"batch_size": [16, 64], "channels_last": [False, True], "pin_memory": [False, True]},
+        },
         "trial": TRIAL,
         "search": {"n_trials": 4, "seed": 1, "confirm_rounds": 0},
         "safety": {"level": "dynamics"},
@@ -49,8 +57,11 @@ class Collector:
 
 def test_search_records_every_trial_everywhere(tmp_path):
     collector, started = Collector(), []
-    result = run(make_spec(tmp_path, trial={**TRIAL, "prune_margin": 0}), on_trial=collector,
-                 on_trial_start=lambda number, knobs: started.append((number, knobs, len(collector.records))))
+    result = run(
+        make_spec(tmp_path, trial={**TRIAL, "prune_margin": 0}),
+        on_trial=collector,
+        on_trial_start=lambda number, knobs: started.append((number, knobs, len(collector.records))),
+    )
     seen = collector.records
     run_dir = result.run_dir
     numbers = [r.number for r in seen]
@@ -90,7 +101,9 @@ def test_search_records_every_trial_everywhere(tmp_path):
         assert child.info.start_time == int(info["started_unix"] * 1000)
         assert child.info.end_time == int(info["ended_unix"] * 1000)
         assert child.info.end_time - child.info.start_time > 1000 * TRIAL["min_window_s"]
-        assert {"samples_per_s", "step_ms_mean", "step_ms_p95", "data_wait_frac", "speedup_x"} <= set(child.data.metrics)
+        assert {"samples_per_s", "step_ms_mean", "step_ms_p95", "data_wait_frac", "speedup_x"} <= set(
+            child.data.metrics
+        )
         assert set(child.data.params) == set(result.space.baseline)
     assert parents[0].data.metrics["speedup_x"] == pytest.approx(result.best.throughput / seen[0].throughput)
     # the baseline is profiled and diagnosed (search.strategy v2: later trials only when they become the incumbent)
@@ -119,8 +132,11 @@ def test_search_records_every_trial_everywhere(tmp_path):
 
 
 def test_a_failing_baseline_stops_the_search_and_says_why(tmp_path):
-    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_failing"},
-                     search_space={"preset": None, "knobs": {"channels_last": [False, True]}})
+    spec = make_spec(
+        tmp_path,
+        workload={"factory": "tests.workloads:make_failing"},
+        search_space={"preset": None, "knobs": {"channels_last": [False, True]}},
+    )
     result = run(spec)
     assert len(result.records) == 1 and result.records[0].is_baseline
     assert result.records[0].status == "error" and result.records[0].error_type == "ValueError"
@@ -132,21 +148,29 @@ def test_a_failing_baseline_stops_the_search_and_says_why(tmp_path):
 
 def test_nothing_to_search_is_a_spec_error(tmp_path):
     spec = make_spec(tmp_path, search_space={"preset": None, "knobs": {"pin_memory": [True]}})
-    with pytest.raises(S.SpecError, match=r"search_space: nothing to search on this device; every knob is fixed: pin_memory \(pinned memory only "
-                       r"speeds host-to-GPU copies; no CUDA device\); not in the search space: num_workers, "):
+    with pytest.raises(
+        S.SpecError,
+        match=r"search_space: nothing to search on this device; every knob is fixed: pin_memory \(pinned memory only "
+        r"speeds host-to-GPU copies; no CUDA device\); not in the search space: num_workers, ",
+    ):
         run(spec)
 
 
 def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path):
     # 0.2 s more a step at batch 64: several times slower per sample, on an idle host and under load ~10 (where a
     # batch-16 step took 28-140 ms and the default 40 ms left batch 64 as fast as the baseline)
-    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_slow_large_batches", "args": {"sleep_s": 0.2}},
-                     search_space={"preset": None, "knobs": {"batch_size": [16, 64], "channels_last": [False, True],
-                                                             "set_to_none": [True, False]}},
-                     # the batch-16 configs differ by noise alone, ms steps that a loaded CI host moves by >2%
-                     # (a CI run read a "gain" and ran all 8): a gain must be 30% here
-                     search={"n_trials": 8, "patience": 2, "confirm_rounds": 0, "min_improvement": 0.3},
-                     trial={**TRIAL, "min_window_s": 1.0, "max_window_s": 3.0, "measure_steps": 20})
+    spec = make_spec(
+        tmp_path,
+        workload={"factory": "tests.workloads:make_slow_large_batches", "args": {"sleep_s": 0.2}},
+        search_space={
+            "preset": None,
+            "knobs": {"batch_size": [16, 64], "channels_last": [False, True], "set_to_none": [True, False]},
+        },
+        # the batch-16 configs differ by noise alone, ms steps that a loaded CI host moves by >2%
+        # (a CI run read a "gain" and ran all 8): a gain must be 30% here
+        search={"n_trials": 8, "patience": 2, "confirm_rounds": 0, "min_improvement": 0.3},
+        trial={**TRIAL, "min_window_s": 1.0, "max_window_s": 3.0, "measure_steps": 20},
+    )
     result = run(spec)
     records = sorted(result.records, key=lambda r: r.number)
     slow = [r for r in records if r.knobs["batch_size"] == 64]
@@ -167,14 +191,15 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
         assert mlflow_run.data.metrics["samples_per_s"] == pytest.approx(r.metrics["samples_per_s"])
 
 
-
 def test_with_a_time_budget_and_n_trials_the_first_limit_reached_ends_the_search(tmp_path):
     """n_trials 2 and a 600-s budget: the count is reached first and ends the
     search (4 points in the space, well inside the budget)."""
-    spec = make_spec(tmp_path, search_space={"preset": None, "knobs": {"num_threads": [None, 1],
-                                                                       "batch_size": [16, 32]}},
-                     trial={**TRIAL, "profile_steps": 0, "diagnose": False},
-                     search={"n_trials": 2, "time_budget_s": 600, "seed": 1, "confirm_rounds": 0})
+    spec = make_spec(
+        tmp_path,
+        search_space={"preset": None, "knobs": {"num_threads": [None, 1], "batch_size": [16, 32]}},
+        trial={**TRIAL, "profile_steps": 0, "diagnose": False},
+        search={"n_trials": 2, "time_budget_s": 600, "seed": 1, "confirm_rounds": 0},
+    )
     seen = {}
     result = run(spec, on_start=lambda device, space, run_dir, n, budget: seen.update(n=n, budget=budget))
     assert seen == {"n": 2, "budget": 600}
@@ -185,10 +210,16 @@ def test_with_a_time_budget_and_n_trials_the_first_limit_reached_ends_the_search
 def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
     """Workload arguments searched as knobs (a trials.csv column, MLflow params,
     exported), and prefetch_factor never runs without loader workers."""
-    spec = make_spec(tmp_path, search_space={
-        "preset": None, "knobs": {"num_workers": [0, 1], "prefetch_factor": [2, 4]},
-        "workload_args": {"width": {"values": [8, 16], "safety": "safe", "stage": "model"}}},
-        search={"sampler": "grid", "n_trials": 20, "confirm_rounds": 0}, trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
+    spec = make_spec(
+        tmp_path,
+        search_space={
+            "preset": None,
+            "knobs": {"num_workers": [0, 1], "prefetch_factor": [2, 4]},
+            "workload_args": {"width": {"values": [8, 16], "safety": "safe", "stage": "model"}},
+        },
+        search={"sampler": "grid", "n_trials": 20, "confirm_rounds": 0},
+        trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0},
+    )
     result = run(spec)
     rows = pd.read_csv(result.paths["trials_csv"])
     # 2 workers x 3 prefetch (the baseline's null, 2, 4) x 2 widths, less prefetch 2/4 with 0 workers
@@ -215,11 +246,15 @@ def test_a_bad_user_knob_is_one_clear_error(tmp_path):
 
 
 def test_fused_optimizer_is_searched_checked_and_recorded(tmp_path):
-    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "adamw"}},
-                     search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
-                     # a trial that would become the incumbent is checked, and the best before it is exported
-                     search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
-                     safety={"level": "numerics"}, trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0})
+    spec = make_spec(
+        tmp_path,
+        workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "adamw"}},
+        search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
+        # a trial that would become the incumbent is checked, and the best before it is exported
+        search={"sampler": "grid", "n_trials": 4, "confirm_rounds": 0},
+        safety={"level": "numerics"},
+        trial={**TRIAL, "profile_steps": 0, "diagnose": False, "prune_margin": 0},
+    )
     result = run(spec)
     rows = pd.read_csv(result.paths["trials_csv"])
     assert rows.fused_optimizer.tolist() == [False, True] and (rows.status == "ok").all(), rows.error.tolist()
@@ -234,9 +269,14 @@ def test_fused_optimizer_is_searched_checked_and_recorded(tmp_path):
 
 
 def test_fused_optimizer_for_an_optimizer_torch_cannot_fuse_is_fixed_with_the_reason(tmp_path):
-    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
-                     search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}})
-    with pytest.raises(S.SpecError, match=r"fused_optimizer \(the workload's optimizer RMSprop has no fused implementation"):
+    spec = make_spec(
+        tmp_path,
+        workload={"factory": "tests.workloads:make_with_optimizer", "args": {"optimizer": "rmsprop"}},
+        search_space={"preset": None, "knobs": {"fused_optimizer": [False, True]}},
+    )
+    with pytest.raises(
+        S.SpecError, match=r"fused_optimizer \(the workload's optimizer RMSprop has no fused implementation"
+    ):
         run(spec)
     assert not (tmp_path / "run").exists()
 
@@ -245,12 +285,23 @@ def test_a_compute_bound_search_spends_one_probe_on_the_loader_knobs_it_was_not_
     """The preset's num_workers (the spec lists batch size and set_to_none
     only), a baseline that hardly waits on data: one trial varies the workers,
     the rest of the search goes elsewhere."""
-    spec = make_spec(tmp_path, workload={"factory": "tests.workloads:make_compute_bound"},
-                     search_space={"preset": "quick", "knobs": {
-                         "batch_size": [32, 64], "set_to_none": [False, True], "num_threads": [None],
-                         "precision": ["32-true"], "channels_last": [False], "fused_optimizer": [False]}},
-                     trial={**TRIAL, "profile_steps": 2, "diagnose": False},
-                     search={"n_trials": 7, "seed": 3, "sampler": "random", "confirm_rounds": 0})
+    spec = make_spec(
+        tmp_path,
+        workload={"factory": "tests.workloads:make_compute_bound"},
+        search_space={
+            "preset": "quick",
+            "knobs": {
+                "batch_size": [32, 64],
+                "set_to_none": [False, True],
+                "num_threads": [None],
+                "precision": ["32-true"],
+                "channels_last": [False],
+                "fused_optimizer": [False],
+            },
+        },
+        trial={**TRIAL, "profile_steps": 2, "diagnose": False},
+        search={"n_trials": 7, "seed": 3, "sampler": "random", "confirm_rounds": 0},
+    )
     result = run(spec)
     assert result.baseline.metrics["data_wait_frac"] < 0.05, result.baseline.metrics
     assert len(result.records) >= 4, result.ended

@@ -23,8 +23,14 @@ def test_minimal_spec_gets_embedded_defaults():
     assert spec.resources.ray_address is None and spec.tracking.uri is None
     # every built-in knob that acts within a single-rank trial (persistent_workers only between epochs); the
     # multi-rank knobs and checkpointing (a model with repeated blocks) are named in a spec (examples/ddp_cpu.yaml)
-    multi_rank = {"ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view", "ddp_static_graph", "sharding",
-                  "fsdp_reshard_after_forward", "activation_checkpointing"}
+    multi_rank = {
+        "ddp_bucket_cap_mb",
+        "ddp_gradient_as_bucket_view",
+        "ddp_static_graph",
+        "sharding",
+        "fsdp_reshard_after_forward",
+        "activation_checkpointing",
+    }
     assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"} - multi_rank
 
 
@@ -48,12 +54,15 @@ def test_strategy_v2_is_noted_and_v1_is_refused_in_one_line(capsys):
     """search.strategy left the spec: autotune searches one way (what v2 was)."""
     spec = S.parse({**WL, "search": {"strategy": "v2", "n_trials": 5}}, "runs/x.yaml")
     assert spec.search.n_trials == 5 and "strategy" not in spec.model_dump()["search"]
-    assert capsys.readouterr().err == "note: runs/x.yaml: search.strategy: v2 is how autotune searches now; " \
-                                      "the line can go\n"
+    assert (
+        capsys.readouterr().err == "note: runs/x.yaml: search.strategy: v2 is how autotune searches now; "
+        "the line can go\n"
+    )
     with pytest.raises(S.SpecError) as e:
         S.parse({**WL, "search": {"strategy": "v1"}}, "runs/x.yaml")
-    assert str(e.value) == ("runs/x.yaml: search.strategy: `v1` is gone; autotune searches one way (what v2 was): "
-                            "remove the line")
+    assert str(e.value) == (
+        "runs/x.yaml: search.strategy: `v1` is gone; autotune searches one way (what v2 was): remove the line"
+    )
 
 
 def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():
@@ -83,38 +92,73 @@ def test_preset_shorthand_and_no_preset():
     assert spec.search_space.lists() == {"channels_last": [True, False]}
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"workload": {"name": "x"}},
-     "s.yaml: workload.name: `x` is not a built-in workload; built-ins: tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer"),
-    ({"workload": {"factory": "foo"}}, "s.yaml: workload.factory: `foo` is not of the form `pkg.module:function`"),
-    ({"workload": {}}, "s.yaml: workload: give exactly one of `name` (built-in), `factory` (pkg.module:function) "
-                       "or `command` (your own program)"),
-    ({}, "s.yaml: workload: required, missing"),
-    ({**WL, "serch": {}},
-     "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, safety, output_dir"),
-    ({**WL, "search": {"sampler": "bayes"}}, "s.yaml: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'"),
-    ({**WL, "search": {"n_trials": 0}}, "s.yaml: search.n_trials: Input should be greater than or equal to 1, got 0"),
-    ({**WL, "baseline": {"num_workers": "2"}}, "s.yaml: baseline.num_workers: Input should be a valid integer, got '2'"),
-    ({**WL, "baseline": {"precision": "fp16"}},
-     "s.yaml: baseline.precision: Input should be '32-true', 'tf32', 'bf16-mixed' or '16-mixed', got 'fp16'"),
-    ({**WL, "search_space": "nope"}, "s.yaml: search_space.preset: unknown preset `nope`; presets: default, quick, safe"),
-    ({**WL, "search_space": {"knobs": {"batch_size": []}}},
-     "s.yaml: search_space.knobs.batch_size: must not be empty; leave the knob out to keep its baseline value"),
-    ({**WL, "search_space": {"knobs": {"num_workers": [-1, 2]}}},
-     "s.yaml: search_space.knobs.num_workers: values must be >= 0, got [-1, 2]"),
-    ({**WL, "search_space": {"knobs": {"compile": ["fast"]}}},
-     "s.yaml: search_space.knobs.compile.0: Input should be 'none', 'default', 'reduce-overhead' or 'max-autotune', got 'fast'"),
-    ({**WL, "trial": {"measure_steps": 1}}, "s.yaml: trial.measure_steps: Input should be greater than or equal to 2, got 1"),
-    ([1, 2], "s.yaml: the spec must be a YAML mapping with at least `workload`, got list"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"workload": {"name": "x"}},
+            "s.yaml: workload.name: `x` is not a built-in workload; built-ins: tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer",
+        ),
+        ({"workload": {"factory": "foo"}}, "s.yaml: workload.factory: `foo` is not of the form `pkg.module:function`"),
+        (
+            {"workload": {}},
+            "s.yaml: workload: give exactly one of `name` (built-in), `factory` (pkg.module:function) "
+            "or `command` (your own program)",
+        ),
+        ({}, "s.yaml: workload: required, missing"),
+        (
+            {**WL, "serch": {}},
+            "s.yaml: (top level): unknown key `serch`; allowed: name, workload, baseline, search_space, trial, search, resources, tracking, safety, output_dir",
+        ),
+        (
+            {**WL, "search": {"sampler": "bayes"}},
+            "s.yaml: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'",
+        ),
+        (
+            {**WL, "search": {"n_trials": 0}},
+            "s.yaml: search.n_trials: Input should be greater than or equal to 1, got 0",
+        ),
+        (
+            {**WL, "baseline": {"num_workers": "2"}},
+            "s.yaml: baseline.num_workers: Input should be a valid integer, got '2'",
+        ),
+        (
+            {**WL, "baseline": {"precision": "fp16"}},
+            "s.yaml: baseline.precision: Input should be '32-true', 'tf32', 'bf16-mixed' or '16-mixed', got 'fp16'",
+        ),
+        (
+            {**WL, "search_space": "nope"},
+            "s.yaml: search_space.preset: unknown preset `nope`; presets: default, quick, safe",
+        ),
+        (
+            {**WL, "search_space": {"knobs": {"batch_size": []}}},
+            "s.yaml: search_space.knobs.batch_size: must not be empty; leave the knob out to keep its baseline value",
+        ),
+        (
+            {**WL, "search_space": {"knobs": {"num_workers": [-1, 2]}}},
+            "s.yaml: search_space.knobs.num_workers: values must be >= 0, got [-1, 2]",
+        ),
+        (
+            {**WL, "search_space": {"knobs": {"compile": ["fast"]}}},
+            "s.yaml: search_space.knobs.compile.0: Input should be 'none', 'default', 'reduce-overhead' or 'max-autotune', got 'fast'",
+        ),
+        (
+            {**WL, "trial": {"measure_steps": 1}},
+            "s.yaml: trial.measure_steps: Input should be greater than or equal to 2, got 1",
+        ),
+        ([1, 2], "s.yaml: the spec must be a YAML mapping with at least `workload`, got list"),
+    ],
+)
 def test_errors_name_the_field_and_what_is_allowed(data, message):
     assert error_of(data) == message
 
 
 def test_several_errors_are_all_listed():
     msg = error_of({**WL, "search": {"sampler": "bayes", "seed": "x"}})
-    assert msg.splitlines() == ["s.yaml: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'",
-                                "  search.seed: Input should be a valid integer, got 'x'"]
+    assert msg.splitlines() == [
+        "s.yaml: search.sampler: Input should be 'autotune', 'tpe', 'random' or 'grid', got 'bayes'",
+        "  search.seed: Input should be a valid integer, got 'x'",
+    ]
 
 
 def test_load_reports_missing_file_and_bad_yaml(tmp_path):
@@ -122,7 +166,9 @@ def test_load_reports_missing_file_and_bad_yaml(tmp_path):
         S.load(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("workload: [unclosed\n")
-    with pytest.raises(S.SpecError, match=r"bad.yaml:2:1: not valid YAML: expected ',' or '\]', but got '<stream end>'$"):
+    with pytest.raises(
+        S.SpecError, match=r"bad.yaml:2:1: not valid YAML: expected ',' or '\]', but got '<stream end>'$"
+    ):
         S.load(bad)
 
 
@@ -137,6 +183,8 @@ def test_a_program_command_is_split_as_a_shell_would_and_runs_from_the_specs_dir
     spec = S.load(tmp_path / "s.yaml")
     assert spec.workload.command == ["python", "train.py", "--name", "a b"]
     assert spec.workload.dir == str(tmp_path.resolve())
-    with pytest.raises(S.SpecError, match="workload.command: Value error, cannot be split as a shell would|"
-                                          "workload.command: cannot be split"):
+    with pytest.raises(
+        S.SpecError,
+        match="workload.command: Value error, cannot be split as a shell would|workload.command: cannot be split",
+    ):
         S.parse({"workload": {"command": "python 'unclosed"}}, "s.yaml")

@@ -17,17 +17,30 @@ def test_a_failing_rank_stops_the_other_and_the_trial_names_it(tmp_path):
 
     from autotune.execution.spread import run_spread
 
-    request = {"workload": {"factory": "tests.workloads:make_rank_one_fails"}, "knobs": {}, "warmup_steps": 2,
-               "measure_steps": 6, "profile_steps": 0, "diagnose": False, "device": "cpu", "ranks": 2,
-               "dist_timeout_s": 200}
+    request = {
+        "workload": {"factory": "tests.workloads:make_rank_one_fails"},
+        "knobs": {},
+        "warmup_steps": 2,
+        "measure_steps": 6,
+        "profile_steps": 0,
+        "diagnose": False,
+        "device": "cpu",
+        "ranks": 2,
+        "dist_timeout_s": 200,
+    }
     settings = {"timeout_s": 240, "user_path": os.getcwd(), "thread_env": {}, "workload_pickle": None}
     pg = placement_group([{"CPU": 0.5}] * 2, strategy="PACK")  # one node here: the group, not the spread, is tested
     ray.get(pg.ready())
     trial_dir = tmp_path / "trials" / "0000"
     try:
         started = time.perf_counter()
-        result = ray.get(ray.remote(run_spread).options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
-            pg, placement_group_bundle_index=0)).remote(request, settings, trial_dir))
+        result = ray.get(
+            ray.remote(run_spread)
+            .options(
+                num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+            )
+            .remote(request, settings, trial_dir)
+        )
         wall = time.perf_counter() - started
     finally:
         remove_placement_group(pg)
@@ -42,11 +55,17 @@ def test_spreading_more_ranks_than_nodes_is_a_spec_error(tmp_path):
     from autotune import spec as S
     from autotune.execution.driver import run
 
-    data = {"workload": {"name": "tiny_transformer"}, "output_dir": str(tmp_path / "run"),
-            "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}},
-            "resources": {"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"}}
-    with pytest.raises(S.SpecError, match=r"resources.rank_placement: spread puts one rank per node, and the Ray "
-                                          r"cluster has 1 node with a CPU for 2 ranks; lower resources.ranks_per_trial to 1"):
+    data = {
+        "workload": {"name": "tiny_transformer"},
+        "output_dir": str(tmp_path / "run"),
+        "search_space": {"preset": None, "knobs": {"ddp_static_graph": [False, True]}},
+        "resources": {"device": "cpu", "ranks_per_trial": 2, "rank_placement": "spread"},
+    }
+    with pytest.raises(
+        S.SpecError,
+        match=r"resources.rank_placement: spread puts one rank per node, and the Ray "
+        r"cluster has 1 node with a CPU for 2 ranks; lower resources.ranks_per_trial to 1",
+    ):
         run(S.parse(data, "bad.yaml"))
     assert not (tmp_path / "run").exists()  # refused before anything was written
 
@@ -58,4 +77,6 @@ def test_spread_ranks_are_checked_against_one_node_s_cpus_one_rank_each():
 
     device = K.Device("cpu", 2, "cpu", ranks=4)  # four 2-CPU nodes would run it spread, not packed
     assert R.search_problem(one_node(device, "spread"), None, None, {}, {}) is None
-    assert R.search_problem(one_node(device, "pack"), None, None, {}, {}).startswith("resources.ranks_per_trial: 4 ranks")
+    assert R.search_problem(one_node(device, "pack"), None, None, {}, {}).startswith(
+        "resources.ranks_per_trial: 4 ranks"
+    )

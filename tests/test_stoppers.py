@@ -14,8 +14,9 @@ def record(throughput, contends=True):
 def test_each_cause_stops_with_its_reason_in_the_search_order():
     recorder = SimpleNamespace(records=[], baseline_failed=None)
     clock = {"now": 0.0}
-    stop, interrupted, exhausted = search_stoppers(recorder, n_trials=3, budget_s=60.0, patience=2,
-                                                   min_improvement=0.1, started=0.0)
+    stop, interrupted, exhausted = search_stoppers(
+        recorder, n_trials=3, budget_s=60.0, patience=2, min_improvement=0.1, started=0.0
+    )
     stop.stoppers[-1].elapsed = lambda: clock["now"]  # the budget's clock, driven here
     assert not stop.stop() and stop.reason == ""
     recorder.records += [record(100.0), record(105.0)]  # a gain below 10%: one trial without one

@@ -17,8 +17,12 @@ from autotune.decide.strategy import Strategy
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
 
-SPACE = {"num_workers": [0, 2, 4, 8], "pin_memory": [False, True], "batch_size": [32, 64, 128, 256],
-         "precision": ["32-true", "bf16-mixed"]}
+SPACE = {
+    "num_workers": [0, 2, 4, 8],
+    "pin_memory": [False, True],
+    "batch_size": [32, 64, 128, 256],
+    "precision": ["32-true", "bf16-mixed"],
+}
 BASE = {"num_workers": 0, "pin_memory": False, "batch_size": 32, "precision": "32-true"}
 
 
@@ -33,8 +37,13 @@ def input_bound(p):
 
 
 def make(sampler="autotune", storage=None, name="s", seed=0):
-    study = optuna.create_study(study_name=name, storage=storage, direction="maximize", load_if_exists=True,
-                                sampler=Strategy.make_sampler(sampler, seed))
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=Strategy.make_sampler(sampler, seed),
+    )
     return Strategy(study, SPACE, BASE, sampler, seed=seed)
 
 
@@ -62,8 +71,11 @@ def test_baseline_first_then_what_the_diagnosis_recommends():
 def test_a_sized_workers_move_jumps_to_the_rung_the_rates_ask_for():
     strategy = make()
     p = strategy.ask()
-    moves = [{"knob": "num_workers", "to": 3, "why": "more DataLoader workers"},
-             {"knob": "pin_memory", "to": True, "why": "pin"}, {"knob": None, "why": "cheaper transforms"}]
+    moves = [
+        {"knob": "num_workers", "to": 3, "why": "more DataLoader workers"},
+        {"knob": "pin_memory", "to": True, "why": "pin"},
+        {"knob": None, "why": "cheaper transforms"},
+    ]
     strategy.tell(p.trial, *input_bound(p.params), diagnosis={"bottleneck": "input", "moves": moves, "evidence": []})
     assert strategy.study.trials[0].user_attrs["diagnosis"] == {"bottleneck": "input", "moves": moves}
     assert strategy.ask().params == {**BASE, "num_workers": 4, "pin_memory": True}
@@ -173,9 +185,14 @@ def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
     bar = strategy.incumbent_bar({**BASE, "precision": "bf16-mixed"})
     assert bar["tie_keeps_incumbent"] and bar["incumbent_trial"] == p.trial.number  # the trial a kept tie names
     assert "tie_keeps_incumbent" not in strategy.incumbent_bar({**BASE, "num_workers": 2})
-    kept = TrialResult.from_dict({"status": "ok", "knobs": {**pytorch_defaults(32), "precision": "bf16-mixed"},
-                                  "metrics": {"samples_per_s": 104.0, "tied": 1.0, "tie_kept": 1.0},
-                                  "skipped": "profile, diagnosis and loss parity: ties with the incumbent"})
+    kept = TrialResult.from_dict(
+        {
+            "status": "ok",
+            "knobs": {**pytorch_defaults(32), "precision": "bf16-mixed"},
+            "metrics": {"samples_per_s": 104.0, "tied": 1.0, "tie_kept": 1.0},
+            "skipped": "profile, diagnosis and loss parity: ties with the incumbent",
+        }
+    )
     assert told(kept, pytorch_defaults(32))["tie_kept"]
     q = strategy.ask()
     strategy.tell(q.trial, "ok", 104.0, attrs={"tie_kept": True})
@@ -224,8 +241,12 @@ def test_parallel_asks_never_propose_a_running_config():
 # --- a bottleneck that moves: input -> overhead -> compute -> input again -------------
 
 H100 = Device("cuda", 16, "NVIDIA H100 80GB HBM3", (9, 0))
-MOVING_SPACE = {"num_workers": [0, 2, 4, 8, 16], "pin_memory": [False, True], "batch_size": [32, 64, 128, 256, 512],
-                "precision": ["32-true", "bf16-mixed"]}
+MOVING_SPACE = {
+    "num_workers": [0, 2, 4, 8, 16],
+    "pin_memory": [False, True],
+    "batch_size": [32, 64, 128, 256, 512],
+    "precision": ["32-true", "bf16-mixed"],
+}
 MOVING_BASE = {"num_workers": 0, "pin_memory": False, "batch_size": 32, "precision": "32-true"}
 PER_WORKER = 1000.0  # samples/s one loader worker delivers
 
@@ -245,10 +266,16 @@ def moving(p):
         value = 1 / (1 / PER_WORKER + 1 / ceiling)
     else:
         value = min(ceiling, PER_WORKER * p["num_workers"])
-    metrics = {"samples_per_s": value, "data_wait_frac": 1 - value / ceiling,
-               "compute_ceiling_samples_per_s": ceiling, "loader_samples_per_s_per_worker": PER_WORKER,
-               "host_cpus_per_gpu": 16, "batch2x_step_ratio": step_ms(p, 2 * p["batch_size"]) / step_ms(p),
-               "gpu_compute_kernel_frac": 0.9, "tensor_core_frac": 0.0 if p["precision"] == "32-true" else 0.6}
+    metrics = {
+        "samples_per_s": value,
+        "data_wait_frac": 1 - value / ceiling,
+        "compute_ceiling_samples_per_s": ceiling,
+        "loader_samples_per_s_per_worker": PER_WORKER,
+        "host_cpus_per_gpu": 16,
+        "batch2x_step_ratio": step_ms(p, 2 * p["batch_size"]) / step_ms(p),
+        "gpu_compute_kernel_frac": 0.9,
+        "tensor_core_frac": 0.0 if p["precision"] == "32-true" else 0.6,
+    }
     return value, metrics
 
 
@@ -300,8 +327,11 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
     assert estimate_cost("max-autotune", costs) == 150.0
     assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
     # what autotune.execution.driver asks with: the finished trials, read at each call
-    records = [SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}, metrics={})
-               for m, cs in costs.items() for c in cs]
+    records = [
+        SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}, metrics={})
+        for m, cs in costs.items()
+        for c in cs
+    ]
     fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())
     assert fits({}) and fits({"compile": "reduce-overhead"}) and not fits({"compile": "max-autotune"})
     # a trial that built the search's parity reference costs the rest of the search less than it took
@@ -316,8 +346,11 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
         strategy = Strategy(study, space, {"pin_memory": False, "compile": "none"})
         p = strategy.ask()
         strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "overhead", "moves": moves})
-        fits = (lambda params: True) if left is None else (
-            lambda params: (estimate_cost(params["compile"], costs) or 0.0) <= left)
+        fits = (
+            (lambda params: True)
+            if left is None
+            else (lambda params: (estimate_cost(params["compile"], costs) or 0.0) <= left)
+        )
         assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}
 
 
@@ -345,8 +378,12 @@ def test_a_baseline_that_hardly_waits_on_data_gives_the_loader_knobs_one_probe(s
             p = strategy.ask()
             if p is None:
                 break
-            strategy.tell(p.trial, *compute_bound(p.params), bottleneck="compute" if p.source == "baseline" else None,
-                          attrs={"data_wait": wait} if p.source == "baseline" else None)
+            strategy.tell(
+                p.trial,
+                *compute_bound(p.params),
+                bottleneck="compute" if p.source == "baseline" else None,
+                attrs={"data_wait": wait} if p.source == "baseline" else None,
+            )
             loader.add((p.params["num_workers"], p.params["pin_memory"]))
         return len(loader) - 1  # the settings other than the baseline's
 

@@ -30,10 +30,22 @@ def test_an_empty_store_is_made_once_then_copied_and_adopted_by_the_run_dir(tmp_
 
 def test_a_pruned_trial_is_finished_with_its_outcome_and_its_real_start_and_end(tmp_path):
     tracker = tracking.Tracker(tracking.default_uri(tmp_path), "autotune", tmp_path, "s")
-    record = TrialRecord(number=3, status="pruned", knobs=K.pytorch_defaults(32), metrics={"samples_per_s": 40.0},
-                         info={"started_unix": 1_700_000_000.25, "ended_unix": 1_700_000_004.5})
-    failed = TrialRecord(number=4, status="oom", knobs=K.pytorch_defaults(64), metrics={}, error_type="OutOfMemoryError",
-                         error="CUDA out of memory", info={"started_unix": 1_700_000_005.0, "ended_unix": 1_700_000_006.0})
+    record = TrialRecord(
+        number=3,
+        status="pruned",
+        knobs=K.pytorch_defaults(32),
+        metrics={"samples_per_s": 40.0},
+        info={"started_unix": 1_700_000_000.25, "ended_unix": 1_700_000_004.5},
+    )
+    failed = TrialRecord(
+        number=4,
+        status="oom",
+        knobs=K.pytorch_defaults(64),
+        metrics={},
+        error_type="OutOfMemoryError",
+        error="CUDA out of memory",
+        info={"started_unix": 1_700_000_005.0, "ended_unix": 1_700_000_006.0},
+    )
     client = MlflowClient(tracking.default_uri(tmp_path))
     run = client.get_run(tracker.log_trial(record))
     assert run.info.status == "FINISHED"  # not KILLED: its throughput was measured

@@ -10,8 +10,14 @@ from autotune.trial import measure as M
 from autotune.knobs import pytorch_defaults
 from autotune.trial.runner import TrialConfigError, check_config, run_trial
 
-TINY = {"workload": {"name": "tiny_cnn"}, "warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0,
-        "profile_steps": 2}
+TINY = {
+    "workload": {"name": "tiny_cnn"},
+    "warmup_steps": 2,
+    "measure_steps": 5,
+    "min_window_s": 0.2,
+    "max_window_s": 1.0,
+    "profile_steps": 2,
+}
 
 
 def test_a_trial_reports_measured_metrics():
@@ -31,8 +37,12 @@ def test_a_trial_reports_measured_metrics():
     # GPU-only fields are absent on a CPU, not zero; the process's peak RSS is measured on a CPU too, and the
     # allocator's bytes in use at their peak (a memory window of their own): above what the step adds
     assert 0.01 < m["mem_rss_peak_gib"] < 16 and 0 < m["mem_inuse_step_gib"] < m["mem_inuse_peak_gib"] < 16
-    assert not {k for k in m if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))
-                and k not in ("mem_rss_peak_gib", "mem_inuse_peak_gib", "mem_inuse_step_gib")}
+    assert not {
+        k
+        for k in m
+        if k.startswith(("gpu_", "mem_", "tensor_core", "breakdown_kernel", "h2d", "mfu"))
+        and k not in ("mem_rss_peak_gib", "mem_inuse_peak_gib", "mem_inuse_step_gib")
+    }
     # profiled window, FLOPs, 2x-batch probe and diagnosis
     assert set(result["profile"]["breakdown"]) == {"dataloader", "cpu_exec", "other"}
     assert 0 <= m["dataloader_frac"] <= 1 and m["cpu_compute_op_frac"] > 0
@@ -47,7 +57,13 @@ def test_a_trial_reports_measured_metrics():
 
 
 def test_a_trial_clearly_below_prune_below_stops_early_and_skips_the_rest():
-    config = {**TINY, "knobs": {"batch_size": 16, "num_threads": 1}, "min_window_s": 2.0, "max_window_s": 4.0, "measure_steps": 20}
+    config = {
+        **TINY,
+        "knobs": {"batch_size": 16, "num_threads": 1},
+        "min_window_s": 2.0,
+        "max_window_s": 4.0,
+        "measure_steps": 20,
+    }
     fast = run_trial({**config, "prune_below": 1.0})  # far below anything: a complete trial
     assert fast["status"] == "ok" and fast["metrics"]["window_s"] >= 2.0
     slow = run_trial({**config, "prune_below": 1e9})
@@ -64,7 +80,9 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert "profile" not in below and "diagnosis" not in below and "parity" not in below
     assert "does not beat" in below["skipped"]
     above = run_trial({**config, "incumbent_above": 1.0, "profile_steps": 0, "max_window_s": 5.0})  # a new incumbent:
-    assert above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above  # diagnosed, checked
+    assert (
+        above["diagnosis"]["bottleneck"] and above["parity"]["passed"] and "skipped" not in above
+    )  # diagnosed, checked
     # clearly above (a lead of thousands of times): its window stopped once its mean was known to a quarter of its
     # lead, capped at +-GAP_CI_CAP (promoted), not +-target_ci: the CI the rule decided on is the one recorded
     assert above["metrics"]["promoted"] == 1 and above["metrics"]["step_mean_ci95"] <= 1.01 * M.GAP_CI_CAP
@@ -93,8 +111,13 @@ def test_a_config_differing_in_loader_knobs_alone_is_diagnosed_from_the_trial_th
 
 
 def test_on_a_cpu_an_eager_warm_up_ends_by_time_after_two_steps():
-    config = {**TINY, "knobs": {"batch_size": 16, "num_threads": 1}, "warmup_steps": 5, "profile_steps": 0,
-              "diagnose": False}
+    config = {
+        **TINY,
+        "knobs": {"batch_size": 16, "num_threads": 1},
+        "warmup_steps": 5,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
     assert run_trial(config)["metrics"]["warmup_steps_run"] == 5  # the runner's default: steps
     assert run_trial({**config, "warmup_min_s": 0.0})["metrics"]["warmup_steps_run"] == 2  # warm once it ran this long
     assert run_trial({**config, "warmup_min_s": 60.0})["metrics"]["warmup_steps_run"] == 5  # never more than the steps
@@ -127,41 +150,71 @@ def test_a_failing_workload_is_a_result_with_the_error():
 def test_a_knob_that_cannot_apply_here_is_refused():
     result = run_trial({**TINY, "knobs": {"precision": "16-mixed"}, "device": "cpu"})
     assert result["status"] == "error"
-    assert result["error"] == "knobs.precision='16-mixed' cannot apply on cpu: fp16 mixed precision with GradScaler needs a CUDA device"
+    assert (
+        result["error"]
+        == "knobs.precision='16-mixed' cannot apply on cpu: fp16 mixed precision with GradScaler needs a CUDA device"
+    )
 
 
-@pytest.mark.parametrize("config, message", [
-    ({**TINY, "knobs": {"warp": 1}}, "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
-                                     "persistent_workers, num_threads, batch_size, precision, channels_last, "
-                                     "cudnn_benchmark, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
-                                     "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, "
-                                     "activation_checkpointing (workload arguments go in "
-                                     "workload.args)"),
-    ({**TINY, "knobs": {"precision": "fp8"}}, "knobs.precision: 'fp8' is not allowed: expected one of 32-true | tf32 | bf16-mixed | 16-mixed"),
-    ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed: expected int"),
-    ({**TINY, "knobs": {"batch_size": 0}}, "knobs.batch_size: 0 is not allowed: must be >= 1"),
-    ({**TINY, "knobs": {"prefetch_factor": 4}}, "knobs cannot run together: prefetch_factor=4: needs loader workers (num_workers > 0)"),
-    ({**TINY, "knobs": {"persistent_workers": True, "num_workers": 0}},
-     "knobs cannot run together: persistent_workers=True: needs loader workers (num_workers > 0)"),
-    ({"workload": {}}, "`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
-                       "(a pickled factory, relative to the config's dir) or `command` (your program), "
-                       "and optional `args`"),
-    ({**TINY, "steps": 3}, "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, warmup_min_s, measure_steps, "
-                           "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
-                           "prune_below, incumbent_above, incumbent_ci, predicted, carry, tie_keeps_incumbent, incumbent_trial, parity_only, flops_cache, device, seed, ranks, backend, "
-                           "dist_timeout_s, blocks, memory_limit_gib"),
-    ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
-    ({**TINY, "warmup_min_s": "1s"}, "`warmup_min_s` must be null or seconds >= 0, got '1s'"),
-    ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
-    ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
-    ({**TINY, "knobs": {"sharding": "fsdp"}, "parity_only": True, "ranks": 2,
-      "parity": {"baseline": {}, "steps": 2, "tolerance": 0.05}},
-     "loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are sharded): such a config "
-     "that changes numerics stays unchecked"),
-    ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
-    ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
-    ({**TINY, "incumbent_ci": -0.1}, "`incumbent_ci` must be a number >= 0, got -0.1"),
-])
+@pytest.mark.parametrize(
+    "config, message",
+    [
+        (
+            {**TINY, "knobs": {"warp": 1}},
+            "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
+            "persistent_workers, num_threads, batch_size, precision, channels_last, "
+            "cudnn_benchmark, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
+            "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, "
+            "activation_checkpointing (workload arguments go in "
+            "workload.args)",
+        ),
+        (
+            {**TINY, "knobs": {"precision": "fp8"}},
+            "knobs.precision: 'fp8' is not allowed: expected one of 32-true | tf32 | bf16-mixed | 16-mixed",
+        ),
+        ({**TINY, "knobs": {"num_workers": "2"}}, "knobs.num_workers: '2' is not allowed: expected int"),
+        ({**TINY, "knobs": {"batch_size": 0}}, "knobs.batch_size: 0 is not allowed: must be >= 1"),
+        (
+            {**TINY, "knobs": {"prefetch_factor": 4}},
+            "knobs cannot run together: prefetch_factor=4: needs loader workers (num_workers > 0)",
+        ),
+        (
+            {**TINY, "knobs": {"persistent_workers": True, "num_workers": 0}},
+            "knobs cannot run together: persistent_workers=True: needs loader workers (num_workers > 0)",
+        ),
+        (
+            {"workload": {}},
+            "`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
+            "(a pickled factory, relative to the config's dir) or `command` (your program), "
+            "and optional `args`",
+        ),
+        (
+            {**TINY, "steps": 3},
+            "unknown trial config keys ['steps']; allowed: workload, knobs, warmup_steps, warmup_min_s, measure_steps, "
+            "min_window_s, target_ci, max_window_s, profile_steps, trace_path, diagnose, accum_steps, parity, "
+            "prune_below, incumbent_above, incumbent_ci, predicted, carry, tie_keeps_incumbent, incumbent_trial, parity_only, flops_cache, device, seed, ranks, backend, "
+            "dist_timeout_s, blocks, memory_limit_gib",
+        ),
+        ({**TINY, "prune_below": 0}, "`prune_below` must be null or samples/s > 0, got 0"),
+        ({**TINY, "warmup_min_s": "1s"}, "`warmup_min_s` must be null or seconds >= 0, got '1s'"),
+        ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
+        ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
+        (
+            {
+                **TINY,
+                "knobs": {"sharding": "fsdp"},
+                "parity_only": True,
+                "ranks": 2,
+                "parity": {"baseline": {}, "steps": 2, "tolerance": 0.05},
+            },
+            "loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are sharded): such a config "
+            "that changes numerics stays unchecked",
+        ),
+        ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
+        ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
+        ({**TINY, "incumbent_ci": -0.1}, "`incumbent_ci` must be a number >= 0, got -0.1"),
+    ],
+)
 def test_bad_trial_configs(config, message):
     with pytest.raises(TrialConfigError) as e:
         check_config(config)
@@ -172,8 +225,12 @@ def test_runner_cli_writes_one_json_result(tmp_path):
     config = tmp_path / "trial.json"
     config.write_text(json.dumps(TINY))
     out = tmp_path / "result.json"
-    proc = subprocess.run([sys.executable, "-m", "autotune.trial", str(config), "-o", str(out), "--set", "channels_last=true"],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.trial", str(config), "-o", str(out), "--set", "channels_last=true"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stderr
     result = json.loads(out.read_text())
     assert result["status"] == "ok" and result["knobs"]["channels_last"] is True
@@ -182,16 +239,29 @@ def test_runner_cli_writes_one_json_result(tmp_path):
 def test_runner_cli_rejects_a_bad_config_with_exit_2(tmp_path):
     config = tmp_path / "trial.json"
     config.write_text(json.dumps({**TINY, "knobs": {"compile": "fast"}}))
-    proc = subprocess.run([sys.executable, "-m", "autotune.trial", str(config)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.trial", str(config)], capture_output=True, text=True, timeout=120
+    )
     assert proc.returncode == 2
-    assert proc.stderr.strip() == "error: knobs.compile: 'fast' is not allowed: expected one of none | default | reduce-overhead | max-autotune"
+    assert (
+        proc.stderr.strip()
+        == "error: knobs.compile: 'fast' is not allowed: expected one of none | default | reduce-overhead | max-autotune"
+    )
 
 
 @pytest.mark.timeout(120)
 def test_load_from_outside_during_the_window_is_recorded(outside_hogs):
     outside_hogs(2)  # two processes that are not the trial's burn both cores
-    result = run_trial({**TINY, "knobs": {"batch_size": 16}, "min_window_s": 1.5, "max_window_s": 2.0,
-                        "profile_steps": 0, "diagnose": False})
+    result = run_trial(
+        {
+            **TINY,
+            "knobs": {"batch_size": 16},
+            "min_window_s": 1.5,
+            "max_window_s": 2.0,
+            "profile_steps": 0,
+            "diagnose": False,
+        }
+    )
     assert result["status"] == "ok" and result["metrics"]["host_other_cpu_frac"] > 0.25
     assert result["disturbed"].startswith("other processes used ")
 
@@ -211,11 +281,15 @@ def test_flops_are_counted_once_per_model_and_shape_in_a_search(tmp_path):
     other = run_trial({**config, "knobs": {"batch_size": 8, "num_threads": 1}})
     flops = json.loads(cache.read_text())
     assert len(flops) == 2 and sorted(json.loads(k)["batch_size"] for k in flops) == [8, 16]  # one entry per shape
-    assert first["metrics"]["flops_per_sample"] == again["metrics"]["flops_per_sample"] == flops[next(
-        k for k in flops if json.loads(k)["batch_size"] == 16)]  # the second trial read the first's count
+    assert (
+        first["metrics"]["flops_per_sample"]
+        == again["metrics"]["flops_per_sample"]
+        == flops[next(k for k in flops if json.loads(k)["batch_size"] == 16)]
+    )  # the second trial read the first's count
     assert other["metrics"]["flops_per_sample"] == pytest.approx(first["metrics"]["flops_per_sample"], rel=0.01)
-    alone = run_trial({**config, "flops_cache": str(tmp_path / "absent" / "flops.json"),
-                       "knobs": {"batch_size": 8, "num_threads": 1}})  # no run dir there: counted, nothing kept
+    alone = run_trial(
+        {**config, "flops_cache": str(tmp_path / "absent" / "flops.json"), "knobs": {"batch_size": 8, "num_threads": 1}}
+    )  # no run dir there: counted, nothing kept
     assert alone["metrics"]["flops_per_sample"] > 0 and not (tmp_path / "absent").exists()
 
 
@@ -230,7 +304,9 @@ def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
     cfg = {"incumbent_above": 100.0, "tie_keeps_incumbent": True}
     metrics, result = {"samples_per_s": 104.0}, {}
     assert _not_incumbent(cfg, metrics, tied, result)
-    assert metrics["tie_kept"] == 1.0 and metrics["tied"] == 1.0 and "the safer config, which stays" in result["skipped"]
+    assert (
+        metrics["tie_kept"] == 1.0 and metrics["tied"] == 1.0 and "the safer config, which stays" in result["skipped"]
+    )
     assert "tie_kept_incumbent" not in metrics  # no incumbent named: none recorded
     named = {"samples_per_s": 104.0}
     assert _not_incumbent({**cfg, "incumbent_trial": 0}, named, tied, {}) and named["tie_kept_incumbent"] == 0.0

@@ -9,21 +9,42 @@ def test_builtins_load_and_return_workloads():
         assert isinstance(wl, W.Workload) and wl.batch_size >= 1
 
 
-@pytest.mark.parametrize("ref, message", [
-    ("nope", "workload `nope` is neither a built-in (tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer) nor a factory path `pkg.module:function`"),
-    ("no_such_pkg.mod:fn", "workload factory `no_such_pkg.mod:fn`: cannot import `no_such_pkg.mod`: ModuleNotFoundError: "
-                           "No module named 'no_such_pkg'; run the search from the directory that contains `no_such_pkg` "
-                           "(trials import it the same way), or add that directory to PYTHONPATH"),
-    ("tests.no_such_module:fn", "workload factory `tests.no_such_module:fn`: cannot import `tests.no_such_module`: "
-                                "ModuleNotFoundError: No module named 'tests.no_such_module'; run the search from the "
-                                "directory that contains `tests` (trials import it the same way), or add that directory "
-                                "to PYTHONPATH"),
-    # the package imports, but something it imports is missing: no hint about the directory
-    ("tests.workloads_broken:fn", "workload factory `tests.workloads_broken:fn`: cannot import `tests.workloads_broken`: "
-                                  "ModuleNotFoundError: No module named 'a_dependency_not_installed'"),
-    ("tests.workloads:missing", "workload factory `tests.workloads:missing`: `tests.workloads` has no function `missing`"),
-    ("tests.workloads:not_a_workload", "workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload"),
-])
+@pytest.mark.parametrize(
+    "ref, message",
+    [
+        (
+            "nope",
+            "workload `nope` is neither a built-in (tiny_cnn, resnet18_cifar, jpeg_pipeline, tiny_transformer) nor a factory path `pkg.module:function`",
+        ),
+        (
+            "no_such_pkg.mod:fn",
+            "workload factory `no_such_pkg.mod:fn`: cannot import `no_such_pkg.mod`: ModuleNotFoundError: "
+            "No module named 'no_such_pkg'; run the search from the directory that contains `no_such_pkg` "
+            "(trials import it the same way), or add that directory to PYTHONPATH",
+        ),
+        (
+            "tests.no_such_module:fn",
+            "workload factory `tests.no_such_module:fn`: cannot import `tests.no_such_module`: "
+            "ModuleNotFoundError: No module named 'tests.no_such_module'; run the search from the "
+            "directory that contains `tests` (trials import it the same way), or add that directory "
+            "to PYTHONPATH",
+        ),
+        # the package imports, but something it imports is missing: no hint about the directory
+        (
+            "tests.workloads_broken:fn",
+            "workload factory `tests.workloads_broken:fn`: cannot import `tests.workloads_broken`: "
+            "ModuleNotFoundError: No module named 'a_dependency_not_installed'",
+        ),
+        (
+            "tests.workloads:missing",
+            "workload factory `tests.workloads:missing`: `tests.workloads` has no function `missing`",
+        ),
+        (
+            "tests.workloads:not_a_workload",
+            "workload factory `tests.workloads:not_a_workload` returned dict; it must return autotune.Workload",
+        ),
+    ],
+)
 def test_bad_references_say_what_is_wrong(ref, message):
     with pytest.raises(W.WorkloadError) as e:
         W.load(ref)
@@ -76,7 +97,16 @@ def test_tiny_transformer_trains_on_dict_batches():
         opt.step()
         losses.append(float(loss))
     assert losses[-1] < 0.7 * losses[0]  # it learns (2.06 -> 1.23 in 10 steps)
-    result = run_trial({"workload": {"name": "tiny_transformer", "args": {"batch_size": 8}}, "warmup_steps": 1,
-                        "measure_steps": 3, "min_window_s": 0, "max_window_s": 1, "profile_steps": 0,
-                        "diagnose": False, "device": "cpu"})
+    result = run_trial(
+        {
+            "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
+            "warmup_steps": 1,
+            "measure_steps": 3,
+            "min_window_s": 0,
+            "max_window_s": 1,
+            "profile_steps": 0,
+            "diagnose": False,
+            "device": "cpu",
+        }
+    )
     assert result["status"] == "ok" and result["metrics"]["samples_per_s"] > 0

@@ -17,12 +17,14 @@ class Recorder(nn.Module):
         self.seen = []
 
     def forward(self, x):
-        self.seen.append({
-            "batch": x.shape[0],
-            "channels_last": x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
-            "autocast": torch.is_autocast_enabled(x.device.type),
-            "autocast_dtype": torch.get_autocast_dtype(x.device.type),
-        })
+        self.seen.append(
+            {
+                "batch": x.shape[0],
+                "channels_last": x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous(),
+                "autocast": torch.is_autocast_enabled(x.device.type),
+                "autocast_dtype": torch.get_autocast_dtype(x.device.type),
+            }
+        )
         return self.head(self.conv(x).mean((2, 3)))
 
 
@@ -185,8 +187,12 @@ class Small(Dataset):
 
 def make_small(samples: int = 20, batch_size: int = 8) -> Workload:
     """A dataset of a few samples: batch sizes above it cannot make one batch."""
-    return Workload(model=Recorder, dataset=Small(samples), batch_size=batch_size,
-                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))
+    return Workload(
+        model=Recorder,
+        dataset=Small(samples),
+        batch_size=batch_size,
+        loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]),
+    )
 
 
 LEAKED = []  # what a trial left in its process: a later trial must never see it
@@ -203,12 +209,19 @@ def make_leaky(batch_size: int = 8) -> Workload:
         grandparent = int(f.read().rsplit(")", 1)[1].split()[1])
     import gc
 
-    seen = {"pid": os.getpid(), "ppid": os.getppid(), "grandparent": grandparent, "frozen": gc.get_freeze_count(),
-            "mark": os.environ.get("AUTOTUNE_TEST_MARK"),
-            "server_only": os.environ.get("AUTOTUNE_TEST_SERVER_ONLY"), "cudnn_benchmark": torch.backends.cudnn.benchmark,
-            "cuda_matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
-            "matmul_precision": torch.get_float32_matmul_precision(), "threads": torch.get_num_threads(),
-            "leaked_tensors": len(LEAKED)}
+    seen = {
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+        "grandparent": grandparent,
+        "frozen": gc.get_freeze_count(),
+        "mark": os.environ.get("AUTOTUNE_TEST_MARK"),
+        "server_only": os.environ.get("AUTOTUNE_TEST_SERVER_ONLY"),
+        "cudnn_benchmark": torch.backends.cudnn.benchmark,
+        "cuda_matmul_tf32": torch.backends.cuda.matmul.allow_tf32,
+        "matmul_precision": torch.get_float32_matmul_precision(),
+        "threads": torch.get_num_threads(),
+        "leaked_tensors": len(LEAKED),
+    }
     with open("seen.json", "w") as f:
         json.dump(seen, f)
     torch.backends.cudnn.benchmark = True
@@ -216,8 +229,12 @@ def make_leaky(batch_size: int = 8) -> Workload:
     torch.set_float32_matmul_precision("medium")
     torch.set_num_threads(1)
     LEAKED.append(torch.ones(16 * 2**20))  # 64 MiB kept alive
-    return Workload(model=Recorder, dataset=WorkerTagged(), batch_size=batch_size,
-                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))
+    return Workload(
+        model=Recorder,
+        dataset=WorkerTagged(),
+        batch_size=batch_size,
+        loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]),
+    )
 
 
 class Shifted(nn.Module):
@@ -279,15 +296,24 @@ def make_chaotic(batch_size: int = 16, lr: float = 0.5) -> Workload:
     return wl
 
 
-OPTIMIZERS = {"sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4),
-              "adam": lambda p: torch.optim.Adam(p, lr=1e-2), "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
-              "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3), "lbfgs": lambda p: torch.optim.LBFGS(p)}
+OPTIMIZERS = {
+    "sgd": lambda p: torch.optim.SGD(p, lr=0.1, momentum=0.9, weight_decay=1e-4),
+    "adam": lambda p: torch.optim.Adam(p, lr=1e-2),
+    "adamw": lambda p: torch.optim.AdamW(p, lr=1e-2),
+    "rmsprop": lambda p: torch.optim.RMSprop(p, lr=1e-3),
+    "lbfgs": lambda p: torch.optim.LBFGS(p),
+}
 
 
 def make_with_optimizer(optimizer: str = "adamw", batch_size: int = 8) -> Workload:
     """The recording net trained by one of torch's optimizers (OPTIMIZERS)."""
-    return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size,
-                    optimizer=OPTIMIZERS[optimizer])
+    return Workload(
+        model=Recorder,
+        dataset=WorkerTagged(),
+        loss=recorder_loss,
+        batch_size=batch_size,
+        optimizer=OPTIMIZERS[optimizer],
+    )
 
 
 def make_model_bound_optimizer(batch_size: int = 8) -> Workload:
@@ -300,7 +326,9 @@ def make_model_bound_optimizer(batch_size: int = 8) -> Workload:
             raise ValueError("not my model's parameters")
         return torch.optim.RMSprop(params, lr=1e-3)
 
-    return Workload(model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size, optimizer=optimizer)
+    return Workload(
+        model=Recorder, dataset=WorkerTagged(), loss=recorder_loss, batch_size=batch_size, optimizer=optimizer
+    )
 
 
 def make_rank_one_fails(batch_size: int = 8) -> Workload:
@@ -329,10 +357,10 @@ def make_summed_loss(batch_size: int = 8) -> Workload:
     from trials.tiny_transformer import make_workload
 
     workload = make_workload(batch_size=batch_size)
-    workload.loss = lambda model, batch: nn.functional.cross_entropy(model(batch["input_ids"]), batch["labels"],
-                                                                     reduction="sum")
+    workload.loss = lambda model, batch: nn.functional.cross_entropy(
+        model(batch["input_ids"]), batch["labels"], reduction="sum"
+    )
     return workload
-
 
 
 class Talking(Recorder):
@@ -382,13 +410,19 @@ def make_compute_bound(batch_size: int = 32) -> Workload:
     """An MLP over samples already in memory: the step is matmuls, the loader
     hands out slices of a tensor (a baseline that hardly waits on data)."""
     g = torch.Generator().manual_seed(0)
-    data = torch.utils.data.TensorDataset(torch.randn(4096, 256, generator=g), torch.randint(0, 10, (4096,), generator=g))
+    data = torch.utils.data.TensorDataset(
+        torch.randn(4096, 256, generator=g), torch.randint(0, 10, (4096,), generator=g)
+    )
 
     def model():
         return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
 
-    return Workload(model=model, dataset=data, batch_size=batch_size,
-                    loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]))
+    return Workload(
+        model=model,
+        dataset=data,
+        batch_size=batch_size,
+        loss=lambda model, batch: nn.functional.cross_entropy(model(batch[0]), batch[1]),
+    )
 
 
 class StaleCast(nn.Module):

@@ -21,7 +21,13 @@ def generated_jpeg(size: int, seed: int) -> bytes:
     g = torch.Generator().manual_seed(seed)
     # smooth gradients plus noise compress like a photo, not like white noise
     ramp = torch.linspace(0, 255, size)
-    rgb = torch.stack([ramp.view(1, -1).expand(size, size), ramp.view(-1, 1).expand(size, size), ramp.flip(0).view(1, -1).expand(size, size)])
+    rgb = torch.stack(
+        [
+            ramp.view(1, -1).expand(size, size),
+            ramp.view(-1, 1).expand(size, size),
+            ramp.flip(0).view(1, -1).expand(size, size),
+        ]
+    )
     rgb = (rgb + 40 * torch.randn(3, size, size, generator=g)).clamp(0, 255).to(torch.uint8)
     buf = io.BytesIO()
     Image.fromarray(rgb.permute(1, 2, 0).numpy()).save(buf, format="JPEG", quality=90)
@@ -48,7 +54,7 @@ class JpegCrops(Dataset):
         _, h, w = image.shape
         top = int(torch.randint(0, h - self.crop + 1, (1,), generator=g))
         left = int(torch.randint(0, w - self.crop + 1, (1,), generator=g))
-        image = image[:, top:top + self.crop, left:left + self.crop].float()
+        image = image[:, top : top + self.crop, left : left + self.crop].float()
         mask = dilate4(torch.rand(self.crop, self.crop, generator=g) < self.mask_p)
         image = image.masked_fill(mask, 0)
         yuv = torch.einsum("ij,jhw->ihw", RGB_TO_YUV, image)
@@ -57,9 +63,13 @@ class JpegCrops(Dataset):
 
 def toy_cnn(classes: int = 10) -> nn.Module:
     return nn.Sequential(
-        nn.Conv2d(3, 16, 5, stride=2, padding=2), nn.ReLU(),
-        nn.Conv2d(16, 32, 3, stride=2, padding=1), nn.ReLU(),
-        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, classes),
+        nn.Conv2d(3, 16, 5, stride=2, padding=2),
+        nn.ReLU(),
+        nn.Conv2d(16, 32, 3, stride=2, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, classes),
     )
 
 

@@ -19,7 +19,9 @@ STD = (0.2470, 0.2435, 0.2616)
 
 
 class FakeCIFAR(Dataset):
-    def __init__(self, length: int = 50_000, size: int = 224, gpu_normalize: bool = False, pool: int = 1024, seed: int = 0):
+    def __init__(
+        self, length: int = 50_000, size: int = 224, gpu_normalize: bool = False, pool: int = 1024, seed: int = 0
+    ):
         g = torch.Generator().manual_seed(seed)
         self.images = torch.randint(0, 256, (pool, 3, 32, 32), dtype=torch.uint8, generator=g)
         self.labels = torch.randint(0, 10, (pool,), generator=g)
@@ -48,7 +50,9 @@ def loss(model, batch):
     return nn.functional.cross_entropy(model(images), labels)
 
 
-def make_workload(batch_size: int = 32, image_size: int = 224, gpu_normalize: bool = False, length: int = 1_000_000) -> Workload:
+def make_workload(
+    batch_size: int = 32, image_size: int = 224, gpu_normalize: bool = False, length: int = 1_000_000
+) -> Workload:
     return Workload(
         model=lambda: torchvision.models.resnet18(weights=None, num_classes=10),
         dataset=FakeCIFAR(length, image_size, gpu_normalize),

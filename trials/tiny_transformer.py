@@ -12,8 +12,9 @@ from autotune.workload import Workload
 class RandomTokens(Dataset):
     """`length` samples drawn from a fixed pool of random token sequences."""
 
-    def __init__(self, length: int, seq_len: int = 32, vocab: int = 128, classes: int = 8, pool: int = 512,
-                 seed: int = 0):
+    def __init__(
+        self, length: int, seq_len: int = 32, vocab: int = 128, classes: int = 8, pool: int = 512, seed: int = 0
+    ):
         g = torch.Generator().manual_seed(seed)
         self.tokens = torch.randint(0, vocab, (pool, seq_len), generator=g)
         self.labels = torch.randint(0, classes, (pool,), generator=g)
@@ -28,8 +29,16 @@ class RandomTokens(Dataset):
 
 
 class TinyTransformer(nn.Module):
-    def __init__(self, vocab: int = 128, seq_len: int = 32, dim: int = 64, heads: int = 4, layers: int = 2,
-                 classes: int = 8, dropout: float = 0.0):
+    def __init__(
+        self,
+        vocab: int = 128,
+        seq_len: int = 32,
+        dim: int = 64,
+        heads: int = 4,
+        layers: int = 2,
+        classes: int = 8,
+        dropout: float = 0.0,
+    ):
         super().__init__()
         self.embed = nn.Embedding(vocab, dim)
         self.pos = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
@@ -49,8 +58,15 @@ def loss(model, batch):
     return nn.functional.cross_entropy(model(batch["input_ids"]), batch["labels"])
 
 
-def make_workload(batch_size: int = 16, seq_len: int = 32, dim: int = 64, layers: int = 2, lr: float = 1e-3,
-                  length: int = 1_000_000, dropout: float = 0.0) -> Workload:
+def make_workload(
+    batch_size: int = 16,
+    seq_len: int = 32,
+    dim: int = 64,
+    layers: int = 2,
+    lr: float = 1e-3,
+    length: int = 1_000_000,
+    dropout: float = 0.0,
+) -> Workload:
     return Workload(
         model=lambda: TinyTransformer(seq_len=seq_len, dim=dim, layers=layers, dropout=dropout),
         dataset=RandomTokens(length, seq_len),

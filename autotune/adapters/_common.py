@@ -16,8 +16,10 @@ def require(module: str, extra: str, adapter: str):
     try:
         return importlib.import_module(module)
     except ImportError as e:
-        raise ImportError(f"autotune.adapters.{adapter} needs `{module}`, which is not installed: "
-                          f"pip install 'autotune[{extra}]' ({e})") from e
+        raise ImportError(
+            f"autotune.adapters.{adapter} needs `{module}`, which is not installed: "
+            f"pip install 'autotune[{extra}]' ({e})"
+        ) from e
 
 
 def fresh_copy(template):
@@ -45,15 +47,18 @@ class Copies:
         params = list(params)
         module = self.by_param.get(id(params[0])) if params else None
         if module is None:
-            raise WorkloadError(f"autotune.adapters.{self.adapter}: the optimizer was asked for parameters of a module "
-                                "the workload's model() did not build (or one no longer referenced)")
+            raise WorkloadError(
+                f"autotune.adapters.{self.adapter}: the optimizer was asked for parameters of a module "
+                "the workload's model() did not build (or one no longer referenced)"
+            )
         return module
 
 
 def check_batch_size(batch_size: Any, adapter: str, where: str) -> int:
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-        raise WorkloadError(f"autotune.adapters.{adapter}: the batch size ({where}) must be a positive int, "
-                            f"got {batch_size!r}")
+        raise WorkloadError(
+            f"autotune.adapters.{adapter}: the batch size ({where}) must be a positive int, got {batch_size!r}"
+        )
     return batch_size
 
 
@@ -62,8 +67,10 @@ def check_map_style(dataset: Any, adapter: str, what: str) -> None:
     from torch.utils.data import IterableDataset
 
     if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__") or not hasattr(dataset, "__len__"):
-        raise WorkloadError(f"autotune.adapters.{adapter}: {what} ({type(dataset).__name__}) must be a map-style "
-                            "dataset (len() and dataset[i]: a torch Dataset, a list, a datasets.Dataset); "
-                            "an IterableDataset or a generator cannot be sampled in random order")
+        raise WorkloadError(
+            f"autotune.adapters.{adapter}: {what} ({type(dataset).__name__}) must be a map-style "
+            "dataset (len() and dataset[i]: a torch Dataset, a list, a datasets.Dataset); "
+            "an IterableDataset or a generator cannot be sampled in random order"
+        )
     if len(dataset) == 0:
         raise WorkloadError(f"autotune.adapters.{adapter}: {what} is empty; nothing to train on")

@@ -40,9 +40,16 @@ from autotune.adapters._common import Copies, check_batch_size, check_map_style,
 from autotune.workload import Workload, WorkloadError
 
 
-def huggingface(model, dataset=None, collate_fn: Callable | None = None, *, batch_size: int = 8,
-                optimizer: Callable[[Any], Any] | None = None, loss: Callable[[Any, Any], Any] | None = None,
-                count_samples: Callable[[Any], int] | None = None) -> Workload:
+def huggingface(
+    model,
+    dataset=None,
+    collate_fn: Callable | None = None,
+    *,
+    batch_size: int = 8,
+    optimizer: Callable[[Any], Any] | None = None,
+    loss: Callable[[Any, Any], Any] | None = None,
+    count_samples: Callable[[Any], int] | None = None,
+) -> Workload:
     """A Workload that trains as `model`, a `transformers.Trainer`, trains; or
     that trains `model` (a transformers model, or any nn.Module taking the
     batch's keys) on `dataset`, `batch_size` samples a batch (default: the
@@ -53,30 +60,47 @@ def huggingface(model, dataset=None, collate_fn: Callable | None = None, *, batc
     if isinstance(model, transformers.Trainer):
         return _from_trainer(model, count_samples)
     if dataset is None:
-        raise WorkloadError(f"autotune.adapters.huggingface: pass a transformers.Trainer, or a model and its "
-                            f"dataset; got a {type(model).__name__} and no dataset")
+        raise WorkloadError(
+            f"autotune.adapters.huggingface: pass a transformers.Trainer, or a model and its "
+            f"dataset; got a {type(model).__name__} and no dataset"
+        )
     if not isinstance(model, torch.nn.Module):
-        raise WorkloadError(f"autotune.adapters.huggingface: `model` must be a torch.nn.Module (a transformers "
-                            f"model), got {type(model).__name__}")
+        raise WorkloadError(
+            f"autotune.adapters.huggingface: `model` must be a torch.nn.Module (a transformers "
+            f"model), got {type(model).__name__}"
+        )
     if not any(p.requires_grad for p in model.parameters()):
         raise WorkloadError(f"autotune.adapters.huggingface: {type(model).__name__} has no trainable parameters")
     check_map_style(dataset, "huggingface", "`dataset`")
     check_batch_size(batch_size, "huggingface", "batch_size=")
-    for name, fn in (("collate_fn", collate_fn), ("optimizer", optimizer), ("loss", loss),
-                     ("count_samples", count_samples)):
+    for name, fn in (
+        ("collate_fn", collate_fn),
+        ("optimizer", optimizer),
+        ("loss", loss),
+        ("count_samples", count_samples),
+    ):
         if fn is not None and not callable(fn):
-            raise WorkloadError(f"autotune.adapters.huggingface: `{name}` must be callable or None, got "
-                                f"{type(fn).__name__}")
+            raise WorkloadError(
+                f"autotune.adapters.huggingface: `{name}` must be callable or None, got {type(fn).__name__}"
+            )
     if collate_fn is None:
         sample = dataset[0]
         if not isinstance(sample, Mapping):
-            raise WorkloadError(f"autotune.adapters.huggingface: dataset[0] is a {type(sample).__name__}; the "
-                                "default collate_fn batches dict samples (the model's keyword arguments): "
-                                "return dicts, or pass collate_fn=")
+            raise WorkloadError(
+                f"autotune.adapters.huggingface: dataset[0] is a {type(sample).__name__}; the "
+                "default collate_fn batches dict samples (the model's keyword arguments): "
+                "return dicts, or pass collate_fn="
+            )
         stack_dicts([dataset[i] for i in range(min(2, len(dataset)))])  # fails here, in one line, if they do not stack
-    return Workload(model=lambda: fresh_copy(model), dataset=dataset, loss=loss or model_loss, batch_size=batch_size,
-                    optimizer=optimizer or default_optimizer, collate_fn=collate_fn or stack_dicts,
-                    count_samples=count_samples)
+    return Workload(
+        model=lambda: fresh_copy(model),
+        dataset=dataset,
+        loss=loss or model_loss,
+        batch_size=batch_size,
+        optimizer=optimizer or default_optimizer,
+        collate_fn=collate_fn or stack_dicts,
+        count_samples=count_samples,
+    )
 
 
 def stack_dicts(samples: list) -> dict:
@@ -87,22 +111,28 @@ def stack_dicts(samples: list) -> dict:
         return default_data_collator(samples)
     except (RuntimeError, ValueError, TypeError) as e:
         why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise WorkloadError(f"autotune.adapters.huggingface: the samples do not stack into a batch ({why}); pad "
-                            "them to one length, or pass collate_fn= (e.g. transformers.DataCollatorWithPadding"
-                            "(tokenizer))") from e
+        raise WorkloadError(
+            f"autotune.adapters.huggingface: the samples do not stack into a batch ({why}); pad "
+            "them to one length, or pass collate_fn= (e.g. transformers.DataCollatorWithPadding"
+            "(tokenizer))"
+        ) from e
 
 
 def model_loss(model, batch):
     """The model's own loss: `model(**batch).loss`."""
     if not isinstance(batch, Mapping):
-        raise WorkloadError(f"autotune.adapters.huggingface: a batch is a {type(batch).__name__}; the model's own "
-                            "loss needs dict batches (model(**batch)): make collate_fn return a dict, or pass loss=")
+        raise WorkloadError(
+            f"autotune.adapters.huggingface: a batch is a {type(batch).__name__}; the model's own "
+            "loss needs dict batches (model(**batch)): make collate_fn return a dict, or pass loss="
+        )
     out = model(**batch)
     loss = out.get("loss") if isinstance(out, Mapping) else getattr(out, "loss", None)
     if loss is None:
-        raise WorkloadError(f"autotune.adapters.huggingface: {type(getattr(model, '_orig_mod', model)).__name__} "
-                            f"returned no loss for a batch with keys {sorted(batch)} (a model computes its loss when "
-                            "the batch has `labels`); add labels, or pass loss=lambda model, batch: ...")
+        raise WorkloadError(
+            f"autotune.adapters.huggingface: {type(getattr(model, '_orig_mod', model)).__name__} "
+            f"returned no loss for a batch with keys {sorted(batch)} (a model computes its loss when "
+            "the batch has `labels`); add labels, or pass loss=lambda model, batch: ..."
+        )
     return loss
 
 
@@ -120,16 +150,23 @@ def _from_trainer(trainer, count_samples) -> Workload:
 
     args = trainer.args
     if trainer.train_dataset is None:
-        raise WorkloadError("autotune.adapters.huggingface: the Trainer has no train_dataset; pass "
-                            "Trainer(train_dataset=...)")
+        raise WorkloadError(
+            "autotune.adapters.huggingface: the Trainer has no train_dataset; pass Trainer(train_dataset=...)"
+        )
     if trainer.optimizer is not None or trainer.lr_scheduler is not None:
-        raise WorkloadError("autotune.adapters.huggingface: the Trainer was given its optimizer or scheduler "
-                            "(Trainer(optimizers=...)), built over its own model; autotune builds them for every "
-                            "trial's copy: pass optimizer_cls_and_kwargs=, or set them through TrainingArguments")
+        raise WorkloadError(
+            "autotune.adapters.huggingface: the Trainer was given its optimizer or scheduler "
+            "(Trainer(optimizers=...)), built over its own model; autotune builds them for every "
+            "trial's copy: pass optimizer_cls_and_kwargs=, or set them through TrainingArguments"
+        )
     check_map_style(trainer.train_dataset, "huggingface", "the Trainer's train_dataset")
     size = check_batch_size(args.per_device_train_batch_size, "huggingface", "per_device_train_batch_size")
-    steps = args.max_steps if args.max_steps > 0 else \
-        math.ceil(len(trainer.train_dataset) / size / args.gradient_accumulation_steps) * math.ceil(args.num_train_epochs)
+    steps = (
+        args.max_steps
+        if args.max_steps > 0
+        else math.ceil(len(trainer.train_dataset) / size / args.gradient_accumulation_steps)
+        * math.ceil(args.num_train_epochs)
+    )
     copies = Copies(trainer.model, "huggingface")
 
     def optimizer(params):
@@ -152,19 +189,29 @@ def _from_trainer(trainer, count_samples) -> Workload:
 
     built = trainer.create_optimizer(copies.new())
     trainer.optimizer = None
-    baseline = {"num_workers": args.dataloader_num_workers,
-                "pin_memory": bool(args.dataloader_pin_memory and torch.cuda.is_available()),  # pins only for CUDA
-                "precision": "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else "tf32" if args.tf32
-                else "32-true",
-                "compile": (args.torch_compile_mode or "default") if args.torch_compile else "none",
-                "fused_optimizer": all(g.get("fused") for g in built.param_groups)}
+    baseline = {
+        "num_workers": args.dataloader_num_workers,
+        "pin_memory": bool(args.dataloader_pin_memory and torch.cuda.is_available()),  # pins only for CUDA
+        "precision": "bf16-mixed" if args.bf16 else "16-mixed" if args.fp16 else "tf32" if args.tf32 else "32-true",
+        "compile": (args.torch_compile_mode or "default") if args.torch_compile else "none",
+        "fused_optimizer": all(g.get("fused") for g in built.param_groups),
+    }
     if args.dataloader_num_workers:
-        baseline.update(persistent_workers=args.dataloader_persistent_workers,
-                        prefetch_factor=args.dataloader_prefetch_factor)
-    return Workload(model=copies.new, dataset=trainer.train_dataset, loss=loss, batch_size=size,
-                    optimizer=optimizer, collate_fn=trainer.data_collator, count_samples=count_samples,
-                    clip=clip if args.max_grad_norm and args.max_grad_norm > 0 else None, scheduler=scheduler,
-                    baseline=baseline)
+        baseline.update(
+            persistent_workers=args.dataloader_persistent_workers, prefetch_factor=args.dataloader_prefetch_factor
+        )
+    return Workload(
+        model=copies.new,
+        dataset=trainer.train_dataset,
+        loss=loss,
+        batch_size=size,
+        optimizer=optimizer,
+        collate_fn=trainer.data_collator,
+        count_samples=count_samples,
+        clip=clip if args.max_grad_norm and args.max_grad_norm > 0 else None,
+        scheduler=scheduler,
+        baseline=baseline,
+    )
 
 
 def unfused(optimizer):

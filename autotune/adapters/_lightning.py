@@ -57,8 +57,14 @@ from autotune.workload import Workload, WorkloadError
 NOT_RUN_HOOKS = ("on_before_batch_transfer", "transfer_batch_to_device")
 
 
-def lightning(module, datamodule=None, *, trainer=None, batch_size: int | None = None,
-              optimizer: Callable[[Any], Any] | None = None) -> Workload:
+def lightning(
+    module,
+    datamodule=None,
+    *,
+    trainer=None,
+    batch_size: int | None = None,
+    optimizer: Callable[[Any], Any] | None = None,
+) -> Workload:
     """A Workload that trains `module` (a LightningModule) on `datamodule`'s
     train_dataloader() (default: the module's own), as `trainer` (a Trainer or
     the dict of its arguments) would: its precision, its gradient clipping.
@@ -67,16 +73,23 @@ def lightning(module, datamodule=None, *, trainer=None, batch_size: int | None =
     pl = _package_of(module)
     trainer = _trainer(trainer, pl)
     if not module.automatic_optimization:
-        raise WorkloadError("autotune.adapters.lightning: manual optimization (automatic_optimization = False) is "
-                            "not supported: autotune runs backward and the optimizer step itself")
+        raise WorkloadError(
+            "autotune.adapters.lightning: manual optimization (automatic_optimization = False) is "
+            "not supported: autotune runs backward and the optimizer step itself"
+        )
     overridden = [h for h in NOT_RUN_HOOKS if getattr(type(module), h) is not getattr(pl.LightningModule, h)]
     if overridden:
-        raise WorkloadError(f"autotune.adapters.lightning: {', '.join(overridden)} is overridden, and autotune "
-                            "moves batches to the device itself; move that work into the dataset or collate_fn, "
-                            "or into on_after_batch_transfer (which runs)")
+        raise WorkloadError(
+            f"autotune.adapters.lightning: {', '.join(overridden)} is overridden, and autotune "
+            "moves batches to the device itself; move that work into the dataset or collate_fn, "
+            "or into on_after_batch_transfer (which runs)"
+        )
     loader = _train_loader(module, datamodule, pl)
-    size = check_batch_size(batch_size if batch_size is not None else loader.batch_size, "lightning",
-                            "batch_size= or the train_dataloader's")
+    size = check_batch_size(
+        batch_size if batch_size is not None else loader.batch_size,
+        "lightning",
+        "batch_size= or the train_dataloader's",
+    )
     check_map_style(loader.dataset, "lightning", "the train_dataloader's dataset")
     if not any(p.requires_grad for p in module.parameters()):
         raise WorkloadError(f"autotune.adapters.lightning: {type(module).__name__} has no trainable parameters")
@@ -84,10 +97,17 @@ def lightning(module, datamodule=None, *, trainer=None, batch_size: int | None =
     warnings.filterwarnings("ignore", message=r".*self\.log\(\)` but the `self\.trainer` reference is not registered")
     step = _Steps(module, pl)
     clip = trainer is not None and (trainer.gradient_clip_val or 0) > 0
-    return Workload(model=step.new_module, dataset=loader.dataset, loss=step.loss, batch_size=size,
-                    optimizer=optimizer or step.optimizer, collate_fn=_collate_fn(loader),
-                    clip=_Clip(pl, trainer) if clip else None, scheduler=None if optimizer else step.scheduler,
-                    baseline=None if trainer is None else {"precision": _precision(trainer.precision)})
+    return Workload(
+        model=step.new_module,
+        dataset=loader.dataset,
+        loss=step.loss,
+        batch_size=size,
+        optimizer=optimizer or step.optimizer,
+        collate_fn=_collate_fn(loader),
+        clip=_Clip(pl, trainer) if clip else None,
+        scheduler=None if optimizer else step.scheduler,
+        baseline=None if trainer is None else {"precision": _precision(trainer.precision)},
+    )
 
 
 def _trainer(trainer, pl):
@@ -95,10 +115,16 @@ def _trainer(trainer, pl):
     if trainer is None or isinstance(trainer, pl.Trainer):
         return trainer
     if not isinstance(trainer, Mapping):
-        raise WorkloadError(f"autotune.adapters.lightning: `trainer` must be a Trainer or the dict of its "
-                            f"arguments, got {type(trainer).__name__}")
-    quiet = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-             "enable_model_summary": False}
+        raise WorkloadError(
+            f"autotune.adapters.lightning: `trainer` must be a Trainer or the dict of its "
+            f"arguments, got {type(trainer).__name__}"
+        )
+    quiet = {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "enable_model_summary": False,
+    }
     try:
         return pl.Trainer(**{**quiet, **trainer})
     except (TypeError, ValueError) as e:
@@ -110,8 +136,10 @@ def _precision(precision: str) -> str:
     from autotune.knobs import PRECISIONS
 
     if precision not in PRECISIONS or precision == "tf32":
-        raise WorkloadError(f"autotune.adapters.lightning: the Trainer's precision {precision!r} is not one "
-                            "autotune runs; it runs 32-true, bf16-mixed and 16-mixed")
+        raise WorkloadError(
+            f"autotune.adapters.lightning: the Trainer's precision {precision!r} is not one "
+            "autotune runs; it runs 32-true, bf16-mixed and 16-mixed"
+        )
     return precision
 
 
@@ -132,8 +160,11 @@ class _Clip:
 
             plugins = import_module(self.pl.__name__ + ".plugins.precision")
             device = next(model.parameters()).device.type
-            plugin = self.plugins[precision] = plugins.MixedPrecision(precision, device) \
-                if precision in ("16-mixed", "bf16-mixed") else plugins.Precision()
+            plugin = self.plugins[precision] = (
+                plugins.MixedPrecision(precision, device)
+                if precision in ("16-mixed", "bf16-mixed")
+                else plugins.Precision()
+            )
         plugin.clip_gradients(optimizer, self.value, self.algorithm)
 
 
@@ -150,8 +181,7 @@ def _package_of(module):
             return pkg
     if not found:
         require("lightning.pytorch", "lightning", "lightning")  # raises, naming the extra
-    raise WorkloadError(f"autotune.adapters.lightning: `module` must be a LightningModule, got "
-                        f"{type(module).__name__}")
+    raise WorkloadError(f"autotune.adapters.lightning: `module` must be a LightningModule, got {type(module).__name__}")
 
 
 def _train_loader(module, datamodule, pl):
@@ -159,11 +189,15 @@ def _train_loader(module, datamodule, pl):
     from torch.utils.data import DataLoader
 
     if datamodule is not None and not callable(getattr(datamodule, "train_dataloader", None)):
-        raise WorkloadError(f"autotune.adapters.lightning: `datamodule` ({type(datamodule).__name__}) has no "
-                            "train_dataloader(); pass a LightningDataModule")
+        raise WorkloadError(
+            f"autotune.adapters.lightning: `datamodule` ({type(datamodule).__name__}) has no "
+            "train_dataloader(); pass a LightningDataModule"
+        )
     if datamodule is None and type(module).train_dataloader is pl.LightningModule.train_dataloader:
-        raise WorkloadError("autotune.adapters.lightning: no datamodule given and "
-                            f"{type(module).__name__} defines no train_dataloader(); pass your LightningDataModule")
+        raise WorkloadError(
+            "autotune.adapters.lightning: no datamodule given and "
+            f"{type(module).__name__} defines no train_dataloader(); pass your LightningDataModule"
+        )
     for obj in (datamodule, module):
         if obj is not None:
             obj.prepare_data()
@@ -171,8 +205,10 @@ def _train_loader(module, datamodule, pl):
     module.configure_model()
     loader = (module if datamodule is None else datamodule).train_dataloader()
     if not isinstance(loader, DataLoader):
-        raise WorkloadError(f"autotune.adapters.lightning: train_dataloader() returned {type(loader).__name__}; "
-                            "autotune tunes one torch DataLoader over a map-style dataset")
+        raise WorkloadError(
+            f"autotune.adapters.lightning: train_dataloader() returned {type(loader).__name__}; "
+            "autotune tunes one torch DataLoader over a map-style dataset"
+        )
     return loader
 
 
@@ -210,8 +246,10 @@ class _Steps:
         try:
             conf = module.configure_optimizers()
         except RuntimeError as e:  # e.g. self.trainer.estimated_stepping_batches: no Trainer here
-            raise WorkloadError(f"autotune.adapters.lightning: configure_optimizers() failed outside a Trainer: {e}; "
-                                "pass optimizer=lambda params: ... to autotune.adapters.lightning") from e
+            raise WorkloadError(
+                f"autotune.adapters.lightning: configure_optimizers() failed outside a Trainer: {e}; "
+                "pass optimizer=lambda params: ... to autotune.adapters.lightning"
+            ) from e
         built = _one_optimizer(conf, torch.optim.Optimizer)
         self.schedulers[module] = _step_scheduler(conf)
         return built
@@ -247,8 +285,10 @@ class _Steps:
         out = step(batch, next(counter)) if self.takes_batch_idx else step(batch)
         loss = out.get("loss") if isinstance(out, Mapping) else out
         if not isinstance(loss, torch.Tensor):
-            raise WorkloadError(f"autotune.adapters.lightning: training_step returned {_what(out)}; it must return "
-                                "the loss (a tensor, or a dict with \"loss\") on every step")
+            raise WorkloadError(
+                f"autotune.adapters.lightning: training_step returned {_what(out)}; it must return "
+                'the loss (a tensor, or a dict with "loss") on every step'
+            )
         return loss
 
 
@@ -261,11 +301,15 @@ def _one_optimizer(conf, optimizer_type):
     if len(found) == 1 and isinstance(found[0], optimizer_type):
         return found[0]
     if len(found) > 1:
-        raise WorkloadError(f"autotune.adapters.lightning: configure_optimizers() returned {len(found)} optimizers; "
-                            "autotune steps one (several need manual optimization, which it does not support)")
-    raise WorkloadError(f"autotune.adapters.lightning: configure_optimizers() returned {_what(conf)}; autotune needs "
-                        "one torch.optim.Optimizer (alone, in a list, or under \"optimizer\" in a dict), or pass "
-                        "optimizer=lambda params: ... to autotune.adapters.lightning")
+        raise WorkloadError(
+            f"autotune.adapters.lightning: configure_optimizers() returned {len(found)} optimizers; "
+            "autotune steps one (several need manual optimization, which it does not support)"
+        )
+    raise WorkloadError(
+        f"autotune.adapters.lightning: configure_optimizers() returned {_what(conf)}; autotune needs "
+        'one torch.optim.Optimizer (alone, in a list, or under "optimizer" in a dict), or pass '
+        "optimizer=lambda params: ... to autotune.adapters.lightning"
+    )
 
 
 def _step_scheduler(conf):

@@ -10,8 +10,12 @@ from typing import Optional
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Measured performance tuning for PyTorch training.")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    help="Measured performance tuning for PyTorch training.",
+)
 
 
 class UserError(Exception):
@@ -38,23 +42,37 @@ def _user_errors():
 @app.command()
 def search(
     spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="the search spec (YAML)"),
-    resume: Optional[Path] = typer.Option(None, "--resume", metavar="RUN_DIR",
-                                          help="continue a stopped search (its spec is in RUN_DIR)"),
+    resume: Optional[Path] = typer.Option(
+        None, "--resume", metavar="RUN_DIR", help="continue a stopped search (its spec is in RUN_DIR)"
+    ),
     output_dir: Optional[Path] = typer.Option(None, "--output-dir", "-o", help="override the spec's output_dir"),
-    address: Optional[str] = typer.Option(None, "--address", metavar="HOST:PORT",
-                                          help="an existing Ray cluster (overrides resources.ray_address)"),
-    tracking_uri: Optional[str] = typer.Option(None, "--tracking-uri", metavar="URI",
-                                               help="an MLflow server, http://host:port (overrides tracking.uri)"),
-    budget: Optional[str] = typer.Option(None, "--budget", metavar="DURATION",
-                                         help="stop starting trials after this long: 300, 90s, 5m, 1h "
-                                              "(overrides search.time_budget_s)"),
+    address: Optional[str] = typer.Option(
+        None, "--address", metavar="HOST:PORT", help="an existing Ray cluster (overrides resources.ray_address)"
+    ),
+    tracking_uri: Optional[str] = typer.Option(
+        None, "--tracking-uri", metavar="URI", help="an MLflow server, http://host:port (overrides tracking.uri)"
+    ),
+    budget: Optional[str] = typer.Option(
+        None,
+        "--budget",
+        metavar="DURATION",
+        help="stop starting trials after this long: 300, 90s, 5m, 1h (overrides search.time_budget_s)",
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
-    reuse: bool = typer.Option(False, "--reuse", help="an earlier finished search of the same question on this machine "
-                                                      "(same runs dir) is the result: no trial runs"),
+    reuse: bool = typer.Option(
+        False,
+        "--reuse",
+        help="an earlier finished search of the same question on this machine "
+        "(same runs dir) is the result: no trial runs",
+    ),
     refresh: bool = typer.Option(False, "--refresh", help="search even when an earlier search matches"),
-    backend: str = typer.Option("auto", "--backend", metavar="auto|local|ray",
-                                help="where trials run: local (one at a time on this host, no Ray needed), ray "
-                                     "(this host or a cluster); auto: ray where it is installed"),
+    backend: str = typer.Option(
+        "auto",
+        "--backend",
+        metavar="auto|local|ray",
+        help="where trials run: local (one at a time on this host, no Ray needed), ray "
+        "(this host or a cluster); auto: ray where it is installed",
+    ),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
     """Run a search: trials through Ray (or one at a time on this host), Optuna
@@ -68,8 +86,10 @@ def search(
         if resume is not None and (reuse or refresh):
             raise UserError("`--resume` continues that search; `--reuse` and `--refresh` are for a new one")
         if resume is not None and spec_path is not None:
-            raise UserError(f"give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it was "
-                            f"started with (`{resume / 'spec.yaml'}`)")
+            raise UserError(
+                f"give a spec or `--resume RUN_DIR`, not both: a resumed search runs the spec it was "
+                f"started with (`{resume / 'spec.yaml'}`)"
+            )
         if resume is not None:
             if not (resume / "spec.yaml").exists():
                 raise UserError(f"`{resume}` has no spec.yaml: not a search's output dir, nothing to resume")
@@ -97,15 +117,26 @@ def search(
 
         view = report.LiveView(quiet=quiet)
         try:
-            result = api.search(spec, reuse=reuse, refresh=refresh, resume=resume is not None,
-                                on_match=report.remembered, on_start=view.start, on_trial=view.trial,
-                                on_trial_start=view.trial_started, on_wait=report.waiting, on_remeasure=report.note,
-                                backend=backend)
+            result = api.search(
+                spec,
+                reuse=reuse,
+                refresh=refresh,
+                resume=resume is not None,
+                on_match=report.remembered,
+                on_start=view.start,
+                on_trial=view.trial,
+                on_trial_start=view.trial_started,
+                on_wait=report.waiting,
+                on_remeasure=report.note,
+                backend=backend,
+            )
         except KeyboardInterrupt:
             from autotune.cli.report import error
 
-            error(f"interrupted; finished trials are saved: continue with `autotune search --resume "
-                  f"{spec.resolved_output_dir()}`")
+            error(
+                f"interrupted; finished trials are saved: continue with `autotune search --resume "
+                f"{spec.resolved_output_dir()}`"
+            )
             raise typer.Exit(130) from None
         finally:
             view.stop()
@@ -169,11 +200,16 @@ def report(
 @app.command()
 def export(
     run_dir: Optional[Path] = typer.Argument(None, help="a search's output dir"),
-    fmt: str = typer.Option("yaml", "--format", "-f", help="yaml | json | python | lightning | hf | hf-args | torchrun"),
+    fmt: str = typer.Option(
+        "yaml", "--format", "-f", help="yaml | json | python | lightning | hf | hf-args | torchrun"
+    ),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="write here (default: stdout)"),
-    from_online: Optional[Path] = typer.Option(None, "--from-online", metavar="LOG",
-                                               help="the loader settings an online run ended with (its log), "
-                                                    "over RUN_DIR's best config, or alone"),
+    from_online: Optional[Path] = typer.Option(
+        None,
+        "--from-online",
+        metavar="LOG",
+        help="the loader settings an online run ended with (its log), over RUN_DIR's best config, or alone",
+    ),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ) -> None:
     """The best configuration, for production code."""
@@ -183,16 +219,19 @@ def export(
         if fmt not in E.FORMATS:
             raise UserError(f"--format `{fmt}` is not one of: {', '.join(E.FORMATS)}")
         if run_dir is None and from_online is None:
-            raise UserError("give a search's output dir (`autotune export RUN_DIR`) or an online run's log "
-                            "(`--from-online LOG`)")
+            raise UserError(
+                "give a search's output dir (`autotune export RUN_DIR`) or an online run's log (`--from-online LOG`)"
+            )
         import yaml
 
         data = {"knobs": {}}
         if run_dir is not None:
             best = run_dir / "best_config.yaml"
             if not best.exists():
-                raise UserError(f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never "
-                                "finished); run `autotune search spec.yaml` first")
+                raise UserError(
+                    f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never "
+                    "finished); run `autotune search spec.yaml` first"
+                )
             data = yaml.safe_load(best.read_text())
         if from_online is not None:
             from autotune.trial.online import settings_from_log
@@ -229,8 +268,10 @@ def run(
 
     try:
         if not config.is_file():
-            raise UserError(f"`{config}` is not a file; give a best_config.yaml (`autotune export RUN -o "
-                            "best_config.yaml` writes one)")
+            raise UserError(
+                f"`{config}` is not a file; give a best_config.yaml (`autotune export RUN -o "
+                "best_config.yaml` writes one)"
+            )
         import yaml
 
         data = yaml.safe_load(config.read_text())
@@ -239,8 +280,10 @@ def run(
         workload = data.get("workload") or {}
         command, cwd = (list(ctx.args), None) if ctx.args else (workload.get("command"), workload.get("dir"))
         if not command:
-            raise UserError("no program to run: give its command after `--`, e.g. "
-                            "`autotune run best_config.yaml -- python train.py`")
+            raise UserError(
+                "no program to run: give its command after `--`, e.g. "
+                "`autotune run best_config.yaml -- python train.py`"
+            )
         from autotune.execution.launcher import program_command
 
         command = program_command(command)  # `python`: the interpreter autotune runs in, as in the trials
@@ -251,8 +294,11 @@ def run(
         _fail(e, debug)
     from autotune.integrations import instrument
 
-    env = {**os.environ, **{k: str(v) for k, v in (workload.get("env") or {}).items()},
-           "AUTOTUNE_CONFIG": str(config.resolve())}
+    env = {
+        **os.environ,
+        **{k: str(v) for k, v in (workload.get("env") or {}).items()},
+        "AUTOTUNE_CONFIG": str(config.resolve()),
+    }
     sys.stdout.flush()
     if cwd:
         os.chdir(cwd)
@@ -270,7 +316,9 @@ def ui(
         run_dir = run_dir or _newest_run()
         db = run_dir / "mlflow.db"
         if not db.exists():
-            raise UserError(f"`{run_dir}` has no mlflow.db; run `autotune search spec.yaml` first, or pass its output dir")
+            raise UserError(
+                f"`{run_dir}` has no mlflow.db; run `autotune search spec.yaml` first, or pass its output dir"
+            )
     except _user_errors() as e:
         _fail(e, debug)
     from autotune.cli.report import console
@@ -278,8 +326,20 @@ def ui(
     url = _trials_url(run_dir, db, f"http://127.0.0.1:{port}")
     console.print(f"MLflow UI for {run_dir}: [bold]{url}[/] (its trials, fastest first; Ctrl-C to stop)")
     sys.stdout.flush()
-    args = [sys.executable, "-m", "mlflow", "server", "--backend-store-uri", f"sqlite:///{db.resolve()}",
-            "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
+    args = [
+        sys.executable,
+        "-m",
+        "mlflow",
+        "server",
+        "--backend-store-uri",
+        f"sqlite:///{db.resolve()}",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        "1",
+    ]
     os.execv(sys.executable, args)
 
 

@@ -22,7 +22,6 @@ console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in l
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-
 def short(name: str) -> str:
     """A knob's column label, from the registry."""
     return K.lookup(name).label
@@ -61,8 +60,12 @@ def _clock(seconds: float) -> str:
 
 
 def _status(record) -> str:
-    return {"ok": "[green]ok[/]", "pruned": "[cyan]pruned[/]", "oom": "[yellow]oom[/]",
-            "timeout": "[yellow]timeout[/]"}.get(record.status, "[red]error[/]")
+    return {
+        "ok": "[green]ok[/]",
+        "pruned": "[cyan]pruned[/]",
+        "oom": "[yellow]oom[/]",
+        "timeout": "[yellow]timeout[/]",
+    }.get(record.status, "[red]error[/]")
 
 
 def _perf(r) -> str:
@@ -88,11 +91,15 @@ class LiveView:
     def start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
         self.searched = list(space.search)
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
-        console.print(f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}")
+        console.print(
+            f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}"
+        )
         console.print("searching: " + ", ".join(f"{k} {space.search[k]}" for k in self.searched))
         unsearched = [n for n, why in space.fixed.items() if why == K.NOT_SEARCHED]
         if unsearched:
-            console.print("  [dim]not searched: " + ", ".join(f"{n}={_fmt(space.baseline[n])}" for n in unsearched) + "[/]")
+            console.print(
+                "  [dim]not searched: " + ", ".join(f"{n}={_fmt(space.baseline[n])}" for n in unsearched) + "[/]"
+            )
         for name, why in space.fixed.items():
             if name not in unsearched:
                 console.print(f"  [dim]fixed {name}={_fmt(space.baseline[name])}: {why}[/]")
@@ -151,8 +158,11 @@ class LiveView:
 
     def _view(self):
         done, elapsed = len(self.rows), time.monotonic() - self.started
-        bar = (ProgressBar(total=self.budget_s, completed=min(elapsed, self.budget_s), width=40) if self.budget_s
-               else ProgressBar(total=self.n_trials or 1, completed=done, width=40))
+        bar = (
+            ProgressBar(total=self.budget_s, completed=min(elapsed, self.budget_s), width=40)
+            if self.budget_s
+            else ProgressBar(total=self.n_trials or 1, completed=done, width=40)
+        )
         running = f", {len(self.running)} running" if self.running else ""
         status = Text(f" {self._count()} trials{running}, {self._eta()}")
         return Group(self._table(), Columns([bar, status]), Text(self._incumbent()))
@@ -177,25 +187,42 @@ class LiveView:
             if r.throughput and (best is None or r.throughput > best):
                 best = r.throughput
             table.add_row(
-                f"{r.number}" + ("*" if r.is_baseline else ""), _status(r), *(_fmt(r.knobs[k]) for k in self.searched),
+                f"{r.number}" + ("*" if r.is_baseline else ""),
+                _status(r),
+                *(_fmt(r.knobs[k]) for k in self.searched),
                 _perf(r),
-                f"{r.speedup:.2f}x" if r.speedup else "", f"{best:.1f}" if best else "",
+                f"{r.speedup:.2f}x" if r.speedup else "",
+                f"{best:.1f}" if best else "",
             )
         now = time.monotonic()
         for number, (knobs, started) in sorted(self.running.items()):
-            table.add_row(f"{number}", f"[blue]running {_clock(now - started)}[/]",
-                          *(_fmt(knobs.get(k, "")) for k in self.searched), "", "", "")
+            table.add_row(
+                f"{number}",
+                f"[blue]running {_clock(now - started)}[/]",
+                *(_fmt(knobs.get(k, "")) for k in self.searched),
+                "",
+                "",
+                "",
+            )
         return table
 
 
-ROWS = (("samples/s", "samples_per_s", "{:.1f}"), ("step time mean (ms)", "step_ms_mean", "{:.2f}"),
-        ("step time min (ms)", "step_ms_min", "{:.2f}"), ("step time max (ms)", "step_ms_max", "{:.2f}"),
-        ("step time p95 (ms)", "step_ms_p95", "{:.2f}"), ("step-time mean known to", "step_mean_ci95", "±{:.1%}"),
-        ("data loader (% of step)", "dataloader_frac", "{:.1%}"), ("GPU busy (% of step)", "gpu_util_frac", "{:.0%}"),
-        ("GPU util, NVML (%)", "gpu_util_nvml_pct", "{:.0f}"),
-        ("tensor-core kernels (% of kernel time)", "tensor_core_frac", "{:.0%}"),
-        ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}"), ("achieved TFLOP/s", "achieved_tflops", "{:.3g}"),
-        ("MFU", "mfu", "{:.1%}"), ("scaling efficiency (vs 1 rank)", "scaling_efficiency", "{:.0%}"))
+ROWS = (
+    ("samples/s", "samples_per_s", "{:.1f}"),
+    ("step time mean (ms)", "step_ms_mean", "{:.2f}"),
+    ("step time min (ms)", "step_ms_min", "{:.2f}"),
+    ("step time max (ms)", "step_ms_max", "{:.2f}"),
+    ("step time p95 (ms)", "step_ms_p95", "{:.2f}"),
+    ("step-time mean known to", "step_mean_ci95", "±{:.1%}"),
+    ("data loader (% of step)", "dataloader_frac", "{:.1%}"),
+    ("GPU busy (% of step)", "gpu_util_frac", "{:.0%}"),
+    ("GPU util, NVML (%)", "gpu_util_nvml_pct", "{:.0f}"),
+    ("tensor-core kernels (% of kernel time)", "tensor_core_frac", "{:.0%}"),
+    ("peak memory (GiB)", "mem_peak_allocated_gib", "{:.2f}"),
+    ("achieved TFLOP/s", "achieved_tflops", "{:.3g}"),
+    ("MFU", "mfu", "{:.1%}"),
+    ("scaling efficiency (vs 1 rank)", "scaling_efficiency", "{:.0%}"),
+)
 
 
 def _trial(r) -> dict | None:
@@ -221,33 +248,72 @@ def as_dict(result, importance: dict | None = None) -> dict:
         for value in values:
             group = [r for r in seen if r.knobs[knob] == value]
             ys = sorted(r.measured for r in group)
-            effects[knob].append({"value": value, "trials": len(ys), "pruned": sum(r.status == "pruned" for r in group),
-                                  "median_samples_per_s": ys[len(ys) // 2] if ys else None})
+            effects[knob].append(
+                {
+                    "value": value,
+                    "trials": len(ys),
+                    "pruned": sum(r.status == "pruned" for r in group),
+                    "median_samples_per_s": ys[len(ys) // 2] if ys else None,
+                }
+            )
     compared = base is not None and base.throughput and best is not None
     eager_first = base.metrics.get("first_step_s") if base else None
-    compiled = [{"trial": r.number, "compile": r.knobs["compile"], "first_step_s": r.metrics.get("first_step_s"),
-                 "eager_first_step_s": eager_first, "samples_per_s": r.throughput} for r in ok if r.knobs["compile"] != "none"]
+    compiled = [
+        {
+            "trial": r.number,
+            "compile": r.knobs["compile"],
+            "first_step_s": r.metrics.get("first_step_s"),
+            "eager_first_step_s": eager_first,
+            "samples_per_s": r.throughput,
+        }
+        for r in ok
+        if r.knobs["compile"] != "none"
+    ]
     return {
         "run_dir": str(result.run_dir),
         "device": {"type": result.device.type, "name": result.device.name, "cpus": result.device.cpus},
-        "trials": len(result.records), "trials_ok": len(ok), "wall_s": result.wall_s,
-        "stopped_reason": result.stopped_reason, "ended": result.ended,
-        "pruning": pruning_savings(result.records), "compile": compiled,
-        "baseline": _trial(base), "best": _trial(best), "tie": best.tie if best else None,
+        "trials": len(result.records),
+        "trials_ok": len(ok),
+        "wall_s": result.wall_s,
+        "stopped_reason": result.stopped_reason,
+        "ended": result.ended,
+        "pruning": pruning_savings(result.records),
+        "compile": compiled,
+        "baseline": _trial(base),
+        "best": _trial(best),
+        "tie": best.tie if best else None,
         "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
         "speedup_unknown": result.speedup_unknown if compared else None,  # why a re-measurement could not say
         "search_speedup_x": best.throughput / base.throughput if compared else None,  # the two trials' ratio
-        "confirm": result.confirm, "break_even": result.break_even if compared else None,
-        "knob_effects": effects, "importance": importance,
+        "confirm": result.confirm,
+        "break_even": result.break_even if compared else None,
+        "knob_effects": effects,
+        "importance": importance,
         "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
-        "unsafe": [{"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
-                   for r in result.records if r.throughput and not r.safe],
+        "unsafe": [
+            {"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
+            for r in result.records
+            if r.throughput and not r.safe
+        ],
         "fixed": result.space.fixed,
-        "other_devices": [{"trial": r.number, "device_name": r.info.get("device_name"), "host": r.info.get("host"),
-                           "samples_per_s": r.throughput} for r in measured if not same_device(base, r)],
-        "failed": [{"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
-                   for r in result.records if r.status not in ("ok", "pruned")],
-        "disturbed": [{"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")],
+        "other_devices": [
+            {
+                "trial": r.number,
+                "device_name": r.info.get("device_name"),
+                "host": r.info.get("host"),
+                "samples_per_s": r.throughput,
+            }
+            for r in measured
+            if not same_device(base, r)
+        ],
+        "failed": [
+            {"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
+            for r in result.records
+            if r.status not in ("ok", "pruned")
+        ],
+        "disturbed": [
+            {"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")
+        ],
         "rate_model": M.error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records),
         "skipped_predicted": result.skipped,
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
@@ -281,20 +347,32 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
             if cells:
                 table.add_row(label, *cells)
         for flag in d["safety"]:
-            table.add_row(f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]")
+            table.add_row(
+                f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]"
+            )
         table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, best)))
-        table.add_row("[bold]speedup[/]", "1.00x", "[bold yellow]unknown[/]" if d["speedup_unknown"]
-                      else f"[bold green]{d['speedup_x']:.2f}x[/]")
+        table.add_row(
+            "[bold]speedup[/]",
+            "1.00x",
+            "[bold yellow]unknown[/]" if d["speedup_unknown"] else f"[bold green]{d['speedup_x']:.2f}x[/]",
+        )
         console.print(table)
-        effects = Table(title="per-knob effect (median samples/s over the trials with that value, pruned ones included "
-                              "at their measured throughput)", title_justify="left")
+        effects = Table(
+            title="per-knob effect (median samples/s over the trials with that value, pruned ones included "
+            "at their measured throughput)",
+            title_justify="left",
+        )
         effects.add_column("knob")
         effects.add_column("values")
         if importance:
             effects.add_column("importance", justify="right")
         for knob, rows in d["knob_effects"].items():
-            cells = ", ".join(f"{_fmt(e['value'])}: {e['median_samples_per_s']:.0f} ({_count(e)})" if e["trials"]
-                              else f"{_fmt(e['value'])}: -" for e in rows)
+            cells = ", ".join(
+                f"{_fmt(e['value'])}: {e['median_samples_per_s']:.0f} ({_count(e)})"
+                if e["trials"]
+                else f"{_fmt(e['value'])}: -"
+                for e in rows
+            )
             effects.add_row(knob, cells, *([f"{importance.get(knob, 0):.2f}"] if importance else []))
         console.print(effects)
         if d["tie"]:
@@ -303,10 +381,14 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
             if flag["safety"] != "safe":
                 parity = flag.get("parity")
                 measured = f" ({S.describe(parity)})" if parity else ""
-                console.print(f"[yellow]{flag['safety']}[/]: {flag['knob']} {_fmt(flag['baseline'])} -> "
-                              f"{_fmt(flag['tuned'])}: {flag['note']}{measured}")
+                console.print(
+                    f"[yellow]{flag['safety']}[/]: {flag['knob']} {_fmt(flag['baseline'])} -> "
+                    f"{_fmt(flag['tuned'])}: {flag['note']}{measured}"
+                )
         for u in d["unsafe"]:
-            console.print(f"[red]not exported[/]: trial #{u['trial']} ({u['samples_per_s']:.1f} samples/s): {u['reason']}")
+            console.print(
+                f"[red]not exported[/]: trial #{u['trial']} ({u['samples_per_s']:.1f} samples/s): {u['reason']}"
+            )
         for label, t in (("baseline", base), ("best", best)):
             if t["diagnosis"]:
                 diag = t["diagnosis"]
@@ -316,12 +398,16 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
     for line in _search_notes(d):
         console.print(line)
     if d["disturbed"]:
-        console.print(f"[yellow]disturbed[/]: {len(d['disturbed'])} trial(s) measured while other work loaded the "
-                      "machine, their figures are suspect: "
-                      + "; ".join(f"#{t['trial']} ({escape(t['why'])})" for t in d["disturbed"]))
+        console.print(
+            f"[yellow]disturbed[/]: {len(d['disturbed'])} trial(s) measured while other work loaded the "
+            "machine, their figures are suspect: "
+            + "; ".join(f"#{t['trial']} ({escape(t['why'])})" for t in d["disturbed"])
+        )
     if d["failed"]:
-        console.print(f"{len(d['failed'])} trial(s) failed: "
-                      + "; ".join(f"#{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]))
+        console.print(
+            f"{len(d['failed'])} trial(s) failed: "
+            + "; ".join(f"#{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"])
+        )
     if show_paths:
         console.print("wrote:")
         for label, path in result.paths.items():
@@ -342,17 +428,23 @@ def _search_notes(d: dict) -> list[str]:
     for c in d["compile"]:
         if c["first_step_s"] is not None:
             eager = f" (baseline, eager: {c['eager_first_step_s']:.1f} s)" if c["eager_first_step_s"] else ""
-            notes.append(f"compile={c['compile']} (trial #{c['trial']}): first step after {c['first_step_s']:.1f} s"
-                         f"{eager}, then {c['samples_per_s']:.1f} samples/s")
+            notes.append(
+                f"compile={c['compile']} (trial #{c['trial']}): first step after {c['first_step_s']:.1f} s"
+                f"{eager}, then {c['samples_per_s']:.1f} samples/s"
+            )
     if d["other_devices"]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})
-        notes.append(f"{len(d['other_devices'])} trial(s) ran on other device types ({', '.join(names)}): "
-                     "not compared with the baseline, never the best")
+        notes.append(
+            f"{len(d['other_devices'])} trial(s) ran on other device types ({', '.join(names)}): "
+            "not compared with the baseline, never the best"
+        )
     if d["speedup_unknown"]:
         notes.append(f"the trials' ratio was {d['search_speedup_x']:.2f}x; " + C.describe(d["confirm"]))
     elif d["confirm"] and d["speedup_x"] is not None:
-        notes.append(f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
-                     + C.describe(d["confirm"]))
+        notes.append(
+            f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
+            + C.describe(d["confirm"])
+        )
     if d["break_even"]:
         notes.append(f"break-even: {d['break_even']['note']}")
     p = d["pruning"]
@@ -361,11 +453,16 @@ def _search_notes(d: dict) -> list[str]:
         notes.append(f"{p['trials_pruned']} trial(s) pruned: stopped early, clearly below the best{saved}")
     if d.get("rate_model"):
         m = d["rate_model"]
-        notes.append(f"rate model: {m['trials']} trial(s) predicted, median error {m['median_abs_error']:.0%} "
-                     f"(worst: trial #{m['worst_trial']}, measured {m['worst_error']:+.0%} off its prediction)")
+        notes.append(
+            f"rate model: {m['trials']} trial(s) predicted, median error {m['median_abs_error']:.0%} "
+            f"(worst: trial #{m['worst_trial']}, measured {m['worst_error']:+.0%} off its prediction)"
+        )
     base = (d["baseline"] or {}).get("knobs", {})  # a config the rate model kept from running, by its changes
-    notes += [" ".join(["not run:"] + [f"{short(k)}={_fmt(v)}" for k, v in s["config"].items() if base.get(k) != v])
-              + f", {s['error']}" for s in d["skipped_predicted"]]
+    notes += [
+        " ".join(["not run:"] + [f"{short(k)}={_fmt(v)}" for k, v in s["config"].items() if base.get(k) != v])
+        + f", {s['error']}"
+        for s in d["skipped_predicted"]
+    ]
     if d["ended"]:
         notes.append(f"search ended: {d['ended']}")
     return notes
@@ -380,16 +477,25 @@ def as_markdown(result, importance: dict | None = None) -> str:
     if d["speedup_x"] is not None or d["speedup_unknown"]:
         base, best = d["baseline"], d["best"]
         speedup = "unknown" if d["speedup_unknown"] else f"{d['speedup_x']:.2f}x"
-        lines += [f"**Speedup: {speedup}** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
-                  + ("re-measured side by side)" if d["confirm"] else "measured in the same search)"), "", "| | baseline | best |", "|---|---:|---:|"]
+        lines += [
+            f"**Speedup: {speedup}** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
+            + ("re-measured side by side)" if d["confirm"] else "measured in the same search)"),
+            "",
+            "| | baseline | best |",
+            "|---|---:|---:|",
+        ]
         for label, key, fmt in ROWS:
             cells = _cells(d, key, fmt)
             if cells:
                 lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
         for flag in d["safety"]:
-            lines.append(f"| `{flag['knob']}` ({flag['safety']}) | {_fmt(flag['baseline'])} | **{_fmt(flag['tuned'])}** |")
-        lines.append(f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
-                     f"{(best['diagnosis'] or {}).get('bottleneck', '-')} |")
+            lines.append(
+                f"| `{flag['knob']}` ({flag['safety']}) | {_fmt(flag['baseline'])} | **{_fmt(flag['tuned'])}** |"
+            )
+        lines.append(
+            f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
+            f"{(best['diagnosis'] or {}).get('bottleneck', '-')} |"
+        )
         if d["tie"]:
             lines += ["", f"**Tie:** {d['tie']['note']}"]
         notes = [f"- **{f['safety']}**: `{f['knob']}`: {f['note']}" for f in d["safety"] if f["safety"] != "safe"]
@@ -399,8 +505,15 @@ def as_markdown(result, importance: dict | None = None) -> str:
     if notes:
         lines += ["", *(f"- {n}" for n in notes)]
     if d["disturbed"]:
-        lines += ["", "Disturbed trials (measured while other work loaded the machine; figures suspect):",
-                  *(f"- #{t['trial']}: {t['why']}" for t in d["disturbed"])]
+        lines += [
+            "",
+            "Disturbed trials (measured while other work loaded the machine; figures suspect):",
+            *(f"- #{t['trial']}: {t['why']}" for t in d["disturbed"]),
+        ]
     if d["failed"]:
-        lines += ["", "Failed trials:", *(f"- #{f['trial']} {f['status']}: {f['error_type']}: {f['error']}" for f in d["failed"])]
+        lines += [
+            "",
+            "Failed trials:",
+            *(f"- #{f['trial']} {f['status']}: {f['error_type']}: {f['error']}" for f in d["failed"]),
+        ]
     return "\n".join(lines) + "\n"

@@ -15,14 +15,15 @@ UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
 def parse_duration(text: str) -> float:
     """`--budget`: seconds from 300, 90s, 5m, 1.5h; a ValueError names what is allowed."""
     number = text.strip().rstrip("abcdefghijklmnopqrstuvwxyz")
-    unit = text.strip()[len(number):]
+    unit = text.strip()[len(number) :]
     try:
         seconds = float(number) * UNITS[unit]
     except (ValueError, KeyError):
         seconds = None
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"--budget: {text!r} is not a duration; give a positive number of seconds, or with a unit: "
-                         "90s, 5m, 1h")
+        raise ValueError(
+            f"--budget: {text!r} is not a duration; give a positive number of seconds, or with a unit: 90s, 5m, 1h"
+        )
     return seconds
 
 
@@ -63,8 +64,11 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
     says (the first compile trial runs, and says)."""
     if costs.get(mode):
         return statistics.median(costs[mode])
-    scaled = [statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
-              for m, c in costs.items() if c and m in COMPILE_COST and mode in COMPILE_COST]
+    scaled = [
+        statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
+        for m, c in costs.items()
+        if c and m in COMPILE_COST and mode in COMPILE_COST
+    ]
     return max(scaled) if scaled else None
 
 
@@ -72,8 +76,9 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
 NOTHING_LEFT = "no config left to try: every point measured, known infeasible, or estimated to overrun the time budget"
 
 
-def budget_fits(records: list, baseline: dict, budget: float | None, started: float,
-                conflicts: Callable[[dict], list] | None = None) -> Callable[[dict], bool]:
+def budget_fits(
+    records: list, baseline: dict, budget: float | None, started: float, conflicts: Callable[[dict], list] | None = None
+) -> Callable[[dict], bool]:
     """`fits(params)` for `Strategy.ask`: can this config run (no two knobs in
     `conflicts`, e.g. prefetch_factor without workers), and will it finish within
     the time budget (`budget` s from `started`, a perf_counter time)? Estimated
@@ -98,8 +103,9 @@ def budget_fits(records: list, baseline: dict, budget: float | None, started: fl
     return fits
 
 
-def break_even(search_s: float, speedup: float | None, samples_per_s: float | None, batch_size: int | None,
-               changed: bool = True) -> dict[str, Any] | None:
+def break_even(
+    search_s: float, speedup: float | None, samples_per_s: float | None, batch_size: int | None, changed: bool = True
+) -> dict[str, Any] | None:
     """When the search pays for itself: its wall time against what the winner saves
     per training step. A step of `batch_size` samples takes batch/rate seconds at
     the winner's measured rate (`samples_per_s`) and `speedup` times that at the
@@ -109,20 +115,39 @@ def break_even(search_s: float, speedup: float | None, samples_per_s: float | No
     None when there is no speedup to weigh (no measured baseline)."""
     if speedup is None or not samples_per_s or not batch_size:
         return None
-    out: dict[str, Any] = {"search_s": round(search_s, 1), "speedup_x": round(speedup, 4), "batch_size": batch_size,
-                           "samples_per_s": round(samples_per_s, 2)}
+    out: dict[str, Any] = {
+        "search_s": round(search_s, 1),
+        "speedup_x": round(speedup, 4),
+        "batch_size": batch_size,
+        "samples_per_s": round(samples_per_s, 2),
+    }
     if not changed or speedup <= 1:
-        why = ("the best config is the baseline's own" if not changed
-               else f"the best config is not faster than the baseline ({speedup:.2f}x)")
-        return {**out, "saved_ms_per_step": 0.0, "steps": None, "hours": None,
-                "note": f"never pays back: {why}, so no training step saves anything"}
+        why = (
+            "the best config is the baseline's own"
+            if not changed
+            else f"the best config is not faster than the baseline ({speedup:.2f}x)"
+        )
+        return {
+            **out,
+            "saved_ms_per_step": 0.0,
+            "steps": None,
+            "hours": None,
+            "note": f"never pays back: {why}, so no training step saves anything",
+        }
     saved_s = batch_size * (speedup - 1) / samples_per_s
     steps = math.ceil(search_s / saved_s - 1e-9)  # 600 s / 50 ms is 12000 steps, not 12001 by rounding
     hours = search_s / (speedup - 1) / 3600
-    return {**out, "saved_ms_per_step": round(saved_s * 1e3, 4), "steps": steps, "hours": round(hours, 4),
-            "note": (f"the search ({_duration(search_s)}) pays for itself after {steps:,} training steps of batch "
-                     f"{batch_size}, {_duration(hours * 3600)} of training at the best config's {samples_per_s:,.0f} "
-                     f"samples/s (it saves {saved_s * 1e3:.3g} ms a step, {speedup:.2f}x)")}
+    return {
+        **out,
+        "saved_ms_per_step": round(saved_s * 1e3, 4),
+        "steps": steps,
+        "hours": round(hours, 4),
+        "note": (
+            f"the search ({_duration(search_s)}) pays for itself after {steps:,} training steps of batch "
+            f"{batch_size}, {_duration(hours * 3600)} of training at the best config's {samples_per_s:,.0f} "
+            f"samples/s (it saves {saved_s * 1e3:.3g} ms a step, {speedup:.2f}x)"
+        ),
+    }
 
 
 def _duration(seconds: float) -> str:

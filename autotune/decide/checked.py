@@ -21,8 +21,14 @@ from autotune.trial.result import TrialResult
 
 def unchecked(record: TrialRecord | None, baseline: TrialRecord | None) -> bool:
     """A measured config that changes numerics, whose loss parity never ran."""
-    return bool(record and record.throughput and baseline and record is not baseline and record.parity is None
-                and needs_parity(record.knobs, baseline.knobs))
+    return bool(
+        record
+        and record.throughput
+        and baseline
+        and record is not baseline
+        and record.parity is None
+        and needs_parity(record.knobs, baseline.knobs)
+    )
 
 
 def status(record: TrialRecord | None, baseline: TrialRecord | None) -> str:
@@ -37,8 +43,12 @@ def status(record: TrialRecord | None, baseline: TrialRecord | None) -> str:
     return "parity passed" if record.parity.get("passed") else "parity failed"
 
 
-def pick_checked(records: list[TrialRecord], run: Callable[[dict, str], TrialResult],
-                 announce: Callable[[str], None] | None = None, exclude=()) -> TrialRecord | None:
+def pick_checked(
+    records: list[TrialRecord],
+    run: Callable[[dict, str], TrialResult],
+    announce: Callable[[str], None] | None = None,
+    exclude=(),
+) -> TrialRecord | None:
     """`records.pick_best` over the records not in `exclude` (trial numbers),
     each unchecked pick checked late (`run` with the parity-only request): it
     stays the pick when its parity passes; else it is unsafe and the next pick
@@ -65,9 +75,15 @@ def late_failure(result: TrialResult) -> dict[str, Any]:
 MAX_CANDIDATES = 3  # configs re-measured against the baseline, at most, before it keeps the lead
 
 
-def confirm_candidates(records: list[TrialRecord], baseline: TrialRecord | None, remeasure, check, announce,
-                       min_improvement: float, budget_left: Callable[[], float | None] = lambda: None
-                       ) -> tuple[TrialRecord | None, dict | None, list[dict]]:
+def confirm_candidates(
+    records: list[TrialRecord],
+    baseline: TrialRecord | None,
+    remeasure,
+    check,
+    announce,
+    min_improvement: float,
+    budget_left: Callable[[], float | None] = lambda: None,
+) -> tuple[TrialRecord | None, dict | None, list[dict]]:
     """The best, its parity checked late where needed (`check(knobs, label)`),
     re-measured against the baseline (`remeasure(baseline, best)`, the driver's
     autotune.confirm); when the re-measurement rejects it, the next candidate
@@ -90,7 +106,9 @@ def confirm_candidates(records: list[TrialRecord], baseline: TrialRecord | None,
             break  # nothing left that could beat the baseline: the last word stays
         if announce:
             opened = f"; the ties it kept are open again: {', '.join(f'#{n}' for n in reopened)}" if reopened else ""
-            announce(f"trial #{best.number} was not faster in every pair{opened}; the next candidate: trial #{nxt.number}")
+            announce(
+                f"trial #{best.number} was not faster in every pair{opened}; the next candidate: trial #{nxt.number}"
+            )
         rejected.append(confirm)
         best, confirm = nxt, remeasure(baseline, nxt)
     for r in records:  # the ties named are of the last pick's pool: the chosen best's stay

@@ -49,9 +49,15 @@ class _Need(Exception):
 
 
 class Climb:
-    def __init__(self, search: dict[str, list], baseline: dict, min_improvement: float, cuda: bool,
-                 diagnosis_of: Callable[[dict], dict | None],
-                 pick: Callable[[list[dict], float], dict] | None = None):
+    def __init__(
+        self,
+        search: dict[str, list],
+        baseline: dict,
+        min_improvement: float,
+        cuda: bool,
+        diagnosis_of: Callable[[dict], dict | None],
+        pick: Callable[[list[dict], float], dict] | None = None,
+    ):
         self.search, self.names, self.baseline = search, list(search), baseline
         self.min_improvement, self.cuda, self.diagnosis_of = min_improvement, cuda, diagnosis_of
         # `pick(points, above)`: which of the incumbent's unmeasured moves runs first (the rate
@@ -151,6 +157,7 @@ class Climb:
         `pick` (the rate model's order), the incumbent's
         measured moves are weighed first (any that gained moves the climb on),
         then `pick` names which of its unmeasured moves runs next."""
+
         def value(point):
             k = key(point, self.names)
             if k in values:
@@ -191,4 +198,3 @@ class Climb:
                     came_from, center, best = None, dict(zip(self.names, top[1])), top[0]
         except _Need as need:
             return need.args[0]
-

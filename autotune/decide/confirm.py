@@ -46,8 +46,9 @@ ANCHOR_READS = ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")
 RATES = ("steps_per_s", "achieved_tflops", "mfu")  # a trial's metrics in proportion to its samples_per_s
 
 
-def reread_anchor(result: dict[str, Any], again: dict[str, Any], run: Callable[[dict, Path], dict],
-                  trial_dir) -> dict[str, Any]:
+def reread_anchor(
+    result: dict[str, Any], again: dict[str, Any], run: Callable[[dict, Path], dict], trial_dir
+) -> dict[str, Any]:
     """The search's anchor (the baseline: every early trial's bar) read a
     second time, in a fresh process, its timed window alone: `again`, the runner's
     config for that (`TrialSettings.timed_only().config(knobs, anchor=True)`), run
@@ -72,8 +73,14 @@ def reread_anchor(result: dict[str, Any], again: dict[str, Any], run: Callable[[
         metrics.update({k: metrics[k] * scale for k in RATES if metrics.get(k) is not None})
         if metrics.get("step_ms_mean"):
             metrics["step_ms_mean"] /= scale
-        metrics.update({METRIC: (first + second) / 2, ANCHOR_READS[0]: first, ANCHOR_READS[1]: second,
-                        "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second))})
+        metrics.update(
+            {
+                METRIC: (first + second) / 2,
+                ANCHOR_READS[0]: first,
+                ANCHOR_READS[1]: second,
+                "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second)),
+            }
+        )
     return result
 
 
@@ -88,8 +95,13 @@ def order(rounds: int) -> list[tuple[int, str]]:
     return [(i, role) for i in range(rounds) for role in roles(i)]
 
 
-def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline, best, rounds: int,
-                 announce: Callable[[str], None] | None = None) -> dict[str, Any] | None:
+def confirm_best(
+    run: Callable[[dict[str, Any], str], dict[str, Any]],
+    baseline,
+    best,
+    rounds: int,
+    announce: Callable[[str], None] | None = None,
+) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the
     baseline's: the `remeasure` summary with the two trial numbers; None where
     there is nothing to re-measure (no rounds, no measured baseline, or the
@@ -98,15 +110,22 @@ def confirm_best(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline,
     if not rounds or not (baseline and baseline.throughput and best) or best is baseline:
         return None
     if announce:
-        announce(f"re-measuring the best against the baseline: {'up to ' if rounds > 1 else ''}{rounds} "
-                 "interleaved round(s), a fresh process each")
+        announce(
+            f"re-measuring the best against the baseline: {'up to ' if rounds > 1 else ''}{rounds} "
+            "interleaved round(s), a fresh process each"
+        )
     trials = best.throughput / baseline.throughput if best.throughput else None
-    out = {"baseline_trial": baseline.number, "best_trial": best.number,
-           **remeasure(run, baseline.knobs, best.knobs, rounds, trials)}
+    out = {
+        "baseline_trial": baseline.number,
+        "best_trial": best.number,
+        **remeasure(run, baseline.knobs, best.knobs, rounds, trials),
+    }
     if out.get("baseline_samples_per_s"):  # how far the anchor every trial was compared with was off
-        out.update(baseline_drift=round(out["baseline_samples_per_s"] / baseline.throughput - 1, 4),
-                   baseline_trial_samples_per_s=round(baseline.throughput, 2),
-                   baseline_trial_ci95=baseline.metrics.get("step_mean_ci95"))
+        out.update(
+            baseline_drift=round(out["baseline_samples_per_s"] / baseline.throughput - 1, 4),
+            baseline_trial_samples_per_s=round(baseline.throughput, 2),
+            baseline_trial_ci95=baseline.metrics.get("step_mean_ci95"),
+        )
     return out
 
 
@@ -130,8 +149,13 @@ def settles(pairs: list[dict[str, float]], trials: float | None) -> bool:
     return trials is not None and bool(ratios) and min(ratios + [trials]) > 1 + SETTLED
 
 
-def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: dict[str, Any], best: dict[str, Any],
-              rounds: int, trials: float | None = None) -> dict[str, Any]:
+def remeasure(
+    run: Callable[[dict[str, Any], str], dict[str, Any]],
+    baseline: dict[str, Any],
+    best: dict[str, Any],
+    rounds: int,
+    trials: float | None = None,
+) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,
     interleaved; the summary of `summarize`. A pair either side of which was
     disturbed by outside load is kept aside (`disturbed_pairs`) and the round
@@ -172,24 +196,33 @@ def remeasure(run: Callable[[dict[str, Any], str], dict[str, Any]], baseline: di
     return {**out, "settled": round(trials, 4)} if settled else out
 
 
-def summarize(pairs: list[dict[str, float]], error: str | None = None, aside: list[dict[str, Any]] | None = None,
-              needed: int = 2) -> dict[str, Any]:
+def summarize(
+    pairs: list[dict[str, float]], error: str | None = None, aside: list[dict[str, Any]] | None = None, needed: int = 2
+) -> dict[str, Any]:
     """The undisturbed paired measurements -> the confirmed speedup (median of
     the pairs' ratios), its range, and the verdict: `faster` when every pair
     says so, `slower` when every pair says so, else `tie`; `unknown` when
     disturbed pairs (`aside`) left fewer than `needed` undisturbed ones."""
     ratios = [p["best"] / p["baseline"] for p in pairs]
-    out: dict[str, Any] = {"rounds": len(pairs), "pairs": [
-        {"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
-        for p, r in zip(pairs, ratios)]}
+    out: dict[str, Any] = {
+        "rounds": len(pairs),
+        "pairs": [
+            {"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
+            for p, r in zip(pairs, ratios)
+        ],
+    }
     if error:
         out["error"] = error
     if aside:
         out["disturbed_pairs"] = aside
     if aside and len(pairs) < needed:
-        out.update(verdict="unknown", unknown=(
-            f"{len(aside)} pair(s) measured while load from outside took the host's CPU ({aside[-1]['why']}), "
-            f"{len(pairs)} undisturbed: fewer than {needed}"))
+        out.update(
+            verdict="unknown",
+            unknown=(
+                f"{len(aside)} pair(s) measured while load from outside took the host's CPU ({aside[-1]['why']}), "
+                f"{len(pairs)} undisturbed: fewer than {needed}"
+            ),
+        )
         return out
     if not ratios:
         out["verdict"] = None
@@ -197,7 +230,8 @@ def summarize(pairs: list[dict[str, float]], error: str | None = None, aside: li
     out.update(
         baseline_samples_per_s=round(statistics.median(p["baseline"] for p in pairs), 2),
         best_samples_per_s=round(statistics.median(p["best"] for p in pairs), 2),
-        speedup_x=round(statistics.median(ratios), 4), speedup_low=round(min(ratios), 4),
+        speedup_x=round(statistics.median(ratios), 4),
+        speedup_low=round(min(ratios), 4),
         speedup_high=round(max(ratios), 4),
         verdict="faster" if min(ratios) > 1 else "slower" if max(ratios) < 1 else "tie",
     )
@@ -209,28 +243,39 @@ def describe(confirm: dict[str, Any]) -> str:
     if confirm.get("verdict") is None:
         return f"not re-measured: {confirm.get('error') or 'no round finished'}"
     if confirm["verdict"] == "unknown":
-        return f"speedup unknown: {confirm['unknown']}" + (f"; stopped early: {confirm['error']}"
-                                                          if confirm.get("error") else "")
+        return f"speedup unknown: {confirm['unknown']}" + (
+            f"; stopped early: {confirm['error']}" if confirm.get("error") else ""
+        )
     n = confirm["rounds"]
-    spread = (f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x" if n > 1
-              else f"one pair: {confirm['speedup_x']:.2f}x")
+    spread = (
+        f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x"
+        if n > 1
+        else f"one pair: {confirm['speedup_x']:.2f}x"
+    )
     if confirm.get("settled"):
-        spread += (f"; it and the trials' {confirm['settled']:.2f}x both over {1 + SETTLED:.1f}x settle it, "
-                   "so no more rounds")
-    line = (f"re-measured side by side, {n} interleaved round{'s' if n > 1 else ''} in fresh processes: "
-            f"{confirm['speedup_x']:.2f}x ({spread})")
+        spread += (
+            f"; it and the trials' {confirm['settled']:.2f}x both over {1 + SETTLED:.1f}x settle it, so no more rounds"
+        )
+    line = (
+        f"re-measured side by side, {n} interleaved round{'s' if n > 1 else ''} in fresh processes: "
+        f"{confirm['speedup_x']:.2f}x ({spread})"
+    )
     if confirm["verdict"] != "faster":
         line += "; not faster in every pair: a tie, won by the safer config (the baseline)"
     drift, ci = confirm.get("baseline_drift"), confirm.get("baseline_trial_ci95") or 0.0
     if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
-        line += (f"; the baseline re-measured {drift:+.0%} off its trial's {confirm['baseline_trial_samples_per_s']:g} "
-                 f"samples/s (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
-                 "that process was unusual, and configs screened or pruned near the baseline may deserve a second look")
+        line += (
+            f"; the baseline re-measured {drift:+.0%} off its trial's {confirm['baseline_trial_samples_per_s']:g} "
+            f"samples/s (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
+            "that process was unusual, and configs screened or pruned near the baseline may deserve a second look"
+        )
     if confirm.get("error"):
         line += f"; stopped early: {confirm['error']}"
     if confirm.get("disturbed_pairs"):
-        line += (f"; {len(confirm['disturbed_pairs'])} pair(s) measured under load from outside, not counted: "
-                 + "; ".join(d["why"] for d in confirm["disturbed_pairs"]))
+        line += (
+            f"; {len(confirm['disturbed_pairs'])} pair(s) measured under load from outside, not counted: "
+            + "; ".join(d["why"] for d in confirm["disturbed_pairs"])
+        )
     return line
 
 
@@ -239,12 +284,22 @@ def settle(result) -> None:
     read back from its run dir): a best that was not faster in every pair
     ties with the baseline, and the baseline wins the tie."""
     confirm, best, base = result.confirm, result.best, result.baseline
-    if not confirm or confirm.get("verdict") in (None, "faster", "unknown") or best is None or base is None or best is base:
+    if (
+        not confirm
+        or confirm.get("verdict") in (None, "faster", "unknown")
+        or best is None
+        or base is None
+        or best is base
+    ):
         return
     base.tie = {
-        "faster_trial": best.number, "faster_samples_per_s": round(best.throughput, 2),
-        "chosen_trial": base.number, "chosen_samples_per_s": round(base.throughput, 2),
-        "note": (f"trial #{best.number} measured {best.throughput / base.throughput:.2f}x the baseline in the "
-                 f"search, but {describe(confirm).removeprefix('re-measured ')}"),
+        "faster_trial": best.number,
+        "faster_samples_per_s": round(best.throughput, 2),
+        "chosen_trial": base.number,
+        "chosen_samples_per_s": round(base.throughput, 2),
+        "note": (
+            f"trial #{best.number} measured {best.throughput / base.throughput:.2f}x the baseline in the "
+            f"search, but {describe(confirm).removeprefix('re-measured ')}"
+        ),
     }
     result.best = base

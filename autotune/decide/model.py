@@ -47,8 +47,13 @@ import statistics
 from typing import Any
 
 MODELLED = ("batch_size", "num_workers")  # every other knob: a prediction needs a trial that ran it
-RATES = ("samples_per_s", "compute_ceiling_samples_per_s", "loader_samples_per_s_per_worker", "batch2x_step_ratio",
-         "host_cpus_per_gpu")
+RATES = (
+    "samples_per_s",
+    "compute_ceiling_samples_per_s",
+    "loader_samples_per_s_per_worker",
+    "batch2x_step_ratio",
+    "host_cpus_per_gpu",
+)
 SKIP_BELOW = 0.85  # predicted below this share of the incumbent: clearly below, not run
 
 
@@ -89,14 +94,19 @@ def _base(knobs: dict[str, Any], diagnosed: list, shared: bool) -> tuple[float, 
     for ref, rates in diagnosed:
         if not _same_compute(ref, knobs):
             continue
-        at_ref, value = _raw(ref, rates, ref.get("batch_size"), shared), _raw(knobs, rates, ref.get("batch_size"), shared)
+        at_ref, value = (
+            _raw(ref, rates, ref.get("batch_size"), shared),
+            _raw(knobs, rates, ref.get("batch_size"), shared),
+        )
         if value is None or not at_ref:
             continue
         value *= rates.get("samples_per_s", at_ref) / at_ref  # calibrated on the trial itself
         # the nearest measured config says most: fewest knobs apart, then the closest batch (the probe's one
         # doubling compounded from a far batch overshot 86% on an H200: fp32 saturates)
-        distance = (sum(ref.get(n) != knobs.get(n) for n in knobs),
-                    abs(math.log2((knobs.get("batch_size") or 1) / (ref.get("batch_size") or 1))))
+        distance = (
+            sum(ref.get(n) != knobs.get(n) for n in knobs),
+            abs(math.log2((knobs.get("batch_size") or 1) / (ref.get("batch_size") or 1))),
+        )
         if best is None or distance < best[0]:
             best = (distance, value, ref)
     return best and (best[1], best[2])
@@ -120,8 +130,12 @@ def _workers_miss(knobs: dict[str, Any], measured: list, diagnosed: list, shared
     return statistics.median(misses) if misses else 1.0
 
 
-def predict(knobs: dict[str, Any], measured: list[tuple[dict[str, Any], dict[str, float]]],
-            shared: bool = False, learn: bool = True) -> dict[str, Any] | None:
+def predict(
+    knobs: dict[str, Any],
+    measured: list[tuple[dict[str, Any], dict[str, float]]],
+    shared: bool = False,
+    learn: bool = True,
+) -> dict[str, Any] | None:
     """The predicted throughput of `knobs` from the measured trials (`measured`:
     their knobs and `rates_of`, or {"samples_per_s"} for a trial not diagnosed):
     {"samples_per_s", "from": the knobs of the diagnosed trial it came from}, or
@@ -147,6 +161,10 @@ def error(rows) -> dict[str, Any] | None:
     if not pairs:
         return None
     errs = sorted(((m / p - 1, n) for n, p, m in pairs), key=lambda e: abs(e[0]))
-    return {"trials": len(pairs), "median_abs_error": round(abs(errs[len(errs) // 2][0]), 4),
-            "worst_error": round(errs[-1][0], 4), "worst_trial": errs[-1][1],
-            "per_trial": [[n, round(p, 1), round(m, 1)] for n, p, m in pairs]}
+    return {
+        "trials": len(pairs),
+        "median_abs_error": round(abs(errs[len(errs) // 2][0]), 4),
+        "worst_error": round(errs[-1][0], 4),
+        "worst_trial": errs[-1][1],
+        "per_trial": [[n, round(p, 1), round(m, 1)] for n, p, m in pairs],
+    }

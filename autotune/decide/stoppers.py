@@ -57,8 +57,11 @@ class Patience(Stopper):
         self.reason = f"no gain above {min_improvement:.0%} in {patience} trials"
 
     def stop(self) -> bool:
-        return bool(self.patience) and no_improvement_for(
-            [r.throughput if r.contends else None for r in self.records], self.min_improvement) >= self.patience
+        return (
+            bool(self.patience)
+            and no_improvement_for([r.throughput if r.contends else None for r in self.records], self.min_improvement)
+            >= self.patience
+        )
 
 
 class TrialCount(Stopper):
@@ -100,12 +103,24 @@ class Combined(Stopper):
         return fired.reason if fired else ""
 
 
-def search_stoppers(recorder, n_trials: int, budget_s: float | None, patience: int | None, min_improvement: float,
-                    started: float, wall_before: float = 0.0) -> tuple[Combined, Flag, Flag]:
+def search_stoppers(
+    recorder,
+    n_trials: int,
+    budget_s: float | None,
+    patience: int | None,
+    min_improvement: float,
+    started: float,
+    wall_before: float = 0.0,
+) -> tuple[Combined, Flag, Flag]:
     """The search's stop rules, combined in their order, with the two flags the loop sets (`interrupted`,
     `exhausted`). `started`: `time.perf_counter()` when this run of the search began."""
     interrupted, exhausted = Flag("interrupted"), Flag(NOTHING_LEFT)
-    combined = Combined(BaselineFailed(recorder), interrupted, Patience(recorder.records, patience, min_improvement),
-                        exhausted, TrialCount(recorder.records, n_trials),
-                        Budget(budget_s, lambda: time.perf_counter() - started + wall_before))
+    combined = Combined(
+        BaselineFailed(recorder),
+        interrupted,
+        Patience(recorder.records, patience, min_improvement),
+        exhausted,
+        TrialCount(recorder.records, n_trials),
+        Budget(budget_s, lambda: time.perf_counter() - started + wall_before),
+    )
     return combined, interrupted, exhausted

@@ -80,16 +80,28 @@ def told(result, baseline: dict) -> dict:
     apart = {k: metrics[k] for k in APART if k in metrics} if result.diagnosis else None
     ci = metrics.get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
     wait = metrics.get("data_wait_frac")  # the baseline's decides the loader knobs' probes (`loader_held`)
-    return {**({"unchecked": True} if needed else {}), **({"tie_kept": True} if metrics.get("tie_kept") else {}),
-            **({"data_wait": wait} if wait is not None else {}),
-            **({"rates": rates} if rates else {}),
-            **({"apart": apart} if apart else {}),
-            **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {})}
+    return {
+        **({"unchecked": True} if needed else {}),
+        **({"tie_kept": True} if metrics.get("tie_kept") else {}),
+        **({"data_wait": wait} if wait is not None else {}),
+        **({"rates": rates} if rates else {}),
+        **({"apart": apart} if apart else {}),
+        **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {}),
+    }
 
 
 class Strategy:
-    def __init__(self, study: optuna.Study, search: dict[str, list], baseline: dict[str, Any], sampler: str = "autotune",
-                 min_improvement: float = 0.02, seed: int = 0, cuda: bool | None = None, listed=()):
+    def __init__(
+        self,
+        study: optuna.Study,
+        search: dict[str, list],
+        baseline: dict[str, Any],
+        sampler: str = "autotune",
+        min_improvement: float = 0.02,
+        seed: int = 0,
+        cuda: bool | None = None,
+        listed=(),
+    ):
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
         self.study, self.search, self.kind = study, search, sampler
@@ -170,8 +182,12 @@ class Strategy:
         from before per-trial diagnoses, its stored bottleneck."""
         k = key(point, self.names)
         for t in self._trials():
-            if t.user_attrs.get("diagnosis") and not t.user_attrs.get("virtual") and self._counts(t) \
-                    and key(t.params, self.names) == k:
+            if (
+                t.user_attrs.get("diagnosis")
+                and not t.user_attrs.get("virtual")
+                and self._counts(t)
+                and key(t.params, self.names) == k
+            ):
                 return t.user_attrs["diagnosis"]
         if point == self.baseline and self.study.user_attrs.get("bottleneck"):
             return {"bottleneck": self.study.user_attrs["bottleneck"]}
@@ -212,8 +228,11 @@ class Strategy:
         taken, bounds, held = self.taken(), self.oom_bounds(), self.loader_held()
 
         def infeasible(p) -> bool:
-            return bool(self.predicted_oom(p, bounds)) or not fits(p) or (
-                held is not None and key(p, self.loader) not in held)
+            return (
+                bool(self.predicted_oom(p, bounds))
+                or not fits(p)
+                or (held is not None and key(p, self.loader) not in held)
+            )
 
         def free(p) -> bool:
             return key(p, self.names) not in taken and not infeasible(p)
@@ -267,11 +286,15 @@ class Strategy:
             else:
                 oom = self.predicted_oom(params, bounds)
                 held = self.loader_held()
-                why = ("repeat of a failed or running trial" if known is not None or k in taken
-                       else f"predicted OOM: batch_size >= {oom} ran out of memory" if oom
-                       else f"the loader had its probe: the baseline waits on data under {DATA_WAIT_FLOOR:.0%}"
-                       if held is not None and key(params, self.loader) not in held
-                       else "cannot run: knobs in conflict, or over the time budget")
+                why = (
+                    "repeat of a failed or running trial"
+                    if known is not None or k in taken
+                    else f"predicted OOM: batch_size >= {oom} ran out of memory"
+                    if oom
+                    else f"the loader had its probe: the baseline waits on data under {DATA_WAIT_FLOOR:.0%}"
+                    if held is not None and key(params, self.loader) not in held
+                    else "cannot run: knobs in conflict, or over the time budget"
+                )
                 trial.set_user_attr("status", "skipped")
                 trial.set_user_attr("error", why)
                 self.study.tell(trial, state=TrialState.FAIL)
@@ -290,8 +313,11 @@ class Strategy:
     def predicted(self, point: dict) -> dict | None:
         """The rate model's throughput for `point`, from the measured trials: the diagnosed ones' rates (`tell`'s
         `rates`), the others' throughput; on a CPU the loader workers share the compute's cores."""
-        measured = [(t.params, t.user_attrs.get("rates") or {"samples_per_s": t.values[0]}) for t in self.real_trials()
-                    if t.user_attrs.get("rates") or (t.state == TrialState.COMPLETE and t.values)]
+        measured = [
+            (t.params, t.user_attrs.get("rates") or {"samples_per_s": t.values[0]})
+            for t in self.real_trials()
+            if t.user_attrs.get("rates") or (t.state == TrialState.COMPLETE and t.values)
+        ]
         return model.predict(point, measured, shared=not self.cuda) if measured else None
 
     def fastest_first(self, points: list[dict], above: float) -> dict:
@@ -309,11 +335,19 @@ class Strategy:
         best, guess = self.best_value(), self.predicted(point)
         if not best or guess is None or guess["samples_per_s"] >= best * model.SKIP_BELOW:
             return False
-        self.study.enqueue_trial(point, user_attrs={"source": "plan", "virtual": True, "status": "skipped",
-                                                    "predicted": guess["samples_per_s"],
-                                                    "error": f"skipped: predicted {guess['samples_per_s']:.1f} "
-                                                             f"samples/s, below {model.SKIP_BELOW:.0%} of the best "
-                                                             f"({best:.1f})"}, skip_if_exists=False)
+        self.study.enqueue_trial(
+            point,
+            user_attrs={
+                "source": "plan",
+                "virtual": True,
+                "status": "skipped",
+                "predicted": guess["samples_per_s"],
+                "error": f"skipped: predicted {guess['samples_per_s']:.1f} "
+                f"samples/s, below {model.SKIP_BELOW:.0%} of the best "
+                f"({best:.1f})",
+            },
+            skip_if_exists=False,
+        )
         trial = self.study.ask()
         self._suggest(trial)
         self.study.tell(trial, state=TrialState.FAIL)
@@ -321,22 +355,38 @@ class Strategy:
 
     def skipped_predicted(self) -> list[dict]:
         """The configs the rate model kept from running (`_skip_predicted`): {"config", "predicted", "error"}."""
-        return [{"config": t.params, "predicted": t.user_attrs["predicted"], "error": t.user_attrs["error"]}
-                for t in self._trials() if t.user_attrs.get("virtual") and "predicted" in t.user_attrs]
+        return [
+            {"config": t.params, "predicted": t.user_attrs["predicted"], "error": t.user_attrs["error"]}
+            for t in self._trials()
+            if t.user_attrs.get("virtual") and "predicted" in t.user_attrs
+        ]
 
     def _suggest(self, trial) -> dict:
         return {n: trial.suggest_categorical(n, self.search[n]) for n in self.names}
 
     def _known(self, k: tuple):
         for t in self._trials():
-            if (t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("virtual")
-                    and self._counts(t) and key(t.params, self.names) == k):
+            if (
+                t.state in (TrialState.COMPLETE, TrialState.FAIL)
+                and not t.user_attrs.get("virtual")
+                and self._counts(t)
+                and key(t.params, self.names) == k
+            ):
                 return t
         return None
 
-    def tell(self, trial: optuna.trial.Trial, status: str, value: float | None = None, *, safe: bool = True,
-             error: str | None = None, bottleneck: str | None = None, diagnosis: dict | None = None,
-             attrs: dict | None = None) -> None:
+    def tell(
+        self,
+        trial: optuna.trial.Trial,
+        status: str,
+        value: float | None = None,
+        *,
+        safe: bool = True,
+        error: str | None = None,
+        bottleneck: str | None = None,
+        diagnosis: dict | None = None,
+        attrs: dict | None = None,
+    ) -> None:
         """A trial finished: ok (with its throughput; unsafe ones count as
         failed), pruned (a partial throughput, below the best), oom, error or
         timeout. Its diagnosis (bottleneck and moves; or a `bottleneck` alone)
@@ -348,9 +398,14 @@ class Strategy:
         if error:
             trial.set_user_attr("error", error[:1000])
         if diagnosis or bottleneck:
-            diagnosis = {k: v for k, v in (diagnosis or {"bottleneck": bottleneck}).items() if k in ("bottleneck", "moves")}
+            diagnosis = {
+                k: v for k, v in (diagnosis or {"bottleneck": bottleneck}).items() if k in ("bottleneck", "moves")
+            }
             trial.set_user_attr("diagnosis", diagnosis)
-            if key(trial.params, self.names) == key(self.baseline, self.names) and "bottleneck" not in self.study.user_attrs:
+            if (
+                key(trial.params, self.names) == key(self.baseline, self.names)
+                and "bottleneck" not in self.study.user_attrs
+            ):
                 self.study.set_user_attr("bottleneck", diagnosis["bottleneck"])
         if status in ("ok", "pruned") and value is not None and safe:
             self.study.tell(trial, value)
@@ -380,15 +435,20 @@ class Strategy:
         from autotune.records.run_dir import risk
 
         best = self._best()
-        riskier = best is not None and point is not None \
-            and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point) \
+        riskier = (
+            best is not None
+            and point is not None
+            and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point)
             and risk(point, self.baseline) > risk(best.params, self.baseline)
-        return {"incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
-                "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
-                **({"incumbent_trial": best.number} if best else {}),
-                **({"anchor": True} if best is None else {}),
-                **({"carry": self.carried(point)} if point is not None else {}),
-                **({"tie_keeps_incumbent": True} if riskier else {})}
+        )
+        return {
+            "incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
+            "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
+            **({"incumbent_trial": best.number} if best else {}),
+            **({"anchor": True} if best is None else {}),
+            **({"carry": self.carried(point)} if point is not None else {}),
+            **({"tie_keeps_incumbent": True} if riskier else {}),
+        }
 
     def carried(self, point: dict) -> dict | None:
         """{"trial": N, "metrics": what trial N's diagnosis measured apart from its

@@ -28,24 +28,36 @@ def choose(spec: Spec, name: str = "auto"):
     if name not in BACKENDS:
         raise SpecError(f"backend `{name}` is not one of: {', '.join(BACKENDS)}")
     if spec.tracking.uri and not installed("mlflow"):
-        raise SpecError(f"tracking.uri: `{spec.tracking.uri}` needs MLflow, which is not installed here "
-                        "(pip install mlflow); leave tracking.uri out to keep the search's records in its run dir")
+        raise SpecError(
+            f"tracking.uri: `{spec.tracking.uri}` needs MLflow, which is not installed here "
+            "(pip install mlflow); leave tracking.uri out to keep the search's records in its run dir"
+        )
     has_ray = installed("ray")
     if name == "ray" or (name == "auto" and has_ray):
         if not has_ray:
-            raise SpecError("backend `ray`: Ray is not installed here (pip install 'ray[tune]'); "
-                            "`--backend local` runs the trials on this host")
+            raise SpecError(
+                "backend `ray`: Ray is not installed here (pip install 'ray[tune]'); "
+                "`--backend local` runs the trials on this host"
+            )
         from autotune.execution.raytune import RayBackend
 
         return RayBackend()
     resources = spec.resources
     if resources.ray_address:
-        raise SpecError(f"resources.ray_address: `{resources.ray_address}` is a Ray cluster, and "
-                        + ("this search runs on this host (`--backend local`)" if has_ray else
-                           "Ray is not installed here (pip install 'ray[tune]')") + "; leave it out to search here")
+        raise SpecError(
+            f"resources.ray_address: `{resources.ray_address}` is a Ray cluster, and "
+            + (
+                "this search runs on this host (`--backend local`)"
+                if has_ray
+                else "Ray is not installed here (pip install 'ray[tune]')"
+            )
+            + "; leave it out to search here"
+        )
     if spreads(resources.rank_placement, resources.ranks_per_trial):
-        raise SpecError("resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray; "
-                        "use pack (one node) here, or search with Ray on the cluster")
+        raise SpecError(
+            "resources.rank_placement: spread puts ranks on a cluster's nodes, which needs Ray; "
+            "use pack (one node) here, or search with Ray on the cluster"
+        )
     from autotune.execution.local import LocalBackend
 
     return LocalBackend()

@@ -39,8 +39,17 @@ from autotune.export import best_config as export
 from autotune.integrations import tracking
 from autotune.records import cache, plots
 from autotune.records.recorder import Recorder, reconcile
-from autotune.records.run_dir import (STATE_FILE, SearchResult, TrialRecord, pick_best, pruning_savings, read_run,
-                                      same_device, write_csv, write_state)
+from autotune.records.run_dir import (
+    STATE_FILE,
+    SearchResult,
+    TrialRecord,
+    pick_best,
+    pruning_savings,
+    read_run,
+    same_device,
+    write_csv,
+    write_state,
+)
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits
@@ -53,11 +62,19 @@ from autotune.trial.measure import FLOPS_FILE
 from autotune.trial.request import TrialSettings
 
 
-def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None = None,
-        resume: bool = False, on_trial_start: Callable | None = None,
-        on_wait: Callable[[str], None] | None = None, on_remeasure: Callable[[str], None] | None = None,
-        factory: Callable | None = None, refresh: bool = False,
-        on_match: Callable[[str], None] | None = None, backend="auto") -> SearchResult:
+def run(
+    spec: Spec,
+    on_start: Callable | None = None,
+    on_trial: Callable | None = None,
+    resume: bool = False,
+    on_trial_start: Callable | None = None,
+    on_wait: Callable[[str], None] | None = None,
+    on_remeasure: Callable[[str], None] | None = None,
+    factory: Callable | None = None,
+    refresh: bool = False,
+    on_match: Callable[[str], None] | None = None,
+    backend="auto",
+) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM) on `backend` (a backend object, or its name for
     `backends.choose`: auto, local, ray). With `resume`, continue the search in `spec.output_dir`
@@ -98,16 +115,24 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
     from concurrent.futures import ThreadPoolExecutor
 
     asked = None if resume or refresh or program else cache.question(spec)
-    local_store = (not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists()
-                   and installed("mlflow"))
+    local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists() and installed("mlflow")
     # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer);
     # not with a Ray of the caller's own, whose nodes may be anywhere
-    forks = None if program or not backend.shares_forks(spec) else start_shared(
-        spec.workload.model_dump(mode="json"), user_path, user_thread_env())
+    forks = (
+        None
+        if program or not backend.shares_forks(spec)
+        else start_shared(spec.workload.model_dump(mode="json"), user_path, user_thread_env())
+    )
     try:
         with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
-            preparing = pool.submit(startup.prepare, spec, run_dir, local_store, source,
-                                    (lambda: PG.probe(spec, run_dir, user_path)) if program else None)
+            preparing = pool.submit(
+                startup.prepare,
+                spec,
+                run_dir,
+                local_store,
+                source,
+                (lambda: PG.probe(spec, run_dir, user_path)) if program else None,
+            )
             started_backend = backend.start(spec)
     except BaseException:
         if forks:
@@ -121,24 +146,38 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         if found and on_match:
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **(workload.baseline or {}), **given}
-        lists, too_big = (spec.search_space.lists(), []) if program else startup.fit_batches(
-            spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
-        device = dataclasses.replace(backend.detect_device(spec), optimizer=optimizer,  # fused_optimizer
-                                     ranks=spec.resources.ranks_per_trial)  # the DDP/FSDP knobs
-        why = SP.problem(spec.resources.rank_placement, device) or (None if program else R.search_problem(
-            SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline))
+        lists, too_big = (
+            (spec.search_space.lists(), [])
+            if program
+            else startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
+        )
+        device = dataclasses.replace(
+            backend.detect_device(spec),
+            optimizer=optimizer,  # fused_optimizer
+            ranks=spec.resources.ranks_per_trial,
+        )  # the DDP/FSDP knobs
+        why = SP.problem(spec.resources.rank_placement, device) or (
+            None
+            if program
+            else R.search_problem(
+                SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline
+            )
+        )
         if why:
             raise SpecError(why)
-        space = K.resolve_space(lists, baseline, device, LEVELS[spec.safety.level],
-                                spec.safety.keep_effective_batch, user)
+        space = K.resolve_space(
+            lists, baseline, device, LEVELS[spec.safety.level], spec.safety.keep_effective_batch, user
+        )
         space.dropped += too_big
         if program:  # what it never calls, it cannot take
             PG.fix_unused(space, workload.used)
         if not space.search:
             raise SpecError(space.nothing_to_search())
         if state and state["space"]["search"] != space.search:
-            raise SpecError(f"`{run_dir}` searched {state['space']['search']}; this machine resolves the space to "
-                            f"{space.search}: resume on the same kind of device")
+            raise SpecError(
+                f"`{run_dir}` searched {state['space']['search']}; this machine resolves the space to "
+                f"{space.search}: resume on the same kind of device"
+            )
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
             (run_dir / "spec.yaml").write_text(spec.to_yaml())
@@ -149,8 +188,24 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
         lock = contextlib.nullcontext() if spec.resources.ray_address else device_lock(device.type, run_dir, on_wait)
         with lock as waited:
             started += waited or 0.0  # waiting is not searching (time budget, wall time)
-            return _search(spec, backend, run_dir, user_path, device, space, started, on_start, on_trial, state,
-                           on_trial_start, on_remeasure, pickled, remembered, forks.path if forks else None, closing)
+            return _search(
+                spec,
+                backend,
+                run_dir,
+                user_path,
+                device,
+                space,
+                started,
+                on_start,
+                on_trial,
+                state,
+                on_trial_start,
+                on_remeasure,
+                pickled,
+                remembered,
+                forks.path if forks else None,
+                closing,
+            )
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
         with ThreadPoolExecutor(1) as pool:  # the plots and MLflow's last writes while Ray stops (1-2 s each)
@@ -162,10 +217,24 @@ def run(spec: Spec, on_start: Callable | None = None, on_trial: Callable | None 
             done.result()  # what failed there is raised here
 
 
-def _search(spec, backend, run_dir, user_path, device, space, started, on_start, on_trial, state,
-            on_trial_start=None, on_remeasure=None, pickled: bytes | None = None,
-            remembered: dict | None = None, fork_socket: str | None = None,
-            closing: list[Callable[[], None]] | None = None) -> SearchResult:
+def _search(
+    spec,
+    backend,
+    run_dir,
+    user_path,
+    device,
+    space,
+    started,
+    on_start,
+    on_trial,
+    state,
+    on_trial_start=None,
+    on_remeasure=None,
+    pickled: bytes | None = None,
+    remembered: dict | None = None,
+    fork_socket: str | None = None,
+    closing: list[Callable[[], None]] | None = None,
+) -> SearchResult:
     cuda = device.type == "cuda"
     cpus_per_trial = spec.resources.cpus_per_trial
     gpus_per_trial = spec.resources.gpus_per_trial  # default: one a rank with CUDA
@@ -185,17 +254,35 @@ def _search(spec, backend, run_dir, user_path, device, space, started, on_start,
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     opened = startup.open_search(spec, run_dir, device, space, state, remembered)
-    tracker, paths, state, n_trials, storage_url = (opened.tracker, opened.paths, opened.state, opened.n_trials,
-                                                    opened.storage_url)
+    tracker, paths, state, n_trials, storage_url = (
+        opened.tracker,
+        opened.paths,
+        opened.state,
+        opened.n_trials,
+        opened.storage_url,
+    )
     write_state(run_dir, state)
     records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
     recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
-    study = optuna.create_study(study_name=state["optuna_study"], storage=storage_url, direction="maximize",
-                                load_if_exists=True, sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed))
+    study = optuna.create_study(
+        study_name=state["optuna_study"],
+        storage=storage_url,
+        direction="maximize",
+        load_if_exists=True,
+        sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed),
+    )
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
-    strategy = Strategy(study, space.search, space.baseline, spec.search.sampler, spec.search.min_improvement,
-                        spec.search.seed, cuda=device.type == "cuda", listed=tuple(spec.search_space.knobs.given()))
+    strategy = Strategy(
+        study,
+        space.search,
+        space.baseline,
+        spec.search.sampler,
+        spec.search.min_improvement,
+        spec.search.seed,
+        cuda=device.type == "cuda",
+        listed=tuple(spec.search_space.knobs.given()),
+    )
     remaining = n_trials - len(records)
     if on_start:
         on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
@@ -207,52 +294,106 @@ def _search(spec, backend, run_dir, user_path, device, space, started, on_start,
     if pickled:  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
         data["workload"].update(W.pickled_ref(pickled))
     settings = {
-        "request": TrialSettings.of(data, device.type, space.baseline, parity={
-            # the baseline's parity reference: computed by the first trial that needs it, then reused
-            "baseline": base_knobs, "steps": spec.safety.parity_steps, "tolerance": spec.safety.tolerance,
-            "reference": str(run_dir / REFERENCE_FILE)}, flops_cache=str(run_dir / FLOPS_FILE)),
+        "request": TrialSettings.of(
+            data,
+            device.type,
+            space.baseline,
+            parity={
+                # the baseline's parity reference: computed by the first trial that needs it, then reused
+                "baseline": base_knobs,
+                "steps": spec.safety.parity_steps,
+                "tolerance": spec.safety.tolerance,
+                "reference": str(run_dir / REFERENCE_FILE),
+            },
+            flops_cache=str(run_dir / FLOPS_FILE),
+        ),
         "timeout_s": spec.trial.timeout_s,
-        "run_dir": str(run_dir), "user_path": user_path,
+        "run_dir": str(run_dir),
+        "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
         "thread_env": user_thread_env(),
-        "workload_pickle": pickled, "rank_placement": spec.resources.rank_placement,
+        "workload_pickle": pickled,
+        "rank_placement": spec.resources.rank_placement,
         "fork_socket": fork_socket,  # a local search's shared fork server
         **backend.trial_settings(),
     }
     budget = spec.search.time_budget_s
     fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # what can run, and in time
     stop, interrupted, exhausted = search_stoppers(
-        recorder, n_trials, budget, None if spec.search.sampler == "grid" else spec.search.patience,
-        spec.search.min_improvement, started, opened.wall_before)
-    proposer = loop.Proposer(strategy, {k: v for k, v in space.baseline.items() if k not in space.search},
-                                 spec.trial.prune_margin, fits, exhausted)
+        recorder,
+        n_trials,
+        budget,
+        None if spec.search.sampler == "grid" else spec.search.patience,
+        spec.search.min_improvement,
+        started,
+        opened.wall_before,
+    )
+    proposer = loop.Proposer(
+        strategy,
+        {k: v for k, v in space.baseline.items() if k not in space.search},
+        spec.trial.prune_margin,
+        fits,
+        exhausted,
+    )
     backend.run_trials(proposer, recorder, stop, interrupted, settings, resources, remaining, spec, cuda)
 
     with backend.remeasurers(settings) as runner:  # the late checks and the re-measurements
+
         def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
-            need = max((resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]),
-                       default={})
+            need = max(
+                (resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={}
+            )
             ci = window_ci(baseline, best, spec.trial.target_ci)
             return confirm_best(runner(need, target_ci=ci), baseline, best, spec.search.confirm_rounds, on_remeasure)
 
         def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
             return runner(resources(knobs), parity_only=True)(knobs, label)
 
-        return _finish(spec, run_dir, device, space, started, opened, recorder, stop, strategy, remeasure, check,
-                       on_remeasure, closing)
+        return _finish(
+            spec,
+            run_dir,
+            device,
+            space,
+            started,
+            opened,
+            recorder,
+            stop,
+            strategy,
+            remeasure,
+            check,
+            on_remeasure,
+            closing,
+        )
 
 
-def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recorder: Recorder, stop: Combined,
-            strategy: Strategy, remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
-            check: Callable[[dict, str], dict], announce: Callable[[str], None] | None = None,
-            closing: list[Callable[[], None]] | None = None) -> SearchResult:
+def _finish(
+    spec,
+    run_dir,
+    device,
+    space,
+    started,
+    opened: startup.Opened,
+    recorder: Recorder,
+    stop: Combined,
+    strategy: Strategy,
+    remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
+    check: Callable[[dict, str], dict],
+    announce: Callable[[str], None] | None = None,
+    closing: list[Callable[[], None]] | None = None,
+) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best
     re-measured against the baseline (autotune.confirm), the best config, why
     the search ended, the plots, and the parent run closed. The best's loss
     parity is checked late where its trial did not run it (autotune.checked),
     and a best the re-measurement rejects hands over to the next candidates
     (`checked.confirm_candidates`)."""
-    tracker, paths, state, n_trials, records = opened.tracker, opened.paths, opened.state, opened.n_trials, recorder.records
+    tracker, paths, state, n_trials, records = (
+        opened.tracker,
+        opened.paths,
+        opened.state,
+        opened.n_trials,
+        recorder.records,
+    )
     baseline = recorder.baseline()
     if baseline and baseline.throughput:  # trials that finished before the baseline did
         for r in records:
@@ -267,15 +408,20 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
     if recorder.baseline_failed:
         stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"
     elif ended == "interrupted":
-        stopped = (f"interrupted after {len(records)} of {n_trials} trials; "
-                   f"continue with `autotune search --resume {run_dir}`")
+        stopped = (
+            f"interrupted after {len(records)} of {n_trials} trials; continue with `autotune search --resume {run_dir}`"
+        )
     confirm = None
     try:
         if not stopped:
-            budget_left = (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before)) \
-                if spec.search.time_budget_s else (lambda: None)
-            best, confirm, rejected = checked.confirm_candidates(records, baseline, remeasure, check, announce,
-                                                                 spec.search.min_improvement, budget_left)
+            budget_left = (
+                (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before))
+                if spec.search.time_budget_s
+                else (lambda: None)
+            )
+            best, confirm, rejected = checked.confirm_candidates(
+                records, baseline, remeasure, check, announce, spec.search.min_improvement, budget_left
+            )
             if rejected:
                 state["confirm_rejected"] = rejected
     except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
@@ -286,26 +432,50 @@ def _finish(spec, run_dir, device, space, started, opened: startup.Opened, recor
         state["confirm"] = confirm
         wall = time.perf_counter() - started + opened.wall_before
     state["skipped_predicted"] = strategy.skipped_predicted()
-    result = SearchResult(run_dir, space, device, records, baseline, best, wall, paths, stopped, ended, confirm,
-                          skipped=state["skipped_predicted"])
+    result = SearchResult(
+        run_dir,
+        space,
+        device,
+        records,
+        baseline,
+        best,
+        wall,
+        paths,
+        stopped,
+        ended,
+        confirm,
+        skipped=state["skipped_predicted"],
+    )
     settle(result)  # a best that did not beat the baseline in every pair ties with it
     best = result.best
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
     if baseline and baseline.throughput and best:
         export.write_best_config(result, spec, paths["best_config"])
-        summary.update(baseline_samples_per_s=baseline.throughput, best_samples_per_s=best.throughput,
-                       speedup_x=result.speedup, trials_speedup_x=best.throughput / baseline.throughput)
+        summary.update(
+            baseline_samples_per_s=baseline.throughput,
+            best_samples_per_s=best.throughput,
+            speedup_x=result.speedup,
+            trials_speedup_x=best.throughput / baseline.throughput,
+        )
         if confirm and confirm.get("speedup_x"):
-            summary.update(confirm_rounds=confirm["rounds"], confirm_speedup_low=confirm["speedup_low"],
-                           confirm_speedup_high=confirm["speedup_high"])
+            summary.update(
+                confirm_rounds=confirm["rounds"],
+                confirm_speedup_low=confirm["speedup_low"],
+                confirm_speedup_high=confirm["speedup_high"],
+            )
     write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
     tracker.tag_search({"ended": ended})
 
     def close() -> None:  # the plots (where matplotlib is installed), then the parent run closed with them
-        plot_files = plots.write_all(result, opened.storage_url, state["optuna_study"]) \
-            if ok and installed("matplotlib") else []
-        tracker.finish(summary, [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml",
-                                 run_dir / "search.json"], status="FAILED" if stopped else "FINISHED", plots=plot_files)
+        plot_files = (
+            plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok and installed("matplotlib") else []
+        )
+        tracker.finish(
+            summary,
+            [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
+            status="FAILED" if stopped else "FINISHED",
+            plots=plot_files,
+        )
 
     if closing is None:
         close()

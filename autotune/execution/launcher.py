@@ -78,7 +78,9 @@ class _Lines:
     def read(self, timeout: float | None) -> dict | None:
         deadline = None if timeout is None else time.monotonic() + timeout
         while b"\n" not in self.buf:
-            ready, _, _ = select.select([self.fd], [], [], None if deadline is None else max(0.0, deadline - time.monotonic()))
+            ready, _, _ = select.select(
+                [self.fd], [], [], None if deadline is None else max(0.0, deadline - time.monotonic())
+            )
             if not ready:
                 return None
             chunk = os.read(self.fd, 65536)
@@ -101,8 +103,11 @@ class _Stream:
     def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
         """Fork a trial with exactly `env`; wait for it, killing its process
         group at the timeout. Returns its exit code (negative: killed by that signal)."""
-        self.send((json.dumps({"dir": str(trial_dir), "env": env, "argv": ["config.json", "-o", "result.json"]})
-                   + "\n").encode())
+        self.send(
+            (
+                json.dumps({"dir": str(trial_dir), "env": env, "argv": ["config.json", "-o", "result.json"]}) + "\n"
+            ).encode()
+        )
         answer = self.lines.read(timeout=self.first_answer_s)
         if answer is None:
             raise RuntimeError("the fork server did not answer")
@@ -122,8 +127,13 @@ class ForkServer(_Stream):
     """A running `python -m autotune.forkserver`, started with a search's env, on its pipes."""
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
-        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.execution.forkserver", *preload], env=env,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.execution.forkserver", *preload],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
         self.lines = _Lines(self.proc.stdout.fileno())
         ready = self.lines.read(timeout=120)
         if not ready or "ready" not in ready:
@@ -181,9 +191,13 @@ class SharedForkServer:
     def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
         self.dir = tempfile.mkdtemp(prefix="autotune-fork-")
         self.path = os.path.join(self.dir, "socket")
-        self.proc = subprocess.Popen([sys.executable, "-m", "autotune.execution.forkserver", "--listen", self.path, *preload],
-                                     env=env, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.execution.forkserver", "--listen", self.path, *preload],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 30
         while not os.path.exists(self.path) and self.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.01)  # bound before its imports: Python's own start, ~0.1 s
@@ -217,8 +231,14 @@ def _server(env: dict[str, str], preload: tuple[str, ...], shared: str | None = 
 
 def _spawn(trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
     with open(trial_dir / "trial.log", "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
-                                cwd=trial_dir, stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
+            cwd=trial_dir,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            start_new_session=True,
+        )
         try:
             proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -234,9 +254,16 @@ def program_env(trial_dir: Path) -> dict[str, str]:
     """What a user's program gets in a trial beside AUTOTUNE_TRIAL (README, "Your own
     program as the trial"): its trial dir, and its own tracking and hub traffic
     off or pointed there, so a trial leaves no run, upload or download behind."""
-    return {"AUTOTUNE_TRIAL": str(trial_dir / "config.json"), "AUTOTUNE_TRIAL_DIR": str(trial_dir),
-            "WANDB_MODE": "disabled", "WANDB_DIR": str(trial_dir), "MLFLOW_TRACKING_URI": (trial_dir / "mlruns").as_uri(),
-            "HF_HUB_OFFLINE": "1", "HF_HUB_DISABLE_TELEMETRY": "1", "PYTHONUNBUFFERED": "1"}
+    return {
+        "AUTOTUNE_TRIAL": str(trial_dir / "config.json"),
+        "AUTOTUNE_TRIAL_DIR": str(trial_dir),
+        "WANDB_MODE": "disabled",
+        "WANDB_DIR": str(trial_dir),
+        "MLFLOW_TRACKING_URI": (trial_dir / "mlruns").as_uri(),
+        "HF_HUB_OFFLINE": "1",
+        "HF_HUB_DISABLE_TELEMETRY": "1",
+        "PYTHONUNBUFFERED": "1",
+    }
 
 
 def program_command(command: list[str]) -> list[str]:
@@ -245,12 +272,15 @@ def program_command(command: list[str]) -> list[str]:
     return [sys.executable, *command[1:]] if command[0] in ("python", "python3") else list(command)
 
 
-NO_STEP = ("add `cfg = autotune.config()` and `for batch in cfg.steps(loader):` around its loop (or `cfg.step("
-           "samples=n, loss=loss)` at the end of each optimizer step)")
+NO_STEP = (
+    "add `cfg = autotune.config()` and `for batch in cfg.steps(loader):` around its loop (or `cfg.step("
+    "samples=n, loss=loss)` at the end of each optimizer step)"
+)
 
 
-def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
-             workload: dict[str, Any]) -> tuple[int | None, dict[str, Any] | None]:
+def _program(
+    trial_dir: Path, env: dict[str, str], timeout_s: float, workload: dict[str, Any]
+) -> tuple[int | None, dict[str, Any] | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
     step (what to add, in one line); otherwise its measured loop wrote result.json
@@ -264,13 +294,22 @@ def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
     # zero-code instrumentation first on its path (autotune.integrations.instrument)
     with open(trial_dir / "trial.log", "w") as log:
         try:
-            proc = subprocess.Popen(command, cwd=workload.get("dir") or trial_dir, stdout=log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL, env=env,
-                                    start_new_session=True)
+            proc = subprocess.Popen(
+                command,
+                cwd=workload.get("dir") or trial_dir,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                start_new_session=True,
+            )
         except OSError as e:
-            return None, {"status": "error", "error_type": "CommandNotFound",
-                          "error": f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
-                                   "runs your training program, e.g. `python train.py`"}
+            return None, {
+                "status": "error",
+                "error_type": "CommandNotFound",
+                "error": f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
+                "runs your training program, e.g. `python train.py`",
+            }
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -289,10 +328,16 @@ def _program(trial_dir: Path, env: dict[str, str], timeout_s: float,
     if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
         return proc.returncode, None  # its own result, or it ended after its first step: classified as any trial
     tail = (trial_dir / "trial.log").read_text(errors="replace")[-1500:].strip().splitlines()
-    how = (f"ran past timeout_s={timeout_s:g}" if timed_out else
-           f"exited with code {proc.returncode}" + (f" ({tail[-1][:200]})" if proc.returncode and tail else ""))
-    return proc.returncode, {"status": "error", "error_type": "NoStep", "error": (
-        f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}")}
+    how = (
+        f"ran past timeout_s={timeout_s:g}"
+        if timed_out
+        else f"exited with code {proc.returncode}" + (f" ({tail[-1][:200]})" if proc.returncode and tail else "")
+    )
+    return proc.returncode, {
+        "status": "error",
+        "error_type": "NoStep",
+        "error": (f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}"),
+    }
 
 
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
@@ -304,9 +349,16 @@ def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
     return (ref.partition(":")[0],) if ":" in ref else ()
 
 
-def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpath: str | None = None,
-                   thread_env: dict[str, str | None] | None = None, launcher: str | None = None,
-                   env: dict[str, str] | None = None, shared: str | None = None) -> dict[str, Any]:
+def run_in_process(
+    config: dict[str, Any],
+    trial_dir,
+    timeout_s: float,
+    pythonpath: str | None = None,
+    thread_env: dict[str, str | None] | None = None,
+    launcher: str | None = None,
+    env: dict[str, str] | None = None,
+    shared: str | None = None,
+) -> dict[str, Any]:
     """Run one trial in a fresh process (see the module doc); the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
     start-up included) and `launcher`. `env`: this trial's own variables (a
@@ -322,8 +374,12 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     out = trial_dir / "result.json"
     own = env or {}
     base = trial_env(pythonpath, thread_env)  # the search's (a fork server's); then this trial's own
-    env = {**base, "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
-           "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"), **own}
+    env = {
+        **base,
+        "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
+        "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"),
+        **own,
+    }
     started = time.perf_counter()
     program, failed = bool((config.get("workload") or {}).get("command")), None
     try:
@@ -350,23 +406,30 @@ def run_in_process(config: dict[str, Any], trial_dir, timeout_s: float, pythonpa
     if failed:
         result = failed
     elif code == -signal.SIGKILL and not out.exists():
-        result = {"status": "timeout", "error_type": "Timeout",
-                  "error": f"trial ran past timeout_s={timeout_s:g} and was killed"}
+        result = {
+            "status": "timeout",
+            "error_type": "Timeout",
+            "error": f"trial ran past timeout_s={timeout_s:g} and was killed",
+        }
         with open(trial_dir / "trial.log", "a") as log:  # after its stacks: where it was
             print(f"autotune: the {result['error']}", file=log)
     elif out.exists():
         result = json.loads(out.read_text())
     else:
         tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
-        result = {"status": "error", "error_type": "TrialProcessDied",
-                  "error": f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}"}
+        result = {
+            "status": "error",
+            "error_type": "TrialProcessDied",
+            "error": f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}",
+        }
     result["trial_wall_s"] = wall
     result["launcher"] = launcher
     return result
 
 
-def start_shared(workload: dict[str, Any], pythonpath: str | None,
-                 thread_env: dict[str, str | None] | None) -> SharedForkServer | None:
+def start_shared(
+    workload: dict[str, Any], pythonpath: str | None, thread_env: dict[str, str | None] | None
+) -> SharedForkServer | None:
     """The shared fork server of a local search, already importing (None where
     AUTOTUNE_LAUNCHER=spawn asks for trials from scratch)."""
     if os.environ.get("AUTOTUNE_LAUNCHER", "fork") != "fork":

@@ -34,8 +34,18 @@ class LocalBackend:
     def trial_settings(self) -> dict:
         return {}
 
-    def run_trials(self, proposer: Proposer, recorder, stop: Stopper, interrupted: Flag, settings: dict,
-                   resources, remaining: int, spec: Spec, cuda: bool) -> None:
+    def run_trials(
+        self,
+        proposer: Proposer,
+        recorder,
+        stop: Stopper,
+        interrupted: Flag,
+        settings: dict,
+        resources,
+        remaining: int,
+        spec: Spec,
+        cuda: bool,
+    ) -> None:
         """Trials until a stopper says stop (the trial count and the budget among them); Ctrl-C ends the running
         trial and sets `interrupted`."""
         try:
@@ -70,4 +80,3 @@ class LocalBackend:
 
     def close(self, started: bool) -> None:
         pass
-

@@ -40,8 +40,10 @@ def device_lock(device_type: str, run_dir: Path, on_wait: Callable[[str], None] 
             except json.JSONDecodeError:
                 who = "unknown"
             if on_wait:
-                on_wait(f"another autotune search is measuring on this {device_type} ({who}); waiting for it to "
-                        "finish, so neither times its trials while the other runs (Ctrl-C to stop)")
+                on_wait(
+                    f"another autotune search is measuring on this {device_type} ({who}); waiting for it to "
+                    "finish, so neither times its trials while the other runs (Ctrl-C to stop)"
+                )
             t = time.monotonic()
             fcntl.flock(f, fcntl.LOCK_EX)
             waited = time.monotonic() - t

@@ -18,8 +18,9 @@ class Proposer:
     Optuna trial in the run dir's storage; None once nothing is left, which sets `exhausted`), `complete(key,
     carried)` tells the strategy how it went (`records.transport`'s form). The study holds all state."""
 
-    def __init__(self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool],
-                 exhausted: Flag):
+    def __init__(
+        self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool], exhausted: Flag
+    ):
         self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
         self.exhausted = exhausted
         self.live: dict = {}  # the backend's key -> the Optuna trial
@@ -30,9 +31,15 @@ class Proposer:
             self.exhausted.set = True  # every point measured, or known infeasible / over the budget
             return None
         self.live[key] = proposal.trial
-        return {**self.fixed, **proposal.params, "trial_number": proposal.trial.number, "source": proposal.source,
-                "prune_below": self.strategy.prune_below(self.prune_margin),
-                **self.strategy.incumbent_bar(proposal.params), "predicted": proposal.predicted}
+        return {
+            **self.fixed,
+            **proposal.params,
+            "trial_number": proposal.trial.number,
+            "source": proposal.source,
+            "prune_below": self.strategy.prune_below(self.prune_margin),
+            **self.strategy.incumbent_bar(proposal.params),
+            "predicted": proposal.predicted,
+        }
 
     def complete(self, key, carried: dict | None, error: bool = False) -> None:
         if key not in self.live:
@@ -40,7 +47,9 @@ class Proposer:
         trial = self.live.pop(key)
         result = received(carried)  # the runner's result (records.transport)
         self.strategy.tell(
-            trial, "error" if error else result.status, result.metric(METRIC),
+            trial,
+            "error" if error else result.status,
+            result.metric(METRIC),
             safe=result.parity is None or bool(result.parity.get("passed")),
             error=f"{result.error_type}: {result.error}" if result.error else None,
             diagnosis=result.diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck

@@ -31,15 +31,25 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
     """Run the program once at its own settings (see the module doc)."""
     wl = spec.workload.model_dump(mode="json")
     wl["dir"] = wl.get("dir") or os.getcwd()
-    config = {"workload": {k: v for k, v in wl.items() if v is not None}, "knobs": {}, "warmup_steps": 1,
-              "measure_steps": 2, "min_window_s": 0.0, "max_window_s": 5.0, "profile_steps": 0, "diagnose": False}
+    config = {
+        "workload": {k: v for k, v in wl.items() if v is not None},
+        "knobs": {},
+        "warmup_steps": 1,
+        "measure_steps": 2,
+        "min_window_s": 0.0,
+        "max_window_s": 5.0,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
     where = run_dir / PROBE_DIR
     result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env())
     if result.get("status") not in ("ok", "pruned"):
         why = result.get("error") or result.get("status")
         if result.get("error_type") not in ("NoStep", "CommandNotFound"):
-            why = (f"the program failed in its first steps at its own settings ({result.get('error_type')}: {why}); "
-                   f"see {where / 'trial.log'}")
+            why = (
+                f"the program failed in its first steps at its own settings ({result.get('error_type')}: {why}); "
+                f"see {where / 'trial.log'}"
+            )
         raise SpecError(f"workload.command: {why}")
     m = result["metrics"]
     return Program(result.get("used") or [], max(1, round(m["samples_per_s"] / m["steps_per_s"])), result)
@@ -74,11 +84,16 @@ def flag_baseline(spec: Spec) -> dict:
             out[name] = found
             continue
         if not found or text is None:
-            raise SpecError(f"search_space.workload_args.{name}: workload.command does not give `{syntax['flag']}`; "
-                            "write it in the command with your program's current value (the baseline)")
+            raise SpecError(
+                f"search_space.workload_args.{name}: workload.command does not give `{syntax['flag']}`; "
+                "write it in the command with your program's current value (the baseline)"
+            )
         bools = dict(zip(syntax["bool_text"], (True, False)))
-        out[name] = bools[text] if text in bools and all(isinstance(v, bool) for v in knob.values) else next(
-            (v for v in knob.values if str(v) == text), None)
+        out[name] = (
+            bools[text]
+            if text in bools and all(isinstance(v, bool) for v in knob.values)
+            else next((v for v in knob.values if str(v) == text), None)
+        )
         if out[name] is None:
             out[name] = yaml.safe_load(text)
     return out

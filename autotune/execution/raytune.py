@@ -76,8 +76,12 @@ def trainable(config: dict, settings: dict) -> None:
     started = time.time()
     result, packed = run_on_node(config, settings, trial_dir)
     flat = transport(number, trial_dir, result)
-    flat.update(node_ip=ray.util.get_node_ip_address(), gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
-                started_unix=started, ended_unix=time.time())
+    flat.update(
+        node_ip=ray.util.get_node_ip_address(),
+        gpu_ids=",".join(map(str, ray.get_gpu_ids())) or None,
+        started_unix=started,
+        ended_unix=time.time(),
+    )
     if packed:
         flat["files_b64"] = packed
     tune.report(flat)
@@ -112,7 +116,9 @@ def remeasurers(settings: dict, local: bool = False):
 
     def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None):
         request, again = settings["request"], remeasure_settings(settings, parity_only, target_ci)
-        if spreads(settings.get("rank_placement", "pack"), request.ranks):  # the actor holds nothing; the ranks' group does
+        if spreads(
+            settings.get("rank_placement", "pack"), request.ranks
+        ):  # the actor holds nothing; the ranks' group does
             again["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
         key = json.dumps(resources, sort_keys=True)
 
@@ -122,9 +128,16 @@ def remeasurers(settings: dict, local: bool = False):
             if held.get("key") != key:  # started by the first run: none when there is nothing to re-measure
                 if held:
                     ray.kill(held["actor"])
-                held.update(key=key, actor=ray.remote(_Remeasurer).options(
-                    num_cpus=resources.get("CPU", 1), num_gpus=resources.get("GPU", 0),
-                    resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")}).remote())
+                held.update(
+                    key=key,
+                    actor=ray.remote(_Remeasurer)
+                    .options(
+                        num_cpus=resources.get("CPU", 1),
+                        num_gpus=resources.get("GPU", 0),
+                        resources={k: v for k, v in resources.items() if k not in ("CPU", "GPU")},
+                    )
+                    .remote(),
+                )
             result, packed = ray.get(held["actor"].run.remote(knobs, label, again))
             if packed:
                 unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
@@ -242,8 +255,10 @@ def init_ray(address: str | None) -> bool:
     ray.init(address=address, include_dashboard=False, log_to_driver=False, logging_level="ERROR", **node_ip)
     if address is None and not ray.util.get_node_ip_address().startswith("127."):
         shutdown_ray()
-        raise SpecError(f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
-                        "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)")
+        raise SpecError(
+            f"the local Ray came up on {ray.util.get_node_ip_address()}, not 127.0.0.1; refusing to "
+            "run a search reachable from the network (is RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 set?)"
+        )
     return True
 
 
@@ -352,8 +367,18 @@ class RayBackend:
 
         return {"driver_node": ray.get_runtime_context().get_node_id()}
 
-    def run_trials(self, proposer: Proposer, recorder, stop: Stopper, interrupted: Flag, settings: dict,
-                   resources: Callable[[dict], dict], remaining: int, spec: Spec, cuda: bool) -> None:
+    def run_trials(
+        self,
+        proposer: Proposer,
+        recorder,
+        stop: Stopper,
+        interrupted: Flag,
+        settings: dict,
+        resources: Callable[[dict], dict],
+        remaining: int,
+        spec: Spec,
+        cuda: bool,
+    ) -> None:
         # failed trials report no throughput; Optuna records them as FAIL (see Searcher)
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
         # Tune's own per-trial result files would duplicate trials.csv (and the trial
@@ -362,7 +387,8 @@ class RayBackend:
         res = spec.resources
         trainable_ = tune.with_resources(
             tune.with_parameters(trainable, settings=settings),
-            lambda config: placement(resources(config), res.rank_placement, res.ranks_per_trial))
+            lambda config: placement(resources(config), res.rank_placement, res.ranks_per_trial),
+        )
         tuner = tune.Tuner(
             trainable_,
             tune_config=tune.TuneConfig(
@@ -378,8 +404,12 @@ class RayBackend:
                 reuse_actors=True,
             ),
             run_config=tune.RunConfig(
-                name="ray", storage_path=settings["run_dir"], verbose=0, callbacks=[RecordTrials(recorder)],
-                stop=Stop(stop), failure_config=tune.FailureConfig(max_failures=0),
+                name="ray",
+                storage_path=settings["run_dir"],
+                verbose=0,
+                callbacks=[RecordTrials(recorder)],
+                stop=Stop(stop),
+                failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
         if remaining > 0:

@@ -96,15 +96,20 @@ def start() -> subprocess.Popen | None:
     """A reaper watching this process (Linux; elsewhere None)."""
     if not Path("/proc/self/stat").exists():
         return None
-    return subprocess.Popen([sys.executable, "-m", "autotune.execution.reaper", str(os.getpid())], stdin=subprocess.PIPE,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "autotune.execution.reaper", str(os.getpid())],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
 
 
 def stop(proc: subprocess.Popen | None) -> None:
     """A normal end: the reaper leaves, touching nothing."""
     if proc is not None:
         with contextlib.suppress(subprocess.TimeoutExpired):  # writes, closes stdin (a reaper gone already: no
-            proc.communicate(NORMAL_END, timeout=5)           # error), then waits for it
+            proc.communicate(NORMAL_END, timeout=5)  # error), then waits for it
 
 
 if __name__ == "__main__":

@@ -66,9 +66,11 @@ def problem(rank_placement: str, device) -> str | None:
     kind = "GPU" if device.type == "cuda" else "CPU"
     nodes = sum(1 for n in ray.nodes() if n["Alive"] and n["Resources"].get(kind, 0) > 0)
     if nodes < ranks:
-        return (f"resources.rank_placement: spread puts one rank per node, and the Ray cluster has {nodes} node"
-                f"{'s' * (nodes != 1)} with a {kind} for {ranks} ranks; lower resources.ranks_per_trial to {nodes}, "
-                "run on a cluster with more nodes (resources.ray_address), or use rank_placement: pack")
+        return (
+            f"resources.rank_placement: spread puts one rank per node, and the Ray cluster has {nodes} node"
+            f"{'s' * (nodes != 1)} with a {kind} for {ranks} ranks; lower resources.ranks_per_trial to {nodes}, "
+            "run on a cluster with more nodes (resources.ray_address), or use rank_placement: pack"
+        )
     return None
 
 
@@ -81,8 +83,15 @@ def one_node(device, rank_placement: str):
 
 def node_env(r: int, ranks: int, addr: str, port: int) -> dict[str, str]:
     """What torchrun sets for rank `r` of `ranks`, one rank per node."""
-    return {"RANK": str(r), "LOCAL_RANK": "0", "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": "1",
-            "GROUP_RANK": str(r), "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+    return {
+        "RANK": str(r),
+        "LOCAL_RANK": "0",
+        "WORLD_SIZE": str(ranks),
+        "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(r),
+        "MASTER_ADDR": addr,
+        "MASTER_PORT": str(port),
+    }
 
 
 def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, str]) -> tuple[dict, str]:
@@ -96,8 +105,9 @@ def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, st
     try:
         if settings.get("workload_pickle"):
             (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
-        result = run_in_process(request, work, settings["timeout_s"], settings["user_path"], settings["thread_env"],
-                                env=env)
+        result = run_in_process(
+            request, work, settings["timeout_s"], settings["user_path"], settings["thread_env"], env=env
+        )
         log = work / "trial.log"
         text = log.read_text(errors="replace") if log.exists() else ""
     finally:
@@ -118,8 +128,12 @@ def run_spread(request: dict, settings: dict, trial_dir: Path) -> dict[str, Any]
     merged = R.merge(list(results.values()))
     for part in merged["ranks"]:  # where each rank ran
         part.update(node_ip=results[part["rank"]].get("node_ip"), node_id=results[part["rank"]].get("node_id"))
-    merged.update(launcher=results[0].get("launcher"), ranks_wall_s=time.perf_counter() - started,
-                  master_addr=addr, trial_wall_s=time.perf_counter() - started)
+    merged.update(
+        launcher=results[0].get("launcher"),
+        ranks_wall_s=time.perf_counter() - started,
+        master_addr=addr,
+        trial_wall_s=time.perf_counter() - started,
+    )
     _write(trial_dir, request, merged, logs)
     return merged
 
@@ -150,8 +164,11 @@ def _master(pg) -> tuple[str, int]:
     if ray.util.placement_group_table(pg)["bundles_to_node_id"][0] == ray.get_runtime_context().get_node_id():
         return ray.util.get_node_ip_address(), R.free_port(ray.util.get_node_ip_address())
     probe = ray.remote(lambda: (ray.util.get_node_ip_address(), R.free_port(ray.util.get_node_ip_address())))
-    return ray.get(probe.options(num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(
-        pg, placement_group_bundle_index=0)).remote())
+    return ray.get(
+        probe.options(
+            num_cpus=0, scheduling_strategy=PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=0)
+        ).remote()
+    )
 
 
 def _start(pg, ranks: int, request: dict, settings: dict, addr: str, port: int, trial_dir: Path) -> dict:
@@ -162,11 +179,16 @@ def _start(pg, ranks: int, request: dict, settings: dict, addr: str, port: int, 
     task = ray.remote(_rank)
     refs = {}
     for r, bundle in enumerate(pg.bundle_specs[:ranks]):
-        options = {"num_cpus": bundle.get("CPU", 0), "num_gpus": bundle.get("GPU", 0), "max_retries": 0,
-                   "resources": {k: v for k, v in bundle.items() if k not in ("CPU", "GPU", "memory")},
-                   "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r)}
-        ref = task.options(**options).remote(r, request, settings, node_env(r, ranks, addr, port),
-                                              (trial_dir.parent.name, trial_dir.name))
+        options = {
+            "num_cpus": bundle.get("CPU", 0),
+            "num_gpus": bundle.get("GPU", 0),
+            "max_retries": 0,
+            "resources": {k: v for k, v in bundle.items() if k not in ("CPU", "GPU", "memory")},
+            "scheduling_strategy": PlacementGroupSchedulingStrategy(pg, placement_group_bundle_index=r),
+        }
+        ref = task.options(**options).remote(
+            r, request, settings, node_env(r, ranks, addr, port), (trial_dir.parent.name, trial_dir.name)
+        )
         refs[ref] = r
     return refs
 
@@ -181,15 +203,21 @@ def _wait(refs: dict) -> tuple[dict[int, dict], dict[int, str]]:
     results, logs, pending = {}, {}, list(refs)
     while pending:
         failed = any(x.get("status") not in ("ok", "pruned") for x in results.values())
-        done, pending = ray.wait(pending, num_returns=len(pending) if failed else 1,
-                                 timeout=STOP_GRACE_S if failed else None)
+        done, pending = ray.wait(
+            pending, num_returns=len(pending) if failed else 1, timeout=STOP_GRACE_S if failed else None
+        )
         for ref in done:
             results[refs[ref]], logs[refs[ref]] = _collect(ref, refs[ref])
         if failed:
             for ref in pending:
                 ray.cancel(ref, force=True)
-                results[refs[ref]] = {"status": "error", "rank": refs[ref], "error_type": "RankStopped",
-                                      "metrics": {}, "error": "stopped: another rank failed"}
+                results[refs[ref]] = {
+                    "status": "error",
+                    "rank": refs[ref],
+                    "error_type": "RankStopped",
+                    "metrics": {},
+                    "error": "stopped: another rank failed",
+                }
             pending = []
     return results, logs
 
@@ -201,8 +229,14 @@ def _collect(ref, r: int) -> tuple[dict, str]:
         return ray.get(ref)
     except ray.exceptions.RayError as e:  # its worker or node died: the cause, before the ranks it broke
         why = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        return {"status": "error", "rank": r, "error_type": type(e).__name__, "metrics": {}, "ended_unix": 0.0,
-                "error": f"its Ray worker or node died: {why}"}, ""
+        return {
+            "status": "error",
+            "rank": r,
+            "error_type": type(e).__name__,
+            "metrics": {},
+            "ended_unix": 0.0,
+            "error": f"its Ray worker or node died: {why}",
+        }, ""
 
 
 def _write(trial_dir: Path, request: dict, merged: dict, logs: dict[int, str]) -> None:

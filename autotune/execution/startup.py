@@ -26,8 +26,10 @@ def fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[
     """Batch sizes larger than the dataset cannot make one batch: refused for the
     baseline, dropped from the space with the reason."""
     if base_batch > samples:
-        raise SpecError(f"baseline: batch_size {base_batch} is larger than the workload's dataset ({samples} samples); "
-                        "use a smaller batch or a larger dataset")
+        raise SpecError(
+            f"baseline: batch_size {base_batch} is larger than the workload's dataset ({samples} samples); "
+            "use a smaller batch or a larger dataset"
+        )
     batches = lists.get("batch_size", [])
     too_big = [f"batch_size={b}: larger than the dataset ({samples} samples)" for b in batches if b > samples]
     if batches:
@@ -44,16 +46,19 @@ def source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) ->
     try:
         if resume or factory is None:
             if not path.exists():
-                raise SpecError(f"workload.pickled: `{spec.workload.pickled}` is a factory given in Python and "
-                                f"`{run_dir}` has no {W.PICKLE_FILE}; pass it: autotune.search(spec, workload=fn)")
+                raise SpecError(
+                    f"workload.pickled: `{spec.workload.pickled}` is a factory given in Python and "
+                    f"`{run_dir}` has no {W.PICKLE_FILE}; pass it: autotune.search(spec, workload=fn)"
+                )
             return W.load_factory(str(path)), path.read_bytes()
         return factory, W.dump_factory(factory)
     except W.WorkloadError as e:
         raise SpecError(str(e)) from e
 
 
-def prepare(spec: Spec, run_dir: Path, local_store: bool, source: W.Source, probe: Callable | None = None
-             ) -> tuple[W.Workload, Path | None, str | None]:
+def prepare(
+    spec: Spec, run_dir: Path, local_store: bool, source: W.Source, probe: Callable | None = None
+) -> tuple[W.Workload, Path | None, str | None]:
     """The user's workload, checked (imports torch and the factory), its
     optimizer's class (`K.optimizer_of`: its first optimizer imports
     torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
@@ -86,19 +91,33 @@ def open_search(spec, run_dir, device, space, state, remembered: dict | None = N
     """The search's MLflow parent run and search.json: new, or reopened to resume."""
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     # without MLflow installed (the local backend on a GPU host), the run dir is the search's only record
-    uri = state["mlflow_uri"] if state else spec.tracking.uri or (tracking.default_uri(run_dir)
-                                                                    if installed("mlflow") else None)
+    uri = (
+        state["mlflow_uri"]
+        if state
+        else spec.tracking.uri or (tracking.default_uri(run_dir) if installed("mlflow") else None)
+    )
     paths = run_paths(run_dir, uri)
-    tracker = tracking.Tracker(str(uri), spec.tracking.experiment, run_dir, spec.name,
-                               parent_run_id=state["mlflow_parent_run_id"] if state else None) \
-        if uri else tracking.NoTracker()
+    tracker = (
+        tracking.Tracker(
+            str(uri),
+            spec.tracking.experiment,
+            run_dir,
+            spec.name,
+            parent_run_id=state["mlflow_parent_run_id"] if state else None,
+        )
+        if uri
+        else tracking.NoTracker()
+    )
     if not state:
         tracker.log_search(
-            params={**{f"baseline.{k}": v for k, v in space.baseline.items()},
-                    **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
-                    "workload": spec.workload.ref, "sampler": spec.search.sampler, "n_trials": spec.search.n_trials},
-            tags={"device": f"{device.type}:{device.name}",
-                  **{f"fixed.{k}": why for k, why in space.fixed.items()}},
+            params={
+                **{f"baseline.{k}": v for k, v in space.baseline.items()},
+                **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
+                "workload": spec.workload.ref,
+                "sampler": spec.search.sampler,
+                "n_trials": spec.search.n_trials,
+            },
+            tags={"device": f"{device.type}:{device.name}", **{f"fixed.{k}": why for k, why in space.fixed.items()}},
         )
     n_trials = trial_cap(space.search, spec.search.n_trials, spec.search.time_budget_s, spec.search.sampler)
     wall_before = 0.0
@@ -106,13 +125,23 @@ def open_search(spec, run_dir, device, space, state, remembered: dict | None = N
         n_trials = state["n_trials"]
         wall_before = state.get("wall_s") or state.get("wall_before_s") or 0.0
         # until this run finishes, the time already spent stays on record (a kill loses nothing)
-        state = {**{k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")},
-                 "wall_before_s": wall_before}
+        state = {
+            **{k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")},
+            "wall_before_s": wall_before,
+        }
         tracker.reopen()
     else:
-        state = {"name": spec.name, "device": dataclasses.asdict(device), "space": dataclasses.asdict(space),
-                 "n_trials": n_trials, "time_budget_s": spec.search.time_budget_s, "mlflow_uri": uri,
-                 "mlflow_experiment": spec.tracking.experiment, "mlflow_parent_run_id": tracker.parent_run_id,
-                 "optuna_study": spec.name, "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                 cache.KEY: remembered}
+        state = {
+            "name": spec.name,
+            "device": dataclasses.asdict(device),
+            "space": dataclasses.asdict(space),
+            "n_trials": n_trials,
+            "time_budget_s": spec.search.time_budget_s,
+            "mlflow_uri": uri,
+            "mlflow_experiment": spec.tracking.experiment,
+            "mlflow_parent_run_id": tracker.parent_run_id,
+            "optuna_study": spec.name,
+            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            cache.KEY: remembered,
+        }
     return Opened(tracker, paths, state, n_trials, storage_url, wall_before)

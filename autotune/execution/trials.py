@@ -20,8 +20,14 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
     request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
 
     def run(request: dict, trial_dir: Path) -> dict:
-        return run_in_process(request, trial_dir, settings["timeout_s"], settings["user_path"], settings["thread_env"],
-                              shared=settings.get("fork_socket"))
+        return run_in_process(
+            request,
+            trial_dir,
+            settings["timeout_s"],
+            settings["user_path"],
+            settings["thread_env"],
+            shared=settings.get("fork_socket"),
+        )
 
     spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
     result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)

@@ -44,8 +44,13 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
     for name, value in knobs.items():
         if value != baseline.get(name):
             knob = K.lookup(name)
-            flag = {"knob": name, "baseline": baseline.get(name), "tuned": value,
-                    "safety": knob.safety, "note": knob.safety_reason}
+            flag = {
+                "knob": name,
+                "baseline": baseline.get(name),
+                "tuned": value,
+                "safety": knob.safety,
+                "note": knob.safety_reason,
+            }
             if name == "compile":
                 flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
             if parity is not None and (name in PARITY_KNOBS or knob.user and knob.numerics):
@@ -62,15 +67,22 @@ def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
     from autotune.trial.request import env_of, with_flags
 
     args, flags = K.workload_args(knobs), spec.search_space.flags()
-    return {"command": with_flags(spec.workload.command, args, flags), "dir": spec.workload.dir,
-            **({"env": env_of(args, flags)} if env_of(args, flags) else {})}
+    return {
+        "command": with_flags(spec.workload.command, args, flags),
+        "dir": spec.workload.dir,
+        **({"env": env_of(args, flags)} if env_of(args, flags) else {}),
+    }
 
 
 def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     best, base = result.best, result.baseline
     data = {
-        "autotune": {"version": __version__, "search": spec.name, "run_dir": str(result.run_dir),
-                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+        "autotune": {
+            "version": __version__,
+            "search": spec.name,
+            "run_dir": str(result.run_dir),
+            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        },
         "workload": {"ref": spec.workload.ref, "args": spec.workload.args, **_program(spec, best.knobs)},
         "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
         "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
@@ -80,8 +92,10 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
             "best_samples_per_s": round(best.throughput, 2),
             # re-measured side by side where it was (autotune.confirm); None: unknown (`confirmed.unknown` says why)
             "speedup_x": None if result.speedup is None else round(result.speedup, 3),
-            "best_trial": best.number, "baseline_trial": base.number,
-            "trials": len(result.records), "trials_ok": sum(1 for r in result.records if r.status == "ok"),
+            "best_trial": best.number,
+            "baseline_trial": base.number,
+            "trials": len(result.records),
+            "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
         "safety": safety_flags(best.knobs, base.knobs, best.parity),
         "fixed": result.space.fixed,
@@ -89,12 +103,20 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     if spec.resources.ranks_per_trial > 1 or spec.resources.blocks:  # what cfg.wrap, torchrun and -f hf need
         data["parallel"] = {"ranks": spec.resources.ranks_per_trial, "blocks": spec.resources.blocks}
     accum = base.knobs["batch_size"] // best.knobs["batch_size"] if spec.safety.keep_effective_batch else 1
-    advice = batch_advice(base.knobs["batch_size"], best.knobs["batch_size"], best.info.get("optimizer"),
-                          bool(best.info.get("has_batchnorm")), accum)
+    advice = batch_advice(
+        base.knobs["batch_size"],
+        best.knobs["batch_size"],
+        best.info.get("optimizer"),
+        bool(best.info.get("has_batchnorm")),
+        accum,
+    )
     if advice:
         data["batch"] = advice
-    rejected = [{"trial": r.number, "samples_per_s": round(r.throughput, 2), "reason": r.parity.get("reason")}
-                for r in result.records if r.throughput and not r.safe and r.throughput > best.throughput]
+    rejected = [
+        {"trial": r.number, "samples_per_s": round(r.throughput, 2), "reason": r.parity.get("reason")}
+        for r in result.records
+        if r.throughput and not r.safe and r.throughput > best.throughput
+    ]
     if rejected:
         data["rejected_faster_but_unsafe"] = rejected
     if result.confirm:
@@ -108,8 +130,10 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         data["tie"] = best.tie
     data["safety_status"] = status(best, base)  # baseline | safe | parity passed | unchecked
     if data["safety_status"] == "unchecked":  # never exported as safe: the search stopped before its late check
-        data["unchecked"] = ("loss parity was not run for this config (the search stopped before checking it): "
-                             "its training numerics are unknown; resume the search to check it before adopting it")
+        data["unchecked"] = (
+            "loss parity was not run for this config (the search stopped before checking it): "
+            "its training numerics are unknown; resume the search to check it before adopting it"
+        )
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
 
@@ -163,8 +187,11 @@ class TunedConfig:
         import torch.distributed as dist
 
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
-        device = torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0))) if self.device_type == "cuda" \
+        device = (
+            torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0)))
+            if self.device_type == "cuda"
             else torch.device("cpu")
+        )
         K.apply_process_flags(self.knobs)
         K.apply_backend_flags(self.knobs)
         return K.wrap(model, self.knobs, device, world, scale_out.parallel(self.data)["blocks"])
@@ -204,7 +231,9 @@ def load_config(path: str | Path) -> TunedConfig:
     device = data.get("device") or {}
     device_type = device.get("type", "cpu")
     if device_type == "cuda" and not torch.cuda.is_available():
-        warnings.warn(f"{path} was tuned on CUDA ({device.get('name')}) but no CUDA device is available here; its numbers do not apply")
+        warnings.warn(
+            f"{path} was tuned on CUDA ({device.get('name')}) but no CUDA device is available here; its numbers do not apply"
+        )
     made_with = str(device.get("torch") or "")
     if made_with and made_with.split(".")[0] != torch.__version__.split(".")[0]:
         warnings.warn(f"{path} was tuned with torch {made_with}; this is torch {torch.__version__}")
@@ -212,6 +241,7 @@ def load_config(path: str | Path) -> TunedConfig:
 
 
 # --- other forms of the same config ----------------------------------------------------
+
 
 def with_online(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any]:
     """best_config.yaml's content with the loader settings an online run ended with (`autotune export
@@ -222,7 +252,9 @@ def with_online(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any
         listed = {f.get("knob") for f in data["safety"] if isinstance(f, dict)}
         data["safety"] = data["safety"] + [
             {"knob": k, "tuned": v, "safety": K.lookup(k).safety, "note": "re-tuned online (autotune.trial.online)"}
-            for k, v in settings.items() if k not in listed]
+            for k, v in settings.items()
+            if k not in listed
+        ]
     return data
 
 
@@ -255,10 +287,15 @@ def render(data: dict[str, Any], fmt: str) -> str:
 
 def _header(data) -> str:
     m = data.get("measured", {})
-    return (f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get('baseline_samples_per_s')} -> "
-            f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
-            + "".join(f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
-                      for f in data.get("safety", []) if f["safety"] != "safe"))
+    return (
+        f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get('baseline_samples_per_s')} -> "
+        f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
+        + "".join(
+            f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
+            for f in data.get("safety", [])
+            if f["safety"] != "safe"
+        )
+    )
 
 
 def _python(data) -> str:
@@ -267,9 +304,16 @@ def _python(data) -> str:
     k = {**K.pytorch_defaults(None), **data["knobs"]}
     device = data.get("device", {}).get("type", "cpu")
     dtype = {"bf16-mixed": "torch.bfloat16", "16-mixed": "torch.float16"}.get(k["precision"])
-    compile_line = ("" if k["compile"] == "none" else
-                    f"    model = torch.compile(model{'' if k['compile'] == 'default' else ', mode=' + repr(k['compile'])})\n")
-    threads = "" if k["num_threads"] is None else f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured\n"
+    compile_line = (
+        ""
+        if k["compile"] == "none"
+        else f"    model = torch.compile(model{'' if k['compile'] == 'default' else ', mode=' + repr(k['compile'])})\n"
+    )
+    threads = (
+        ""
+        if k["num_threads"] is None
+        else f"torch.set_num_threads({k['num_threads']})  # intra-op threads, as measured\n"
+    )
     tf32 = "torch.backends.cudnn.allow_tf32 = True\n" if k["precision"] == "tf32" else ""
     args = data.get("workload_args")
     args_line = f"WORKLOAD_ARGS = {args!r}  # your factory's searched arguments, as tuned\n" if args else ""
@@ -367,13 +411,21 @@ def _not_carried(k: dict, base: dict, how: dict) -> list[str]:
 
 
 HF_HOW = {
-    "set_to_none": lambda v: ("the Trainer zeroes gradients with model.zero_grad(); before Trainer(model=model): "
-                              f"model.zero_grad = functools.partial(torch.nn.Module.zero_grad, model, set_to_none={v})"),
-    "channels_last": lambda v: ("model = model.to(memory_format=torch.channels_last) before Trainer(model=model), and "
-                                "4-D inputs likewise in your data_collator" if v else
-                                "drop your channels_last conversion of the model and inputs"),
-    "num_threads": lambda v: (f"torch.set_num_threads({v}) at the top of your script (intra-op threads, as measured)"
-                              if v is not None else "drop your torch.set_num_threads() (torch's default: every core)"),
+    "set_to_none": lambda v: (
+        "the Trainer zeroes gradients with model.zero_grad(); before Trainer(model=model): "
+        f"model.zero_grad = functools.partial(torch.nn.Module.zero_grad, model, set_to_none={v})"
+    ),
+    "channels_last": lambda v: (
+        "model = model.to(memory_format=torch.channels_last) before Trainer(model=model), and "
+        "4-D inputs likewise in your data_collator"
+        if v
+        else "drop your channels_last conversion of the model and inputs"
+    ),
+    "num_threads": lambda v: (
+        f"torch.set_num_threads({v}) at the top of your script (intra-op threads, as measured)"
+        if v is not None
+        else "drop your torch.set_num_threads() (torch's default: every core)"
+    ),
     "cudnn_benchmark": lambda v: f"torch.backends.cudnn.benchmark = {v} at the top of your script",
 }
 
@@ -383,12 +435,17 @@ def _hf(data) -> str:
     over the user's own keyword arguments; the knobs TrainingArguments cannot
     carry, with how to apply each."""
     k, base = {**K.pytorch_defaults(None), **data["knobs"]}, baseline_knobs(data)
-    tuned = changed(scale_out.hf_kwargs(data), scale_out.hf_kwargs(data, base, accum=1),
-                    pairs=[("bf16", "fp16"), ("torch_compile", "torch_compile_mode")])
-    lines = [_header(data).rstrip("\n"),
-             "# The TrainingArguments that differ from the baseline; merge them over your own (tuned values win):",
-             "#   args = TrainingArguments(**{**your_kwargs, **TUNED})",
-             f"TUNED = {tuned!r}" + ("" if tuned else "  # the baseline's arguments measured best")]
+    tuned = changed(
+        scale_out.hf_kwargs(data),
+        scale_out.hf_kwargs(data, base, accum=1),
+        pairs=[("bf16", "fp16"), ("torch_compile", "torch_compile_mode")],
+    )
+    lines = [
+        _header(data).rstrip("\n"),
+        "# The TrainingArguments that differ from the baseline; merge them over your own (tuned values win):",
+        "#   args = TrainingArguments(**{**your_kwargs, **TUNED})",
+        f"TUNED = {tuned!r}" + ("" if tuned else "  # the baseline's arguments measured best"),
+    ]
     rest = _not_carried(k, base, HF_HOW)
     if data.get("workload_args"):
         rest.append(f"# workload_args={data['workload_args']!r}: your factory's searched arguments, as tuned")
@@ -398,14 +455,25 @@ def _hf(data) -> str:
 
 
 LIGHTNING_HOW = {
-    "channels_last": lambda v: ("in your LightningModule, self.to(memory_format=torch.channels_last), and the same for "
-                                "4-D inputs" if v else "drop your channels_last conversion of the module and inputs"),
-    "compile": lambda v: ("model = torch.compile(model" + ("" if v == "default" else f", mode={v!r}")
-                          + ") before trainer.fit(model)" if v != "none" else "drop your torch.compile(model)"),
-    "fused_optimizer": lambda v: ("in configure_optimizers, return fuse_optimizer(your optimizer), below (or build it "
-                                  "with fused=True)" if v else "build your optimizer without fused=True"),
-    "set_to_none": lambda v: ("Lightning calls optimizer.zero_grad() (set_to_none=True); override "
-                              f"LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none={v})"),
+    "channels_last": lambda v: (
+        "in your LightningModule, self.to(memory_format=torch.channels_last), and the same for 4-D inputs"
+        if v
+        else "drop your channels_last conversion of the module and inputs"
+    ),
+    "compile": lambda v: (
+        "model = torch.compile(model" + ("" if v == "default" else f", mode={v!r}") + ") before trainer.fit(model)"
+        if v != "none"
+        else "drop your torch.compile(model)"
+    ),
+    "fused_optimizer": lambda v: (
+        "in configure_optimizers, return fuse_optimizer(your optimizer), below (or build it with fused=True)"
+        if v
+        else "build your optimizer without fused=True"
+    ),
+    "set_to_none": lambda v: (
+        "Lightning calls optimizer.zero_grad() (set_to_none=True); override "
+        f"LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none={v})"
+    ),
 }
 
 
@@ -416,8 +484,10 @@ def _lightning(data) -> str:
     k, base = {**K.pytorch_defaults(None), **data["knobs"]}, baseline_knobs(data)
 
     def trainer(knobs):
-        return {"precision": "32-true" if knobs["precision"] == "tf32" else knobs["precision"],
-                "benchmark": knobs["cudnn_benchmark"]}
+        return {
+            "precision": "32-true" if knobs["precision"] == "tf32" else knobs["precision"],
+            "benchmark": knobs["cudnn_benchmark"],
+        }
 
     lines = [_header(data).rstrip("\n"), "import torch", ""]
     if k["precision"] == "tf32" and base["precision"] != "tf32":

@@ -21,10 +21,16 @@ PRECISION = {  # knob value -> the TrainingArguments fields that select it (tf32
     "16-mixed": {"fp16": True, "bf16": False},
     "tf32": {"tf32": True, "bf16": False, "fp16": False},
 }
-LOADER = {"num_workers": "dataloader_num_workers", "pin_memory": "dataloader_pin_memory",
-          "persistent_workers": "dataloader_persistent_workers", "prefetch_factor": "dataloader_prefetch_factor",
-          "batch_size": "per_device_train_batch_size", "activation_checkpointing": "activation_checkpointing",
-          "ddp_bucket_cap_mb": "ddp_bucket_cap_mb", "ddp_static_graph": "ddp_static_graph"}
+LOADER = {
+    "num_workers": "dataloader_num_workers",
+    "pin_memory": "dataloader_pin_memory",
+    "persistent_workers": "dataloader_persistent_workers",
+    "prefetch_factor": "dataloader_prefetch_factor",
+    "batch_size": "per_device_train_batch_size",
+    "activation_checkpointing": "activation_checkpointing",
+    "ddp_bucket_cap_mb": "ddp_bucket_cap_mb",
+    "ddp_static_graph": "ddp_static_graph",
+}
 # knobs with no TrainingArguments field, and how a script applies them
 UNREACHABLE = {
     "num_threads": "OMP_NUM_THREADS={v} before the command (`autotune run` sets it as the trials did)",

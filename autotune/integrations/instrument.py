@@ -64,6 +64,7 @@ def reached(cfg, *methods: str) -> None:
 
 # --- the patches, one per module the script imports ------------------------------------------------------
 
+
 def _hf_argparser(module) -> None:
     from autotune.export import hf_args
 

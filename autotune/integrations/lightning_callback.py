@@ -31,8 +31,13 @@ from autotune.trial.loop import batch_samples
 # precision here, channels_last and compile in `AutotuneCallback.setup` (the loaders call cfg.dataloader_kwargs)
 REACHES = ("autocast", "wrap")
 # what a trial sets on the Trainer so the script leaves nothing behind and runs training steps only
-TRIAL_KWARGS = {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-                "limit_val_batches": 0, "num_sanity_val_steps": 0}
+TRIAL_KWARGS = {
+    "logger": False,
+    "enable_checkpointing": False,
+    "enable_progress_bar": False,
+    "limit_val_batches": 0,
+    "num_sanity_val_steps": 0,
+}
 
 
 def trainer_kwargs(kwargs: dict[str, Any], cfg, trial_dir: Path | None) -> dict[str, Any]:
@@ -120,4 +125,3 @@ class AutotuneCallback(Callback):
             self.cfg.step(samples=samples, loss=loss)
         self.waiting = self.cfg.data()
         self.waiting.__enter__()
-

@@ -46,7 +46,11 @@ def empty_store(run_dir: Path) -> Path:
     logging.getLogger("mlflow").setLevel(logging.WARNING)  # no "creating tables" chatter
     path = Path(tempfile.mkdtemp(prefix="autotune-mlflow-")) / "mlflow.db"
     artifacts = (run_dir / "mlartifacts").resolve().as_uri()
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "autotune" / f"mlflow-{mlflow.__version__}.db"
+    cache = (
+        Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+        / "autotune"
+        / f"mlflow-{mlflow.__version__}.db"
+    )
     try:
         shutil.copyfile(cache, path)
         with sqlite3.connect(path) as db:  # MLflow's own "Default" experiment: its artifacts in this run dir too
@@ -90,24 +94,57 @@ def trials_view(parent_run_id: str, knobs) -> dict:
     as columns; in the chart view, every trial, throughput and speedup first
     (MLflow 3.17's ui-state keys, read from its JS bundle). The UI reads it from the
     experiment tag VIEW_TAG + view_key, opened by `trials_url`."""
-    cols = ["metrics.`samples_per_s`", "metrics.`speedup_x`", "tags.`outcome`", "tags.`safety.parity`",
-            *(f"params.`{k}`" for k in knobs), "tags.`safety.flags`"]
+    cols = [
+        "metrics.`samples_per_s`",
+        "metrics.`speedup_x`",
+        "tags.`outcome`",
+        "tags.`safety.parity`",
+        *(f"params.`{k}`" for k in knobs),
+        "tags.`safety.flags`",
+    ]
     section = "autotune-metrics"  # MLflow appends a chart for each other metric after these (sorted by name)
-    charts = [{"uuid": f"autotune-{m}", "type": "BAR", "metricKey": m, "displayName": m, "runsCountToCompare": 100,
-               "metricSectionId": section, "deleted": False, "isGenerated": False} for m in ("samples_per_s", "speedup_x")]
-    return {"searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
-            "orderByKey": "metrics.`samples_per_s`", "orderByAsc": False,
-            "selectedColumns": cols, "columnOrder": ["attributes.`Run Name`", *cols], "runsHiddenMode": "SHOW_ALL",
-            "compareRunCharts": charts, "isAccordionReordered": True,
-            "compareRunSections": [{"uuid": section, "name": "Model metrics", "display": True, "isReordered": True,
-                                    "deleted": False, "isGenerated": True}]}
+    charts = [
+        {
+            "uuid": f"autotune-{m}",
+            "type": "BAR",
+            "metricKey": m,
+            "displayName": m,
+            "runsCountToCompare": 100,
+            "metricSectionId": section,
+            "deleted": False,
+            "isGenerated": False,
+        }
+        for m in ("samples_per_s", "speedup_x")
+    ]
+    return {
+        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        "orderByKey": "metrics.`samples_per_s`",
+        "orderByAsc": False,
+        "selectedColumns": cols,
+        "columnOrder": ["attributes.`Run Name`", *cols],
+        "runsHiddenMode": "SHOW_ALL",
+        "compareRunCharts": charts,
+        "isAccordionReordered": True,
+        "compareRunSections": [
+            {
+                "uuid": section,
+                "name": "Model metrics",
+                "display": True,
+                "isReordered": True,
+                "deleted": False,
+                "isGenerated": True,
+            }
+        ],
+    }
 
 
 def trials_url(base: str, experiment_id: str, parent_run_id: str) -> str:
     """The runs page on `trials_view`, with the sidebar in model-training mode
     (MLflow 3 starts in GenAI mode whatever the experiment's kind)."""
-    return (f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
-            f"?workflowType=machine_learning&viewStateShareKey={view_key(parent_run_id)}")
+    return (
+        f"{base.rstrip('/')}/#/experiments/{experiment_id}/runs"
+        f"?workflowType=machine_learning&viewStateShareKey={view_key(parent_run_id)}"
+    )
 
 
 def share_trials_view(client, experiment_id: str, parent_run_id: str, search_params) -> None:
@@ -131,9 +168,11 @@ def check_uri(uri: str) -> None:
     try:
         urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=5).read()
     except OSError as e:
-        raise SpecError(f"tracking.uri: cannot reach an MLflow server at `{uri}` ({getattr(e, 'reason', e)}); "
-                        "start one (`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out "
-                        "for a local store") from None
+        raise SpecError(
+            f"tracking.uri: cannot reach an MLflow server at `{uri}` ({getattr(e, 'reason', e)}); "
+            "start one (`mlflow server --host 127.0.0.1 --port 5000`) or leave tracking.uri out "
+            "for a local store"
+        ) from None
 
 
 class NoTracker:
@@ -186,7 +225,11 @@ class Tracker:
             run = self.client.create_run(
                 self.experiment_id,
                 run_name=search_name,
-                tags={"autotune.role": "search", "autotune.version": __version__, "autotune.run_dir": str(run_dir.resolve())},
+                tags={
+                    "autotune.role": "search",
+                    "autotune.version": __version__,
+                    "autotune.run_dir": str(run_dir.resolve()),
+                },
             )
             parent_run_id = run.info.run_id
         self.parent_run_id = parent_run_id
@@ -199,14 +242,25 @@ class Tracker:
         """A nested run for one finished trial, spanning the trial's start and
         end; returns its run id. A run left by a driver killed while logging this
         trial is finished, not doubled."""
-        run_id = self._trial_run(record.number) or self.client.create_run(
-            self.experiment_id,
-            run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
-            tags={"mlflow.parentRunId": self.parent_run_id, "autotune.role": "trial", "trial_number": str(record.number)},
-            start_time=_ms(record.info.get("started_unix")),
-        ).info.run_id
-        tags = {"status": record.status, "outcome": OUTCOME.get(record.status, "failed"),
-                "baseline": str(record.is_baseline).lower(), "trial_number": str(record.number)}
+        run_id = (
+            self._trial_run(record.number)
+            or self.client.create_run(
+                self.experiment_id,
+                run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
+                tags={
+                    "mlflow.parentRunId": self.parent_run_id,
+                    "autotune.role": "trial",
+                    "trial_number": str(record.number),
+                },
+                start_time=_ms(record.info.get("started_unix")),
+            ).info.run_id
+        )
+        tags = {
+            "status": record.status,
+            "outcome": OUTCOME.get(record.status, "failed"),
+            "baseline": str(record.is_baseline).lower(),
+            "trial_number": str(record.number),
+        }
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
         if baseline_knobs:  # the safety classes of the knobs this trial changed
@@ -228,15 +282,18 @@ class Tracker:
         self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)
         if record.trial_dir and Path(record.trial_dir).is_dir():
             self.client.log_artifacts(run_id, str(record.trial_dir), artifact_path="trial")
-        self.client.set_terminated(run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"),
-                                   end_time=_ms(record.info.get("ended_unix")))
+        self.client.set_terminated(
+            run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"), end_time=_ms(record.info.get("ended_unix"))
+        )
         return run_id
 
     def _trial_run(self, number: int) -> str | None:
         """The run already created for trial `number` of this search, if any."""
         runs = self.client.search_runs(
-            [self.experiment_id], max_results=1,
-            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}' and tags.trial_number = '{number}'")
+            [self.experiment_id],
+            max_results=1,
+            filter_string=f"tags.`mlflow.parentRunId` = '{self.parent_run_id}' and tags.trial_number = '{number}'",
+        )
         return runs[0].info.run_id if runs else None
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:

@@ -31,8 +31,9 @@ def seeded_loader(workload, knobs: dict[str, Any], steps: int, seed: int = 0):
     import torch
     from torch.utils.data import RandomSampler
 
-    sampler = RandomSampler(workload.dataset, num_samples=steps * knobs["batch_size"],
-                            generator=torch.Generator().manual_seed(seed))
+    sampler = RandomSampler(
+        workload.dataset, num_samples=steps * knobs["batch_size"], generator=torch.Generator().manual_seed(seed)
+    )
     return build_loader(workload.dataset, knobs, sampler=sampler, drop_last=True, collate_fn=workload.collate_fn)
 
 
@@ -58,7 +59,7 @@ def apply_backend_flags(knobs: dict[str, Any]) -> None:
 
 def workload_args(knobs: dict[str, Any]) -> dict[str, Any]:
     """The user knobs among `knobs`, as factory keyword arguments."""
-    return {k[len(USER_PREFIX):]: v for k, v in knobs.items() if k.startswith(USER_PREFIX)}
+    return {k[len(USER_PREFIX) :]: v for k, v in knobs.items() if k.startswith(USER_PREFIX)}
 
 
 def prepare_model(model, knobs: dict[str, Any], device):

@@ -66,8 +66,10 @@ def wrap(model, knobs: dict[str, Any], device, world_size: int = 1, block_names:
     blocks = find_blocks(model, block_names)
     if knobs.get("activation_checkpointing"):
         if not blocks:
-            raise BlockError("activation_checkpointing needs a repeated block (a module class with two or more "
-                             "instances holding parameters); name one in the spec's resources.blocks")
+            raise BlockError(
+                "activation_checkpointing needs a repeated block (a module class with two or more "
+                "instances holding parameters); name one in the spec's resources.blocks"
+            )
         checkpoint_blocks(blocks)
     device = torch.device(device)
     model = prepare_model(model, knobs, device)
@@ -77,8 +79,10 @@ def wrap(model, knobs: dict[str, Any], device, world_size: int = 1, block_names:
         from torch.distributed.fsdp import fully_shard
 
         if not blocks:
-            raise BlockError("sharding=fsdp shards per repeated block and this model has none (no module class "
-                             "with two or more instances holding parameters); name one in resources.blocks, or use ddp")
+            raise BlockError(
+                "sharding=fsdp shards per repeated block and this model has none (no module class "
+                "with two or more instances holding parameters); name one in resources.blocks, or use ddp"
+            )
         reshard = knobs.get("fsdp_reshard_after_forward", True)
         for block in blocks:
             fully_shard(block, reshard_after_forward=reshard)
@@ -87,10 +91,12 @@ def wrap(model, knobs: dict[str, Any], device, world_size: int = 1, block_names:
     from torch.nn.parallel import DistributedDataParallel
 
     return DistributedDataParallel(
-        model, device_ids=[device.index] if device.type == "cuda" else None,
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
         bucket_cap_mb=knobs.get("ddp_bucket_cap_mb", 25),
         gradient_as_bucket_view=knobs.get("ddp_gradient_as_bucket_view", False),
-        static_graph=knobs.get("ddp_static_graph", False))
+        static_graph=knobs.get("ddp_static_graph", False),
+    )
 
 
 def no_sync(model, skip: bool):
@@ -103,6 +109,7 @@ def no_sync(model, skip: bool):
     if hasattr(model, "no_sync"):
         return model.no_sync()
     if hasattr(model, "set_requires_gradient_sync"):
+
         @contextlib.contextmanager
         def unsynced():
             model.set_requires_gradient_sync(False)

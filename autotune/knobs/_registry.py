@@ -89,7 +89,7 @@ class Knob:
     @property
     def kwarg(self) -> str:
         """The name the knob's stage knows it by (a DataLoader kwarg, a factory argument)."""
-        return self.name[len(USER_PREFIX):] if self.user else self.name
+        return self.name[len(USER_PREFIX) :] if self.user else self.name
 
 
 def _no_cuda(what: str) -> Callable[[Any, Device], str | None]:
@@ -115,8 +115,10 @@ def _needs_workers(value, knobs):
 
 def _grads_in_graphs(value, knobs):
     if value is False and knobs.get("compile") == "reduce-overhead":
-        return ("compile=reduce-overhead keeps the gradients in CUDA graph memory, and zeroing them in place "
-                "touches an output a later replay overwrote (a RuntimeError on an H100, torch 2.11)")
+        return (
+            "compile=reduce-overhead keeps the gradients in CUDA graph memory, and zeroing them in place "
+            "touches an output a later replay overwrote (a RuntimeError on an H100, torch 2.11)"
+        )
     return None
 
 
@@ -162,10 +164,17 @@ def fused_unavailable(optimizer: str, device_type: str) -> str | None:
     except Exception:
         return None
     if "fused" not in inspect.signature(cls.__init__).parameters:
-        have = sorted(n for n, c in vars(torch.optim).items() if isinstance(c, type)
-                      and issubclass(c, torch.optim.Optimizer) and "fused" in inspect.signature(c.__init__).parameters)
-        return (f"the workload's optimizer {qualname} has no fused implementation in torch {torch.__version__} "
-                f"(torch.optim has one for {', '.join(have)})")
+        have = sorted(
+            n
+            for n, c in vars(torch.optim).items()
+            if isinstance(c, type)
+            and issubclass(c, torch.optim.Optimizer)
+            and "fused" in inspect.signature(c.__init__).parameters
+        )
+        return (
+            f"the workload's optimizer {qualname} has no fused implementation in torch {torch.__version__} "
+            f"(torch.optim has one for {', '.join(have)})"
+        )
     if device_type not in _get_fused_kernels_supported_devices():
         return f"torch {torch.__version__} has no fused optimizer kernels for {device_type}"
     return None
@@ -202,75 +211,259 @@ NO_NUMERICS = "no effect on numerics"
 KNOBS: dict[str, Knob] = {
     k.name: k
     for k in (
-        Knob("num_workers", int, 0, "safe", f"{NO_NUMERICS}; each worker costs RAM and shared memory",
-             "DataLoader worker processes", "workers", "loader", minimum=0, ladder=True, host_only=True,
-             bottlenecks=("input",), unavailable=_at_most_cpus),
-        Knob("pin_memory", bool, False, "safe", NO_NUMERICS,
-             "page-locked host batches + non_blocking host-to-device copies", "pin", "loader", host_only=True,
-             bottlenecks=("input",), unavailable=_no_cuda("pinned memory only speeds host-to-GPU copies")),
-        Knob("prefetch_factor", int, None, "safe", f"{NO_NUMERICS}; each batch prefetched costs host memory",
-             "batches each loader worker loads ahead (null: torch's default, 2)", "prefetch", "loader",
-             nullable=True, minimum=1, ladder=True, none_rank=2, host_only=True, bottlenecks=("input",), requires=_needs_workers),
-        Knob("persistent_workers", bool, False, "safe", NO_NUMERICS,
-             "loader workers kept alive between epochs (no restart cost per epoch)", "persist", "loader",
-             host_only=True, bottlenecks=("input",), requires=_needs_workers),
-        Knob("num_threads", int, None, "safe",
-             "reductions may split differently (rounding only); the loader workers share the cores",
-             "intra-op threads of the training process, torch.set_num_threads (null: torch's default)", "threads",
-             "process", nullable=True, minimum=1, ladder=True, none_rank=float("inf"),  # torch's default: every core
-             host_only=True, bottlenecks=("input", "overhead"),
-             unavailable=_at_most_cpus),
-        Knob("batch_size", int, None, "dynamics",
-             "changes optimization; scale the learning rate or accumulate gradients to keep the effective batch",
-             "samples per optimizer step", "batch", "loader", minimum=1, ladder=True,
-             bottlenecks=("overhead", "input")),
-        Knob("precision", str, "32-true", "numerics", "changes rounding; check loss parity (fp16 can overflow)",
-             "autocast dtype / matmul precision", "precision", "step", choices=PRECISIONS, numerics=True,
-             bottlenecks=("compute", "memory"), unavailable=_precision),
-        Knob("channels_last", bool, False, "safe", "different memory layout, rounding-level differences only",
-             "model and 4-D inputs in torch.channels_last", "ch-last", "model", numerics=True,
-             bottlenecks=("compute",)),
-        Knob("cudnn_benchmark", bool, False, "reproducibility",
-             "cuDNN picks algorithms by timing, so runs are not bitwise reproducible",
-             "torch.backends.cudnn.benchmark", "cudnn-bm", "backend", numerics=True, bottlenecks=("compute",),
-             unavailable=_no_cuda("cuDNN runs only on CUDA devices")),
-        Knob("compile", str, "none", "numerics", "fused kernels round differently; check loss parity",
-             "torch.compile mode", "compile", "model", choices=COMPILE_MODES, numerics=True,
-             bottlenecks=("overhead", "memory"), unavailable=_compile),
-        Knob("set_to_none", bool, True, "safe", "safe unless your code reads .grad after zero_grad",
-             "optimizer.zero_grad(set_to_none=...)", "none-grad", "step", numerics=True, bottlenecks=("overhead",),
-             requires=_grads_in_graphs),
-        Knob("fused_optimizer", bool, False, "numerics",
-             "the update runs as fused kernels, which may round differently; check loss parity",
-             "your optimizer rebuilt with fused=True (torch's SGD, Adam, AdamW, Adagrad)", "fused-opt", "step",
-             numerics=True, bottlenecks=("overhead", "memory"), unavailable=_fused),
+        Knob(
+            "num_workers",
+            int,
+            0,
+            "safe",
+            f"{NO_NUMERICS}; each worker costs RAM and shared memory",
+            "DataLoader worker processes",
+            "workers",
+            "loader",
+            minimum=0,
+            ladder=True,
+            host_only=True,
+            bottlenecks=("input",),
+            unavailable=_at_most_cpus,
+        ),
+        Knob(
+            "pin_memory",
+            bool,
+            False,
+            "safe",
+            NO_NUMERICS,
+            "page-locked host batches + non_blocking host-to-device copies",
+            "pin",
+            "loader",
+            host_only=True,
+            bottlenecks=("input",),
+            unavailable=_no_cuda("pinned memory only speeds host-to-GPU copies"),
+        ),
+        Knob(
+            "prefetch_factor",
+            int,
+            None,
+            "safe",
+            f"{NO_NUMERICS}; each batch prefetched costs host memory",
+            "batches each loader worker loads ahead (null: torch's default, 2)",
+            "prefetch",
+            "loader",
+            nullable=True,
+            minimum=1,
+            ladder=True,
+            none_rank=2,
+            host_only=True,
+            bottlenecks=("input",),
+            requires=_needs_workers,
+        ),
+        Knob(
+            "persistent_workers",
+            bool,
+            False,
+            "safe",
+            NO_NUMERICS,
+            "loader workers kept alive between epochs (no restart cost per epoch)",
+            "persist",
+            "loader",
+            host_only=True,
+            bottlenecks=("input",),
+            requires=_needs_workers,
+        ),
+        Knob(
+            "num_threads",
+            int,
+            None,
+            "safe",
+            "reductions may split differently (rounding only); the loader workers share the cores",
+            "intra-op threads of the training process, torch.set_num_threads (null: torch's default)",
+            "threads",
+            "process",
+            nullable=True,
+            minimum=1,
+            ladder=True,
+            none_rank=float("inf"),  # torch's default: every core
+            host_only=True,
+            bottlenecks=("input", "overhead"),
+            unavailable=_at_most_cpus,
+        ),
+        Knob(
+            "batch_size",
+            int,
+            None,
+            "dynamics",
+            "changes optimization; scale the learning rate or accumulate gradients to keep the effective batch",
+            "samples per optimizer step",
+            "batch",
+            "loader",
+            minimum=1,
+            ladder=True,
+            bottlenecks=("overhead", "input"),
+        ),
+        Knob(
+            "precision",
+            str,
+            "32-true",
+            "numerics",
+            "changes rounding; check loss parity (fp16 can overflow)",
+            "autocast dtype / matmul precision",
+            "precision",
+            "step",
+            choices=PRECISIONS,
+            numerics=True,
+            bottlenecks=("compute", "memory"),
+            unavailable=_precision,
+        ),
+        Knob(
+            "channels_last",
+            bool,
+            False,
+            "safe",
+            "different memory layout, rounding-level differences only",
+            "model and 4-D inputs in torch.channels_last",
+            "ch-last",
+            "model",
+            numerics=True,
+            bottlenecks=("compute",),
+        ),
+        Knob(
+            "cudnn_benchmark",
+            bool,
+            False,
+            "reproducibility",
+            "cuDNN picks algorithms by timing, so runs are not bitwise reproducible",
+            "torch.backends.cudnn.benchmark",
+            "cudnn-bm",
+            "backend",
+            numerics=True,
+            bottlenecks=("compute",),
+            unavailable=_no_cuda("cuDNN runs only on CUDA devices"),
+        ),
+        Knob(
+            "compile",
+            str,
+            "none",
+            "numerics",
+            "fused kernels round differently; check loss parity",
+            "torch.compile mode",
+            "compile",
+            "model",
+            choices=COMPILE_MODES,
+            numerics=True,
+            bottlenecks=("overhead", "memory"),
+            unavailable=_compile,
+        ),
+        Knob(
+            "set_to_none",
+            bool,
+            True,
+            "safe",
+            "safe unless your code reads .grad after zero_grad",
+            "optimizer.zero_grad(set_to_none=...)",
+            "none-grad",
+            "step",
+            numerics=True,
+            bottlenecks=("overhead",),
+            requires=_grads_in_graphs,
+        ),
+        Knob(
+            "fused_optimizer",
+            bool,
+            False,
+            "numerics",
+            "the update runs as fused kernels, which may round differently; check loss parity",
+            "your optimizer rebuilt with fused=True (torch's SGD, Adam, AdamW, Adagrad)",
+            "fused-opt",
+            "step",
+            numerics=True,
+            bottlenecks=("overhead", "memory"),
+            unavailable=_fused,
+        ),
         # multi-rank (resources.ranks_per_trial > 1): DDP or FSDP2 per repeated block (autotune.knobs._parallel)
-        Knob("ddp_bucket_cap_mb", int, 25, "safe",
-             "gradients are all-reduced in other groups; the averaged gradient is the same up to rounding",
-             "DistributedDataParallel(bucket_cap_mb=...): MiB of gradients per all-reduce", "bucket-mb", "model",
-             minimum=1, bottlenecks=("communication",), across_ranks=True, unavailable=_multi_rank(25), requires=_ddp_only(25)),
-        Knob("ddp_gradient_as_bucket_view", bool, False, "safe",
-             "gradients are views into the all-reduce buckets (saves a copy and its memory); safe unless your "
-             "code replaces .grad tensors", "DistributedDataParallel(gradient_as_bucket_view=...)", "grad-view",
-             "model", bottlenecks=("communication", "memory"), across_ranks=True, unavailable=_multi_rank(False),
-             requires=_ddp_only(False)),
-        Knob("ddp_static_graph", bool, False, "safe",
-             "the same parameters take part in every step; wrong (an error) for a model whose used parameters vary",
-             "DistributedDataParallel(static_graph=...)", "static", "model", bottlenecks=("communication",),
-             across_ranks=True, unavailable=_multi_rank(False), requires=_ddp_only(False)),
-        Knob("sharding", str, "ddp", "numerics",
-             "fsdp shards parameters, gradients and optimizer state per repeated block; reductions round differently",
-             "ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard per repeated block", "sharding", "model",
-             choices=SHARDINGS, numerics=True, bottlenecks=("memory", "capacity", "communication"),
-             across_ranks=True, unavailable=_multi_rank("ddp")),
-        Knob("fsdp_reshard_after_forward", bool, True, "safe",
-             "false keeps the gathered parameters from forward to backward: less communication, more memory",
-             "fully_shard(reshard_after_forward=...)", "reshard", "model", bottlenecks=("communication",),
-             across_ranks=True, unavailable=_multi_rank(True), requires=_fsdp_only),
-        Knob("activation_checkpointing", bool, False, "safe",
-             "activations of each repeated block are recomputed in backward: the same values, more compute, "
-             "less memory; a block with BatchNorm updates its running statistics again in the recompute", "torch.utils.checkpoint around each repeated block", "act-ckpt", "model",
-             bottlenecks=("memory", "capacity")),
+        Knob(
+            "ddp_bucket_cap_mb",
+            int,
+            25,
+            "safe",
+            "gradients are all-reduced in other groups; the averaged gradient is the same up to rounding",
+            "DistributedDataParallel(bucket_cap_mb=...): MiB of gradients per all-reduce",
+            "bucket-mb",
+            "model",
+            minimum=1,
+            bottlenecks=("communication",),
+            across_ranks=True,
+            unavailable=_multi_rank(25),
+            requires=_ddp_only(25),
+        ),
+        Knob(
+            "ddp_gradient_as_bucket_view",
+            bool,
+            False,
+            "safe",
+            "gradients are views into the all-reduce buckets (saves a copy and its memory); safe unless your "
+            "code replaces .grad tensors",
+            "DistributedDataParallel(gradient_as_bucket_view=...)",
+            "grad-view",
+            "model",
+            bottlenecks=("communication", "memory"),
+            across_ranks=True,
+            unavailable=_multi_rank(False),
+            requires=_ddp_only(False),
+        ),
+        Knob(
+            "ddp_static_graph",
+            bool,
+            False,
+            "safe",
+            "the same parameters take part in every step; wrong (an error) for a model whose used parameters vary",
+            "DistributedDataParallel(static_graph=...)",
+            "static",
+            "model",
+            bottlenecks=("communication",),
+            across_ranks=True,
+            unavailable=_multi_rank(False),
+            requires=_ddp_only(False),
+        ),
+        Knob(
+            "sharding",
+            str,
+            "ddp",
+            "numerics",
+            "fsdp shards parameters, gradients and optimizer state per repeated block; reductions round differently",
+            "ddp: DistributedDataParallel; fsdp: FSDP2 fully_shard per repeated block",
+            "sharding",
+            "model",
+            choices=SHARDINGS,
+            numerics=True,
+            bottlenecks=("memory", "capacity", "communication"),
+            across_ranks=True,
+            unavailable=_multi_rank("ddp"),
+        ),
+        Knob(
+            "fsdp_reshard_after_forward",
+            bool,
+            True,
+            "safe",
+            "false keeps the gathered parameters from forward to backward: less communication, more memory",
+            "fully_shard(reshard_after_forward=...)",
+            "reshard",
+            "model",
+            bottlenecks=("communication",),
+            across_ranks=True,
+            unavailable=_multi_rank(True),
+            requires=_fsdp_only,
+        ),
+        Knob(
+            "activation_checkpointing",
+            bool,
+            False,
+            "safe",
+            "activations of each repeated block are recomputed in backward: the same values, more compute, "
+            "less memory; a block with BatchNorm updates its running statistics again in the recompute",
+            "torch.utils.checkpoint around each repeated block",
+            "act-ckpt",
+            "model",
+            bottlenecks=("memory", "capacity"),
+        ),
     )
 }
 
@@ -288,11 +481,27 @@ def ladder_key(name: str) -> Callable[[Any], float]:
 def user_knob(name: str, safety: str = "dynamics", stage: str | None = None) -> Knob:
     """A workload factory argument the spec declares searchable (`search_space.workload_args`).
     It may change training unless declared `safe`; with a `stage` the diagnosis can move it."""
-    bottlenecks = {"loader": ("input",), "model": ("compute", "memory"), "step": ("overhead",),
-                   "process": ("input",), "backend": ("compute",)}.get(stage or "", ())
-    return Knob(USER_PREFIX + name, object, None, safety, f"your workload argument `{name}`, declared {safety}",
-                f"workload argument {name}", name, "workload", nullable=True, user=True,
-                numerics=safety != "safe", bottlenecks=bottlenecks)
+    bottlenecks = {
+        "loader": ("input",),
+        "model": ("compute", "memory"),
+        "step": ("overhead",),
+        "process": ("input",),
+        "backend": ("compute",),
+    }.get(stage or "", ())
+    return Knob(
+        USER_PREFIX + name,
+        object,
+        None,
+        safety,
+        f"your workload argument `{name}`, declared {safety}",
+        f"workload argument {name}",
+        name,
+        "workload",
+        nullable=True,
+        user=True,
+        numerics=safety != "safe",
+        bottlenecks=bottlenecks,
+    )
 
 
 def registry(user: dict[str, dict] | None = None) -> dict[str, Knob]:
@@ -316,7 +525,7 @@ def lookup(name: str) -> Knob:
     if name in USER:
         return USER[name]
     if name.startswith(USER_PREFIX):
-        return user_knob(name[len(USER_PREFIX):])
+        return user_knob(name[len(USER_PREFIX) :])
     raise KeyError(f"unknown knob `{name}`; knobs are: {', '.join(KNOBS)}")
 
 

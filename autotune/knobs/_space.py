@@ -34,9 +34,14 @@ class Space:
         return conflicts({**self.baseline, **params}, registry(self.user))
 
 
-def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Device,
-                  allowed_classes: set[str] | None = None, keep_effective_batch: bool = False,
-                  user: dict[str, dict] | None = None) -> Space:
+def resolve_space(
+    lists: dict[str, list],
+    baseline: dict[str, Any],
+    device: Device,
+    allowed_classes: set[str] | None = None,
+    keep_effective_batch: bool = False,
+    user: dict[str, dict] | None = None,
+) -> Space:
     """Keep the values that apply on `device`; the baseline's value is always in
     the space, so the baseline is a point of the search and ratios compare like
     with like. A baseline value that cannot apply falls back to PyTorch's.
@@ -85,8 +90,12 @@ def resolve_space(lists: dict[str, list], baseline: dict[str, Any], device: Devi
         for v in search[name]:
             why = knob.requires(v, {**base, name: v})
             # runs where some other searched value allows it (e.g. more workers)
-            if why is None or any(knob.requires(v, {**base, other: ov, name: v}) is None
-                                  for other in search if other != name for ov in search[other]):
+            if why is None or any(
+                knob.requires(v, {**base, other: ov, name: v}) is None
+                for other in search
+                if other != name
+                for ov in search[other]
+            ):
                 keep.append(v)
                 if why:
                     dropped.append(f"{name}={v!r} at the baseline: {why}; run only with values that allow it")

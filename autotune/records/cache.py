@@ -47,10 +47,17 @@ def question(spec) -> dict[str, Any] | None:
     if spec.resources.ray_address:
         return None
     data = spec.model_dump(mode="json")
-    return {"workload": data["workload"], "baseline": data["baseline"],
-            "space": {"lists": spec.search_space.lists(), "user": spec.search_space.user()},
-            "trial": data["trial"], "search": data["search"], "safety": data["safety"],
-            "autotune": __version__, "parity_rule": PARITY_RULE, "host": _host()}
+    return {
+        "workload": data["workload"],
+        "baseline": data["baseline"],
+        "space": {"lists": spec.search_space.lists(), "user": spec.search_space.user()},
+        "trial": data["trial"],
+        "search": data["search"],
+        "safety": data["safety"],
+        "autotune": __version__,
+        "parity_rule": PARITY_RULE,
+        "host": _host(),
+    }
 
 
 def machine(spec, workload) -> dict[str, Any] | None:
@@ -61,8 +68,13 @@ def machine(spec, workload) -> dict[str, Any] | None:
     params = param_fingerprint(workload)
     if device is None or params is None:
         return None
-    return {"torch": str(torch.__version__), "device": device, "params": params, "batch_size": workload.batch_size,
-            "samples": len(workload.dataset)}
+    return {
+        "torch": str(torch.__version__),
+        "device": device,
+        "params": params,
+        "batch_size": workload.batch_size,
+        "samples": len(workload.dataset),
+    }
 
 
 def param_fingerprint(workload) -> str | None:
@@ -111,15 +123,18 @@ def _gpu_names() -> list[str]:
 
         pynvml.nvmlInit()
         try:
-            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                     for i in range(pynvml.nvmlDeviceGetCount())]
+            names = [
+                pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
+                for i in range(pynvml.nvmlDeviceGetCount())
+            ]
         finally:
             pynvml.nvmlShutdown()
         return [n.decode() if isinstance(n, bytes) else n for n in names]
     except Exception:  # no nvidia-ml-py, or no NVML: ask nvidia-smi
         try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                                 text=True, timeout=20)
+            out = subprocess.run(
+                ["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True, timeout=20
+            )
             return [line.strip() for line in out.stdout.splitlines() if line.strip()] if out.returncode == 0 else []
         except (OSError, subprocess.SubprocessError):
             return []
@@ -172,7 +187,11 @@ def describe(run_dir: Path, reused: bool) -> str:
     measured = (yaml.safe_load((run_dir / "best_config.yaml").read_text()) or {}).get("measured") or {}
     best = f"best {measured.get('speedup_x', 0):.2f}x over the baseline in {measured.get('trials', '?')} trials"
     if reused:
-        return (f"reusing `{run_dir}`: a finished search of the same workload, space and settings on this device, "
-                f"torch and autotune ({best}); no trial run (--refresh / refresh=True searches again)")
-    return (f"an earlier search asked the same on this device, torch and autotune: `{run_dir}` ({best}); "
-            f"searching again (--reuse / reuse=True returns it without running trials)")
+        return (
+            f"reusing `{run_dir}`: a finished search of the same workload, space and settings on this device, "
+            f"torch and autotune ({best}); no trial run (--refresh / refresh=True searches again)"
+        )
+    return (
+        f"an earlier search asked the same on this device, torch and autotune: `{run_dir}` ({best}); "
+        f"searching again (--reuse / reuse=True returns it without running trials)"
+    )

@@ -24,10 +24,12 @@ def write_all(result, storage_url: str, study_name: str) -> list[Path]:
     out = result.run_dir / "plots"
     out.mkdir(exist_ok=True)
     knobs = list(result.space.search)
-    files = [_per_trial(result, out / "throughput_per_trial.png"),
-             _by_knob(result, knobs, out / "throughput_by_knob.png"),
-             _parallel(result, knobs, out / "parallel_coordinates.png"),
-             _importance(result, storage_url, study_name, out / "knob_importance.png")]
+    files = [
+        _per_trial(result, out / "throughput_per_trial.png"),
+        _by_knob(result, knobs, out / "throughput_by_knob.png"),
+        _parallel(result, knobs, out / "parallel_coordinates.png"),
+        _importance(result, storage_url, study_name, out / "knob_importance.png"),
+    ]
     return [f for f in files if f is not None]
 
 
@@ -56,8 +58,14 @@ def per_trial_figure(result):
     fig, ax = plt.subplots(figsize=(8, 4.6))
     ax.scatter([r.number for r in ok], [r.throughput for r in ok], color=TRIAL_COLOR, zorder=3, label="trial")
     if pruned:
-        ax.scatter([r.number for r in pruned], [r.measured for r in pruned], marker="v", color=PRUNED_COLOR,
-                   zorder=3, label=PRUNED_LABEL)
+        ax.scatter(
+            [r.number for r in pruned],
+            [r.measured for r in pruned],
+            marker="v",
+            color=PRUNED_COLOR,
+            zorder=3,
+            label=PRUNED_LABEL,
+        )
     best, xs, ys = 0.0, [], []
     for r in records:
         best = max(best, r.throughput or 0.0)
@@ -68,8 +76,15 @@ def per_trial_figure(result):
         ax.axhline(result.baseline.throughput, color=BASELINE_COLOR, linestyle="--", label="baseline")
     failed = [r for r in records if r.measured is None]
     if failed:
-        ax.scatter([r.number for r in failed], [0] * len(failed), marker="x", color=FAIL_COLOR, zorder=3,
-                   label="failed (oom / error / timeout)", clip_on=False)
+        ax.scatter(
+            [r.number for r in failed],
+            [0] * len(failed),
+            marker="x",
+            color=FAIL_COLOR,
+            zorder=3,
+            label="failed (oom / error / timeout)",
+            clip_on=False,
+        )
     ax.set(xlabel="trial", ylabel="samples/s", title="Throughput per trial", ylim=(0, None))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
@@ -91,14 +106,15 @@ def _by_knob(result, knobs: list[str], path: Path) -> Path | None:
             group = [r for r in ok if r.knobs[knob] == value]
             ys = [r.measured for r in group]
             xs = [i + 0.08 * ((j % 5) - 2) for j in range(len(ys))]  # a little spread, deterministic
-            ax.scatter(xs, ys, c=[PRUNED_COLOR if r.status == "pruned" else TRIAL_COLOR for r in group], alpha=0.7,
-                       marker="o")
+            ax.scatter(
+                xs, ys, c=[PRUNED_COLOR if r.status == "pruned" else TRIAL_COLOR for r in group], alpha=0.7, marker="o"
+            )
             if ys:
                 ax.hlines(sorted(ys)[len(ys) // 2], i - 0.3, i + 0.3, color=BEST_COLOR)
         ax.set_xticks(range(len(values)), [str(v) for v in values])
         ax.set(title=knob, ylabel="samples/s", ylim=(0, None))
         ax.grid(alpha=0.3, axis="y")
-    for ax in list(axes.flat)[len(knobs):]:
+    for ax in list(axes.flat)[len(knobs) :]:
         ax.axis("off")
     fig.suptitle("Throughput by knob value (line: median; purple: pruned, measured over a shortened window)")
     return _done(fig, path)

@@ -33,10 +33,15 @@ class Recorder:
         carried = dict(carried or {})
         knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
         record = record_of(
-            config["trial_number"], knobs, received(carried), carried.get("trial_dir"),
+            config["trial_number"],
+            knobs,
+            received(carried),
+            carried.get("trial_dir"),
             # the baseline is enqueued first; a later trial with its knobs is a repeat
             is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
-            info={k: carried.get(k) for k in LAUNCH_INFO}, ray_error=ray_error)
+            info={k: carried.get(k) for k in LAUNCH_INFO},
+            ray_error=ray_error,
+        )
         base = self.baseline()
         if record.is_baseline:
             base = record
@@ -75,11 +80,11 @@ def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> Non
         result_file = trial_dir_of(run_dir, t.number) / "result.json"
         finished = t.state in (TrialState.COMPLETE, TrialState.FAIL) and not t.user_attrs.get("interrupted")
         if finished and t.number not in recorded and result_file.exists():
-            recorder.add({**fixed, **t.params, "trial_number": t.number},
-                         transport(t.number, result_file.parent, TrialResult.read(result_file)))
+            recorder.add(
+                {**fixed, **t.params, "trial_number": t.number},
+                transport(t.number, result_file.parent, TrialResult.read(result_file)),
+            )
         elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
             if t.state == TrialState.RUNNING:
                 study._storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-
-

@@ -16,10 +16,34 @@ from autotune.trial.result import TrialResult
 
 METRIC = "samples_per_s"
 STATE_FILE = "search.json"
-INFO = ("host", "node_ip", "gpu_ids", "started_unix", "ended_unix", "device_type", "device_name", "torch",
-        "trial_wall_s", "optimizer", "has_batchnorm", "disturbed")
-NOT_METRICS = {"trial", "status", "baseline", "bottleneck", "parity", "parity_reason", "error_type", "error",
-               "mlflow_run_id", "trial_dir", *INFO, *K.KNOBS}
+INFO = (
+    "host",
+    "node_ip",
+    "gpu_ids",
+    "started_unix",
+    "ended_unix",
+    "device_type",
+    "device_name",
+    "torch",
+    "trial_wall_s",
+    "optimizer",
+    "has_batchnorm",
+    "disturbed",
+)
+NOT_METRICS = {
+    "trial",
+    "status",
+    "baseline",
+    "bottleneck",
+    "parity",
+    "parity_reason",
+    "error_type",
+    "error",
+    "mlflow_run_id",
+    "trial_dir",
+    *INFO,
+    *K.KNOBS,
+}
 
 
 @dataclass
@@ -75,12 +99,18 @@ class TrialRecord:
 
     def row(self) -> dict[str, Any]:
         return {
-            "trial": self.number, "status": self.status, "baseline": self.is_baseline,
-            **self.knobs, **self.metrics, **self.info,
+            "trial": self.number,
+            "status": self.status,
+            "baseline": self.is_baseline,
+            **self.knobs,
+            **self.metrics,
+            **self.info,
             "bottleneck": (self.diagnosis or {}).get("bottleneck"),
             "parity": None if self.parity is None else ("passed" if self.parity["passed"] else "failed"),
             "parity_reason": (self.parity or {}).get("reason"),
-            "error_type": self.error_type, "error": self.error, "trial_dir": self.trial_dir,
+            "error_type": self.error_type,
+            "error": self.error,
+            "trial_dir": self.trial_dir,
             "mlflow_run_id": self.mlflow_run_id,
         }
 
@@ -158,8 +188,13 @@ class SearchResult:
 
 def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | str]:
     """What a search leaves in its run dir, by name (one place for the layout)."""
-    paths = {"run_dir": run_dir, "trials_csv": run_dir / "trials.csv", "best_config": run_dir / "best_config.yaml",
-             "optuna_storage": run_dir / "optuna.db", "plots": run_dir / "plots"}
+    paths = {
+        "run_dir": run_dir,
+        "trials_csv": run_dir / "trials.csv",
+        "best_config": run_dir / "best_config.yaml",
+        "optuna_storage": run_dir / "optuna.db",
+        "plots": run_dir / "plots",
+    }
     return {**paths, "mlflow_uri": mlflow_uri} if mlflow_uri else paths
 
 
@@ -171,8 +206,12 @@ def trial_dir_of(run_dir: Path, number: int) -> Path:
 def transport(number: int, trial_dir: Path, result: TrialResult) -> dict:
     """What Ray Tune carries from a trial to the driver: the runner's result as
     JSON text (Tune would flatten nested dicts), with the metric Tune schedules on."""
-    carried = {"trial_number": number, "trial_dir": str(trial_dir), "status": result.status,
-               "result_json": json.dumps(result.to_dict())}
+    carried = {
+        "trial_number": number,
+        "trial_dir": str(trial_dir),
+        "status": result.status,
+        "result_json": json.dumps(result.to_dict()),
+    }
     if result.ok:
         carried[METRIC] = result.metrics[METRIC]
     return carried
@@ -185,22 +224,42 @@ def received(carried: dict | None) -> TrialResult:
     return TrialResult.from_dict(json.loads(text)) if text else TrialResult(status="error")
 
 
-def record_of(number: int, knobs: dict[str, Any], result: TrialResult, trial_dir, is_baseline: bool = False,
-              info: dict | None = None, ray_error: str | None = None) -> TrialRecord:
+def record_of(
+    number: int,
+    knobs: dict[str, Any],
+    result: TrialResult,
+    trial_dir,
+    is_baseline: bool = False,
+    info: dict | None = None,
+    ray_error: str | None = None,
+) -> TrialRecord:
     """The one conversion from the runner's result to a record; `info`: what
     the launcher adds (node, GPU ids, start and end times)."""
     device, wall = result.device, result.trial_wall_s
-    facts = {"host": result.host, "device_type": device and device.type, "device_name": device and device.name,
-             "torch": result.torch, "trial_wall_s": wall if wall is not None else result.trial_s,
-             "optimizer": result.optimizer, "has_batchnorm": result.has_batchnorm,
-             "disturbed": result.disturbed, **(info or {})}
+    facts = {
+        "host": result.host,
+        "device_type": device and device.type,
+        "device_name": device and device.name,
+        "torch": result.torch,
+        "trial_wall_s": wall if wall is not None else result.trial_s,
+        "optimizer": result.optimizer,
+        "has_batchnorm": result.has_batchnorm,
+        "disturbed": result.disturbed,
+        **(info or {}),
+    }
     return TrialRecord(
-        number=number, status=result.status or "error", knobs=knobs,
-        metrics={k: v for k, v in (result.metrics or {}).items() if v is not None}, is_baseline=is_baseline,
+        number=number,
+        status=result.status or "error",
+        knobs=knobs,
+        metrics={k: v for k, v in (result.metrics or {}).items() if v is not None},
+        is_baseline=is_baseline,
         error_type=result.error_type or ("RayTrialError" if ray_error else None),
-        error=result.error or ray_error, trial_dir=str(trial_dir) if trial_dir else None,
+        error=result.error or ray_error,
+        trial_dir=str(trial_dir) if trial_dir else None,
         info={k: v for k, v in facts.items() if k in INFO and v is not None},
-        diagnosis=result.diagnosis, parity=result.parity)
+        diagnosis=result.diagnosis,
+        parity=result.parity,
+    )
 
 
 def add_speedup(record: TrialRecord, baseline: TrialRecord | None) -> None:
@@ -244,8 +303,11 @@ def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, in
     two together side by side, and channels_last as one exported bf16 alone,
     0.89x of bf16 + channels_last (5 pairs, 0.87-0.95)."""
     changed = [K.lookup(k) for k, v in knobs.items() if v != baseline_knobs.get(k)]
-    return (max((SAFETY_RANK[k.safety] for k in changed), default=0),
-            sum(k.safety != "safe" for k in changed), bool(changed))
+    return (
+        max((SAFETY_RANK[k.safety] for k in changed), default=0),
+        sum(k.safety != "safe" for k in changed),
+        bool(changed),
+    )
 
 
 def _ci(record: TrialRecord) -> float:
@@ -294,20 +356,30 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     tied = [r for r in ok if _overlap(r, fastest)]
     best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.throughput))
     kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
-    faster = max([r for r in [fastest, *kept] if r.throughput > best.throughput], key=lambda r: r.throughput,
-                 default=None)
+    faster = max(
+        [r for r in [fastest, *kept] if r.throughput > best.throughput], key=lambda r: r.throughput, default=None
+    )
     if faster is not None:
-        how = ("its window tied with a safer incumbent, within the spread between processes" if faster in kept
-               else "inside the measured uncertainty (95% CIs overlap)")
+        how = (
+            "its window tied with a safer incumbent, within the spread between processes"
+            if faster in kept
+            else "inside the measured uncertainty (95% CIs overlap)"
+        )
         best.tie = {
-            "faster_trial": faster.number, "faster_samples_per_s": round(faster.throughput, 2),
-            "faster_ci95": round(_ci(faster), 4), "faster_risk": _risk_name(faster, base.knobs),
-            "chosen_trial": best.number, "chosen_samples_per_s": round(best.throughput, 2),
-            "chosen_ci95": round(_ci(best), 4), "chosen_risk": _risk_name(best, base.knobs),
-            "note": (f"trial #{faster.number} ({faster.throughput:.1f} samples/s +-{_ci(faster):.1%}) is "
-                     f"{faster.throughput / best.throughput - 1:.1%} faster than #{best.number} "
-                     f"({best.throughput:.1f} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
-                     f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"),
+            "faster_trial": faster.number,
+            "faster_samples_per_s": round(faster.throughput, 2),
+            "faster_ci95": round(_ci(faster), 4),
+            "faster_risk": _risk_name(faster, base.knobs),
+            "chosen_trial": best.number,
+            "chosen_samples_per_s": round(best.throughput, 2),
+            "chosen_ci95": round(_ci(best), 4),
+            "chosen_risk": _risk_name(best, base.knobs),
+            "note": (
+                f"trial #{faster.number} ({faster.throughput:.1f} samples/s +-{_ci(faster):.1%}) is "
+                f"{faster.throughput / best.throughput - 1:.1%} faster than #{best.number} "
+                f"({best.throughput:.1f} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
+                f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"
+            ),
         }
     return best
 
@@ -361,24 +433,54 @@ def read_run(run_dir: Path) -> SearchResult:
         trial_dir = row.get("trial_dir")
         result_file = Path(trial_dir) / "result.json" if trial_dir else None
         trial_result = TrialResult.read(result_file) if result_file and result_file.exists() else TrialResult("error")
-        records.append(TrialRecord(
-            number=int(row["trial"]), status=row["status"], is_baseline=bool(row["baseline"]),
-            knobs={k: K.from_cell(k, row.get(k)) if k in K.KNOBS else row.get(k) for k in space.baseline},
-            metrics={k: v for k, v in row.items() if k not in NOT_METRICS and not k.startswith(K.USER_PREFIX)
-                     and isinstance(v, (int, float)) and v is not None},
-            error_type=row.get("error_type"), error=row.get("error"), trial_dir=trial_dir,
-            info={k: row[k] for k in INFO if row.get(k) is not None}, mlflow_run_id=row.get("mlflow_run_id"),
-            diagnosis=trial_result.diagnosis, parity=trial_result.parity,
-        ))
+        records.append(
+            TrialRecord(
+                number=int(row["trial"]),
+                status=row["status"],
+                is_baseline=bool(row["baseline"]),
+                knobs={k: K.from_cell(k, row.get(k)) if k in K.KNOBS else row.get(k) for k in space.baseline},
+                metrics={
+                    k: v
+                    for k, v in row.items()
+                    if k not in NOT_METRICS
+                    and not k.startswith(K.USER_PREFIX)
+                    and isinstance(v, (int, float))
+                    and v is not None
+                },
+                error_type=row.get("error_type"),
+                error=row.get("error"),
+                trial_dir=trial_dir,
+                info={k: row[k] for k in INFO if row.get(k) is not None},
+                mlflow_run_id=row.get("mlflow_run_id"),
+                diagnosis=trial_result.diagnosis,
+                parity=trial_result.parity,
+            )
+        )
     baseline = next((r for r in records if r.is_baseline), None)
     best = pick_best(records)
     named = (state.get("confirm") or {}).get("best_trial")  # a rejected best handed over to the next candidate
     if best is not None and named is not None and named != best.number:
         best = next((r for r in records if r.number == named and r.throughput and r.safe), best)
-    device = K.Device(**{**state["device"], "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None})
+    device = K.Device(
+        **{
+            **state["device"],
+            "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None,
+        }
+    )
     paths = run_paths(run_dir, state["mlflow_uri"])
-    result = SearchResult(run_dir, space, device, records, baseline, best, state.get("wall_s") or 0.0, paths,
-                          state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
-                          state.get("ended"), state.get("confirm"), skipped=state.get("skipped_predicted") or [])
+    result = SearchResult(
+        run_dir,
+        space,
+        device,
+        records,
+        baseline,
+        best,
+        state.get("wall_s") or 0.0,
+        paths,
+        state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
+        state.get("ended"),
+        state.get("confirm"),
+        skipped=state.get("skipped_predicted") or [],
+    )
     settle(result)
     return result

@@ -35,12 +35,26 @@ def one_rank(request: dict[str, Any], rank_threads: int | None) -> dict[str, Any
     knobs = {**request["knobs"], **{k: KNOBS[k].pytorch_default for k in ACROSS_RANKS if k in request["knobs"]}}
     if rank_threads and knobs.get("num_threads") is None:
         knobs["num_threads"] = rank_threads
-    return {**request, "knobs": knobs, "ranks": 1, "profile_steps": 0, "trace_path": None, "diagnose": False,
-            "parity": None, "prune_below": None, "incumbent_above": None}
+    return {
+        **request,
+        "knobs": knobs,
+        "ranks": 1,
+        "profile_steps": 0,
+        "trace_path": None,
+        "diagnose": False,
+        "parity": None,
+        "prune_below": None,
+        "incumbent_above": None,
+    }
 
 
-def with_reference(result: dict[str, Any], request: dict[str, Any], run: Callable[[dict, Path], dict],
-                   trial_dir: Path, rank_threads: int | None = None) -> dict[str, Any]:
+def with_reference(
+    result: dict[str, Any],
+    request: dict[str, Any],
+    run: Callable[[dict, Path], dict],
+    trial_dir: Path,
+    rank_threads: int | None = None,
+) -> dict[str, Any]:
     """An N-rank trial's result with the scaling reference measured after it
     (`run(config, dir)` runs one trial there): the reference's rate and status
     in `scaling_reference`, and, when both ran, the metrics REFERENCE and EFFICIENCY."""
@@ -49,8 +63,13 @@ def with_reference(result: dict[str, Any], request: dict[str, Any], run: Callabl
         return result
     ref = run(one_rank(request, rank_threads), Path(trial_dir) / REFERENCE_DIR)
     rate = (ref.get("metrics") or {}).get("samples_per_s")
-    result["scaling_reference"] = {"status": ref.get("status"), "samples_per_s": rate, "knobs": ref.get("knobs"),
-                                   "trial_wall_s": ref.get("trial_wall_s"), "error": ref.get("error")}
+    result["scaling_reference"] = {
+        "status": ref.get("status"),
+        "samples_per_s": rate,
+        "knobs": ref.get("knobs"),
+        "trial_wall_s": ref.get("trial_wall_s"),
+        "error": ref.get("error"),
+    }
     if ref.get("status") == "ok" and rate:
         result["metrics"][REFERENCE] = rate
         result["metrics"][EFFICIENCY] = result["metrics"]["samples_per_s"] / (ranks * rate)

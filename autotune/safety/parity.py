@@ -47,9 +47,22 @@ import time
 from typing import Any
 
 from autotune import knobs as K
-from autotune.safety.stepping import (build_run, fall, load_state, loss_moved, multi_errors, overfit, perturb_weights,
-                               rel_error, reset_and_step, run_trajectory, seeded_batches, step_errors, take_step,
-                               update_from)
+from autotune.safety.stepping import (
+    build_run,
+    fall,
+    load_state,
+    loss_moved,
+    multi_errors,
+    overfit,
+    perturb_weights,
+    rel_error,
+    reset_and_step,
+    run_trajectory,
+    seeded_batches,
+    step_errors,
+    take_step,
+    update_from,
+)
 
 # knobs that can change the loss a step computes (the rest only move data around)
 PARITY_KNOBS = tuple(n for n, k in K.KNOBS.items() if k.numerics)  # the registry: can change the loss
@@ -108,8 +121,13 @@ def rtol(baseline: dict[str, Any], candidate: dict[str, Any], device_type: str) 
 
 def device_levels(baseline: dict[str, Any], device: K.Device) -> list[float]:
     """The noise levels against `baseline` of every precision that applies on `device`."""
-    return sorted({roundoff(baseline, {"precision": p}, device.type) for p in K.PRECISIONS
-                   if not K.KNOBS["precision"].unavailable(p, device)})
+    return sorted(
+        {
+            roundoff(baseline, {"precision": p}, device.type)
+            for p in K.PRECISIONS
+            if not K.KNOBS["precision"].unavailable(p, device)
+        }
+    )
 
 
 # --- the baseline's reference, once per search ---------------------------------
@@ -119,8 +137,16 @@ def _points(steps: int, points: int) -> tuple:
     return tuple(sorted({round(i * steps / points) for i in range(points)}))
 
 
-def build_reference(workload, baseline: dict[str, Any], device_type: str, steps: int = 20, seed: int = 0,
-                    levels: list[float] | None = None, points: int = POINTS, batches=None) -> dict[str, Any]:
+def build_reference(
+    workload,
+    baseline: dict[str, Any],
+    device_type: str,
+    steps: int = 20,
+    seed: int = 0,
+    levels: list[float] | None = None,
+    points: int = POINTS,
+    batches=None,
+) -> dict[str, Any]:
     """The baseline's side of parity: its trajectory over `steps` batches and
     its state at the per-step points; the noise reference at each of `levels`
     (`add_levels`: none by default, as `loss_parity` adds what a verdict needs).
@@ -131,17 +157,33 @@ def build_reference(workload, baseline: dict[str, Any], device_type: str, steps:
     run = build_run(workload, base, device_type, seed)
     keep = _points(steps, points)
     end = run_trajectory(run, batches, seed, keep=keep)
-    ref = {"steps": steps, "seed": seed, "points": list(keep), "baseline": base, "losses": end["losses"],
-           "buffers": end["buffers"], "optim": end["optim"], "moved": loss_moved(end, end["losses"][0]),
-           "states": end["states"], "noise": {},
-           "overfit": overfit(run, end["states"][0], batches[0], seed, OVERFIT_STEPS)}
+    ref = {
+        "steps": steps,
+        "seed": seed,
+        "points": list(keep),
+        "baseline": base,
+        "losses": end["losses"],
+        "buffers": end["buffers"],
+        "optim": end["optim"],
+        "moved": loss_moved(end, end["losses"][0]),
+        "states": end["states"],
+        "noise": {},
+        "overfit": overfit(run, end["states"][0], batches[0], seed, OVERFIT_STEPS),
+    }
     add_levels(workload, ref, device_type, levels or [], run, batches)
     ref["build_s"] = time.perf_counter() - started
     return ref
 
 
-def add_levels(workload, ref: dict[str, Any], device_type: str, levels: list[float], run=None, batches=None,
-               parts: tuple[str, ...] = ("step", "multi")) -> float:
+def add_levels(
+    workload,
+    ref: dict[str, Any],
+    device_type: str,
+    levels: list[float],
+    run=None,
+    batches=None,
+    parts: tuple[str, ...] = ("step", "multi"),
+) -> float:
     """The noise reference at each of `levels`, its `parts` that `ref` lacks,
     added to it: "step", per point, NOISE_SEEDS steps from perturbed weights
     against the clean step; "multi", from the initial state, NOISE_SEEDS runs
@@ -159,8 +201,11 @@ def add_levels(workload, ref: dict[str, Any], device_type: str, levels: list[flo
     if run is None:
         run = build_run(workload, ref["baseline"], device_type, seed)
     batches = batches or seeded_batches(workload, ref["baseline"]["batch_size"], ref["steps"], seed)
-    clean = {t: reset_and_step(run, ref["states"][t], batches[t], seed + t) for t in keep} \
-        if any(part == "step" for _, part in todo) else {}
+    clean = (
+        {t: reset_and_step(run, ref["states"][t], batches[t], seed + t) for t in keep}
+        if any(part == "step" for _, part in todo)
+        else {}
+    )
     for level, part in todo:
         noise = ref["noise"].setdefault(repr(level), {})
         if part == "step":
@@ -185,9 +230,19 @@ def _band(values: list, factor: float, floor: float) -> float:
     return max(floor, factor * max(finite)) if finite else floor
 
 
-def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], device: K.Device,
-                steps: int = 20, tolerance: float = 0.05, seed: int = 0,
-                reference: dict[str, Any] | None = None, build=build_run, shard=None, batches=None) -> dict[str, Any]:
+def loss_parity(
+    workload,
+    baseline: dict[str, Any],
+    candidate: dict[str, Any],
+    device: K.Device,
+    steps: int = 20,
+    tolerance: float = 0.05,
+    seed: int = 0,
+    reference: dict[str, Any] | None = None,
+    build=build_run,
+    shard=None,
+    batches=None,
+) -> dict[str, Any]:
     """Parity of `candidate` with `baseline` (module doc): the per-step errors
     against the knob's band, then the multi-step checks; at the baseline's batch
     size, so only numerics differ. `reference`: the baseline's side from
@@ -232,17 +287,27 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
         # (Against the baseline's update, Adam turns rounding noise in gradients that should be
         # zero, e.g. attention key biases, into full-size updates: update_total, reported only.)
         update = rel_error(c["update"], update_from(base_run, reference["states"][t], c["grad"]))
-        per_point.append({"step": t, **step_errors(c, b), "update": update, "finite": c["finite"] and c["grads_finite"],
-                          "backoffs": c["backoffs"]})
+        per_point.append(
+            {
+                "step": t,
+                **step_errors(c, b),
+                "update": update,
+                "finite": c["finite"] and c["grads_finite"],
+                "backoffs": c["backoffs"],
+            }
+        )
     del run
     tol = rtol(baseline, candidate, device.type)
     had = dict(reference["noise"].get(repr(level), {}))
-    needed = (("step",) if any(p[m] > tol for p in per_point for m in ("loss", "grad")) else ()) + \
-        (("multi",) if any(v is not None and v > tolerance for v in (multi[m] for m in MULTI_METRICS)) else ())
+    needed = (("step",) if any(p[m] > tol for p in per_point for m in ("loss", "grad")) else ()) + (
+        ("multi",) if any(v is not None and v > tolerance for v in (multi[m] for m in MULTI_METRICS)) else ()
+    )
     noise_s = add_levels(workload, reference, device.type, [level], base_run, batches, needed)
     del base_run
     noise = reference["noise"].get(repr(level), {})
-    states = {part: "cached" if part in had else "computed" if part in noise else "not needed" for part in ("step", "multi")}
+    states = {
+        part: "cached" if part in had else "computed" if part in noise else "not needed" for part in ("step", "multi")
+    }
 
     # per point: its own band (the noise there; late points of a chaotic run are ill-conditioned,
     # the first is not), and the worst ratio of error to band decides
@@ -266,32 +331,48 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
     for m in MULTI_METRICS:
         if multi[m] is not None:
             noise_m = max(s[m] for s in runs) if runs else None
-            multi_step[m] = {"value": multi[m], "band": _band([noise_m], MULTI_FACTOR, tolerance), "noise": noise_m,
-                             "judged": noise_m is None or noise_m <= tolerance}
+            multi_step[m] = {
+                "value": multi[m],
+                "band": _band([noise_m], MULTI_FACTOR, tolerance),
+                "noise": noise_m,
+                "judged": noise_m is None or noise_m <= tolerance,
+            }
     moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in runs])
-    falls = {"candidate": fall(own_overfit), "baseline": fall(reference["overfit"]), "steps": OVERFIT_STEPS,
-             "min_fall": MIN_FALL, "min_share": MIN_SHARE}
+    falls = {
+        "candidate": fall(own_overfit),
+        "baseline": fall(reference["overfit"]),
+        "steps": OVERFIT_STEPS,
+        "min_fall": MIN_FALL,
+        "min_share": MIN_SHARE,
+    }
     falls["judged"] = falls["baseline"] >= MIN_FALL  # a baseline that cannot overfit one batch cannot tell
     nonfinite = not end["finite"] or not all(p["finite"] for p in per_point)
     out = {
-        "steps": steps, "tolerance": tolerance,
-        "max_rel_dev": multi["loss_dev"] if not nonfinite else math.inf, "mean_rel_dev": multi["mean_loss_dev"],
+        "steps": steps,
+        "tolerance": tolerance,
+        "max_rel_dev": multi["loss_dev"] if not nonfinite else math.inf,
+        "mean_rel_dev": multi["mean_loss_dev"],
         "final_rel_dev": multi["final_loss_dev"],
         "noise_floor": max(s["loss_dev"] for s in runs) if runs else None,  # the noise runs' largest loss deviation
-        "noise": states, "noise_s": noise_s,
-        "nonfinite": nonfinite, "skipped_steps": end["skipped"],
+        "noise": states,
+        "noise_s": noise_s,
+        "nonfinite": nonfinite,
+        "skipped_steps": end["skipped"],
         "per_step": per_step,
         "multi_step": multi_step,
         "moved": {"candidate": multi["moved"], "baseline": moved_ref},  # reported: over fresh batches
-        "overfit": falls, "rule": RULE,
+        "overfit": falls,
+        "rule": RULE,
     }
     if end["scale"] is not None:
         out["initial_scale"], out["final_scale"] = initial_scale, end["scale"]
     reasons, failed = [], []  # failed: which checks caught it
     if nonfinite:
         failed.append("nonfinite")
-        reasons.append("NaN/inf in the loss, gradients or weights"
-                       + (" (fp16 overflow)" if candidate["precision"] == "16-mixed" else ""))
+        reasons.append(
+            "NaN/inf in the loss, gradients or weights"
+            + (" (fp16 overflow)" if candidate["precision"] == "16-mixed" else "")
+        )
     if end["skipped"] > MAX_SKIPPED * steps:
         failed.append("skipped steps")
         reasons.append(f"the GradScaler skipped {end['skipped']} of {steps} steps (fp16 overflow)")
@@ -300,17 +381,23 @@ def loss_parity(workload, baseline: dict[str, Any], candidate: dict[str, Any], d
             e = per_step[m]
             if e["max"] > e["band"]:
                 failed.append(f"per-step {m}")
-                reasons.append(f"per-step {m} error {e['max']:.2e} above its band {e['band']:.2e} at step {e['at']} "
-                               f"(rtol {tol:g}; rounding noise alone: {e['noise']:.2e})")
+                reasons.append(
+                    f"per-step {m} error {e['max']:.2e} above its band {e['band']:.2e} at step {e['at']} "
+                    f"(rtol {tol:g}; rounding noise alone: {e['noise']:.2e})"
+                )
         for m, e in multi_step.items():
             if e["judged"] and e["value"] > e["band"]:
                 failed.append(f"multi-step {m.replace('_dev', '')}")
-                reasons.append(f"{m.replace('_dev', '')} deviates {e['value']:.1%} from the baseline over {steps} steps "
-                               f"(band {e['band']:.1%})")
+                reasons.append(
+                    f"{m.replace('_dev', '')} deviates {e['value']:.1%} from the baseline over {steps} steps "
+                    f"(band {e['band']:.1%})"
+                )
         if falls["judged"] and falls["candidate"] < MIN_SHARE * falls["baseline"]:
             failed.append("does not train")
-            reasons.append(f"does not train: on one fixed batch its loss fell {falls['candidate']:.2%} in "
-                           f"{OVERFIT_STEPS} steps, the baseline's {falls['baseline']:.2%}")
+            reasons.append(
+                f"does not train: on one fixed batch its loss fell {falls['candidate']:.2%} in "
+                f"{OVERFIT_STEPS} steps, the baseline's {falls['baseline']:.2%}"
+            )
     out["passed"] = not reasons
     out["failed"] = failed
     out["reason"] = "; ".join(reasons) or None
@@ -323,12 +410,28 @@ def reference_key(workload_ref: dict, baseline: dict[str, Any], steps: int, seed
     """What a stored reference must match to be reused."""
     import torch
 
-    return {"rule": RULE, "workload": workload_ref, "baseline": dict(baseline), "steps": steps, "seed": seed, "points": POINTS,
-            "noise_seeds": NOISE_SEEDS, "device": [device.type, device.name], "torch": str(torch.__version__)}
+    return {
+        "rule": RULE,
+        "workload": workload_ref,
+        "baseline": dict(baseline),
+        "steps": steps,
+        "seed": seed,
+        "points": POINTS,
+        "noise_seeds": NOISE_SEEDS,
+        "device": [device.type, device.name],
+        "torch": str(torch.__version__),
+    }
 
 
-def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate: dict[str, Any], device: K.Device,
-                 seed: int = 0, **candidate_run) -> dict[str, Any]:
+def trial_parity(
+    workload,
+    workload_ref: dict,
+    parity: dict[str, Any],
+    candidate: dict[str, Any],
+    device: K.Device,
+    seed: int = 0,
+    **candidate_run,
+) -> dict[str, Any]:
     """A trial's parity. `parity`: {"baseline": knobs, "steps", "tolerance",
     "reference": path}. The reference at `path` is reused when it matches; the
     first trial that needs it computes it (the baseline's trajectory) and stores
@@ -355,8 +458,11 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
             reference = None
     same = None if candidate_run else verdict_key(candidate, tolerance)  # several ranks: their own sharding
     if same in verdicts:  # the same numerics knobs were checked in this search: the same computation, not rerun
-        return {**verdicts[same], "reference": "verdict reused (same numerics knobs)",
-                "parity_s": time.perf_counter() - started}
+        return {
+            **verdicts[same],
+            "reference": "verdict reused (same numerics knobs)",
+            "parity_s": time.perf_counter() - started,
+        }
     # the first trial that needs parity stores it (a file of another key stays: compute alone)
     writable = path and os.path.isdir(os.path.dirname(os.path.abspath(path)))
     batches = None  # decoded once where this trial builds the reference and checks against it
@@ -372,8 +478,18 @@ def trial_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate
 
     if paid:  # stored before the check too: a check that raises must not cost the next trial the reference
         store()
-    out = loss_parity(workload, parity["baseline"], candidate, device, steps, tolerance, seed, reference,
-                      batches=batches, **candidate_run)
+    out = loss_parity(
+        workload,
+        parity["baseline"],
+        candidate,
+        device,
+        steps,
+        tolerance,
+        seed,
+        reference,
+        batches=batches,
+        **candidate_run,
+    )
     if writable and reference is not None and (same is not None or out["noise_s"]):  # a verdict, noise added
         verdicts = {**verdicts, same: out} if same is not None else verdicts
         store()
@@ -399,8 +515,11 @@ def parity_summary(parity: dict[str, Any]) -> dict[str, Any]:
     """The numbers behind a parity verdict (best_config.yaml, the report): per
     step, each error at its worst point against the band there; multi-step, each
     deviation against its band."""
-    out = {k: _sig(parity[k]) for k in ("passed", "reason", "steps", "tolerance", "max_rel_dev", "noise_floor",
-                                        "nonfinite", "skipped_steps") if k in parity}
+    out = {
+        k: _sig(parity[k])
+        for k in ("passed", "reason", "steps", "tolerance", "max_rel_dev", "noise_floor", "nonfinite", "skipped_steps")
+        if k in parity
+    }
     if "per_step" in parity:
         ps = parity["per_step"]
         out["per_step"] = {m: {k: _sig(v) for k, v in ps[m].items()} for m in STEP_METRICS}
@@ -419,5 +538,3 @@ def describe(parity: dict[str, Any]) -> str:
     loss = parity["multi_step"]["loss_dev"]
     band = f"band {loss['band']:.1%}" if loss["judged"] else f"chaotic: noise alone {loss['noise']:.1%}, not judged"
     return f"per-step errors: {errs}; over {parity['steps']} steps: loss deviation {loss['value']:.1%} ({band})"
-
-

@@ -52,8 +52,15 @@ def _shard(batches: list, rank: int, world: int) -> list:
     return [K.map_tensors(lambda t: t.chunk(world)[rank], batch) for batch in batches]
 
 
-def rank_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate: dict[str, Any], device: K.Device,
-                seed: int = 0, blocks: list[str] | None = None) -> dict[str, Any]:
+def rank_parity(
+    workload,
+    workload_ref: dict,
+    parity: dict[str, Any],
+    candidate: dict[str, Any],
+    device: K.Device,
+    seed: int = 0,
+    blocks: list[str] | None = None,
+) -> dict[str, Any]:
     """This rank's part of a multi-rank config's loss parity (module doc): the
     result is the same on every rank. The reference (the baseline at the global
     batch) is stored next to the single-rank one, named for the ranks."""
@@ -66,8 +73,15 @@ def rank_parity(workload, workload_ref: dict, parity: dict[str, Any], candidate:
         root, ext = os.path.splitext(path)
         path = f"{root}.ranks{world}{ext}"
     parity = {**parity, "baseline": {**baseline, "batch_size": baseline["batch_size"] * world}, "reference": path}
-    out = trial_parity(workload, workload_ref, parity, candidate, device, seed,
-                       build=functools.partial(_build, world=world, blocks=blocks),
-                       shard=functools.partial(_shard, rank=rank, world=world))
+    out = trial_parity(
+        workload,
+        workload_ref,
+        parity,
+        candidate,
+        device,
+        seed,
+        build=functools.partial(_build, world=world, blocks=blocks),
+        shard=functools.partial(_shard, rank=rank, world=world),
+    )
     out["ranks"], out["global_batch"] = world, parity["baseline"]["batch_size"]
     return out

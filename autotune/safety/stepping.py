@@ -27,8 +27,9 @@ class _Run:
     scaler: Any
 
 
-def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int, world: int = 1,
-              blocks: list[str] | None = None) -> _Run:
+def build_run(
+    workload, knobs: dict[str, Any], device_type: str, seed: int, world: int = 1, blocks: list[str] | None = None
+) -> _Run:
     """The workload with the knobs applied, in the order a trial applies them;
     seeded, so every run starts from identical weights. With `world` ranks (in
     the process group), wrapped as the trial's ranks are (`K.wrap`: DDP)."""
@@ -37,8 +38,14 @@ def build_run(workload, knobs: dict[str, Any], device_type: str, seed: int, worl
     torch.manual_seed(seed)
     K.apply_backend_flags(knobs)
     dev = torch.device(device_type)
-    model = K.wrap(workload.model(), knobs, dev, world, blocks) if world > 1 else K.prepare_model(workload.model(), knobs, dev)
-    return _Run(workload, knobs, dev, model, K.build_optimizer(workload, model, knobs), K.grad_scaler(knobs, device_type))
+    model = (
+        K.wrap(workload.model(), knobs, dev, world, blocks)
+        if world > 1
+        else K.prepare_model(workload.model(), knobs, dev)
+    )
+    return _Run(
+        workload, knobs, dev, model, K.build_optimizer(workload, model, knobs), K.grad_scaler(knobs, device_type)
+    )
 
 
 def seeded_batches(workload, batch_size: int, steps: int, seed: int) -> list:
@@ -102,8 +109,10 @@ def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, A
     # under a GradScaler, inf/NaN gradients are its business (a skipped step, counted apart)
     out["finite"] = math.isfinite(out["loss"]) and (out["grads_finite"] or run.scaler is not None)
     if capture:
-        out["grad"] = [p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p, dtype=torch.float)
-                       for p in params]
+        out["grad"] = [
+            p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p, dtype=torch.float)
+            for p in params
+        ]
         before = [p.detach().float().clone() for p in params]
     if run.workload.clip is not None:  # the program's clipping is part of its step
         run.workload.clip(run.model, run.optimizer, run.knobs["precision"])
@@ -132,8 +141,11 @@ def _module(run: _Run):
 
 
 def _state(run: _Run) -> dict[str, Any]:
-    return {"model": _cpu(_module(run).state_dict()), "optim": _cpu(run.optimizer.state_dict()),
-            "scale": run.scaler.get_scale() if run.scaler is not None else None}
+    return {
+        "model": _cpu(_module(run).state_dict()),
+        "optim": _cpu(run.optimizer.state_dict()),
+        "scale": run.scaler.get_scale() if run.scaler is not None else None,
+    }
 
 
 def load_state(run: _Run, state: dict[str, Any], scale: float | None) -> None:
@@ -151,8 +163,12 @@ def _buffers(run: _Run) -> list:
 
 def _optim_tensors(run: _Run) -> list:
     state = run.optimizer.state_dict()["state"]
-    return [v.detach().float().cpu().clone().reshape(-1) for i in sorted(state) for _, v in sorted(state[i].items())
-            if hasattr(v, "is_floating_point") and v.is_floating_point() and v.dim() > 0]
+    return [
+        v.detach().float().cpu().clone().reshape(-1)
+        for i in sorted(state)
+        for _, v in sorted(state[i].items())
+        if hasattr(v, "is_floating_point") and v.is_floating_point() and v.dim() > 0
+    ]
 
 
 def perturb_weights(run: _Run, level: float, g) -> None:
@@ -164,8 +180,9 @@ def perturb_weights(run: _Run, level: float, g) -> None:
             p.mul_(1 + level * torch.randn(p.shape, generator=g).to(p.device, p.dtype))
 
 
-def run_trajectory(run: _Run, batches: list, seed: int, level: float = 0.0, noise_seed: int = 0,
-                keep: tuple = ()) -> dict[str, Any]:
+def run_trajectory(
+    run: _Run, batches: list, seed: int, level: float = 0.0, noise_seed: int = 0, keep: tuple = ()
+) -> dict[str, Any]:
     """Train on `batches`; with `level`, weights perturbed before every step (the
     rounding a lower precision would add). States at the steps in `keep`."""
     import torch
@@ -213,8 +230,12 @@ def _rel_scalar(x: float, ref: float) -> float:
 
 
 def step_errors(c: dict, b: dict) -> dict[str, float]:
-    return {"loss": _rel_scalar(c["loss"], b["loss"]), "grad": rel_error(c["grad"], b["grad"]),
-            "grad_cos": _cos(c["grad"], b["grad"]), "update_total": rel_error(c["update"], b["update"])}
+    return {
+        "loss": _rel_scalar(c["loss"], b["loss"]),
+        "grad": rel_error(c["grad"], b["grad"]),
+        "grad_cos": _cos(c["grad"], b["grad"]),
+        "update_total": rel_error(c["update"], b["update"]),
+    }
 
 
 def update_from(run: _Run, state: dict, grads: list) -> list:
@@ -258,10 +279,14 @@ def loss_moved(end: dict, scale: float) -> float:
 
 def multi_errors(end: dict, ref: dict) -> dict[str, Any]:
     devs = [_rel_scalar(x, y) for x, y in zip(end["losses"], ref["losses"])]
-    return {"loss_dev": max(devs), "mean_loss_dev": sum(devs) / len(devs), "final_loss_dev": devs[-1],
-            "buffer_dev": rel_error(end["buffers"], ref["buffers"]) if ref["buffers"] else None,
-            "optim_dev": rel_error(end["optim"], ref["optim"]) if ref["optim"] else None,
-            "moved": loss_moved(end, ref["losses"][0])}
+    return {
+        "loss_dev": max(devs),
+        "mean_loss_dev": sum(devs) / len(devs),
+        "final_loss_dev": devs[-1],
+        "buffer_dev": rel_error(end["buffers"], ref["buffers"]) if ref["buffers"] else None,
+        "optim_dev": rel_error(end["optim"], ref["optim"]) if ref["optim"] else None,
+        "moved": loss_moved(end, ref["losses"][0]),
+    }
 
 
 def reset_and_step(run: _Run, state: dict, batch, seed: int, scale: float | None = None) -> dict[str, Any]:
@@ -276,5 +301,3 @@ def reset_and_step(run: _Run, state: dict, batch, seed: int, scale: float | None
         scale = run.scaler.get_scale()  # already halved by the skipped step
     out["backoffs"] = backoffs
     return out
-
-

@@ -34,9 +34,17 @@ LOADER_HEADROOM = 1.2  # size the loader for 20% above the compute ceiling (work
 # 2x-batch probe, the profiled op mix) and one loader worker's rate. None of it depends on the loader knobs
 # (workers, pinning, prefetch, persistence), so a config that differs from a diagnosed one in those alone is
 # diagnosed from that trial's numbers (`carried`) and its own timed window
-APART = ("compute_ceiling_samples_per_s", "compute_ceiling_step_ms", "loader_samples_per_s_per_worker",
-         "host_cpus_per_gpu", "batch2x_step_ratio", "batch2x_oom", "cpu_compute_op_frac", "gpu_compute_kernel_frac",
-         "tensor_core_frac")
+APART = (
+    "compute_ceiling_samples_per_s",
+    "compute_ceiling_step_ms",
+    "loader_samples_per_s_per_worker",
+    "host_cpus_per_gpu",
+    "batch2x_step_ratio",
+    "batch2x_oom",
+    "cpu_compute_op_frac",
+    "gpu_compute_kernel_frac",
+    "tensor_core_frac",
+)
 
 # The playbook, as data: per bottleneck, the moves in the order a performance
 # engineer tries them. `to`: "up" / "down" (the next value of a ladder), a value,
@@ -49,73 +57,167 @@ APART = ("compute_ceiling_samples_per_s", "compute_ceiling_step_ms", "loader_sam
 PLAYBOOK: dict[str, list[dict[str, Any]]] = {
     "input": [
         {"knob": "num_workers", "to": "up", "why": "more DataLoader workers"},
-        {"knob": "pin_memory", "to": True, "when": False, "cuda": True, "why": "pin_memory=True with non_blocking copies"},
-        {"knob": None, "batch": "images", "why": "cheaper per-sample transforms, or ship uint8 and normalize on the device"},
-        {"knob": None, "batch": "tokens", "why": "cheaper per-sample work: tokenize ahead of time, pad per batch (collate_fn)"},
+        {
+            "knob": "pin_memory",
+            "to": True,
+            "when": False,
+            "cuda": True,
+            "why": "pin_memory=True with non_blocking copies",
+        },
+        {
+            "knob": None,
+            "batch": "images",
+            "why": "cheaper per-sample transforms, or ship uint8 and normalize on the device",
+        },
+        {
+            "knob": None,
+            "batch": "tokens",
+            "why": "cheaper per-sample work: tokenize ahead of time, pad per batch (collate_fn)",
+        },
     ],
     "overhead": [
-        {"knob": "batch_size", "to": "up",
-         "why": "a larger batch (changes optimization: scale the learning rate or accumulate gradients)"},
-        {"knob": "compile", "to": ["reduce-overhead", "default"], "when": "none", "cuda": True,
-         "why": "torch.compile with mode reduce-overhead (CUDA graphs) to cut per-op overhead"},
-        {"knob": "compile", "to": ["default"], "when": "none", "cuda": False, "why": "torch.compile to cut per-op overhead"},
-        {"knob": "fused_optimizer", "to": True, "when": False,
-         "why": "a fused optimizer step (a few kernels for all parameters instead of a few per tensor)"},
+        {
+            "knob": "batch_size",
+            "to": "up",
+            "why": "a larger batch (changes optimization: scale the learning rate or accumulate gradients)",
+        },
+        {
+            "knob": "compile",
+            "to": ["reduce-overhead", "default"],
+            "when": "none",
+            "cuda": True,
+            "why": "torch.compile with mode reduce-overhead (CUDA graphs) to cut per-op overhead",
+        },
+        {
+            "knob": "compile",
+            "to": ["default"],
+            "when": "none",
+            "cuda": False,
+            "why": "torch.compile to cut per-op overhead",
+        },
+        {
+            "knob": "fused_optimizer",
+            "to": True,
+            "when": False,
+            "why": "a fused optimizer step (a few kernels for all parameters instead of a few per tensor)",
+        },
     ],
     "compute": [
-        {"knob": "precision", "to": ["bf16-mixed", "16-mixed", "tf32"], "when": ("32-true", "tf32"),
-         "why": "mixed precision (bf16-mixed, or 16-mixed with a GradScaler) for tensor cores"},
-        {"knob": "channels_last", "to": True, "when": False, "batch": "images",
-         "why": "channels_last for convolutions (with mixed precision on a GPU)"},
-        {"knob": "cudnn_benchmark", "to": True, "when": False, "cuda": True,
-         "why": "cudnn.benchmark to pick the fastest convolution algorithms (fixed shapes)"},
+        {
+            "knob": "precision",
+            "to": ["bf16-mixed", "16-mixed", "tf32"],
+            "when": ("32-true", "tf32"),
+            "why": "mixed precision (bf16-mixed, or 16-mixed with a GradScaler) for tensor cores",
+        },
+        {
+            "knob": "channels_last",
+            "to": True,
+            "when": False,
+            "batch": "images",
+            "why": "channels_last for convolutions (with mixed precision on a GPU)",
+        },
+        {
+            "knob": "cudnn_benchmark",
+            "to": True,
+            "when": False,
+            "cuda": True,
+            "why": "cudnn.benchmark to pick the fastest convolution algorithms (fixed shapes)",
+        },
         {"knob": "compile", "to": ["default", "max-autotune"], "when": "none", "why": "torch.compile to fuse kernels"},
     ],
     "memory": [
-        {"knob": "compile", "to": ["default", "max-autotune"], "when": "none",
-         "why": "torch.compile to fuse pointwise ops (fewer round trips to memory)"},
-        {"knob": "precision", "to": ["bf16-mixed", "16-mixed"], "when": ("32-true", "tf32"),
-         "why": "mixed precision: half the bytes per activation"},
-        {"knob": "channels_last", "to": True, "when": False, "batch": "images",
-         "why": "channels_last: no layout transposes around convolutions"},
-        {"knob": "fused_optimizer", "to": True, "when": False,
-         "why": "a fused optimizer step: one pass over weights, gradients and optimizer state"},
+        {
+            "knob": "compile",
+            "to": ["default", "max-autotune"],
+            "when": "none",
+            "why": "torch.compile to fuse pointwise ops (fewer round trips to memory)",
+        },
+        {
+            "knob": "precision",
+            "to": ["bf16-mixed", "16-mixed"],
+            "when": ("32-true", "tf32"),
+            "why": "mixed precision: half the bytes per activation",
+        },
+        {
+            "knob": "channels_last",
+            "to": True,
+            "when": False,
+            "batch": "images",
+            "why": "channels_last: no layout transposes around convolutions",
+        },
+        {
+            "knob": "fused_optimizer",
+            "to": True,
+            "when": False,
+            "why": "a fused optimizer step: one pass over weights, gradients and optimizer state",
+        },
     ],
     # multi-rank trials (autotune.ranks): the all-reduce / reduce-scatter the step waits for
     "communication": [
-        {"knob": "ddp_bucket_cap_mb", "to": [100, 50, 5], "when": 25, "sharding": "ddp",
-         "why": "another DDP bucket size (larger: fewer all-reduce calls; smaller: earlier overlap with backward)"},
-        {"knob": "ddp_gradient_as_bucket_view", "to": True, "when": False, "sharding": "ddp",
-         "why": "gradients as views into the buckets (no copy into them)"},
-        {"knob": "ddp_static_graph", "to": True, "when": False, "sharding": "ddp",
-         "why": "static_graph: DDP plans the buckets once (the same parameters used every step)"},
-        {"knob": "fsdp_reshard_after_forward", "to": False, "when": True, "sharding": "fsdp",
-         "why": "keep the gathered parameters from forward to backward (one all-gather fewer per block)"},
+        {
+            "knob": "ddp_bucket_cap_mb",
+            "to": [100, 50, 5],
+            "when": 25,
+            "sharding": "ddp",
+            "why": "another DDP bucket size (larger: fewer all-reduce calls; smaller: earlier overlap with backward)",
+        },
+        {
+            "knob": "ddp_gradient_as_bucket_view",
+            "to": True,
+            "when": False,
+            "sharding": "ddp",
+            "why": "gradients as views into the buckets (no copy into them)",
+        },
+        {
+            "knob": "ddp_static_graph",
+            "to": True,
+            "when": False,
+            "sharding": "ddp",
+            "why": "static_graph: DDP plans the buckets once (the same parameters used every step)",
+        },
+        {
+            "knob": "fsdp_reshard_after_forward",
+            "to": False,
+            "when": True,
+            "sharding": "fsdp",
+            "why": "keep the gathered parameters from forward to backward (one all-gather fewer per block)",
+        },
         {"knob": "batch_size", "to": "up", "why": "a larger per-rank batch: more compute per gradient exchange"},
     ],
     # the batch cannot grow (2x the batch, or the ladder's next batch, ran out of memory)
     "capacity": [
-        {"knob": "activation_checkpointing", "to": True, "when": False,
-         "why": "activation checkpointing per repeated block: recompute in backward, keep less (a larger batch fits)"},
-        {"knob": "sharding", "to": "fsdp", "when": "ddp",
-         "why": "FSDP: parameters, gradients and optimizer state sharded over the ranks"},
+        {
+            "knob": "activation_checkpointing",
+            "to": True,
+            "when": False,
+            "why": "activation checkpointing per repeated block: recompute in backward, keep less (a larger batch fits)",
+        },
+        {
+            "knob": "sharding",
+            "to": "fsdp",
+            "when": "ddp",
+            "why": "FSDP: parameters, gradients and optimizer state sharded over the ranks",
+        },
     ],
 }
-NEAR_FULL = {"knob": "batch_size", "to": "down",
-             "why": "a smaller batch, activation checkpointing or mixed precision to free memory"}
+NEAR_FULL = {
+    "knob": "batch_size",
+    "to": "down",
+    "why": "a smaller batch, activation checkpointing or mixed precision to free memory",
+}
 # a CPU device whose loader workers and intra-op threads outnumber its cores: the training
 # process's threads capped so each worker keeps a core (PLAYBOOK.md: on a CPU-only host often
 # the first lever). On jpeg_pipeline, 2 cores, 1 worker, 1 thread instead of 2 measured 1.126x and
 # 1.027x with channels_last (two searches), 0.81x without it: a move the climb measures, not a rule
-OVERSUBSCRIBED = {"knob": "num_threads",
-                  "why": "fewer intra-op threads, so the loader workers keep cores of their own"}
+OVERSUBSCRIBED = {"knob": "num_threads", "why": "fewer intra-op threads, so the loader workers keep cores of their own"}
 # knobs that change what a step costs on the device: after one of them moves, the
 # batch ladder is worth climbing again (the step got cheaper, so overhead is back)
 STEP_COST_KNOBS = ("precision", "channels_last", "compile")
 
 
-def playbook_moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool,
-                   batch_kind: str | None = None) -> list[dict[str, Any]]:
+def playbook_moves(
+    bottleneck: str | None, knobs: dict[str, Any], cuda: bool, batch_kind: str | None = None
+) -> list[dict[str, Any]]:
     """The playbook's moves for a bottleneck, from `knobs`, on a device with or
     without CUDA, for batches of `batch_kind` (moves whose `when` does not hold,
     or meant for another kind of batch, are left out); then the user knobs
@@ -141,9 +243,15 @@ def user_moves(bottleneck: str | None) -> list[dict[str, Any]]:
     relieves `bottleneck` (e.g. `gpu_normalize` at stage loader, when input-bound)."""
     from autotune.knobs import USER
 
-    return [{"knob": name, "to": "other", "why": f"your workload argument `{knob.kwarg}` (declared to act on "
-                                                 f"what bounds a {bottleneck}-bound step)"}
-            for name, knob in USER.items() if bottleneck in knob.bottlenecks]
+    return [
+        {
+            "knob": name,
+            "to": "other",
+            "why": f"your workload argument `{knob.kwarg}` (declared to act on what bounds a {bottleneck}-bound step)",
+        }
+        for name, knob in USER.items()
+        if bottleneck in knob.bottlenecks
+    ]
 
 
 def render(move: dict[str, Any], knobs: dict[str, Any] | None = None) -> str:
@@ -175,12 +283,16 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
 
     judged = wait if wait is not None else reader
     if m.get("apart_from_trial") is not None:
-        evidence.append(f"two sides, 2x probe and op mix: trial #{int(m['apart_from_trial'])}'s, which differs from "
-                        "this config in loader knobs alone (not measured again)")
+        evidence.append(
+            f"two sides, 2x probe and op mix: trial #{int(m['apart_from_trial'])}'s, which differs from "
+            "this config in loader knobs alone (not measured again)"
+        )
     input_bound = judged is not None and judged > READER_RATIO_LIMIT
     if wait is not None:
-        evidence.append(f"timed window: waiting on data {wait:.1%} of the step"
-                        f" ({'>' if input_bound else '<='} {READER_RATIO_LIMIT:.0%})")
+        evidence.append(
+            f"timed window: waiting on data {wait:.1%} of the step"
+            f" ({'>' if input_bound else '<='} {READER_RATIO_LIMIT:.0%})"
+        )
     if reader is not None:
         line = f"profiled window: data loading {reader:.1%} of the step"
         if wait is not None and wait > READER_RATIO_LIMIT >= reader:
@@ -191,9 +303,11 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     if ceiling and per_worker:
         capacity = per_worker * max(workers, 1)
         need = min(cores, max(1, math.ceil(ceiling * LOADER_HEADROOM / per_worker)))
-        evidence.append(f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
-                        f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
-                        f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs per GPU)")
+        evidence.append(
+            f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
+            f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
+            f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs per GPU)"
+        )
         if wait is None and capacity < ceiling / LOADER_HEADROOM:
             input_bound = True  # no timed wait to read: the two rates decide
     overhead_bound = False
@@ -207,13 +321,17 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
         if util < GPU_UTIL_LOW and not input_bound:
             overhead_bound = True
     if compute is not None:
-        evidence.append(f"profiled window: matmul/convolution {compute:.0%} of {'GPU kernel' if cuda else 'CPU op'} time")
+        evidence.append(
+            f"profiled window: matmul/convolution {compute:.0%} of {'GPU kernel' if cuda else 'CPU op'} time"
+        )
     if "mfu" in m:
         evidence.append(f"MFU {m['mfu']:.1%}")
     comm = m.get("comm_frac")
     if comm is not None:
-        evidence.append(f"timed windows: gradient synchronization exposed {comm:.0%} of the step "
-                        f"({m['step_ms_mean']:.1f} ms synced, {m['step_ms_unsynced']:.1f} ms without)")
+        evidence.append(
+            f"timed windows: gradient synchronization exposed {comm:.0%} of the step "
+            f"({m['step_ms_mean']:.1f} ms synced, {m['step_ms_unsynced']:.1f} ms without)"
+        )
 
     if input_bound:
         bottleneck = "input"
@@ -239,12 +357,18 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
         moves += playbook_moves("capacity", knobs, cuda, batch_kind)
     threads = knobs.get("num_threads") or cores  # torch's default: every core
     if not cuda and workers and threads > (spare := max(1, cores - workers)):  # more threads than cores left
-        evidence.append(f"host: {workers} loader worker{'s' if workers > 1 else ''} beside {threads} intra-op "
-                        f"threads on {cores} CPUs (oversubscribed)")
+        evidence.append(
+            f"host: {workers} loader worker{'s' if workers > 1 else ''} beside {threads} intra-op "
+            f"threads on {cores} CPUs (oversubscribed)"
+        )
         moves.insert(0, {**OVERSUBSCRIBED, "to": spare})
     peak, total = m.get("mem_peak_reserved_gib"), m.get("mem_device_gib")
     if peak and total and peak / total > MEMORY_HIGH:
         evidence.append(f"peak memory {peak:.1f} of {total:.1f} GiB (> {MEMORY_HIGH:.0%})")
         moves = [mv for mv in moves if not (mv["knob"] == "batch_size" and mv["to"] == "up")] + [dict(NEAR_FULL)]
-    return {"bottleneck": bottleneck, "evidence": evidence, "moves": moves,
-            "recommendations": [render(mv, knobs) for mv in moves]}
+    return {
+        "bottleneck": bottleneck,
+        "evidence": evidence,
+        "moves": moves,
+        "recommendations": [render(mv, knobs) for mv in moves],
+    }

@@ -33,7 +33,7 @@ def _tree_cpu_s(root: int) -> float:
                 text = (entry / "stat").read_text()
             except OSError:
                 continue
-            fields = text[text.rindex(")") + 2:].split()
+            fields = text[text.rindex(")") + 2 :].split()
             stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)  # ppid, utime+stime
     tree, grew = {root}, True
     while grew:

@@ -181,7 +181,11 @@ class TrialLoop:
         cfg = self.cfg
         if self.warm >= cfg["warmup_steps"]:
             return True
-        short = cfg["warmup_min_s"] is not None and self.device_type == "cpu" and self.knobs.get("compile", "none") == "none"
+        short = (
+            cfg["warmup_min_s"] is not None
+            and self.device_type == "cpu"
+            and self.knobs.get("compile", "none") == "none"
+        )
         return short and self.warm >= 2 and self.clock() - self.warm_started >= cfg["warmup_min_s"]
 
     def _start_window(self) -> None:
@@ -200,25 +204,44 @@ class TrialLoop:
     def _result(self, status: str, **extra) -> dict[str, Any]:
         import torch
 
-        return {"status": status, "knobs": self.knobs,
-                "device": {"type": self.device_type, "name": torch.cuda.get_device_name() if self.device_type == "cuda"
-                           else "cpu", "cpus": len(os.sched_getaffinity(0)), "torch_threads": torch.get_num_threads()},
-                "host": socket.gethostname(), "torch": torch.__version__, "used": sorted(self.used),
-                "losses": self._losses(), "trial_s": self.clock() - self.started, **extra}
+        return {
+            "status": status,
+            "knobs": self.knobs,
+            "device": {
+                "type": self.device_type,
+                "name": torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu",
+                "cpus": len(os.sched_getaffinity(0)),
+                "torch_threads": torch.get_num_threads(),
+            },
+            "host": socket.gethostname(),
+            "torch": torch.__version__,
+            "used": sorted(self.used),
+            "losses": self._losses(),
+            "trial_s": self.clock() - self.started,
+            **extra,
+        }
 
     def _finish(self) -> None:
         window, rule = self.window, self.window.rule
-        metrics = {**window.finish(self.last_loss), "warmup_s": self.warmup_s, "warmup_steps_run": self.warm,
-                   "first_step_s": self.first_step_s}
+        metrics = {
+            **window.finish(self.last_loss),
+            "warmup_s": self.warmup_s,
+            "warmup_steps_run": self.warm,
+            "first_step_s": self.first_step_s,
+        }
         extra = {}
         if not self.wait_measured:
             metrics.pop("data_wait_frac")
-            extra["data_wait"] = ("not measured: the program fetches its batches outside cfg.steps() and "
-                                  "`with cfg.data():`")
+            extra["data_wait"] = (
+                "not measured: the program fetches its batches outside cfg.steps() and `with cfg.data():`"
+            )
         parity = self.cfg["parity"]
         if parity and needs_parity(self.cfg["knobs"], parity["baseline"]):  # a never-exported-as-checked verdict
-            extra["parity"] = {"passed": False, "verdict": "not measured",
-                               "reason": "loss parity of a program's numerics-changing knobs is not measured yet"}
+            extra["parity"] = {
+                "passed": False,
+                "verdict": "not measured",
+                "reason": "loss parity of a program's numerics-changing knobs is not measured yet",
+            }
         if self.ended_by_program:
             metrics["window_ended_by_program"] = 1.0
         for mark in ("screened", "promoted", "tied"):
@@ -245,22 +268,32 @@ class TrialLoop:
         sys.stderr.write(text)
         self.ended = True
         first = str(error).strip().splitlines()[0][:500] if str(error).strip() else kind.__name__
-        TrialResult.from_dict(self._result("oom" if is_oom(error) else "error", error_type=kind.__name__, error=first,
-                                           traceback=text[-4000:])).write(self.dir / "result.json")
+        TrialResult.from_dict(
+            self._result(
+                "oom" if is_oom(error) else "error", error_type=kind.__name__, error=first, traceback=text[-4000:]
+            )
+        ).write(self.dir / "result.json")
 
     def _ended_early(self) -> None:
         """The program returned before the window was done: an error result naming why."""
         if self.ended or self.warm == 0:  # no step at all: the launcher says what to add
             return
         window = self.window
-        if window is not None and window.steps >= self.cfg["measure_steps"] and \
-                self.clock() - window.marks[0] >= self.cfg["min_window_s"]:
+        if (
+            window is not None
+            and window.steps >= self.cfg["measure_steps"]
+            and self.clock() - window.marks[0] >= self.cfg["min_window_s"]
+        ):
             self.ended_by_program = True  # a window the program's end closed: its floors held, its target may not
             self._finish()
         need = self.cfg["warmup_steps"] + self.cfg["measure_steps"]
         done = self.warm + (self.window.steps if self.window else 0)
         self.ended = True
-        TrialResult.from_dict(self._result(
-            "error", error_type="TooFewSteps",
-            error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
-                  "give it more steps or data in a trial (cfg.in_trial)")).write(self.dir / "result.json")
+        TrialResult.from_dict(
+            self._result(
+                "error",
+                error_type="TooFewSteps",
+                error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
+                "give it more steps or data in a trial (cfg.in_trial)",
+            )
+        ).write(self.dir / "result.json")

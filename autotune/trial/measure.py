@@ -77,9 +77,36 @@ def rel_ci95(xs: list[float]) -> float:
 
 
 # Student's t, two-sided 95%, by degrees of freedom (a short window's CI; Z95 from 30 on)
-T95 = {2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228, 11: 2.201,
-       12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120, 17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086,
-       21: 2.080, 22: 2.074, 23: 2.069, 24: 2.064, 25: 2.060, 26: 2.056, 27: 2.052, 28: 2.048, 29: 2.045}
+T95 = {
+    2: 4.303,
+    3: 3.182,
+    4: 2.776,
+    5: 2.571,
+    6: 2.447,
+    7: 2.365,
+    8: 2.306,
+    9: 2.262,
+    10: 2.228,
+    11: 2.201,
+    12: 2.179,
+    13: 2.160,
+    14: 2.145,
+    15: 2.131,
+    16: 2.120,
+    17: 2.110,
+    18: 2.101,
+    19: 2.093,
+    20: 2.086,
+    21: 2.080,
+    22: 2.074,
+    23: 2.069,
+    24: 2.064,
+    25: 2.060,
+    26: 2.056,
+    27: 2.052,
+    28: 2.048,
+    29: 2.045,
+}
 
 
 def t_rel_ci95(xs: list[float]) -> float:
@@ -186,8 +213,9 @@ class WindowRule:
 
     def done(self, steps: int, elapsed: float, step_times) -> bool:
         capped = steps >= self.max_steps or elapsed >= self.max_s
-        if self.prune_ms and self._clearly_slow(steps, elapsed, step_times,
-                                                check_ci=capped or (steps % 10 == 0 and elapsed >= self.min_s)):
+        if self.prune_ms and self._clearly_slow(
+            steps, elapsed, step_times, check_ci=capped or (steps % 10 == 0 and elapsed >= self.min_s)
+        ):
             self.pruned = True
             return True
         if capped:
@@ -363,8 +391,11 @@ def profile_window(session, batches, active_steps: int, trace_path: str) -> dict
     from torch.profiler import ProfilerActivity, profile, schedule
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if session.device.type == "cuda" else [])
-    with profile(activities=activities, schedule=schedule(wait=1, warmup=1, active=active_steps),
-                 on_trace_ready=lambda p: p.export_chrome_trace(trace_path)) as prof:
+    with profile(
+        activities=activities,
+        schedule=schedule(wait=1, warmup=1, active=active_steps),
+        on_trace_ready=lambda p: p.export_chrome_trace(trace_path),
+    ) as prof:
         for i in range(active_steps + 2):
             session.step(next(batches))
             if i in (1, active_steps + 1):  # the ends of the active window

@@ -93,8 +93,10 @@ class PeakInUse:
         if self.peak_gib is None:
             check_rss_cap(self.limit_gib)
         elif self.peak_gib > self.limit_gib:
-            error = MemoryCapExceeded(f"out of memory: {self.peak_gib:.3f} GiB in use (the allocator's sampled "
-                                      f"peak) above memory_limit_gib={self.limit_gib:g}")
+            error = MemoryCapExceeded(
+                f"out of memory: {self.peak_gib:.3f} GiB in use (the allocator's sampled "
+                f"peak) above memory_limit_gib={self.limit_gib:g}"
+            )
             error.in_use_gib = self.peak_gib
             raise error
 
@@ -156,7 +158,9 @@ def check_rss_cap(limit_gib: float | None) -> None:
     """Raise MemoryCapExceeded when this process's peak RSS is above `limit_gib`
     (a forced memory limit on the CPU, where nothing else bounds a batch)."""
     if limit_gib is not None and peak_rss_gib() > limit_gib:
-        raise MemoryCapExceeded(f"out of memory: peak RSS {peak_rss_gib():.2f} GiB above memory_limit_gib={limit_gib:g}")
+        raise MemoryCapExceeded(
+            f"out of memory: peak RSS {peak_rss_gib():.2f} GiB above memory_limit_gib={limit_gib:g}"
+        )
 
 
 def at_failure(error: BaseException, device) -> dict[str, float]:

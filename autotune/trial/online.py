@@ -38,6 +38,7 @@ _TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 @dataclass(frozen=True)
 class Setting:
     """The loader knobs the tuner moves."""
+
     num_workers: int
     prefetch_factor: int | None
     pin_memory: bool
@@ -46,8 +47,12 @@ class Setting:
     def kwargs(self) -> dict[str, Any]:
         """The DataLoader arguments (and best_config.yaml's knobs): without workers, no prefetch nor persistence."""
         n = self.num_workers
-        return {"num_workers": n, "prefetch_factor": (self.prefetch_factor or 2) if n else None,
-                "pin_memory": self.pin_memory, "persistent_workers": self.persistent_workers and n > 0}
+        return {
+            "num_workers": n,
+            "prefetch_factor": (self.prefetch_factor or 2) if n else None,
+            "pin_memory": self.pin_memory,
+            "persistent_workers": self.persistent_workers and n > 0,
+        }
 
     def key(self) -> tuple:
         return tuple(self.kwargs().values())
@@ -63,6 +68,7 @@ class Setting:
 class Window:
     """One measured window: steps (batches yielded), its wall time, the data wait in it, per-chunk rates (for the
     noise), the workers' CPU time and the PSS of the job at its end."""
+
     steps: int = 0
     wall: float = 0.0
     wait: float = 0.0
@@ -174,7 +180,7 @@ class _Remaining:
         self.start = 0
 
     def __iter__(self):
-        return iter(self.order[self.start:])
+        return iter(self.order[self.start :])
 
     def __len__(self):
         return len(self.order) - self.start
@@ -187,10 +193,23 @@ class OnlineLoader:
     it moves up; `log`: a path (lines appended), a callable (given each line) or None (stderr); `tracker`: anything
     with `log_metric(key, value, step=...)`, e.g. the `mlflow` module inside a run."""
 
-    def __init__(self, loader, *, cpu_budget: float | None = None, ram_budget_gib: float | None = None,
-                 threshold: float = 0.05, log: str | Path | Callable[[str], None] | None = None, tracker=None,
-                 window_s: float = 2.0, window_steps: int = 8, warmup_steps: int = 2, backoff_s: float = 30.0,
-                 min_gain: float = 0.03, max_workers: int | None = None, max_prefetch: int = 8):
+    def __init__(
+        self,
+        loader,
+        *,
+        cpu_budget: float | None = None,
+        ram_budget_gib: float | None = None,
+        threshold: float = 0.05,
+        log: str | Path | Callable[[str], None] | None = None,
+        tracker=None,
+        window_s: float = 2.0,
+        window_steps: int = 8,
+        warmup_steps: int = 2,
+        backoff_s: float = 30.0,
+        min_gain: float = 0.03,
+        max_workers: int | None = None,
+        max_prefetch: int = 8,
+    ):
         from torch.utils.data import IterableDataset
 
         self.loader = loader
@@ -202,8 +221,9 @@ class OnlineLoader:
         self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
         self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
         self._sink = log
-        self.setting = Setting(loader.num_workers, loader.prefetch_factor, bool(loader.pin_memory),
-                               bool(loader.persistent_workers))
+        self.setting = Setting(
+            loader.num_workers, loader.prefetch_factor, bool(loader.pin_memory), bool(loader.persistent_workers)
+        )
         self.start_setting = self.setting
         self.iterable = isinstance(loader.dataset, IterableDataset)
         self.changes: list[dict] = []
@@ -213,13 +233,19 @@ class OnlineLoader:
         self._dl = self._dl_setting = self._trial = self._persist = self._win = self._paused = None
         self._remaining = _Remaining()
         self._accel = _accelerator_available()
-        self.emit(f"watching {self.setting.short()} (threshold {100 * threshold:.0f}% data wait, cpu budget "
-                  f"{self.cpu_budget:.2f} cores of workers' CPU time, ram budget "
-                  f"{'none' if ram_budget_gib is None else f'{ram_budget_gib:.2f} GiB PSS'}); re-tunes "
-                  f"{', '.join(KNOBS)} only: {NEVER}", event="start", setting=self.setting.kwargs())
+        self.emit(
+            f"watching {self.setting.short()} (threshold {100 * threshold:.0f}% data wait, cpu budget "
+            f"{self.cpu_budget:.2f} cores of workers' CPU time, ram budget "
+            f"{'none' if ram_budget_gib is None else f'{ram_budget_gib:.2f} GiB PSS'}); re-tunes "
+            f"{', '.join(KNOBS)} only: {NEVER}",
+            event="start",
+            setting=self.setting.kwargs(),
+        )
         if self.iterable:
-            self.emit("IterableDataset: not re-tuned (its order lives in the dataset); data wait is still measured",
-                      event="note")
+            self.emit(
+                "IterableDataset: not re-tuned (its order lives in the dataset); data wait is still measured",
+                event="note",
+            )
         self._metric(0)
 
     # ---- the user's side ------------------------------------------------------------------------------------
@@ -297,8 +323,14 @@ class OnlineLoader:
             return
         new = replace(s, persistent_workers=True)
         if self._startup > self.threshold * last and self.banned.get(new.key(), (0.0,))[0] <= time.monotonic():
-            self._persist = {"from": s, "to": new, "before": self._startup, "epoch_wall": last,
-                             "epoch": self.epochs, "step": self.step}
+            self._persist = {
+                "from": s,
+                "to": new,
+                "before": self._startup,
+                "epoch_wall": last,
+                "epoch": self.epochs,
+                "step": self.step,
+            }
             self.setting = new
 
     def _epochs_judged(self) -> bool:
@@ -313,13 +345,26 @@ class OnlineLoader:
         if not keep:
             self.setting = replace(self.setting, persistent_workers=False)
         why = f"start-up {before:.2f} s was {100 * before / p['epoch_wall']:.0f}% of a {p['epoch_wall']:.1f} s epoch"
-        record = {"kind": "epoch", "step": p["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
-                  "why": why, "before": {"startup_s": round(before, 3)}, "after": {"startup_s": round(after, 3)},
-                  "move_cost_s": 0.0, "backoff_s": back}
+        record = {
+            "kind": "epoch",
+            "step": p["step"],
+            "from": old.kwargs(),
+            "to": new.kwargs(),
+            "kept": keep,
+            "why": why,
+            "before": {"startup_s": round(before, 3)},
+            "after": {"startup_s": round(after, 3)},
+            "move_cost_s": 0.0,
+            "backoff_s": back,
+        }
         self.changes.append(record)
-        self.emit(f"{old.short()} -> {new.short()} {'kept' if keep else 'reverted'} ({why}): start-up of an epoch "
-                  f"{before:.2f} s -> {after:.2f} s; {loser.short()} not retried for {back:.0f} s", event="change",
-                  **record, setting=self.setting.kwargs())
+        self.emit(
+            f"{old.short()} -> {new.short()} {'kept' if keep else 'reverted'} ({why}): start-up of an epoch "
+            f"{before:.2f} s -> {after:.2f} s; {loser.short()} not retried for {back:.0f} s",
+            event="change",
+            **record,
+            setting=self.setting.kwargs(),
+        )
         return True
 
     # ---- epochs and rebuilds --------------------------------------------------------------------------------
@@ -341,9 +386,14 @@ class OnlineLoader:
         from torch.utils.data import DataLoader
 
         src = self.loader
-        common = dict(collate_fn=src.collate_fn, timeout=src.timeout, worker_init_fn=src.worker_init_fn,
-                      multiprocessing_context=src.multiprocessing_context if setting.num_workers else None,
-                      in_order=getattr(src, "in_order", True), **setting.kwargs())
+        common = dict(
+            collate_fn=src.collate_fn,
+            timeout=src.timeout,
+            worker_init_fn=src.worker_init_fn,
+            multiprocessing_context=src.multiprocessing_context if setting.num_workers else None,
+            in_order=getattr(src, "in_order", True),
+            **setting.kwargs(),
+        )
         if not self._accel:
             common["pin_memory"] = False  # pinning without an accelerator only warns
         if src._auto_collation:
@@ -408,8 +458,12 @@ class OnlineLoader:
             self._judge(trial, w)
             return
         if w.wait_share > self.threshold:
-            if self._try(self._up_moves(), w, "up", f"data wait {100 * w.wait_share:.0f}% of the step > "
-                                                    f"{100 * self.threshold:.0f}%"):
+            if self._try(
+                self._up_moves(),
+                w,
+                "up",
+                f"data wait {100 * w.wait_share:.0f}% of the step > {100 * self.threshold:.0f}%",
+            ):
                 return
             why = f"data wait {100 * w.wait_share:.0f}% but every move up lost or passes a budget"
         elif w.wait_share < self.threshold / 2:
@@ -459,8 +513,9 @@ class OnlineLoader:
                 continue
             free = host_available_gib()
             if direction == "up" and free is not None and pss - w.pss_gib > 0.5 * free:
-                self._refused(new, why, f"host memory: {pss - w.pss_gib:.2f} GiB more PSS predicted, "
-                                        f"{free:.2f} GiB available")
+                self._refused(
+                    new, why, f"host memory: {pss - w.pss_gib:.2f} GiB more PSS predicted, {free:.2f} GiB available"
+                )
                 continue
             self._start_trial(new, w, direction, why)
             return True
@@ -476,21 +531,32 @@ class OnlineLoader:
         key = ("refused", new.key(), reason.split(":")[0])
         if key not in self.banned:  # said once per setting and budget
             self.banned[key] = (math.inf, 0.0)
-            self.emit(f"{self.setting.short()} -> {new.short()} not made ({why}): {reason}", event="refused",
-                      to=new.kwargs(), reason=reason)
+            self.emit(
+                f"{self.setting.short()} -> {new.short()} not made ({why}): {reason}",
+                event="refused",
+                to=new.kwargs(),
+                reason=reason,
+            )
 
     def _start_trial(self, new: Setting, before: Window, direction: str, why: str):
         t = time.perf_counter()
         old = self.setting
         self.setting = new
         self._it = self._rebuild(self._it)
-        self._trial = {"from": old, "to": new, "before": before, "direction": direction, "why": why,
-                       "t": t, "step": self.step}
+        self._trial = {
+            "from": old,
+            "to": new,
+            "before": before,
+            "direction": direction,
+            "why": why,
+            "t": t,
+            "step": self.step,
+        }
         self._open_window(time.perf_counter(), warmup=self.warmup_steps)
 
     def _judge(self, trial: dict, after: Window):
         before, old, new = trial["before"], trial["from"], trial["to"]
-        margin = 2 * math.sqrt(before.noise ** 2 + after.noise ** 2)
+        margin = 2 * math.sqrt(before.noise**2 + after.noise**2)
         gain = after.rate - before.rate
         if trial["direction"] == "up":
             keep = gain > max(margin, self.min_gain * before.rate)
@@ -505,16 +571,32 @@ class OnlineLoader:
         self._trial = None
         cost = max(after.start - trial["t"] - self.warmup_steps / after.rate, 0.0) if after.rate else 0.0
         verdict = "kept" if keep else "reverted"
-        reason = (" (measured PSS over the ram budget)" if over else
-                  " (measured workers' CPU over the budget)" if over_cpu else "")
-        line = (f"{old.short()} -> {new.short()} {verdict}{reason} ({trial['why']}): "
-                f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}), workers' CPU "
-                f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
-                f"{after.pss_gib:.2f} GiB; move cost {cost:.2f} s (shutdown, start-up, warm-up); "
-                f"{loser.short()} not retried for {back:.0f} s")
-        record = {"kind": "window", "step": trial["step"], "from": old.kwargs(), "to": new.kwargs(), "kept": keep,
-                  "why": trial["why"], "before": _window_dict(before), "after": _window_dict(after),
-                  "move_cost_s": round(cost, 3), "backoff_s": back}
+        reason = (
+            " (measured PSS over the ram budget)"
+            if over
+            else " (measured workers' CPU over the budget)"
+            if over_cpu
+            else ""
+        )
+        line = (
+            f"{old.short()} -> {new.short()} {verdict}{reason} ({trial['why']}): "
+            f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}), workers' CPU "
+            f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
+            f"{after.pss_gib:.2f} GiB; move cost {cost:.2f} s (shutdown, start-up, warm-up); "
+            f"{loser.short()} not retried for {back:.0f} s"
+        )
+        record = {
+            "kind": "window",
+            "step": trial["step"],
+            "from": old.kwargs(),
+            "to": new.kwargs(),
+            "kept": keep,
+            "why": trial["why"],
+            "before": _window_dict(before),
+            "after": _window_dict(after),
+            "move_cost_s": round(cost, 3),
+            "backoff_s": back,
+        }
         self.changes.append(record)
         if not keep:
             self.setting = old
@@ -543,20 +625,33 @@ class OnlineLoader:
         """One line: what changed, and the settings to export (a move still on trial does not count yet)."""
         kept = [c for c in self.changes if c["kept"]]
         settled = (self._trial or self._persist or {}).get("from", self.setting)
-        text = (f"summary after {self.step} steps, {self.epochs} epoch(s): {len(kept)} change(s) kept of "
-                f"{len(self.changes)} tried; settings for best_config.yaml: {settled.short()} (started at "
-                f"{self.start_setting.short()}; `autotune export --from-online LOG` writes them); {NEVER}")
-        out = {"steps": self.step, "epochs": self.epochs, "tried": len(self.changes), "kept": len(kept),
-               "settings": settled.kwargs()}
+        text = (
+            f"summary after {self.step} steps, {self.epochs} epoch(s): {len(kept)} change(s) kept of "
+            f"{len(self.changes)} tried; settings for best_config.yaml: {settled.short()} (started at "
+            f"{self.start_setting.short()}; `autotune export --from-online LOG` writes them); {NEVER}"
+        )
+        out = {
+            "steps": self.step,
+            "epochs": self.epochs,
+            "tried": len(self.changes),
+            "kept": len(kept),
+            "settings": settled.kwargs(),
+        }
         self.emit(text, event="summary", **out)
         return out
 
 
 def _window_dict(w: Window) -> dict:
-    return {"steps_per_s": round(w.rate, 3), "noise": round(w.noise, 3), "data_wait_pct": round(100 * w.wait_share, 1),
-            "data_cpu_cores": round(w.data_cpu, 3), "pss_gib": round(w.pss_gib, 3), "steps": w.steps,
-            "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
-            "wall_s": round(w.wall, 3)}
+    return {
+        "steps_per_s": round(w.rate, 3),
+        "noise": round(w.noise, 3),
+        "data_wait_pct": round(100 * w.wait_share, 1),
+        "data_cpu_cores": round(w.data_cpu, 3),
+        "pss_gib": round(w.pss_gib, 3),
+        "steps": w.steps,
+        "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
+        "wall_s": round(w.wall, 3),
+    }
 
 
 def _accelerator_available() -> bool:

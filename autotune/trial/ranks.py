@@ -43,9 +43,22 @@ RANK_FILE = "rank{}.json"
 STATUS_ORDER = ("error", "timeout", "oom", "pruned", "ok")  # the worst rank's status is the trial's
 # summed over ranks (a rate of the whole trial); the rest: the slowest rank's (max) or rank 0's
 SUMMED = ("samples_per_s", "steps_per_s")
-SLOWEST = ("step_ms_mean", "step_ms_p50", "step_ms_p95", "step_ms_max", "window_s", "warmup_s", "first_step_s",
-           "mem_inuse_peak_gib", "mem_inuse_step_gib",
-           "comm_frac", "mem_rss_peak_gib", "mem_peak_allocated_gib", "mem_peak_reserved_gib", "data_wait_frac")
+SLOWEST = (
+    "step_ms_mean",
+    "step_ms_p50",
+    "step_ms_p95",
+    "step_ms_max",
+    "window_s",
+    "warmup_s",
+    "first_step_s",
+    "mem_inuse_peak_gib",
+    "mem_inuse_step_gib",
+    "comm_frac",
+    "mem_rss_peak_gib",
+    "mem_peak_allocated_gib",
+    "mem_peak_reserved_gib",
+    "data_wait_frac",
+)
 
 
 class ConfigError(ValueError):
@@ -80,9 +93,15 @@ def unavailable(ranks: int, device_type: str, cpus: int, backend: str | None = N
     if backend == "nccl" and device_type != "cuda":
         return "backend='nccl' needs CUDA devices and this trial runs on the CPU; use gloo (the default on the CPU)"
     if not dist.is_available() or not getattr(dist, f"is_{backend}_available")():
-        return f"backend={backend!r}: this torch build has no {backend} (available: " + ", ".join(
-            b for b in sorted(set(BACKENDS.values())) if dist.is_available() and getattr(dist, f"is_{b}_available")()
-        ) + ")"
+        return (
+            f"backend={backend!r}: this torch build has no {backend} (available: "
+            + ", ".join(
+                b
+                for b in sorted(set(BACKENDS.values()))
+                if dist.is_available() and getattr(dist, f"is_{b}_available")()
+            )
+            + ")"
+        )
     return None
 
 
@@ -94,8 +113,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 def torchrun_env(r: int, ranks: int, port: int) -> dict[str, str]:
     """What torchrun sets for rank `r` of `ranks` on one node."""
-    return {"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(ranks), "LOCAL_WORLD_SIZE": str(ranks),
-            "GROUP_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    return {
+        "RANK": str(r),
+        "LOCAL_RANK": str(r),
+        "WORLD_SIZE": str(ranks),
+        "LOCAL_WORLD_SIZE": str(ranks),
+        "GROUP_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }
 
 
 def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str, out: str) -> int:
@@ -120,8 +146,12 @@ def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], devic
         if "OMP_NUM_THREADS" not in os.environ and int(os.environ.get("LOCAL_WORLD_SIZE", cfg["ranks"])) > 1:
             os.environ["OMP_NUM_THREADS"] = "1"  # as torchrun does with several processes per node
             torch.set_num_threads(1)  # torch has read the variable already (the num_threads knob still wins)
-        dist.init_process_group(cfg.get("backend") or BACKENDS[device_type], rank=r, world_size=cfg["ranks"],
-                                timeout=timedelta(seconds=cfg["dist_timeout_s"]))
+        dist.init_process_group(
+            cfg.get("backend") or BACKENDS[device_type],
+            rank=r,
+            world_size=cfg["ranks"],
+            timeout=timedelta(seconds=cfg["dist_timeout_s"]),
+        )
         try:
             result = run_one(cfg)
             result["ended_unix"] = time.time()  # before leaving the group (which may fail the others)
@@ -131,8 +161,13 @@ def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], devic
         import traceback
 
         traceback.print_exc()
-        result = {"status": "error", "error_type": type(e).__name__, "metrics": {}, "ended_unix": time.time(),
-                  "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:500]}
+        result = {
+            "status": "error",
+            "error_type": type(e).__name__,
+            "metrics": {},
+            "ended_unix": time.time(),
+            "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:500],
+        }
     result["rank"] = r
     return result
 
@@ -181,8 +216,15 @@ def _run_ranks(cfg, run_one, device_type: str, out: str) -> dict[str, Any]:
             with open(path) as f:
                 results.append(json.load(f))
         else:
-            results.append({"status": "error", "rank": r, "error_type": "RankDied",
-                            "error": died.get(r) or "the rank ended without a result", "metrics": {}})
+            results.append(
+                {
+                    "status": "error",
+                    "rank": r,
+                    "error_type": "RankDied",
+                    "error": died.get(r) or "the rank ended without a result",
+                    "metrics": {},
+                }
+            )
     bad = next((x for x in results if x.get("error_type") == "TrialConfigError"), None)
     if bad:  # bad input found in a rank (no repeated block): one line, as for a single-rank trial
         raise ConfigError(bad["error"])
@@ -203,7 +245,9 @@ def _wait_all(pids: dict[int, int]) -> dict[int, str]:
             continue
         code = os.waitstatus_to_exitcode(status)
         if code != 0:
-            died[r] = f"rank {r} exited with code {code}" + (" (killed: another rank failed)" if code == -9 and died else "")
+            died[r] = f"rank {r} exited with code {code}" + (
+                " (killed: another rank failed)" if code == -9 and died else ""
+            )
             for other in alive:
                 try:
                     os.kill(other, signal.SIGKILL)
@@ -217,8 +261,13 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     throughput, the slowest rank's times, and a per-rank part (`ranks`)."""
     results = sorted(results, key=lambda x: x.get("rank", 0))
     # the worst status; of failed ranks, the first to fail (the others failed or were killed for it)
-    worst = min(results, key=lambda x: (STATUS_ORDER.index(x["status"]) if x.get("status") in STATUS_ORDER else 0,
-                                        x.get("ended_unix", float("inf"))))
+    worst = min(
+        results,
+        key=lambda x: (
+            STATUS_ORDER.index(x["status"]) if x.get("status") in STATUS_ORDER else 0,
+            x.get("ended_unix", float("inf")),
+        ),
+    )
     first = next((x for x in results if x.get("metrics")), results[0])
     out = {k: v for k, v in first.items() if k not in ("rank", "metrics", "ended_unix")}
     for key in ("status", "error_type", "error", "traceback"):
@@ -245,10 +294,20 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
         metrics["mem_rss_peak_total_gib"] = sum(m["mem_rss_peak_gib"] for m in all_metrics)
     metrics["ranks"] = len(results)
     out["metrics"] = metrics
-    out["ranks"] = [{"rank": x.get("rank"), "status": x.get("status"), "host": x.get("host"),
-                     **({"error": x["error"]} if x.get("error") else {}),
-                     "metrics": {k: v for k, v in (x.get("metrics") or {}).items()
-                                 if k in (*SUMMED, *SLOWEST, "loss_last", "window_steps")}} for x in results]
+    out["ranks"] = [
+        {
+            "rank": x.get("rank"),
+            "status": x.get("status"),
+            "host": x.get("host"),
+            **({"error": x["error"]} if x.get("error") else {}),
+            "metrics": {
+                k: v
+                for k, v in (x.get("metrics") or {}).items()
+                if k in (*SUMMED, *SLOWEST, "loss_last", "window_steps")
+            },
+        }
+        for x in results
+    ]
     return out
 
 
@@ -291,26 +350,40 @@ def comm_share(session, batches, steps: int, metrics: dict[str, float]) -> dict[
     finally:
         session.unsynced = False
     synced = metrics["step_ms_mean"]
-    return {"step_ms_unsynced": alone["step_ms_mean"],
-            "comm_frac": max(0.0, 1 - alone["step_ms_mean"] / synced) if synced else 0.0}
+    return {
+        "step_ms_unsynced": alone["step_ms_mean"],
+        "comm_frac": max(0.0, 1 - alone["step_ms_mean"] / synced) if synced else 0.0,
+    }
 
 
-def search_problem(device, workload, blocks: list[str] | None, lists: dict[str, list],
-                   baseline: dict[str, Any]) -> str | None:
+def search_problem(
+    device, workload, blocks: list[str] | None, lists: dict[str, list], baseline: dict[str, Any]
+) -> str | None:
     """Why a search's multi-rank settings cannot run (bad input, before any trial):
     more ranks than a node's CPUs on a CPU host, or FSDP / checkpointing asked of
     a model with no repeated block. None when they can."""
     ranks = device.ranks
     if device.type == "cpu" and ranks > device.cpus:
-        return (f"resources.ranks_per_trial: {ranks} ranks, but the largest node has {device.cpus} CPUs; on a CPU "
-                f"host at most {device.cpus} (one process each)")
-    wants = [f"{name}={value!r}" for name, value in (("sharding", "fsdp"), ("activation_checkpointing", True))
-             if value in lists.get(name, ()) or baseline.get(name) == value]
+        return (
+            f"resources.ranks_per_trial: {ranks} ranks, but the largest node has {device.cpus} CPUs; on a CPU "
+            f"host at most {device.cpus} (one process each)"
+        )
+    wants = [
+        f"{name}={value!r}"
+        for name, value in (("sharding", "fsdp"), ("activation_checkpointing", True))
+        if value in lists.get(name, ()) or baseline.get(name) == value
+    ]
     if wants or blocks:
         from autotune.knobs import find_blocks
 
         if not find_blocks(workload.model(), blocks):
-            named = f"no module of class {', '.join(blocks)}" if blocks else "no module class with two or more instances holding parameters"
-            return (f"{' and '.join(wants) or 'resources.blocks'} needs the model's repeated blocks, and it has "
-                    f"{named}; name the block class in resources.blocks" + (", or leave those values out" if wants else ""))
+            named = (
+                f"no module of class {', '.join(blocks)}"
+                if blocks
+                else "no module class with two or more instances holding parameters"
+            )
+            return (
+                f"{' and '.join(wants) or 'resources.blocks'} needs the model's repeated blocks, and it has "
+                f"{named}; name the block class in resources.blocks" + (", or leave those values out" if wants else "")
+            )
     return None

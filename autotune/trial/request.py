@@ -40,32 +40,57 @@ class TrialSettings:
     flags: dict[str, dict] | None = None  # a program's searched flags: name -> syntax (spec.UserKnob.syntax)
 
     @classmethod
-    def of(cls, spec: dict[str, Any], device: str, baseline: dict[str, Any], parity: dict | None = None,
-           flops_cache: str | None = None):
+    def of(
+        cls,
+        spec: dict[str, Any],
+        device: str,
+        baseline: dict[str, Any],
+        parity: dict | None = None,
+        flops_cache: str | None = None,
+    ):
         """From the spec as plain data (`Spec.model_dump(mode="json")`)."""
         safety = spec["safety"]
         return cls(
             workload={k: v for k, v in spec["workload"].items() if v is not None},
-            trial={**{k: spec["trial"][k] for k in TRIAL_KEYS},
-                   "measure_steps": spec["trial"]["measure_steps"] or DEFAULTS["measure_steps"],
-                   "warmup_min_s": WARMUP_MIN_S},
-            device=device, seed=spec["search"]["seed"],
-            base_batch=baseline["batch_size"], keep_effective_batch=safety["keep_effective_batch"],
-            parity=parity or {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
-                              "steps": safety["parity_steps"], "tolerance": safety["tolerance"]},
-            ranks=spec["resources"].get("ranks_per_trial", 1), blocks=spec["resources"].get("blocks"),
-            memory_limit_gib=spec["resources"].get("memory_limit_gib"), flops_cache=flops_cache,
+            trial={
+                **{k: spec["trial"][k] for k in TRIAL_KEYS},
+                "measure_steps": spec["trial"]["measure_steps"] or DEFAULTS["measure_steps"],
+                "warmup_min_s": WARMUP_MIN_S,
+            },
+            device=device,
+            seed=spec["search"]["seed"],
+            base_batch=baseline["batch_size"],
+            keep_effective_batch=safety["keep_effective_batch"],
+            parity=parity
+            or {
+                "baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
+                "steps": safety["parity_steps"],
+                "tolerance": safety["tolerance"],
+            },
+            ranks=spec["resources"].get("ranks_per_trial", 1),
+            blocks=spec["resources"].get("blocks"),
+            memory_limit_gib=spec["resources"].get("memory_limit_gib"),
+            flops_cache=flops_cache,
             program_baseline=dict(baseline) if spec["workload"].get("command") else None,
             flags={n: flag_syntax(n, k) for n, k in spec["search_space"].get("workload_args", {}).items()}
-            if spec["workload"].get("command") else None,
+            if spec["workload"].get("command")
+            else None,
         )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
         """The same trials with the window only: no profiled window, diagnosis or
         loss parity (a re-measurement, autotune.confirm); `target_ci`: the
         window's, where the decision sizes it (confirm.window_ci)."""
-        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False,
-                                    "target_ci": target_ci or self.trial["target_ci"]}, parity=None)
+        return replace(
+            self,
+            trial={
+                **self.trial,
+                "profile_steps": 0,
+                "diagnose": False,
+                "target_ci": target_ci or self.trial["target_ci"],
+            },
+            parity=None,
+        )
 
     def parity_check(self) -> "TrialSettings":
         """Loss parity alone, no window (the late check of a config about to be
@@ -74,13 +99,29 @@ class TrialSettings:
 
     # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
     # carries them in each trial's Ray config under these names (autotune.raytune.run_trial_in)
-    PER_TRIAL = ("prune_below", "incumbent_above", "predicted", "incumbent_ci", "carry", "anchor",
-                 "tie_keeps_incumbent", "incumbent_trial")
+    PER_TRIAL = (
+        "prune_below",
+        "incumbent_above",
+        "predicted",
+        "incumbent_ci",
+        "carry",
+        "anchor",
+        "tie_keeps_incumbent",
+        "incumbent_trial",
+    )
 
-    def config(self, knobs: dict[str, Any], prune_below: float | None = None,
-               incumbent_above: float | None = None, predicted: float | None = None,
-               incumbent_ci: float = 0.0, carry: dict | None = None, anchor: bool = False,
-               tie_keeps_incumbent: bool = False, incumbent_trial: int | None = None) -> dict[str, Any]:
+    def config(
+        self,
+        knobs: dict[str, Any],
+        prune_below: float | None = None,
+        incumbent_above: float | None = None,
+        predicted: float | None = None,
+        incumbent_ci: float = 0.0,
+        carry: dict | None = None,
+        anchor: bool = False,
+        tie_keeps_incumbent: bool = False,
+        incumbent_trial: int | None = None,
+    ) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
         first incumbent of a search (its baseline), which every later trial is weighed
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
@@ -120,8 +161,12 @@ class TrialSettings:
 
 def flag_syntax(name: str, declared: dict[str, Any]) -> dict[str, Any]:
     """How a program takes a searched argument (spec.UserKnob's `flag`, `switch`, `bool_text`, `env`)."""
-    return {"flag": declared.get("flag") or f"--{name}", "switch": bool(declared.get("switch")),
-            "bool_text": list(declared.get("bool_text") or ("true", "false")), "env": bool(declared.get("env"))}
+    return {
+        "flag": declared.get("flag") or f"--{name}",
+        "switch": bool(declared.get("switch")),
+        "bool_text": list(declared.get("bool_text") or ("true", "false")),
+        "env": bool(declared.get("env")),
+    }
 
 
 def env_of(values: dict[str, Any], flags: dict[str, dict]) -> dict[str, str]:
@@ -135,11 +180,11 @@ def flag_value(command: list[str], syntax: dict[str, Any]) -> tuple[bool, str | 
     for i, arg in enumerate(command):
         if flag.endswith("="):
             if arg.startswith(flag):
-                return True, arg[len(flag):]
+                return True, arg[len(flag) :]
         elif arg == flag:
             return True, None if syntax["switch"] or i + 1 == len(command) else command[i + 1]
         elif arg.startswith(flag + "="):
-            return True, arg[len(flag) + 1:]
+            return True, arg[len(flag) + 1 :]
     return False, None
 
 
@@ -233,19 +278,24 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     """Fill defaults and check a trial config (the runner needs no pydantic)."""
     unknown = set(config) - set(DEFAULTS) - {"workload", "knobs"}
     if unknown:
-        raise TrialConfigError(f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}")
+        raise TrialConfigError(
+            f"unknown trial config keys {sorted(unknown)}; allowed: workload, knobs, {', '.join(DEFAULTS)}"
+        )
     wl = config.get("workload")
     if not isinstance(wl, dict) or not (wl.get("name") or wl.get("factory") or wl.get("file") or wl.get("command")):
-        raise TrialConfigError("`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
-                               "(a pickled factory, relative to the config's dir) or `command` (your program), "
-                               "and optional `args`")
+        raise TrialConfigError(
+            "`workload` must be an object with `name` (built-in), `factory` (pkg.module:fn), `file` "
+            "(a pickled factory, relative to the config's dir) or `command` (your program), "
+            "and optional `args`"
+        )
     cfg = {**DEFAULTS, **config}
     given = dict(config.get("knobs") or {})
     for name, value in given.items():
         knob = K.KNOBS.get(name)
         if knob is None:
-            raise TrialConfigError(f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)} "
-                                   "(workload arguments go in workload.args)")
+            raise TrialConfigError(
+                f"unknown knob `{name}`; knobs are: {', '.join(K.KNOBS)} (workload arguments go in workload.args)"
+            )
         why = None if name == "batch_size" and value is None else knob.check(value)
         if why:
             raise TrialConfigError(f"knobs.{name}: {value!r} is not allowed: {why}")
@@ -256,25 +306,43 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     blocks = cfg["blocks"]
     if blocks is not None and not (isinstance(blocks, list) and all(isinstance(b, str) and b for b in blocks)):
         raise TrialConfigError(f"`blocks` must be null or a list of module class names, got {blocks!r}")
-    for key, low in (("warmup_steps", 0), ("measure_steps", 2), ("profile_steps", 0), ("accum_steps", 1), ("ranks", 1),
-                     ("dist_timeout_s", 1)):
+    for key, low in (
+        ("warmup_steps", 0),
+        ("measure_steps", 2),
+        ("profile_steps", 0),
+        ("accum_steps", 1),
+        ("ranks", 1),
+        ("dist_timeout_s", 1),
+    ):
         if type(cfg[key]) is not int or cfg[key] < low:
             raise TrialConfigError(f"`{key}` must be an int >= {low}, got {cfg[key]!r}")
-    if cfg["warmup_min_s"] is not None and (not isinstance(cfg["warmup_min_s"], (int, float))
-                                            or isinstance(cfg["warmup_min_s"], bool) or cfg["warmup_min_s"] < 0):
+    if cfg["warmup_min_s"] is not None and (
+        not isinstance(cfg["warmup_min_s"], (int, float))
+        or isinstance(cfg["warmup_min_s"], bool)
+        or cfg["warmup_min_s"] < 0
+    ):
         raise TrialConfigError(f"`warmup_min_s` must be null or seconds >= 0, got {cfg['warmup_min_s']!r}")
     for key in ("min_window_s", "target_ci", "max_window_s", "incumbent_ci"):
         if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] < 0:
             raise TrialConfigError(f"`{key}` must be a number >= 0, got {cfg[key]!r}")
-    for key, unit in (("prune_below", "samples/s"), ("incumbent_above", "samples/s"), ("predicted", "samples/s"),
-                      ("memory_limit_gib", "GiB")):
-        if cfg[key] is not None and (not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0):
+    for key, unit in (
+        ("prune_below", "samples/s"),
+        ("incumbent_above", "samples/s"),
+        ("predicted", "samples/s"),
+        ("memory_limit_gib", "GiB"),
+    ):
+        if cfg[key] is not None and (
+            not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0
+        ):
             raise TrialConfigError(f"`{key}` must be null or {unit} > 0, got {cfg[key]!r}")
     carry = cfg["carry"]
-    if carry is not None and not (isinstance(carry, dict) and isinstance(carry.get("trial"), int)
-                                  and isinstance(carry.get("metrics"), dict)
-                                  and all(isinstance(v, (int, float)) for v in carry["metrics"].values())):
-        raise TrialConfigError(f"`carry` must be null or {{\"trial\": N, \"metrics\": {{name: number}}}}, got {carry!r}")
+    if carry is not None and not (
+        isinstance(carry, dict)
+        and isinstance(carry.get("trial"), int)
+        and isinstance(carry.get("metrics"), dict)
+        and all(isinstance(v, (int, float)) for v in carry["metrics"].values())
+    ):
+        raise TrialConfigError(f'`carry` must be null or {{"trial": N, "metrics": {{name: number}}}}, got {carry!r}')
     if not isinstance(cfg["tie_keeps_incumbent"], bool):
         raise TrialConfigError(f"`tie_keeps_incumbent` must be true or false, got {cfg['tie_keeps_incumbent']!r}")
     trial = cfg["incumbent_trial"]
@@ -283,8 +351,10 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
     if cfg["parity_only"] and not cfg["parity"]:
         raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
     if cfg["parity_only"] and cfg["ranks"] > 1 and cfg["knobs"]["sharding"] == "fsdp":  # never exported as safe
-        raise TrialConfigError("loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are "
-                               "sharded): such a config that changes numerics stays unchecked")
+        raise TrialConfigError(
+            "loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are "
+            "sharded): such a config that changes numerics stays unchecked"
+        )
     return cfg
 
 
@@ -306,9 +376,14 @@ def window_rule(cfg: dict, batch: float, device_type: str) -> M.WindowRule:
     """The timed window's rule for a trial config (request.check_config's), with
     `batch` samples a step: its thresholds in samples/s become step times."""
     prune, above = cfg["prune_below"], cfg["incumbent_above"]
-    return M.WindowRule(min_steps=cfg["measure_steps"], min_s=cfg["min_window_s"], target_ci=cfg["target_ci"],
-                      max_steps=max_steps(cfg), max_s=cfg["max_window_s"],
-                      prune_ms=batch / prune * 1e3 if prune else None,
-                      screen_ms=batch / above * 1e3 if above else None,
-                      screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
-                      promote_ci=M.promote_floor(cfg["target_ci"], device_type) if above else None)
+    return M.WindowRule(
+        min_steps=cfg["measure_steps"],
+        min_s=cfg["min_window_s"],
+        target_ci=cfg["target_ci"],
+        max_steps=max_steps(cfg),
+        max_s=cfg["max_window_s"],
+        prune_ms=batch / prune * 1e3 if prune else None,
+        screen_ms=batch / above * 1e3 if above else None,
+        screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
+        promote_ci=M.promote_floor(cfg["target_ci"], device_type) if above else None,
+    )

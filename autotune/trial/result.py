@@ -158,8 +158,11 @@ def _build(cls, data: Any, where: str):
     unknown = sorted(set(data) - set(names))
     if unknown:
         raise ResultError(f"unknown result key `{where}{unknown[0]}`; allowed: {', '.join(names)}")
-    required = [f.name for f in dataclasses.fields(cls)
-                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    required = [
+        f.name
+        for f in dataclasses.fields(cls)
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    ]
     missing = [n for n in required if n not in data]
     if missing:
         raise ResultError(f"result key `{where}{missing[0]}` is missing")

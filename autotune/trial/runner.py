@@ -43,11 +43,18 @@ from autotune.trial import trace
 from autotune import workload as W
 from autotune.trial.diagnose import diagnose
 from autotune.trial.disturbance import verdict
-from autotune.trial.request import (DEFAULTS, TrialConfigError, check_config, max_steps, window_rule,  # noqa: F401  (the runner's
-                              parse_set)  # contract)
+from autotune.trial.request import (  # noqa: F401  (DEFAULTS and window_rule: the runner's contract)
+    DEFAULTS,
+    TrialConfigError,
+    check_config,
+    max_steps,
+    parse_set,
+    window_rule,
+)
 from autotune.safety.rank_parity import rank_parity
 from autotune.trial.result import TrialResult
 from autotune.safety.levels import needs_parity, trial_parity
+
 
 def detect_device(requested: str = "auto") -> K.Device:
     """The device, and the host's CPUs (what num_workers and num_threads may use)."""
@@ -127,8 +134,15 @@ class Session:
         return loss
 
 
-def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps: int, seed: int = 0,
-            accum_steps: int = 1, blocks: list[str] | None = None) -> Session:
+def prepare(
+    workload: W.Workload,
+    knobs: dict[str, Any],
+    device: K.Device,
+    steps: int,
+    seed: int = 0,
+    accum_steps: int = 1,
+    blocks: list[str] | None = None,
+) -> Session:
     """Apply the knobs stage by stage: process (threads), backend flags, model
     (checkpointing, device, memory format, compile, then DDP/FSDP with ranks:
     `K.wrap`), optimizer, loader. The loader samples exactly `steps` full batches
@@ -144,8 +158,18 @@ def prepare(workload: W.Workload, knobs: dict[str, Any], device: K.Device, steps
     optimizer = K.build_optimizer(workload, model, knobs)
     loader = K.seeded_loader(workload, knobs, steps, seed + R.rank())
     scheduler = workload.scheduler(optimizer) if workload.scheduler is not None else None
-    return Session(workload, knobs, dev, model, optimizer, loader, K.grad_scaler(knobs, device.type), accum_steps,
-                   world_size=world, scheduler=scheduler)
+    return Session(
+        workload,
+        knobs,
+        dev,
+        model,
+        optimizer,
+        loader,
+        K.grad_scaler(knobs, device.type),
+        accum_steps,
+        world_size=world,
+        scheduler=scheduler,
+    )
 
 
 def _measure(workload, knobs, device, cfg, result, started: float) -> None:
@@ -164,8 +188,9 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
     rule = window_rule(cfg, knobs["batch_size"], device.type)
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
         rule = R.fixed_rule(max_steps(cfg))
-    steps = (cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3
-             + memory.MEMORY_STEPS)
+    steps = (
+        cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3 + memory.MEMORY_STEPS
+    )
     phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
     session.memory_cap = memory.cap(cfg["memory_limit_gib"])  # samples the allocator from here on
@@ -185,7 +210,9 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
     t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
     first_step_s, warmed = None, 0
-    short = cfg["warmup_min_s"] is not None and device.type == "cpu" and knobs["compile"] == "none" and device.ranks == 1
+    short = (
+        cfg["warmup_min_s"] is not None and device.type == "cpu" and knobs["compile"] == "none" and device.ranks == 1
+    )
     while warmed < cfg["warmup_steps"]:
         session.step(next(batches))
         warmed += 1
@@ -202,8 +229,11 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         rule = R.fixed_rule(R.window_steps(step_s, cfg, rule.max_steps, device.type))
     phase("setup", t)
     phase("warmup")
-    metrics = result["metrics"] = {**M.timed_window(session, batches, rule), "warmup_s": warmup_s,
-                                   "warmup_steps_run": warmed}
+    metrics = result["metrics"] = {
+        **M.timed_window(session, batches, rule),
+        "warmup_s": warmup_s,
+        "warmup_steps_run": warmed,
+    }
     phase("window")
     if cfg["predicted"]:
         metrics["predicted_samples_per_s"] = cfg["predicted"]
@@ -240,12 +270,23 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
     if carry:
         metrics.update({**carry["metrics"], "apart_from_trial": carry["trial"]})
     elif cfg["diagnose"]:
-        metrics.update(sides.two_sides(session, batch, device, cfg["seed"]))  # compute on a cached batch; the loader alone
+        metrics.update(
+            sides.two_sides(session, batch, device, cfg["seed"])
+        )  # compute on a cached batch; the loader alone
         phase("two_sides")
     if cfg["diagnose"]:
-        flops = M.flops_per_sample(session, batch, W.count_samples(workload, batch), cfg["flops_cache"], {
-            "workload": cfg["workload"], "device": device.type, "blocks": cfg["blocks"],
-            **{k: knobs[k] for k in ("batch_size", "activation_checkpointing")}})
+        flops = M.flops_per_sample(
+            session,
+            batch,
+            W.count_samples(workload, batch),
+            cfg["flops_cache"],
+            {
+                "workload": cfg["workload"],
+                "device": device.type,
+                "blocks": cfg["blocks"],
+                **{k: knobs[k] for k in ("batch_size", "activation_checkpointing")},
+            },
+        )
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
         phase("flops")
         if knobs["compile"] == "none" and not carry:  # compiled: a 2x batch is a new shape, compiled again
@@ -279,16 +320,21 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool
         if getattr(rule, mark):
             metrics[mark] = 1.0
     above, value = cfg["incumbent_above"], metrics["samples_per_s"]
-    kept = above is not None and above < value <= above * (1 + rule.screen_ci) and rule.tied \
-        and cfg["tie_keeps_incumbent"]
+    kept = (
+        above is not None and above < value <= above * (1 + rule.screen_ci) and rule.tied and cfg["tie_keeps_incumbent"]
+    )
     if above is None or value > above and not kept:
         return False
     if kept:  # and the trial the tie went to, where known (autotune.checked reopens it should that one fall)
-        metrics.update(tie_kept=1.0, **({} if cfg.get("incumbent_trial") is None else
-                                        {"tie_kept_incumbent": float(cfg["incumbent_trial"])}))
-    result["skipped"] = (f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
-        f"ties with the incumbent (its {above:.4g} with min_improvement), the safer config, which stays" if kept
-        else f"does not beat the {above:.4g} that would make it the incumbent"))
+        metrics.update(
+            tie_kept=1.0,
+            **({} if cfg.get("incumbent_trial") is None else {"tie_kept_incumbent": float(cfg["incumbent_trial"])}),
+        )
+    result["skipped"] = f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
+        f"ties with the incumbent (its {above:.4g} with min_improvement), the safer config, which stays"
+        if kept
+        else f"does not beat the {above:.4g} that would make it the incumbent"
+    )
     return True
 
 
@@ -296,11 +342,15 @@ def _parity_check(workload, knobs, device, cfg, result, started) -> None:
     """`parity_only`: the config's loss parity against the baseline, no window
     (a late check of a config the search is about to export); with ranks, on every rank."""
     if device.ranks > 1:  # against the baseline's math at the global batch (autotune.rank_parity)
-        result["parity"] = rank_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"])
+        result["parity"] = rank_parity(
+            workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"]
+        )
     else:
         result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
-    result["metrics"] = {"parity_max_rel_dev": result["parity"]["max_rel_dev"],
-                         "parity_s": result["parity"].get("parity_s", time.perf_counter() - started)}
+    result["metrics"] = {
+        "parity_max_rel_dev": result["parity"]["max_rel_dev"],
+        "parity_s": result["parity"].get("parity_s", time.perf_counter() - started),
+    }
 
 
 def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
@@ -316,8 +366,11 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
         if why:
             raise TrialConfigError(why)
         if R.world_size() == 1:  # the trial's process: run its ranks, one result (or, launched as one rank, its own)
-            result = (R.run_rank(int(os.environ["RANK"]), cfg, lambda c: run_trial(c, base_dir), device.type)
-                      if R.launched(cfg["ranks"]) else R.run_ranks(cfg, lambda c: run_trial(c, base_dir), device.type))
+            result = (
+                R.run_rank(int(os.environ["RANK"]), cfg, lambda c: run_trial(c, base_dir), device.type)
+                if R.launched(cfg["ranks"])
+                else R.run_ranks(cfg, lambda c: run_trial(c, base_dir), device.type)
+            )
             result["trial_s"] = time.perf_counter() - started
             return result
         device = dataclasses.replace(device, ranks=R.world_size())  # a rank: decides the DDP/FSDP knobs
@@ -337,8 +390,10 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
             knobs["batch_size"] = workload.batch_size
         result["knobs"] = knobs
         if knobs["batch_size"] > len(workload.dataset):
-            raise TrialConfigError(f"knobs.batch_size={knobs['batch_size']} is larger than the dataset "
-                                   f"({len(workload.dataset)} samples): a batch would repeat samples")
+            raise TrialConfigError(
+                f"knobs.batch_size={knobs['batch_size']} is larger than the dataset "
+                f"({len(workload.dataset)} samples): a batch would repeat samples"
+            )
         device = dataclasses.replace(device, optimizer=K.optimizer_of(workload))  # decides fused_optimizer
         for name, value in knobs.items():
             why = K.KNOBS[name].unavailable(value, device)

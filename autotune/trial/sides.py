@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import time
 
+
 def host_cpus_per_gpu(cpus: int) -> int:
     """The host's CPUs per GPU: what the loader workers of one GPU's trial may use
     (NVML counts every GPU of the host, even where CUDA_VISIBLE_DEVICES hides some)."""
@@ -42,11 +43,22 @@ def compute_ceiling(session, batch, min_steps: int = 10, min_s: float = 0.5, max
             break
     session.sync()
     elapsed = time.perf_counter() - t0
-    return {"compute_ceiling_samples_per_s": steps * samples / elapsed, "compute_ceiling_step_ms": elapsed / steps * 1e3}
+    return {
+        "compute_ceiling_samples_per_s": steps * samples / elapsed,
+        "compute_ceiling_step_ms": elapsed / steps * 1e3,
+    }
 
 
-def loader_rate(workload, batch_size: int, seed: int = 0, max_batch: int = 32, min_batches: int = 3,
-                min_s: float = 0.5, max_s: float = 3.0, max_batches: int = 200) -> dict[str, float]:
+def loader_rate(
+    workload,
+    batch_size: int,
+    seed: int = 0,
+    max_batch: int = 32,
+    min_batches: int = 3,
+    min_s: float = 0.5,
+    max_s: float = 3.0,
+    max_batches: int = 200,
+) -> dict[str, float]:
     """The input side alone: one loader worker's rate, without a model. Batches
     are made in this process as a worker makes them (one torch thread: DataLoader
     workers run with one), at a batch of at most `max_batch` (per-sample work does

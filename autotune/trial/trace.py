@@ -19,10 +19,13 @@ BREAKDOWN_ORDER = ("kernel", "memcpy", "memset", "communication", "runtime", "da
 # a name heuristic, as in the profiler plugin
 TENSOR_CORE_KERNEL = re.compile(r"884|1688|16816|hmma|wmma|xmma|gmma|tensorop|_tc_|bf16gemm|f16gemm", re.I)
 # matmul/convolution work, on the GPU (kernel names) and the CPU (aten op names)
-COMPUTE_KERNEL = re.compile(r"gemm|conv|cutlass|cublas|xmma|gmma|hmma|fprop|dgrad|wgrad|winograd|implicit|flash|fmha", re.I)
-COMPUTE_OP = re.compile(r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution(_backward)?|mkldnn_convolution|"
-                        r"cudnn_convolution|conv\dd|_scaled_dot_product_\w+|scaled_dot_product_attention)$")
-
+COMPUTE_KERNEL = re.compile(
+    r"gemm|conv|cutlass|cublas|xmma|gmma|hmma|fprop|dgrad|wgrad|winograd|implicit|flash|fmha", re.I
+)
+COMPUTE_OP = re.compile(
+    r"^aten::(mm|addmm|bmm|baddbmm|matmul|linear|_?convolution(_backward)?|mkldnn_convolution|"
+    r"cudnn_convolution|conv\dd|_scaled_dot_product_\w+|scaled_dot_product_attention)$"
+)
 
 
 # --- interval sets (sorted, disjoint) ------------------------------------------
@@ -101,8 +104,11 @@ def analyze_trace(trace: dict) -> dict:
     activity (absent, not zero, on a CPU).
     """
     events = [e for e in trace.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
-    steps = [(e["ts"], e["ts"] + e["dur"]) for e in events  # the host's step spans (not their GPU-side marks)
-             if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"]
+    steps = [
+        (e["ts"], e["ts"] + e["dur"])
+        for e in events  # the host's step spans (not their GPU-side marks)
+        if e.get("name", "").startswith("ProfilerStep#") and e.get("cat") != "gpu_user_annotation"
+    ]
     if not steps:
         raise ValueError("trace has no ProfilerStep# spans: profile with a schedule and call prof.step()")
     by_cat: dict[str, list[dict]] = {c: [] for c in BREAKDOWN_ORDER}
@@ -142,7 +148,9 @@ def analyze_trace(trace: dict) -> dict:
         kernel_time = sum(k["dur"] for k in kernels)
         out["gpu_util"] = length(union(kernels)) / total
         out["tensor_core_frac"] = sum(k["dur"] for k in kernels if TENSOR_CORE_KERNEL.search(k["name"])) / kernel_time
-        out["gpu_compute_kernel_frac"] = sum(k["dur"] for k in kernels if COMPUTE_KERNEL.search(k["name"])) / kernel_time
+        out["gpu_compute_kernel_frac"] = (
+            sum(k["dur"] for k in kernels if COMPUTE_KERNEL.search(k["name"])) / kernel_time
+        )
     if by_cat["memcpy"]:
         h2d = sum(e["dur"] for e in by_cat["memcpy"] if "htod" in e["name"].lower().replace(" ", ""))
         out["h2d_ms_per_step"] = h2d / len(steps) / 1e3

@@ -12,8 +12,14 @@ import random
 from dataclasses import dataclass, field
 
 import torch
-from transformers import (BertConfig, BertForSequenceClassification, HfArgumentParser, Trainer, TrainingArguments,
-                          set_seed)
+from transformers import (
+    BertConfig,
+    BertForSequenceClassification,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
 
 WORDS = [f"w{i}" for i in range(5000)]
 
@@ -59,8 +65,8 @@ def pad_collate(features):
     ids = torch.zeros(len(features), longest, dtype=torch.long)
     mask = torch.zeros(len(features), longest, dtype=torch.long)
     for row, f in enumerate(features):
-        ids[row, :len(f["input_ids"])] = torch.tensor(f["input_ids"])
-        mask[row, :len(f["input_ids"])] = 1
+        ids[row, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
+        mask[row, : len(f["input_ids"])] = 1
     return {"input_ids": ids, "attention_mask": mask, "labels": torch.tensor([f["labels"] for f in features])}
 
 
@@ -69,10 +75,15 @@ def main():
     model_args, data_args, training_args = parser.parse_args_into_dataclasses()
     set_seed(training_args.seed)
 
-    config = BertConfig(vocab_size=data_args.vocab_size, hidden_size=model_args.hidden_size,
-                        num_hidden_layers=model_args.num_layers, num_attention_heads=model_args.num_heads,
-                        intermediate_size=4 * model_args.hidden_size, max_position_embeddings=data_args.max_words + 2,
-                        num_labels=2)
+    config = BertConfig(
+        vocab_size=data_args.vocab_size,
+        hidden_size=model_args.hidden_size,
+        num_hidden_layers=model_args.num_layers,
+        num_attention_heads=model_args.num_heads,
+        intermediate_size=4 * model_args.hidden_size,
+        max_position_embeddings=data_args.max_words + 2,
+        num_labels=2,
+    )
     model = BertForSequenceClassification(config)
     train_dataset = SentenceDataset(data_args, training_args.seed)
 

@@ -27,7 +27,7 @@ class Stripes(Dataset):
         grid = x[:, None] * (label % 2) + x[None, :] * (1 - label % 2) + (label // 2) * x[:, None] * x[None, :] / 40
         img = torch.sin(grid / 3).expand(3, -1, -1) + 0.5 * torch.randn(3, self.image + 8, self.image + 8, generator=g)
         top, left = torch.randint(0, 9, (2,), generator=g).tolist()
-        img = img[:, top:top + self.image, left:left + self.image]
+        img = img[:, top : top + self.image, left : left + self.image]
         if torch.rand((), generator=g) < 0.5:
             img = img.flip(-1)
         return img, label
@@ -54,10 +54,20 @@ class ConvNet(L.LightningModule):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(
-            nn.Conv2d(3, width, 3, padding=1), nn.BatchNorm2d(width), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(width, 2 * width, 3, padding=1), nn.BatchNorm2d(2 * width), nn.ReLU(), nn.MaxPool2d(2),
-            nn.Conv2d(2 * width, 2 * width, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-            nn.Linear(2 * width, 4))
+            nn.Conv2d(3, width, 3, padding=1),
+            nn.BatchNorm2d(width),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(width, 2 * width, 3, padding=1),
+            nn.BatchNorm2d(2 * width),
+            nn.ReLU(),
+            nn.MaxPool2d(2),
+            nn.Conv2d(2 * width, 2 * width, 3, padding=1),
+            nn.ReLU(),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(2 * width, 4),
+        )
 
     def forward(self, x):
         return self.net(x)
@@ -74,8 +84,9 @@ class ConvNet(L.LightningModule):
 
     def configure_optimizers(self):
         optimizer = torch.optim.AdamW(self.parameters(), lr=self.hparams.lr, weight_decay=0.05)
-        schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=self.hparams.lr,
-                                                       total_steps=self.hparams.max_steps)
+        schedule = torch.optim.lr_scheduler.OneCycleLR(
+            optimizer, max_lr=self.hparams.lr, total_steps=self.hparams.max_steps
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
 
@@ -92,8 +103,15 @@ def main():
     L.seed_everything(0)
     data = StripesData(args.batch_size, args.num_workers, args.image)
     model = ConvNet(args.width, max_steps=args.max_steps)
-    trainer = L.Trainer(max_steps=args.max_steps, precision=args.precision, gradient_clip_val=1.0,
-                        val_check_interval=100, check_val_every_n_epoch=None, accelerator="cpu", devices=1)
+    trainer = L.Trainer(
+        max_steps=args.max_steps,
+        precision=args.precision,
+        gradient_clip_val=1.0,
+        val_check_interval=100,
+        check_val_every_n_epoch=None,
+        accelerator="cpu",
+        devices=1,
+    )
     trainer.fit(model, datamodule=data)
 
 

@@ -30,7 +30,7 @@ class Blurred(Dataset):
     def __getitem__(self, i):
         rng = np.random.default_rng(i)
         y, x = rng.integers(0, 8, 2)
-        img = self.images[i, :, y:y + 32, x:x + 32]
+        img = self.images[i, :, y : y + 32, x : x + 32]
         for _ in range(16):  # the expensive part: a blur in the frequency domain
             f = np.fft.rfft2(img)
             f[:, 8:-8, :] = 0
@@ -48,8 +48,15 @@ def main():
     torch.manual_seed(0)
     cfg = autotune.config()  # autotune
     data = Blurred(args.batch_size * args.steps)
-    loader = DataLoader(data, **cfg.dataloader_kwargs(batch_size=args.batch_size, shuffle=True,  # autotune
-                                                      num_workers=args.num_workers, drop_last=True))
+    loader = DataLoader(
+        data,
+        **cfg.dataloader_kwargs(
+            batch_size=args.batch_size,
+            shuffle=True,  # autotune
+            num_workers=args.num_workers,
+            drop_last=True,
+        ),
+    )
     model = nn.Sequential(nn.AdaptiveAvgPool2d(8), nn.Flatten(), nn.Linear(192, 64), nn.ReLU(), nn.Linear(64, 10))
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     for step, (x, y) in enumerate(cfg.steps(loader)):  # autotune

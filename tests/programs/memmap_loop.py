@@ -35,8 +35,8 @@ vocab = int(data.max()) + 1
 
 def get_batch():
     ix = torch.randint(len(data) - args.block_size - 1, (args.batch_size,))
-    x = torch.stack([torch.from_numpy(data[i:i + args.block_size].astype(np.int64)) for i in ix])
-    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + args.block_size].astype(np.int64)) for i in ix])
+    x = torch.stack([torch.from_numpy(data[i : i + args.block_size].astype(np.int64)) for i in ix])
+    y = torch.stack([torch.from_numpy(data[i + 1 : i + 1 + args.block_size].astype(np.int64)) for i in ix])
     return x, y
 
 
@@ -66,8 +66,9 @@ def get_lr(it):
 model = CharModel(vocab)
 decay = [p for n, p in model.named_parameters() if p.dim() >= 2]
 no_decay = [p for n, p in model.named_parameters() if p.dim() < 2]
-optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                              lr=args.lr, betas=(0.9, 0.95))
+optimizer = torch.optim.AdamW(
+    [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}], lr=args.lr, betas=(0.9, 0.95)
+)
 scaler = torch.amp.GradScaler("cpu", enabled=args.dtype == "float16")
 for it in range(args.max_iters):
     for group in optimizer.param_groups:

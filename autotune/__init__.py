@@ -15,6 +15,6 @@ __all__ = ["Workload", "search", "config", "adapters", "load_config", "__version
 
 def load_config(path):
     """Load an exported best_config.yaml as a `TunedConfig` for production code."""
-    from autotune.export.best_config import load_config as _load
+    from autotune.export.load import load_config as _load
 
     return _load(path)

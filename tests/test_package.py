@@ -1,23 +1,24 @@
-"""The package's shape: no two modules of autotune/ import each other (one of
-them should not need the other), read from the source with `ast`, so an import
-inside a function counts too."""
+"""The package's shape, read from the source with `ast` (an import inside a function counts too):
+- no circle of imports between its modules, of any length;
+- each sub-package imports only the parts its docstring's "May import:" line names."""
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
 
 
-def module_name(path: Path) -> str:
-    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+def module_name(path: Path, package: Path) -> str:
+    parts = path.relative_to(package.parent).with_suffix("").parts
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def imports(path: Path, modules: set[str]) -> set[str]:
+def imports(path: Path, package: Path, modules: set[str]) -> set[str]:
     """The autotune modules `path` imports anywhere in its body (`from a import b`
     names the module a.b where that is a module, else a)."""
-    name = module_name(path)
-    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    name = module_name(path, package)
+    here = name if path.name == "__init__.py" else name.rpartition(".")[0]
     out = set()
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
@@ -25,7 +26,7 @@ def imports(path: Path, modules: set[str]) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                anchor = here.split(".")[: len(here.split(".")) - node.level + 1]
                 base = ".".join(anchor + ([base] if base else []))
             for a in node.names:
                 full = f"{base}.{a.name}"
@@ -33,33 +34,96 @@ def imports(path: Path, modules: set[str]) -> set[str]:
     return (out & modules) - {name}
 
 
-def cycles() -> list[tuple[str, str]]:
-    files = sorted(PACKAGE.rglob("*.py"))
-    modules = {module_name(p) for p in files}
-    deps = {module_name(p): imports(p, modules) for p in files}
-    # a package's __init__ re-exports its modules: the modules may import their package's private siblings
-    return sorted(
-        {
-            tuple(sorted((a, b)))
-            for a, bs in deps.items()
-            for b in bs
-            if a in deps.get(b, ()) and not (a.startswith(b + ".") or b.startswith(a + "."))
-        }
-    )
+def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    files = sorted(package.rglob("*.py"))
+    modules = {module_name(p, package) for p in files}
+    deps = {module_name(p, package): imports(p, package, modules) for p in files}
+    # a package's __init__ may re-export its own modules, and they may import their package
+    return {a: {b for b in bs if not (a.startswith(b + ".") or b.startswith(a + "."))} for a, bs in deps.items()}
 
 
-def test_no_two_modules_import_each_other():
-    assert cycles() == [], "modules that import each other (one should not need the other)"
+def circles(package: Path = PACKAGE) -> list[list[str]]:
+    """The strongly connected parts of the import graph with more than one module (Tarjan)."""
+    deps, index, low, stack, on, out = graph(package), {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in deps[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(deps):
+        if v not in index:
+            visit(v)
+    return sorted(out)
 
 
-def test_the_check_sees_an_import_inside_a_function(tmp_path, monkeypatch):
+def part_of(module: str) -> str:
+    """`autotune.trial.runner` -> `autotune.trial`; a top-level module is its own part."""
+    parts = module.split(".")
+    return ".".join(parts[:2])
+
+
+def allowed(package: Path = PACKAGE) -> dict[str, set[str] | None]:
+    """Each sub-package's "May import:" names (None: any part)."""
+    out = {}
+    for init in sorted(package.glob("*/__init__.py")):
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        said = doc.partition("May import")[2]
+        assert said, f"{init}: its docstring must say what it may import ('May import: ...')"
+        if "any part" in said.split(".")[0]:
+            out[f"autotune.{init.parent.name}"] = None
+            continue
+        names = re.findall(r"`([a-z_.]+)`", said)
+        out[f"autotune.{init.parent.name}"] = {n if n.startswith("autotune") else f"autotune.{n}" for n in names}
+    return out
+
+
+def trespasses(package: Path = PACKAGE) -> list[str]:
+    rules, out = allowed(package), []
+    for a, bs in graph(package).items():
+        rule = rules.get(part_of(a), None)
+        if part_of(a) not in rules or rule is None:
+            continue
+        for b in sorted(bs):
+            if part_of(b) != part_of(a) and part_of(b) not in rule | {"autotune._version", "autotune._imports"}:
+                out.append(f"{a} -> {b}")
+    return sorted(out)
+
+
+def test_no_circle_of_imports_of_any_length():
+    assert circles() == [], "modules that import each other round a circle (decide which one owns the shared thing)"
+
+
+def test_each_part_imports_only_what_its_docstring_allows():
+    assert trespasses() == []
+
+
+def test_the_checks_see_imports_inside_functions_and_long_circles(tmp_path):
     pkg = tmp_path / "autotune"
-    pkg.mkdir()
+    (pkg / "low").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text('"""Low.\n\nMay import: `autotune.b`.\n"""\n')
     (pkg / "a.py").write_text("from autotune.b import g\n")
-    (pkg / "b.py").write_text("def g():\n    from autotune import a\n")
-    monkeypatch.setitem(globals(), "PACKAGE", pkg)
-    assert cycles() == [("autotune.a", "autotune.b")]
+    (pkg / "b.py").write_text("def g():\n    from autotune.low import c\n")
+    (pkg / "low" / "c.py").write_text("def h():\n    import autotune.a\n")
+    assert circles(pkg) == [["autotune.a", "autotune.b", "autotune.low.c"]]
+    assert trespasses(pkg) == ["autotune.low.c -> autotune.a"]
 
 
 def test_the_public_names_survive_importing_every_module():
@@ -71,6 +135,6 @@ def test_the_public_names_survive_importing_every_module():
     import autotune
 
     for info in pkgutil.walk_packages(autotune.__path__, "autotune."):
-        if not info.name.endswith("__main__"):
+        if not info.name.endswith("__main__") and ".sitecustomize" not in info.name:
             importlib.import_module(info.name)
-    assert callable(autotune.search) and callable(autotune.load_config)
+    assert callable(autotune.search) and callable(autotune.load_config) and callable(autotune.config)

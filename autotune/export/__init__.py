@@ -1,5 +1,6 @@
 """What production runs: best_config.yaml written from a search, loaded (`load_config`, torch and knobs only) and
 rendered in the forms training is launched with (Hugging Face, torchrun, Lightning).
 
-May import: `autotune.knobs`, `autotune.safety` (the levels' names), `autotune.decide` (the choice of the best).
+May import: `autotune.knobs`, `autotune.safety` (the levels' names), `autotune.decide` (the choice of the best),
+`autotune.trial` (a program's command and environment, as its trials ran them).
 """

@@ -3,5 +3,6 @@ zero-code instrumentation of Trainer scripts (instrument, its sitecustomize dire
 Lightning callbacks).
 
 May import: `autotune.knobs`, `autotune.spec`, `autotune.export` (the forms the instrumentation applies, so a
-trial runs what is exported), `autotune.config` (the object the callbacks report to).
+trial runs what is exported), `autotune.config` (the object the callbacks report to), `autotune.trial` (the measured loop's
+batch counting).
 """

@@ -175,7 +175,7 @@ class SearchResult:
     def best_config(self):
         """The best config as production loads it (`autotune.load_config`); None
         when nothing was exported (no measured baseline, or no safe trial)."""
-        from autotune.export.best_config import load_config
+        from autotune.export.load import load_config
 
         path = Path(self.paths["best_config"])
         return load_config(path) if path.exists() else None

@@ -471,4 +471,6 @@ def test_a_huggingface_trainer_search_checks_the_unfused_candidate_not_the_basel
     assert list(trials["fused_optimizer"]) == [True, False] and trials["baseline"].iloc[0]
     # checked where it would become the incumbent (over min_improvement 2%) or be exported (a late check)
     assert pd.isna(trials["parity"].iloc[0]), trials["parity"]
-    assert trials["parity"].iloc[1] in ("passed", "failed") or trials["speedup_x"].iloc[1] <= 1.02, trials["parity"]
+    # (a read over the 2% that ties with the incumbent's window stays unchecked: it is neither kept nor exported)
+    exported = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert trials["parity"].iloc[1] in ("passed", "failed") or exported["measured"]["best_trial"] == 0, trials["parity"]

@@ -168,8 +168,10 @@ def test_a_diverging_baseline_does_not_make_a_healthy_candidate_fail():
     wl = W.load("tests.workloads:make_chaotic", {"lr": 50.0})
     base = K.pytorch_defaults(wl.batch_size)
     r = loss_parity(wl, base, {**base, "precision": "bf16-mixed"}, CPU, steps=20, seed=3)
-    assert r["moved"]["candidate"] < 0.1 * r["moved"]["baseline"]  # what the old rule failed it for
-    assert r["passed"], r["reason"]
+    # what the old rule failed it for, in 4 of the 5 runs seen here (the chaotic trajectories vary with the CPU's
+    # reduction order); the verdict below must hold either way
+    old_rule_failed = r["moved"]["candidate"] < 0.1 * r["moved"]["baseline"]
+    assert r["passed"], (r["reason"], {"the old rule failed it": old_rule_failed})
     assert not r["overfit"]["judged"] and abs(r["overfit"]["candidate"] - r["overfit"]["baseline"]) < 0.1
 
 

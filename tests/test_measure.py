@@ -232,7 +232,7 @@ def test_a_window_inside_the_incumbents_band_stops_at_the_incumbents_precision()
 
 def test_on_a_cpu_the_incumbent_is_known_no_better_than_the_spread_between_processes():
     """Two trials are two fresh processes: on a 2-core CPU host those of one config differ by a CV of 5-18%,
-    whatever their windows' CIs (scripts/bench_window.py); on a GPU none is assumed (not measured). The spread
+    whatever their windows' CIs (scripts/bench/bench_window.py); on a GPU none is assumed (not measured). The spread
     is compared with 95% CIs, so it is one too: 1.96 x the smallest CV."""
     assert M.incumbent_interval(0.02, "cpu") == M.PROCESS_SPREAD["cpu"] == 0.098 == round(1.96 * M.PROCESS_CV["cpu"], 3)
     assert M.incumbent_interval(0.12, "cpu") == 0.12 and M.incumbent_interval(0.02, "cuda") == 0.02

@@ -148,7 +148,9 @@ def test_a_prediction_across_the_workers_line_is_corrected_by_what_such_predicti
     guess = model.predict(two, measured, shared=True)
     assert guess["samples_per_s"] == pytest.approx(0.6 * model.predict(two, [ref], shared=True)["samples_per_s"])
     assert guess["from"] == NO_WORKERS
-    plain = model.predict(two, measured, shared=True, learn=False)  # scripts/bench_model.py's "before": uncorrected
+    plain = model.predict(
+        two, measured, shared=True, learn=False
+    )  # scripts/bench/bench_model.py's "before": uncorrected
     assert plain["samples_per_s"] == pytest.approx(model.predict(two, [ref], shared=True)["samples_per_s"])
     # the other way round: a config without workers, from a diagnosed one with them, by what such a prediction missed
     with_workers = ({**one, "batch_size": 32}, {**JPEG, "samples_per_s": 100.0})

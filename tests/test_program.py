@@ -70,7 +70,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
-    # measured = exported: the program itself in production mode, baseline and best (scripts/bench_program.py)
+    # measured = exported: the program itself in production mode, baseline and best (scripts/bench/bench_program.py)
     bench = subprocess.run(
         [
             sys.executable,

@@ -203,11 +203,11 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
     if name == "resnet18_cifar":  # the grid's two points, both with checkpointed blocks
         assert set(rows["ddp_static_graph"]) == {False, True} and rows["activation_checkpointing"].all()
         return
-    # exported = measured: cfg.wrap in a torchrun-launched plain loop (scripts/bench_exported.py), a smoke run
+    # exported = measured: cfg.wrap in a torchrun-launched plain loop (scripts/bench/bench_exported.py), a smoke run
     proc = subprocess.run(
         [
             sys.executable,
-            "scripts/bench_exported.py",
+            "scripts/bench/bench_exported.py",
             str(result.run_dir),
             "--reps",
             "1",

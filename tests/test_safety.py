@@ -411,7 +411,7 @@ def test_parity_table_has_no_false_alarm_and_catches_every_planted_fault():
     out = subprocess.run(
         [
             sys.executable,
-            "scripts/parity_table.py",
+            "scripts/bench/parity_table.py",
             "--workloads",
             "tiny_transformer",
             "--steps",

@@ -19,7 +19,7 @@ import yaml
 @pytest.mark.timeout(300)
 def test_gpu_check_runs_on_cpu_and_reports_fidelity():
     env = {**os.environ, "PYTHON": sys.executable, "REPS": "2", "FIDELITY_ARGS": "--min-window-s 0.3 --max-window-s 1"}
-    proc = subprocess.run(["bash", "scripts/gpu_check.sh"], capture_output=True, text=True, env=env, timeout=280)
+    proc = subprocess.run(["bash", "scripts/gpu/gpu_check.sh"], capture_output=True, text=True, env=env, timeout=280)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     fidelity = report["fidelity"]
@@ -36,7 +36,7 @@ def test_record_a_landscape_then_replay_it(tmp_path):
     out = tmp_path / "landscape.csv"
     record = [
         sys.executable,
-        "scripts/record_landscape.py",
+        "scripts/dev/record_landscape.py",
         "-o",
         str(out),
         "--workload",
@@ -68,7 +68,7 @@ def test_record_a_landscape_then_replay_it(tmp_path):
     assert len(list(csv.DictReader(out.open()))) == 4
 
     bench = subprocess.run(
-        [sys.executable, "scripts/bench_search.py", str(out), "--seeds", "3"],
+        [sys.executable, "scripts/bench/bench_search.py", str(out), "--seeds", "3"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -82,7 +82,7 @@ def test_record_a_landscape_then_replay_it(tmp_path):
 
 def test_bench_search_replays_the_committed_landscapes():
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_search.py", "--seeds", "5"], capture_output=True, text=True, timeout=250
+        [sys.executable, "scripts/bench/bench_search.py", "--seeds", "5"], capture_output=True, text=True, timeout=250
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])["landscapes"]
@@ -94,7 +94,7 @@ def test_bench_search_replays_the_committed_landscapes():
 def test_bench_model_replays_a_recorded_search_with_both_models(finished_run):
     run_dir, _ = finished_run
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_model.py", str(run_dir)], capture_output=True, text=True, timeout=120
+        [sys.executable, "scripts/bench/bench_model.py", str(run_dir)], capture_output=True, text=True, timeout=120
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -112,7 +112,7 @@ def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_ru
     proc = subprocess.run(
         [
             sys.executable,
-            "scripts/bench_exported.py",
+            "scripts/bench/bench_exported.py",
             str(run_dir),
             "--reps",
             "2",
@@ -139,7 +139,7 @@ def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_ru
 def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
     bench = [
         sys.executable,
-        "scripts/bench_fused.py",
+        "scripts/bench/bench_fused.py",
         "--model",
         "tiny_cnn",
         "--image-size",
@@ -178,7 +178,7 @@ def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
 
 def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
     proc = subprocess.run(
-        ["bash", "scripts/gpu_day.sh", "--dry-run"],
+        ["bash", "scripts/gpu/gpu_day.sh", "--dry-run"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -204,13 +204,13 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
         assert f"{plan['dir']}/{step['step']}.json" in step["writes"]
         assert f"{step['step']}: " in proc.stdout and shlex.join(["python3", *step["command"]]) in proc.stdout
     fidelity = plan["steps"][0]["command"]
-    assert fidelity[:3] == ["scripts/bench_fidelity.py", "--workload", "resnet18_cifar"]
+    assert fidelity[:3] == ["scripts/bench/bench_fidelity.py", "--workload", "resnet18_cifar"]
     assert "precision=bf16-mixed" in fidelity and "batch_size=256" in fidelity
-    assert "scripts/landscapes/<gpu>_resnet18_gpunorm.csv" in plan["steps"][-1]["writes"]
+    assert "scripts/bench/landscapes/<gpu>_resnet18_gpunorm.csv" in plan["steps"][-1]["writes"]
     assert "8 of 8 steps parse" in proc.stdout
 
     short = subprocess.run(
-        ["bash", "scripts/gpu_day.sh", "--dry-run", "--budget-min", "0"],
+        ["bash", "scripts/gpu/gpu_day.sh", "--dry-run", "--budget-min", "0"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -218,7 +218,7 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
     )
     assert short.returncode == 2 and short.stderr.strip() == "error: --budget-min 0: must be > 0 (minutes)"
     typo = subprocess.run(
-        ["bash", "scripts/gpu_day.sh", "--dry-run", "--redo", "9"],
+        ["bash", "scripts/gpu/gpu_day.sh", "--dry-run", "--redo", "9"],
         capture_output=True,
         text=True,
         timeout=60,
@@ -228,9 +228,9 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
 
 
 def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp_path, monkeypatch):
-    day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
+    day = runpy.run_path("scripts/gpu/gpu_day.py", run_name="gpu_day")
     Step = day["Step"]
-    typo = Step("x", "a typo", 60, [sys.executable, "scripts/bench_fused.py", "--optimiser", "sgd"])
+    typo = Step("x", "a typo", 60, [sys.executable, "scripts/bench/bench_fused.py", "--optimiser", "sgd"])
     assert day["check_parses"](typo) == "does not parse (exit 2)"  # caught by the dry run, before a GPU is lent
 
     ok = [sys.executable, "-c", "print('measured'); print('{\"x\": 1}')"]
@@ -267,7 +267,7 @@ def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp
 def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detached_day_end(tmp_path, monkeypatch):
     """A 15-minute loan: --only 3 --only 3b --search-min 5 (the H200 day of 2026-11-26). The
     waiting command found its own ended day alive (a zombie) and held the GPU to its deadline."""
-    day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
+    day = runpy.run_path("scripts/gpu/gpu_day.py", run_name="gpu_day")
     Step = day["Step"]
     search = next(s for s in day["steps"](tmp_path, "h200", 300) if s.key == "3-search")
     assert search.cap_s == 480 and search.spec["search"]["time_budget_s"] == 300 and "5-minute" in search.what
@@ -288,7 +288,7 @@ def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detach
     (tmp_path / "day.pid").write_text(str(os.getpid()))  # a process that is not this one's child, running
     assert day["alive"](tmp_path / "day.pid") == os.getpid()
     typo = subprocess.run(
-        ["bash", "scripts/gpu_day.sh", "--dry-run", "--only", "8"], capture_output=True, text=True, timeout=120
+        ["bash", "scripts/gpu/gpu_day.sh", "--dry-run", "--only", "8"], capture_output=True, text=True, timeout=120
     )
     assert typo.returncode == 2 and typo.stderr.strip() == "error: --only 8: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
 
@@ -296,7 +296,7 @@ def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detach
 def test_classic_case_runs_the_found_config_with_its_searched_workload_args(tmp_path):
     """It read workload.args alone: the H200 search's winner (gpu_normalize searched) ran on the
     host pipeline and measured 0.28x the hand-tuned end state, input-bound."""
-    classic = runpy.run_path("scripts/classic_case.py", run_name="classic")
+    classic = runpy.run_path("scripts/gpu/classic_case.py", run_name="classic")
     best = tmp_path / "best_config.yaml"
     best.write_text(
         yaml.safe_dump(
@@ -319,7 +319,7 @@ def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_pack
 ):
     """The device tool makes each command's tree a copy of the checkout's: a day writing
     there lost its search's log. It writes in LIVE and packs what the tree will hold."""
-    day = runpy.run_path("scripts/gpu_day.py", run_name="gpu_day")
+    day = runpy.run_path("scripts/gpu/gpu_day.py", run_name="gpu_day")
     g, repo = day["seed"].__globals__, tmp_path / "repo"
     for name, value in {
         "ROOT": repo,
@@ -334,8 +334,8 @@ def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_pack
     )
     (unpacked / "1-fidelity.json").write_text('{"status": "ok"}')
     (unpacked / "search" / "trials.csv").write_text("trial\n0\n")
-    (repo / "scripts" / "landscapes").mkdir(parents=True)
-    (repo / "scripts" / "landscapes" / "h100_resnet18_gpunorm.csv").write_text("point\n0\n")
+    (repo / "scripts" / "bench" / "landscapes").mkdir(parents=True)
+    (repo / "scripts" / "bench" / "landscapes" / "h100_resnet18_gpunorm.csv").write_text("point\n0\n")
 
     live = day["day_dir"]("h100-80gb-hbm3")  # not finished: this day goes on, in LIVE
     assert live == tmp_path / "live" / unpacked.name
@@ -354,7 +354,7 @@ def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_pack
     day["collect"](live, "h100-80gb-hbm3")
     with tarfile.open(tmp_path / "out" / "gpu_day.tar.gz") as tar:
         names = set(tar.getnames())
-        landscape = tar.extractfile("scripts/landscapes/h100_resnet18_gpunorm.csv").read()
+        landscape = tar.extractfile("scripts/bench/landscapes/h100_resnet18_gpunorm.csv").read()
     rel = "scripts/measurements/h100-80gb-hbm3-2026-11-24"
     assert {f"{rel}/day.json", f"{rel}/1-fidelity.json", f"{rel}/2-classic.json", f"{rel}/search/trials.csv"} <= names
     assert not {n for n in names if n.endswith(("day.pid", "trace.json")) or "/run" in n}  # nor the run dir's traces
@@ -364,7 +364,7 @@ def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_pack
 def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
     bench = [
         sys.executable,
-        "scripts/bench_checkpointing.py",
+        "scripts/bench/bench_checkpointing.py",
         "--batch-size",
         "4",
         "--seq-len",
@@ -397,7 +397,7 @@ def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
     proc = subprocess.run(
         [
             sys.executable,
-            "scripts/bench_window.py",
+            "scripts/bench/bench_window.py",
             "--workload",
             "tiny_cnn",
             "--arg",
@@ -431,7 +431,9 @@ def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
 def test_search_phases_times_calls_that_exist():
     """search_phases.py wraps the search's own functions by name: one renamed (cli._importance,
     folded into plots.write_all) broke it before any search ran."""
-    code = "import runpy; runpy.run_path('scripts/search_phases.py', run_name='phases')['instrument'](); print('ok')"
+    code = (
+        "import runpy; runpy.run_path('scripts/dev/search_phases.py', run_name='phases')['instrument'](); print('ok')"
+    )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
 
@@ -483,7 +485,7 @@ def test_install_returns_at_once_when_pyproject_and_extras_are_what_it_installed
 @pytest.mark.timeout(120)
 def test_bench_online_same_batches_ends_with_its_json_line():
     proc = subprocess.run(
-        [sys.executable, "scripts/bench_online.py", "--only", "same_batches"],
+        [sys.executable, "scripts/bench/bench_online.py", "--only", "same_batches"],
         capture_output=True,
         text=True,
         timeout=110,

@@ -43,7 +43,7 @@ def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
         return TrialSettings.of(spec, "cpu", knobs).config(knobs)["measure_steps"]
 
     assert S.parse(WL, "runs/x.yaml").trial.measure_steps is None
-    assert floor() == 10  # min_window_s and the CI do the rest (scripts/bench_window.py)
+    assert floor() == 10  # min_window_s and the CI do the rest (scripts/bench/bench_window.py)
     assert floor(trial={"measure_steps": 40}) == 40
     spec = S.parse(WL, "runs/x.yaml").model_dump(mode="json")
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}

@@ -35,7 +35,7 @@ METRIC = "samples_per_s"
 ANCHOR_DRIFT = 0.10
 # a first pair this far above 1 (and the trials too) settles the verdict, later rounds would
 # refine the number only. The widest spread measured between fresh processes of one config on 2 cores is a 17.6%
-# CV (tiny_cnn, scripts/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
+# CV (tiny_cnn, scripts/bench/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
 # above 1: at one-sided 95% the best is faster, even at that spread (jpeg_pipeline's pairs: 2.2x)
 SETTLED = 0.5
 RERUNS = 2  # disturbed pairs measured again, in all, per re-measurement (each pair: two fresh processes)

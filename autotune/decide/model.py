@@ -35,7 +35,7 @@ activation checkpointing: none of them is in the model, and none is assumed
 free), nor a batch change without the probe (a compiled trial skips it). Where
 it is wrong: the first config with workers, before any was measured, and a
 batch far from B, which extrapolates the probe's one doubling.
-`scripts/bench_model.py` replays it over recorded searches.
+`scripts/bench/bench_model.py` replays it over recorded searches.
 
 Needs nothing but the standard library.
 """
@@ -141,7 +141,7 @@ def predict(
     {"samples_per_s", "from": the knobs of the diagnosed trial it came from}, or
     None when the model cannot say. `shared`: a CPU device, whose cores the
     loader workers share with the compute. `learn`: the workers' correction
-    (without it and `shared`: the model before both, scripts/bench_model.py)."""
+    (without it and `shared`: the model before both, scripts/bench/bench_model.py)."""
     diagnosed = [(k, r) for k, r in measured if "compute_ceiling_samples_per_s" in r]
     base = _base(knobs, diagnosed, shared)
     if base is None:

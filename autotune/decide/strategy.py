@@ -1,7 +1,7 @@
 """What to try next: the search strategy, on an Optuna study, without Ray.
 
 The same `Strategy` drives a real search (`autotune.driver`, and the search
-without Ray) and the replays of recorded landscapes (`scripts/bench_search.py`).
+without Ray) and the replays of recorded landscapes (`scripts/bench/bench_search.py`).
 Its state is the study alone (every decision is recomputed from its trials), so
 a resumed search continues where it stopped.
 

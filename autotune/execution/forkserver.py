@@ -121,7 +121,7 @@ def _preload(modules: list[str]) -> None:
             print(json.dumps({"preload_failed": name, "error": f"{type(e).__name__}: {e}"}), file=sys.stderr)
     # out of the collector's reach: a full collection in a forked trial would otherwise
     # write to every page the child shares with the server, one copy-on-write fault
-    # each (a ~200-ms stall inside a 6-ms-step window; scripts/bench_overhead.py)
+    # each (a ~200-ms stall inside a 6-ms-step window; scripts/bench/bench_overhead.py)
     gc.freeze()
 
 

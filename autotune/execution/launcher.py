@@ -6,7 +6,7 @@ are per trial (a warm cache from an earlier trial would hide compile time).
 Two ways to start one:
 - `fork` (default): a warm fork server (`autotune.forkserver`) that has imported
   torch, torchvision, the runner and the workload's module forks the trial, so a
-  trial does not pay the imports again (measured in scripts/bench_overhead.py);
+  trial does not pay the imports again (measured in scripts/bench/bench_overhead.py);
   the server never runs a trial, so nothing of one trial reaches the next. A
   local search shares one server (`SharedForkServer`, started by the driver
   beside Ray) among its trials' actors and its re-measurements; otherwise each

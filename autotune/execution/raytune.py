@@ -244,7 +244,7 @@ def init_ray(address: str | None) -> bool:
         if os.environ.get("TMPDIR") and not os.path.isabs(os.environ["TMPDIR"]):
             os.environ["TMPDIR"] = os.path.abspath(os.environ["TMPDIR"])
         # no idle worker per CPU started with the driver: a search starts its one actor itself
-        # (scripts/bench_ray_start.py: init + first actor 6.8 s against 9.1 s, 2 loaded cores)
+        # (scripts/bench/bench_ray_start.py: init + first actor 6.8 s against 9.1 s, 2 loaded cores)
         os.environ.setdefault("RAY_prestart_worker_first_driver", "0")
     # a cluster on loopback addresses runs on this machine: join it from its head's address
     host = address.rsplit(":", 1)[0] if address and address not in ("auto", "local") else None

@@ -14,7 +14,7 @@ When a rank fails, or its worker or node dies, the other ranks' tasks are
 cancelled (their processes killed), and the trial fails with that rank named.
 
 Ray Train's TorchTrainer would do the same inside the trial, at a start-up cost
-measured in scripts/bench_rank_startup.py; these tasks reuse the launcher's
+measured in scripts/bench/bench_rank_startup.py; these tasks reuse the launcher's
 warm fork server on each node, which TorchTrainer's fresh workers cannot.
 """
 

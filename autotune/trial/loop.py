@@ -47,7 +47,7 @@ def batch_samples(batch) -> int | None:
 
 class PassThrough:
     """Production and plain modes: the loop as the program wrote it. With
-    `AUTOTUNE_STEP_LOG=path` (scripts/bench_program.py), each step's end and
+    `AUTOTUNE_STEP_LOG=path` (scripts/bench/bench_program.py), each step's end and
     samples are kept and written to `path` as JSON when the process ends, or
     after `AUTOTUNE_STOP_AFTER` steps, where it then ends (os._exit)."""
 

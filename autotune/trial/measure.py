@@ -119,7 +119,7 @@ PROMOTE_FACTOR = 2.0  # a window that clearly beats the incumbent stops at +-2x 
 GAP_CI_CAP = 0.10  # ... or looser where its lead is large, never looser than this (2 cores: 5-10% per process)
 # How far one fresh process's read of a config may be from the next's, beyond any window's own CI: on a 2-core
 # CPU host the CV (one standard deviation) over fresh processes was 4.6-8.5% (jpeg_pipeline) and 5.2-17.6%
-# (tiny_cnn) (scripts/bench_window.py), and a baseline re-measured 16-18% off its trial's read. The smallest CV
+# (tiny_cnn) (scripts/bench/bench_window.py), and a baseline re-measured 16-18% off its trial's read. The smallest CV
 # measured, on a GPU none (not measured yet).
 PROCESS_CV = {"cpu": 0.05}
 # ... as a 95% half-width, the unit of every window's CI (step_mean_ci95): 1.96 x the CV. Two trials are two

@@ -125,7 +125,7 @@ class TrialSettings:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
         first incumbent of a search (its baseline), which every later trial is weighed
         against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
-        window length removes the spread between fresh processes (5-18%, scripts/bench_window.py) and the
+        window length removes the spread between fresh processes (5-18%, scripts/bench/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
         base, args = self.program_baseline, K.workload_args(knobs)
         workload = {**self.workload, "args": {**self.workload.get("args", {}), **args}}
@@ -254,12 +254,12 @@ DEFAULTS = {
 }
 MAX_STEPS_FACTOR = 50
 # the step floor of the search before issue 25, which sizes the window's step cap: 10 steps read what 30 to
-# 60 do, once min_window_s has passed (scripts/bench_window.py: jpeg_pipeline's 10-step prefix -2.5% and +0.4% of
+# 60 do, once min_window_s has passed (scripts/bench/bench_window.py: jpeg_pipeline's 10-step prefix -2.5% and +0.4% of
 # its 60-step window, inside the 5-9% spread of fresh processes), and 30 cost 10-23 s of every jpeg window
 CAP_FLOOR_STEPS = 30
 # the search's `warmup_min_s`: a warm-up is about time (the allocator, the loader's workers, caches), not
 # steps. jpeg_pipeline (0.3-0.7-s steps) read the same 10-step windows after 2 warm-up steps as after 5 (prefix
-# bias +1.2% / -0.5%, against -2.5% / +0.4%: scripts/bench_window.py --warmup 2); tiny_cnn's 5 steps take 25 ms and
+# bias +1.2% / -0.5%, against -2.5% / +0.4%: scripts/bench/bench_window.py --warmup 2); tiny_cnn's 5 steps take 25 ms and
 # all run. Compiled configs (CUDA graphs record on their first calls) and GPUs (not measured) keep warmup_steps.
 WARMUP_MIN_S = 1.0
 

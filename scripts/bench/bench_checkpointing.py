@@ -10,7 +10,7 @@ window's peak RSS (`mem_rss_peak_gib`); then the paired ratios' medians. With
 (`memory_limit_gib`, against the allocator's bytes in use): the largest batch
 each side fits. One command:
 
-    python scripts/bench_checkpointing.py [--batch-size 32] [--reps 3] [--cap-gib 0.3]
+    python scripts/bench/bench_checkpointing.py [--batch-size 32] [--reps 3] [--cap-gib 0.3]
 
 Needs torch only. Prints a table; the last line is one JSON object.
 """
@@ -24,7 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 COLUMNS = (
     ("step_ms", "step_ms_mean"),

@@ -8,7 +8,7 @@ threads unless the config exports `num_threads`. Compares with the search's own
 figures: the baseline's samples/s, the best's, and the claimed speedup (the
 search's re-measured figures where it re-measured the best, autotune.confirm).
 
-    python scripts/bench_exported.py runs/<search> --reps 3
+    python scripts/bench/bench_exported.py runs/<search> --reps 3
 
 A multi-rank search (best_config.yaml's `parallel.ranks` > 1) is re-measured the way
 `autotune export -f torchrun` says to launch it: torchrun starts the ranks, each
@@ -29,7 +29,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 # a plain process, as the user starts one: no launcher's thread settings
 ENV = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}

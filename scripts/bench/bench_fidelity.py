@@ -7,8 +7,8 @@
 
 Needs torch only. Prints a table; the last line is one JSON object.
 
-    python scripts/bench_fidelity.py --workload tiny_cnn --reps 5
-    python scripts/bench_fidelity.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
+    python scripts/bench/bench_fidelity.py --workload tiny_cnn --reps 5
+    python scripts/bench/bench_fidelity.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 

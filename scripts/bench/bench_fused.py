@@ -7,7 +7,7 @@ the effect is the median of the paired ratios. Loading is taken out of the
 measurement: a pool of images already at size, shipped as uint8 and normalized on
 the device.
 
-    python scripts/bench_fused.py [--optimizers sgd,adamw] [--batch-size 64] [--reps 3]
+    python scripts/bench/bench_fused.py [--optimizers sgd,adamw] [--batch-size 64] [--reps 3]
 
 Needs torch only (no Ray, MLflow, Optuna or pydantic). Prints a table; the last line
 is one JSON object.
@@ -28,7 +28,7 @@ OPTIMIZERS = {  # torch.optim classes with a fused implementation, as a training
     "adamw": ("AdamW", {"lr": 1e-3, "weight_decay": 0.05}),
     "adagrad": ("Adagrad", {"lr": 1e-2}),
 }
-FACTORY = "scripts.bench_fused:make_workload"  # the trial process imports this module (the repo root on its path)
+FACTORY = "scripts.bench.bench_fused:make_workload"  # the trial process imports this module (the repo root on its path)
 
 
 class ImagePool:

@@ -7,7 +7,7 @@ the shared-host rule (the diagnosed trials alone, workers apart from compute) an
 ones' rates, the others' throughput, which corrects the loader-worker term; on a
 CPU host, the workers and the compute share its cores). Needs no torch.
 
-    python scripts/bench_model.py RUN_DIR [RUN_DIR ...]
+    python scripts/bench/bench_model.py RUN_DIR [RUN_DIR ...]
 
 Readable table (per run: trials predicted by both, median |error| of each); the
 last line is one JSON object: {"runs": {...}, "all": {"trials", "before", "now"}}.
@@ -21,7 +21,7 @@ import statistics
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune.decide import model as M  # noqa: E402

@@ -14,8 +14,8 @@
 - ddp: 2 gloo ranks (forked) on the storage-latency job, each its own OnlineLoader within its share of the CPU
   budget (affinity's cores less one per rank, split between the ranks: 0 on 2 cores; --ddp-cpu-budget sets it).
 
-    python scripts/bench_online.py                 # ~5 min on 2 cores
-    python scripts/bench_online.py --scale 0.5     # every phase half as long
+    python scripts/bench/bench_online.py                 # ~5 min on 2 cores
+    python scripts/bench/bench_online.py --scale 0.5     # every phase half as long
 
 Needs torch only (psutil if installed). Prints a table; the last line is one JSON object.
 """
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402

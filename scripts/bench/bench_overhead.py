@@ -10,8 +10,8 @@ a forked child that runs a full garbage collection copies every page it shares
 with the server, one stall inside the window, unless the server froze its objects).
 Medians. The fork server's own start (paid once per search) is reported apart.
 
-    python scripts/bench_overhead.py --trials 5
-    python scripts/bench_overhead.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
+    python scripts/bench/bench_overhead.py --trials 5
+    python scripts/bench/bench_overhead.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
 
 Needs torch only. Prints a table; the last line is one JSON object.
 """
@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import _servers, run_in_process  # noqa: E402

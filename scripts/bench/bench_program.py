@@ -12,7 +12,7 @@ step log (`AUTOTUNE_STEP_LOG`): samples over the steps after `--warmup`, up to
 mean and a 95% interval (Student's t over the pairs) are compared with the
 claimed speedup (best_config.yaml's `measured.speedup_x`).
 
-    python scripts/bench_program.py runs/<search> --pairs 3 --steps 60 --warmup 10
+    python scripts/bench/bench_program.py runs/<search> --pairs 3 --steps 60 --warmup 10
 
 Needs torch only (and pyyaml). Prints a table; the last line is one JSON object.
 """
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import yaml
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import program_command  # noqa: E402
@@ -103,7 +103,7 @@ def main(argv=None) -> int:
     wl = spec["workload"]
     if not wl.get("command"):
         print(
-            f"error: {run} is not a search of a program (no workload.command); see scripts/bench_exported.py",
+            f"error: {run} is not a search of a program (no workload.command); see scripts/bench/bench_exported.py",
             file=sys.stderr,
         )
         return 2

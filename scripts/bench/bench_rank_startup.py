@@ -13,7 +13,7 @@ show what a search pays per trial: the tasks' Ray workers (and their warm fork
 servers) are reused when still idle, while the trainer starts fresh worker
 actors every time. Median and minimum of the warm rounds.
 
-    python scripts/bench_rank_startup.py --rounds 4
+    python scripts/bench/bench_rank_startup.py --rounds 4
 
 Prints a table; the last line is one JSON object.
 """
@@ -29,7 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # a local Ray on 127.0.0.1 (DESIGN facts)
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")

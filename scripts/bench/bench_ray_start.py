@@ -8,7 +8,7 @@ raylet starts num_cpus idle workers when the driver registers), `autotune`
 (what autotune.raytune.init_ray does: no prestart), `num-cpus` (no prestart,
 and ray.init(num_cpus=N) given, N the host's CPUs).
 
-    python scripts/bench_ray_start.py [--rounds 3]
+    python scripts/bench/bench_ray_start.py [--rounds 3]
 
 Readable table; the last line of stdout is one JSON object:
 {"variants": {"<name>": {"init_s", "first_actor_s", "shutdown_s"}}} (medians).
@@ -25,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 VARIANTS = {"prestart": {"RAY_prestart_worker_first_driver": "1"}, "autotune": {}, "num-cpus": {"NUM_CPUS": "1"}}
 CHILD = r"""
 import json, os, sys, time

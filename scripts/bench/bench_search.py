@@ -1,6 +1,6 @@
 """How fast does each search strategy find the best region? Replays recorded
 landscapes (CSV: knobs -> status, throughput, trial cost; written by
-scripts/record_landscape.py or a grid search's trials.csv) with autotune's own
+scripts/dev/record_landscape.py or a grid search's trials.csv) with autotune's own
 `Strategy` (the code a real search runs), random search (without replacement)
 and Optuna's plain TPE, each from the baseline (the landscape's diagnosed
 point, else PyTorch defaults at the smallest batch), over many seeds. Reports the median number of trials and of
@@ -14,7 +14,7 @@ a diagnosis (each knob its turn). Re-diagnosing every incumbent (a bottleneck
 that moves) is tested on synthetic landscapes (tests/test_strategy.py), and
 live on a GPU; the time budget's compile scheduling is not replayed.
 
-    python scripts/bench_search.py [LANDSCAPE.csv ...] [--seeds 100]
+    python scripts/bench/bench_search.py [LANDSCAPE.csv ...] [--seeds 100]
 
 Each trial is charged what it would cost under the search's rules
 (search.strategy v2): pruned, or stopped by its screening window once it cannot
@@ -42,7 +42,7 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 import optuna  # noqa: E402
@@ -52,8 +52,8 @@ from autotune.trial.measure import gap_ci, incumbent_interval, promote_floor  # 
 from autotune.trial.request import DEFAULTS  # noqa: E402
 from autotune.decide.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 
-LANDSCAPES = sorted((ROOT / "scripts" / "landscapes").glob("*.csv"))
-# the realistic GPU landscapes (scripts/gpu_day.sh records them over several lent GPUs): replayed from 200 points on
+LANDSCAPES = sorted((ROOT / "scripts" / "bench" / "landscapes").glob("*.csv"))
+# the realistic GPU landscapes (scripts/gpu/gpu_day.sh records them over several lent GPUs): replayed from 200 points on
 GROWING, GROWING_MIN_POINTS = "_gpunorm.csv", 200
 STRATEGIES = ("autotune", "random", "tpe")
 TARGET = 0.95
@@ -205,7 +205,9 @@ def default_landscapes() -> list[Path]:
     for path in LANDSCAPES:
         points = sum(1 for _ in csv.DictReader(path.open())) if path.name.endswith(GROWING) else None
         if points is not None and points < GROWING_MIN_POINTS:
-            print(f"{path.name}: {points} points, replayed from {GROWING_MIN_POINTS} on (scripts/gpu_day.sh adds more)")
+            print(
+                f"{path.name}: {points} points, replayed from {GROWING_MIN_POINTS} on (scripts/gpu/gpu_day.sh adds more)"
+            )
         else:
             out.append(path)
     return out
@@ -217,7 +219,7 @@ def main() -> None:
         "landscapes",
         nargs="*",
         type=Path,
-        help=f"CSVs (default: scripts/landscapes/, a *_gpunorm.csv once it has {GROWING_MIN_POINTS} points)",
+        help=f"CSVs (default: scripts/bench/landscapes/, a *_gpunorm.csv once it has {GROWING_MIN_POINTS} points)",
     )
     p.add_argument("--seeds", type=int, default=100)
     p.add_argument("--max-trials", type=int, default=100)
@@ -227,7 +229,7 @@ def main() -> None:
     if not args.landscapes:
         args.landscapes = default_landscapes()
     if not args.landscapes:
-        raise SystemExit("no landscape CSVs given and none in scripts/landscapes/")
+        raise SystemExit("no landscape CSVs given and none in scripts/bench/landscapes/")
     report = {}
     print(f"{'landscape':28} {'strategy':9} {'trials to 95%':>14} {'seconds to 95%':>15} {'not reached':>12}")
     for path in args.landscapes:

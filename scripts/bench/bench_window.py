@@ -9,8 +9,8 @@ level cancels), whether the whole window's mean lies inside the prefix's 95% CI
 prefix's throughput across the processes (against which a prefix's bias is a
 tie or not).
 
-    python scripts/bench_window.py --workload jpeg_pipeline --arg batch_size=64 --steps 60 --reps 4
-    python scripts/bench_window.py --workload tiny_cnn --arg batch_size=32 --steps 400 --reps 6 \
+    python scripts/bench/bench_window.py --workload jpeg_pipeline --arg batch_size=64 --steps 60 --reps 4
+    python scripts/bench/bench_window.py --workload tiny_cnn --arg batch_size=32 --steps 400 --reps 6 \
         --set precision=bf16-mixed
 
 Measured on the 2-core CPU host (quiet, 2026-11-24; prefix throughput / its whole
@@ -56,7 +56,7 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 STEP_PREFIXES = (10, 20, 30, 40, 60, 100, 200)

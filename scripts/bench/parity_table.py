@@ -6,9 +6,9 @@ multi-step loss deviation against its band, the verdict. The baseline's referenc
 is computed once per workload and reused by every row (as a search does), so its
 time is reported apart. Needs torch only.
 
-    python scripts/parity_table.py [--steps 20] [--workloads resnet18_cifar,tiny_transformer]
-    python scripts/parity_table.py --workloads resnet18_cifar --image-size 224   # the GPU rows at full size
-    python scripts/parity_table.py --battery --seeds 0,1,2   # the false-alarm battery (torchvision models)
+    python scripts/bench/parity_table.py [--steps 20] [--workloads resnet18_cifar,tiny_transformer]
+    python scripts/bench/parity_table.py --workloads resnet18_cifar --image-size 224   # the GPU rows at full size
+    python scripts/bench/parity_table.py --battery --seeds 0,1,2   # the false-alarm battery (torchvision models)
 
 The battery: torchvision models with weights=None on random images (SGD lr 0.1,
 momentum 0.9, as the classic case): ResNet-18 at 224 px, ResNet-50 at 128 px,
@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from autotune import knobs as K  # noqa: E402
 from autotune.safety import parity as S  # noqa: E402

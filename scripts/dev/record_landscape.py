@@ -1,7 +1,7 @@
 """Record a landscape: every point of a knob grid measured as one fresh trial
 (`python -m autotune.trial`, torch only, no Ray or MLflow), one CSV row per point
 as it finishes: the knobs, status (ok / oom / error / timeout), throughput and
-the trial's cost in seconds. `scripts/bench_search.py` replays such CSVs.
+the trial's cost in seconds. `scripts/bench/bench_search.py` replays such CSVs.
 
 Points run in a seeded shuffled order (machine drift spreads over the grid rather
 than following one knob). Rerunning with the same -o skips the points already
@@ -12,14 +12,14 @@ profiled window and the diagnosis: its `bottleneck` column is what autotune's
 strategy orders its first moves by (--diagnose-baseline re-measures it so in a
 landscape recorded without).
 
-    python scripts/record_landscape.py -o landscape.csv --workload tiny_cnn \\
+    python scripts/dev/record_landscape.py -o landscape.csv --workload tiny_cnn \\
         --grid num_workers=0,1,2 --grid batch_size=32,64,128,256 --grid precision=32-true,bf16-mixed
 
 A landscape that looks like the real space (GPU only; not recorded yet: the
 H100 sessions so far had no time for it), every point diagnosed so a replay
 follows the moving bottleneck:
 
-    python scripts/record_landscape.py -o scripts/landscapes/h100_resnet18_gpunorm.csv \\
+    python scripts/dev/record_landscape.py -o scripts/bench/landscapes/h100_resnet18_gpunorm.csv \\
         --workload resnet18_cifar --args '{"gpu_normalize": true}' --diagnose-all --budget-s 3000 \\
         --grid num_workers=0,4,8,16 --grid pin_memory=false,true --grid batch_size=32,128,512,1024 \\
         --grid precision=32-true,bf16-mixed,16-mixed --grid channels_last=false,true --grid compile=none,default
@@ -37,7 +37,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune import knobs as K  # noqa: E402

@@ -7,7 +7,7 @@ trial's own phases from its result.json (`phases_s`: setup, warm-up, window,
 profile, two sides, FLOPs, 2x probe, parity; the launcher's share is its wall
 time less the runner's).
 
-    python scripts/search_phases.py [SPEC] [--out DIR] [--trials N]
+    python scripts/dev/search_phases.py [SPEC] [--out DIR] [--trials N]
 
 `--trials N` runs the spec with `search.n_trials: N` (a copy beside the run dir);
 `--trials 1` gives the floor: what a search costs before its trials add anything
@@ -32,7 +32,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 T0 = time.perf_counter()
 SPANS: list[tuple[str, float, float]] = []  # (phase, start, end), perf_counter seconds

@@ -8,7 +8,7 @@ defaults and the end state alone: throughput,
 GPU utilization, the diagnosis, and each as a multiple of the defaults. Needs
 torch and a CUDA GPU (on a CPU it says so and prints a JSON line with "skipped").
 
-    python scripts/classic_case.py [--workers 8] [--found RUN_DIR/best_config.yaml]
+    python scripts/gpu/classic_case.py [--workers 8] [--found RUN_DIR/best_config.yaml]
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from bench_fidelity import run_child  # noqa: E402
 
 HOST = {"batch_size": 32}  # the user's pipeline: resize + normalize in the loader

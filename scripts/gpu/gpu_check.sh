@@ -5,7 +5,7 @@
 # the GPU parts are skipped and fidelity runs on the tiny CNN. Needs torch only.
 # The last line is one JSON object. REPS (default 5) sets the fidelity repetitions.
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 if "$PY" -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)"; then
@@ -14,7 +14,7 @@ else
     fidelity_args=(--workload tiny_cnn --cpus 1)
 fi
 echo "== fidelity"
-fidelity=$("$PY" scripts/bench_fidelity.py "${fidelity_args[@]}" --reps "${REPS:-5}" ${FIDELITY_ARGS:-} | tee /dev/stderr | tail -n 1)
+fidelity=$("$PY" scripts/bench/bench_fidelity.py "${fidelity_args[@]}" --reps "${REPS:-5}" ${FIDELITY_ARGS:-} | tee /dev/stderr | tail -n 1)
 echo "== classic case: ResNet-18, batch 32, defaults vs 8 workers + pinned memory"
-classic=$("$PY" scripts/classic_case.py | tee /dev/stderr | tail -n 1)
+classic=$("$PY" scripts/gpu/classic_case.py | tee /dev/stderr | tail -n 1)
 echo "{\"fidelity\": $fidelity, \"classic\": $classic}"

@@ -1,4 +1,4 @@
-"""The GPU day's steps (scripts/gpu_day.sh is the entry; its header says how to run
+"""The GPU day's steps (scripts/gpu/gpu_day.sh is the entry; its header says how to run
 it on a lent GPU): each step a command under a time cap, run in priority order while
 the budget lasts, its result written as it finishes: NN-step.json (command, commit,
 status, wall time, the script's JSON line) and NN-step.log (its output). The running
@@ -12,7 +12,7 @@ it); a failed or timed-out step is recorded as such and the rest still run. A st
 starts only when its whole cap fits in what is left of the budget; the landscape
 takes the rest.
 
-    python scripts/gpu_day.py [--budget-min 40] [--dry-run] [--detach] [--wait S] [--redo STEP]
+    python scripts/gpu/gpu_day.py [--budget-min 40] [--dry-run] [--detach] [--wait S] [--redo STEP]
                               [--only STEP] [--search-min 15]
 
 On a loan shorter than the plan (15 minutes of device time), --only picks the steps
@@ -41,7 +41,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 MEASUREMENTS = ROOT / "scripts" / "measurements"  # where the days' results are unpacked and committed
 LIVE = Path("/tmp/gpu_day")  # where a running day writes (a folder per day, as in MEASUREMENTS)
 PY = sys.executable
@@ -87,7 +87,7 @@ class Step:
 
 def landscape_of(gpu: str) -> Path:
     """The GPU model's landscape (h100-80gb-hbm3 -> h100_resnet18_gpunorm.csv), continued by each lent one."""
-    return ROOT / "scripts" / "landscapes" / f"{gpu.split('-')[0]}_resnet18_gpunorm.csv"
+    return ROOT / "scripts" / "bench" / "landscapes" / f"{gpu.split('-')[0]}_resnet18_gpunorm.csv"
 
 
 def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
@@ -103,7 +103,7 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
             270,
             [
                 PY,
-                "scripts/bench_fidelity.py",
+                "scripts/bench/bench_fidelity.py",
                 "--workload",
                 "resnet18_cifar",
                 "--args",
@@ -122,7 +122,7 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
             "2-classic",
             "the classic case: defaults, 8 workers + pinned, the hand-tuned end state",
             240,
-            [PY, "scripts/classic_case.py"],
+            [PY, "scripts/gpu/classic_case.py"],
         ),
         Step(
             "3-search",
@@ -149,19 +149,19 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
             "3b-classic-found",
             "the classic case with the search's winner, side by side with the hand-tuned end state",
             270,
-            [PY, "scripts/classic_case.py", "--found", f"{rel}/search/best_config.yaml"],
+            [PY, "scripts/gpu/classic_case.py", "--found", f"{rel}/search/best_config.yaml"],
         ),
         Step(
             "4-parity",
             "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
             180,
-            [PY, "scripts/parity_table.py", "--workloads", "resnet18_cifar", "--image-size", "224"],
+            [PY, "scripts/bench/parity_table.py", "--workloads", "resnet18_cifar", "--image-size", "224"],
         ),
         Step(
             "5-fused",
             "fused vs unfused optimizers (SGD, AdamW, Adagrad), ResNet-18 at 224 px",
             240,
-            [PY, "scripts/bench_fused.py", "--optimizers", "sgd,adamw,adagrad"],
+            [PY, "scripts/bench/bench_fused.py", "--optimizers", "sgd,adamw,adagrad"],
         ),
         Step(
             "6-overhead",
@@ -169,7 +169,7 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
             120,
             [
                 PY,
-                "scripts/bench_overhead.py",
+                "scripts/bench/bench_overhead.py",
                 "--workload",
                 "resnet18_cifar",
                 "--args",
@@ -186,7 +186,7 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
             60,
             [
                 PY,
-                "scripts/record_landscape.py",
+                "scripts/dev/record_landscape.py",
                 "-o",
                 landscape,
                 "--workload",
@@ -361,7 +361,7 @@ def write_readme(day: Path, gpu: str, plan: list[Step]) -> None:
         )
     (day / "README.md").write_text(
         f"# GPU day: {gpu}, started {json.loads((day / 'day.json').read_text())['started']}\n\n"
-        "Written by `bash scripts/gpu_day.sh` (see its header). Per step: `NN-step.json` (the command, the commit, "
+        "Written by `bash scripts/gpu/gpu_day.sh` (see its header). Per step: `NN-step.json` (the command, the commit, "
         "status, wall time, the script's last JSON line as `result`) and `NN-step.log` (its output).\n"
         "Commands run from the repo root with the GPU host's python3.\n\n"
         "| step | what | status | wall s | command | commit |\n|---|---|---|---:|---|---|\n" + "\n".join(rows) + "\n"
@@ -469,7 +469,7 @@ def dry_run(budget_s: float, gpu: str | None, search_s: float = SEARCH_BUDGET_S,
 def collect(day: Path, gpu: str) -> None:
     """What is done, as one tarball in $OUT, its paths the tree's (unpack in the repo root): the
     day's folder as scripts/measurements/<day>/ (not the pid, the search's run dir or the
-    landscape's copy), the landscape as scripts/landscapes/<gpu>_resnet18_gpunorm.csv."""
+    landscape's copy), the landscape as scripts/bench/landscapes/<gpu>_resnet18_gpunorm.csv."""
     out = os.environ.get("OUT")
     if not out:
         return

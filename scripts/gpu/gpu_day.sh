@@ -6,30 +6,30 @@
 #   1 fidelity   2 classic case   3 live search (15 min) + 3b classic --found
 #   4 parity rows at 224 px   5 fused optimizers   6 first-step overhead
 #   7 the realistic GPU landscape, with whatever time is left (appended point by point
-#     to scripts/landscapes/<gpu>_resnet18_gpunorm.csv, so the next GPU continues it)
+#     to scripts/bench/landscapes/<gpu>_resnet18_gpunorm.csv, so the next GPU continues it)
 # A failed step is recorded and the rest still run; a step with a result is skipped,
 # so the day spans several 10-minute device commands. Total time: --budget-min
-# (default 40). The steps' logic is in scripts/gpu_day.py.
+# (default 40). The steps' logic is in scripts/gpu/gpu_day.py.
 #
 # Here, before lending (downloads the wheels the GPU host lacks into .whl/, git-ignored):
-#     bash scripts/gpu_day.sh --stage
-#     bash scripts/gpu_day.sh --dry-run           # each step, its cap, command and files
+#     bash scripts/gpu/gpu_day.sh --stage
+#     bash scripts/gpu/gpu_day.sh --dry-run           # each step, its cap, command and files
 # On the GPU, through the device tool (carry: [".whl"]); the first command starts the day
 # detached (setsid: it outlives the command) and each one waits up to N seconds, then
 # leaves what is done in $OUT/gpu_day.tar.gz:
-#     bash scripts/gpu_day.sh --detach --wait 540
-#     bash scripts/gpu_day.sh --wait 540          # the next commands, same machine
+#     bash scripts/gpu/gpu_day.sh --detach --wait 540
+#     bash scripts/gpu/gpu_day.sh --wait 540          # the next commands, same machine
 # A 15-minute loan fits the search (5 minutes) and its side-by-side, in one command:
-#     bash scripts/gpu_day.sh --detach --only 3 --only 3b --search-min 5 --budget-min 12 --wait 565
+#     bash scripts/gpu/gpu_day.sh --detach --only 3 --only 3b --search-min 5 --budget-min 12 --wait 565
 # A warm machine goes back after about 30 s idle: start the next --wait at once, and
 # unpack the last tarball while it runs (the day writes in /tmp/gpu_day/, outside the
 # tree each command copies, so the order does not matter). Back here, unpack each
 # tarball in the repo root (tar xzf .../gpu_day.tar.gz) and
 # commit scripts/measurements/<gpu>-<date>/ and the landscape. On a machine given back
 # before the day ended, the same first command goes on where it stopped (the unpacked
-# results travel with the working tree). In the foreground: bash scripts/gpu_day.sh
+# results travel with the working tree). In the foreground: bash scripts/gpu/gpu_day.sh
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 PY=${PYTHON:-$( [ -x .venv/bin/python ] && echo .venv/bin/python || echo python3 )}
 # What `autotune search --backend local` needs that the GPU host lacks (/work/.library/device/KINDS.md:
 # torch, pandas, pyyaml, numpy, tqdm, packaging, typing-extensions, markupsafe are
@@ -59,4 +59,4 @@ if [ -d .whl ] && ! "$PY" -c "import optuna" 2>/dev/null; then  # on the GPU hos
     export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PY" scripts/gpu_day.py "$@"
+exec "$PY" scripts/gpu/gpu_day.py "$@"

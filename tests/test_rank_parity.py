@@ -5,18 +5,23 @@ import os
 
 import pytest
 
+import yaml
+
+from autotune import knobs as K
 from autotune import spec as S
-from autotune.knobs import pytorch_defaults
+from autotune.decide import checked
 from autotune.execution.launcher import run_in_process
+from autotune.export.best_config import write_best_config
+from autotune.records.run_dir import SearchResult, record_of
 from autotune.trial.request import TrialSettings
+from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(300)
+BASE = {**K.pytorch_defaults(8), "num_threads": 1}
 
 
-def late_check(tmp_path, workload, knobs):
-    """The late check a 2-rank search asks for (`TrialSettings.parity_check`), run as its trials run."""
-    base = {**pytorch_defaults(8), "num_threads": 1}
-    spec = S.parse(
+def two_ranks(workload):
+    return S.parse(
         {
             "workload": workload,
             "resources": {"device": "cpu", "ranks_per_trial": 2},
@@ -24,9 +29,14 @@ def late_check(tmp_path, workload, knobs):
         },
         "late.yaml",
     )
-    parity = {"baseline": base, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}
+
+
+def late_check(tmp_path, workload, knobs):
+    """The late check a 2-rank search asks for (`TrialSettings.parity_check`), run as its trials run."""
+    spec = two_ranks(workload)
+    parity = {"baseline": BASE, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}
     config = (
-        TrialSettings.of(spec.model_dump(mode="json"), "cpu", base, parity).parity_check().config({**base, **knobs})
+        TrialSettings.of(spec.model_dump(mode="json"), "cpu", BASE, parity).parity_check().config({**BASE, **knobs})
     )
     assert config["ranks"] == 2 and config["parity_only"]
     # spawned: a fork server preloading tests.workloads is test_launcher's to count
@@ -48,10 +58,41 @@ def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(
     assert (tmp_path / "ref.ranks2.pt").exists()  # the global batch's reference, next to the single-rank one
 
 
-def test_a_loss_summed_over_the_batch_fails_on_two_ranks(tmp_path):
-    # DDP averages the ranks' gradients: with a summed loss, each is half of the global batch's
-    result = late_check(tmp_path, {"factory": "tests.workloads:make_summed_loss"}, {})
+@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+def test_a_loss_summed_over_the_batch_fails_on_two_ranks(tmp_path, sharding):
+    # DDP and FSDP average the ranks' gradients: with a summed loss, each is half of the global
+    # batch's (FSDP's, gathered from its shards)
+    result = late_check(tmp_path, {"factory": "tests.workloads:make_summed_loss"}, {"sharding": sharding})
     assert result["status"] == "ok", result.get("error")
     parity = result["parity"]
     assert not parity["passed"] and "per-step grad error" in parity["reason"], parity["reason"]
     assert parity["per_step"]["grad"]["max"] == pytest.approx(0.5, abs=0.01)
+
+
+def test_an_fsdp_winner_is_checked_on_two_ranks_and_exported_as_parity_passed(tmp_path):
+    # FSDP2 shards the parameters, gradients and optimizer state: parity gathers them whole
+    # (and shards the baseline's state to load them), then judges them as DDP's, and the
+    # winner's late check (`checked.pick_checked`, as a search's end runs it) clears it
+    fsdp = {**BASE, "precision": "bf16-mixed", "sharding": "fsdp", "fsdp_reshard_after_forward": False}
+    windows = [(0, BASE, 100.0), (1, fsdp, 150.0)]  # the windows are not the subject: the late check is
+    records = [
+        record_of(n, k, TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": v}}), None, n == 0)
+        for n, k, v in windows
+    ]
+    workload = {"name": "tiny_transformer"}
+    best = checked.pick_checked(
+        records, lambda knobs, label: TrialResult.from_dict(late_check(tmp_path, workload, knobs))
+    )
+    assert best is records[1] and best.info["parity_late"]
+    parity = best.parity
+    assert parity["passed"], parity["reason"]
+    assert parity["ranks"] == 2 and parity["global_batch"] == 16
+    # bf16's per-step error, inside its band; one fixed batch overfit as the baseline's
+    assert 0 < parity["per_step"]["grad"]["max"] <= parity["per_step"]["grad"]["band"]
+    assert parity["overfit"]["judged"] and parity["overfit"]["candidate"] >= 0.9 * parity["overfit"]["baseline"]
+    space = K.Space(baseline=BASE, search={}, fixed={}, dropped=[])
+    device = K.Device("cpu", 2, "cpu", ranks=2)
+    result = SearchResult(tmp_path, space, device, records, records[0], best, 10.0, {}, None)
+    write_best_config(result, two_ranks(workload), tmp_path / "best_config.yaml")
+    data = yaml.safe_load((tmp_path / "best_config.yaml").read_text())
+    assert data["safety_status"] == "parity passed" and data["knobs"]["sharding"] == "fsdp"

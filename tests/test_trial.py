@@ -199,17 +199,6 @@ def test_a_knob_that_cannot_apply_here_is_refused():
         ({**TINY, "warmup_min_s": "1s"}, "`warmup_min_s` must be null or seconds >= 0, got '1s'"),
         ({**TINY, "incumbent_above": -1}, "`incumbent_above` must be null or samples/s > 0, got -1"),
         ({**TINY, "parity_only": True}, "`parity_only` needs `parity` (the baseline and its steps)"),
-        (
-            {
-                **TINY,
-                "knobs": {"sharding": "fsdp"},
-                "parity_only": True,
-                "ranks": 2,
-                "parity": {"baseline": {}, "steps": 2, "tolerance": 0.05},
-            },
-            "loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are sharded): such a config "
-            "that changes numerics stays unchecked",
-        ),
         ({**TINY, "profile_steps": -1}, "`profile_steps` must be an int >= 0, got -1"),
         ({**TINY, "target_ci": "tight"}, "`target_ci` must be a number >= 0, got 'tight'"),
         ({**TINY, "incumbent_ci": -0.1}, "`incumbent_ci` must be a number >= 0, got -0.1"),

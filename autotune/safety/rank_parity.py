@@ -1,17 +1,19 @@
 """Loss parity of a multi-rank config, checked against the single-rank baseline's
-math: DDP's averaged gradient equals one batch of the global size. So the
-reference is the baseline on one rank at the global batch (its per-rank batch
-times the ranks), and the candidate runs on every rank, wrapped as the trial's
-ranks are (`K.wrap`: DDP with its tuned arguments, checkpointing, compile), each
-rank stepping on its shard of every global batch; the per-step and multi-step
-checks and their bands are autotune.parity's. A step's loss is the mean of the
-ranks' losses (all-reduced; for a loss that is a mean over the batch, the
-global batch's loss), its gradient what DDP leaves on every rank.
+math: DDP's averaged gradient equals one batch of the global size, and so does
+FSDP's reduce-scattered one. So the reference is the baseline on one rank at the
+global batch (its per-rank batch times the ranks), and the candidate runs on
+every rank, wrapped as the trial's ranks are (`K.wrap`: DDP with its tuned
+arguments or FSDP2 per block, checkpointing, compile), each rank stepping on its
+shard of every global batch; the per-step and multi-step checks and their bands
+are autotune.parity's. A step's loss is the mean of the ranks' losses
+(all-reduced; for a loss that is a mean over the batch, the global batch's
+loss), its gradient what DDP leaves on every rank, or FSDP's shards gathered
+whole (`stepping`: parameters, gradients and optimizer state are gathered to be
+compared, and the baseline's state is sharded to be loaded).
 
 What makes N ranks differ from one batch of the global size fails here as it
-should: a loss summed over the batch (DDP averages the ranks' gradients, so each
-is 1/N of the global one), BatchNorm (its statistics are the rank's shard's).
-FSDP's sharded parameters are not compared yet (autotune.request refuses it).
+should: a loss summed over the batch (DDP and FSDP average the ranks' gradients,
+so each is 1/N of the global one), BatchNorm (its statistics are the rank's shard's).
 
 Runs inside the trial's ranks, every rank the same steps (the loss is a
 collective). Needs torch (imported on call).

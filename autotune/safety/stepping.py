@@ -1,7 +1,9 @@
 """Training runs stepped by hand, for loss parity: the workload with the knobs
 applied as a trial applies them, one optimizer step at a time (what happens
 inside a step: loss, gradients, update), state saved and loaded, weights
-perturbed at a given level; and the errors between two runs."""
+perturbed at a given level; and the errors between two runs. Under FSDP
+(several ranks), what is compared is gathered whole from the shards, and a
+state from one rank is sharded to be loaded."""
 
 from __future__ import annotations
 
@@ -66,6 +68,22 @@ def _params(run: _Run) -> list:
     return [p for p in run.model.parameters() if p.requires_grad]
 
 
+def _full(t):
+    """A tensor whole: an FSDP shard (a DTensor) gathered from every rank (a
+    collective: every rank calls it in the same order), anything else as it is."""
+    return t.full_tensor() if hasattr(t, "full_tensor") else t
+
+
+def _shard_like(value, like):
+    """`value` (a whole tensor, as a state dict on one rank holds it) laid out as
+    `like` is: sharded as an FSDP parameter is, or as it is where `like` is whole."""
+    if not hasattr(like, "device_mesh"):
+        return value
+    from torch.distributed.tensor import distribute_tensor
+
+    return distribute_tensor(value.to(like.device, like.dtype), like.device_mesh, like.placements)
+
+
 def _eager_random(run: _Run):
     """A compiled run draws its random numbers as eager code does (inductor's
     fallback_random), while it compiles and steps here. Why: parity asks whether
@@ -90,6 +108,14 @@ def _loss(run: _Run, batch):
         return run.workload.loss(run.model, _device_batch(run, batch))
 
 
+def probe(run: _Run, batch, seed: int) -> float:
+    """The loss on `batch`, forward alone, random ops drawn from `seed`."""
+    import torch
+
+    torch.manual_seed(seed)
+    return float(_loss(run, batch).detach().float())
+
+
 def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, Any]:
     """One optimizer step as a trial takes it; with `capture`, the (unscaled)
     gradient and the update it made."""
@@ -98,22 +124,24 @@ def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, A
     K.apply_backend_flags(run.knobs)  # process-wide: the baseline and the candidate take turns
     torch.manual_seed(seed)  # dropout and other random ops draw the same for every run
     loss = _loss(run, batch)
-    params = _params(run)
     with _eager_random(run):
         (run.scaler.scale(loss) if run.scaler is not None else loss).backward()
+    params = _params(run)  # after backward: FSDP's module holds its gathered parameters between the two
     if run.scaler is not None:
         run.scaler.unscale_(run.optimizer)
     grads = [p.grad for p in params if p.grad is not None]
     out = {"loss": float(loss.detach().float()), "skipped": False}
-    out["grads_finite"] = all(bool(torch.isfinite(g).all()) for g in grads)
+    out["grads_finite"] = all(bool(torch.isfinite(_full(g)).all()) for g in grads)
     # under a GradScaler, inf/NaN gradients are its business (a skipped step, counted apart)
     out["finite"] = math.isfinite(out["loss"]) and (out["grads_finite"] or run.scaler is not None)
     if capture:
         out["grad"] = [
-            p.grad.detach().float().clone() if p.grad is not None else torch.zeros_like(p, dtype=torch.float)
+            _full(p.grad).detach().float().clone()
+            if p.grad is not None
+            else torch.zeros_like(_full(p.detach()), dtype=torch.float)
             for p in params
         ]
-        before = [p.detach().float().clone() for p in params]
+        before = [_full(p.detach()).float().clone() for p in params]
     if run.workload.clip is not None:  # the program's clipping is part of its step
         run.workload.clip(run.model, run.optimizer, run.knobs["precision"])
     if run.scaler is not None:
@@ -124,13 +152,13 @@ def take_step(run: _Run, batch, seed: int, capture: bool = False) -> dict[str, A
     else:
         run.optimizer.step()
     if capture:
-        out["update"] = [p.detach().float() - b for p, b in zip(params, before)]
+        out["update"] = [_full(p.detach()).float() - b for p, b in zip(params, before)]
     run.optimizer.zero_grad(set_to_none=run.knobs["set_to_none"])
     return out
 
 
 def _cpu(obj):
-    return K.map_tensors(lambda t: t.detach().to("cpu", copy=True), obj)
+    return K.map_tensors(lambda t: _full(t).detach().to("cpu", copy=True), obj)
 
 
 def _module(run: _Run):
@@ -151,20 +179,26 @@ def _state(run: _Run) -> dict[str, Any]:
 def load_state(run: _Run, state: dict[str, Any], scale: float | None) -> None:
     import torch
 
-    _module(run).load_state_dict(state["model"])
+    module = _module(run)
+    own = module.state_dict()
+    module.load_state_dict({k: _shard_like(v, own[k]) for k, v in state["model"].items()})
     K.load_optimizer_state(run.optimizer, _cpu(state["optim"]))  # a copy: the step updates the state in place
+    for p, st in run.optimizer.state.items():  # FSDP: each parameter's state sharded as the parameter is
+        for key, t in st.items():
+            if isinstance(t, torch.Tensor) and t.shape == p.shape and not hasattr(t, "device_mesh"):
+                st[key] = _shard_like(t, p)
     if run.scaler is not None:
         run.scaler = torch.amp.GradScaler(run.device.type, init_scale=scale or state["scale"] or 2.0**16)
 
 
 def _buffers(run: _Run) -> list:
-    return [b.detach().float().cpu().clone() for b in _module(run).buffers() if b.is_floating_point()]
+    return [_full(b).detach().float().cpu().clone() for b in _module(run).buffers() if b.is_floating_point()]
 
 
 def _optim_tensors(run: _Run) -> list:
     state = run.optimizer.state_dict()["state"]
     return [
-        v.detach().float().cpu().clone().reshape(-1)
+        _full(v).detach().float().cpu().clone().reshape(-1)
         for i in sorted(state)
         for _, v in sorted(state[i].items())
         if hasattr(v, "is_floating_point") and v.is_floating_point() and v.dim() > 0
@@ -198,11 +232,10 @@ def run_trajectory(
         out["losses"].append(s["loss"])
         out["skipped"] += s["skipped"]
         out["finite"] = out["finite"] and s["finite"]
-    out["finite"] = out["finite"] and all(bool(torch.isfinite(p).all()) for p in _params(run))
+    out["finite"] = out["finite"] and all(bool(torch.isfinite(_full(p)).all()) for p in _params(run))
     out["buffers"], out["optim"] = _buffers(run), _optim_tensors(run)
     out["scale"] = run.scaler.get_scale() if run.scaler is not None else None
-    torch.manual_seed(seed)
-    out["probe"] = float(_loss(run, batches[0]).detach().float())  # the first batch again: did the loss move at all?
+    out["probe"] = probe(run, batches[0], seed)  # the first batch again: did the loss move at all?
     return out
 
 
@@ -255,11 +288,8 @@ def overfit(run: _Run, state: dict, batch, seed: int, steps: int, scale: float |
     "can it overfit one batch" check), then the loss on it once more: the
     `steps` + 1 losses. Each step draws the same random numbers (dropout masks)."""
     load_state(run, state, scale)
-    import torch
-
     losses = [take_step(run, batch, seed)["loss"] for _ in range(steps)]
-    torch.manual_seed(seed)
-    return losses + [float(_loss(run, batch).detach().float())]
+    return losses + [probe(run, batch, seed)]
 
 
 def fall(losses: list[float]) -> float:

@@ -350,11 +350,6 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
         raise TrialConfigError(f"`incumbent_trial` must be null or a trial number >= 0, got {trial!r}")
     if cfg["parity_only"] and not cfg["parity"]:
         raise TrialConfigError("`parity_only` needs `parity` (the baseline and its steps)")
-    if cfg["parity_only"] and cfg["ranks"] > 1 and cfg["knobs"]["sharding"] == "fsdp":  # never exported as safe
-        raise TrialConfigError(
-            "loss parity of sharding=fsdp on several ranks is not measured yet (its parameters are "
-            "sharded): such a config that changes numerics stays unchecked"
-        )
     return cfg
 
 

@@ -283,11 +283,16 @@ def update_from(run: _Run, state: dict, grads: list) -> list:
     return [p.detach().float() - b for p, b in zip(params, before)]
 
 
-def overfit(run: _Run, state: dict, batch, seed: int, steps: int, scale: float | None = None) -> list[float]:
+def overfit(
+    run: _Run, state: dict, batch, seed: int, steps: int, scale: float | None = None, lr_scale: float = 1.0
+) -> list[float]:
     """From `state`, `steps` optimizer steps on the same `batch` (the standard
     "can it overfit one batch" check), then the loss on it once more: the
-    `steps` + 1 losses. Each step draws the same random numbers (dropout masks)."""
+    `steps` + 1 losses. Each step draws the same random numbers (dropout masks).
+    `lr_scale`: every parameter group's learning rate times this."""
     load_state(run, state, scale)
+    for group in run.optimizer.param_groups:
+        group["lr"] = group["lr"] * lr_scale
     losses = [take_step(run, batch, seed)["loss"] for _ in range(steps)]
     return losses + [probe(run, batch, seed)]
 

@@ -15,7 +15,9 @@ momentum 0.9, as the classic case): ResNet-18 at 224 px, ResNet-50 at 128 px,
 MobileNetV3-Small and EfficientNet-B0 at 64 px, ViT-B/16 at 32 px, plus
 tiny_transformer (AdamW: fused AdamW's row). Each row: its worst error-to-band
 ratio over the per-step checks and seeds ("margin": below 1 passes), its falls on
-one fixed batch, and the checks that failed it ("caught by": planted faults).
+one fixed batch ("@lr x0.1": at that share of the optimizer's learning rate, where
+the baseline's loss did not fall at its own), and the checks that failed it
+("caught by": planted faults).
 
 Rows marked "emulated" run fp16 autocast on a CPU, which the knob registry does not
 offer (it needs CUDA); planted faults use it on a CPU for fp16 overflow. The last
@@ -113,6 +115,7 @@ def _row(name: str, knob: str, value, r: dict, note: str = "") -> dict:
         "fall": r["overfit"]["candidate"],
         "fall_baseline": r["overfit"]["baseline"],
         "fall_judged": r["overfit"]["judged"],
+        "fall_lr_scale": r["overfit"]["lr_scale"],
         "caught_by": r["failed"],
         "skipped_steps": r["skipped_steps"],
         "parity_s": r["parity_s"],
@@ -136,7 +139,8 @@ def _print(row: dict) -> None:
     band = f"{row['multi_loss_band']:.1e}" if row["multi_judged"] else "chaotic"  # noise alone above tolerance
     print(
         f"{row['workload'].split(':')[-1]:22} {row['knob'] + '=' + str(row['value']):24} {cells} "
-        f"{row['multi_loss_dev']:>8.1e}/{band:<8} {row['margin']:6.2f} {row['fall']:>6.1%}/{row['fall_baseline']:<6.1%} "
+        f"{row['multi_loss_dev']:>8.1e}/{band:<8} {row['margin']:6.2f} {row['fall']:>6.1%}/{row['fall_baseline']:<6.1%}"
+        f"{'@lr x' + format(row['fall_lr_scale'], 'g') if row['fall_lr_scale'] != 1 else '':9} "
         f"{verdict:5} {row['parity_s']:6.1f}  "
         f"{row['note']}{'; ' if row['note'] and row['reason'] else ''}{row['reason'] or ''}"
     )
@@ -168,7 +172,7 @@ def main() -> None:
     print(
         f"{'workload':22} {'knob':24} "
         + " ".join(f"{m + ' err/band':17}" for m in S.STEP_METRICS)
-        + f" {'multi loss/band':17} {'margin':>6} {'fall/base':13} {'verdict':5} {'time_s':>6}  note"
+        + f" {'multi loss/band':17} {'margin':>6} {'fall/base':22} {'verdict':5} {'time_s':>6}  note"
     )
     names = args.workloads.split(",") + (list(BATTERY) if args.battery else [])
     for name, seed in ((n, s) for n in names for s in seeds):

@@ -74,7 +74,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     bench = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "bench_program.py"),
+            str(ROOT / "scripts" / "bench" / "bench_program.py"),
             str(tmp_path / "run"),
             "--pairs",
             "1",

@@ -112,6 +112,7 @@ print(json.dumps({"status": list(result.trials["status"]), "best": result.best_c
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
     """A script's `__main__` (a notebook's scope), every trial started from scratch."""
@@ -243,7 +244,7 @@ def loads_without_the_helper(pickled: Path) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("by_reference", [False, True])
+@pytest.mark.parametrize("by_reference", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_reference):
     """The trials on the driver's node get the driver's sys.path directories; the
     pickled factory carries the helper by value (a node without ../lib can load it)."""
@@ -257,6 +258,7 @@ def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_refe
         assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_factory_in_main_with_a_sys_path_helper_reaches_trials_on_another_node(tmp_path, cluster):
     """The pickled bytes travel with the request, the helper by value in them: a

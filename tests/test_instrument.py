@@ -303,6 +303,7 @@ def search_program(tmp_path, command):
     return tmp_path / "run"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_an_hf_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_path):
     run_dir = search_program(
@@ -327,6 +328,7 @@ def test_an_hf_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_pa
     )
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)
 def test_a_lightning_trainer_script_is_searched_to_the_end_with_no_line_changed(tmp_path):
     search_program(

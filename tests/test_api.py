@@ -53,7 +53,10 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     assert list(trials["status"]) == ["ok"] * 3, trials[["status", "error"]]
     assert isinstance(result.best_config, TunedConfig) and not result.reused
     if result.best is not result.baseline:  # re-measured with the pickled factory too (a baseline best is not)
-        assert result.confirm["rounds"] == 1 and "error" not in result.confirm
+        # one round ran with the pickled factory (a round disturbed by outside load is set aside, and counts
+        # as measured: the factory ran)
+        assert "error" not in result.confirm, result.confirm
+        assert result.confirm["rounds"] + len(result.confirm.get("disturbed_pairs", [])) >= 1, result.confirm
     assert result.best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
     # the factory's own argument is a searched knob: its signature was read from the callable
     assert result.best_config.workload_args == {"extra": result.best.knobs["args.extra"]}

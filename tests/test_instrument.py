@@ -284,6 +284,7 @@ def search_program(tmp_path, command):
                     "max_window_s": 2.0,
                     "profile_steps": 0,
                     "diagnose": False,
+                    "prune_margin": 0,  # batch 16 may read slower under load: measured to the end, not pruned
                 },
                 "search": {"n_trials": 2, "confirm_rounds": 0},
                 "safety": {"level": "dynamics", "parity_steps": 4},

@@ -58,7 +58,7 @@ def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(
     assert (tmp_path / "ref.ranks2.pt").exists()  # the global batch's reference, next to the single-rank one
 
 
-@pytest.mark.parametrize("sharding", ["ddp", "fsdp"])
+@pytest.mark.parametrize("sharding", ["ddp", pytest.param("fsdp", marks=pytest.mark.slow)])  # fsdp's gather: CI's above
 def test_a_loss_summed_over_the_batch_fails_on_two_ranks(tmp_path, sharding):
     # DDP and FSDP average the ranks' gradients: with a summed loss, each is half of the global
     # batch's (FSDP's, gathered from its shards)

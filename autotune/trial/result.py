@@ -123,6 +123,13 @@ class TrialResult:
         """What result.json holds: the keys left out stay out."""
         return _plain(self)
 
+    def checked(self) -> dict[str, Any]:
+        """`to_dict`, held to the contract as a reader will hold it (a field set
+        to a value of the wrong type is a ResultError naming the key)."""
+        data = self.to_dict()
+        _build(type(self), data, "")
+        return data
+
     @classmethod
     def read(cls, path) -> "TrialResult":
         """A trial's result.json."""
@@ -132,7 +139,8 @@ class TrialResult:
             raise ResultError(f"{path}: {e}") from None
 
     def write(self, path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """result.json (checked: what is written reads back)."""
+        Path(path).write_text(json.dumps(self.checked(), indent=2) + "\n")
 
 
 def failed(status: str, error_type: str, error: str, **extra) -> TrialResult:

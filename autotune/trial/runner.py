@@ -377,7 +377,7 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> TrialResult:
         metrics={},
         device=DeviceInfo(device.type, device.name, device.cpus),
         host=socket.gethostname(),
-        torch=torch.__version__,
+        torch=str(torch.__version__),  # a str, not torch's TorchVersion (which YAML cannot write)
     )
     try:
         workload = W.load(W.trial_source(wl, base_dir), wl.get("args"))

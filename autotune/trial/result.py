@@ -2,9 +2,12 @@
 typed, with a per-rank part for a multi-rank trial. The one conversion from and
 to the runner's JSON is here: `TrialResult.from_dict` (a key the contract lacks,
 or a value of the wrong type, is an error naming the key) and `to_dict` (what
-result.json holds, unchanged on disk, so old run dirs still read). The Ray
-adapter, the recorder, the late checks and the re-measurement take a
-TrialResult, never the raw dict. Needs neither torch nor Ray.
+result.json holds, unchanged on disk, so old run dirs still read). Typed end to
+end: the runner builds one from its first line, and the ranks' merge, the
+launcher, the scaling reference and the anchor's re-read return one; the Ray
+adapter, the recorder, the late checks, the re-measurement and the scripts take
+one, and read result.json only through `read` (`write` checks what it writes).
+Needs neither torch nor Ray.
 
     result = TrialResult.read(trial_dir / "result.json")
     result.status, result.metrics["samples_per_s"], result.ranks[1].metrics

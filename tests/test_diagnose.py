@@ -244,9 +244,7 @@ def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
     evidence = result.diagnosis["evidence"]
     assert evidence[0].startswith("timed window: waiting on data") and evidence[1].startswith("profiled window:")
     assert any(e.startswith("two sides apart: compute ceiling") for e in evidence)
-    assert result.diagnosis["recommendations"] == [
-        render(mv, result.knobs) for mv in result.diagnosis["moves"]
-    ]
+    assert result.diagnosis["recommendations"] == [render(mv, result.knobs) for mv in result.diagnosis["moves"]]
 
 
 def test_advice_fits_what_the_model_eats():

@@ -130,14 +130,14 @@ def test_a_search_of_a_program_that_prints_runs_to_the_end_with_its_text_in_each
     results = sorted((tmp_path / "run" / "trials").rglob("result.json"))  # the baseline's re-read too
     assert len({p.relative_to(tmp_path / "run" / "trials").parts[0] for p in results}) == 2, results
     for path in results:
-        result = json.loads(path.read_text())
+        result = TrialResult.read(path)
         assert result.status in ("ok", "pruned"), result  # pruned: measured, slower than the baseline
         log = (path.parent / "trial.log").read_text()
         assert "forkserver --listen " in log, log  # the search's shared server
         assert "number of parameters: 260\n" in log and "warning: labels look unbalanced\n" in log, log
 
 
-def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[dict, str]:
+def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[TrialResult, str]:
     """A trial forked by a search's shared fork server; its result and its trial.log."""
     server = SharedForkServer(trial_env(ROOT, {}), ("tests.workloads",))
     try:
@@ -152,7 +152,7 @@ def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[di
 def test_a_failed_trial_leaves_its_output_and_traceback_in_its_log(tmp_path):
     result, log = in_shared_server({**CONFIG, "workload": {"factory": "tests.workloads:make_failing"}}, tmp_path)
     assert result.status == "error" and result.error_type == "ValueError", result
-    assert "Traceback (most recent call last):" in log and f"ValueError: {result['error']}" in log, log
+    assert "Traceback (most recent call last):" in log and f"ValueError: {result.error}" in log, log
     assert 'tests/workloads.py", line' in log and "in bad_loss" in log  # the user's own line
 
 

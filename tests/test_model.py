@@ -1,7 +1,6 @@
 """The rate model's predictions against real (tiny) trials, and the strategy
 skipping what it predicts clearly below the incumbent."""
 
-
 import optuna
 import pytest
 

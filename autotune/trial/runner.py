@@ -6,9 +6,10 @@ Needs torch only (no Ray, MLflow, Optuna or pydantic), so a trial runs anywhere:
 
 CONFIG is a JSON object: {"workload": {"name": "tiny_cnn", "args": {}},
 "knobs": {...}, "warmup_steps": 5, "measure_steps": 10, "device": "auto",
-"seed": 0}. Knobs left out take PyTorch's defaults. The result is
-one JSON object: status ("ok", "oom" or "error"), the knobs, the device, and
-metrics whose names carry their units.
+"seed": 0}. Knobs left out take PyTorch's defaults. The result is a
+`TrialResult` (autotune.trial.result), built from the trial's first line and
+written as one JSON object: status ("ok", "oom" or "error"), the knobs, the
+device, and metrics whose names carry their units.
 
 Measurement rules (DESIGN.md): warm-up steps (worker start, compile, cuDNN
 autotuning, allocator growth) are never timed; the window is timed with the

@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from autotune.records.run_dir import read_run
+from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -68,8 +69,8 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     state = json.loads((tmp_path / "run" / "search.json").read_text())
     assert state["space"]["search"] == {"num_workers": [0, 1]}
     assert state["space"]["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
-    first = json.loads((tmp_path / "run" / "trials" / "0000" / "result.json").read_text())
-    assert first["used"] == ["dataloader_kwargs", "steps"] and first["knobs"] == {}  # the baseline: its own settings
+    first = TrialResult.read(tmp_path / "run" / "trials" / "0000" / "result.json")
+    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
     assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
@@ -157,10 +158,10 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     config = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "config.json").read_text())
     assert config["workload"]["command"][-2:] == ["--batch_size", "16"]  # the flag replaced, not repeated
     assert config["workload"]["command"].count("--batch_size") == 1
-    result = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "result.json").read_text())
-    assert result["used"] == ["data", "step"] and "data_wait_frac" in result["metrics"]
+    result = TrialResult.read(tmp_path / "run" / "trials" / f"{big.number:04d}" / "result.json")
+    assert result.used == ["data", "step"] and "data_wait_frac" in result.metrics
     assert big.metrics["samples_per_s"] == pytest.approx(32 * big.metrics["steps_per_s"])  # 16 x 2 micro-batches
-    assert len(result["losses"]) >= 3 and all(x > 0 for x in result["losses"])
+    assert len(result.losses) >= 3 and all(x > 0 for x in result.losses)
 
 
 @pytest.mark.slow
@@ -183,12 +184,12 @@ def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_p
     seen = set()
     for trial in sorted((tmp_path / "run" / "trials").iterdir()):
         config = json.loads((trial / "config.json").read_text())
-        result = json.loads((trial / "result.json").read_text())
+        result = TrialResult.read(trial / "result.json")
         assert config["workload"]["command"][1:] == ["tiny_steps.py"]  # an environment knob is no flag
         seen.add(config["workload"]["args"]["OMP_NUM_THREADS"])
         if config["workload"]["args"]["OMP_NUM_THREADS"] == 1:
-            assert config["workload"]["env"] == {"OMP_NUM_THREADS": "1"} and result["device"]["torch_threads"] == 1
+            assert config["workload"]["env"] == {"OMP_NUM_THREADS": "1"} and result.device.torch_threads == 1
         else:  # unset, as in this environment
             assert config["workload"]["env"] == {"OMP_NUM_THREADS": ""}
-            assert result["device"]["torch_threads"] == len(os.sched_getaffinity(0))
+            assert result.device.torch_threads == len(os.sched_getaffinity(0))
     assert seen == {"", 1}

@@ -49,10 +49,10 @@ def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(
         {"name": "tiny_transformer"},
         {"precision": "bf16-mixed", "ddp_bucket_cap_mb": 1, "ddp_gradient_as_bucket_view": True},
     )
-    assert result["status"] == "ok", result.get("error")
-    parity = result["parity"]
+    assert result.status == "ok", result.error
+    parity = result.parity
     assert parity["passed"], parity["reason"]
-    assert parity["ranks"] == 2 and parity["global_batch"] == 16 and result["metrics"]["ranks"] == 2
+    assert parity["ranks"] == 2 and parity["global_batch"] == 16 and result.metrics["ranks"] == 2
     # the per-step errors are bf16's, inside bands set by the noise of one rank at the global batch
     assert 0 < parity["per_step"]["grad"]["max"] <= parity["per_step"]["grad"]["band"]
     assert (tmp_path / "ref.ranks2.pt").exists()  # the global batch's reference, next to the single-rank one
@@ -63,8 +63,8 @@ def test_a_loss_summed_over_the_batch_fails_on_two_ranks(tmp_path, sharding):
     # DDP and FSDP average the ranks' gradients: with a summed loss, each is half of the global
     # batch's (FSDP's, gathered from its shards)
     result = late_check(tmp_path, {"factory": "tests.workloads:make_summed_loss"}, {"sharding": sharding})
-    assert result["status"] == "ok", result.get("error")
-    parity = result["parity"]
+    assert result.status == "ok", result.error
+    parity = result.parity
     assert not parity["passed"] and "per-step grad error" in parity["reason"], parity["reason"]
     assert parity["per_step"]["grad"]["max"] == pytest.approx(0.5, abs=0.01)
 
@@ -80,9 +80,7 @@ def test_an_fsdp_winner_is_checked_on_two_ranks_and_exported_as_parity_passed(tm
         for n, k, v in windows
     ]
     workload = {"name": "tiny_transformer"}
-    best = checked.pick_checked(
-        records, lambda knobs, label: TrialResult.from_dict(late_check(tmp_path, workload, knobs))
-    )
+    best = checked.pick_checked(records, lambda knobs, label: late_check(tmp_path, workload, knobs))
     assert best is records[1] and best.info["parity_late"]
     parity = best.parity
     assert parity["passed"], parity["reason"]

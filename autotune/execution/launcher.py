@@ -279,65 +279,104 @@ NO_STEP = (
 
 
 def _program(
-    trial_dir: Path, env: dict[str, str], timeout_s: float, workload: dict[str, Any]
+    trial_dir: Path, env: dict[str, str], timeout_s: float, workload: dict[str, Any], ranks: int | None = None
 ) -> tuple[int | None, dict[str, Any] | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
     step (what to add, in one line); otherwise its measured loop wrote result.json
-    (autotune.trial.loop), or it died, and the trial is classified as any other."""
+    (autotune.trial.loop), or it died, and the trial is classified as any other.
+    `ranks` (a multi-rank search's trials, its scaling reference's 1 too): one process
+    a rank under torchrun's environment, as `torchrun --nproc-per-node` starts them
+    (one thread each unless OMP_NUM_THREADS is set), all killed once one fails; their
+    rank<R>.json merged into result.json (`ranks.merge`)."""
     from autotune.integrations import instrument  # a Trainer script's zero-code instrumentation on its path
+    from autotune.trial import ranks as R
+    from autotune.trial.disturbance import TRIAL_PID
     from autotune.trial.loop import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
     env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last
     env = instrument.with_env({k: v for k, v in env.items() if v != ""})  # '': left unset; a Trainer script's
     # zero-code instrumentation first on its path (autotune.integrations.instrument)
+    envs = [env]
+    if ranks:
+        port = R.free_port()
+        threads = {} if "OMP_NUM_THREADS" in env or ranks == 1 else {"OMP_NUM_THREADS": "1"}
+        own = {TRIAL_PID: str(os.getpid())}  # the ranks' CPU is the trial's own (autotune.trial.disturbance)
+        envs = [{**env, **threads, **own, **R.torchrun_env(r, ranks, port)} for r in range(ranks)]
+    procs: list[subprocess.Popen] = []
     with open(trial_dir / "trial.log", "w") as log:
         try:
-            proc = subprocess.Popen(
-                command,
-                cwd=workload.get("dir") or trial_dir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+            for rank_env in envs:  # the ranks write to one log, as torchrun's do to its output
+                procs.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=workload.get("dir") or trial_dir,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=rank_env,
+                        start_new_session=True,
+                    )
+                )
         except OSError as e:
+            _kill(procs)
             return None, {
                 "status": "error",
                 "error_type": "CommandNotFound",
                 "error": f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
                 "runs your training program, e.g. `python train.py`",
             }
-        timed_out = False
         try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except BaseException:  # the caller was cancelled: take the process group along
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        else:
-            try:  # its loader workers, or anything else it started, go with it
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+            timed_out, died = _wait_procs(procs, timeout_s)
+        finally:  # its loader workers, or anything else it started, go with it (and all of it when cancelled)
+            _kill(procs)
+    code = next((p.returncode for p in procs if p.returncode), 0)
+    if (ranks or 1) > 1 and any((trial_dir / R.RANK_FILE.format(r)).exists() for r in range(ranks)):
+        (trial_dir / "result.json").write_text(json.dumps(R.collect(str(trial_dir), ranks, died), indent=2) + "\n")
     if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
-        return proc.returncode, None  # its own result, or it ended after its first step: classified as any trial
+        return code, None  # its own result, or it ended after its first step: classified as any trial
     tail = (trial_dir / "trial.log").read_text(errors="replace")[-1500:].strip().splitlines()
     how = (
         f"ran past timeout_s={timeout_s:g}"
         if timed_out
-        else f"exited with code {proc.returncode}" + (f" ({tail[-1][:200]})" if proc.returncode and tail else "")
+        else f"exited with code {code}" + (f" ({tail[-1][:200]})" if code and tail else "")
     )
-    return proc.returncode, {
+    return code, {
         "status": "error",
         "error_type": "NoStep",
         "error": (f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}"),
     }
+
+
+def _wait_procs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[bool, dict[int, str]]:
+    """Wait for every process (a rank each); once one fails, kill the others (they would
+    wait in a collective until the group's timeout). (timed out, rank -> why it ended badly)."""
+    deadline, died = time.monotonic() + timeout_s, {}
+    while any(p.poll() is None for p in procs):
+        if time.monotonic() > deadline:
+            return True, died
+        for r, p in enumerate(procs):
+            if p.poll() not in (None, 0) and r not in died:
+                died[r] = f"rank {r} exited with code {p.returncode}" + (
+                    " (killed: another rank failed)" if died else ""
+                )
+                _kill(procs)
+        time.sleep(0.05)
+    for r, p in enumerate(procs):
+        if p.returncode and r not in died:
+            died[r] = f"rank {r} exited with code {p.returncode}"
+    return False, died
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """Each process's whole group (it ran in a session of its own), reaped."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
 
 
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
@@ -396,7 +435,7 @@ def run_in_process(
                     continue
             launcher = launcher if server else "spawn"
         if program:
-            code, failed = _program(trial_dir, env, timeout_s, config["workload"])
+            code, failed = _program(trial_dir, env, timeout_s, config["workload"], config.get("ranks"))
         else:
             code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:

@@ -40,6 +40,7 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
         "max_window_s": 5.0,
         "profile_steps": 0,
         "diagnose": False,
+        **({"ranks": spec.resources.ranks_per_trial} if spec.resources.ranks_per_trial > 1 else {}),
     }
     where = run_dir / PROBE_DIR
     result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env())
@@ -52,7 +53,8 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
             )
         raise SpecError(f"workload.command: {why}")
     m = result["metrics"]
-    return Program(result.get("used") or [], max(1, round(m["samples_per_s"] / m["steps_per_s"])), result)
+    per_rank = m["samples_per_s"] / m["steps_per_s"] / m.get("ranks", 1)  # a rank's batch, as the built-in's
+    return Program(result.get("used") or [], max(1, round(per_rank)), result)
 
 
 def fix_unused(space, used: list[str]) -> None:

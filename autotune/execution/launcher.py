@@ -13,6 +13,11 @@ Two ways to start one:
   process that launches trials keeps its own;
 - `spawn`: `python -m autotune.trial` from scratch (also what users run by hand).
 Set AUTOTUNE_LAUNCHER=spawn to force the second.
+
+A user's program (`workload.command`) is forked from the same server where it is
+Python (`python FILE ...`, `python -m MODULE ...`; `forks_program`), one process
+with no environment knob of its own; otherwise (another command, several ranks,
+an environment knob, spawn) it runs as a plain process of its own.
 """
 
 from __future__ import annotations
@@ -100,14 +105,13 @@ class _Stream:
     def send(self, data: bytes) -> None:
         raise NotImplementedError
 
-    def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
-        """Fork a trial with exactly `env`; wait for it, killing its process
-        group at the timeout. Returns its exit code (negative: killed by that signal)."""
-        self.send(
-            (
-                json.dumps({"dir": str(trial_dir), "env": env, "argv": ["config.json", "-o", "result.json"]}) + "\n"
-            ).encode()
-        )
+    def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float, program: dict | None = None) -> int:
+        """Fork a trial with exactly `env` (`program`: a user's Python program's {"argv", "cwd"}
+        instead of the runner); wait for it, killing its process group at the timeout.
+        Returns its exit code (negative: killed by that signal)."""
+        request = {"dir": str(trial_dir), "env": env}
+        request.update({"program": program} if program else {"argv": ["config.json", "-o", "result.json"]})
+        self.send((json.dumps(request) + "\n").encode())
         answer = self.lines.read(timeout=self.first_answer_s)
         if answer is None:
             raise RuntimeError("the fork server did not answer")
@@ -279,7 +283,12 @@ NO_STEP = (
 
 
 def _program(
-    trial_dir: Path, env: dict[str, str], timeout_s: float, workload: dict[str, Any], ranks: int | None = None
+    trial_dir: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    workload: dict[str, Any],
+    ranks: int | None = None,
+    server: _Stream | None = None,
 ) -> tuple[int | None, dict[str, Any] | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
@@ -288,7 +297,8 @@ def _program(
     `ranks` (a multi-rank search's trials, its scaling reference's 1 too): one process
     a rank under torchrun's environment, as `torchrun --nproc-per-node` starts them
     (one thread each unless OMP_NUM_THREADS is set), all killed once one fails; their
-    rank<R>.json merged into result.json (`ranks.merge`)."""
+    rank<R>.json merged into result.json (`ranks.merge`). `server`: a warm fork server
+    to fork a Python program from (`forks_program`)."""
     from autotune.integrations import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial import ranks as R
     from autotune.trial.disturbance import TRIAL_PID
@@ -301,37 +311,24 @@ def _program(
     envs = [env]
     if ranks:
         port = R.free_port()
-        threads = {} if "OMP_NUM_THREADS" in env or ranks == 1 else {"OMP_NUM_THREADS": "1"}
-        own = {TRIAL_PID: str(os.getpid())}  # the ranks' CPU is the trial's own (autotune.trial.disturbance)
-        envs = [{**env, **threads, **own, **R.torchrun_env(r, ranks, port)} for r in range(ranks)]
-    procs: list[subprocess.Popen] = []
-    with open(trial_dir / "trial.log", "w") as log:
+        # one thread a rank, as torchrun sets; the ranks' CPU is the trial's own (autotune.trial.disturbance)
+        several = {} if ranks == 1 else {TRIAL_PID: str(os.getpid()), "OMP_NUM_THREADS": "1"}
+        envs = [{**several, **env, **R.torchrun_env(r, ranks, port)} for r in range(ranks)]
+    cwd = workload.get("dir") or str(trial_dir)
+    if server is not None:  # one process, forked warm (`forkserver._program`)
+        started = time.monotonic()
+        code, died = server.run(trial_dir, envs[0], timeout_s, {"argv": command[1:], "cwd": cwd}), {}
+        timed_out = code == -signal.SIGKILL and time.monotonic() - started >= timeout_s
+    else:
         try:
-            for rank_env in envs:  # the ranks write to one log, as torchrun's do to its output
-                procs.append(
-                    subprocess.Popen(
-                        command,
-                        cwd=workload.get("dir") or trial_dir,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        stdin=subprocess.DEVNULL,
-                        env=rank_env,
-                        start_new_session=True,
-                    )
-                )
+            code, timed_out, died = _processes(command, envs, cwd, trial_dir / "trial.log", timeout_s)
         except OSError as e:
-            _kill(procs)
             return None, {
                 "status": "error",
                 "error_type": "CommandNotFound",
                 "error": f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
                 "runs your training program, e.g. `python train.py`",
             }
-        try:
-            timed_out, died = _wait_procs(procs, timeout_s)
-        finally:  # its loader workers, or anything else it started, go with it (and all of it when cancelled)
-            _kill(procs)
-    code = next((p.returncode for p in procs if p.returncode), 0)
     if (ranks or 1) > 1 and any((trial_dir / R.RANK_FILE.format(r)).exists() for r in range(ranks)):
         (trial_dir / "result.json").write_text(json.dumps(R.collect(str(trial_dir), ranks, died), indent=2) + "\n")
     if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
@@ -347,6 +344,33 @@ def _program(
         "error_type": "NoStep",
         "error": (f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}"),
     }
+
+
+def _processes(
+    command: list[str], envs: list[dict[str, str]], cwd: str, log_path: Path, timeout_s: float
+) -> tuple[int, bool, dict[int, str]]:
+    """`command` once per environment in `envs` (a rank each), each in a session of its own, all
+    writing to one log (as torchrun's ranks do to its output): (the first nonzero exit code,
+    timed out, rank -> why it ended badly)."""
+    procs: list[subprocess.Popen] = []
+    with open(log_path, "w") as log:
+        try:
+            for env in envs:
+                procs.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=cwd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
+            timed_out, died = _wait_procs(procs, timeout_s)
+        finally:  # its loader workers, or anything else it started, go with it (and all of it when cancelled)
+            _kill(procs)
+    return next((p.returncode for p in procs if p.returncode), 0), timed_out, died
 
 
 def _wait_procs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[bool, dict[int, str]]:
@@ -377,6 +401,16 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         except ProcessLookupError:
             pass
         p.wait()
+
+
+def forks_program(workload: dict[str, Any], ranks: int | None) -> bool:
+    """Whether a program's trial can be forked from the warm server: `python FILE ...` or
+    `python -m MODULE ...`, one process, and no environment of its own (a forked child
+    keeps its parent's OpenMP and allocator, which the environment would change)."""
+    command = workload["command"]
+    python = command[0] in ("python", "python3") and len(command) > 1
+    runnable = python and (command[1] == "-m" and len(command) > 2 or not command[1].startswith("-"))
+    return runnable and (ranks or 1) == 1 and not workload.get("env")
 
 
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
@@ -423,9 +457,8 @@ def run_in_process(
     program, failed = bool((config.get("workload") or {}).get("command")), None
     try:
         server = None
-        if program:  # the user's own program: a fresh process of its own (its environment may be a knob)
-            launcher = "program"
-        elif launcher == "fork":
+        # the user's own program: forked too where it is Python, else a fresh process of its own
+        if launcher == "fork" and (not program or forks_program(config["workload"], config.get("ranks"))):
             for where in (shared, None) if shared else (None,):
                 try:
                     server = _server(base, preload_for(config), where)
@@ -435,7 +468,8 @@ def run_in_process(
                     continue
             launcher = launcher if server else "spawn"
         if program:
-            code, failed = _program(trial_dir, env, timeout_s, config["workload"], config.get("ranks"))
+            launcher = f"program-{launcher}" if server else "program"
+            code, failed = _program(trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server)
         else:
             code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:

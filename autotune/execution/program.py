@@ -27,8 +27,9 @@ class Program:
     baseline: dict | None = None  # knobs a workload states itself (a Workload's); a program's are its own settings
 
 
-def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
-    """Run the program once at its own settings (see the module doc)."""
+def probe(spec: Spec, run_dir: Path, user_path: str | None, shared: str | None = None) -> Program:
+    """Run the program once at its own settings (see the module doc); `shared`: the search's
+    fork server's socket (the probe's wait for its imports is the later trials' gain)."""
     wl = spec.workload.model_dump(mode="json")
     wl["dir"] = wl.get("dir") or os.getcwd()
     config = {
@@ -43,7 +44,7 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
         **({"ranks": spec.resources.ranks_per_trial} if spec.resources.ranks_per_trial > 1 else {}),
     }
     where = run_dir / PROBE_DIR
-    result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env())
+    result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env(), shared=shared)
     if result.get("status") not in ("ok", "pruned"):
         why = result.get("error") or result.get("status")
         if result.get("error_type") not in ("NoStep", "CommandNotFound"):

@@ -148,6 +148,7 @@ def test_lightning_training_step_trains_outside_a_trainer():
     assert sum(losses[-8:]) / 8 < 0.8 * sum(losses[:8]) / 8, losses  # and the loss fell
 
 
+@pytest.mark.slow
 def test_lightning_compiled_runs_training_step_through_the_compiler():
     """With compile on, the whole training_step (it calls self.net directly) runs
     compiled, channels_last on the weights and inputs; the uncompiled module (the
@@ -265,10 +266,11 @@ def test_a_missing_package_names_its_extra(monkeypatch, adapter, package, extra)
             {"channels_last": True, "precision": "bf16-mixed"},
             {"channels_last": True, "autocast": "torch.bfloat16", "weights_channels_last": True},
         ),
-        (
+        pytest.param(
             "make_lightning_cnn",
             {"channels_last": True, "compile": "default"},
             {"channels_last": True, "autocast": None, "weights_channels_last": True},
+            marks=pytest.mark.slow,  # inductor's compile on 2 cores: 40 s
         ),
         (
             "make_bert",
@@ -297,6 +299,7 @@ def test_adapter_trials_apply_the_knobs(tmp_path, factory, knobs, seen):
     assert states == compiled + [{"compiling": False, **seen}], states
 
 
+@pytest.mark.slow
 def test_a_search_names_an_adapter_factory(tmp_path, ray_local):
     from typer.testing import CliRunner
 
@@ -448,6 +451,7 @@ def test_huggingface_takes_a_trainer_and_steps_as_it_does():
     assert session.model is not trainer.model and trainer.optimizer is None and trainer.lr_scheduler is None
 
 
+@pytest.mark.slow
 def test_a_huggingface_trainer_search_checks_the_unfused_candidate_not_the_baseline(tmp_path, ray_local):
     """The Trainer's own optimizer (fused) is the baseline: no parity flag on it;
     the unfused candidate is checked against it."""

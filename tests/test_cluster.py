@@ -105,6 +105,7 @@ def cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
     spec = tmp_path / "spec.yaml"
@@ -203,6 +204,7 @@ def mlflow_server(tmp_path):
         yield url, tmp_path / "store"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local):
     url, store = mlflow_server
@@ -239,6 +241,7 @@ def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local)
     assert not (tmp_path / "run" / "mlartifacts").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
     spec = tmp_path / "spec.yaml"

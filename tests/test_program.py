@@ -26,7 +26,9 @@ TRIAL = {
 }
 
 
-def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
+def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None, backend="local"):
+    """`autotune search` on a program; the local backend unless a test asks for Ray (one test searches a
+    program through Ray, the default where Ray is installed: the others save its ~10 s start)."""
     spec = {
         "name": "p",
         "workload": {"command": command},
@@ -43,7 +45,7 @@ def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = Path(sys.executable).parent / "autotune"
     return subprocess.run(
-        [str(cli), "search", str(tmp_path / "spec.yaml"), "-q"],
+        [str(cli), "search", str(tmp_path / "spec.yaml"), "-q", "--backend", backend],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -57,6 +59,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
         tmp_path,
         "python loader_loop.py --steps 400 --batch_size 16",
         {"num_workers": [0, 1], "channels_last": [False, True]},
+        backend="ray",
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
@@ -74,7 +77,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     bench = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "bench_program.py"),
+            str(ROOT / "scripts" / "bench" / "bench_program.py"),
             str(tmp_path / "run"),
             "--pairs",
             "1",
@@ -102,11 +105,11 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
             "python tiny_steps.py --mode exit_early",
             "the program exited with code 0 without reaching a measured step: add `cfg = autotune.config()`",
         ),
-        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=30 without reaching a measured step"),
+        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=12 without reaching a measured step"),
     ],
 )
 def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_trial(tmp_path, command, says):
-    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 30})
+    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 12})
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0]
@@ -129,6 +132,7 @@ def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_pa
     assert any(r.status == "ok" and not r.is_baseline for r in run.records) or len(run.records) >= 2
 
 
+@pytest.mark.slow
 def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_path):
     import numpy as np
 
@@ -159,6 +163,7 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     assert len(result["losses"]) >= 3 and all(x > 0 for x in result["losses"])
 
 
+@pytest.mark.slow
 def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the baseline: left unset
     proc = search(

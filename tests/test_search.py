@@ -36,7 +36,7 @@ def make_spec(tmp_path, **overrides):
         },
         "trial": TRIAL,
         "search": {"n_trials": 4, "seed": 1, "confirm_rounds": 0},
-        "safety": {"level": "dynamics"},
+        "safety": {"level": "dynamics", "parity_steps": 6},  # parity as a search runs it, on fewer steps
         "output_dir": str(tmp_path / "run"),
         **overrides,
     }
@@ -207,6 +207,7 @@ def test_with_a_time_budget_and_n_trials_the_first_limit_reached_ends_the_search
     assert result.wall_s < 600
 
 
+@pytest.mark.slow
 def test_user_knobs_and_loader_constraints_in_a_grid_search(tmp_path):
     """Workload arguments searched as knobs (a trials.csv column, MLflow params,
     exported), and prefetch_factor never runs without loader workers."""

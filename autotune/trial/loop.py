@@ -113,7 +113,7 @@ class TrialLoop:
         self.clock = time.perf_counter
         self.started = self.clock()
         self.knobs = dict(request.get("knobs") or {})  # the knobs this trial sets (the rest: the program's own)
-        self.warm, self.warm_samples, self.warm_started = 0, 0, None
+        self.warm, self.warm_samples, self.warm_started, self.loop_started = 0, 0, None, None
         self.window: M.Window | None = None
         self.wait, self.wait_measured = 0.0, False
         self.losses: list = []
@@ -133,6 +133,8 @@ class TrialLoop:
         """Each batch of `iterable`, the wait at `next()` as data wait; a step ends
         at the next batch unless the program calls `step()` itself."""
         self.wait_measured = True
+        if self.loop_started is None:  # the warm-up starts with the loader, as the built-in trial's does
+            self.loop_started = self.clock()
         it = iter(iterable)
         previous = None
         while True:
@@ -203,7 +205,8 @@ class TrialLoop:
         import torch
 
         per_step = self.warm_samples / self.warm  # the rule's thresholds are in samples/s
-        self.warmup_s = self.clock() - self.warm_started
+        # the warm-up's time: from the loader's start (steps()), else from the first step's end (step())
+        self.warmup_s = self.clock() - (self.loop_started or self.warm_started)
         rule = window_rule(self.cfg, per_step, self.device_type)
         cuda = self.device_type == "cuda"
         grouped = self.ranks > 1 and R.world_size() > 1  # the program's own process group
@@ -215,7 +218,7 @@ class TrialLoop:
                 torch.distributed.barrier()
 
         if grouped:  # the same window on every rank: min_window_s at the warm-up's pace (its first step left out)
-            step_s = self.warmup_s / (self.warm - 1) if self.warm > 1 else None
+            step_s = (self.clock() - self.warm_started) / (self.warm - 1) if self.warm > 1 else None
             rule = R.fixed_rule(R.window_steps(step_s, self.cfg, rule.max_steps, self.device_type))
         self.window = M.Window(rule, self.device_type, sync)
         self.window.start()

@@ -8,7 +8,8 @@ and `fixed_cost_s` (the trial's wall time less warm-up and timed window), and
 whether the window is as steady forked as spawned (`step_ms_max`, `step_time_cv`:
 a forked child that runs a full garbage collection copies every page it shares
 with the server, one stall inside the window, unless the server froze its objects).
-Medians. The fork server's own start (paid once per search) is reported apart.
+Medians, a fork server's first trial left out (its start, paid once per search,
+is reported apart).
 
 With `--program`, the sides are a user's program against the built-in trial of
 the same size (the workload written as a program: scripts/bench/builtin_program.py,
@@ -39,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.execution.launcher import _servers, run_in_process  # noqa: E402
+from autotune.execution.launcher import preload_for, run_in_process  # noqa: E402
 from autotune.trial.runner import parse_set  # noqa: E402
 
 
@@ -76,6 +77,7 @@ def main() -> None:
     rows = {side: [] for side in sides}
     t = time.perf_counter()
     server_start_s = None
+    started = set()  # the servers started (one per preloaded module set; the program's own)
     load_start = os.getloadavg()[0]
     print(
         f"{'trial':>5}  {'launcher':<12}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}"
@@ -84,7 +86,8 @@ def main() -> None:
     for i in range(args.trials):
         for side in list(sides) if i % 2 == 0 else list(sides)[::-1]:  # interleaved
             launcher, trial = sides[side]
-            fresh = launcher == "fork" and not _servers
+            fresh = launcher == "fork" and (preload_for(trial), trial is program) not in started
+            started.add((preload_for(trial), trial is program))
             t = time.perf_counter()
             r = run_in_process(trial, tmp / f"{i:03d}-{side}", 600, str(ROOT), {}, launcher=launcher)
             if r.get("status") != "ok":
@@ -100,7 +103,8 @@ def main() -> None:
             }
             if fresh:  # the server's imports, paid once per search, not per trial
                 server_start_s = time.perf_counter() - t - r["trial_wall_s"] + row["fixed_cost_s"]
-            rows[side].append(row)
+            if not fresh:  # a server's first trial (its imports) is reported apart
+                rows[side].append(row)
             print(
                 f"{i:>5}  {side:<12}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "
                 f"{row['trial_wall_s']:>12.2f}  {row['samples_per_s']:>10.1f}  {row['step_ms_max']:>11.1f}"

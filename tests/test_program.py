@@ -193,3 +193,29 @@ def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_p
             assert config["workload"]["env"] == {"OMP_NUM_THREADS": ""}
             assert result.device.torch_threads == len(os.sched_getaffinity(0))
     assert seen == {"", 1}
+
+
+def test_a_two_rank_torchrun_program_is_searched_with_both_ranks_measured(tmp_path):
+    proc = search(
+        tmp_path,
+        "python ddp_loop.py --steps 2000 --batch_size 16",
+        {"num_workers": [0, 1]},
+        n_trials=2,
+        trial={"min_window_s": 0.2, "max_window_s": 1.0},
+        spec_extra={"resources": {"ranks_per_trial": 2}},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    assert len(run.records) == 2 and {r.status for r in run.records} == {"ok"}
+    for record in run.records:
+        result = TrialResult.read(tmp_path / "run" / "trials" / f"{record.number:04d}" / "result.json")
+        assert [(x.rank, x.status) for x in result.ranks] == [(0, "ok"), (1, "ok")]
+        rates = [x.metrics["samples_per_s"] for x in result.ranks]
+        windows = [x.metrics["window_s"] for x in result.ranks]
+        steps = {x.metrics["steps_per_s"] * x.metrics["window_s"] for x in result.ranks}
+        assert max(steps) == pytest.approx(min(steps))  # the same window's steps on both ranks
+        assert result.metrics["window_s"] == max(windows)  # the slowest rank's window, the ranks' samples summed
+        assert result.metrics["samples_per_s"] == pytest.approx(
+            sum(r * w for r, w in zip(rates, windows)) / max(windows)
+        )
+    assert not (tmp_path / "model.pt").exists()  # both ranks ended after their window

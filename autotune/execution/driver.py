@@ -120,7 +120,7 @@ def run(
     # not with a Ray of the caller's own, whose nodes may be anywhere
     forks = (
         None
-        if program or not backend.shares_forks(spec)
+        if not backend.shares_forks(spec)
         else start_shared(spec.workload.model_dump(mode="json"), user_path, user_thread_env())
     )
     try:
@@ -131,7 +131,7 @@ def run(
                 run_dir,
                 local_store,
                 source,
-                (lambda: PG.probe(spec, run_dir, user_path)) if program else None,
+                (lambda: PG.probe(spec, run_dir, user_path, forks.path if forks else None)) if program else None,
             )
             started_backend = backend.start(spec)
     except BaseException:

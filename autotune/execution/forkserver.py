@@ -7,7 +7,15 @@ never runs a trial itself; it only skips the imports every trial would repeat.
     python -m autotune.forkserver [MODULE ...]                 # on its stdin/stdout
     python -m autotune.forkserver --listen SOCKET [MODULE ...]  # for every process of a search
 
-Protocol, one JSON object per line: the launcher writes {"dir", "env", "argv"};
+A user's Python program (`workload.command` is `python FILE ...` or `python -m
+MODULE ...`) is forked the same way: the request's `program` ({"argv", "cwd"})
+runs it in the child as the interpreter would (runpy, as `__main__`, sys.argv
+and sys.path[0] set, the zero-code instrumentation installed as its
+sitecustomize would, atexit handlers run at its end), so its trial does not pay
+torch's import either.
+
+Protocol, one JSON object per line: the launcher writes {"dir", "env", "argv"}
+(or {"dir", "env", "program"});
 the server answers {"pid": N} once the child runs, then {"pid": N, "status": S}
 (the raw wait status) when it has ended. One trial at a time per stream; the
 child's environment is exactly the request's `env`.
@@ -62,9 +70,12 @@ def _child(request: dict) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        from autotune.trial.runner import main
+        if "program" in request:
+            code = _program(**request["program"])
+        else:
+            from autotune.trial.runner import main
 
-        code = main(request["argv"])
+            code = main(request["argv"])
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
@@ -75,6 +86,44 @@ def _child(request: dict) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
+
+
+def _program(argv: list[str], cwd: str) -> int:
+    """`python *argv` from `cwd`, in this (forked) process: its exit code."""
+    import atexit
+    import faulthandler
+    import runpy
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # its stacks in trial.log at a timeout
+    os.chdir(cwd)
+    if os.environ.get("AUTOTUNE_TRIAL"):  # what the instrumentation's sitecustomize does at a fresh start
+        from autotune.integrations import instrument
+
+        instrument.install()
+    module = argv[1] if argv[0] == "-m" else None
+    if module is None and not os.path.exists(argv[0]):
+        print(
+            f"{sys.executable}: can't open file {os.path.abspath(argv[0])!r}: No such file or directory",
+            file=sys.stderr,
+        )
+        return 2
+    sys.argv = [module or argv[0], *argv[2 if module else 1 :]]
+    sys.path.insert(0, os.getcwd() if module else os.path.dirname(os.path.abspath(argv[0])))
+    code = 0
+    try:
+        if module:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        else:
+            runpy.run_path(argv[0], run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except BaseException:
+        sys.excepthook(*sys.exc_info())  # the measured loop's hook writes the trial's error (autotune.trial.loop)
+        code = 1
+    atexit._run_exitfuncs()  # as the interpreter's exit would (a loop that ended early says so)
+    return code
 
 
 def _wait(pid: int, fd: int) -> int | None:

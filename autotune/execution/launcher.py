@@ -13,6 +13,11 @@ Two ways to start one:
   process that launches trials keeps its own;
 - `spawn`: `python -m autotune.trial` from scratch (also what users run by hand).
 Set AUTOTUNE_LAUNCHER=spawn to force the second.
+
+A user's program (`workload.command`) is forked from the same server where it is
+Python (`python FILE ...`, `python -m MODULE ...`; `forks_program`), one process
+with no environment knob of its own; otherwise (another command, several ranks,
+an environment knob, spawn) it runs as a plain process of its own.
 """
 
 from __future__ import annotations
@@ -102,14 +107,13 @@ class _Stream:
     def send(self, data: bytes) -> None:
         raise NotImplementedError
 
-    def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
-        """Fork a trial with exactly `env`; wait for it, killing its process
-        group at the timeout. Returns its exit code (negative: killed by that signal)."""
-        self.send(
-            (
-                json.dumps({"dir": str(trial_dir), "env": env, "argv": ["config.json", "-o", "result.json"]}) + "\n"
-            ).encode()
-        )
+    def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float, program: dict | None = None) -> int:
+        """Fork a trial with exactly `env` (`program`: a user's Python program's {"argv", "cwd"}
+        instead of the runner); wait for it, killing its process group at the timeout.
+        Returns its exit code (negative: killed by that signal)."""
+        request = {"dir": str(trial_dir), "env": env}
+        request.update({"program": program} if program else {"argv": ["config.json", "-o", "result.json"]})
+        self.send((json.dumps(request) + "\n").encode())
         answer = self.lines.read(timeout=self.first_answer_s)
         if answer is None:
             raise RuntimeError("the fork server did not answer")
@@ -281,30 +285,45 @@ NO_STEP = (
 
 
 def _program(
-    trial_dir: Path, env: dict[str, str], timeout_s: float, workload: dict[str, Any]
+    trial_dir: Path,
+    env: dict[str, str],
+    timeout_s: float,
+    workload: dict[str, Any],
+    ranks: int | None = None,
+    server: _Stream | None = None,
 ) -> tuple[int | None, TrialResult | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
     step (what to add, in one line); otherwise its measured loop wrote result.json
-    (autotune.trial.loop), or it died, and the trial is classified as any other."""
+    (autotune.trial.loop), or it died, and the trial is classified as any other.
+    `ranks` (a multi-rank search's trials, its scaling reference's 1 too): one process
+    a rank under torchrun's environment, as `torchrun --nproc-per-node` starts them
+    (one thread each unless OMP_NUM_THREADS is set), all killed once one fails; their
+    rank<R>.json merged into result.json (`ranks.merge`). `server`: a warm fork server
+    to fork a Python program from (`forks_program`)."""
     from autotune.integrations import instrument  # a Trainer script's zero-code instrumentation on its path
+    from autotune.trial import ranks as R
+    from autotune.trial.disturbance import TRIAL_PID
     from autotune.trial.loop import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
     env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last
     env = instrument.with_env({k: v for k, v in env.items() if v != ""})  # '': left unset; a Trainer script's
     # zero-code instrumentation first on its path (autotune.integrations.instrument)
-    with open(trial_dir / "trial.log", "w") as log:
+    envs = [env]
+    if ranks:
+        port = R.free_port()
+        # one thread a rank, as torchrun sets; the ranks' CPU is the trial's own (autotune.trial.disturbance)
+        several = {} if ranks == 1 else {TRIAL_PID: str(os.getpid()), "OMP_NUM_THREADS": "1"}
+        envs = [{**several, **env, **R.torchrun_env(r, ranks, port)} for r in range(ranks)]
+    cwd = workload.get("dir") or str(trial_dir)
+    if server is not None:  # one process, forked warm (`forkserver._program`)
+        started = time.monotonic()
+        code, died = server.run(trial_dir, envs[0], timeout_s, {"argv": command[1:], "cwd": cwd}), {}
+        timed_out = code == -signal.SIGKILL and time.monotonic() - started >= timeout_s
+    else:
         try:
-            proc = subprocess.Popen(
-                command,
-                cwd=workload.get("dir") or trial_dir,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=env,
-                start_new_session=True,
-            )
+            code, timed_out, died = _processes(command, envs, cwd, trial_dir / "trial.log", timeout_s)
         except OSError as e:
             return None, failed_result(
                 "error",
@@ -312,34 +331,88 @@ def _program(
                 f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
                 "runs your training program, e.g. `python train.py`",
             )
-        timed_out = False
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        except BaseException:  # the caller was cancelled: take the process group along
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-        else:
-            try:  # its loader workers, or anything else it started, go with it
-                os.killpg(proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    if (ranks or 1) > 1 and any((trial_dir / R.RANK_FILE.format(r)).exists() for r in range(ranks)):
+        R.collect(str(trial_dir), ranks, died).write(trial_dir / "result.json")
     if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
-        return proc.returncode, None  # its own result, or it ended after its first step: classified as any trial
+        return code, None  # its own result, or it ended after its first step: classified as any trial
     tail = (trial_dir / "trial.log").read_text(errors="replace")[-1500:].strip().splitlines()
     how = (
         f"ran past timeout_s={timeout_s:g}"
         if timed_out
-        else f"exited with code {proc.returncode}" + (f" ({tail[-1][:200]})" if proc.returncode and tail else "")
+        else f"exited with code {code}" + (f" ({tail[-1][:200]})" if code and tail else "")
     )
-    return proc.returncode, failed_result(
+    return code, failed_result(
         "error",
         "NoStep",
         f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}",
     )
+
+
+def _processes(
+    command: list[str], envs: list[dict[str, str]], cwd: str, log_path: Path, timeout_s: float
+) -> tuple[int, bool, dict[int, str]]:
+    """`command` once per environment in `envs` (a rank each), each in a session of its own, all
+    writing to one log (as torchrun's ranks do to its output): (the first nonzero exit code,
+    timed out, rank -> why it ended badly)."""
+    procs: list[subprocess.Popen] = []
+    with open(log_path, "w") as log:
+        try:
+            for env in envs:
+                procs.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=cwd,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        stdin=subprocess.DEVNULL,
+                        env=env,
+                        start_new_session=True,
+                    )
+                )
+            timed_out, died = _wait_procs(procs, timeout_s)
+        finally:  # its loader workers, or anything else it started, go with it (and all of it when cancelled)
+            _kill(procs)
+    return next((p.returncode for p in procs if p.returncode), 0), timed_out, died
+
+
+def _wait_procs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[bool, dict[int, str]]:
+    """Wait for every process (a rank each); once one fails, kill the others (they would
+    wait in a collective until the group's timeout). (timed out, rank -> why it ended badly)."""
+    deadline, died = time.monotonic() + timeout_s, {}
+    while any(p.poll() is None for p in procs):
+        if time.monotonic() > deadline:
+            return True, died
+        for r, p in enumerate(procs):
+            if p.poll() not in (None, 0) and r not in died:
+                died[r] = f"rank {r} exited with code {p.returncode}" + (
+                    " (killed: another rank failed)" if died else ""
+                )
+                _kill(procs)
+        time.sleep(0.05)
+    for r, p in enumerate(procs):
+        if p.returncode and r not in died:
+            died[r] = f"rank {r} exited with code {p.returncode}"
+    return False, died
+
+
+def _kill(procs: list[subprocess.Popen]) -> None:
+    """Each process's whole group (it ran in a session of its own), reaped."""
+    for p in procs:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        p.wait()
+
+
+def forks_program(workload: dict[str, Any], ranks: int | None) -> bool:
+    """Whether a program's trial can be forked from the warm server: `python FILE ...` or
+    `python -m MODULE ...`, one process, and no environment of its own (a forked child
+    keeps its parent's OpenMP and allocator, which the environment would change)."""
+    command = workload["command"]
+    python = command[0] in ("python", "python3") and len(command) > 1
+    runnable = python and (command[1] == "-m" and len(command) > 2 or not command[1].startswith("-"))
+    return runnable and (ranks or 1) == 1 and not workload.get("env")
 
 
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
@@ -386,9 +459,8 @@ def run_in_process(
     program, failed = bool((config.get("workload") or {}).get("command")), None
     try:
         server = None
-        if program:  # the user's own program: a fresh process of its own (its environment may be a knob)
-            launcher = "program"
-        elif launcher == "fork":
+        # the user's own program: forked too where it is Python, else a fresh process of its own
+        if launcher == "fork" and (not program or forks_program(config["workload"], config.get("ranks"))):
             for where in (shared, None) if shared else (None,):
                 try:
                     server = _server(base, preload_for(config), where)
@@ -398,7 +470,8 @@ def run_in_process(
                     continue
             launcher = launcher if server else "spawn"
         if program:
-            code, failed = _program(trial_dir, env, timeout_s, config["workload"])
+            launcher = f"program-{launcher}" if server else "program"
+            code, failed = _program(trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server)
         else:
             code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:

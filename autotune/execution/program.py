@@ -28,8 +28,9 @@ class Program:
     baseline: dict | None = None  # knobs a workload states itself (a Workload's); a program's are its own settings
 
 
-def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
-    """Run the program once at its own settings (see the module doc)."""
+def probe(spec: Spec, run_dir: Path, user_path: str | None, shared: str | None = None) -> Program:
+    """Run the program once at its own settings (see the module doc); `shared`: the search's
+    fork server's socket (the probe's wait for its imports is the later trials' gain)."""
     wl = spec.workload.model_dump(mode="json")
     wl["dir"] = wl.get("dir") or os.getcwd()
     config = {
@@ -41,9 +42,10 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
         "max_window_s": 5.0,
         "profile_steps": 0,
         "diagnose": False,
+        **({"ranks": spec.resources.ranks_per_trial} if spec.resources.ranks_per_trial > 1 else {}),
     }
     where = run_dir / PROBE_DIR
-    result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env())
+    result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env(), shared=shared)
     if result.status not in ("ok", "pruned"):
         why = result.error or result.status
         if result.error_type not in ("NoStep", "CommandNotFound"):
@@ -53,7 +55,8 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
             )
         raise SpecError(f"workload.command: {why}")
     m = result.metrics
-    return Program(result.used or [], max(1, round(m["samples_per_s"] / m["steps_per_s"])), result)
+    per_rank = m["samples_per_s"] / m["steps_per_s"] / m.get("ranks", 1)  # a rank's batch, as the built-in's
+    return Program(result.used or [], max(1, round(per_rank)), result)
 
 
 def fix_unused(space, used: list[str]) -> None:

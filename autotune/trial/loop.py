@@ -8,6 +8,13 @@ loader's `next()` (`steps`) or inside `with cfg.data():`; each step's loss kept
 trial's `TrialResult` goes to `<trial dir>/result.json` and the process ends
 (`os._exit(0)`: no teardown, final save or eval of the program runs).
 
+With several ranks (`resources.ranks_per_trial`; the launcher starts one process
+a rank under torchrun's environment), each rank runs this loop in the program's
+own process group: a fixed warm-up, then the same window on every rank, as the
+built-in trial's ranks (`autotune.trial.ranks`): its step count agreed after
+warm-up (an all-reduce), a barrier at its two ends (so it is the slowest rank's);
+each rank writes rank<R>.json, which the launcher merges.
+
 Needs torch only. A program that reaches its first step leaves `first_step` in
 its trial dir, so the launcher can tell "never called steps/step" from a crash.
 """
@@ -28,6 +35,7 @@ from typing import Any, Iterable
 
 from autotune.safety.parity import needs_parity
 from autotune.trial import measure as M
+from autotune.trial import ranks as R
 from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import DeviceInfo, TrialResult
 
@@ -105,7 +113,7 @@ class TrialLoop:
         self.clock = time.perf_counter
         self.started = self.clock()
         self.knobs = dict(request.get("knobs") or {})  # the knobs this trial sets (the rest: the program's own)
-        self.warm, self.warm_samples, self.warm_started = 0, 0, None
+        self.warm, self.warm_samples, self.warm_started, self.loop_started = 0, 0, None, None
         self.window: M.Window | None = None
         self.wait, self.wait_measured = 0.0, False
         self.losses: list = []
@@ -113,6 +121,9 @@ class TrialLoop:
         self.explicit = False  # the program calls step() itself: steps() adds none
         self.ended = False
         self.ended_by_program = False  # the program ended with a window that had met its floors (_ended_early)
+        self.ranks = self.cfg["ranks"] if R.launched(self.cfg["ranks"]) and self.cfg["ranks"] > 1 else 1
+        self.rank = int(os.environ["RANK"]) if self.ranks > 1 else 0
+        self.out = self.dir / (R.RANK_FILE.format(self.rank) if self.ranks > 1 else "result.json")
         atexit.register(self._ended_early)
         sys.excepthook = self._raised
 
@@ -122,6 +133,8 @@ class TrialLoop:
         """Each batch of `iterable`, the wait at `next()` as data wait; a step ends
         at the next batch unless the program calls `step()` itself."""
         self.wait_measured = True
+        if self.loop_started is None:  # the warm-up starts with the loader, as the built-in trial's does
+            self.loop_started = self.clock()
         it = iter(iterable)
         previous = None
         while True:
@@ -186,16 +199,28 @@ class TrialLoop:
             and self.device_type == "cpu"
             and self.knobs.get("compile", "none") == "none"
         )
-        return short and self.warm >= 2 and self.clock() - self.warm_started >= cfg["warmup_min_s"]
+        return short and self.ranks == 1 and self.warm >= 2 and self.clock() - self.warm_started >= cfg["warmup_min_s"]
 
     def _start_window(self) -> None:
         import torch
 
         per_step = self.warm_samples / self.warm  # the rule's thresholds are in samples/s
-        self.warmup_s = self.clock() - self.warm_started
+        # the warm-up's time: from the loader's start (steps()), else from the first step's end (step())
+        self.warmup_s = self.clock() - (self.loop_started or self.warm_started)
         rule = window_rule(self.cfg, per_step, self.device_type)
         cuda = self.device_type == "cuda"
-        self.window = M.Window(rule, self.device_type, torch.cuda.synchronize if cuda else (lambda: None))
+        grouped = self.ranks > 1 and R.world_size() > 1  # the program's own process group
+
+        def sync() -> None:
+            if cuda:
+                torch.cuda.synchronize()
+            if grouped:
+                torch.distributed.barrier()
+
+        if grouped:  # the same window on every rank: min_window_s at the warm-up's pace (its first step left out)
+            step_s = (self.clock() - self.warm_started) / (self.warm - 1) if self.warm > 1 else None
+            rule = R.fixed_rule(R.window_steps(step_s, self.cfg, rule.max_steps, self.device_type))
+        self.window = M.Window(rule, self.device_type, sync)
         self.window.start()
 
     def _losses(self) -> list[float]:
@@ -252,9 +277,15 @@ class TrialLoop:
             status, extra = "error", {**extra, "error_type": "NonFiniteLoss", "error": "the loss is NaN or inf"}
         self._write(self._result(status, metrics=metrics, **extra))
 
+    def _save(self, result: TrialResult) -> None:
+        """result.json, the contract checked; a rank's rank<R>.json (for the launcher's merge, `ranks.collect`)."""
+        if self.ranks > 1:
+            result.rank, result.ended_unix = self.rank, time.time()
+        result.write(self.out)
+
     def _write(self, result: TrialResult) -> None:
         self.ended = True
-        result.write(self.dir / "result.json")  # the contract, checked
+        self._save(result)
         sys.stdout.flush()
         sys.stderr.flush()
         os._exit(0 if result.status in ("ok", "pruned") else 1)
@@ -268,9 +299,11 @@ class TrialLoop:
         sys.stderr.write(text)
         self.ended = True
         first = str(error).strip().splitlines()[0][:500] if str(error).strip() else kind.__name__
-        self._result(
-            "oom" if is_oom(error) else "error", error_type=kind.__name__, error=first, traceback=text[-4000:]
-        ).write(self.dir / "result.json")
+        self._save(
+            self._result(
+                "oom" if is_oom(error) else "error", error_type=kind.__name__, error=first, traceback=text[-4000:]
+            )
+        )
 
     def _ended_early(self) -> None:
         """The program returned before the window was done: an error result naming why."""
@@ -287,9 +320,11 @@ class TrialLoop:
         need = self.cfg["warmup_steps"] + self.cfg["measure_steps"]
         done = self.warm + (self.window.steps if self.window else 0)
         self.ended = True
-        self._result(
-            "error",
-            error_type="TooFewSteps",
-            error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
-            "give it more steps or data in a trial (cfg.in_trial)",
-        ).write(self.dir / "result.json")
+        self._save(
+            self._result(
+                "error",
+                error_type="TooFewSteps",
+                error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
+                "give it more steps or data in a trial (cfg.in_trial)",
+            )
+        )

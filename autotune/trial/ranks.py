@@ -203,7 +203,14 @@ def _run_ranks(cfg, run_one, device_type: str, out: str) -> TrialResult:
             finally:
                 os._exit(code)
         pids[pid] = r
-    died = _wait_all(pids)
+    merged = collect(out, ranks, _wait_all(pids))
+    merged.ranks_wall_s = time.perf_counter() - started
+    return merged
+
+
+def collect(out: str, ranks: int, died: dict[int, str]) -> TrialResult:
+    """The trial's result from its ranks' rank<R>.json in `out` (a rank without one:
+    `died`'s reason), merged (`merge`)."""
     results = []
     for r in range(ranks):
         path = os.path.join(out, RANK_FILE.format(r))
@@ -215,9 +222,7 @@ def _run_ranks(cfg, run_one, device_type: str, out: str) -> TrialResult:
     bad = next((x for x in results if x.error_type == "TrialConfigError"), None)
     if bad:  # bad input found in a rank (no repeated block): one line, as for a single-rank trial
         raise ConfigError(bad.error)
-    merged = merge(results)
-    merged.ranks_wall_s = time.perf_counter() - started
-    return merged
+    return merge(results)
 
 
 def _wait_all(pids: dict[int, int]) -> dict[int, str]:

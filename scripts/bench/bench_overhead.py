@@ -8,9 +8,19 @@ and `fixed_cost_s` (the trial's wall time less warm-up and timed window), and
 whether the window is as steady forked as spawned (`step_ms_max`, `step_time_cv`:
 a forked child that runs a full garbage collection copies every page it shares
 with the server, one stall inside the window, unless the server froze its objects).
-Medians. The fork server's own start (paid once per search) is reported apart.
+Medians, a fork server's first trial left out (its start, paid once per search,
+is reported apart).
+
+With `--program`, the sides are a user's program against the built-in trial of
+the same size (the workload written as a program: scripts/bench/builtin_program.py,
+the same model, data and step): the built-in trial forked (`fork`), the program
+forked from the same warm server (`program-fork`) and the program as a plain
+process (`program`); the ratio is the forked program's fixed cost over the
+built-in's (issue 42: at most 1.5x). A program's first step is in its fixed cost
+(its warm-up starts after it), a built-in's in its warm-up.
 
     python scripts/bench/bench_overhead.py --trials 5
+    python scripts/bench/bench_overhead.py --trials 3 --program
     python scripts/bench/bench_overhead.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
 
 Needs torch only. Prints a table; the last line is one JSON object.
@@ -20,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -29,7 +40,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.execution.launcher import _servers, run_in_process  # noqa: E402
+from autotune.execution.launcher import preload_for, run_in_process  # noqa: E402
 from autotune.trial.runner import parse_set  # noqa: E402
 
 
@@ -40,6 +51,7 @@ def main() -> None:
     p.add_argument("--set", action="append", default=[], metavar="KNOB=VALUE")
     p.add_argument("--trials", type=int, default=5, help="trials per launcher")
     p.add_argument("--window-s", type=float, default=1.0)
+    p.add_argument("--program", action="store_true", help="a program against the built-in trial of its size")
     args = p.parse_args()
     config = {
         "workload": {"name": args.workload, "args": json.loads(args.args)},
@@ -51,19 +63,33 @@ def main() -> None:
         "profile_steps": 0,
         "diagnose": False,
     }
+    program = {
+        **config,
+        "workload": {
+            "command": ["python", str(ROOT / "scripts" / "bench" / "builtin_program.py"), "--workload", args.workload],
+            "dir": str(ROOT),
+        },
+    }
+    sides = {"fork": ("fork", config), "program-fork": ("fork", program), "program": ("spawn", program)}
+    if not args.program:
+        sides = {"spawn": ("spawn", config), "fork": ("fork", config)}
     tmp = Path(tempfile.mkdtemp(prefix="overhead"))
-    rows = {"spawn": [], "fork": []}
+    rows = {side: [] for side in sides}
     t = time.perf_counter()
     server_start_s = None
+    started = set()  # the servers started (one per preloaded module set; the program's own)
+    load_start = os.getloadavg()[0]
     print(
-        f"{'trial':>5}  {'launcher':<8}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}"
+        f"{'trial':>5}  {'launcher':<12}  {'first_step_s':>12}  {'fixed_cost_s':>12}  {'trial_wall_s':>12}  {'samples/s':>10}"
         f"  {'step_ms_max':>11}  {'step_cv':>7}"
     )
     for i in range(args.trials):
-        for launcher in ("spawn", "fork") if i % 2 == 0 else ("fork", "spawn"):
-            fresh = launcher == "fork" and not _servers
+        for side in list(sides) if i % 2 == 0 else list(sides)[::-1]:  # interleaved
+            launcher, trial = sides[side]
+            fresh = launcher == "fork" and (preload_for(trial), trial is program) not in started
+            started.add((preload_for(trial), trial is program))
             t = time.perf_counter()
-            r = run_in_process(config, tmp / f"{i:03d}-{launcher}", 600, str(ROOT), {}, launcher=launcher)
+            r = run_in_process(trial, tmp / f"{i:03d}-{side}", 600, str(ROOT), {}, launcher=launcher)
             if r.status != "ok":
                 raise SystemExit(f"trial failed: {r.error_type}: {r.error}")
             m = r.metrics
@@ -77,9 +103,10 @@ def main() -> None:
             }
             if fresh:  # the server's imports, paid once per search, not per trial
                 server_start_s = time.perf_counter() - t - r.trial_wall_s + row["fixed_cost_s"]
-            rows[launcher].append(row)
+            if not fresh:  # a server's first trial (its imports) is reported apart
+                rows[side].append(row)
             print(
-                f"{i:>5}  {launcher:<8}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "
+                f"{i:>5}  {side:<12}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "
                 f"{row['trial_wall_s']:>12.2f}  {row['samples_per_s']:>10.1f}  {row['step_ms_max']:>11.1f}"
                 f"  {row['step_time_cv']:>7.2f}"
             )
@@ -92,14 +119,26 @@ def main() -> None:
 
     import torch
 
+    load = os.getloadavg()
     summary = {
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "trials": args.trials,
         "workload": args.workload,
-        "old": medians("spawn"),
-        "new": medians("fork"),
+        "loadavg_1m_start_end": [load_start, load[0]],
         "fork_server_first_trial_fixed_cost_s": server_start_s,
     }
+    if args.program:
+        summary.update({side: medians(side) for side in sides})
+        ratio = summary["program-fork"]["fixed_cost_s"] / summary["fork"]["fixed_cost_s"]
+        summary["program_fork_over_builtin_fixed_cost_x"] = ratio
+        print(
+            f"\nmedians over {args.trials} trials each (load {load_start:.1f} -> {load[0]:.1f}): fixed cost per trial "
+            f"built-in {summary['fork']['fixed_cost_s']:.2f} s, program forked {summary['program-fork']['fixed_cost_s']:.2f}"
+            f" s ({ratio:.2f}x), program as a fresh process {summary['program']['fixed_cost_s']:.2f} s"
+        )
+        print(json.dumps(summary))
+        return
+    summary.update({"old": medians("spawn"), "new": medians("fork")})
     print(
         f"\nmedians over {args.trials} trials each: first_step_s {summary['old']['first_step_s']:.2f} -> "
         f"{summary['new']['first_step_s']:.2f} s, fixed cost {summary['old']['fixed_cost_s']:.2f} -> "

@@ -46,7 +46,7 @@ def write_spec(path, **overrides):
         "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
         # no re-measuring unless a test asks (autotune.confirm); finished_run does
         "search": {"n_trials": 3, "confirm_rounds": 0},
-        "safety": {"level": "dynamics"},
+        "safety": {"level": "dynamics", "parity_steps": 6},  # parity as a search runs it, on fewer steps
         **overrides,
     }
     path.write_text(yaml.safe_dump(data))

@@ -54,7 +54,10 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     assert list(trials["status"]) == ["ok"] * 3, trials[["status", "error"]]
     assert isinstance(result.best_config, TunedConfig) and not result.reused
     if result.best is not result.baseline:  # re-measured with the pickled factory too (a baseline best is not)
-        assert result.confirm["rounds"] == 1 and "error" not in result.confirm
+        # one round ran with the pickled factory (a round disturbed by outside load is set aside, and counts
+        # as measured: the factory ran)
+        assert "error" not in result.confirm, result.confirm
+        assert result.confirm["rounds"] + len(result.confirm.get("disturbed_pairs", [])) >= 1, result.confirm
     assert result.best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
     # the factory's own argument is a searched knob: its signature was read from the callable
     assert result.best_config.workload_args == {"extra": result.best.knobs["args.extra"]}
@@ -113,6 +116,7 @@ print(json.dumps({"status": list(result.trials["status"]), "best": result.best_c
 """
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_factory_in_main_runs_with_the_spawn_launcher(tmp_path):
     """A script's `__main__` (a notebook's scope), every trial started from scratch."""
@@ -244,7 +248,7 @@ def loads_without_the_helper(pickled: Path) -> str:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("by_reference", [False, True])
+@pytest.mark.parametrize("by_reference", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_reference):
     """The trials on the driver's node get the driver's sys.path directories; the
     pickled factory carries the helper by value (a node without ../lib can load it)."""
@@ -258,6 +262,7 @@ def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_refe
         assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_factory_in_main_with_a_sys_path_helper_reaches_trials_on_another_node(tmp_path, cluster):
     """The pickled bytes travel with the request, the helper by value in them: a

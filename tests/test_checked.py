@@ -4,7 +4,6 @@ it as unchecked, and a best the re-measurement rejects hands over to the next
 candidate. Real trials (tiny workloads, short windows), in process."""
 
 import gc
-import json
 
 import yaml
 
@@ -45,19 +44,19 @@ class Trials:
         gc.collect()  # the test process's objects frozen out of the window's collections, as the fork server starts
         gc.freeze()  # a search's trials (autotune.forkserver): a gen-2 pass over them cost one 4-ms step 180 ms here
         try:
-            result = json.loads(json.dumps(run_trial(self.config(knobs, **{"incumbent_above": 1e12, **extra}))))
+            result = run_trial(self.config(knobs, **{"incumbent_above": 1e12, **extra}))
         finally:
             gc.unfreeze()
         trial_dir = self.dir / f"{number:04d}"
         trial_dir.mkdir()
-        (trial_dir / "result.json").write_text(json.dumps(result))
-        return record_of(number, result["knobs"], TrialResult.from_dict(result), trial_dir, is_baseline=number == 0)
+        result.write(trial_dir / "result.json")
+        return record_of(number, result.knobs, result, trial_dir, is_baseline=number == 0)
 
     def check(self, knobs: dict, label: str) -> TrialResult:  # the late check: parity alone
-        return TrialResult.from_dict(run_trial(self.config(knobs, parity_only=True)))
+        return run_trial(self.config(knobs, parity_only=True))
 
     def timed(self, knobs: dict, label: str) -> TrialResult:  # a re-measurement: the window alone
-        result = TrialResult.from_dict(run_trial({**self.config(knobs), "parity": None}))
+        result = run_trial({**self.config(knobs), "parity": None})
         # the hand-over is the subject here, not the host's other load: on a shared test host every pair would be
         # disturbed, measured again and left unknown (test_confirm runs a real CPU hog through a pair for that)
         result.disturbed = None
@@ -73,14 +72,14 @@ def test_an_incumbent_whose_parity_its_trial_skipped_is_checked_late_and_stays_t
     assert (
         pick_best(records) is fast
         and checked.unchecked(fast, base)
-        and "skipped" in json.loads((tmp_path / "0001" / "result.json").read_text())
+        and TrialResult.read(tmp_path / "0001" / "result.json").skipped is not None
     )
     asked = []
     best = checked.pick_checked(records, lambda knobs, label: asked.append(label) or t.check(knobs, label))
     assert best is fast and asked == ["parity-0001"]
     assert fast.parity["passed"] and checked.status(fast, base) == "parity passed"
     checked.save_parity(records)  # what `autotune report` reads back
-    assert json.loads((tmp_path / "0001" / "result.json").read_text())["parity"]["passed"]
+    assert TrialResult.read(tmp_path / "0001" / "result.json").parity["passed"]
 
 
 def test_an_incumbent_failing_its_late_check_is_never_exported(tmp_path):

@@ -1,7 +1,6 @@
 """Beyond one machine: a real two-node Ray cluster on loopback addresses, and a
 real MLflow tracking server on 127.0.0.1."""
 
-import json
 import os
 import shutil
 import signal
@@ -21,6 +20,7 @@ from autotune.trial import procfs
 from autotune import spec as S
 from autotune.execution.driver import run
 from autotune.records.state import SearchState
+from autotune.trial.result import TrialResult
 from tests.conftest import free_port, serving
 
 BIN = Path(sys.executable).parent
@@ -97,6 +97,7 @@ def cluster():
         shutil.rmtree(temp, ignore_errors=True)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
     spec = tmp_path / "spec.yaml"
@@ -148,7 +149,7 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
         trial_dir = run_dir / "trials" / f"{row['trial']:04d}"
         assert {"config.json", "result.json", "trial.log"} <= {p.name for p in trial_dir.iterdir()}
         # profiled: the baseline, and a trial that became the incumbent (strategy v2 skips the rest, and says so)
-        profiled = "skipped" not in json.loads((trial_dir / "result.json").read_text())
+        profiled = TrialResult.read(trial_dir / "result.json").skipped is None
         assert profiled or row["trial"] != 0
         assert (trial_dir / "trace.json").exists() == profiled
         artifacts = {a.path for a in client.list_artifacts(row["mlflow_run_id"], "trial")}
@@ -167,8 +168,8 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
         late = [name for name in ran if name.startswith("parity-")]  # a best whose trial skipped parity, checked late
         assert [name for name in ran if name not in late and "-again" not in name] == ["00-baseline", "00-best"]
         for name in late:
-            trial = json.loads((run_dir / "trials" / name.removeprefix("parity-") / "result.json").read_text())
-            assert "skipped" in trial and name != "parity-0000"
+            trial = TrialResult.read(run_dir / "trials" / name.removeprefix("parity-") / "result.json")
+            assert trial.skipped is not None and name != "parity-0000"
 
 
 @pytest.fixture
@@ -195,6 +196,7 @@ def mlflow_server(tmp_path):
         yield url, tmp_path / "store"
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local):
     url, store = mlflow_server
@@ -231,6 +233,7 @@ def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local)
     assert not (tmp_path / "run" / "mlartifacts").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
     spec = tmp_path / "spec.yaml"
@@ -258,13 +261,13 @@ def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
     row = pd.read_csv(tmp_path / "run" / "trials.csv").iloc[0]
     assert row["status"] == "ok" and row["ranks"] == 2
     trial_dir = tmp_path / "run" / "trials" / "0000"
-    result = json.loads((trial_dir / "result.json").read_text())
+    result = TrialResult.read(trial_dir / "result.json")
     # one rank per node, rank 0's node the master (the trial's own node)
-    assert {r["rank"]: r["node_ip"] for r in result["ranks"]} in (
+    assert {r.rank: r.node_ip for r in result.ranks} in (
         {0: "127.0.0.2", 1: "127.0.0.3"},
         {0: "127.0.0.3", 1: "127.0.0.2"},
     )
-    assert result["master_addr"] == result["ranks"][0]["node_ip"] == row["node_ip"]
+    assert result.master_addr == result.ranks[0].node_ip == row["node_ip"]
     assert len({r["node_id"] for r in result["ranks"]}) == 2 and all(r["status"] == "ok" for r in result["ranks"])
     # global throughput: the ranks' samples over the slowest rank's window (a barrier starts them together; they
     # end within about a step: 0.140 and 0.162 s for a 5-step window of ~30-ms steps failed a 5% equality once)

@@ -36,7 +36,7 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
 
     def run(config, trial_dir):
         calls.append((config, trial_dir))
-        return {"status": "ok", "metrics": {"samples_per_s": 80.0}, "trial_wall_s": 3.0}
+        return TrialResult("ok", metrics={"samples_per_s": 80.0}, trial_wall_s=3.0)
 
     from autotune import knobs as K
     from autotune.trial.measure import promote_floor
@@ -60,50 +60,48 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
         {"baseline": K.pytorch_defaults(32), "steps": 20, "tolerance": 0.05},
     )
     request = settings.timed_only().config(K.pytorch_defaults(32), anchor=True)  # as both drivers build it
-    first = {
-        "status": "ok",
-        "metrics": {
+    first = TrialResult(
+        "ok",
+        metrics={
             "samples_per_s": 100.0,
             "steps_per_s": 10.0,
             "step_ms_mean": 100.0,
             "step_ms_p95": 120.0,
             "step_mean_ci95": 0.03,
         },
-        "trial_wall_s": 20.0,
-    }
+        trial_wall_s=20.0,
+    )
     out = C.reread_anchor(first, request, run, tmp_path / "0000")
     ((config, where),) = calls
     # the anchor's own window: a promoted window's floor, on a CPU the spread between processes (+-9.8%, 95%)
     assert where == tmp_path / "0000" / "reread" and config["target_ci"] == promote_floor(0.02, "cpu") == 0.098
     assert (config["profile_steps"], config["diagnose"], config["parity"], config["carry"]) == (0, False, None, None)
-    assert out["metrics"]["samples_per_s"] == 90.0 and out["trial_wall_s"] == 23.0
+    assert out.metrics["samples_per_s"] == 90.0 and out.trial_wall_s == 23.0
     # the rates and the mean step follow the mean (samples/s = steps/s x batch still holds); the tail is the window's
-    assert out["metrics"]["steps_per_s"] == pytest.approx(9.0) and out["metrics"]["step_ms_mean"] == pytest.approx(
-        100 / 0.9
-    )
-    assert out["metrics"]["step_ms_p95"] == 120.0
-    assert out["metrics"]["step_mean_ci95"] == pytest.approx(20 / 180)  # half the reads' relative gap
-    assert (out["metrics"]["anchor_first_samples_per_s"], out["metrics"]["anchor_reread_samples_per_s"]) == (
+    assert out.metrics["steps_per_s"] == pytest.approx(9.0) and out.metrics["step_ms_mean"] == pytest.approx(100 / 0.9)
+    assert out.metrics["step_ms_p95"] == 120.0
+    assert out.metrics["step_mean_ci95"] == pytest.approx(20 / 180)  # half the reads' relative gap
+    assert (out.metrics["anchor_first_samples_per_s"], out.metrics["anchor_reread_samples_per_s"]) == (
         100.0,
         80.0,
     )
 
-    close = {"status": "ok", "metrics": {"samples_per_s": 81.0, "step_mean_ci95": 0.03}, "trial_wall_s": 20.0}
-    assert C.reread_anchor(close, request, run, tmp_path)["metrics"]["step_mean_ci95"] == 0.03  # its own CI is wider
+    close = TrialResult("ok", metrics={"samples_per_s": 81.0, "step_mean_ci95": 0.03}, trial_wall_s=20.0)
+    assert C.reread_anchor(close, request, run, tmp_path).metrics["step_mean_ci95"] == 0.03  # its own CI is wider
 
     calls.clear()
-    failed = {"status": "oom", "metrics": {}, "trial_wall_s": 5.0}
+    failed = TrialResult("oom", metrics={}, trial_wall_s=5.0)
     assert C.reread_anchor(failed, request, run, tmp_path) == failed
-    ranks = {"status": "ok", "metrics": {"samples_per_s": 100.0}, "trial_wall_s": 20.0}
+    ranks = TrialResult("ok", metrics={"samples_per_s": 100.0}, trial_wall_s=20.0)
     assert C.reread_anchor(ranks, {**request, "ranks": 2}, run, tmp_path) == ranks and not calls
 
     def fails(config, trial_dir):
-        return {"status": "error", "error": "boom", "trial_wall_s": 1.0}
+        return TrialResult("error", error="boom", trial_wall_s=1.0)
 
     kept = C.reread_anchor(
-        {"status": "ok", "metrics": {"samples_per_s": 100.0}, "trial_wall_s": 20.0}, request, fails, tmp_path
+        TrialResult("ok", metrics={"samples_per_s": 100.0}, trial_wall_s=20.0), request, fails, tmp_path
     )
-    assert kept["metrics"] == {"samples_per_s": 100.0} and kept["trial_wall_s"] == 21.0  # one read, as measured
+    assert kept.metrics == {"samples_per_s": 100.0} and kept.trial_wall_s == 21.0  # one read, as measured
 
 
 def test_the_speedup_is_the_median_of_the_paired_ratios():
@@ -254,7 +252,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         assert config["target_ci"] == pytest.approx(
             C.window_ci(trials[confirm["baseline_trial"]], trials[confirm["best_trial"]], 0.02)
         )
-        assert json.loads((run_dir / "confirm" / label / "result.json").read_text())["status"] == "ok"
+        assert TrialResult.read(run_dir / "confirm" / label / "result.json").ok
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
     assert best["confirmed"]["note"] == C.describe(confirm)
     if confirm["verdict"] == "faster":
@@ -299,7 +297,7 @@ def test_a_pair_measured_while_a_cpu_hog_runs_is_measured_again_and_does_not_cou
                 for hog in hogs:
                     hog.kill()
                     hog.wait()
-        return TrialResult.from_dict(result)
+        return result
 
     out = C.remeasure(run, {}, {"channels_last": True}, 2)
     hogged = out["disturbed_pairs"][0]

@@ -237,16 +237,14 @@ def test_a_diagnosed_trial_measures_both_sides_and_compares_them():
             "knobs": {"batch_size": 16, "num_threads": 1},
         }
     )
-    assert result["status"] == "ok", result
-    m = result["metrics"]
+    assert result.status == "ok", result
+    m = result.metrics
     assert m["compute_ceiling_samples_per_s"] > 0 and m["loader_samples_per_s_per_worker"] > 0
-    assert m["host_cpus_per_gpu"] == result["device"]["cpus"]  # a CPU host: all of them
-    evidence = result["diagnosis"]["evidence"]
+    assert m["host_cpus_per_gpu"] == result.device.cpus  # a CPU host: all of them
+    evidence = result.diagnosis["evidence"]
     assert evidence[0].startswith("timed window: waiting on data") and evidence[1].startswith("profiled window:")
     assert any(e.startswith("two sides apart: compute ceiling") for e in evidence)
-    assert result["diagnosis"]["recommendations"] == [
-        render(mv, result["knobs"]) for mv in result["diagnosis"]["moves"]
-    ]
+    assert result.diagnosis["recommendations"] == [render(mv, result.knobs) for mv in result.diagnosis["moves"]]
 
 
 def test_advice_fits_what_the_model_eats():

@@ -291,8 +291,8 @@ def test_a_trial_of_an_optimizer_torch_cannot_fuse_says_why():
         }
     )
     result = run_trial(config)
-    assert result["status"] == "error" and result["error_type"] == "TrialConfigError"
-    assert result["error"].startswith(
+    assert result.status == "error" and result.error_type == "TrialConfigError"
+    assert result.error.startswith(
         "knobs.fused_optimizer=True cannot apply on cpu: the workload's optimizer RMSprop has no fused implementation"
     )
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
+from autotune.trial.result import TrialResult
 
 ROOT = str(Path(__file__).resolve().parent.parent)
 CONFIG = {
@@ -30,7 +31,7 @@ def test_each_trial_starts_from_a_clean_process(tmp_path, launcher):
     seen = []
     for i in range(3):
         result = run_in_process(CONFIG, tmp_path / str(i), 120, str(tmp_path.cwd()), {}, launcher=launcher)
-        assert result["status"] == "ok" and result["launcher"] == launcher, result
+        assert result.status == "ok" and result.launcher == launcher, result
         seen.append(json.loads((tmp_path / str(i) / "seen.json").read_text()))
     assert len({s["pid"] for s in seen}) == 3  # a process per trial
     for s in seen:  # every trial finds the defaults the trial before it changed
@@ -56,8 +57,8 @@ def test_a_hung_trial_is_killed_at_its_timeout_with_the_fork_server(tmp_path):
         "diagnose": False,
     }
     result = run_in_process(config, tmp_path, 8, str(tmp_path.cwd()), {}, launcher="fork")
-    assert (result["status"], result["error"]) == ("timeout", "trial ran past timeout_s=8 and was killed")
-    assert 8 <= result["trial_wall_s"] < 30
+    assert (result.status, result.error) == ("timeout", "trial ran past timeout_s=8 and was killed")
+    assert 8 <= result.trial_wall_s < 30
 
 
 @pytest.mark.timeout(200)
@@ -79,11 +80,11 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
         script = (
             f"from autotune.execution.launcher import run_in_process; import json; print(json.dumps(run_in_process("
             f"{CONFIG!r}, {str(tmp_path / '2')!r}, 120, {cwd!r}, {{}}, env={{'AUTOTUNE_TEST_MARK': '2'}}, "
-            f"shared={server.path!r})))"
+            f"shared={server.path!r}).to_dict()))"
         )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=cwd)
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
-        assert [(r["status"], r["launcher"]) for r in results] == [("ok", "shared")] * 3, results
+        results.append(TrialResult.from_dict(json.loads(out.stdout.strip().splitlines()[-1])))
+        assert [(r.status, r.launcher) for r in results] == [("ok", "shared")] * 3, results
         seen = [json.loads((tmp_path / str(i) / "seen.json").read_text()) for i in range(3)]
         assert [s["mark"] for s in seen] == ["0", "1", "2"] and not any(s["server_only"] for s in seen)
         assert len({s["pid"] for s in seen}) == 3 and {s["grandparent"] for s in seen} == {server.proc.pid}
@@ -99,7 +100,7 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
 
 def test_a_shared_server_that_is_not_there_falls_back_to_this_process_own(tmp_path):
     result = run_in_process(CONFIG, tmp_path, 120, str(tmp_path.cwd()), {}, shared=str(tmp_path / "no-socket"))
-    assert (result["status"], result["launcher"]) == ("ok", "fork"), result
+    assert (result.status, result.launcher) == ("ok", "fork"), result
 
 
 @pytest.mark.timeout(300)
@@ -129,29 +130,29 @@ def test_a_search_of_a_program_that_prints_runs_to_the_end_with_its_text_in_each
     results = sorted((tmp_path / "run" / "trials").rglob("result.json"))  # the baseline's re-read too
     assert len({p.relative_to(tmp_path / "run" / "trials").parts[0] for p in results}) == 2, results
     for path in results:
-        result = json.loads(path.read_text())
-        assert result["status"] in ("ok", "pruned"), result  # pruned: measured, slower than the baseline
+        result = TrialResult.read(path)
+        assert result.status in ("ok", "pruned"), result  # pruned: measured, slower than the baseline
         log = (path.parent / "trial.log").read_text()
         assert "forkserver --listen " in log, log  # the search's shared server
         assert "number of parameters: 260\n" in log and "warning: labels look unbalanced\n" in log, log
 
 
-def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[dict, str]:
+def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[TrialResult, str]:
     """A trial forked by a search's shared fork server; its result and its trial.log."""
     server = SharedForkServer(trial_env(ROOT, {}), ("tests.workloads",))
     try:
         result = run_in_process(config, tmp_path, timeout_s, ROOT, {}, shared=server.path)
     finally:
         server.close()
-    assert result["launcher"] == "shared", result
+    assert result.launcher == "shared", result
     return result, (tmp_path / "trial.log").read_text()
 
 
 @pytest.mark.timeout(200)
 def test_a_failed_trial_leaves_its_output_and_traceback_in_its_log(tmp_path):
     result, log = in_shared_server({**CONFIG, "workload": {"factory": "tests.workloads:make_failing"}}, tmp_path)
-    assert result["status"] == "error" and result["error_type"] == "ValueError", result
-    assert "Traceback (most recent call last):" in log and f"ValueError: {result['error']}" in log, log
+    assert result.status == "error" and result.error_type == "ValueError", result
+    assert "Traceback (most recent call last):" in log and f"ValueError: {result.error}" in log, log
     assert 'tests/workloads.py", line' in log and "in bad_loss" in log  # the user's own line
 
 
@@ -165,7 +166,7 @@ def test_a_two_rank_trial_leaves_every_rank_output_and_the_failing_rank_tracebac
         "dist_timeout_s": 200,
     }
     result, log = in_shared_server(config, tmp_path, 240)
-    assert result["status"] == "error" and result["error"].startswith("rank 1: rank 1 cannot build its model"), result
+    assert result.status == "error" and result.error.startswith("rank 1: rank 1 cannot build its model"), result
     assert "rank 0 builds its model\n" in log and "rank 1 builds its model\n" in log, log
     assert "Traceback (most recent call last):" in log and "RuntimeError: rank 1 cannot build its model" in log, log
 
@@ -174,7 +175,7 @@ def test_a_two_rank_trial_leaves_every_rank_output_and_the_failing_rank_tracebac
 def test_a_timed_out_trial_leaves_its_output_and_where_it_hung_in_its_log(tmp_path):
     config = {**CONFIG, "workload": {"factory": "tests.workloads:make_talking", "args": {"hang": True}}}
     result, log = in_shared_server(config, tmp_path, 8)
-    assert (result["status"], result["error"]) == ("timeout", "trial ran past timeout_s=8 and was killed"), result
+    assert (result.status, result.error) == ("timeout", "trial ran past timeout_s=8 and was killed"), result
     assert "number of parameters: 260\n" in log, log
     # every thread's stack at the timeout (faulthandler), the hanging line of the user's loss first
     assert "Current thread" in log and 'tests/workloads.py", line' in log and "in loss" in log, log

@@ -27,6 +27,7 @@ def test_the_peak_in_use_sees_an_allocation_and_its_free():
     assert sampler.peak_gib - sampler.start_gib >= 63 / 1024 > memory.in_use_gib() - sampler.start_gib
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("ray_local")
 def test_the_ladder_climbs_past_an_oom_with_checkpointing_under_a_memory_limit(tmp_path):
     import pandas as pd

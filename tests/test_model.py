@@ -1,8 +1,6 @@
 """The rate model's predictions against real (tiny) trials, and the strategy
 skipping what it predicts clearly below the incumbent."""
 
-import json
-
 import optuna
 import pytest
 
@@ -26,8 +24,7 @@ BASE = {**pytorch_defaults(8), "num_threads": 1}
 @pytest.fixture(scope="module")
 def diagnosed():
     """A diagnosed trial: its knobs and the rates it measured apart."""
-    result = json.loads(json.dumps(run_trial({**WINDOW, "knobs": BASE})))
-    return BASE, model.rates_of(result["metrics"])
+    return BASE, model.rates_of(run_trial({**WINDOW, "knobs": BASE}).metrics)
 
 
 def test_the_model_predicts_a_batch_change_from_the_measured_rates(diagnosed):
@@ -35,7 +32,7 @@ def test_the_model_predicts_a_batch_change_from_the_measured_rates(diagnosed):
     assert rates["compute_ceiling_samples_per_s"] > 0 and rates["batch2x_step_ratio"] > 0
     point = {**knobs, "batch_size": 16}
     guess = model.predict(point, [diagnosed])
-    measured = run_trial({**WINDOW, "knobs": point, "diagnose": False})["metrics"]["samples_per_s"]
+    measured = run_trial({**WINDOW, "knobs": point, "diagnose": False}).metrics["samples_per_s"]
     error = guess["samples_per_s"] / measured - 1
     print(f"batch 8 -> 16: predicted {guess['samples_per_s']:.1f}, measured {measured:.1f} samples/s ({error:+.0%})")
     assert abs(error) < 0.25  # a doubling from the probe's own doubling
@@ -109,8 +106,8 @@ def test_the_climb_runs_the_move_the_model_predicts_fastest_first(diagnosed):
     result = run_trial(
         {**WINDOW, "knobs": {**knobs, **ranked.params}, "diagnose": False, "predicted": ranked.predicted}
     )
-    m = result["metrics"]
-    assert result["status"] == "ok" and m["predicted_samples_per_s"] == ranked.predicted
+    m = result.metrics
+    assert result.status == "ok" and m["predicted_samples_per_s"] == ranked.predicted
     print(
         f"the model's pick: predicted {ranked.predicted:.1f}, measured {m['samples_per_s']:.1f} samples/s; "
         f"workers=1 predicted {workers:.1f}"

@@ -82,7 +82,9 @@ def _sockets_of(pids) -> set[tuple[str, str]]:
     return found
 
 
-@pytest.mark.parametrize("ray_first", [False, True], ids=["cli", "ray-imported-first"])
+@pytest.mark.parametrize(
+    "ray_first", [False, pytest.param(True, marks=pytest.mark.slow)], ids=["cli", "ray-imported-first"]
+)
 @pytest.mark.timeout(240)
 def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
     spec = write_spec(

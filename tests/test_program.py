@@ -12,6 +12,7 @@ import yaml
 
 from autotune.records.run_dir import read_run
 from autotune.records.state import SearchState
+from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -27,7 +28,9 @@ TRIAL = {
 }
 
 
-def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
+def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None, backend="local"):
+    """`autotune search` on a program; the local backend unless a test asks for Ray (one test searches a
+    program through Ray, the default where Ray is installed: the others save its ~10 s start)."""
     spec = {
         "name": "p",
         "workload": {"command": command},
@@ -44,7 +47,7 @@ def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     cli = Path(sys.executable).parent / "autotune"
     return subprocess.run(
-        [str(cli), "search", str(tmp_path / "spec.yaml"), "-q"],
+        [str(cli), "search", str(tmp_path / "spec.yaml"), "-q", "--backend", backend],
         cwd=ROOT,
         env=env,
         capture_output=True,
@@ -58,6 +61,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
         tmp_path,
         "python loader_loop.py --steps 400 --batch_size 16",
         {"num_workers": [0, 1], "channels_last": [False, True]},
+        backend="ray",
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
@@ -66,8 +70,8 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     space = SearchState.read(tmp_path / "run").space
     assert space["search"] == {"num_workers": [0, 1]}
     assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
-    first = json.loads((tmp_path / "run" / "trials" / "0000" / "result.json").read_text())
-    assert first["used"] == ["dataloader_kwargs", "steps"] and first["knobs"] == {}  # the baseline: its own settings
+    first = TrialResult.read(tmp_path / "run" / "trials" / "0000" / "result.json")
+    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
     assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
@@ -75,7 +79,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     bench = subprocess.run(
         [
             sys.executable,
-            str(ROOT / "scripts" / "bench_program.py"),
+            str(ROOT / "scripts" / "bench" / "bench_program.py"),
             str(tmp_path / "run"),
             "--pairs",
             "1",
@@ -103,11 +107,11 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
             "python tiny_steps.py --mode exit_early",
             "the program exited with code 0 without reaching a measured step: add `cfg = autotune.config()`",
         ),
-        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=30 without reaching a measured step"),
+        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=12 without reaching a measured step"),
     ],
 )
 def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_trial(tmp_path, command, says):
-    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 30})
+    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 12})
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0]
@@ -130,6 +134,7 @@ def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_pa
     assert any(r.status == "ok" and not r.is_baseline for r in run.records) or len(run.records) >= 2
 
 
+@pytest.mark.slow
 def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_path):
     import numpy as np
 
@@ -154,12 +159,13 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     config = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "config.json").read_text())
     assert config["workload"]["command"][-2:] == ["--batch_size", "16"]  # the flag replaced, not repeated
     assert config["workload"]["command"].count("--batch_size") == 1
-    result = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "result.json").read_text())
-    assert result["used"] == ["data", "step"] and "data_wait_frac" in result["metrics"]
+    result = TrialResult.read(tmp_path / "run" / "trials" / f"{big.number:04d}" / "result.json")
+    assert result.used == ["data", "step"] and "data_wait_frac" in result.metrics
     assert big.metrics["samples_per_s"] == pytest.approx(32 * big.metrics["steps_per_s"])  # 16 x 2 micro-batches
-    assert len(result["losses"]) >= 3 and all(x > 0 for x in result["losses"])
+    assert len(result.losses) >= 3 and all(x > 0 for x in result.losses)
 
 
+@pytest.mark.slow
 def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_path, monkeypatch):
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # the baseline: left unset
     proc = search(
@@ -179,12 +185,12 @@ def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_p
     seen = set()
     for trial in sorted((tmp_path / "run" / "trials").iterdir()):
         config = json.loads((trial / "config.json").read_text())
-        result = json.loads((trial / "result.json").read_text())
+        result = TrialResult.read(trial / "result.json")
         assert config["workload"]["command"][1:] == ["tiny_steps.py"]  # an environment knob is no flag
         seen.add(config["workload"]["args"]["OMP_NUM_THREADS"])
         if config["workload"]["args"]["OMP_NUM_THREADS"] == 1:
-            assert config["workload"]["env"] == {"OMP_NUM_THREADS": "1"} and result["device"]["torch_threads"] == 1
+            assert config["workload"]["env"] == {"OMP_NUM_THREADS": "1"} and result.device.torch_threads == 1
         else:  # unset, as in this environment
             assert config["workload"]["env"] == {"OMP_NUM_THREADS": ""}
-            assert result["device"]["torch_threads"] == len(os.sched_getaffinity(0))
+            assert result.device.torch_threads == len(os.sched_getaffinity(0))
     assert seen == {"", 1}

@@ -39,10 +39,10 @@ def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(
         {"name": "tiny_transformer"},
         {"precision": "bf16-mixed", "ddp_bucket_cap_mb": 1, "ddp_gradient_as_bucket_view": True},
     )
-    assert result["status"] == "ok", result.get("error")
-    parity = result["parity"]
+    assert result.status == "ok", result.error
+    parity = result.parity
     assert parity["passed"], parity["reason"]
-    assert parity["ranks"] == 2 and parity["global_batch"] == 16 and result["metrics"]["ranks"] == 2
+    assert parity["ranks"] == 2 and parity["global_batch"] == 16 and result.metrics["ranks"] == 2
     # the per-step errors are bf16's, inside bands set by the noise of one rank at the global batch
     assert 0 < parity["per_step"]["grad"]["max"] <= parity["per_step"]["grad"]["band"]
     assert (tmp_path / "ref.ranks2.pt").exists()  # the global batch's reference, next to the single-rank one
@@ -51,7 +51,7 @@ def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(
 def test_a_loss_summed_over_the_batch_fails_on_two_ranks(tmp_path):
     # DDP averages the ranks' gradients: with a summed loss, each is half of the global batch's
     result = late_check(tmp_path, {"factory": "tests.workloads:make_summed_loss"}, {})
-    assert result["status"] == "ok", result.get("error")
-    parity = result["parity"]
+    assert result.status == "ok", result.error
+    parity = result.parity
     assert not parity["passed"] and "per-step grad error" in parity["reason"], parity["reason"]
     assert parity["per_step"]["grad"]["max"] == pytest.approx(0.5, abs=0.01)

@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from autotune.execution.launcher import run_in_process
+from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -35,21 +36,21 @@ def trial(tmp_path, knobs, workload=None, launcher="fork", **extra):
 
 def test_a_two_rank_ddp_trial_is_one_result_with_its_ranks(tmp_path):
     result = trial(tmp_path, {"ddp_bucket_cap_mb": 1, "ddp_gradient_as_bucket_view": True, "ddp_static_graph": True})
-    assert result["status"] == "ok", result
-    m, ranks = result["metrics"], result["ranks"]
-    assert m["ranks"] == 2 and [r["rank"] for r in ranks] == [0, 1] and all(r["status"] == "ok" for r in ranks)
+    assert result.status == "ok", result
+    m, ranks = result.metrics, result.ranks
+    assert m["ranks"] == 2 and [r.rank for r in ranks] == [0, 1] and all(r.status == "ok" for r in ranks)
     # every rank ran the same steps, as many as min_window_s needs at the warm-up's step time (at least
     # measure_steps); the window is the slowest rank's and the throughput global
-    steps = ranks[0]["metrics"]["window_steps"]
-    assert [r["metrics"]["window_steps"] for r in ranks] == [steps, steps] and steps >= 6
-    assert m["window_s"] == max(r["metrics"]["window_s"] for r in ranks)
+    steps = ranks[0].metrics["window_steps"]
+    assert [r.metrics["window_steps"] for r in ranks] == [steps, steps] and steps >= 6
+    assert m["window_s"] == max(r.metrics["window_s"] for r in ranks)
     assert steps == 6 or m["window_s"] > 0.5 * 0.4  # sized for min_window_s (0.4 s) from the warm-up's pace
-    assert m["step_ms_mean"] == max(r["metrics"]["step_ms_mean"] for r in ranks)
+    assert m["step_ms_mean"] == max(r.metrics["step_ms_mean"] for r in ranks)
     assert m["samples_per_s"] == pytest.approx(2 * 8 * steps / m["window_s"])
     assert m["rank_samples_per_s_min"] <= m["rank_samples_per_s_max"] < m["samples_per_s"]
     assert 0 <= m["comm_frac"] < 1 and m["step_ms_unsynced"] > 0
     assert 0.01 < m["mem_rss_peak_gib"] <= m["mem_rss_peak_total_gib"] < 32
-    assert result["knobs"]["ddp_bucket_cap_mb"] == 1 and result["launcher"] == "fork"
+    assert result.knobs["ddp_bucket_cap_mb"] == 1 and result.launcher == "fork"
     assert not list(tmp_path.glob("rank*.json"))  # read back from a temporary dir, nothing left behind
 
 
@@ -59,8 +60,8 @@ def test_fsdp_with_checkpointing_runs_spawned(tmp_path):
         {"sharding": "fsdp", "fsdp_reshard_after_forward": False, "activation_checkpointing": True},
         launcher="spawn",
     )
-    assert result["status"] == "ok", result
-    assert result["metrics"]["ranks"] == 2 and result["metrics"]["samples_per_s"] > 0
+    assert result.status == "ok", result
+    assert result.metrics["ranks"] == 2 and result.metrics["samples_per_s"] > 0
 
 
 def test_a_failing_rank_stops_the_others_and_names_itself(tmp_path):
@@ -68,10 +69,10 @@ def test_a_failing_rank_stops_the_others_and_names_itself(tmp_path):
     result = trial(
         tmp_path, {}, workload={"factory": "tests.workloads:make_rank_one_fails"}, launcher="spawn", dist_timeout_s=200
     )
-    assert result["status"] == "error"
-    assert result["error"].startswith("rank 1: rank 1 cannot build its model")
-    assert result["trial_wall_s"] < 120  # rank 0 was killed, not left waiting for the group's timeout
-    assert {r["rank"]: r["status"] for r in result["ranks"]} == {0: "error", 1: "error"}
+    assert result.status == "error"
+    assert result.error.startswith("rank 1: rank 1 cannot build its model")
+    assert result.trial_wall_s < 120  # rank 0 was killed, not left waiting for the group's timeout
+    assert {r.rank: r.status for r in result.ranks} == {0: "error", 1: "error"}
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,9 @@ SEARCHES = {  # the CI's 2-rank searches: what each measures, and its trials
 
 
 @pytest.mark.usefixtures("ray_local")
-@pytest.mark.parametrize("name", SEARCHES)
+@pytest.mark.parametrize(
+    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "tiny_transformer" else n for n in SEARCHES]
+)
 def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(tmp_path, name):
     import pandas as pd
     from mlflow.tracking import MlflowClient
@@ -171,8 +174,8 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
     # scaling efficiency: the baseline measured once more on one rank (one rank's thread), recorded with it;
     # every trial whose knobs differ from the baseline's in DDP arguments alone gets the efficiency, others none
     base = rows[rows["baseline"]].iloc[0]
-    reference = json.loads((result.run_dir / "trials" / "0000" / "scaling-reference" / "result.json").read_text())
-    assert reference["status"] == "ok" and reference["knobs"]["num_threads"] == 1 and "ranks" not in reference
+    reference = TrialResult.read(result.run_dir / "trials" / "0000" / "scaling-reference" / "result.json")
+    assert reference.ok and reference.knobs["num_threads"] == 1 and reference.ranks is None
     from autotune.knobs import KNOBS
     from autotune.records.scaling import ACROSS_RANKS
 

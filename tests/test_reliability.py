@@ -180,6 +180,7 @@ def alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     return procs & now
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigkill_of_the_driver_leaves_the_stores_consistent_and_no_process_behind(tmp_path):
     spec = write_spec(tmp_path / "s.yaml", n_trials=4)
@@ -361,6 +362,7 @@ def test_batches_larger_than_the_dataset_are_dropped_and_samples_counted(tmp_pat
         assert r.metrics["samples_per_s"] == pytest.approx(r.metrics["steps_per_s"] * r.knobs["batch_size"])
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
     spec = write_spec(tmp_path / "s.yaml", n_trials=3)
@@ -386,6 +388,7 @@ def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
     assert final["csv"] == final["mlflow"] == final["optuna"] and len(final["csv"]) == 3
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_second_search_on_the_device_waits_its_turn(tmp_path):
     from autotune.execution.lock import lock_path

@@ -271,9 +271,9 @@ def test_a_trial_run_alone_computes_its_own_reference():
             "parity": {"baseline": base, "steps": 4},
         }
     )
-    assert result["status"] == "ok", result.get("error")
-    assert result["parity"]["passed"] and result["parity"]["reference"] == "computed"
-    assert result["metrics"]["parity_s"] == result["parity"]["parity_s"] > 0
+    assert result.status == "ok", result.error
+    assert result.parity["passed"] and result.parity["reference"] == "computed"
+    assert result.metrics["parity_s"] == result.parity["parity_s"] > 0
 
 
 def test_the_verdict_carries_its_numbers():

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_gpu_check_runs_on_cpu_and_reports_fidelity():
     env = {**os.environ, "PYTHON": sys.executable, "REPS": "2", "FIDELITY_ARGS": "--min-window-s 0.3 --max-window-s 1"}
@@ -31,6 +32,7 @@ def test_gpu_check_runs_on_cpu_and_reports_fidelity():
     assert "throughput CV over 2 fresh trials" in proc.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_record_a_landscape_then_replay_it(tmp_path):
     out = tmp_path / "landscape.csv"
@@ -135,6 +137,7 @@ def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_ru
     assert "speedup" in proc.stdout and "(target: within 5%)" in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
     bench = [
@@ -361,6 +364,7 @@ def test_gpu_day_writes_outside_the_tree_goes_on_from_what_was_unpacked_and_pack
     assert landscape == b"point\n0\n1\n" and f"{rel}/h100_resnet18_gpunorm.csv" not in names
 
 
+@pytest.mark.slow
 def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
     bench = [
         sys.executable,
@@ -391,6 +395,7 @@ def test_bench_checkpointing_measures_both_sides_and_the_ladder_under_a_cap():
     assert "ladder ckpt=True  batch    4: oom" in proc.stdout
 
 
+@pytest.mark.slow
 def test_bench_window_reads_each_prefix_of_one_long_window_per_process():
     """Two configs, two fresh processes each, 40-step windows: a row per prefix
     (10-30 steps, 0.25-5 s where the window lasts that long) and the whole window's."""

@@ -1,11 +1,12 @@
 """Multi-rank trials through Ray tasks on a placement group's bundles (autotune.spread):
 a failing rank, on the shared local Ray. One rank per node is tests/test_cluster.py's."""
 
-import json
 import os
 import time
 
 import pytest
+
+from autotune.trial.result import TrialResult
 
 pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("ray_local")]
 
@@ -44,10 +45,10 @@ def test_a_failing_rank_stops_the_other_and_the_trial_names_it(tmp_path):
         wall = time.perf_counter() - started
     finally:
         remove_placement_group(pg)
-    assert result["status"] == "error" and result["error"].startswith("rank 1: rank 1 cannot build its model")
-    assert {r["rank"]: r["status"] for r in result["ranks"]} == {0: "error", 1: "error"}
+    assert result.status == "error" and result.error.startswith("rank 1: rank 1 cannot build its model")
+    assert {r.rank: r.status for r in result.ranks} == {0: "error", 1: "error"}
     assert wall < 120  # rank 0 was stopped, not left waiting for the group's timeout (200 s)
-    assert json.loads((trial_dir / "result.json").read_text())["error"] == result["error"]
+    assert TrialResult.read(trial_dir / "result.json").error == result.error
     assert {"config.json", "trial.log", "rank1.log"} <= {p.name for p in trial_dir.iterdir()}
 
 

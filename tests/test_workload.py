@@ -109,4 +109,4 @@ def test_tiny_transformer_trains_on_dict_batches():
             "device": "cpu",
         }
     )
-    assert result["status"] == "ok" and result["metrics"]["samples_per_s"] > 0
+    assert result.status == "ok" and result.metrics["samples_per_s"] > 0

@@ -408,14 +408,16 @@ def make_talking(batch_size: int = 8, fail_rank: int | None = None, hang: bool =
 
 def make_compute_bound(batch_size: int = 32) -> Workload:
     """An MLP over samples already in memory: the step is matmuls, the loader
-    hands out slices of a tensor (a baseline that hardly waits on data)."""
+    hands out slices of a tensor (a baseline that hardly waits on data: at hidden
+    width 1024 a step took 5.3 ms and the loader's 0.45 ms of it read as 8.5% data
+    wait in CI; at 2048 the step is ~3.5x the work)."""
     g = torch.Generator().manual_seed(0)
     data = torch.utils.data.TensorDataset(
         torch.randn(4096, 256, generator=g), torch.randint(0, 10, (4096,), generator=g)
     )
 
     def model():
-        return nn.Sequential(nn.Linear(256, 1024), nn.ReLU(), nn.Linear(1024, 1024), nn.ReLU(), nn.Linear(1024, 10))
+        return nn.Sequential(nn.Linear(256, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 10))
 
     return Workload(
         model=model,

@@ -27,6 +27,8 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.trial.result import TrialResult
+
 ROLES = ("baseline", "best")
 METRIC = "samples_per_s"
 # the baseline re-measured this far off its trial's read (and outside twice that window's CI) is said: every
@@ -47,8 +49,8 @@ RATES = ("steps_per_s", "achieved_tflops", "mfu")  # a trial's metrics in propor
 
 
 def reread_anchor(
-    result: dict[str, Any], again: dict[str, Any], run: Callable[[dict, Path], dict], trial_dir
-) -> dict[str, Any]:
+    result: TrialResult, again: dict[str, Any], run: Callable[[dict, Path], TrialResult], trial_dir
+) -> TrialResult:
     """The search's anchor (the baseline: every early trial's bar) read a
     second time, in a fresh process, its timed window alone: `again`, the runner's
     config for that (`TrialSettings.timed_only().config(knobs, anchor=True)`), run
@@ -61,13 +63,13 @@ def reread_anchor(
     rates and the mean step time follow the mean (RATES, step_ms_mean), the other
     window figures (percentiles, CV, data wait) are the first read's, and the
     second read's cost is added to trial_wall_s. A one-rank trial that finished only."""
-    metrics = result.get("metrics") or {}
+    metrics = result.metrics or {}
     first = metrics.get(METRIC)
-    if result.get("status") != "ok" or not first or again.get("ranks", 1) > 1:
+    if not result.ok or not first or again.get("ranks", 1) > 1:
         return result
     again = run(again, Path(trial_dir) / REREAD_DIR)
-    result["trial_wall_s"] = (result.get("trial_wall_s") or 0.0) + (again.get("trial_wall_s") or 0.0)
-    second = (again.get("metrics") or {}).get(METRIC) if again.get("status") == "ok" else None
+    result.trial_wall_s = (result.trial_wall_s or 0.0) + (again.trial_wall_s or 0.0)
+    second = again.metric(METRIC) if again.ok else None
     if second:
         scale = (first + second) / 2 / first
         metrics.update({k: metrics[k] * scale for k in RATES if metrics.get(k) is not None})

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.trial.result import TrialResult, failed as failed_result
+
 # thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
 # a trial process gets the user's own values, so what is timed is what the user runs
 THREAD_ENV = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -280,7 +282,7 @@ NO_STEP = (
 
 def _program(
     trial_dir: Path, env: dict[str, str], timeout_s: float, workload: dict[str, Any]
-) -> tuple[int | None, dict[str, Any] | None]:
+) -> tuple[int | None, TrialResult | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
     step (what to add, in one line); otherwise its measured loop wrote result.json
@@ -304,12 +306,12 @@ def _program(
                 start_new_session=True,
             )
         except OSError as e:
-            return None, {
-                "status": "error",
-                "error_type": "CommandNotFound",
-                "error": f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
+            return None, failed_result(
+                "error",
+                "CommandNotFound",
+                f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
                 "runs your training program, e.g. `python train.py`",
-            }
+            )
         timed_out = False
         try:
             proc.wait(timeout=timeout_s)
@@ -333,11 +335,11 @@ def _program(
         if timed_out
         else f"exited with code {proc.returncode}" + (f" ({tail[-1][:200]})" if proc.returncode and tail else "")
     )
-    return proc.returncode, {
-        "status": "error",
-        "error_type": "NoStep",
-        "error": (f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}"),
-    }
+    return proc.returncode, failed_result(
+        "error",
+        "NoStep",
+        f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}",
+    )
 
 
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
@@ -358,7 +360,7 @@ def run_in_process(
     launcher: str | None = None,
     env: dict[str, str] | None = None,
     shared: str | None = None,
-) -> dict[str, Any]:
+) -> TrialResult:
     """Run one trial in a fresh process (see the module doc); the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
     start-up included) and `launcher`. `env`: this trial's own variables (a
@@ -406,24 +408,16 @@ def run_in_process(
     if failed:
         result = failed
     elif code == -signal.SIGKILL and not out.exists():
-        result = {
-            "status": "timeout",
-            "error_type": "Timeout",
-            "error": f"trial ran past timeout_s={timeout_s:g} and was killed",
-        }
+        result = failed_result("timeout", "Timeout", f"trial ran past timeout_s={timeout_s:g} and was killed")
         with open(trial_dir / "trial.log", "a") as log:  # after its stacks: where it was
-            print(f"autotune: the {result['error']}", file=log)
+            print(f"autotune: the {result.error}", file=log)
     elif out.exists():
-        result = json.loads(out.read_text())
+        result = TrialResult.read(out)
     else:
         tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
-        result = {
-            "status": "error",
-            "error_type": "TrialProcessDied",
-            "error": f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}",
-        }
-    result["trial_wall_s"] = wall
-    result["launcher"] = launcher
+        why = f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}"
+        result = failed_result("error", "TrialProcessDied", why)
+    result.trial_wall_s, result.launcher = wall, launcher
     return result
 
 

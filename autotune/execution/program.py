@@ -15,6 +15,7 @@ from pathlib import Path
 from autotune.config import unused
 from autotune.execution.launcher import run_in_process, user_thread_env
 from autotune.spec import Spec, SpecError
+from autotune.trial.result import TrialResult
 
 PROBE_DIR = "probe"
 
@@ -23,7 +24,7 @@ PROBE_DIR = "probe"
 class Program:
     used: list[str]  # the autotune.config() methods it called
     batch_size: int  # samples per step, as it reported them
-    result: dict  # the probe's result
+    result: TrialResult  # the probe's result
     baseline: dict | None = None  # knobs a workload states itself (a Workload's); a program's are its own settings
 
 
@@ -43,16 +44,16 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None) -> Program:
     }
     where = run_dir / PROBE_DIR
     result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env())
-    if result.get("status") not in ("ok", "pruned"):
-        why = result.get("error") or result.get("status")
-        if result.get("error_type") not in ("NoStep", "CommandNotFound"):
+    if result.status not in ("ok", "pruned"):
+        why = result.error or result.status
+        if result.error_type not in ("NoStep", "CommandNotFound"):
             why = (
-                f"the program failed in its first steps at its own settings ({result.get('error_type')}: {why}); "
+                f"the program failed in its first steps at its own settings ({result.error_type}: {why}); "
                 f"see {where / 'trial.log'}"
             )
         raise SpecError(f"workload.command: {why}")
-    m = result["metrics"]
-    return Program(result.get("used") or [], max(1, round(m["samples_per_s"] / m["steps_per_s"])), result)
+    m = result.metrics
+    return Program(result.used or [], max(1, round(m["samples_per_s"] / m["steps_per_s"])), result)
 
 
 def fix_unused(space, used: list[str]) -> None:

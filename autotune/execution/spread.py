@@ -25,11 +25,10 @@ import shutil
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
 
 from autotune.trial import ranks as R
 from autotune.execution.launcher import run_in_process
-from autotune.trial.result import TrialResult
+from autotune.trial.result import TrialResult, failed
 from autotune.workload import PICKLE_FILE
 
 SPREAD = "STRICT_SPREAD"
@@ -94,7 +93,7 @@ def node_env(r: int, ranks: int, addr: str, port: int) -> dict[str, str]:
     }
 
 
-def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, str]) -> tuple[dict, str]:
+def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, str]) -> tuple[TrialResult, str]:
     """A Ray task on rank `r`'s bundle: the runner as that rank in a fresh process,
     in a temporary copy of the run dir's layout (`where`: its last two levels, so
     a pickled factory's relative path resolves); its result and its log."""
@@ -112,12 +111,12 @@ def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, st
         text = log.read_text(errors="replace") if log.exists() else ""
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    result.setdefault("rank", r)
-    result.update(node_ip=ray.util.get_node_ip_address(), node_id=ray.get_runtime_context().get_node_id())
+    result.rank = r if result.rank is None else result.rank
+    result.node_ip, result.node_id = ray.util.get_node_ip_address(), ray.get_runtime_context().get_node_id()
     return result, text
 
 
-def run_spread(request: dict, settings: dict, trial_dir: Path) -> dict[str, Any]:
+def run_spread(request: dict, settings: dict, trial_dir: Path) -> TrialResult:
     """In the Tune trial, on rank 0's node: run request["ranks"] ranks, one per
     bundle of the trial's placement group; write config.json, result.json (the
     merged result), trial.log (rank 0's) and rank<R>.log into `trial_dir`."""
@@ -126,14 +125,10 @@ def run_spread(request: dict, settings: dict, trial_dir: Path) -> dict[str, Any]
         ranks, (addr, port) = request["ranks"], _master(pg)
         results, logs = _wait(_start(pg, ranks, request, settings, addr, port, trial_dir))
     merged = R.merge(list(results.values()))
-    for part in merged["ranks"]:  # where each rank ran
-        part.update(node_ip=results[part["rank"]].get("node_ip"), node_id=results[part["rank"]].get("node_id"))
-    merged.update(
-        launcher=results[0].get("launcher"),
-        ranks_wall_s=time.perf_counter() - started,
-        master_addr=addr,
-        trial_wall_s=time.perf_counter() - started,
-    )
+    for part in merged.ranks:  # where each rank ran
+        part.node_ip, part.node_id = results[part.rank].node_ip, results[part.rank].node_id
+    merged.launcher, merged.master_addr = results[0].launcher, addr
+    merged.ranks_wall_s = merged.trial_wall_s = time.perf_counter() - started
     _write(trial_dir, request, merged, logs)
     return merged
 
@@ -193,7 +188,7 @@ def _start(pg, ranks: int, request: dict, settings: dict, addr: str, port: int, 
     return refs
 
 
-def _wait(refs: dict) -> tuple[dict[int, dict], dict[int, str]]:
+def _wait(refs: dict) -> tuple[dict[int, TrialResult], dict[int, str]]:
     """Every rank's result; once one fails (or its worker or node dies), the
     others have STOP_GRACE_S to report (the rank that failed first may be
     still on its way, the first to report only broken by it), then are
@@ -202,48 +197,39 @@ def _wait(refs: dict) -> tuple[dict[int, dict], dict[int, str]]:
 
     results, logs, pending = {}, {}, list(refs)
     while pending:
-        failed = any(x.get("status") not in ("ok", "pruned") for x in results.values())
+        broken = any(x.status not in ("ok", "pruned") for x in results.values())
         done, pending = ray.wait(
-            pending, num_returns=len(pending) if failed else 1, timeout=STOP_GRACE_S if failed else None
+            pending, num_returns=len(pending) if broken else 1, timeout=STOP_GRACE_S if broken else None
         )
         for ref in done:
             results[refs[ref]], logs[refs[ref]] = _collect(ref, refs[ref])
-        if failed:
+        if broken:
             for ref in pending:
                 ray.cancel(ref, force=True)
-                results[refs[ref]] = {
-                    "status": "error",
-                    "rank": refs[ref],
-                    "error_type": "RankStopped",
-                    "metrics": {},
-                    "error": "stopped: another rank failed",
-                }
+                results[refs[ref]] = failed(
+                    "error", "RankStopped", "stopped: another rank failed", rank=refs[ref], metrics={}
+                )
             pending = []
     return results, logs
 
 
-def _collect(ref, r: int) -> tuple[dict, str]:
+def _collect(ref, r: int) -> tuple[TrialResult, str]:
     import ray
 
     try:
         return ray.get(ref)
     except ray.exceptions.RayError as e:  # its worker or node died: the cause, before the ranks it broke
         why = (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
-        return {
-            "status": "error",
-            "rank": r,
-            "error_type": type(e).__name__,
-            "metrics": {},
-            "ended_unix": 0.0,
-            "error": f"its Ray worker or node died: {why}",
-        }, ""
+        return failed(
+            "error", type(e).__name__, f"its Ray worker or node died: {why}", rank=r, metrics={}, ended_unix=0.0
+        ), ""
 
 
-def _write(trial_dir: Path, request: dict, merged: dict, logs: dict[int, str]) -> None:
+def _write(trial_dir: Path, request: dict, merged: TrialResult, logs: dict[int, str]) -> None:
     import json
 
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "config.json").write_text(json.dumps(request, indent=2) + "\n")
-    TrialResult.from_dict(merged).write(trial_dir / "result.json")  # the contract (autotune.result), checked
+    merged.write(trial_dir / "result.json")  # the contract (autotune.trial.result), checked
     for r, text in logs.items():
         (trial_dir / ("trial.log" if r == 0 else f"rank{r}.log")).write_text(text)

@@ -15,11 +15,11 @@ from autotune.trial.request import TrialSettings
 from autotune.trial.result import TrialResult, failed
 
 
-def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
+def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
     """The trial config for this search config (the one request builder), run in a fresh process."""
     request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
 
-    def run(request: dict, trial_dir: Path) -> dict:
+    def run(request: dict, trial_dir: Path) -> TrialResult:
         return run_in_process(
             request,
             trial_dir,
@@ -43,7 +43,7 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> dict:
 def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
     """`run_trial_in`, never raising: whatever goes wrong is the trial's error."""
     try:
-        return TrialResult.from_dict(run_trial_in(config, settings, trial_dir))  # the runner's boundary, checked
+        return run_trial_in(config, settings, trial_dir)
     except Exception as e:
         return failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
 

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.knobs._registry import ACROSS_RANKS, KNOBS  # ACROSS_RANKS: the DDP/FSDP knobs, unused by one rank
+from autotune.trial.result import ScalingReference, TrialResult
 
 REFERENCE = "scaling_reference_samples_per_s"
 EFFICIENCY = "scaling_efficiency"
@@ -49,30 +50,24 @@ def one_rank(request: dict[str, Any], rank_threads: int | None) -> dict[str, Any
 
 
 def with_reference(
-    result: dict[str, Any],
+    result: TrialResult,
     request: dict[str, Any],
-    run: Callable[[dict, Path], dict],
+    run: Callable[[dict, Path], TrialResult],
     trial_dir: Path,
     rank_threads: int | None = None,
-) -> dict[str, Any]:
+) -> TrialResult:
     """An N-rank trial's result with the scaling reference measured after it
     (`run(config, dir)` runs one trial there): the reference's rate and status
     in `scaling_reference`, and, when both ran, the metrics REFERENCE and EFFICIENCY."""
-    ranks = (result.get("metrics") or {}).get("ranks", 1)
-    if ranks < 2 or result.get("status") != "ok":
+    ranks = result.metric("ranks") or 1
+    if ranks < 2 or result.status != "ok":
         return result
     ref = run(one_rank(request, rank_threads), Path(trial_dir) / REFERENCE_DIR)
-    rate = (ref.get("metrics") or {}).get("samples_per_s")
-    result["scaling_reference"] = {
-        "status": ref.get("status"),
-        "samples_per_s": rate,
-        "knobs": ref.get("knobs"),
-        "trial_wall_s": ref.get("trial_wall_s"),
-        "error": ref.get("error"),
-    }
-    if ref.get("status") == "ok" and rate:
-        result["metrics"][REFERENCE] = rate
-        result["metrics"][EFFICIENCY] = result["metrics"]["samples_per_s"] / (ranks * rate)
+    rate = ref.metric("samples_per_s")
+    result.scaling_reference = ScalingReference(ref.status, rate, ref.knobs, ref.trial_wall_s, ref.error)
+    if ref.ok and rate:
+        result.metrics[REFERENCE] = rate
+        result.metrics[EFFICIENCY] = result.metrics["samples_per_s"] / (ranks * rate)
     return result
 
 

@@ -29,7 +29,7 @@ from typing import Any, Iterable
 from autotune.safety.parity import needs_parity
 from autotune.trial import measure as M
 from autotune.trial.request import check_config, window_rule
-from autotune.trial.result import TrialResult
+from autotune.trial.result import DeviceInfo, TrialResult
 
 STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
 FIRST_STEP_FILE = "first_step"  # written at the program's first step (the launcher's "it reached a step")
@@ -201,25 +201,25 @@ class TrialLoop:
     def _losses(self) -> list[float]:
         return [float(x) for x in self.losses]
 
-    def _result(self, status: str, **extra) -> dict[str, Any]:
+    def _result(self, status: str, **extra) -> TrialResult:
         import torch
 
-        return {
-            "status": status,
-            "knobs": self.knobs,
-            "device": {
-                "type": self.device_type,
-                "name": torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu",
-                "cpus": len(os.sched_getaffinity(0)),
-                "torch_threads": torch.get_num_threads(),
-            },
-            "host": socket.gethostname(),
-            "torch": torch.__version__,
-            "used": sorted(self.used),
-            "losses": self._losses(),
-            "trial_s": self.clock() - self.started,
+        return TrialResult(
+            status=status,
+            knobs=self.knobs,
+            device=DeviceInfo(
+                self.device_type,
+                torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu",
+                len(os.sched_getaffinity(0)),
+                torch.get_num_threads(),
+            ),
+            host=socket.gethostname(),
+            torch=str(torch.__version__),  # a str, not torch's TorchVersion (which YAML cannot write)
+            used=sorted(self.used),
+            losses=self._losses(),
+            trial_s=self.clock() - self.started,
             **extra,
-        }
+        )
 
     def _finish(self) -> None:
         window, rule = self.window, self.window.rule
@@ -252,12 +252,12 @@ class TrialLoop:
             status, extra = "error", {**extra, "error_type": "NonFiniteLoss", "error": "the loss is NaN or inf"}
         self._write(self._result(status, metrics=metrics, **extra))
 
-    def _write(self, result: dict[str, Any]) -> None:
+    def _write(self, result: TrialResult) -> None:
         self.ended = True
-        TrialResult.from_dict(result).write(self.dir / "result.json")  # the contract, checked
+        result.write(self.dir / "result.json")  # the contract, checked
         sys.stdout.flush()
         sys.stderr.flush()
-        os._exit(0 if result["status"] in ("ok", "pruned") else 1)
+        os._exit(0 if result.status in ("ok", "pruned") else 1)
 
     def _raised(self, kind, error, tb) -> None:
         """An exception escaping the program: an `error` (or `oom`) result with its
@@ -268,10 +268,8 @@ class TrialLoop:
         sys.stderr.write(text)
         self.ended = True
         first = str(error).strip().splitlines()[0][:500] if str(error).strip() else kind.__name__
-        TrialResult.from_dict(
-            self._result(
-                "oom" if is_oom(error) else "error", error_type=kind.__name__, error=first, traceback=text[-4000:]
-            )
+        self._result(
+            "oom" if is_oom(error) else "error", error_type=kind.__name__, error=first, traceback=text[-4000:]
         ).write(self.dir / "result.json")
 
     def _ended_early(self) -> None:
@@ -289,11 +287,9 @@ class TrialLoop:
         need = self.cfg["warmup_steps"] + self.cfg["measure_steps"]
         done = self.warm + (self.window.steps if self.window else 0)
         self.ended = True
-        TrialResult.from_dict(
-            self._result(
-                "error",
-                error_type="TooFewSteps",
-                error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
-                "give it more steps or data in a trial (cfg.in_trial)",
-            )
+        self._result(
+            "error",
+            error_type="TooFewSteps",
+            error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
+            "give it more steps or data in a trial (cfg.in_trial)",
         ).write(self.dir / "result.json")

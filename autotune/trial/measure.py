@@ -422,10 +422,12 @@ def count_flops(session, batch) -> float:
     return float(counter.get_total_flops())
 
 
-def phase_clock(result: dict, started: float):
+def phase_clock(result, started: float):
     """`phase(name, until=now)`: the seconds since the last phase ended (the
-    trial's start first) go to `result["phases_s"][name]`."""
-    phases, last = result.setdefault("phases_s", {}), [started]
+    trial's start first) go to `result.phases_s[name]` (a TrialResult)."""
+    if result.phases_s is None:
+        result.phases_s = {}
+    phases, last = result.phases_s, [started]
 
     def phase(name: str, until: float | None = None) -> None:
         until = time.perf_counter() if until is None else until

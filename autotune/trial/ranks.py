@@ -28,7 +28,7 @@ Needs torch only inside the rank processes; importable without it.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import signal
 import socket
@@ -37,6 +37,7 @@ from datetime import timedelta
 from typing import Any, Callable
 
 from autotune.trial.disturbance import TRIAL_PID
+from autotune.trial.result import RankResult, TrialResult, failed
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 RANK_FILE = "rank{}.json"
@@ -124,17 +125,16 @@ def torchrun_env(r: int, ranks: int, port: int) -> dict[str, str]:
     }
 
 
-def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str, out: str) -> int:
+def _rank_child(r: int, cfg: dict[str, Any], run_one: Callable[[dict], TrialResult], device_type: str, out: str) -> int:
     """In rank `r`'s forked process: `run_rank`, then write rank<r>.json."""
     result = run_rank(r, cfg, run_one, device_type)
     path = os.path.join(out, RANK_FILE.format(r))
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f)
+    result.write(path + ".tmp")
     os.replace(path + ".tmp", path)
-    return 0 if result.get("status") in ("ok", "pruned") else 1  # failed: the others are stopped
+    return 0 if result.status in ("ok", "pruned") else 1  # failed: the others are stopped
 
 
-def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str) -> dict[str, Any]:
+def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], TrialResult], device_type: str) -> TrialResult:
     """In rank `r`'s process (its torchrun environment set): join the group, run,
     leave the group. Never raises: the rank's result says what failed."""
     import torch
@@ -154,21 +154,16 @@ def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], dict], devic
         )
         try:
             result = run_one(cfg)
-            result["ended_unix"] = time.time()  # before leaving the group (which may fail the others)
+            result.ended_unix = time.time()  # before leaving the group (which may fail the others)
         finally:
             dist.destroy_process_group()
     except BaseException as e:  # the group could not form (or broke): the rank's result says why
         import traceback
 
         traceback.print_exc()
-        result = {
-            "status": "error",
-            "error_type": type(e).__name__,
-            "metrics": {},
-            "ended_unix": time.time(),
-            "error": (str(e).strip().splitlines() or [type(e).__name__])[0][:500],
-        }
-    result["rank"] = r
+        why = (str(e).strip().splitlines() or [type(e).__name__])[0][:500]
+        result = failed("error", type(e).__name__, why, metrics={}, ended_unix=time.time())
+    result.rank = r
     return result
 
 
@@ -184,7 +179,7 @@ def local_ranks(ranks: int) -> int:
     return int(os.environ.get("LOCAL_WORLD_SIZE", ranks)) if launched(ranks) else ranks
 
 
-def run_ranks(cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type: str) -> dict[str, Any]:
+def run_ranks(cfg: dict[str, Any], run_one: Callable[[dict], TrialResult], device_type: str) -> TrialResult:
     """Fork cfg["ranks"] ranks in the current dir, each running `run_one(cfg)` in
     the process group; wait for all, tear down symmetrically, merge their results."""
     import tempfile
@@ -193,7 +188,7 @@ def run_ranks(cfg: dict[str, Any], run_one: Callable[[dict], dict], device_type:
         return _run_ranks(cfg, run_one, device_type, out)
 
 
-def _run_ranks(cfg, run_one, device_type: str, out: str) -> dict[str, Any]:
+def _run_ranks(cfg, run_one, device_type: str, out: str) -> TrialResult:
     ranks, port = cfg["ranks"], free_port()
     started = time.perf_counter()
     pids = {}
@@ -213,23 +208,15 @@ def _run_ranks(cfg, run_one, device_type: str, out: str) -> dict[str, Any]:
     for r in range(ranks):
         path = os.path.join(out, RANK_FILE.format(r))
         if os.path.exists(path):
-            with open(path) as f:
-                results.append(json.load(f))
+            results.append(TrialResult.read(path))
         else:
-            results.append(
-                {
-                    "status": "error",
-                    "rank": r,
-                    "error_type": "RankDied",
-                    "error": died.get(r) or "the rank ended without a result",
-                    "metrics": {},
-                }
-            )
-    bad = next((x for x in results if x.get("error_type") == "TrialConfigError"), None)
+            why = died.get(r) or "the rank ended without a result"
+            results.append(failed("error", "RankDied", why, rank=r, metrics={}))
+    bad = next((x for x in results if x.error_type == "TrialConfigError"), None)
     if bad:  # bad input found in a rank (no repeated block): one line, as for a single-rank trial
-        raise ConfigError(bad["error"])
+        raise ConfigError(bad.error)
     merged = merge(results)
-    merged["ranks_wall_s"] = time.perf_counter() - started
+    merged.ranks_wall_s = time.perf_counter() - started
     return merged
 
 
@@ -256,28 +243,24 @@ def _wait_all(pids: dict[int, int]) -> dict[int, str]:
     return died
 
 
-def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
+def merge(results: list[TrialResult]) -> TrialResult:
     """One trial result from its ranks' results: the worst status, global
     throughput, the slowest rank's times, and a per-rank part (`ranks`)."""
-    results = sorted(results, key=lambda x: x.get("rank", 0))
+    results = sorted(results, key=lambda x: x.rank or 0)
     # the worst status; of failed ranks, the first to fail (the others failed or were killed for it)
     worst = min(
         results,
         key=lambda x: (
-            STATUS_ORDER.index(x["status"]) if x.get("status") in STATUS_ORDER else 0,
-            x.get("ended_unix", float("inf")),
+            STATUS_ORDER.index(x.status) if x.status in STATUS_ORDER else 0,
+            x.ended_unix if x.ended_unix is not None else float("inf"),
         ),
     )
-    first = next((x for x in results if x.get("metrics")), results[0])
-    out = {k: v for k, v in first.items() if k not in ("rank", "metrics", "ended_unix")}
-    for key in ("status", "error_type", "error", "traceback"):
-        out.pop(key, None)
-        if key in worst:
-            out[key] = worst[key]
-    if worst is not first and worst.get("status") != "ok":  # say which rank
-        out["error"] = f"rank {worst.get('rank')}: {worst.get('error', '')}"
-    metrics = dict(first.get("metrics") or {})
-    all_metrics = [x.get("metrics") or {} for x in results]
+    first = next((x for x in results if x.metrics), results[0])
+    error = worst.error
+    if worst is not first and worst.status != "ok":  # say which rank
+        error = f"rank {worst.rank}: {worst.error or ''}"
+    all_metrics = [x.metrics or {} for x in results]
+    metrics = dict(first.metrics or {})
     complete = all(all(k in m for m in all_metrics) for k in ("samples_per_s", "window_s"))
     if complete:
         window = max(m["window_s"] for m in all_metrics)  # the slowest rank's (the barrier makes them equal)
@@ -293,22 +276,23 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     if all("mem_rss_peak_gib" in m for m in all_metrics):
         metrics["mem_rss_peak_total_gib"] = sum(m["mem_rss_peak_gib"] for m in all_metrics)
     metrics["ranks"] = len(results)
-    out["metrics"] = metrics
-    out["ranks"] = [
-        {
-            "rank": x.get("rank"),
-            "status": x.get("status"),
-            "host": x.get("host"),
-            **({"error": x["error"]} if x.get("error") else {}),
-            "metrics": {
-                k: v
-                for k, v in (x.get("metrics") or {}).items()
-                if k in (*SUMMED, *SLOWEST, "loss_last", "window_steps")
-            },
-        }
-        for x in results
-    ]
-    return out
+    kept = (*SUMMED, *SLOWEST, "loss_last", "window_steps")
+    return dataclasses.replace(
+        first,
+        status=worst.status,
+        error_type=worst.error_type,
+        error=error,
+        traceback=worst.traceback,
+        metrics=metrics,
+        rank=None,
+        ended_unix=None,
+        ranks=[
+            RankResult(
+                x.rank, x.status, x.host, {k: v for k, v in (x.metrics or {}).items() if k in kept}, x.error or None
+            )
+            for x in results
+        ],
+    )
 
 
 def window_steps(step_s: float | None, cfg: dict[str, Any], cap: int, device_type: str) -> int:

@@ -2,9 +2,12 @@
 typed, with a per-rank part for a multi-rank trial. The one conversion from and
 to the runner's JSON is here: `TrialResult.from_dict` (a key the contract lacks,
 or a value of the wrong type, is an error naming the key) and `to_dict` (what
-result.json holds, unchanged on disk, so old run dirs still read). The Ray
-adapter, the recorder, the late checks and the re-measurement take a
-TrialResult, never the raw dict. Needs neither torch nor Ray.
+result.json holds, unchanged on disk, so old run dirs still read). Typed end to
+end: the runner builds one from its first line, and the ranks' merge, the
+launcher, the scaling reference and the anchor's re-read return one; the Ray
+adapter, the recorder, the late checks, the re-measurement and the scripts take
+one, and read result.json only through `read` (`write` checks what it writes).
+Needs neither torch nor Ray.
 
     result = TrialResult.read(trial_dir / "result.json")
     result.status, result.metrics["samples_per_s"], result.ranks[1].metrics
@@ -123,6 +126,13 @@ class TrialResult:
         """What result.json holds: the keys left out stay out."""
         return _plain(self)
 
+    def checked(self) -> dict[str, Any]:
+        """`to_dict`, held to the contract as a reader will hold it (a field set
+        to a value of the wrong type is a ResultError naming the key)."""
+        data = self.to_dict()
+        _build(type(self), data, "")
+        return data
+
     @classmethod
     def read(cls, path) -> "TrialResult":
         """A trial's result.json."""
@@ -132,7 +142,8 @@ class TrialResult:
             raise ResultError(f"{path}: {e}") from None
 
     def write(self, path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        """result.json (checked: what is written reads back)."""
+        Path(path).write_text(json.dumps(self.checked(), indent=2) + "\n")
 
 
 def failed(status: str, error_type: str, error: str, **extra) -> TrialResult:

@@ -6,9 +6,10 @@ Needs torch only (no Ray, MLflow, Optuna or pydantic), so a trial runs anywhere:
 
 CONFIG is a JSON object: {"workload": {"name": "tiny_cnn", "args": {}},
 "knobs": {...}, "warmup_steps": 5, "measure_steps": 10, "device": "auto",
-"seed": 0}. Knobs left out take PyTorch's defaults. The result is
-one JSON object: status ("ok", "oom" or "error"), the knobs, the device, and
-metrics whose names carry their units.
+"seed": 0}. Knobs left out take PyTorch's defaults. The result is a
+`TrialResult` (autotune.trial.result), built from the trial's first line and
+written as one JSON object: status ("ok", "oom" or "error"), the knobs, the
+device, and metrics whose names carry their units.
 
 Measurement rules (DESIGN.md): warm-up steps (worker start, compile, cuDNN
 autotuning, allocator growth) are never timed; the window is timed with the
@@ -52,7 +53,7 @@ from autotune.trial.request import (  # noqa: F401  (DEFAULTS and window_rule: t
     window_rule,
 )
 from autotune.safety.rank_parity import rank_parity
-from autotune.trial.result import TrialResult
+from autotune.trial.result import DeviceInfo, TrialResult
 from autotune.safety.levels import needs_parity, trial_parity
 
 
@@ -172,7 +173,7 @@ def prepare(
     )
 
 
-def _measure(workload, knobs, device, cfg, result, started: float) -> None:
+def _measure(workload, knobs, device, cfg, result: TrialResult, started: float) -> None:
     """Warm up (untimed), the timed window, the profiled window, then the two
     sides apart (sides.two_sides), FLOPs and the 2x-batch probe (the compute
     side at twice the batch: sides.double_batch_probe); each adds to
@@ -204,9 +205,9 @@ def _measure(workload, knobs, device, cfg, result, started: float) -> None:
 def _measure_session(session, rule, workload, knobs, device, cfg, result, started, phase) -> None:
     import torch
 
-    result["optimizer"] = type(session.optimizer).__name__
-    result["optimizer_fused"] = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
-    result["has_batchnorm"] = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
+    result.optimizer = type(session.optimizer).__name__
+    result.optimizer_fused = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
+    result.has_batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
     t = time.perf_counter()
     batches = iter(session.loader)  # starts the loader workers: part of warm-up
     first_step_s, warmed = None, 0
@@ -229,7 +230,7 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         rule = R.fixed_rule(R.window_steps(step_s, cfg, rule.max_steps, device.type))
     phase("setup", t)
     phase("warmup")
-    metrics = result["metrics"] = {
+    metrics = result.metrics = {
         **M.timed_window(session, batches, rule),
         "warmup_s": warmup_s,
         "warmup_steps_run": warmed,
@@ -237,23 +238,21 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
     phase("window")
     if cfg["predicted"]:
         metrics["predicted_samples_per_s"] = cfg["predicted"]
-    disturbed = verdict(metrics, device.type)  # load from outside the trial during its window
-    if disturbed:
-        result["disturbed"] = disturbed
+    result.disturbed = verdict(metrics, device.type) or None  # load from outside the trial during its window
     if first_step_s is not None:
         metrics["first_step_s"] = first_step_s
         if knobs["compile"] != "none" and warmed > 1:  # the first step compiles: less a compiled step
             first = first_step_done - t
             metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (warmed - 1))
     if rule.pruned:
-        result["status"] = "pruned"
+        result.status = "pruned"
         return
     if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.memory)
         metrics.update(memory.memory_window(session, batches))
     if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
         metrics.update(R.comm_share(session, batches, rule.max_steps, metrics))
         if cfg["diagnose"]:  # from the timed windows (communication-bound)
-            result["diagnosis"] = diagnose(metrics, knobs, device)
+            result.diagnosis = diagnose(metrics, knobs, device)
         return
     if _not_incumbent(cfg, metrics, rule, result):
         return
@@ -262,7 +261,7 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
     if cfg["profile_steps"] and not carry:
         with tempfile.TemporaryDirectory() as tmp:
             profile = M.profile_window(session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json")
-        result["profile"] = profile
+        result.profile = profile
         metrics.update(trace.profile_metrics(profile, metrics["step_ms_mean"]))
         phase("profile")
     batch = next(batches)
@@ -292,23 +291,23 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
         if knobs["compile"] == "none" and not carry:  # compiled: a 2x batch is a new shape, compiled again
             batch2x = next(iter(K.seeded_loader(workload, {"batch_size": 2 * knobs["batch_size"]}, 1, seed=1)))
             metrics.update(sides.double_batch_probe(session, batch2x, metrics["compute_ceiling_step_ms"]))
-        result["diagnosis"] = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
+        result.diagnosis = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
         phase("probe")
     parity = cfg["parity"]
     if parity and needs_parity(knobs, parity["baseline"]):
-        result["parity"] = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])
-        metrics["parity_max_rel_dev"] = result["parity"]["max_rel_dev"]
-        metrics["parity_skipped_steps"] = result["parity"]["skipped_steps"]
-        metrics["parity_s"] = result["parity"]["parity_s"]
-        if result["parity"].get("reference_s"):  # built here: paid once per search
-            metrics["parity_reference_s"] = result["parity"]["reference_s"]
+        result.parity = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])
+        metrics["parity_max_rel_dev"] = result.parity["max_rel_dev"]
+        metrics["parity_skipped_steps"] = result.parity["skipped_steps"]
+        metrics["parity_s"] = result.parity["parity_s"]
+        if result.parity.get("reference_s"):  # built here: paid once per search
+            metrics["parity_reference_s"] = result.parity["reference_s"]
         phase("parity")
 
 
-def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool:
+def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: TrialResult) -> bool:
     """With `incumbent_above`: a window at or below it cannot make this config
     the incumbent, so the trial pays for nothing more (no profile, diagnosis or
-    loss parity; `result["skipped"]` says so); nor can a tied window above it of
+    loss parity; `result.skipped` says so); nor can a tied window above it of
     a config riskier than the incumbent (`tie_keeps_incumbent`: metric `tie_kept`)
     whose mean lies inside the incumbent's interval above it (`rule.screen_ci`).
     A mean beyond leads by more than the incumbent is known: adopted as any tie
@@ -330,7 +329,7 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: dict) -> bool
             tie_kept=1.0,
             **({} if cfg.get("incumbent_trial") is None else {"tie_kept_incumbent": float(cfg["incumbent_trial"])}),
         )
-    result["skipped"] = f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
+    result.skipped = f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
         f"ties with the incumbent (its {above:.4g} with min_improvement), the safer config, which stays"
         if kept
         else f"does not beat the {above:.4g} that would make it the incumbent"
@@ -342,18 +341,16 @@ def _parity_check(workload, knobs, device, cfg, result, started) -> None:
     """`parity_only`: the config's loss parity against the baseline, no window
     (a late check of a config the search is about to export); with ranks, on every rank."""
     if device.ranks > 1:  # against the baseline's math at the global batch (autotune.rank_parity)
-        result["parity"] = rank_parity(
-            workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"]
-        )
+        result.parity = rank_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"])
     else:
-        result["parity"] = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
-    result["metrics"] = {
-        "parity_max_rel_dev": result["parity"]["max_rel_dev"],
-        "parity_s": result["parity"].get("parity_s", time.perf_counter() - started),
+        result.parity = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
+    result.metrics = {
+        "parity_max_rel_dev": result.parity["max_rel_dev"],
+        "parity_s": result.parity.get("parity_s", time.perf_counter() - started),
     }
 
 
-def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
+def run_trial(config: dict[str, Any], base_dir: str = ".") -> TrialResult:
     """Run one trial; never raises for a failing workload: the result says what failed.
     `base_dir`: where a pickled factory's relative `file` starts (the config's dir)."""
     started = time.perf_counter()
@@ -371,24 +368,24 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
                 if R.launched(cfg["ranks"])
                 else R.run_ranks(cfg, lambda c: run_trial(c, base_dir), device.type)
             )
-            result["trial_s"] = time.perf_counter() - started
+            result.trial_s = time.perf_counter() - started
             return result
         device = dataclasses.replace(device, ranks=R.world_size())  # a rank: decides the DDP/FSDP knobs
     wl = cfg["workload"]
-    result: dict[str, Any] = {
-        "status": "ok",
-        "knobs": dict(cfg["knobs"]),
-        "device": {"type": device.type, "name": device.name, "cpus": device.cpus},
-        "host": socket.gethostname(),
-        "torch": torch.__version__,
-        "metrics": {},
-    }
+    result = TrialResult(
+        status="ok",
+        knobs=dict(cfg["knobs"]),
+        metrics={},
+        device=DeviceInfo(device.type, device.name, device.cpus),
+        host=socket.gethostname(),
+        torch=str(torch.__version__),  # a str, not torch's TorchVersion (which YAML cannot write)
+    )
     try:
         workload = W.load(W.trial_source(wl, base_dir), wl.get("args"))
         knobs = dict(cfg["knobs"])
         if knobs["batch_size"] is None:
             knobs["batch_size"] = workload.batch_size
-        result["knobs"] = knobs
+        result.knobs = knobs
         if knobs["batch_size"] > len(workload.dataset):
             raise TrialConfigError(
                 f"knobs.batch_size={knobs['batch_size']} is larger than the dataset "
@@ -400,22 +397,20 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> dict[str, Any]:
             if why:
                 raise TrialConfigError(f"knobs.{name}={value!r} cannot apply on {device.type}: {why}")
         (_parity_check if cfg["parity_only"] else _measure)(workload, knobs, device, cfg, result, started)
-        result["device"]["torch_threads"] = torch.get_num_threads()  # in effect during the window
-        if not math.isfinite(result["metrics"].get("loss_last", 0.0)):
-            result.update(status="error", error_type="NonFiniteLoss", error="the loss is NaN or inf")
+        result.device.torch_threads = torch.get_num_threads()  # in effect during the window
+        if not math.isfinite(result.metric("loss_last") or 0.0):
+            result.status, result.error_type, result.error = "error", "NonFiniteLoss", "the loss is NaN or inf"
     except K.BlockError as e:  # the model lacks what the knobs need: bad input
         raise TrialConfigError(str(e)) from e
     except Exception as e:  # a failing workload is a result, not a crash
         traceback.print_exc()  # in trial.log too, beside the workload's own output
         if memory.is_oom(e):  # infeasible: record the memory at the failure with the knobs
-            result["metrics"] = {**result.get("metrics", {}), **memory.at_failure(e, device)}
-        result.update(
-            status="oom" if memory.is_oom(e) else "error",
-            error_type=type(e).__name__,
-            error=str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__,
-            traceback=traceback.format_exc()[-4000:],
-        )
-    result["trial_s"] = time.perf_counter() - started
+            result.metrics = {**(result.metrics or {}), **memory.at_failure(e, device)}
+        result.status = "oom" if memory.is_oom(e) else "error"
+        result.error_type = type(e).__name__
+        result.error = str(e).strip().splitlines()[0][:500] if str(e).strip() else type(e).__name__
+        result.traceback = traceback.format_exc()[-4000:]
+    result.trial_s = time.perf_counter() - started
     return result
 
 
@@ -450,13 +445,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, json.JSONDecodeError, R.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    text = json.dumps(TrialResult.from_dict(result).to_dict(), indent=2)  # the contract (autotune.result), checked
     if args.out:
-        with open(args.out, "w") as f:
-            f.write(text + "\n")
+        result.write(args.out)  # the contract (autotune.trial.result), checked
     else:
-        print(text)
-    return 0 if result["status"] in ("ok", "pruned") else 1
+        print(json.dumps(result.checked(), indent=2))
+    return 0 if result.status in ("ok", "pruned") else 1
 
 
 if __name__ == "__main__":

@@ -55,8 +55,8 @@ def measure(args, ac: bool, batch: int, tmp: Path, cap: float | None = None) -> 
         "memory_limit_gib": cap,
     }
     result = run_in_process(config, tmp / f"ac{int(ac)}-b{batch}", 900, str(ROOT), launcher="spawn")
-    m = result.get("metrics") or {}
-    return {"status": result["status"], **{name: m.get(key) for name, key in COLUMNS}}
+    m = result.metrics or {}
+    return {"status": result.status, **{name: m.get(key) for name, key in COLUMNS}}
 
 
 def main() -> int:

@@ -25,6 +25,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from autotune.trial.result import TrialResult  # noqa: E402
+
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
 
 
@@ -102,6 +104,11 @@ def run_child(args: list[str]) -> dict:
     return json.loads(proc.stdout[proc.stdout.index("{") :])
 
 
+def run_trial_child(config_path) -> TrialResult:
+    """`python -m autotune.trial CONFIG` in a fresh process: its result, read by the one reader."""
+    return TrialResult.from_dict(run_child(["-m", "autotune.trial", str(config_path)]))
+
+
 def main() -> None:
     from autotune.trial.runner import parse_set
 
@@ -150,10 +157,10 @@ def main() -> None:
             plain = run_child(
                 [__file__, "--plain-child", str(tmp / "trial.json"), "--steps", str(trials[-1]["window_steps"])]
             )
-        r = run_child(["-m", "autotune.trial", str(tmp / "trial.json")])
-        if r["status"] != "ok":
-            raise SystemExit(f"trial failed: {r.get('error_type')}: {r.get('error')}")
-        m = r["metrics"]
+        r = run_trial_child(tmp / "trial.json")
+        if r.status != "ok":
+            raise SystemExit(f"trial failed: {r.error_type}: {r.error}")
+        m = r.metrics
         trials.append(m)
         if args.mode == "all" and not rep % 2:
             plain = run_child([__file__, "--plain-child", str(tmp / "trial.json"), "--steps", str(m["window_steps"])])
@@ -166,10 +173,10 @@ def main() -> None:
     tput = [m["samples_per_s"] for m in trials]
     cv = statistics.stdev(tput) / statistics.mean(tput) if len(tput) > 1 else None
     summary = {
-        "device": r["device"]["name"],
-        "device_type": r["device"]["type"],
+        "device": r.device.name,
+        "device_type": r.device.type,
         "workload": args.workload,
-        "knobs": r["knobs"],
+        "knobs": r.knobs,
         "reps": args.reps,
         "trial_samples_per_s_median": statistics.median(tput),
         "cv_throughput": cv,

@@ -73,7 +73,7 @@ def make_workload(optimizer: str = "sgd", batch_size: int = 64, image_size: int 
 
 def measure(args, optimizer: str, fused: bool, cuda: bool, tmp: Path) -> dict:
     """One fresh trial process: the timed window only (no profile, no diagnosis)."""
-    from bench_fidelity import run_child
+    from bench_fidelity import run_trial_child
 
     knobs = {
         "batch_size": args.batch_size,
@@ -103,23 +103,21 @@ def measure(args, optimizer: str, fused: bool, cuda: bool, tmp: Path) -> dict:
     }
     path = tmp / f"{optimizer}-{fused}.json"
     path.write_text(json.dumps(config))
-    r = run_child(["-m", "autotune.trial", str(path)])
-    if r["status"] != "ok":
-        raise SystemExit(
-            f"bench_fused: {optimizer} fused={fused}: {r['status']}: {r.get('error_type')}: {r.get('error')}"
-        )
-    if r.get("optimizer_fused") is not fused:  # what ran must be what was asked
-        raise SystemExit(f"bench_fused: {optimizer} fused={fused} ran with optimizer_fused={r.get('optimizer_fused')}")
-    m = r["metrics"]
+    r = run_trial_child(path)
+    if r.status != "ok":
+        raise SystemExit(f"bench_fused: {optimizer} fused={fused}: {r.status}: {r.error_type}: {r.error}")
+    if r.optimizer_fused is not fused:  # what ran must be what was asked
+        raise SystemExit(f"bench_fused: {optimizer} fused={fused} ran with optimizer_fused={r.optimizer_fused}")
+    m = r.metrics
     return {
-        "optimizer": r["optimizer"],
+        "optimizer": r.optimizer,
         "fused": fused,
         "samples_per_s": m["samples_per_s"],
         "step_ms": m["step_ms_mean"],
         "step_time_cv": m["step_time_cv"],
         "data_wait_frac": m["data_wait_frac"],
-        "device": r["device"]["name"],
-        "torch": r["torch"],
+        "device": r.device.name,
+        "torch": r.torch,
     }
 
 

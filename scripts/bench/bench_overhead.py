@@ -64,19 +64,19 @@ def main() -> None:
             fresh = launcher == "fork" and not _servers
             t = time.perf_counter()
             r = run_in_process(config, tmp / f"{i:03d}-{launcher}", 600, str(ROOT), {}, launcher=launcher)
-            if r.get("status") != "ok":
-                raise SystemExit(f"trial failed: {r.get('error_type')}: {r.get('error')}")
-            m = r["metrics"]
+            if r.status != "ok":
+                raise SystemExit(f"trial failed: {r.error_type}: {r.error}")
+            m = r.metrics
             row = {
                 "first_step_s": m["first_step_s"],
-                "fixed_cost_s": r["trial_wall_s"] - m["warmup_s"] - m["window_s"],
-                "trial_wall_s": r["trial_wall_s"],
+                "fixed_cost_s": r.trial_wall_s - m["warmup_s"] - m["window_s"],
+                "trial_wall_s": r.trial_wall_s,
                 "samples_per_s": m["samples_per_s"],
                 "step_ms_max": m["step_ms_max"],
                 "step_time_cv": m["step_time_cv"],
             }
             if fresh:  # the server's imports, paid once per search, not per trial
-                server_start_s = time.perf_counter() - t - r["trial_wall_s"] + row["fixed_cost_s"]
+                server_start_s = time.perf_counter() - t - r.trial_wall_s + row["fixed_cost_s"]
             rows[launcher].append(row)
             print(
                 f"{i:>5}  {launcher:<8}  {row['first_step_s']:>12.2f}  {row['fixed_cost_s']:>12.2f}  "

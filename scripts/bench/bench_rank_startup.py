@@ -41,6 +41,7 @@ from ray.util.placement_group import placement_group, remove_placement_group  # 
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: E402
 
 from autotune.execution.spread import run_spread  # noqa: E402
+from autotune.trial.result import TrialResult  # noqa: E402
 
 CONFIG = {
     "workload": {"name": "tiny_transformer", "args": {"batch_size": 8}},
@@ -70,7 +71,7 @@ def by_tasks(tmp: Path, i: int) -> dict:
         wall = time.perf_counter() - started
     finally:
         remove_placement_group(pg)
-    return {"status": result["status"], "wall_s": wall, "runner_s": result["trial_s"]}
+    return {"status": result.status, "wall_s": wall, "runner_s": result.trial_s}
 
 
 def _train_loop(config: dict) -> None:
@@ -80,7 +81,7 @@ def _train_loop(config: dict) -> None:
     from autotune.trial.runner import run_trial
 
     result = run_trial(CONFIG)
-    Path(config["out"], f"rank{dist.get_rank()}.json").write_text(json.dumps(result))
+    result.write(Path(config["out"], f"rank{dist.get_rank()}.json"))
 
 
 def by_trainer(tmp: Path, i: int) -> dict:
@@ -99,8 +100,8 @@ def by_trainer(tmp: Path, i: int) -> dict:
     started = time.perf_counter()
     trainer.fit()
     wall = time.perf_counter() - started
-    result = json.loads((out / "rank0.json").read_text())
-    return {"status": result["status"], "wall_s": wall, "runner_s": result["trial_s"]}
+    result = TrialResult.read(out / "rank0.json")
+    return {"status": result.status, "wall_s": wall, "runner_s": result.trial_s}
 
 
 def main() -> None:

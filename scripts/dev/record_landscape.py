@@ -190,17 +190,17 @@ def main() -> None:
             if knobs == fixed or args.diagnose_all:  # the baseline (or every point): profiled and diagnosed
                 config.update(diagnose=True, profile_steps=max(trial["profile_steps"], 5))
             r = run_in_process(config, Path(tmp) / f"{i:04d}", args.timeout_s, str(Path.cwd()))
-            m = r.get("metrics") or {}
+            m = r.metrics or {}
             row = {
                 "point": len(done) + i,
-                "status": r.get("status", "error"),
+                "status": r.status,
                 **{k: K.to_cell(v) for k, v in knobs.items()},
                 **{c: m.get(c) for c in RESULT_COLUMNS},
-                "trial_wall_s": r["trial_wall_s"],
-                "bottleneck": (r.get("diagnosis") or {}).get("bottleneck"),
-                "error_type": r.get("error_type"),
-                "device_name": (r.get("device") or {}).get("name"),
-                "host": r.get("host"),
+                "trial_wall_s": r.trial_wall_s,
+                "bottleneck": (r.diagnosis or {}).get("bottleneck"),
+                "error_type": r.error_type,
+                "device_name": r.device.name if r.device else None,
+                "host": r.host,
                 "workload": args.workload,
             }
             writer.writerow(row)
@@ -208,7 +208,7 @@ def main() -> None:
             tput = m.get("samples_per_s")
             print(
                 " ".join(f"{str(knobs[c]):>12}" for c in cols)
-                + f" {row['status']:>7} {tput or 0:>10.1f} {r['trial_wall_s']:>7.1f}",
+                + f" {row['status']:>7} {tput or 0:>10.1f} {r.trial_wall_s:>7.1f}",
                 flush=True,
             )
     recorded = len(read_rows(out))

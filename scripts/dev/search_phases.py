@@ -97,22 +97,23 @@ def trial_phases(run_dir: Path) -> list[dict]:
     driver's side saw it (start-up included; the runner's own time for a
     re-measurement, whose wall is not recorded), `launcher_s` the difference."""
     from autotune.records.run_dir import read_run
+    from autotune.trial.result import TrialResult
 
     walls = {Path(r.trial_dir).name: r.info.get("trial_wall_s") for r in read_run(run_dir).records if r.trial_dir}
     out = []
     for path in sorted((run_dir / "trials").glob("*/result.json")) + sorted(
         (run_dir / "confirm").glob("*/result.json")
     ):
-        result = json.loads(path.read_text())
-        own = result.get("trial_s") or 0.0
+        result = TrialResult.read(path)
+        own = result.trial_s or 0.0
         wall = walls.get(path.parent.name) or own
         out.append(
             {
                 "number": path.parent.name,
-                "status": result.get("status"),
+                "status": result.status,
                 "wall_s": round(wall, 2),
                 "launcher_s": round(wall - own, 2),
-                "phases": {k: round(v, 2) for k, v in (result.get("phases_s") or {}).items()},
+                "phases": {k: round(v, 2) for k, v in (result.phases_s or {}).items()},
             }
         )
     return out

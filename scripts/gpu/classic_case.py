@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from bench_fidelity import run_child  # noqa: E402
+from bench_fidelity import run_trial_child  # noqa: E402
 
 HOST = {"batch_size": 32}  # the user's pipeline: resize + normalize in the loader
 GPU_NORMALIZE = {"batch_size": 32, "gpu_normalize": True}  # uint8 to the GPU, normalized there
@@ -78,14 +78,14 @@ def main() -> None:
             "trace_path": str(tmp / f"trace-{len(rows)}.json"),
         }
         (tmp / "c.json").write_text(json.dumps(config))
-        r = run_child(["-m", "autotune.trial", str(tmp / "c.json")])
-        if r["status"] != "ok":
-            print(f"{name:26} {r['status']}: {r.get('error_type')}: {r.get('error')}")
-            rows[name] = {"status": r["status"], "error": r.get("error")}
+        r = run_trial_child(tmp / "c.json")
+        if r.status != "ok":
+            print(f"{name:26} {r.status}: {r.error_type}: {r.error}")
+            rows[name] = {"status": r.status, "error": r.error}
             continue
-        m, d = r["metrics"], r.get("diagnosis") or {}
+        m, d = r.metrics, r.diagnosis or {}
         rows[name] = {
-            "knobs": r["knobs"],
+            "knobs": r.knobs,
             "workload_args": wl_args,
             "samples_per_s": m["samples_per_s"],
             "step_ms": m["step_ms_mean"],
@@ -116,7 +116,7 @@ def main() -> None:
     )
     if versus is not None:
         print(f"found by autotune: {versus:.2f}x the hand-tuned end state")
-    print(json.dumps({"device": r["device"]["name"], "cases": rows, "found_vs_hand_tuned": versus}))
+    print(json.dumps({"device": r.device.name if r.device else None, "cases": rows, "found_vs_hand_tuned": versus}))
 
 
 if __name__ == "__main__":

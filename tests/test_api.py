@@ -16,6 +16,7 @@ from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
 import autotune
+from autotune.records.state import SearchState
 from autotune.cli.main import app
 from autotune.export.best_config import TunedConfig
 from autotune import spec as S
@@ -277,7 +278,7 @@ def test_a_factory_in_main_with_a_sys_path_helper_reaches_trials_on_another_node
     table = pd.read_csv(tmp_path / "run" / "trials.csv")
     assert list(table["status"]) == ["ok"] * 4 and set(table["node_ip"]) == {"127.0.0.2", "127.0.0.3"}
     assert loads_without_the_helper(tmp_path / "run" / "workload.pkl") == "Net"
-    confirm = json.loads((tmp_path / "run" / "search.json").read_text())["confirm"]
+    confirm = SearchState.read(tmp_path / "run").confirm
     from autotune.decide.confirm import RERUNS
 
     # a pair under the host's other load is measured again (RERUNS in all), else the speedup is unknown

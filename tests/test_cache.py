@@ -1,6 +1,7 @@
 """Winners remembered: a finished search answers the same question again
 (`reuse`), says so otherwise, and a changed spec or `refresh` searches again."""
 
+import dataclasses
 import json
 import shutil
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import autotune
+from autotune.records.state import SearchState
 from autotune.records import cache
 from autotune.safety import parity
 from autotune.api import as_spec
@@ -149,10 +151,9 @@ def test_only_finished_searches_answer(first, tmp_path):
     runs = tmp_path / "runs"
     spec = as_spec(AW.spec(runs / "new", workload=WORKLOAD))
     shutil.copytree(first.run_dir, runs / "copy")
-    machine = json.loads((first.run_dir / "search.json").read_text())[cache.KEY]["machine"]
+    machine = SearchState.read(first.run_dir).cache_key["machine"]
     assert cache.Lookup(runs, cache.question(spec)).match(machine) == runs / "copy"
-    state_file = runs / "copy" / "search.json"
-    state = json.loads(state_file.read_text())
+    state = SearchState.read(runs / "copy")
     for unfinished in ({"stopped_reason": "interrupted after 1 of 2 trials"}, {"wall_s": None}):
-        state_file.write_text(json.dumps({k: v for k, v in {**state, **unfinished}.items() if v is not None}))
+        dataclasses.replace(state, **unfinished).write(runs / "copy")
         assert cache.Lookup(runs, cache.question(spec)).match(machine) is None, unfinished

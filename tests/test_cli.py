@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 from autotune.cli.main import app
+from autotune.records.state import SearchState
 from tests.conftest import free_port, serving, write_spec
 
 runner = CliRunner()
@@ -138,10 +139,9 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    for name in ("mlflow.db", "search.json"):
-        shutil.copy(finished_run[0] / name, run_dir / name)
-    state = json.loads((run_dir / "search.json").read_text())
-    parent = state["mlflow_parent_run_id"]
+    shutil.copy(finished_run[0] / "mlflow.db", run_dir / "mlflow.db")
+    SearchState.read(finished_run[0]).write(run_dir)
+    parent = SearchState.read(run_dir).mlflow_parent_run_id
     client = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}")
     exp = client.get_experiment_by_name("autotune")
     key = tracking.VIEW_TAG + f"autotune-{parent}"

@@ -1,7 +1,6 @@
 """Beyond one machine: a real two-node Ray cluster on loopback addresses, and a
 real MLflow tracking server on 127.0.0.1."""
 
-import json
 import os
 import shutil
 import signal
@@ -17,8 +16,10 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
+from autotune.trial import procfs
 from autotune import spec as S
 from autotune.execution.driver import run
+from autotune.records.state import SearchState
 from autotune.trial.result import TrialResult
 from tests.conftest import free_port, serving
 
@@ -35,19 +36,9 @@ TRIAL = {
 
 def process_tree(marker: str) -> list[int]:
     """Live processes whose command line holds `marker`, and their descendants."""
-    procs = {}
-    for p in Path("/proc").iterdir():
-        try:
-            if p.name.isdigit() and int(p.name) != os.getpid():
-                stat = (p / "stat").read_text().rsplit(")", 1)[1].split()
-                if stat[0] != "Z":
-                    procs[int(p.name)] = (int(stat[1]), (p / "cmdline").read_bytes().replace(b"\0", b" ").decode())
-        except OSError:
-            continue
-    tree = {pid for pid, (_, cmd) in procs.items() if marker in cmd}
-    while more := {pid for pid, (ppid, _) in procs.items() if ppid in tree} - tree:
-        tree |= more
-    return sorted(tree)
+    procs = {pid: p for pid, p in procfs.processes(live=True).items() if pid != os.getpid()}
+    tree = {pid for pid in procs if marker in procfs.cmdline(pid)}
+    return sorted(set().union(*(procfs.descendants(pid, procs) for pid in tree)) & procs.keys())
 
 
 def cluster_env() -> dict:
@@ -166,7 +157,7 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
         assert client.get_run(row["mlflow_run_id"]).data.metrics["samples_per_s"] > 0
 
     # the best re-measured against the baseline, placed like a trial; its files reached the run dir too
-    confirm = json.loads((run_dir / "search.json").read_text()).get("confirm")
+    confirm = SearchState.read(run_dir).confirm
     if confirm:
         from autotune.decide.confirm import RERUNS
 

@@ -8,6 +8,7 @@ from autotune.decide import confirm as C
 from autotune.trial import measure as M
 from autotune.records.run_dir import read_run
 from autotune.trial.result import TrialResult
+from autotune.records.state import SearchState
 
 
 def test_rounds_alternate_so_a_drift_weighs_on_both_sides():
@@ -223,9 +224,8 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     trials run (fresh processes, the window only), and every output tells the
     same speedup."""
     run_dir, _ = finished_run
-    state = json.loads((run_dir / "search.json").read_text())
     result = read_run(run_dir)
-    confirm = state.get("confirm")
+    confirm = SearchState.read(run_dir).confirm
     if confirm is None:  # the baseline itself won: nothing to re-measure
         assert result.best is result.baseline
         return

@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from autotune.records.state import SearchState
 
 from tests.conftest import write_spec
 
@@ -57,8 +58,8 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     assert len(run.records) == 3 and run.baseline.number == 0 and run.best is not None and run.ended == "3 trials"
     assert run.baseline.diagnosis["moves"] and not (run_dir / "mlflow.db").exists()
     assert (run_dir / "best_config.yaml").exists() and (run_dir / "optuna.db").exists()
-    state = json.loads((run_dir / "search.json").read_text())
-    assert state["mlflow_uri"] is None and state["n_trials"] == 3
+    state = SearchState.read(run_dir)
+    assert state.mlflow_uri is None and state.n_trials == 3
     for r in run.records:  # each trial ran in its own process, under the block too
         assert (Path(r.trial_dir) / "result.json").exists() and r.info["trial_wall_s"] > 0
     # v2's anchor, read again in a fresh process (confirm.reread_anchor): its throughput the two reads' mean
@@ -155,7 +156,7 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1 and "interrupted after" in out, out
     assert f"continue with `autotune search --resume {run_dir}`" in out
-    assert json.loads((run_dir / "search.json").read_text())["ended"] == "interrupted"
+    assert SearchState.read(run_dir).ended == "interrupted"
     assert processes_in(run_dir) == []  # the running trial was stopped
     first = sorted(pd.read_csv(run_dir / "trials.csv")["trial"])
 
@@ -170,4 +171,4 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
         if t.state.is_finished() and not t.user_attrs.get("interrupted") and not t.user_attrs.get("virtual")
     )
     assert set(first) < set(rows) and rows == ran and len(rows) == 4  # nothing lost or repeated
-    assert json.loads((run_dir / "search.json").read_text())["ended"] == "4 trials"
+    assert SearchState.read(run_dir).ended == "4 trials"

@@ -138,3 +138,60 @@ def test_the_public_names_survive_importing_every_module():
         if not info.name.endswith("__main__") and ".sitecustomize" not in info.name:
             importlib.import_module(info.name)
     assert callable(autotune.search) and callable(autotune.load_config) and callable(autotune.config)
+
+
+OWNERS = {"search.json": "autotune/records/state.py", "/proc": "autotune/trial/procfs.py"}
+OPENERS = {"load", "loads", "open", "read_text", "read_bytes", "write_text", "write_bytes", "dump"}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+
+
+def raw_readers(root: Path, files: list[Path]) -> list[str]:
+    """Where code other than its owner names search.json or /proc in a string (docstrings aside), or opens or parses
+    a path that names search.json (`open`, `read_text`, `json.load`... on it): each is a second reader."""
+    out = []
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                for word, owner in OWNERS.items():
+                    if node.value.startswith(word) and rel != owner and rel.startswith("autotune/"):
+                        out.append(f"{rel}:{node.lineno} names {word}")
+            if isinstance(node, ast.Call) and rel != OWNERS["search.json"]:
+                name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+                if name in OPENERS and ("search.json" in ast.unparse(node) or "STATE_FILE" in ast.unparse(node)):
+                    out.append(f"{rel}:{node.lineno} opens search.json")
+    return sorted(out)
+
+
+def test_only_search_state_reads_search_json_and_only_procfs_reads_proc():
+    root = PACKAGE.parent
+    files = sorted(PACKAGE.rglob("*.py")) + sorted((root / "scripts").rglob("*.py"))
+    assert raw_readers(root, files) == [], "read search.json through SearchState, /proc through procfs"
+
+
+def test_the_reader_check_sees_a_raw_reader(tmp_path):
+    (tmp_path / "autotune" / "cli").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "autotune" / "cli" / "x.py").write_text(
+        'import json\nSTATE = "search.json"\n\ndef f(d):\n    """Reads search.json."""\n'
+        '    return json.loads((d / STATE).read_text()), open("/proc/stat").read()\n'
+    )
+    (tmp_path / "scripts" / "y.py").write_text('import json\njson.loads((run / "search.json").read_text())\n')
+    assert raw_readers(tmp_path, sorted(tmp_path.rglob("*.py"))) == [
+        "autotune/cli/x.py:2 names search.json",
+        "autotune/cli/x.py:6 names /proc",
+        "scripts/y.py:2 opens search.json",
+        "scripts/y.py:2 opens search.json",
+    ]

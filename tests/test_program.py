@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from autotune.records.run_dir import read_run
+from autotune.records.state import SearchState
 from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(600)
@@ -66,9 +67,9 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     run = read_run(tmp_path / "run")
     assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
     assert {r.knobs["num_workers"] for r in run.records} == {0, 1}
-    state = json.loads((tmp_path / "run" / "search.json").read_text())
-    assert state["space"]["search"] == {"num_workers": [0, 1]}
-    assert state["space"]["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
+    space = SearchState.read(tmp_path / "run").space
+    assert space["search"] == {"num_workers": [0, 1]}
+    assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
     first = TrialResult.read(tmp_path / "run" / "trials" / "0000" / "result.json")
     assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
     assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
@@ -151,9 +152,9 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
-    state = json.loads((tmp_path / "run" / "search.json").read_text())
-    assert state["space"]["search"] == {"args.batch_size": [4, 16]}
-    assert state["space"]["fixed"]["num_workers"].startswith("not used by your program")  # no DataLoader
+    space = SearchState.read(tmp_path / "run").space
+    assert space["search"] == {"args.batch_size": [4, 16]}
+    assert space["fixed"]["num_workers"].startswith("not used by your program")  # no DataLoader
     big = next(r for r in run.records if r.knobs["args.batch_size"] == 16)
     config = json.loads((tmp_path / "run" / "trials" / f"{big.number:04d}" / "config.json").read_text())
     assert config["workload"]["command"][-2:] == ["--batch_size", "16"]  # the flag replaced, not repeated

@@ -5,12 +5,13 @@ import time
 import pytest
 
 from autotune.execution import reaper
+from autotune.trial import procfs
 
 DRIVER = "import subprocess, sys, time; sys.stdin.readline(); print(subprocess.Popen(['sleep', '60']).pid, flush=True); time.sleep(60)"
 
 
 def alive(pid: int) -> bool:
-    return pid in reaper._procs()  # a zombie is not alive
+    return pid in procfs.processes(live=True)  # a zombie is not alive
 
 
 @pytest.fixture

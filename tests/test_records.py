@@ -1,5 +1,7 @@
 """Records of a search: which trial is the best, and what may be compared."""
 
+import dataclasses
+import json
 from pathlib import Path
 
 from autotune import knobs as K
@@ -150,3 +152,16 @@ def test_a_trial_measured_under_outside_load_does_not_decide_the_winner():
     assert pick_best(records).number == 1  # the undisturbed contender, though slower
     records[1].info["disturbed"] = records[2].info["disturbed"]
     assert pick_best(records).number == 2  # every one disturbed: the fastest, for the re-measurement to decide
+
+
+def test_search_state_reads_an_older_run_dir_and_writes_back_what_it_did_not_know(tmp_path):
+    from autotune.records.state import SearchState
+
+    old = {"name": "s", "space": {"search": {}}, "n_trials": 3, "mlflow_uri": None, "optuna_study": "s", "x_old": 1}
+    (tmp_path / "search.json").write_text(json.dumps(old))
+    state = SearchState.read(tmp_path)
+    assert state.n_trials == 3 and state.wall_s is None and not state.finished and state.extra == {"x_old": 1}
+    dataclasses.replace(state, wall_s=2.5, ended="3 trials").write(tmp_path)
+    again = json.loads((tmp_path / "search.json").read_text())
+    assert again["x_old"] == 1 and again["wall_s"] == 2.5 and "stopped_reason" not in again
+    assert SearchState.read(tmp_path).finished and SearchState.read_or_none(tmp_path / "none") is None

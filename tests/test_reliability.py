@@ -1,6 +1,5 @@
 """Faults in trials, interruptions and bad input never lose a search."""
 
-import json
 import os
 import signal
 import subprocess
@@ -15,25 +14,20 @@ import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
+from autotune.trial import procfs
 from autotune.execution import reaper
 from autotune.decide.budget import NOTHING_LEFT
 from autotune import spec as S
 from autotune.cli.main import app
 from autotune.execution.driver import run
+from autotune.records.state import SearchState
 
 TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2}
 
 
 def processes_in(path: Path) -> list[int]:
     """PIDs whose working directory is under `path` (trial processes run in their trial dir)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        try:
-            if proc.name.isdigit() and str(Path(os.readlink(proc / "cwd"))).startswith(str(path)):
-                pids.append(int(proc.name))
-        except OSError:
-            continue
-    return pids
+    return [pid for pid in procfs.processes() if str(procfs.cwd(pid)).startswith(str(path))]
 
 
 @pytest.mark.timeout(400)
@@ -172,20 +166,17 @@ def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path):
     assert len(final["csv"]) == 5 and len(set(final["csv"])) == 5  # the budget, no trial lost or repeated
     assert set(second["csv"]) <= set(final["csv"])
     assert yaml.safe_load((run_dir / "best_config.yaml").read_text())["measured"]["trials"] == 5
-    state = json.loads((run_dir / "search.json").read_text())
-    assert state["wall_s"] > state["wall_before_s"] > 0  # the resumed search counts every run
+    state = SearchState.read(run_dir)
+    assert state.wall_s > state.wall_before_s > 0  # the resumed search counts every run
 
 
 def cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")[:300]
-    except OSError:
-        return "(gone)"
+    return procfs.cmdline(pid)[:300] or "(gone)"
 
 
 def alive(procs: set[tuple[int, int]]) -> set[tuple[int, int]]:
     """Those of `procs` (pid, start time) still running as the same process."""
-    now = {(pid, start) for pid, (_, start) in reaper._procs().items()}
+    now = {(p.pid, p.start_ticks) for p in procfs.processes(live=True).values()}
     return procs & now
 
 
@@ -197,7 +188,7 @@ def test_sigkill_of_the_driver_leaves_the_stores_consistent_and_no_process_behin
     proc = start_search(str(spec))
     wait_for_rows(run_dir / "trials.csv", 2, proc)
     started = reaper.descendants(proc.pid, since=0)  # Ray's processes (its agents too), the fork server, a trial
-    assert any("raylet" in Path(f"/proc/{pid}/cmdline").read_text() for pid, _ in alive(started))
+    assert any("raylet" in procfs.cmdline(pid) for pid, _ in alive(started))
     os.kill(proc.pid, signal.SIGKILL)  # the driver alone, as `kill -9 PID` does: nothing in it gets to clean up
     proc.wait(timeout=30)
     deadline = time.time() + 20
@@ -383,8 +374,7 @@ def test_a_trial_run_left_running_by_a_kill_is_finished_not_doubled(tmp_path):
     rows = pd.read_csv(run_dir / "trials.csv")
     last = int(rows.trial.max())
     rows[rows.trial != last].to_csv(run_dir / "trials.csv", index=False)
-    state = json.loads((run_dir / "search.json").read_text())
-    client = MlflowClient(state["mlflow_uri"])
+    client = MlflowClient(SearchState.read(run_dir).mlflow_uri)
     [left] = client.search_runs(
         [client.get_experiment_by_name("autotune").experiment_id], filter_string=f"tags.trial_number = '{last}'"
     )

@@ -12,6 +12,7 @@ from typer.testing import CliRunner
 from autotune import load_config
 from autotune.cli.main import app
 from autotune.export.best_config import TunedConfig, render
+from autotune.records.state import SearchState
 
 runner = CliRunner()
 pytestmark = pytest.mark.timeout(300)
@@ -419,7 +420,7 @@ def test_a_search_writes_its_break_even_to_best_config_and_its_summary(finished_
     if best["measured"]["speedup_x"] is None:  # unknown (autotune.confirm): no break-even either
         assert "break_even" not in best and best["confirmed"]["verdict"] == "unknown"
         return
-    be, wall = best["break_even"], json.loads((run_dir / "search.json").read_text())["wall_s"]
+    be, wall = best["break_even"], SearchState.read(run_dir).wall_s
     assert be["search_s"] == pytest.approx(wall, abs=0.1) and be["batch_size"] == best["knobs"]["batch_size"]
     assert be["speedup_x"] == pytest.approx(best["measured"]["speedup_x"], abs=1e-3)
     if be["steps"] is None:  # the winner is the baseline, or not faster

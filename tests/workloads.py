@@ -205,8 +205,10 @@ def make_leaky(batch_size: int = 8) -> Workload:
     import json
     import os
 
-    with open(f"/proc/{os.getppid()}/stat") as f:  # the parent's parent (a shared fork server's handler's: the server)
-        grandparent = int(f.read().rsplit(")", 1)[1].split()[1])
+    from autotune.trial import procfs
+
+    # the parent's parent (a shared fork server's handler's: the server)
+    grandparent = procfs.process(os.getppid()).ppid
     import gc
 
     seen = {
@@ -380,10 +382,9 @@ def make_talking(batch_size: int = 8, fail_rank: int | None = None, hang: bool =
     import sys
     import time
 
-    with open(f"/proc/{os.getppid()}/stat") as f:
-        grandparent = int(f.read().rsplit(")", 1)[1].split()[1])
-    with open(f"/proc/{grandparent}/cmdline") as f:
-        print("forked from:", " ".join(f.read().split("\0")).strip())
+    from autotune.trial import procfs
+
+    print("forked from:", procfs.cmdline(procfs.process(os.getppid()).ppid))
 
     def model():
         rank = os.environ.get("RANK")

@@ -150,9 +150,9 @@ def search(
 
 def _study(run_dir: Path) -> tuple[str, str]:
     """The search's Optuna storage and its study."""
-    import json
+    from autotune.records.state import SearchState
 
-    study = json.loads((run_dir / "search.json").read_text())["optuna_study"]
+    study = SearchState.read(run_dir).optuna_study
     return f"sqlite:///{(run_dir / 'optuna.db').resolve()}", study
 
 
@@ -347,17 +347,15 @@ def _trials_url(run_dir: Path, db: Path, base: str) -> str:
     """The runs page on the search's trials (tracking.trials_view); a store
     written before autotune saved that view gets it now. Without search.json:
     the experiment's runs page (MLflow 3's start page is a GenAI overview)."""
-    import json
-
     from mlflow.tracking import MlflowClient
 
     from autotune.integrations import tracking
+    from autotune.records.state import SearchState
 
-    state = run_dir / "search.json"
-    state = json.loads(state.read_text()) if state.exists() else {}
+    state = SearchState.read(run_dir) if SearchState.exists(run_dir) else SearchState()
     client = MlflowClient(f"sqlite:///{db.resolve()}")
-    exp = client.get_experiment_by_name(state.get("mlflow_experiment", "autotune"))
-    parent = state.get("mlflow_parent_run_id")
+    exp = client.get_experiment_by_name(state.mlflow_experiment)
+    parent = state.mlflow_parent_run_id
     if exp is None or parent is None:
         return f"{base}/#/experiments/{exp.experiment_id if exp else '0'}/runs?workflowType=machine_learning"
     if tracking.VIEW_TAG + tracking.view_key(parent) not in exp.tags:

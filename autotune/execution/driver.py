@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 import os
 import time
 from typing import Callable
@@ -40,7 +39,6 @@ from autotune.integrations import tracking
 from autotune.records import cache, plots
 from autotune.records.recorder import Recorder, reconcile
 from autotune.records.run_dir import (
-    STATE_FILE,
     SearchResult,
     TrialRecord,
     pick_best,
@@ -48,8 +46,8 @@ from autotune.records.run_dir import (
     read_run,
     same_device,
     write_csv,
-    write_state,
 )
+from autotune.records.state import STATE_FILE, SearchState
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits
@@ -91,9 +89,9 @@ def run(
     run_dir = spec.resolved_output_dir().resolve()
     state = None
     if resume:
-        if not (run_dir / STATE_FILE).exists():
+        if not SearchState.exists(run_dir):
             raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
-        state = json.loads((run_dir / STATE_FILE).read_text())
+        state = SearchState.read(run_dir)
     user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
     user = spec.search_space.user()
     program = spec.workload.command is not None  # the user's own program (autotune.execution.program)
@@ -173,9 +171,9 @@ def run(
             PG.fix_unused(space, workload.used)
         if not space.search:
             raise SpecError(space.nothing_to_search())
-        if state and state["space"]["search"] != space.search:
+        if state and state.space["search"] != space.search:
             raise SpecError(
-                f"`{run_dir}` searched {state['space']['search']}; this machine resolves the space to "
+                f"`{run_dir}` searched {state.space['search']}; this machine resolves the space to "
                 f"{space.search}: resume on the same kind of device"
             )
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -261,11 +259,11 @@ def _search(
         opened.n_trials,
         opened.storage_url,
     )
-    write_state(run_dir, state)
+    state.write(run_dir)
     records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
     recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
     study = optuna.create_study(
-        study_name=state["optuna_study"],
+        study_name=state.optuna_study,
         storage=storage_url,
         direction="maximize",
         load_if_exists=True,
@@ -423,15 +421,15 @@ def _finish(
                 records, baseline, remeasure, check, announce, spec.search.min_improvement, budget_left
             )
             if rejected:
-                state["confirm_rejected"] = rejected
+                state.confirm_rejected = rejected
     except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
         stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
         best = pick_best(records)
     write_csv(records, paths["trials_csv"])  # late parity verdicts
     if confirm:
-        state["confirm"] = confirm
+        state.confirm = confirm
         wall = time.perf_counter() - started + opened.wall_before
-    state["skipped_predicted"] = strategy.skipped_predicted()
+    state.skipped_predicted = strategy.skipped_predicted()
     result = SearchResult(
         run_dir,
         space,
@@ -444,7 +442,7 @@ def _finish(
         stopped,
         ended,
         confirm,
-        skipped=state["skipped_predicted"],
+        skipped=state.skipped_predicted,
     )
     settle(result)  # a best that did not beat the baseline in every pair ties with it
     best = result.best
@@ -463,16 +461,16 @@ def _finish(
                 confirm_speedup_low=confirm["speedup_low"],
                 confirm_speedup_high=confirm["speedup_high"],
             )
-    write_state(run_dir, {**state, "wall_s": wall, "stopped_reason": stopped, "ended": ended})
+    dataclasses.replace(state, wall_s=wall, stopped_reason=stopped, ended=ended).write(run_dir)
     tracker.tag_search({"ended": ended})
 
     def close() -> None:  # the plots (where matplotlib is installed), then the parent run closed with them
         plot_files = (
-            plots.write_all(result, opened.storage_url, state["optuna_study"]) if ok and installed("matplotlib") else []
+            plots.write_all(result, opened.storage_url, state.optuna_study) if ok and installed("matplotlib") else []
         )
         tracker.finish(
             summary,
-            [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", run_dir / "search.json"],
+            [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", SearchState.path(run_dir)],
             status="FAILED" if stopped else "FINISHED",
             plots=plot_files,
         )

@@ -29,40 +29,23 @@ import select
 import signal
 import subprocess
 import sys
-from pathlib import Path
+
+from autotune.trial import procfs
 
 POLL_S = 0.5
 NORMAL_END = b"x"  # what a driver ending normally writes before it closes the reaper's stdin
 
 
-def _procs() -> dict[int, tuple[int, int]]:
-    """pid -> (parent pid, start time in clock ticks since boot) of the live
-    processes, from /proc. A zombie is not live: a killed driver stays one until
-    its parent waits for it, and must count as gone."""
-    out = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-            if fields[0] != "Z":
-                out[int(stat.parent.name)] = (int(fields[1]), int(fields[19]))
-        except (OSError, IndexError, ValueError):
-            continue
-    return out
+def _procs() -> dict[int, int]:
+    """pid -> start time (clock ticks since boot) of the live processes. A zombie is not live: a killed driver stays
+    one until its parent waits for it, and must count as gone."""
+    return {pid: p.start_ticks for pid, p in procfs.processes(live=True).items()}
 
 
-def descendants(pid: int, since: int, procs: dict[int, tuple[int, int]] | None = None) -> set[tuple[int, int]]:
-    """(pid, start time) of every descendant of `pid` that started at or after `since`."""
-    procs = _procs() if procs is None else procs
-    children: dict[int, list[int]] = {}
-    for child, (parent, _) in procs.items():
-        children.setdefault(parent, []).append(child)
-    out, todo = set(), [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            todo.append(child)
-            if procs[child][1] >= since:
-                out.add((child, procs[child][1]))
-    return out
+def descendants(pid: int, since: int, procs: dict[int, procfs.Process] | None = None) -> set[tuple[int, int]]:
+    """(pid, start time) of every live descendant of `pid` that started at or after `since`."""
+    procs = procfs.processes(live=True) if procs is None else procs
+    return {(c, procs[c].start_ticks) for c in procfs.descendants(pid, procs) - {pid} if procs[c].start_ticks >= since}
 
 
 def watch(driver: int) -> None:
@@ -72,14 +55,14 @@ def watch(driver: int) -> None:
     procs = _procs()
     if driver not in procs:
         return
-    started = procs[driver][1]
-    since = procs[os.getpid()][1]  # what started after this reaper: the search's, not the user's
+    started = procs[driver]
+    since = procs[os.getpid()]  # what started after this reaper: the search's, not the user's
     noted: set[tuple[int, int]] = set()
     while True:
-        procs = _procs()
-        if procs.get(driver, (0, None))[1] != started:
+        live = procfs.processes(live=True)
+        if driver not in live or live[driver].start_ticks != started:
             break  # the driver is gone
-        noted = {p for p in noted if procs.get(p[0], (0, None))[1] == p[1]} | descendants(driver, since, procs)
+        noted = {p for p in noted if p[0] in live and live[p[0]].start_ticks == p[1]} | descendants(driver, since, live)
         readable, _, _ = select.select([sys.stdin], [], [], POLL_S)
         if readable:
             if os.read(sys.stdin.fileno(), 1) == NORMAL_END:
@@ -87,14 +70,14 @@ def watch(driver: int) -> None:
             break  # EOF alone: the driver died (it may still be listed in /proc for a moment)
     procs = _procs()
     for pid, start in noted:
-        if pid != os.getpid() and procs.get(pid, (0, None))[1] == start:
+        if pid != os.getpid() and procs.get(pid) == start:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
 
 
 def start() -> subprocess.Popen | None:
     """A reaper watching this process (Linux; elsewhere None)."""
-    if not Path("/proc/self/stat").exists():
+    if not procfs.available():
         return None
     return subprocess.Popen(
         [sys.executable, "-m", "autotune.execution.reaper", str(os.getpid())],

@@ -13,12 +13,12 @@ from pathlib import Path
 from typing import Callable
 
 from autotune._imports import installed
-from autotune.records import cache
 from autotune.integrations import tracking
 from autotune import knobs as K
 from autotune import workload as W
 from autotune.decide.budget import trial_cap
 from autotune.records.run_dir import run_paths
+from autotune.records.state import SearchState
 from autotune.spec import Spec, SpecError
 
 
@@ -81,18 +81,18 @@ def prepare(
 class Opened:
     tracker: tracking.Tracker
     paths: dict[str, Path]
-    state: dict
+    state: SearchState
     n_trials: int
     storage_url: str
     wall_before: float = 0.0  # seconds the search ran before this run of it (a resume)
 
 
-def open_search(spec, run_dir, device, space, state, remembered: dict | None = None) -> Opened:
+def open_search(spec, run_dir, device, space, state: SearchState | None, remembered: dict | None = None) -> Opened:
     """The search's MLflow parent run and search.json: new, or reopened to resume."""
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     # without MLflow installed (the local backend on a GPU host), the run dir is the search's only record
     uri = (
-        state["mlflow_uri"]
+        state.mlflow_uri
         if state
         else spec.tracking.uri or (tracking.default_uri(run_dir) if installed("mlflow") else None)
     )
@@ -103,7 +103,7 @@ def open_search(spec, run_dir, device, space, state, remembered: dict | None = N
             spec.tracking.experiment,
             run_dir,
             spec.name,
-            parent_run_id=state["mlflow_parent_run_id"] if state else None,
+            parent_run_id=state.mlflow_parent_run_id if state else None,
         )
         if uri
         else tracking.NoTracker()
@@ -122,26 +122,23 @@ def open_search(spec, run_dir, device, space, state, remembered: dict | None = N
     n_trials = trial_cap(space.search, spec.search.n_trials, spec.search.time_budget_s, spec.search.sampler)
     wall_before = 0.0
     if state:
-        n_trials = state["n_trials"]
-        wall_before = state.get("wall_s") or state.get("wall_before_s") or 0.0
+        n_trials = state.n_trials
+        wall_before = state.wall_so_far
         # until this run finishes, the time already spent stays on record (a kill loses nothing)
-        state = {
-            **{k: v for k, v in state.items() if k not in ("wall_s", "stopped_reason", "ended")},
-            "wall_before_s": wall_before,
-        }
+        state = dataclasses.replace(state, wall_s=None, stopped_reason=None, ended=None, wall_before_s=wall_before)
         tracker.reopen()
     else:
-        state = {
-            "name": spec.name,
-            "device": dataclasses.asdict(device),
-            "space": dataclasses.asdict(space),
-            "n_trials": n_trials,
-            "time_budget_s": spec.search.time_budget_s,
-            "mlflow_uri": uri,
-            "mlflow_experiment": spec.tracking.experiment,
-            "mlflow_parent_run_id": tracker.parent_run_id,
-            "optuna_study": spec.name,
-            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            cache.KEY: remembered,
-        }
+        state = SearchState(
+            name=spec.name,
+            device=dataclasses.asdict(device),
+            space=dataclasses.asdict(space),
+            n_trials=n_trials,
+            time_budget_s=spec.search.time_budget_s,
+            mlflow_uri=uri,
+            mlflow_experiment=spec.tracking.experiment,
+            mlflow_parent_run_id=tracker.parent_run_id,
+            optuna_study=spec.name,
+            started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+            cache_key=remembered,
+        )
     return Opened(tracker, paths, state, n_trials, storage_url, wall_before)

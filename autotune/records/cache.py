@@ -29,17 +29,15 @@ only once Ray runs.
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 from pathlib import Path
 from typing import Any
 
 from autotune._version import __version__
-from autotune.records.run_dir import STATE_FILE
+from autotune.records.state import SearchState
+from autotune.trial import procfs
 from autotune.safety.parity import RULE as PARITY_RULE
-
-KEY = "cache_key"
 
 
 def question(spec) -> dict[str, Any] | None:
@@ -98,13 +96,10 @@ def param_fingerprint(workload) -> str | None:
 
 
 def _host() -> dict[str, Any]:
-    model = ""
-    try:
-        with open("/proc/cpuinfo") as f:
-            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
-    except OSError:
-        pass
-    return {"cpu": model, "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()}
+    return {
+        "cpu": procfs.cpu_model(),
+        "cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+    }
 
 
 def _device(requested: str, torch) -> str | None:
@@ -145,15 +140,10 @@ class Lookup:
 
     def __init__(self, runs_dir: Path, asked: dict[str, Any]):
         self.asked, self.found = asked, []
-        for state_file in runs_dir.glob(f"*/{STATE_FILE}") if runs_dir.is_dir() else ():
-            try:
-                state = json.loads(state_file.read_text())
-            except (OSError, ValueError):
-                continue
-            key = state.get(KEY) or {}
-            finished = "wall_s" in state and not state.get("stopped_reason")
-            if finished and key.get("question") == asked and (state_file.parent / "best_config.yaml").exists():
-                self.found.append((state.get("started") or "", state_file.parent, key.get("machine")))
+        for run_dir, state in SearchState.under(runs_dir):
+            key = state.cache_key or {}
+            if state.finished and key.get("question") == asked and (run_dir / "best_config.yaml").exists():
+                self.found.append((state.started or "", run_dir, key.get("machine")))
         self.found.sort(reverse=True)  # the newest first
 
     def match(self, machine: dict[str, Any] | None) -> Path | None:

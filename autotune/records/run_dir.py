@@ -12,10 +12,10 @@ from typing import Any
 
 from autotune import knobs as K
 from autotune.decide.confirm import settle
+from autotune.records.state import STATE_FILE, SearchState
 from autotune.trial.result import TrialResult
 
 METRIC = "samples_per_s"
-STATE_FILE = "search.json"
 INFO = (
     "host",
     "node_ip",
@@ -405,10 +405,6 @@ def write_csv(records: list[TrialRecord], path: Path) -> None:
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
-def write_state(run_dir: Path, state: dict) -> None:
-    (run_dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
-
-
 def _clean(value):
     if isinstance(value, float) and math.isnan(value):
         return None
@@ -420,11 +416,11 @@ def read_run(run_dir: Path) -> SearchResult:
     import pandas as pd
 
     run_dir = Path(run_dir)
-    state_file, csv = run_dir / STATE_FILE, run_dir / "trials.csv"
-    if not state_file.exists():
+    csv = run_dir / "trials.csv"
+    if not SearchState.exists(run_dir):
         raise FileNotFoundError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE})")
-    state = json.loads(state_file.read_text())
-    space = K.Space(**state["space"])
+    state = SearchState.read(run_dir)
+    space = K.Space(**state.space)
     K.declare(space.user)
     records = []
     rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []
@@ -458,16 +454,16 @@ def read_run(run_dir: Path) -> SearchResult:
         )
     baseline = next((r for r in records if r.is_baseline), None)
     best = pick_best(records)
-    named = (state.get("confirm") or {}).get("best_trial")  # a rejected best handed over to the next candidate
+    named = (state.confirm or {}).get("best_trial")  # a rejected best handed over to the next candidate
     if best is not None and named is not None and named != best.number:
         best = next((r for r in records if r.number == named and r.throughput and r.safe), best)
     device = K.Device(
         **{
-            **state["device"],
-            "capability": tuple(state["device"]["capability"]) if state["device"]["capability"] else None,
+            **state.device,
+            "capability": tuple(state.device["capability"]) if state.device["capability"] else None,
         }
     )
-    paths = run_paths(run_dir, state["mlflow_uri"])
+    paths = run_paths(run_dir, state.mlflow_uri)
     result = SearchResult(
         run_dir,
         space,
@@ -475,12 +471,12 @@ def read_run(run_dir: Path) -> SearchResult:
         records,
         baseline,
         best,
-        state.get("wall_s") or 0.0,
+        state.wall_s or 0.0,
         paths,
-        state.get("stopped_reason") or (None if "wall_s" in state else "interrupted (the search did not finish)"),
-        state.get("ended"),
-        state.get("confirm"),
-        skipped=state.get("skipped_predicted") or [],
+        state.stopped_reason or (None if state.wall_s is not None else "interrupted (the search did not finish)"),
+        state.ended,
+        state.confirm,
+        skipped=state.skipped_predicted or [],
     )
     settle(result)
     return result

@@ -8,41 +8,25 @@ device (NVML). Linux /proc only; elsewhere nothing is reported."""
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+from autotune.trial import procfs
 
 OTHER_CPU_LIMIT = 0.25  # others used more than a quarter of the host's CPU time: disturbed
 TRIAL_PID = "AUTOTUNE_TRIAL_PID"  # set in a rank the trial process forked (autotune.ranks): that process
-TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _host_busy_s() -> float | None:
-    try:
-        fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    except (OSError, ValueError):
+    ticks = procfs.host_cpu_ticks()
+    if not ticks:
         return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return (sum(fields[:8]) - idle) / TICK  # user..steal; guest time is already in user
+    idle = ticks[3] + (ticks[4] if len(ticks) > 4 else 0)  # idle + iowait
+    return (sum(ticks[:8]) - idle) / procfs.TICK  # user..steal; guest time is already in user
 
 
 def _tree_cpu_s(root: int) -> float:
     """CPU seconds of `root` and its descendants (the loader workers)."""
-    stats = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                text = (entry / "stat").read_text()
-            except OSError:
-                continue
-            fields = text[text.rindex(")") + 2 :].split()
-            stats[int(entry.name)] = (int(fields[1]), (int(fields[11]) + int(fields[12])) / TICK)  # ppid, utime+stime
-    tree, grew = {root}, True
-    while grew:
-        grew = False
-        for pid, (ppid, _) in stats.items():
-            if ppid in tree and pid not in tree:
-                tree.add(pid)
-                grew = True
-    return sum(stats[p][1] for p in tree if p in stats)
+    procs = procfs.processes()
+    return sum(procs[p].cpu_s for p in procfs.descendants(root, procs) if p in procs)
 
 
 def trial_root() -> int:

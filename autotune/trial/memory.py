@@ -24,6 +24,9 @@ import ctypes
 import ctypes.util
 import threading
 
+from autotune.trial import procfs
+
+
 PERIOD_S = 0.001  # sampling period of the allocator's bytes in use
 MEMORY_STEPS = 2  # the memory window's steps (after the timed window, untimed)
 _FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")
@@ -131,22 +134,17 @@ def memory_window(session, batches, steps: int = MEMORY_STEPS) -> dict[str, floa
 
 def reset_peak_rss() -> None:
     """Restart this process's peak RSS (Linux VmHWM) from its current RSS; elsewhere a no-op."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-    except OSError:
-        pass
+    procfs.reset_peak_rss()
 
 
 def peak_rss_gib() -> float:
     """This process's peak RSS since `reset_peak_rss` (Linux; elsewhere since it started)."""
-    try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 2**20  # kB
-    except (OSError, StopIteration):
+    peak = procfs.kib("self/status", "VmHWM")
+    if peak is None:
         import resource
 
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    return peak / 2**20
 
 
 class MemoryCapExceeded(MemoryError):

@@ -29,10 +29,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from autotune.trial import procfs
+
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 NEVER = "batch size, precision, compile, layout and optimizer stay as exported"
 PREFIX = "autotune online:"
-_TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 @dataclass(frozen=True)
@@ -116,12 +117,8 @@ def default_cpu_budget() -> float:
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU time of a process (from /proc; 0 when it is gone)."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / _TICK
-    except (OSError, IndexError, ValueError):
-        return 0.0
+    proc = procfs.process(pid)
+    return proc.cpu_s if proc else 0.0
 
 
 def pss_gib(pid: int) -> float:
@@ -135,34 +132,19 @@ def pss_gib(pid: int) -> float:
             return psutil.Process(pid).memory_full_info().pss / 2**30
         except psutil.Error:  # gone, or not ours to read
             return 0.0
-    try:
-        with open(f"/proc/{pid}/smaps_rollup") as f:
-            for line in f:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return 0.0
+    return (procfs.kib(f"{pid}/smaps_rollup", "Pss") or 0) / 2**20
 
 
 def host_available_gib() -> float | None:
     """The host's MemAvailable (what can be allocated without swapping), None where /proc/meminfo is absent."""
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) / 2**20
-    except OSError:
-        pass
-    return None
+    available = procfs.kib("meminfo", "MemAvailable")
+    return None if available is None else available / 2**20
 
 
 def host_idle_cores(prev: tuple | None) -> tuple[tuple, float | None]:
     """Idle cores of the host since `prev` (from /proc/stat), and the new mark."""
-    try:
-        with open("/proc/stat") as f:
-            v = [int(x) for x in f.readline().split()[1:]]
-    except OSError:
+    v = procfs.host_cpu_ticks()
+    if not v:
         return (), None
     mark = (sum(v), v[3] + v[4])
     if not prev:

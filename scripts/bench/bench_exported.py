@@ -119,8 +119,9 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
 def baseline_config(run_dir: Path, best: dict) -> dict:
     """The baseline as a best_config.yaml: its knobs and searched workload arguments."""
     from autotune.knobs import KNOBS, workload_args
+    from autotune.records.state import SearchState
 
-    base = json.loads((run_dir / "search.json").read_text())["space"]["baseline"]
+    base = SearchState.read(run_dir).space["baseline"]
     return {
         **best,
         "knobs": {k: v for k, v in base.items() if k in KNOBS},

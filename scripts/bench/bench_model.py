@@ -26,6 +26,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.decide import model as M  # noqa: E402
 from autotune.records.run_dir import read_run  # noqa: E402
+from autotune.records.state import SearchState  # noqa: E402
 
 
 def trials(run_dir: Path) -> list[dict]:
@@ -77,7 +78,7 @@ def main(argv=None) -> dict:
     report, everything = {}, []
     print(f"{'run':48s} {'trials':>6s} {'before':>8s} {'now':>8s}")
     for run in args.runs:
-        if not (run / "trials.csv").is_file() or not (run / "search.json").is_file():
+        if not (run / "trials.csv").is_file() or not SearchState.exists(run):
             print(f"{str(run)[-48:]:48s} skipped: no trials.csv and search.json (not a search's output dir)")
             continue
         rows = replay(trials(run))

@@ -1,0 +1,118 @@
+"""Linux's /proc, the one module that reads it: the live processes (parent, start time, CPU time, command line), the
+host's CPU counters, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
+says so (empty, None or 0) rather than raising. Torch-free, so the trial side and the execution side both use it."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+PROC = Path("/proc")
+TICK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+@dataclass(frozen=True)
+class Process:
+    pid: int
+    ppid: int
+    state: str  # R, S, D, Z (a zombie: ended, not yet waited for), ...
+    start_ticks: int  # clock ticks since boot: with the pid, names one process even after the pid is reused
+    cpu_s: float  # user + system
+
+
+def available() -> bool:
+    return (PROC / "self" / "stat").exists()
+
+
+def process(pid: int | str) -> Process | None:
+    """The process `pid` ("self" for this one), None when it is gone or /proc is absent."""
+    try:
+        text = (PROC / str(pid) / "stat").read_text()
+        fields = text.rsplit(")", 1)[1].split()
+        return Process(
+            int(text.split(None, 1)[0]),
+            int(fields[1]),
+            fields[0],
+            int(fields[19]),
+            (int(fields[11]) + int(fields[12])) / TICK,
+        )
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def processes(live: bool = False) -> dict[int, Process]:
+    """Every process by pid; with `live`, zombies left out (a killed process stays one until its parent waits)."""
+    found = (process(entry.name) for entry in PROC.iterdir() if entry.name.isdigit()) if PROC.is_dir() else ()
+    return {p.pid: p for p in found if p is not None and not (live and p.state == "Z")}
+
+
+def descendants(root: int, procs: dict[int, Process] | None = None) -> set[int]:
+    """`root` and every process below it."""
+    procs = processes() if procs is None else procs
+    tree, grew = {root}, True
+    while grew:
+        grew = False
+        for p in procs.values():
+            if p.ppid in tree and p.pid not in tree:
+                tree.add(p.pid)
+                grew = True
+    return tree
+
+
+def cmdline(pid: int) -> str:
+    """The process's command line, its arguments joined by spaces ("" when it is gone or not ours to read)."""
+    try:
+        return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def cwd(pid: int) -> Path | None:
+    try:
+        return Path(os.readlink(PROC / str(pid) / "cwd"))
+    except OSError:
+        return None
+
+
+def environ(pid: int) -> dict[str, str]:
+    try:
+        raw = (PROC / str(pid) / "environ").read_bytes()
+    except OSError:
+        return {}
+    return dict(item.split("=", 1) for item in raw.decode(errors="replace").split("\0") if "=" in item)
+
+
+def host_cpu_ticks() -> list[int] | None:
+    """The host's CPU time counters (user, nice, system, idle, iowait, irq, softirq, steal, ...) in ticks."""
+    try:
+        with open(PROC / "stat") as f:
+            return [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+
+
+def kib(file: str, key: str) -> int | None:
+    """A `Key:   123 kB` line of a /proc file (`self/status`, `meminfo`, `<pid>/smaps_rollup`), in KiB."""
+    try:
+        with open(PROC / file) as f:
+            return next((int(line.split()[1]) for line in f if line.startswith(key + ":")), None)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def cpu_model() -> str:
+    try:
+        with open(PROC / "cpuinfo") as f:
+            return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        return ""
+
+
+def reset_peak_rss() -> None:
+    """Restart this process's peak RSS (VmHWM) from its current RSS; a no-op without /proc."""
+    try:
+        with open(PROC / "self" / "clear_refs", "w") as f:
+            f.write("5")
+    except OSError:
+        pass

@@ -1,0 +1,34 @@
+import os
+import subprocess
+import sys
+
+import pytest
+
+from autotune.trial import procfs
+
+pytestmark = pytest.mark.skipif(not procfs.available(), reason="Linux /proc")
+
+
+def test_the_processes_their_parents_command_lines_and_cpu_time():
+    child = subprocess.Popen([sys.executable, "-c", "import time; sum(range(10**6)); time.sleep(30)"])
+    try:
+        procs = procfs.processes(live=True)
+        me = procs[os.getpid()]
+        assert me.ppid == os.getppid() and me.state in "RS" and me.cpu_s > 0
+        assert procs[child.pid].ppid == os.getpid() and procs[child.pid].start_ticks >= me.start_ticks
+        assert child.pid in procfs.descendants(os.getpid(), procs) and "time.sleep(30)" in procfs.cmdline(child.pid)
+        assert procfs.cwd(child.pid) == procfs.cwd(os.getpid())
+        assert procfs.kib("self/status", "VmHWM") > 0 and procfs.kib("meminfo", "MemAvailable") > 0
+        assert len(procfs.host_cpu_ticks()) >= 8
+    finally:
+        child.kill()
+        child.wait()
+    assert procfs.process(child.pid) is None and procfs.cmdline(child.pid) == "" and procfs.kib("0/status", "X") is None
+
+
+def test_a_zombie_is_not_live():
+    child = subprocess.Popen(["true"])
+    while procfs.process(child.pid).state != "Z":  # ended, not yet waited for
+        pass
+    assert child.pid in procfs.processes() and child.pid not in procfs.processes(live=True)
+    child.wait()

@@ -268,14 +268,14 @@ def test_a_two_rank_trial_spreads_one_rank_per_node(tmp_path, cluster):
         {0: "127.0.0.3", 1: "127.0.0.2"},
     )
     assert result.master_addr == result.ranks[0].node_ip == row["node_ip"]
-    assert len({r["node_id"] for r in result["ranks"]}) == 2 and all(r["status"] == "ok" for r in result["ranks"])
+    assert len({r.node_id for r in result.ranks}) == 2 and all(r.status == "ok" for r in result.ranks)
     # global throughput: the ranks' samples over the slowest rank's window (a barrier starts them together; they
     # end within about a step: 0.140 and 0.162 s for a 5-step window of ~30-ms steps failed a 5% equality once)
-    m, ranks = result["metrics"], [r["metrics"] for r in result["ranks"]]
+    m, ranks = result.metrics, [r.metrics for r in result.ranks]
     windows = [r["window_s"] for r in ranks]
     assert m["samples_per_s"] == pytest.approx(sum(r["samples_per_s"] * r["window_s"] for r in ranks) / max(windows))
     assert max(windows) - min(windows) <= 2 * max(r["step_ms_mean"] for r in ranks) / 1e3
-    assert [r["metrics"]["window_steps"] for r in result["ranks"]] == [m["window_steps"]] * 2
+    assert [r.metrics["window_steps"] for r in result.ranks] == [m["window_steps"]] * 2
     assert {"config.json", "result.json", "trial.log", "rank1.log"} <= {p.name for p in trial_dir.iterdir()}
     # the baseline's one-rank scaling reference, on rank 0's node, its files back in the run dir
     assert (trial_dir / "scaling-reference" / "result.json").exists()

@@ -69,7 +69,7 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     if run.best is not run.baseline:  # the best re-measured against the baseline, as with Ray
         from autotune.decide.confirm import RERUNS
 
-        confirm = state["confirm"]
+        confirm = state.confirm
         aside = confirm.get("disturbed_pairs", [])  # measured under the host's other load: again, not counted
         assert confirm["rounds"] == 1 or len(aside) > RERUNS
         assert "re-measuring the best against the baseline" in proc.stdout

@@ -290,8 +290,8 @@ def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_pa
             "parity": {"baseline": baseline, "steps": 5, "tolerance": 0.05},
         }
     )
-    assert result["status"] == "pruned", result.get("error")
-    m = result["metrics"]
+    assert result.status == "pruned", result.error
+    m = result.metrics
     assert m["window_steps"] <= 5 and 1.0 <= m["window_s"] < 2.0  # stopped once min_window_s had run
     assert m["step_ms_mean"] > 250 and m["samples_per_s"] < 64 / 0.25  # its throughput is measured
-    assert not {"profile", "diagnosis", "parity"} & set(result) and "batch2x_step_ratio" not in m
+    assert not {"profile", "diagnosis", "parity"} & set(result.to_dict()) and "batch2x_step_ratio" not in m

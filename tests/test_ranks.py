@@ -180,8 +180,8 @@ def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(
     from autotune.records.scaling import ACROSS_RANKS
 
     # one rank runs with the DDP/FSDP knobs at their defaults (the resnet case's baseline sets one: it cannot apply)
-    assert all(reference["knobs"][k] == KNOBS[k].pytorch_default for k in ACROSS_RANKS)
-    assert base["scaling_reference_samples_per_s"] == pytest.approx(reference["metrics"]["samples_per_s"])
+    assert all(reference.knobs[k] == KNOBS[k].pytorch_default for k in ACROSS_RANKS)
+    assert base["scaling_reference_samples_per_s"] == pytest.approx(reference.metrics["samples_per_s"])
     for _, row in rows.iterrows():
         same = row["activation_checkpointing"] == base["activation_checkpointing"]
         assert pd.isna(row["scaling_efficiency"]) != same, row.to_dict()

@@ -23,8 +23,18 @@ pip() {
     .venv/bin/python -m pip "$@" >>"$log" 2>&1 || { tail -40 "$log" >&2; echo "install failed (log: $log)" >&2; exit 1; }
 }
 : >"$log"
-echo "installing into .venv (first time: about 4 minutes; log: $log)"
-pip install --upgrade pip
+echo "installing into .venv (first time: about a minute; log: $log)"
+# uv where it installs (30 s here against pip's 156 s: torch's CUDA build unpacks to ~5 GB), with pip's own
+# configuration (pip.conf, PIP_* variables: indexes, find-links, constraints) handed over; pip otherwise
+if .venv/bin/python -m pip install uv >>"$log" 2>&1; then
+    eval "$(.venv/bin/python scripts/pip_to_uv.py)"
+    pip() {
+        .venv/bin/python -m uv pip "$@" --python .venv/bin/python >>"$log" 2>&1 \
+            || { tail -40 "$log" >&2; echo "install failed (log: $log)" >&2; exit 1; }
+    }
+else
+    pip install --upgrade pip
+fi
 # torch first, pinned to the release this machine has on disk (a CUDA build that
 # also runs on CPU); the project's range admits 2.11 (the GPU machines) too
 .venv/bin/python -c "import torch, torchvision" 2>/dev/null || pip install "torch==2.14.1" "torchvision==0.29.1"

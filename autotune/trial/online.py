@@ -5,8 +5,9 @@ It times the data wait at each `next()` and the compute between calls, in window
 move is a measured trial: the window before, the loader rebuilt, a short warm-up, the window after; the move is
 kept only if it wins beyond the noise of the two windows (a move down is kept when it does not lose: a tie goes to
 the cheaper loader). The config that lost is not tried again for a back-off time that doubles at each loss, so it
-does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count) or memory (PSS: forked
-workers share pages) passes its budget is not made.
+does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count) passes what the host has
+idle (measured over the window, shared by the node's ranks) or a `cpu_budget` set, or whose memory (PSS: forked
+workers share pages) passes its budget, is not made.
 
 What stays the same: the sample indices and their order (the epoch's indices are drawn once; a rebuilt loader
 continues from the next one not yet yielded, mid-epoch), and torch's global random state (saved and restored around
@@ -108,11 +109,9 @@ class Window:
         return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"
 
 
-def default_cpu_budget() -> float:
-    """The cores affinity gives, less one for the main process of each rank on this node, shared by those ranks."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    return max(cores - ranks, 0) / ranks
+def local_ranks() -> int:
+    """The ranks of this job on this node (torchrun's LOCAL_WORLD_SIZE; 1 without it)."""
+    return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -169,8 +168,8 @@ class _Remaining:
 
 
 class OnlineLoader:
-    """Iterate it like the loader. `cpu_budget`: cores of CPU time the workers may use (default: affinity's cores
-    less one per rank, shared by the node's ranks); `ram_budget_gib`: the job's PSS (main + workers) it may reach
+    """Iterate it like the loader. `cpu_budget`: cores of CPU time the workers may use (default: none set, the
+    host's idle cores measured in each window, shared by the node's ranks, bound a move up); `ram_budget_gib`: the job's PSS (main + workers) it may reach
     (default: no limit beyond the host's available memory); `threshold`: data wait share of the step above which
     it moves up; `log`: a path (lines appended), a callable (given each line) or None (stderr); `tracker`: anything
     with `log_metric(key, value, step=...)`, e.g. the `mlflow` module inside a run."""
@@ -195,7 +194,7 @@ class OnlineLoader:
         from torch.utils.data import IterableDataset
 
         self.loader = loader
-        self.cpu_budget = default_cpu_budget() if cpu_budget is None else float(cpu_budget)
+        self.cpu_budget = None if cpu_budget is None else float(cpu_budget)
         self.ram_budget_gib = ram_budget_gib
         self.threshold = threshold
         self.tracker = tracker
@@ -217,7 +216,7 @@ class OnlineLoader:
         self._accel = _accelerator_available()
         self.emit(
             f"watching {self.setting.short()} (threshold {100 * threshold:.0f}% data wait, cpu budget "
-            f"{self.cpu_budget:.2f} cores of workers' CPU time, ram budget "
+            f"{self._budget_text()}, ram budget "
             f"{'none' if ram_budget_gib is None else f'{ram_budget_gib:.2f} GiB PSS'}); re-tunes "
             f"{', '.join(KNOBS)} only: {NEVER}",
             event="start",
@@ -487,8 +486,9 @@ class OnlineLoader:
             if until > now:
                 continue
             cpu, pss = self._predict(w, new)
-            if direction == "up" and new.num_workers > self.setting.num_workers and cpu > self.cpu_budget:
-                self._refused(new, why, f"cpu budget: {cpu:.2f} cores predicted > {self.cpu_budget:.2f}")
+            room, bound = self._cpu_room(w)
+            if direction == "up" and new.num_workers > self.setting.num_workers and cpu > room:
+                self._refused(new, why, f"{bound}: {cpu:.2f} cores predicted > {room:.2f}")
                 continue
             if direction == "up" and self.ram_budget_gib is not None and pss > self.ram_budget_gib:
                 self._refused(new, why, f"ram budget: {pss:.2f} GiB PSS predicted > {self.ram_budget_gib:.2f}")
@@ -502,6 +502,20 @@ class OnlineLoader:
             self._start_trial(new, w, direction, why)
             return True
         return False
+
+    def _cpu_room(self, w: Window) -> tuple[float, str]:
+        """Cores the workers may use after a move up, and what bounds them: what they use now plus the host's idle
+        cores over the window (this rank's share, LOCAL_WORLD_SIZE: a worker waiting on storage leaves its core
+        idle, a host busy with other work has none to give), never past an explicit `cpu_budget`."""
+        measured = None if w.host_idle is None else w.data_cpu + max(w.host_idle, 0.0) / local_ranks()
+        if self.cpu_budget is not None and (measured is None or self.cpu_budget <= measured):
+            return self.cpu_budget, "cpu budget"
+        return (float(os.cpu_count() or 1) if measured is None else measured), "host idle"
+
+    def _budget_text(self) -> str:
+        if self.cpu_budget is None:
+            return "the host's idle cores, measured in each window"
+        return f"{self.cpu_budget:.2f} cores of workers' CPU time (or the host's idle cores, when fewer)"
 
     def _back_off(self, loser: Setting) -> float:
         """The setting that lost is not tried again for `backoff_s`, doubled at each loss."""
@@ -545,7 +559,9 @@ class OnlineLoader:
         else:  # a tie goes to the cheaper loader, within the noise but never more than twice min_gain
             keep = gain > -min(max(margin, self.min_gain * before.rate), 2 * self.min_gain * before.rate)
         over = self.ram_budget_gib is not None and after.pss_gib > self.ram_budget_gib
-        over_cpu = new.num_workers > old.num_workers and after.data_cpu > 1.1 * self.cpu_budget
+        over_cpu = (
+            self.cpu_budget is not None and new.num_workers > old.num_workers and after.data_cpu > 1.1 * self.cpu_budget
+        )
         if over or over_cpu:
             keep = False
         loser = old if keep else new

@@ -11,8 +11,8 @@
 - too_many: tiny_cnn cached, started at 4 workers: where it ends, the throughput before and after, the workers'
   CPU freed; and a storage-latency job near its ram_budget: the largest PSS measured against the budget.
 - same_batches: a seeded sampler, the indices of an online run across its mid-epoch moves against a plain run.
-- ddp: 2 gloo ranks (forked) on the storage-latency job, each its own OnlineLoader within its share of the CPU
-  budget (affinity's cores less one per rank, split between the ranks: 0 on 2 cores; --ddp-cpu-budget sets it).
+- ddp: 2 gloo ranks (forked) on the storage-latency job, each its own OnlineLoader within its share of the host's
+  idle cores (--ddp-cpu-budget caps each rank's workers).
 
     python scripts/bench/bench_online.py                 # ~5 min on 2 cores
     python scripts/bench/bench_online.py --scale 0.5     # every phase half as long
@@ -339,7 +339,7 @@ def main() -> None:
         "--ddp-cpu-budget",
         type=float,
         default=None,
-        help="each rank's cpu_budget (default: its share, affinity's cores less one per rank)",
+        help="each rank's cpu_budget (default: none, each rank's share of the host's idle cores)",
     )
     p.add_argument(
         "--threads", type=int, default=1, help="the main process's intra-op threads (the workers get the rest)"

@@ -145,7 +145,7 @@ def test_too_many_workers_moves_down_and_keeps_every_sample():
     lines = []
     # threshold 0.5: on a loaded shared host a worker's hand-over alone can pass 5% of a short step
     online = OnlineLoader(
-        DataLoader(Cached(), batch_size=4, num_workers=2),
+        DataLoader(Cached(), batch_size=4, num_workers=4),
         threshold=0.5,
         log=lines.append,
         window_s=0.25,
@@ -159,6 +159,18 @@ def test_too_many_workers_moves_down_and_keeps_every_sample():
     assert seen == list(range(800))
     assert online.setting.num_workers < 2, lines
     assert all(c["to"]["num_workers"] < c["from"]["num_workers"] for c in online.changes)
+    # workers using next to no CPU: the first move goes as low as their CPU says (1), not by halves
+    assert online.changes[0]["from"]["num_workers"] == 4 and online.changes[0]["to"]["num_workers"] == 1, lines
+
+
+def test_without_a_cpu_budget_a_storage_bound_job_moves_up_into_the_idle_cores():
+    lines = []
+    online = OnlineLoader(
+        seeded_loader(Storage(n=240, latency=0.01)), log=lines.append, window_s=0.25, window_steps=3, warmup_steps=1
+    )
+    run(online, epochs=1)
+    assert "cpu budget the host's idle cores, measured in each window" in lines[0]
+    assert online.setting.num_workers > 0 and any(c["kept"] for c in online.changes), lines
 
 
 def test_iterable_dataset_is_passed_through_with_a_note():

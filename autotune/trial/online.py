@@ -463,8 +463,13 @@ class OnlineLoader:
         return out
 
     def _down_moves(self) -> list[Setting]:
+        """Fewer workers: first as few as the workers' CPU says would do, with twice the headroom (workers using
+        0.09 cores of CPU time between them: 1), then half, then one less. The CPU says nothing of a worker
+        waiting on storage: each move is measured, and one that loses is reverted."""
         s, n = self.setting, self.setting.num_workers
-        return [replace(s, num_workers=k) for k in dict.fromkeys((n // 2, n - 1)) if 0 <= k < n]
+        w = getattr(self, "last", None)
+        enough = max(1, math.ceil(2 * w.data_cpu)) if w is not None and n > 1 else n
+        return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if 0 <= k < n]
 
     def _predict(self, w: Window, new: Setting) -> tuple[float, float]:
         """CPU (cores of workers' CPU time) and PSS (GiB) after a move. CPU grows at most with the workers, and the

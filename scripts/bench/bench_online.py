@@ -258,6 +258,12 @@ def too_many(a) -> dict:
         "changes": ch,
         "first_window": first,
         "last_10s_samples_per_s": round(trailing(run["trace"], end, 10 * a.scale), 1),
+        # the throughput kept: the last 10 s against the first window's (4 workers), with that window's noise
+        "vs_first_window": round(trailing(run["trace"], end, 10 * a.scale) / (64 * first["steps_per_s"]), 3)
+        if first
+        else None,
+        "first_window_noise_pct": round(100 * first["noise"] / first["steps_per_s"], 1) if first else None,
+        "workers": [4, online.summary()["settings"]["num_workers"]],
         "ram": {
             "budget_gib": round(budget, 3),
             "max_pss_gib": round(max_pss, 3),

@@ -463,12 +463,14 @@ class OnlineLoader:
         return out
 
     def _down_moves(self) -> list[Setting]:
-        """Fewer workers: first as few as the workers' CPU says would do, with twice the headroom (workers using
-        0.09 cores of CPU time between them: 1), then half, then one less. The CPU says nothing of a worker
-        waiting on storage: each move is measured, and one that loses is reverted."""
+        """Fewer workers: where the step waits little on data (under twice the threshold), first as few as the
+        workers' CPU says would do, with twice the headroom (workers using 0.09 cores of CPU time between them: 1);
+        then half, then one less. The CPU says nothing of a worker waiting on storage, which a job waiting on its
+        data may have: there the moves go by halves (each move is measured; one that loses is reverted)."""
         s, n = self.setting, self.setting.num_workers
         w = getattr(self, "last", None)
-        enough = max(1, math.ceil(2 * w.data_cpu)) if w is not None and n > 1 else n
+        low_wait = w is not None and w.wait_share < 2 * self.threshold
+        enough = max(1, math.ceil(2 * w.data_cpu)) if low_wait and n > 1 else n
         return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if 0 <= k < n]
 
     def _predict(self, w: Window, new: Setting) -> tuple[float, float]:

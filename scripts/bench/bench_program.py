@@ -8,7 +8,10 @@ command, searched flags included, with `AUTOTUNE_CONFIG=best_config.yaml`), each
 fresh process, in interleaved pairs (the order alternating, so a drift of the machine
 hits both alike). The program's own steps are timed through autotune.config()'s
 step log (`AUTOTUNE_STEP_LOG`): samples over the steps after `--warmup`, up to
-`--steps` steps, where the process is ended. The speedup of each pair, their
+`--steps` steps, where the process is ended. A step interval over PAUSE times the
+median is the program's own pause (a validation every N steps, a checkpoint: what a
+trial turns off) and is left out of samples/s, as a trial's window has none; the
+rate with them is given too (`samples_per_s_wall`, `paused_s`). The speedup of each pair, their
 mean and a 95% interval (Student's t over the pairs) are compared with the
 claimed speedup (best_config.yaml's `measured.speedup_x`).
 
@@ -78,7 +81,20 @@ def run_once(
     if len(marks) <= warmup + 2:
         raise SystemExit(f"error: the program ran {len(marks)} steps; --warmup {warmup} needs more (--steps)")
     span = marks[-1] - marks[warmup]
-    return {"samples_per_s": sum(samples[warmup + 1 :]) / span, "steps": len(marks) - warmup - 1, "wall_s": wall}
+    gaps = [b - a for a, b in zip(marks[warmup:], marks[warmup + 1 :])]
+    typical = statistics.median(gaps)
+    paused = sum(g - typical for g in gaps if g > PAUSE * typical)  # validation, a checkpoint: not a training step
+    n = sum(samples[warmup + 1 :])
+    return {
+        "samples_per_s": n / (span - paused),  # training steps only: what a trial times
+        "samples_per_s_wall": n / span,
+        "paused_s": paused,
+        "steps": len(marks) - warmup - 1,
+        "wall_s": wall,
+    }
+
+
+PAUSE = 10  # a step interval over this many times the median is a pause of the program's, not a training step
 
 
 def interval(xs: list[float]) -> tuple[float, float]:
@@ -151,6 +167,14 @@ def main(argv=None) -> int:
                 "pairs": speedups,
                 "baseline_samples_per_s": [r["samples_per_s"] for r in rows["baseline"]],
                 "best_samples_per_s": [r["samples_per_s"] for r in rows["best"]],
+                "program_speedup_wall_x": round(
+                    statistics.fmean(
+                        b["samples_per_s_wall"] / a["samples_per_s_wall"]
+                        for a, b in zip(rows["baseline"], rows["best"])
+                    ),
+                    4,
+                ),
+                "paused_s": {side: [round(r["paused_s"], 3) for r in rows[side]] for side in rows},
                 "agrees": agrees,
                 "loadavg_min": min(load),
                 "loadavg_max": max(load),

@@ -53,6 +53,8 @@ class SentenceDataset(torch.utils.data.Dataset):
         return self.args.num_samples
 
     def __getitem__(self, i):
+        if not 0 <= i < len(self):
+            raise IndexError(i)  # `for x in dataset` (the Trainer's length-grouped sampler) stops here
         rng = random.Random(self.seed * 1_000_003 + i)
         words = rng.choices(WORDS, k=rng.randint(self.args.min_words, self.args.max_words))
         label = sum(int(w[1:]) % 7 == 0 for w in words) % 2

@@ -145,10 +145,13 @@ def stop(proc, run_dir: Path, sig: int) -> dict:
 @pytest.mark.timeout(500)
 def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path):
     """Ctrl-C (SIGINT), then a resume stopped by SIGTERM (as a scheduler stops a
-    job), then a resume to the end: nothing lost or repeated at either stop."""
+    job), then a resume to the end: nothing lost or repeated at either stop. The
+    SIGTERM'd search runs its trials through Ray, the other two on the local
+    backend (one loop: both stop alike; a resume may change backend), which saves
+    two Ray starts."""
     spec = write_spec(tmp_path / "s.yaml", n_trials=5)
     run_dir = tmp_path / "run"
-    proc = start_search(str(spec))
+    proc = start_search(str(spec), "--backend", "local")
     wait_for_rows(run_dir / "trials.csv", 2, proc)
     first = stop(proc, run_dir, signal.SIGINT)
     assert len(first["csv"]) >= 2
@@ -158,7 +161,7 @@ def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path):
     second = stop(proc, run_dir, signal.SIGTERM)
     assert set(first["csv"]) < set(second["csv"])
 
-    proc = start_search("--resume", str(run_dir))
+    proc = start_search("--resume", str(run_dir), "--backend", "local")
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
     final = count(run_dir)

@@ -28,6 +28,9 @@ echo "installing into .venv (first time: about a minute; log: $log)"
 # configuration (pip.conf, PIP_* variables: indexes, find-links, constraints) handed over; pip otherwise
 if .venv/bin/python -m pip install uv >>"$log" 2>&1; then
     eval "$(.venv/bin/python scripts/pip_to_uv.py)"
+    # compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (this host), a process would
+    # otherwise compile torch, Ray and MLflow from source at every start (the CI tier took ~2x as long)
+    export UV_COMPILE_BYTECODE=1
     pip() {
         .venv/bin/python -m uv pip "$@" --python .venv/bin/python >>"$log" 2>&1 \
             || { tail -40 "$log" >&2; echo "install failed (log: $log)" >&2; exit 1; }

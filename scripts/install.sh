@@ -24,12 +24,13 @@ pip() {
 }
 : >"$log"
 echo "installing into .venv (first time: about a minute; log: $log)"
-# uv where it installs (30 s here against pip's 156 s: torch's CUDA build unpacks to ~5 GB), with pip's own
-# configuration (pip.conf, PIP_* variables: indexes, find-links, constraints) handed over; pip otherwise
+# uv where it installs (~85 s here from a cold cache, bytecode compiled, against pip's 156 s: torch's CUDA build
+# unpacks to ~5 GB), with pip's own configuration (pip.conf, PIP_* variables: indexes, find-links, constraints)
+# handed over; pip otherwise
 if .venv/bin/python -m pip install uv >>"$log" 2>&1; then
     eval "$(.venv/bin/python scripts/pip_to_uv.py)"
     # compiled at install, as pip does: where PYTHONDONTWRITEBYTECODE is set (this host), a process would
-    # otherwise compile torch, Ray and MLflow from source at every start (the CI tier took ~2x as long)
+    # otherwise compile torch, Ray and MLflow from source at every start (the CI tier took ~1.7x as long)
     export UV_COMPILE_BYTECODE=1
     pip() {
         .venv/bin/python -m uv pip "$@" --python .venv/bin/python >>"$log" 2>&1 \

@@ -2,12 +2,12 @@
 
 It times the data wait at each `next()` and the compute between calls, in windows. When the wait is above
 `threshold` of the step it tries more workers (or a deeper prefetch); when there is no wait it tries fewer. Each
-move is a measured trial: the window before, the loader rebuilt, a warm-up (a batch from each worker at least), the window after; the move is
-kept only if it wins beyond the noise of the two windows (a move down is kept when it does not lose: a tie goes to
-the cheaper loader). The config that lost is not tried again for a back-off time that doubles at each loss, so it
-does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count) passes what the host has
-idle (measured over the window, shared by the node's ranks) or a `cpu_budget` set, or whose memory (PSS: forked
-workers share pages) passes its budget, is not made.
+move is a measured trial: the window before, the loader rebuilt, a warm-up (a batch from each worker at least), the
+window after; the move is kept only if it wins beyond the noise of the two windows (a move down is kept when it does
+not lose: a tie goes to the cheaper loader). The config that lost is not tried again for a back-off time that
+doubles at each loss, so it does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count)
+passes what the host has idle (measured over the window, shared by the node's ranks) or a `cpu_budget` set, or whose
+memory (PSS: forked workers share pages) passes its budget, is not made.
 
 What stays the same: the sample indices and their order (the epoch's indices are drawn once; a rebuilt loader
 continues from the next one not yet yielded, mid-epoch), and torch's global random state (saved and restored around
@@ -168,11 +168,12 @@ class _Remaining:
 
 
 class OnlineLoader:
-    """Iterate it like the loader. `cpu_budget`: cores of CPU time the workers may use (default: none set, the
-    host's idle cores measured in each window, shared by the node's ranks, bound a move up); `ram_budget_gib`: the job's PSS (main + workers) it may reach
-    (default: no limit beyond the host's available memory); `threshold`: data wait share of the step above which
-    it moves up; `log`: a path (lines appended), a callable (given each line) or None (stderr); `tracker`: anything
-    with `log_metric(key, value, step=...)`, e.g. the `mlflow` module inside a run."""
+    """Iterate it like the loader. `cpu_budget`: cores of CPU time the workers may use (default: none set, the host's
+    idle cores measured in each window, shared by the node's ranks, bound a move up); `ram_budget_gib`: the
+    job's PSS (main + workers) it may reach (default: no limit beyond the host's available memory); `threshold`:
+    data wait share of the step above which it moves up; `log`: a path (lines appended), a callable (given each
+    line) or None (stderr); `tracker`: anything with `log_metric(key, value, step=...)`, e.g. the `mlflow`
+    module inside a run."""
 
     def __init__(
         self,
@@ -451,7 +452,7 @@ class OnlineLoader:
             why = f"data wait {100 * w.wait_share:.1f}% of the step: fewer workers may keep the rate"
         else:
             return
-        self._try(self._down_moves(), w, "down", why)
+        self._try(self._down_moves(w), w, "down", why)
 
     def _up_moves(self) -> list[Setting]:
         s, n = self.setting, self.setting.num_workers
@@ -462,14 +463,13 @@ class OnlineLoader:
             out.append(replace(s, pin_memory=True))
         return out
 
-    def _down_moves(self) -> list[Setting]:
+    def _down_moves(self, w: Window) -> list[Setting]:
         """Fewer workers: where the step waits little on data (under twice the threshold), first as few as the
         workers' CPU says would do, with twice the headroom (workers using 0.09 cores of CPU time between them: 1);
         then half, then one less. The CPU says nothing of a worker waiting on storage, which a job waiting on its
         data may have: there the moves go by halves (each move is measured; one that loses is reverted)."""
         s, n = self.setting, self.setting.num_workers
-        w = getattr(self, "last", None)
-        low_wait = w is not None and w.wait_share < 2 * self.threshold
+        low_wait = w.wait_share < 2 * self.threshold
         enough = max(1, math.ceil(2 * w.data_cpu)) if low_wait and n > 1 else n
         return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if 0 <= k < n]
 

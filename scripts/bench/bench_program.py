@@ -11,8 +11,8 @@ step log (`AUTOTUNE_STEP_LOG`): samples over the steps after `--warmup`, up to
 `--steps` steps, where the process is ended. A step interval over PAUSE times the
 median is the program's own pause (a validation every N steps, a checkpoint: what a
 trial turns off) and is left out of samples/s, as a trial's window has none; the
-rate with them is given too (`samples_per_s_wall`, `paused_s`). The speedup of each pair, their
-mean and a 95% interval (Student's t over the pairs) are compared with the
+rate with them is given too (`samples_per_s_wall`, `paused_s`). The speedup of each
+pair, their mean and a 95% interval (Student's t over the pairs) are compared with the
 claimed speedup (best_config.yaml's `measured.speedup_x`).
 
     python scripts/bench/bench_program.py runs/<search> --pairs 3 --steps 60 --warmup 10
@@ -41,6 +41,8 @@ from autotune.execution.launcher import program_command  # noqa: E402
 from autotune.integrations import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.trial.measure import T95, Z95  # noqa: E402
+
+PAUSE = 10  # a step interval over this many times the median is a pause of the program's, not a training step
 
 
 def run_once(
@@ -92,9 +94,6 @@ def run_once(
         "steps": len(marks) - warmup - 1,
         "wall_s": wall,
     }
-
-
-PAUSE = 10  # a step interval over this many times the median is a pause of the program's, not a training step
 
 
 def interval(xs: list[float]) -> tuple[float, float]:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
-from autotune.trial.online import OnlineLoader, settings_from_log
+from autotune.trial.online import OnlineLoader, Window, settings_from_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -139,6 +139,29 @@ class Cached(Dataset):
 
     def __getitem__(self, i):
         return torch.tensor(i)
+
+
+def window(rate, chunks, wall=10.0):
+    return Window(steps=round(rate * wall), wall=wall, chunks=list(chunks))
+
+
+def test_a_move_waits_until_it_is_clear_of_the_noise_and_moves_down_answer_to_where_they_began():
+    online = OnlineLoader(DataLoader(Cached(), batch_size=4), log=[].append)  # min_gain 3%
+    steady = window(10.0, [9.9, 10.1, 10.0, 10.0, 9.95, 10.05])
+    up = {"direction": "up", "ref": steady}
+    noisy = window(10.5, [8.0, 13.0, 9.0, 12.0])  # +5%, in the noise: the windows go on; at settle_s, reverted
+    assert online._verdict(up, noisy, final=False)[0] is None
+    assert online._verdict(up, noisy, final=True)[0] is False
+    assert online._verdict(up, window(12.0, [11.9, 12.1, 12.0, 12.0]), final=False)[0] is True
+    assert online._verdict(up, window(10.1, [10.0, 10.2, 10.1, 10.1]), final=False)[0] is False  # clearly < 3%
+    # down: -2% is a tie, kept (the cheaper loader); a second -2% answers to the first one's start: -4%, reverted
+    first = window(9.8, [9.78, 9.82, 9.8, 9.8])
+    assert online._verdict({"direction": "down", "ref": steady}, first, final=False)[0] is True
+    second = window(9.6, [9.58, 9.62, 9.6, 9.6])
+    assert online._verdict({"direction": "down", "ref": first}, second, final=False)[0] is True
+    assert online._verdict({"direction": "down", "ref": steady}, second, final=False)[0] is False
+    # down, unclear at settle_s: the point estimate within min_gain is a tie, kept
+    assert online._verdict({"direction": "down", "ref": steady}, window(9.9, [7.0, 12.8, 8.0, 11.8]), True)[0]
 
 
 def test_too_many_workers_moves_down_and_keeps_every_sample():
@@ -275,7 +298,7 @@ def _rank(rank: int, port: int, out: str):
 
     os.environ["LOCAL_WORLD_SIZE"] = "2"
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-    ds = Storage(n=480)
+    ds = Storage(n=960)
     sampler = DistributedSampler(ds, num_replicas=2, rank=rank, seed=5)
     lines = []
     online = OnlineLoader(

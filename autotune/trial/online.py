@@ -2,9 +2,11 @@
 
 It times the data wait at each `next()` and the compute between calls, in windows. When the wait is above
 `threshold` of the step it tries more workers (or a deeper prefetch); when there is no wait it tries fewer. Each
-move is a measured trial: the window before, the loader rebuilt, a warm-up (a batch from each worker at least), the
-window after; the move is kept only if it wins beyond the noise of the two windows (a move down is kept when it does
-not lose: a tie goes to the cheaper loader). The config that lost is not tried again for a back-off time that
+move is a measured trial: the setting's last windows before, the loader rebuilt, a warm-up (a batch from each worker
+at least), then windows after that go on until the difference is clear of the noise of both sides (a 95% interval
+from their chunks) or `settle_s` has passed; the move is kept only if it wins beyond that noise (a move down is kept
+when it does not lose more than `min_gain` against where the run of moves down began: a tie goes to the cheaper
+loader, three ties of -3% are not one of -9%). The config that lost is not tried again for a back-off time that
 doubles at each loss, so it does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count)
 passes what the host has idle (measured over the window, shared by the node's ranks) or a `cpu_budget` set, or whose
 memory (PSS: forked workers share pages) passes its budget, is not made.
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.trial import procfs
+from autotune.trial.measure import T95, Z95
 
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 NEVER = "batch size, precision, compile, layout and optimizer stay as exported"
@@ -104,6 +107,23 @@ class Window:
         """Cores the data loading used: the workers' CPU time (or the main process's inside next() at 0 workers)."""
         return (self.worker_cpu + self.main_data_cpu) / self.wall if self.wall > 0 else 0.0
 
+    def merged(self, later: Window) -> Window:
+        """This window and the `later` one of the same setting, as one (the noise from all their chunks)."""
+        wall = self.wall + later.wall
+        idle = [(w.host_idle, w.wall) for w in (self, later) if w.host_idle is not None]
+        return Window(
+            steps=self.steps + later.steps,
+            wall=wall,
+            wait=self.wait + later.wait,
+            chunks=self.chunks + later.chunks,
+            worker_cpu=self.worker_cpu + later.worker_cpu,
+            main_data_cpu=self.main_data_cpu + later.main_data_cpu,
+            pss_gib=later.pss_gib,
+            worker_pss_gib=later.worker_pss_gib,
+            start=self.start,
+            host_idle=sum(i * t for i, t in idle) / sum(t for _, t in idle) if idle and wall > 0 else None,
+        )
+
     def describe(self) -> str:
         idle = "" if self.host_idle is None else f", host idle {self.host_idle:.1f} cores"
         return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"
@@ -173,7 +193,9 @@ class OnlineLoader:
     job's PSS (main + workers) it may reach (default: no limit beyond the host's available memory); `threshold`:
     data wait share of the step above which it moves up; `log`: a path (lines appended), a callable (given each
     line) or None (stderr); `tracker`: anything with `log_metric(key, value, step=...)`, e.g. the `mlflow`
-    module inside a run."""
+    module inside a run. Windows: at least `window_s` and `window_steps`; a move is weighed on the setting's last
+    `settle_s` (4 windows) against windows after it that go on, up to `settle_s`, until the difference is clear of
+    their noise."""
 
     def __init__(
         self,
@@ -186,6 +208,7 @@ class OnlineLoader:
         tracker=None,
         window_s: float = 2.0,
         window_steps: int = 8,
+        settle_s: float | None = None,
         warmup_steps: int = 2,
         backoff_s: float = 30.0,
         min_gain: float = 0.03,
@@ -200,6 +223,9 @@ class OnlineLoader:
         self.threshold = threshold
         self.tracker = tracker
         self.window_s, self.window_steps, self.warmup_steps = window_s, window_steps, warmup_steps
+        self.settle_s = 4 * window_s if settle_s is None else settle_s
+        self._hist: list[Window] = []  # the windows of the present setting since it was built (the last settle_s)
+        self._down_ref: Window | None = None  # where a run of kept moves down started: the rate they answer to
         self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
         self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
         self._sink = log
@@ -386,6 +412,8 @@ class OnlineLoader:
         """An iterator for `self.setting` from the next index not yet yielded (at an epoch start, persistent
         workers of the same setting are reused); the generator's state is the same after as before."""
         keep = reuse and self._dl is not None and self._dl_setting == self.setting and self.setting.persistent_workers
+        if self._dl_setting != self.setting:
+            self._hist = []  # windows of another setting say nothing of this one
         if old_it is not None and hasattr(old_it, "_shutdown_workers"):
             old_it._shutdown_workers()
         gen = self._gen
@@ -423,8 +451,27 @@ class OnlineLoader:
         w.worker_pss_gib = sum(pss_gib(p) for p in self._worker_pids())
         w.pss_gib = pss_gib(os.getpid()) + w.worker_pss_gib
         _, w.host_idle = host_idle_cores(self._idle_mark)
-        self.last = w
         self._open_window(time.perf_counter())
+        if self._trial is not None:
+            t = self._trial
+            t["windows"].append(w)
+            t["after"] = w if t["after"] is None else t["after"].merged(w)
+            return
+        self._hist.append(w)
+        self._trim()
+
+    def _trim(self):
+        while len(self._hist) > 1 and sum(h.wall for h in self._hist[1:]) >= self.settle_s:
+            self._hist.pop(0)
+
+    def _history(self) -> Window | None:
+        """The present setting's windows as one (None before it has two: one window's noise is a guess)."""
+        if len(self._hist) < 2:
+            return None
+        w = self._hist[0]
+        for later in self._hist[1:]:
+            w = w.merged(later)
+        return w
 
     def _worker_pids(self) -> list[int]:
         return [p.pid for p in getattr(self._it, "_workers", []) if p.pid]
@@ -434,10 +481,11 @@ class OnlineLoader:
 
     # ---- decisions ------------------------------------------------------------------------------------------
     def _decide(self):
-        w = self.last
-        trial = getattr(self, "_trial", None)
-        if trial is not None:
-            self._judge(trial, w)
+        if self._trial is not None:
+            self._judge(self._trial, self._trial["after"])
+            return
+        w = self._history()
+        if w is None:
             return
         if w.wait_share > self.threshold:
             if self._try(
@@ -549,28 +597,52 @@ class OnlineLoader:
 
     def _start_trial(self, new: Setting, before: Window, direction: str, why: str):
         t = time.perf_counter()
-        old = self.setting
+        old, measured = self.setting, self._hist
         self.setting = new
         self._it = self._rebuild(self._it)
         self._trial = {
             "from": old,
             "to": new,
             "before": before,
+            # a run of moves down answers to where it started: three ties of -3% are not one of -9%
+            "ref": (self._down_ref or before) if direction == "down" else before,
             "direction": direction,
             "why": why,
             "t": t,
             "step": self.step,
+            "windows": [],
+            "after": None,
+            "before_windows": measured,  # the old setting's, measured moments ago: a revert goes on from them
         }
         self._open_window(time.perf_counter(), warmup=self._warmup(new))
 
-    def _judge(self, trial: dict, after: Window):
-        before, old, new = trial["before"], trial["from"], trial["to"]
-        margin = 2 * math.sqrt(before.noise**2 + after.noise**2)
-        gain = after.rate - before.rate
+    def _verdict(self, trial: dict, after: Window, final: bool) -> tuple[bool | None, float]:
+        """Keep the move, revert it, or None: not yet clear of the noise (the 95% interval of the difference, from
+        the chunks of both sides). Up: kept when it gains more than `min_gain` and the noise, reverted when it
+        clearly gains less (or, at `settle_s`, when still unclear). Down: kept when it clearly loses less than
+        `min_gain` against where the run of moves down started, reverted when it clearly loses more; at
+        `settle_s` a tie goes to the cheaper loader."""
+        ref = trial["ref"]
+        margin = _t95(len(ref.chunks) + len(after.chunks) - 2) * math.sqrt(ref.noise**2 + after.noise**2)
+        gain, least = after.rate - ref.rate, self.min_gain * ref.rate
         if trial["direction"] == "up":
-            keep = gain > max(margin, self.min_gain * before.rate)
-        else:  # a tie goes to the cheaper loader, within the noise but never more than twice min_gain
-            keep = gain > -min(max(margin, self.min_gain * before.rate), 2 * self.min_gain * before.rate)
+            if gain > max(margin, least):
+                return True, margin
+            if gain + margin < least or final:
+                return False, margin
+        else:
+            if gain - margin > -least:
+                return True, margin
+            if gain + margin < -least or final:
+                return gain > -least, margin
+        return None, margin
+
+    def _judge(self, trial: dict, after: Window):
+        old, new = trial["from"], trial["to"]
+        keep, margin = self._verdict(trial, after, final=after.wall >= self.settle_s)
+        if keep is None:
+            return  # the windows after the move go on
+        before, ref = trial["before"], trial["ref"]
         over = self.ram_budget_gib is not None and after.pss_gib > self.ram_budget_gib
         over_cpu = (
             self.cpu_budget is not None and new.num_workers > old.num_workers and after.data_cpu > 1.1 * self.cpu_budget
@@ -591,7 +663,8 @@ class OnlineLoader:
         )
         line = (
             f"{old.short()} -> {new.short()} {verdict}{reason} ({trial['why']}): "
-            f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}), workers' CPU "
+            f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}"
+            f"{'' if ref is before else f'; against {ref.rate:.2f} steps/s where the moves down began'}), workers' CPU "
             f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
             f"{after.pss_gib:.2f} GiB; move cost {cost:.2f} s (shutdown, start-up, warm-up); "
             f"{loser.short()} not retried for {back:.0f} s"
@@ -605,13 +678,20 @@ class OnlineLoader:
             "why": trial["why"],
             "before": _window_dict(before),
             "after": _window_dict(after),
+            "judged_against": _window_dict(ref),
+            "margin": round(margin, 3),
             "move_cost_s": round(cost, 3),
             "backoff_s": back,
         }
         self.changes.append(record)
-        if not keep:
+        self._down_ref = trial["ref"] if keep and trial["direction"] == "down" else None
+        if keep:
+            self._hist = trial["windows"]  # they measured the setting kept
+            self._trim()
+        else:
             self.setting = old
             self._it = self._rebuild(self._it)
+            self._hist = trial["before_windows"]
             self._open_window(time.perf_counter(), warmup=self._warmup(old))
         self.emit(line, event="change", **record, setting=self.setting.kwargs())
         self._metric(100 * after.wait_share)
@@ -650,6 +730,11 @@ class OnlineLoader:
         }
         self.emit(text, event="summary", **out)
         return out
+
+
+def _t95(df: int) -> float:
+    """Student's t, two-sided 95%, for `df` degrees of freedom (a difference of few chunks is a wide one)."""
+    return 12.706 if df < 2 else T95.get(df, Z95)
 
 
 def _window_dict(w: Window) -> dict:

@@ -8,8 +8,8 @@
 - nothing_to_do: tiny_cnn on cached data (compute-bound), online on and off interleaved (the ratio and its
   spread), the changes made, and the per-step cost measured directly (a microbenchmark: min over reps of the time
   per next() through OnlineLoader less the plain loader's, on the same loader).
-- too_many: tiny_cnn cached, started at 4 workers: where it ends, the throughput before and after, the workers'
-  CPU freed; and a storage-latency job near its ram_budget: the largest PSS measured against the budget.
+- too_many: tiny_cnn cached, started at 4 workers: where it ends, the throughput before and after (in the run, and
+  side by side: the start and the end as fixed configs, 3 interleaved pairs), the workers' CPU freed; and a storage-latency job near its ram_budget: the largest PSS measured against the budget.
 - same_batches: a seeded sampler, the indices of an online run across its mid-epoch moves against a plain run.
 - ddp: 2 gloo ranks (forked) on the storage-latency job, each its own OnlineLoader within its share of the host's
   idle cores (--ddp-cpu-budget caps each rank's workers).
@@ -219,12 +219,15 @@ def per_step_cost(reps: int = 7, steps: int = 3000) -> dict:
 def nothing_to_do(a) -> dict:
     job = Job(RandomImages(10**6), tiny_cnn(), 64)
     on, off, n_changes = [], [], 0
-    for _ in range(3):
-        off.append(job.fixed(5 * a.scale))
-        lines: list = []
-        run, _ = job.online(5 * a.scale, lines, skip_s=min(2.0, 5 * a.scale / 3))
-        on.append(run["rate"])
-        n_changes += len(changes(lines))
+    for i in range(4):  # interleaved, each side first in turn (the first of a pair ran ~15% slower here)
+        for side in ("off", "on") if i % 2 == 0 else ("on", "off"):
+            if side == "off":
+                off.append(job.fixed(5 * a.scale))
+                continue
+            lines: list = []
+            run, _ = job.online(5 * a.scale, lines, skip_s=min(2.0, 5 * a.scale / 3))
+            on.append(run["rate"])
+            n_changes += len(changes(lines))
     ratios = [f / o for f, o in zip(off, on)]
     step_s = 64 / statistics.mean(off)
     cost = per_step_cost()
@@ -247,6 +250,12 @@ def too_many(a) -> dict:
     ch = changes(lines)
     first = ch[0]["before"] if ch else None
     end = run["trace"][-1][0]
+    ended = online.summary()["settings"]
+    # the throughput kept, side by side: the start (4 workers) and where it ended, fixed, interleaved
+    pairs = []
+    for _ in range(3):
+        started = job.fixed(6 * a.scale, num_workers=4)
+        pairs.append(job.fixed(6 * a.scale, **{k: v for k, v in ended.items() if v is not None}) / started)
     ram_lines: list = []
     near = Job(StorageJpeg(10**6, a.latency, a.crop), toy_cnn(), a.batch_size)
     budget = pss_gib(os.getpid()) + 0.15
@@ -263,7 +272,9 @@ def too_many(a) -> dict:
         if first
         else None,
         "first_window_noise_pct": round(100 * first["noise"] / first["steps_per_s"], 1) if first else None,
-        "workers": [4, online.summary()["settings"]["num_workers"]],
+        "ended_vs_start_fixed": round(statistics.mean(pairs), 3),
+        "ended_vs_start_fixed_range": [round(min(pairs), 3), round(max(pairs), 3)],
+        "workers": [4, ended["num_workers"]],
         "ram": {
             "budget_gib": round(budget, 3),
             "max_pss_gib": round(max_pss, 3),
@@ -380,6 +391,8 @@ def main() -> None:
         summary["nothing_to_do"] = {k: out["nothing_to_do"][k] for k in ("slowdown", "changes")}
     if "same_batches" in out:
         summary["same_batches"] = out["same_batches"]["same"]
+    if "too_many" in out:
+        summary["too_many"] = {k: out["too_many"][k] for k in ("workers", "ended_vs_start_fixed")}
     detail = Path(os.environ.get("TMPDIR", "/tmp")) / "bench_online.json"
     detail.write_text(json.dumps(out, indent=1, default=str))
     print(f"details: {detail}")

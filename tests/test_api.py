@@ -206,24 +206,24 @@ sys.path.insert(0, "../lib")              # the helper is importable only throug
 import nbhelper
 import autotune
 
-spec = json.loads(sys.argv[1])
+spec, backend = json.loads(sys.argv[1]), sys.argv[2]
 if spec.get("workload"):                  # the factory by reference: `nbhelper:build`
-    result = autotune.search(spec)
+    result = autotune.search(spec, backend=backend)
 else:                                     # a notebook's function calling the helper
     def make_workload(batch_size=16):
         return nbhelper.build(batch_size)
-    result = autotune.search(spec, workload=make_workload)
+    result = autotune.search(spec, workload=make_workload, backend=backend)
 print(json.dumps({"status": list(result.trials["status"])}))
 """
 
 
-def sys_path_notebook(tmp_path: Path, spec: dict, env: dict) -> subprocess.CompletedProcess:
+def sys_path_notebook(tmp_path: Path, spec: dict, env: dict, backend: str = "auto") -> subprocess.CompletedProcess:
     """Run SYS_PATH_NOTEBOOK from tmp/nb with the helper in tmp/lib; PYTHONPATH names neither."""
     (tmp_path / "lib").mkdir()
     (tmp_path / "lib" / "nbhelper.py").write_text(textwrap.dedent(HELPER))
     (tmp_path / "nb").mkdir()
     return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(SYS_PATH_NOTEBOOK), json.dumps(spec)],
+        [sys.executable, "-c", textwrap.dedent(SYS_PATH_NOTEBOOK), json.dumps(spec), backend],
         cwd=tmp_path / "nb",
         env={**env, "PYTHONPATH": str(ROOT)},
         capture_output=True,
@@ -251,11 +251,15 @@ def loads_without_the_helper(pickled: Path) -> str:
 @pytest.mark.parametrize("by_reference", [False, pytest.param(True, marks=pytest.mark.slow)])
 def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_reference):
     """The trials on the driver's node get the driver's sys.path directories; the
-    pickled factory carries the helper by value (a node without ../lib can load it)."""
+    pickled factory carries the helper by value (a node without ../lib can load it).
+    The function's case on the local backend (the trials' PYTHONPATH and the pickle
+    are the driver's on either; Ray carries a pickled factory in
+    test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced), which
+    saves a Ray start."""
     spec = AW.spec(tmp_path / "run")
     if by_reference:
         spec["workload"] = {"factory": "nbhelper:build"}
-    proc = sys_path_notebook(tmp_path, spec, dict(os.environ))
+    proc = sys_path_notebook(tmp_path, spec, dict(os.environ), "auto" if by_reference else "local")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["status"] == ["ok", "ok"]
     if not by_reference:

@@ -50,7 +50,7 @@ def test_each_trial_starts_from_a_clean_process(tmp_path, launcher):
 def test_a_hung_trial_is_killed_at_its_timeout_with_the_fork_server(tmp_path):
     config = {
         "workload": {"factory": "tests.workloads:make_faulty"},
-        "knobs": {"batch_size": 64},
+        "knobs": {"batch_size": 64, "num_workers": 1},
         "warmup_steps": 1,
         "measure_steps": 3,
         "profile_steps": 0,

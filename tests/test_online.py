@@ -164,6 +164,31 @@ def test_a_move_waits_until_it_is_clear_of_the_noise_and_moves_down_answer_to_wh
     assert online._verdict({"direction": "down", "ref": steady}, window(9.9, [7.0, 12.8, 8.0, 11.8]), True)[0]
 
 
+def test_a_pause_of_the_program_is_left_out_of_the_window_it_falls_in():
+    """A validation pass (or a checkpoint) in the window after a move is not the loader's time: 2 -> 4 workers on
+    storage is kept though the program stopped for 2 s inside the window that judges it."""
+    lines = []
+    online = OnlineLoader(
+        seeded_loader(Storage(n=800), num_workers=2),
+        cpu_budget=4,
+        log=lines.append,
+        window_s=0.4,
+        window_steps=6,
+        warmup_steps=1,
+    )
+    paused = False
+    for _ in online:
+        trial = online._trial
+        if not paused and trial and trial["to"].num_workers == 4 and online._win.steps >= 5:
+            time.sleep(2.0)
+            paused = True
+        if paused and online.changes:
+            break
+    assert paused and online.pauses == 1, lines
+    (move,) = online.changes
+    assert move["kept"] and move["to"]["num_workers"] == 4, lines
+
+
 def test_too_many_workers_moves_down_and_keeps_every_sample():
     lines = []
     # threshold 0.5: on a loaded shared host a worker's hand-over alone can pass 5% of a short step
@@ -184,6 +209,35 @@ def test_too_many_workers_moves_down_and_keeps_every_sample():
     assert all(c["to"]["num_workers"] < c["from"]["num_workers"] for c in online.changes)
     # workers using next to no CPU: the first move goes as low as their CPU says (1), not by halves
     assert online.changes[0]["from"]["num_workers"] == 4 and online.changes[0]["to"]["num_workers"] == 1, lines
+
+
+class Bulky(Dataset):
+    """Samples the main process takes long to unpickle: a wait at next() that no worker count shortens."""
+
+    def __len__(self):
+        return 4000
+
+    def __getitem__(self, i):
+        return list(range(i, i + 40_000))
+
+
+def test_a_wait_more_workers_do_not_shorten_is_no_reason_to_keep_them():
+    lines = []
+    online = OnlineLoader(
+        DataLoader(Bulky(), batch_size=2, num_workers=4, collate_fn=lambda b: b),
+        cpu_budget=4,
+        log=lines.append,
+        window_s=0.25,
+        window_steps=3,
+        warmup_steps=2,
+    )
+    for _ in online:
+        time.sleep(0.01)
+        if len(online.changes) >= 2:
+            break
+    first, second = online.changes[:2]
+    assert first["to"]["num_workers"] > 4 and not first["kept"], lines  # the wait was the main's unpickling
+    assert second["to"]["num_workers"] < 4 and "no move up shortened" in second["why"], lines
 
 
 def test_without_a_cpu_budget_a_storage_bound_job_moves_up_into_the_idle_cores():

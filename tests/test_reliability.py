@@ -49,15 +49,15 @@ def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
     # the whole grid, each once, but for batch 128 with a worker: batch 128 ran out of
     # memory without one, and workers change no device memory (the OOM ladder)
     assert len(result.records) == 7 and len(by) == 7 and (128, 1) not in by
-    assert by[16, 0].status == "ok" and by[16, 0].is_baseline and result.best is by[16, 0]
+    assert by[16, 0].status == "ok" and by[16, 0].is_baseline and by[64, 0].status == "ok"
+    assert result.best in (by[16, 0], by[64, 0])
     nan = by[32, 0]
     assert (nan.status, nan.error_type, nan.error) == ("error", "NonFiniteLoss", "the loss is NaN or inf")
     oom = by[128, 0]
     assert oom.status == "oom" and oom.error_type == "OutOfMemoryError" and "injected" in oom.error
     assert oom.metrics["mem_rss_peak_gib"] > 0  # the memory at the failure, with the batch size in the knobs
-    for workers in (0, 1):
-        hung = by[64, workers]
-        assert hung.status == "timeout" and hung.error == "trial ran past timeout_s=12 and was killed"
+    hung = by[64, 1]  # a hang without loader workers: test_launcher's hung trial
+    assert hung.status == "timeout" and hung.error == "trial ran past timeout_s=12 and was killed"
     for batch in (16, 32):
         killed = by[batch, 1]
         assert killed.status == "error" and "DataLoader worker" in killed.error, killed.error
@@ -68,11 +68,11 @@ def test_every_fault_is_recorded_and_the_search_goes_on(tmp_path, ray_local):
     reasons = {r.data.tags.get("failure_reason", "") for r in runs if r.data.tags.get("status") not in (None, "ok")}
     assert len(reasons) >= 4 and any(r.startswith("Timeout: ") for r in reasons)
     faults = [r for r in result.records if r.status != "ok"]
-    assert len(faults) == 6 and result.stopped_reason is None  # 6 faults, the search finished anyway
+    assert len(faults) == 5 and result.stopped_reason is None  # 5 faults, the search finished anyway
     assert result.ended == NOTHING_LEFT
     study = optuna.load_study(study_name="faults", storage=f"sqlite:///{result.run_dir / 'optuna.db'}")
     states = [t.state for t in study.trials]
-    assert states.count(optuna.trial.TrialState.COMPLETE) == 1 and states.count(optuna.trial.TrialState.FAIL) == 6
+    assert states.count(optuna.trial.TrialState.COMPLETE) == 2 and states.count(optuna.trial.TrialState.FAIL) == 5
 
 
 def write_spec(path: Path, n_trials: int) -> Path:

@@ -1,7 +1,8 @@
 """The loader re-tuned while the real job runs (issue 43): `for batch in OnlineLoader(loader):`.
 
 It times the data wait at each `next()` and the compute between calls, in windows. When the wait is above
-`threshold` of the step it tries more workers (or a deeper prefetch); when there is no wait it tries fewer. Each
+`threshold` of the step it tries more workers (or a deeper prefetch); under half of it, and when every move up lost,
+it tries fewer (a wait that a move up did not shorten, a batch's transfer from its worker, counts for neither). Each
 move is a measured trial: the setting's last windows before, the loader rebuilt, a warm-up (a batch from each worker
 at least), then windows after that go on until the difference is clear of the noise of both sides (a 95% interval
 from their chunks) or `settle_s` has passed; the move is kept only if it wins beyond that noise (a move down is kept
@@ -38,6 +39,9 @@ from autotune.trial.measure import T95, Z95
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 NEVER = "batch size, precision, compile, layout and optimizer stay as exported"
 PREFIX = "autotune online:"
+# a step whose time outside next() passes PAUSE times the window's mean step is the program pausing (validation,
+# a checkpoint written): its gap is left out of the window, as the time between epochs is
+PAUSE = 10
 
 
 @dataclass(frozen=True)
@@ -226,6 +230,9 @@ class OnlineLoader:
         self.settle_s = 4 * window_s if settle_s is None else settle_s
         self._hist: list[Window] = []  # the windows of the present setting since it was built (the last settle_s)
         self._down_ref: Window | None = None  # where a run of kept moves down started: the rate they answer to
+        # the data wait a move up did not shorten (the main process taking a batch from its worker): not a reason
+        # for more workers, nor against fewer; cleared when a move up wins
+        self._wait_floor = 0.0
         self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
         self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
         self._sink = log
@@ -238,6 +245,9 @@ class OnlineLoader:
         self.banned: dict[tuple, tuple[float, float]] = {}  # setting key -> (until, back-off seconds)
         self.step = 0
         self.epochs = 0
+        self.pauses = 0  # steps whose compute took over PAUSE times the window's mean step: left out of the window
+        self._last_step_end = 0.0
+        self._typical_step = 0.0  # the last window's mean step, for a window too young to have its own
         self._dl = self._dl_setting = self._trial = self._persist = self._win = self._paused = None
         self._remaining = _Remaining()
         self._accel = _accelerator_available()
@@ -275,7 +285,9 @@ class OnlineLoader:
     def _measured(self, it, retune: bool, t_epoch: float):
         """The loop: a clock read before and after each next() (and the main thread's CPU clock at 0 workers,
         where the data work is done inside next()); everything else only at window ends. A window goes on across
-        an epoch's end; the time between epochs and the next epoch's first batch (worker start-up) are left out."""
+        an epoch's end; the time between epochs and the next epoch's first batch (worker start-up) are left out, and
+        so are the program's own pauses (a step PAUSE times the window's mean outside next(); the last window's mean
+        while this one has under 4 steps)."""
         clock, cpu = time.perf_counter, time.thread_time
         self._it = it if it is not None else self._rebuild(None, reuse=True)
         if self._win is None:
@@ -309,6 +321,12 @@ class OnlineLoader:
                     self._start_window(t1)
             else:
                 w = self._win
+                gap = t0 - self._last_step_end
+                typical = (self._last_step_end - w.start) / w.steps if w.steps >= 4 else self._typical_step
+                if typical and gap > max(PAUSE * typical, 0.1):
+                    w.start += gap  # the program paused (validation, a checkpoint): not the loader's time
+                    self._chunk_t += gap
+                    self.pauses += 1
                 w.wait += t1 - t0
                 w.steps += 1
                 if zero:
@@ -320,6 +338,7 @@ class OnlineLoader:
                     self._close_window(t1)
                     if retune:
                         self._decide()
+            self._last_step_end = t1
             yield batch
 
     # ---- persistent_workers: a move judged at epoch boundaries -----------------------------------------------
@@ -447,6 +466,7 @@ class OnlineLoader:
     def _close_window(self, now: float):
         w = self._win
         w.wall = now - w.start
+        self._typical_step = w.wall / max(w.steps, 1)
         w.worker_cpu = self._worker_cpu() - self._cpu_mark
         w.worker_pss_gib = sum(pss_gib(p) for p in self._worker_pids())
         w.pss_gib = pss_gib(os.getpid()) + w.worker_pss_gib
@@ -487,17 +507,19 @@ class OnlineLoader:
         w = self._history()
         if w is None:
             return
-        if w.wait_share > self.threshold:
+        floor = f" ({100 * self._wait_floor:.0f}% of it no move up shortened)" if self._wait_floor else ""
+        excess = w.wait_share - self._wait_floor
+        if excess > self.threshold:
             if self._try(
                 self._up_moves(),
                 w,
                 "up",
-                f"data wait {100 * w.wait_share:.0f}% of the step > {100 * self.threshold:.0f}%",
+                f"data wait {100 * w.wait_share:.0f}% of the step{floor} > {100 * self.threshold:.0f}%",
             ):
                 return
-            why = f"data wait {100 * w.wait_share:.0f}% but every move up lost or passes a budget"
-        elif w.wait_share < self.threshold / 2:
-            why = f"data wait {100 * w.wait_share:.1f}% of the step: fewer workers may keep the rate"
+            why = f"data wait {100 * w.wait_share:.0f}%{floor} but every move up lost or passes a budget"
+        elif excess < self.threshold / 2:
+            why = f"data wait {100 * w.wait_share:.1f}% of the step{floor}: fewer workers may keep the rate"
         else:
             return
         self._try(self._down_moves(w), w, "down", why)
@@ -604,8 +626,9 @@ class OnlineLoader:
             "from": old,
             "to": new,
             "before": before,
-            # a run of moves down answers to where it started: three ties of -3% are not one of -9%
-            "ref": (self._down_ref or before) if direction == "down" else before,
+            # a run of moves down answers to where it started (three ties of -3% are not one of -9%), or to the
+            # window before, when that was faster
+            "ref": max(self._down_ref or before, before, key=lambda x: x.rate) if direction == "down" else before,
             "direction": direction,
             "why": why,
             "t": t,
@@ -685,6 +708,9 @@ class OnlineLoader:
         }
         self.changes.append(record)
         self._down_ref = trial["ref"] if keep and trial["direction"] == "down" else None
+        if trial["direction"] == "up":
+            shortened = after.wait_share < 0.8 * before.wait_share
+            self._wait_floor = 0.0 if keep or shortened else min(before.wait_share, after.wait_share)
         if keep:
             self._hist = trial["windows"]  # they measured the setting kept
             self._trim()
@@ -723,6 +749,7 @@ class OnlineLoader:
         )
         out = {
             "steps": self.step,
+            "pauses": self.pauses,
             "epochs": self.epochs,
             "tried": len(self.changes),
             "kept": len(kept),

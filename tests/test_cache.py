@@ -82,6 +82,7 @@ def test_a_changed_spec_searches_again(first):
     assert trials_run(result) == 2 and result.records[1].knobs["batch_size"] == 32
 
 
+@pytest.mark.slow  # CI tier: the reuse test finds the match; test_the_key_asks_what_changes_the_answer keys it
 @pytest.mark.timeout(300)
 def test_a_matching_search_says_so_and_refresh_says_nothing(first):
     runs = first.run_dir.parent

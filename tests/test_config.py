@@ -75,6 +75,7 @@ def run_trial(tmp_path, request, args=(), program="loader_loop.py"):
     return proc, trial
 
 
+@pytest.mark.slow  # CI tier: test_program's DataLoader program search times and ends every trial after its window
 def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
     request = {
         "workload": {"command": ["python", "loader_loop.py"]},

@@ -266,6 +266,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         assert "not faster in every pair" in best["tie"]["note"]
 
 
+@pytest.mark.slow  # CI tier: test_disturbance flags the hog's load, test_checked re-decides on the re-measurement
 @pytest.mark.timeout(300)
 def test_a_pair_measured_while_a_cpu_hog_runs_is_measured_again_and_does_not_count(tmp_path):
     """Real trials (tiny_cnn, short windows); two processes burning a core each

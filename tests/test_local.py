@@ -126,7 +126,6 @@ def test_a_cluster_address_is_refused_by_the_local_backend(tmp_path):
         choose(spec, "cloud")
 
 
-@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     """The local backend's Ctrl-C stopper (SIGTERM as Ctrl-C): the running trial stopped, what finished saved,

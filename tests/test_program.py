@@ -107,11 +107,11 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
             "python tiny_steps.py --mode exit_early",
             "the program exited with code 0 without reaching a measured step: add `cfg = autotune.config()`",
         ),
-        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=12 without reaching a measured step"),
+        ("python tiny_steps.py --mode no_steps", "the program ran past timeout_s=6 without reaching a measured step"),
     ],
 )
 def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_trial(tmp_path, command, says):
-    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 12})
+    proc = search(tmp_path, command, {"num_workers": [0, 1]}, trial={"timeout_s": 6})
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0]

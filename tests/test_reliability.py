@@ -142,6 +142,7 @@ def stop(proc, run_dir: Path, sig: int) -> dict:
     return stopped
 
 
+@pytest.mark.slow  # CI tier: test_local's SIGTERM stop and resume (the one loop's stopper; SIGINT and Ray's stop here)
 @pytest.mark.timeout(500)
 def test_a_stopped_search_loses_nothing_and_resumes_to_the_budget(tmp_path):
     """Ctrl-C (SIGINT), then a resume stopped by SIGTERM (as a scheduler stops a

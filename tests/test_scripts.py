@@ -108,6 +108,7 @@ def test_bench_model_replays_a_recorded_search_with_both_models(finished_run):
     assert "before" in proc.stdout and "now" in proc.stdout
 
 
+@pytest.mark.slow  # CI tier: test_instrument's autotune run applies a best_config to a plain program
 @pytest.mark.timeout(300)
 def test_bench_exported_remeasures_baseline_and_best_in_a_plain_loop(finished_run):
     run_dir, _ = finished_run

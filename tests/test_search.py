@@ -157,6 +157,7 @@ def test_nothing_to_search_is_a_spec_error(tmp_path):
         run(spec)
 
 
+@pytest.mark.slow  # CI tier: test_measure's window rules prune, test_stoppers' patience ends
 def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path):
     # 0.2 s more a step at batch 64: several times slower per sample, on an idle host and under load ~10 (where a
     # batch-16 step took 28-140 ms and the default 40 ms left batch 64 as fast as the baseline)
@@ -283,6 +284,7 @@ def test_fused_optimizer_for_an_optimizer_torch_cannot_fuse_is_fixed_with_the_re
     assert not (tmp_path / "run").exists()
 
 
+@pytest.mark.slow  # CI tier: test_diagnose decides the probe, test_search_records_every_trial_everywhere runs one
 def test_a_compute_bound_search_spends_one_probe_on_the_loader_knobs_it_was_not_given(tmp_path):
     """The preset's num_workers (the spec lists batch size and set_to_none
     only), a baseline that hardly waits on data: one trial varies the workers,

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
+from autotune.trial import procfs
 from autotune.trial.result import TrialResult
 
 ROOT = str(Path(__file__).resolve().parent.parent)
@@ -96,7 +97,7 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
     finally:
         server.close()
     assert server.proc.returncode is not None and not os.path.exists(server.dir)
-    assert not any(os.path.exists(f"/proc/{pid}") for pid in handlers)
+    assert not any(procfs.process(pid) for pid in handlers)
 
 
 def test_a_shared_server_that_is_not_there_falls_back_to_this_process_own(tmp_path):

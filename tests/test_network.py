@@ -1,35 +1,17 @@
 """A local search is not reachable from the network: every socket that any process
 of the search listens on (the driver, Ray's GCS, raylet and workers, the trial
-processes) is on loopback. Read from /proc while a real search runs."""
+processes) is on loopback. Read from /proc (autotune.trial.procfs) while a real search runs."""
 
 import ipaddress
 import os
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from autotune.trial import procfs
 from tests.conftest import write_spec
-
-
-def _listening() -> dict[int, str]:
-    """socket inode -> "address:port" for every listening TCP socket on this host."""
-    out = {}
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in Path(table).read_text().splitlines()[1:]:
-            fields = line.split()
-            if fields[3] != "0A":  # TCP_LISTEN
-                continue
-            hex_ip, hex_port = fields[1].split(":")
-            raw = bytes.fromhex(hex_ip)
-            # /proc prints each 32-bit word in host (little-endian) order
-            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
-            ip = ipaddress.ip_address(raw)
-            ip = getattr(ip, "ipv4_mapped", None) or ip
-            out[int(fields[9])] = f"{ip}:{int(hex_port, 16)}"
-    return out
 
 
 def _is_loopback(address: str) -> bool:
@@ -38,48 +20,27 @@ def _is_loopback(address: str) -> bool:
 
 def _tree(root: int) -> dict[int, str]:
     """pid -> command line of `root`'s session and all its descendants."""
-    procs = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-            argv = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
-            cmd = " ".join([os.path.basename(argv[0]), *argv[1:]]).strip()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        procs[int(entry.name)] = (int(fields[1]), int(fields[3]), cmd)  # ppid, session, cmd
-    tree = {root}
-    grew = True
+    procs = procfs.processes()
+    tree, grew = {root}, True
     while grew:
         grew = False
-        for pid, (ppid, session, _) in procs.items():
-            if pid not in tree and (ppid in tree or session == root):
-                tree.add(pid)
+        for p in procs.values():
+            if p.pid not in tree and (p.ppid in tree or p.session == root):
+                tree.add(p.pid)
                 grew = True
-    return {pid: procs[pid][2] for pid in tree if pid in procs}
+    return {pid: _short(procfs.cmdline(pid)) for pid in tree if pid in procs}
+
+
+def _short(cmd: str) -> str:
+    """The command line with its program's directory left out (Ray's servers live deep in site-packages)."""
+    program, _, args = cmd.partition(" ")
+    return f"{os.path.basename(program)} {args}".strip()
 
 
 def _sockets_of(pids) -> set[tuple[str, str]]:
     """(address, command) of every listening socket these processes hold."""
-    listening = _listening()
-    found = set()
-    for pid, cmd in pids.items():
-        try:
-            fds = os.listdir(f"/proc/{pid}/fd")
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                link = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if link.startswith("socket:["):
-                inode = int(link[8:-1])
-                if inode in listening:
-                    found.add((listening[inode], cmd[:60]))
-    return found
+    listening = procfs.listening_tcp()
+    return {(listening[i], cmd[:60]) for pid, cmd in pids.items() for i in procfs.socket_inodes(pid) if i in listening}
 
 
 @pytest.mark.parametrize(
@@ -94,8 +55,8 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
         trial={
             "warmup_steps": 2,
             "measure_steps": 5,
-            "min_window_s": 2.0,
-            "max_window_s": 3.0,
+            "min_window_s": 1.0,
+            "max_window_s": 1.5,
             "profile_steps": 0,
             "diagnose": False,
         },

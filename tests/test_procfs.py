@@ -32,3 +32,17 @@ def test_a_zombie_is_not_live():
         pass
     assert child.pid in procfs.processes() and child.pid not in procfs.processes(live=True)
     child.wait()
+
+
+def test_a_listening_socket_is_seen_with_its_address_and_its_process():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        inode = os.fstat(s.fileno()).st_ino
+        assert procfs.listening_tcp()[inode] == f"127.0.0.1:{port}"
+        assert inode in procfs.socket_inodes(os.getpid())
+    assert inode not in procfs.listening_tcp()
+    assert procfs.process("self").session == os.getsid(0)

@@ -301,7 +301,7 @@ def test_an_output_dir_that_is_a_file_is_refused(tmp_path):
 @pytest.mark.parametrize(
     "where, existing, why",
     [
-        ("/proc/autotune-cannot-write-here", "/proc", "No such file or directory"),
+        (f"{procfs.PROC}/autotune-cannot-write-here", str(procfs.PROC), "No such file or directory"),
         ("{tmp}/notes.txt/run", "{tmp}", None),
     ],
 )

@@ -1,5 +1,5 @@
-"""Linux's /proc, the one module that reads it: the live processes (parent, start time, CPU time, command line), the
-host's CPU counters, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
+"""Linux's /proc, the one module that reads it: the live processes (parent, session, start time, CPU time, command
+line, open sockets), the host's CPU counters, listening TCP sockets, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
 says so (empty, None or 0) rather than raising. Torch-free, so the trial side and the execution side both use it."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ class Process:
     state: str  # R, S, D, Z (a zombie: ended, not yet waited for), ...
     start_ticks: int  # clock ticks since boot: with the pid, names one process even after the pid is reused
     cpu_s: float  # user + system
+    session: int = 0  # the session id: a process started with start_new_session leads its own
 
 
 def available() -> bool:
@@ -36,6 +37,7 @@ def process(pid: int | str) -> Process | None:
             fields[0],
             int(fields[19]),
             (int(fields[11]) + int(fields[12])) / TICK,
+            int(fields[3]),
         )
     except (OSError, IndexError, ValueError):
         return None
@@ -66,6 +68,48 @@ def cmdline(pid: int) -> str:
         return (PROC / str(pid) / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
     except OSError:
         return ""
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """The inodes of the sockets the process holds open (empty when it is gone or not ours to read)."""
+    fd_dir = PROC / str(pid) / "fd"
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return set()
+    out = set()
+    for fd in fds:
+        try:
+            link = os.readlink(fd_dir / fd)
+        except OSError:
+            continue
+        if link.startswith("socket:["):
+            out.add(int(link[8:-1]))
+    return out
+
+
+def listening_tcp() -> dict[int, str]:
+    """Socket inode -> "address:port" of every listening TCP socket on this host, IPv4 and IPv6 (an IPv4-mapped
+    address as its IPv4 one)."""
+    import ipaddress
+
+    out = {}
+    for table in ("net/tcp", "net/tcp6"):
+        try:
+            lines = (PROC / table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if fields[3] != "0A":  # TCP_LISTEN
+                continue
+            hex_ip, hex_port = fields[1].split(":")
+            raw = bytes.fromhex(hex_ip)
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))  # each 32-bit word in host order
+            ip = ipaddress.ip_address(raw)
+            ip = getattr(ip, "ipv4_mapped", None) or ip
+            out[int(fields[9])] = f"{ip}:{int(hex_port, 16)}"
+    return out
 
 
 def cwd(pid: int) -> Path | None:

@@ -196,88 +196,145 @@ def _measure(workload, knobs, device, cfg, result: TrialResult, started: float) 
     session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
     session.memory_cap = memory.cap(cfg["memory_limit_gib"])  # samples the allocator from here on
     try:
-        _measure_session(session, rule, workload, knobs, device, cfg, result, started, phase)
+        _Measurement(session, rule, workload, knobs, device, cfg, result, started, phase).run()
     finally:
         if session.memory_cap is not None:
             session.memory_cap.stop()
 
 
-def _measure_session(session, rule, workload, knobs, device, cfg, result, started, phase) -> None:
-    import torch
+@dataclass
+class _Measurement:
+    """One trial's measurement in progress: the session it steps, the window rule, and the result it fills in
+    (`phase` marks where its seconds go)."""
 
-    result.optimizer = type(session.optimizer).__name__
-    result.optimizer_fused = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
-    result.has_batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules())
-    t = time.perf_counter()
-    batches = iter(session.loader)  # starts the loader workers: part of warm-up
-    first_step_s, warmed = None, 0
-    short = (
-        cfg["warmup_min_s"] is not None and device.type == "cpu" and knobs["compile"] == "none" and device.ranks == 1
-    )
-    while warmed < cfg["warmup_steps"]:
-        session.step(next(batches))
-        warmed += 1
-        if warmed == 1:  # time to first step: imports, model, compile, loader start
-            session.sync()
-            first_step_s = time.perf_counter() - started
-            first_step_done = time.perf_counter()
-        elif short and time.perf_counter() - t >= cfg["warmup_min_s"]:  # warm by time (request.WARMUP_MIN_S)
-            break
-    session.sync()
-    warmup_s = time.perf_counter() - t
-    if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)
-        step_s = (time.perf_counter() - first_step_done) / (warmed - 1) if warmed > 1 else None
-        rule = R.fixed_rule(R.window_steps(step_s, cfg, rule.max_steps, device.type))
-    phase("setup", t)
-    phase("warmup")
-    metrics = result.metrics = {
-        **M.timed_window(session, batches, rule),
-        "warmup_s": warmup_s,
-        "warmup_steps_run": warmed,
-    }
-    phase("window")
-    if cfg["predicted"]:
-        metrics["predicted_samples_per_s"] = cfg["predicted"]
-    result.disturbed = verdict(metrics, device.type) or None  # load from outside the trial during its window
-    if first_step_s is not None:
-        metrics["first_step_s"] = first_step_s
-        if knobs["compile"] != "none" and warmed > 1:  # the first step compiles: less a compiled step
-            first = first_step_done - t
-            metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (warmed - 1))
-    if rule.pruned:
-        result.status = "pruned"
-        return
-    if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.memory)
-        metrics.update(memory.memory_window(session, batches))
-    if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
-        metrics.update(R.comm_share(session, batches, rule.max_steps, metrics))
-        if cfg["diagnose"]:  # from the timed windows (communication-bound)
-            result.diagnosis = diagnose(metrics, knobs, device)
-        return
-    if _not_incumbent(cfg, metrics, rule, result):
-        return
-    carry = cfg["carry"] if cfg["diagnose"] else None  # the compute side measured already (Strategy.carried)
-    profile = None
-    if cfg["profile_steps"] and not carry:
-        with tempfile.TemporaryDirectory() as tmp:
-            profile = M.profile_window(session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json")
-        result.profile = profile
-        metrics.update(trace.profile_metrics(profile, metrics["step_ms_mean"]))
-        phase("profile")
-    batch = next(batches)
-    del batches  # shuts the loader workers down
-    if carry:
-        metrics.update({**carry["metrics"], "apart_from_trial": carry["trial"]})
-    elif cfg["diagnose"]:
-        metrics.update(
-            sides.two_sides(session, batch, device, cfg["seed"])
-        )  # compute on a cached batch; the loader alone
-        phase("two_sides")
-    if cfg["diagnose"]:
+    session: Any
+    rule: M.WindowRule
+    workload: Any
+    knobs: dict[str, Any]
+    device: K.Device
+    cfg: dict[str, Any]
+    result: TrialResult
+    started: float
+    phase: Any
+
+    def run(self) -> None:
+        import torch
+
+        session, result = self.session, self.result
+        result.optimizer = type(session.optimizer).__name__
+        result.optimizer_fused = all(bool(g.get("fused")) for g in session.optimizer.param_groups)
+        result.has_batchnorm = any(
+            isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in session.model.modules()
+        )
+        batches = iter(session.loader)  # starts the loader workers: part of warm-up
+        self.window(batches, *self.warm_up(batches))
+        if self.rule.pruned:
+            result.status = "pruned"
+            return
+        self.after_window(batches)
+
+    def warm_up(self, batches) -> tuple[float, float, int, float | None, float | None]:
+        """The untimed steps: `warmup_steps` (on one CPU rank without compile, `warmup_min_s` may end them
+        sooner). Returns when they began, their seconds, their count, the time to the first step and its end."""
+        session, cfg, device, knobs = self.session, self.cfg, self.device, self.knobs
+        t = time.perf_counter()
+        first_step_s = first_step_done = None
+        warmed = 0
+        short = (
+            cfg["warmup_min_s"] is not None
+            and device.type == "cpu"
+            and knobs["compile"] == "none"
+            and device.ranks == 1
+        )
+        while warmed < cfg["warmup_steps"]:
+            session.step(next(batches))
+            warmed += 1
+            if warmed == 1:  # time to first step: imports, model, compile, loader start
+                session.sync()
+                first_step_s = time.perf_counter() - self.started
+                first_step_done = time.perf_counter()
+            elif short and time.perf_counter() - t >= cfg["warmup_min_s"]:  # warm by time (request.WARMUP_MIN_S)
+                break
+        session.sync()
+        warmup_s = time.perf_counter() - t
+        if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)
+            step_s = (time.perf_counter() - first_step_done) / (warmed - 1) if warmed > 1 else None
+            self.rule = R.fixed_rule(R.window_steps(step_s, cfg, self.rule.max_steps, device.type))
+        self.phase("setup", t)
+        self.phase("warmup")
+        return t, warmup_s, warmed, first_step_s, first_step_done
+
+    def window(self, batches, t, warmup_s, warmed, first_step_s, first_step_done) -> None:
+        """The timed window, and what the warm-up told: the time to the first step, a compiled model's compile."""
+        cfg, result = self.cfg, self.result
+        metrics = result.metrics = {
+            **M.timed_window(self.session, batches, self.rule),
+            "warmup_s": warmup_s,
+            "warmup_steps_run": warmed,
+        }
+        self.phase("window")
+        if cfg["predicted"]:
+            metrics["predicted_samples_per_s"] = cfg["predicted"]
+        result.disturbed = verdict(metrics, self.device.type) or None  # load from outside the trial during its window
+        if first_step_s is not None:
+            metrics["first_step_s"] = first_step_s
+            if self.knobs["compile"] != "none" and warmed > 1:  # the first step compiles: less a compiled step
+                first = first_step_done - t
+                metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (warmed - 1))
+
+    def after_window(self, batches) -> None:
+        """After the window: the memory window (CPU), the ranks' communication share, then for an incumbent: the
+        profiled window, the two sides, FLOPs, the 2x-batch probe and the diagnosis, and loss parity."""
+        session, knobs, device, cfg, result = self.session, self.knobs, self.device, self.cfg, self.result
+        metrics = result.metrics
+        if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.memory)
+            metrics.update(memory.memory_window(session, batches))
+        if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
+            metrics.update(R.comm_share(session, batches, self.rule.max_steps, metrics))
+            if cfg["diagnose"]:  # from the timed windows (communication-bound)
+                result.diagnosis = diagnose(metrics, knobs, device)
+            return
+        if _not_incumbent(cfg, metrics, self.rule, result):
+            return
+        carry = cfg["carry"] if cfg["diagnose"] else None  # the compute side measured already (Strategy.carried)
+        if cfg["profile_steps"] and not carry:
+            with tempfile.TemporaryDirectory() as tmp:
+                profile = M.profile_window(
+                    session, batches, cfg["profile_steps"], cfg["trace_path"] or f"{tmp}/trace.json"
+                )
+            result.profile = profile
+            metrics.update(trace.profile_metrics(profile, metrics["step_ms_mean"]))
+            self.phase("profile")
+        batch = next(batches)
+        del batches  # shuts the loader workers down
+        if carry:
+            metrics.update({**carry["metrics"], "apart_from_trial": carry["trial"]})
+        elif cfg["diagnose"]:
+            metrics.update(
+                sides.two_sides(session, batch, device, cfg["seed"])
+            )  # compute on a cached batch; the loader alone
+            self.phase("two_sides")
+        if cfg["diagnose"]:
+            self.diagnose(batch, carry)
+        parity = cfg["parity"]
+        if parity and needs_parity(knobs, parity["baseline"]):
+            result.parity = trial_parity(self.workload, cfg["workload"], parity, knobs, device, cfg["seed"])
+            metrics["parity_max_rel_dev"] = result.parity["max_rel_dev"]
+            metrics["parity_skipped_steps"] = result.parity["skipped_steps"]
+            metrics["parity_s"] = result.parity["parity_s"]
+            if result.parity.get("reference_s"):  # built here: paid once per search
+                metrics["parity_reference_s"] = result.parity["reference_s"]
+            self.phase("parity")
+
+    def diagnose(self, batch, carry) -> None:
+        """FLOPs per sample, the compute side at twice the batch (not compiled: a new shape compiles again), and
+        the diagnosis: advice for what the model eats."""
+        session, knobs, device, cfg, result = self.session, self.knobs, self.device, self.cfg, self.result
+        metrics = result.metrics
         flops = M.flops_per_sample(
             session,
             batch,
-            W.count_samples(workload, batch),
+            W.count_samples(self.workload, batch),
             cfg["flops_cache"],
             {
                 "workload": cfg["workload"],
@@ -287,21 +344,12 @@ def _measure_session(session, rule, workload, knobs, device, cfg, result, starte
             },
         )
         metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
-        phase("flops")
-        if knobs["compile"] == "none" and not carry:  # compiled: a 2x batch is a new shape, compiled again
-            batch2x = next(iter(K.seeded_loader(workload, {"batch_size": 2 * knobs["batch_size"]}, 1, seed=1)))
+        self.phase("flops")
+        if knobs["compile"] == "none" and not carry:
+            batch2x = next(iter(K.seeded_loader(self.workload, {"batch_size": 2 * knobs["batch_size"]}, 1, seed=1)))
             metrics.update(sides.double_batch_probe(session, batch2x, metrics["compute_ceiling_step_ms"]))
-        result.diagnosis = diagnose(metrics, knobs, device, W.batch_kind(batch))  # advice for what the model eats
-        phase("probe")
-    parity = cfg["parity"]
-    if parity and needs_parity(knobs, parity["baseline"]):
-        result.parity = trial_parity(workload, cfg["workload"], parity, knobs, device, cfg["seed"])
-        metrics["parity_max_rel_dev"] = result.parity["max_rel_dev"]
-        metrics["parity_skipped_steps"] = result.parity["skipped_steps"]
-        metrics["parity_s"] = result.parity["parity_s"]
-        if result.parity.get("reference_s"):  # built here: paid once per search
-            metrics["parity_reference_s"] = result.parity["reference_s"]
-        phase("parity")
+        result.diagnosis = diagnose(metrics, knobs, device, W.batch_kind(batch))
+        self.phase("probe")
 
 
 def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: TrialResult) -> bool:

@@ -61,7 +61,7 @@ def finished_run(tmp_path_factory, ray_local):
     from autotune.cli.main import app
 
     tmp = tmp_path_factory.mktemp("cli")
-    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"), search={"n_trials": 3, "confirm_rounds": 2})
+    spec = write_spec(tmp / "quick.yaml", output_dir=str(tmp / "run"), search={"n_trials": 3, "confirm_rounds": 1})
     result = CliRunner().invoke(app, ["search", str(spec), "--quiet"])
     return tmp / "run", result
 

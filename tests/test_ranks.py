@@ -121,9 +121,8 @@ SEARCHES = {  # the CI's 2-rank searches: what each measures, and its trials
 
 
 @pytest.mark.usefixtures("ray_local")
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=pytest.mark.slow) if n == "tiny_transformer" else n for n in SEARCHES]
-)
+@pytest.mark.slow  # CI tier: test_program's 2-rank torchrun program search, test_a_two_rank_ddp_trial_is_one_result
+@pytest.mark.parametrize("name", SEARCHES)
 def test_a_two_rank_search_through_ray_records_ranks_throughput_comm_and_memory(tmp_path, name):
     import pandas as pd
     from mlflow.tracking import MlflowClient

@@ -2,17 +2,15 @@
 
 It times the data wait at each `next()` and the compute between calls, in windows. When the wait is above
 `threshold` of the step it tries more workers (or a deeper prefetch); under half of it, and when every move up lost,
-it tries fewer (a wait that a move up did not shorten, a batch's transfer from its worker, counts for neither).
-Whether the workers are ahead of the step is read at each next(): the share of calls that find their batch already
-delivered. Mostly ahead, a wait is the hand-over (no move up); nearly always ahead, fewer workers are tried; mostly
-behind, fewer are not. Each move is a measured trial: the setting's last windows before, the loader rebuilt, a
-warm-up (a batch from each worker at least), then windows after that go on until the difference is clear of the
-noise of both sides (a 95% interval from their chunks) or `settle_s` has passed; the move is kept only if it wins
-beyond that noise (a move down is kept when it does not lose more than `min_gain` against where the run of moves
-down began: a tie goes to the cheaper loader, three ties of -3% are not one of -9%). The config that lost is not
-tried again for a back-off time that doubles at each loss, so it does not oscillate. A move whose predicted CPU (the
-workers' CPU time, not their count) passes what the host has idle (measured over the window, shared by the node's
-ranks) or a `cpu_budget` set, or whose memory (PSS: forked workers share pages) passes its budget, is not made.
+it tries fewer (a wait that a move up did not shorten, a batch's transfer from its worker, counts for neither). Each
+move is a measured trial: the setting's last windows before, the loader rebuilt, a warm-up (a batch from each worker
+at least), then windows after that go on until the difference is clear of the noise of both sides (a 95% interval
+from their chunks) or `settle_s` has passed; the move is kept only if it wins beyond that noise (a move down is kept
+when it does not lose more than `min_gain` against where the run of moves down began: a tie goes to the cheaper
+loader, three ties of -3% are not one of -9%). The config that lost is not tried again for a back-off time that
+doubles at each loss, so it does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count)
+passes what the host has idle (measured over the window, shared by the node's ranks) or a `cpu_budget` set, or whose
+memory (PSS: forked workers share pages) passes its budget, is not made.
 
 What stays the same: the sample indices and their order (the epoch's indices are drawn once; a rebuilt loader
 continues from the next one not yet yielded, mid-epoch), and torch's global random state (saved and restored around
@@ -44,10 +42,6 @@ PREFIX = "autotune online:"
 # a step whose time outside next() passes PAUSE times the window's mean step is the program pausing (validation,
 # a checkpoint written): its gap is left out of the window, as the time between epochs is
 PAUSE = 10
-# the share of next() calls that find their batch already delivered: from HANDED on, the workers are mostly ahead
-# (a wait at next() is the batch's hand-over, which no move up shortens, and fewer workers may do); from AHEAD on,
-# they are ahead whatever the wait (fewer are tried); below HANDED the step waits on them (more are tried)
-HANDED, AHEAD = 0.5, 0.9
 
 
 @dataclass(frozen=True)
@@ -94,8 +88,6 @@ class Window:
     worker_pss_gib: float = 0.0
     start: float = 0.0
     host_idle: float | None = None
-    ready: int = 0  # next() calls that found the batch already delivered by its worker ...
-    probed: int = 0  # ... of those asked (none at 0 workers: the main process loads)
 
     @property
     def rate(self) -> float:
@@ -104,12 +96,6 @@ class Window:
     @property
     def wait_share(self) -> float:
         return self.wait / self.wall if self.wall > 0 else 0.0
-
-    @property
-    def ready_share(self) -> float | None:
-        """Share of steps whose batch was waiting when asked for: the workers ahead of the step (near 1: a wait at
-        next() is the hand-over alone), or behind it (near 0); None without workers."""
-        return self.ready / self.probed if self.probed else None
 
     @property
     def noise(self) -> float:
@@ -139,8 +125,6 @@ class Window:
             pss_gib=later.pss_gib,
             worker_pss_gib=later.worker_pss_gib,
             start=self.start,
-            ready=self.ready + later.ready,
-            probed=self.probed + later.probed,
             host_idle=sum(i * t for i, t in idle) / sum(t for _, t in idle) if idle and wall > 0 else None,
         )
 
@@ -312,7 +296,6 @@ class OnlineLoader:
         while True:
             zero = self.setting.num_workers == 0
             c0 = cpu() if zero else 0.0
-            ready = None if zero or self._warm else _delivered(self._it)
             t0 = clock()
             try:
                 batch = next(self._it)
@@ -346,9 +329,6 @@ class OnlineLoader:
                     self.pauses += 1
                 w.wait += t1 - t0
                 w.steps += 1
-                if ready is not None:
-                    w.probed += 1
-                    w.ready += ready
                 if zero:
                     w.main_data_cpu += cpu() - c0
                 if t1 - self._chunk_t >= self._chunk_s and w.steps - self._chunk_steps >= self._chunk_n:
@@ -528,11 +508,8 @@ class OnlineLoader:
         if w is None:
             return
         floor = f" ({100 * self._wait_floor:.0f}% of it no move up shortened)" if self._wait_floor else ""
-        excess, ready = w.wait_share - self._wait_floor, w.ready_share
-        if ready is not None:
-            floor += f", the batch already there at {100 * ready:.0f}% of next() calls"
-        handed = ready is not None and ready >= HANDED  # the workers mostly ahead: the wait is the hand-over
-        if excess > self.threshold and not handed:
+        excess = w.wait_share - self._wait_floor
+        if excess > self.threshold:
             if self._try(
                 self._up_moves(),
                 w,
@@ -541,7 +518,7 @@ class OnlineLoader:
             ):
                 return
             why = f"data wait {100 * w.wait_share:.0f}%{floor} but every move up lost or passes a budget"
-        elif (ready is not None and ready >= AHEAD) or (excess < self.threshold / 2 and (ready is None or handed)):
+        elif excess < self.threshold / 2:
             why = f"data wait {100 * w.wait_share:.1f}% of the step{floor}: fewer workers may keep the rate"
         else:
             return
@@ -782,20 +759,6 @@ class OnlineLoader:
         return out
 
 
-def _delivered(it) -> bool | None:
-    """Whether the loader's next batch is already here (kept out of order, or in the queue from the workers):
-    torch's multi-process iterator's own bookkeeping, read without waiting; None where it cannot be read."""
-    info, queue = getattr(it, "_task_info", None), getattr(it, "_data_queue", None)
-    if info is None or queue is None:
-        return None
-    if len(info.get(it._rcvd_idx, ())) == 2:  # (worker, data): arrived before its turn, kept
-        return True
-    try:
-        return queue.qsize() > 0
-    except NotImplementedError:  # macOS's multiprocessing queues
-        return None
-
-
 def _t95(df: int) -> float:
     """Student's t, two-sided 95%, for `df` degrees of freedom (a difference of few chunks is a wide one)."""
     return 12.706 if df < 2 else T95.get(df, Z95)
@@ -810,7 +773,6 @@ def _window_dict(w: Window) -> dict:
         "pss_gib": round(w.pss_gib, 3),
         "steps": w.steps,
         "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
-        "ready_pct": None if w.ready_share is None else round(100 * w.ready_share, 1),
         "wall_s": round(w.wall, 3),
     }
 

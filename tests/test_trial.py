@@ -235,6 +235,14 @@ def test_runner_cli_rejects_a_bad_config_with_exit_2(tmp_path):
         proc.stderr.strip()
         == "error: knobs.compile: 'fast' is not allowed: expected one of none | default | reduce-overhead | max-autotune"
     )
+    config.write_text(json.dumps({**TINY, "workload": {"command": ["python", "train.py"]}}))  # a program's config
+    proc = subprocess.run(
+        [sys.executable, "-m", "autotune.trial", str(config)], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "error: workload.command: a program's trial is the program itself, run by autotune's launcher "
+        "(`autotune search SPEC`); this runner runs factories (`name`, `factory` or `file`)"
+    ]
 
 
 @pytest.mark.timeout(120)

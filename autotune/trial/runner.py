@@ -403,6 +403,11 @@ def run_trial(config: dict[str, Any], base_dir: str = ".") -> TrialResult:
     `base_dir`: where a pickled factory's relative `file` starts (the config's dir)."""
     started = time.perf_counter()
     cfg = check_config(config)
+    if cfg["workload"].get("command"):
+        raise TrialConfigError(
+            "workload.command: a program's trial is the program itself, run by autotune's launcher "
+            "(`autotune search SPEC`); this runner runs factories (`name`, `factory` or `file`)"
+        )
     import torch
 
     device = detect_device(cfg["device"])

@@ -313,6 +313,7 @@ class OnlineLoader:
                     gap = t1 - self._paused
                     self._win.start += gap
                     self._chunk_t += gap
+                    self._last_step_end = t1  # the gap is out already: not a pause of the program's as well
                     yield batch
                     continue
             if self._warm:

@@ -10,7 +10,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
-from autotune.trial.online import OnlineLoader, Window, settings_from_log
+from autotune.trial.online import OnlineLoader, settings_from_log
+from autotune.trial.online_window import Window
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -115,7 +116,7 @@ def test_cpu_budget_no_move_past_it():
 
 
 def test_ram_budget_no_move_past_it():
-    from autotune.trial.online import pss_gib
+    from autotune.trial.online_window import pss_gib
 
     lines = []
     budget = pss_gib(os.getpid()) + 0.001

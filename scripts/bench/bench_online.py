@@ -38,7 +38,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, RandomSampler  # noqa: E402
 
-from autotune.trial.online import OnlineLoader, pss_gib  # noqa: E402
+from autotune.trial.online import OnlineLoader  # noqa: E402
+from autotune.trial.online_window import pss_gib  # noqa: E402
 from trials.jpeg_pipeline import JpegCrops, toy_cnn  # noqa: E402
 from trials.tiny_cnn import RandomImages, tiny_cnn  # noqa: E402
 

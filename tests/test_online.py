@@ -149,20 +149,21 @@ def window(rate, chunks, wall=10.0):
 def test_a_move_waits_until_it_is_clear_of_the_noise_and_moves_down_answer_to_where_they_began():
     online = OnlineLoader(DataLoader(Cached(), batch_size=4), log=[].append)  # min_gain 3%
     steady = window(10.0, [9.9, 10.1, 10.0, 10.0, 9.95, 10.05])
-    up = {"direction": "up", "ref": steady}
     noisy = window(10.5, [8.0, 13.0, 9.0, 12.0])  # +5%, in the noise: the windows go on; at settle_s, reverted
-    assert online._verdict(up, noisy, final=False)[0] is None
-    assert online._verdict(up, noisy, final=True)[0] is False
-    assert online._verdict(up, window(12.0, [11.9, 12.1, 12.0, 12.0]), final=False)[0] is True
-    assert online._verdict(up, window(10.1, [10.0, 10.2, 10.1, 10.1]), final=False)[0] is False  # clearly < 3%
+    assert online._verdict("up", steady, noisy, final=False)[0] is None
+    assert online._verdict("up", steady, noisy, final=True)[0] is False
+    assert online._verdict("up", steady, window(12.0, [11.9, 12.1, 12.0, 12.0]), final=False)[0] is True
+    assert (
+        online._verdict("up", steady, window(10.1, [10.0, 10.2, 10.1, 10.1]), final=False)[0] is False
+    )  # clearly < 3%
     # down: -2% is a tie, kept (the cheaper loader); a second -2% answers to the first one's start: -4%, reverted
     first = window(9.8, [9.78, 9.82, 9.8, 9.8])
-    assert online._verdict({"direction": "down", "ref": steady}, first, final=False)[0] is True
+    assert online._verdict("down", steady, first, final=False)[0] is True
     second = window(9.6, [9.58, 9.62, 9.6, 9.6])
-    assert online._verdict({"direction": "down", "ref": first}, second, final=False)[0] is True
-    assert online._verdict({"direction": "down", "ref": steady}, second, final=False)[0] is False
+    assert online._verdict("down", first, second, final=False)[0] is True
+    assert online._verdict("down", steady, second, final=False)[0] is False
     # down, unclear at settle_s: the point estimate within min_gain is a tie, kept
-    assert online._verdict({"direction": "down", "ref": steady}, window(9.9, [7.0, 12.8, 8.0, 11.8]), True)[0]
+    assert online._verdict("down", steady, window(9.9, [7.0, 12.8, 8.0, 11.8]), True)[0]
 
 
 def test_a_pause_of_the_program_is_left_out_of_the_window_it_falls_in():
@@ -180,7 +181,7 @@ def test_a_pause_of_the_program_is_left_out_of_the_window_it_falls_in():
     paused = False
     for _ in online:
         trial = online._trial
-        if not paused and trial and trial["to"].num_workers == 4 and online._win.steps >= 5:
+        if not paused and trial and trial.new.num_workers == 4 and online._win.steps >= 5:
             time.sleep(2.0)
             paused = True
         if paused and online.changes:

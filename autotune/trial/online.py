@@ -30,7 +30,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -94,6 +94,24 @@ class _Remaining:
 
     def __len__(self):
         return len(self.order) - self.start
+
+
+@dataclass
+class _Move:
+    """A move on trial: from `old` to `new`, why, the windows before it (`before` merged, `before_windows` to go on
+    from if it is reverted), what it is judged against (`ref`), when it began, and the windows after it so far."""
+
+    old: Setting
+    new: Setting
+    direction: str  # "up" or "down"
+    why: str
+    before: Window
+    ref: Window
+    before_windows: list[Window]
+    t: float
+    step: int
+    windows: list[Window] = field(default_factory=list)
+    after: Window | None = None
 
 
 class OnlineLoader:
@@ -379,9 +397,9 @@ class OnlineLoader:
         _, w.host_idle = host_idle_cores(self._idle_mark)
         self._open_window(time.perf_counter())
         if self._trial is not None:
-            t = self._trial
-            t["windows"].append(w)
-            t["after"] = w if t["after"] is None else t["after"].merged(w)
+            move = self._trial
+            move.windows.append(w)
+            move.after = w if move.after is None else move.after.merged(w)
             return
         self._hist.append(w)
         self._trim()
@@ -408,7 +426,7 @@ class OnlineLoader:
     # ---- decisions ------------------------------------------------------------------------------------------
     def _decide(self):
         if self._trial is not None:
-            self._judge(self._trial, self._trial["after"])
+            self._judge(self._trial, self._trial.after)
             return
         w = self._history()
         if w is None:
@@ -528,33 +546,21 @@ class OnlineLoader:
         old, measured = self.setting, self._hist
         self.setting = new
         self._it = self._rebuild(self._it)
-        self._trial = {
-            "from": old,
-            "to": new,
-            "before": before,
-            # a run of moves down answers to where it started (three ties of -3% are not one of -9%), or to the
-            # window before, when that was faster
-            "ref": max(self._down_ref or before, before, key=lambda x: x.rate) if direction == "down" else before,
-            "direction": direction,
-            "why": why,
-            "t": t,
-            "step": self.step,
-            "windows": [],
-            "after": None,
-            "before_windows": measured,  # the old setting's, measured moments ago: a revert goes on from them
-        }
+        # a run of moves down answers to where it started (three ties of -3% are not one of -9%), or to the window
+        # before, when that was faster
+        ref = max(self._down_ref or before, before, key=lambda x: x.rate) if direction == "down" else before
+        self._trial = _Move(old, new, direction, why, before, ref, measured, t, self.step)
         self._open_window(time.perf_counter(), warmup=self._warmup(new))
 
-    def _verdict(self, trial: dict, after: Window, final: bool) -> tuple[bool | None, float]:
+    def _verdict(self, direction: str, ref: Window, after: Window, final: bool) -> tuple[bool | None, float]:
         """Keep the move, revert it, or None: not yet clear of the noise (the 95% interval of the difference, from
         the chunks of both sides). Up: kept when it gains more than `min_gain` and the noise, reverted when it
         clearly gains less (or, at `settle_s`, when still unclear). Down: kept when it clearly loses less than
         `min_gain` against where the run of moves down started, reverted when it clearly loses more; at
         `settle_s` a tie goes to the cheaper loader."""
-        ref = trial["ref"]
         margin = t95(len(ref.chunks) + len(after.chunks) - 2) * math.sqrt(ref.noise**2 + after.noise**2)
         gain, least = after.rate - ref.rate, self.min_gain * ref.rate
-        if trial["direction"] == "up":
+        if direction == "up":
             if gain > max(margin, least):
                 return True, margin
             if gain + margin < least or final:
@@ -566,12 +572,12 @@ class OnlineLoader:
                 return gain > -least, margin
         return None, margin
 
-    def _judge(self, trial: dict, after: Window):
-        old, new = trial["from"], trial["to"]
-        keep, margin = self._verdict(trial, after, final=after.wall >= self.settle_s)
+    def _judge(self, trial: _Move, after: Window):
+        old, new = trial.old, trial.new
+        keep, margin = self._verdict(trial.direction, trial.ref, after, final=after.wall >= self.settle_s)
         if keep is None:
             return  # the windows after the move go on
-        before, ref = trial["before"], trial["ref"]
+        before, ref = trial.before, trial.ref
         over = self.ram_budget_gib is not None and after.pss_gib > self.ram_budget_gib
         over_cpu = (
             self.cpu_budget is not None and new.num_workers > old.num_workers and after.data_cpu > 1.1 * self.cpu_budget
@@ -581,7 +587,7 @@ class OnlineLoader:
         loser = old if keep else new
         back = self._back_off(loser)
         self._trial = None
-        cost = max(after.start - trial["t"] - self.warmup_steps / after.rate, 0.0) if after.rate else 0.0
+        cost = max(after.start - trial.t - self.warmup_steps / after.rate, 0.0) if after.rate else 0.0
         verdict = "kept" if keep else "reverted"
         reason = (
             " (measured PSS over the ram budget)"
@@ -591,7 +597,7 @@ class OnlineLoader:
             else ""
         )
         line = (
-            f"{old.short()} -> {new.short()} {verdict}{reason} ({trial['why']}): "
+            f"{old.short()} -> {new.short()} {verdict}{reason} ({trial.why}): "
             f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}"
             f"{'' if ref is before else f'; against {ref.rate:.2f} steps/s where the moves down began'}), workers' CPU "
             f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
@@ -600,11 +606,11 @@ class OnlineLoader:
         )
         record = {
             "kind": "window",
-            "step": trial["step"],
+            "step": trial.step,
             "from": old.kwargs(),
             "to": new.kwargs(),
             "kept": keep,
-            "why": trial["why"],
+            "why": trial.why,
             "before": window_dict(before),
             "after": window_dict(after),
             "judged_against": window_dict(ref),
@@ -613,17 +619,17 @@ class OnlineLoader:
             "backoff_s": back,
         }
         self.changes.append(record)
-        self._down_ref = trial["ref"] if keep and trial["direction"] == "down" else None
-        if trial["direction"] == "up":
+        self._down_ref = trial.ref if keep and trial.direction == "down" else None
+        if trial.direction == "up":
             shortened = after.wait_share < 0.8 * before.wait_share
             self._wait_floor = 0.0 if keep or shortened else min(before.wait_share, after.wait_share)
         if keep:
-            self._hist = trial["windows"]  # they measured the setting kept
+            self._hist = trial.windows  # they measured the setting kept
             self._trim()
         else:
             self.setting = old
             self._it = self._rebuild(self._it)
-            self._hist = trial["before_windows"]
+            self._hist = trial.before_windows
             self._open_window(time.perf_counter(), warmup=self._warmup(old))
         self.emit(line, event="change", **record, setting=self.setting.kwargs())
         self._metric(100 * after.wait_share)
@@ -647,7 +653,7 @@ class OnlineLoader:
     def summary(self) -> dict:
         """One line: what changed, and the settings to export (a move still on trial does not count yet)."""
         kept = [c for c in self.changes if c["kept"]]
-        settled = (self._trial or self._persist or {}).get("from", self.setting)
+        settled = self._trial.old if self._trial else (self._persist or {}).get("from", self.setting)
         text = (
             f"summary after {self.step} steps, {self.epochs} epoch(s): {len(kept)} change(s) kept of "
             f"{len(self.changes)} tried; settings for best_config.yaml: {settled.short()} (started at "

@@ -220,7 +220,7 @@ def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
 
 @pytest.mark.timeout(300)
 def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
-    """The shared CLI search (confirm_rounds: 2): the re-measurement ran as
+    """The shared CLI search (confirm_rounds: 1): the re-measurement ran as
     trials run (fresh processes, the window only), and every output tells the
     same speedup."""
     run_dir, _ = finished_run
@@ -229,8 +229,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     if confirm is None:  # the baseline itself won: nothing to re-measure
         assert result.best is result.baseline
         return
-    # v2: a first pair that settles the verdict (and the trials, both over 1.5x) is the last
-    rounds = 1 if confirm.get("settled") else 2
+    rounds = 1  # the spec's confirm_rounds; a first pair that settles the verdict is the last anyway
     aside = confirm.get("disturbed_pairs", [])  # measured under the host's other load: again, not counted
     assert confirm["rounds"] == rounds or (confirm["rounds"] < rounds and len(aside) > C.RERUNS)
     assert confirm["baseline_trial"] == 0 and confirm["verdict"] in ("faster", "tie", "slower", "unknown")

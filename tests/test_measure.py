@@ -295,3 +295,45 @@ def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_pa
     assert m["window_steps"] <= 5 and 1.0 <= m["window_s"] < 2.0  # stopped once min_window_s had run
     assert m["step_ms_mean"] > 250 and m["samples_per_s"] < 64 / 0.25  # its throughput is measured
     assert not {"profile", "diagnosis", "parity"} & set(result.to_dict()) and "batch2x_step_ratio" not in m
+
+
+def _fed(step_ms, rule):
+    """A Window fed steps of these durations (a clock of its own), until its rule ends it."""
+    now = [0.0]
+    window = M.Window(rule, "cpu", lambda: None)
+    window.clock = lambda: now[0]
+    window.start()
+    for ms in step_ms:
+        now[0] += ms / 1e3
+        window.step_done(2, ms / 1e4)  # 2 samples, a tenth of the step waiting
+        if window.done():
+            break
+    return window, window.finish()
+
+
+def jitter(i: int) -> float:
+    return 1 + 0.03 * math.sin(i * 1.7)  # +-3%, deterministic
+
+
+def test_a_window_whose_step_time_still_falls_goes_on_until_it_settles():
+    """hf_bert's baseline kept speeding up for ~100 steps past its warm-up: its window read 20% slow. A step of
+    20 ms falling to 10 ms over 60 steps, then 10 ms: the first halves still falling join the warm-up, and
+    the window's mean is the settled step's (the trial's defaults: 10 steps, 1 s, +-2%; without, ~13.7 ms)."""
+    falling = [(max(10.0, 20 - i / 6)) * jitter(i) for i in range(400)]
+    rule = M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=400, max_s=30.0)
+    window, m = _fed(falling, rule)
+    assert m["warmup_extended_steps"] >= 30 and m["warmup_extended_s"] > 0
+    assert m["step_ms_mean"] == pytest.approx(10.0, rel=0.06)
+    assert m["samples_per_s"] == pytest.approx(2 / m["step_ms_mean"] * 1e3)  # the window's own steps' samples
+    assert m["data_wait_frac"] == pytest.approx(0.1, rel=0.01)
+    assert m["window_steps"] + m["warmup_extended_steps"] <= 400
+
+
+def test_a_settled_window_is_not_extended_and_the_caps_count_from_its_first_start():
+    steady = [10.0 * jitter(i) for i in range(400)]
+    _, m = _fed(steady, M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=400, max_s=30.0))
+    assert "warmup_extended_steps" not in m and 100 <= m["window_steps"] <= 110  # 1 s of 10-ms steps
+    forever = [100.0 * 0.97**i for i in range(400)]  # falls all the way: the window ends at its step cap
+    rule = M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.5, max_steps=120, max_s=30.0)
+    _, m = _fed(forever, rule)
+    assert m["window_steps"] + m["warmup_extended_steps"] == 120

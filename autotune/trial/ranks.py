@@ -320,10 +320,10 @@ def window_steps(step_s: float | None, cfg: dict[str, Any], cap: int, device_typ
 
 def fixed_rule(steps: int):
     """A window of exactly `steps` steps on every rank: no stop on time, confidence
-    or pruning, which would end one rank's window before another's."""
+    or pruning, which would end one rank's window before another's, and no warm-up extended on one rank alone."""
     from autotune.trial.measure import WindowRule
 
-    return WindowRule(min_steps=steps, min_s=0.0, target_ci=0.0, max_steps=steps, max_s=float("inf"))
+    return WindowRule(min_steps=steps, min_s=0.0, target_ci=0.0, max_steps=steps, max_s=float("inf"), settle=False)
 
 
 def comm_share(session, batches, steps: int, metrics: dict[str, float]) -> dict[str, float]:

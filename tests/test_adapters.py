@@ -267,10 +267,11 @@ def test_a_missing_package_names_its_extra(monkeypatch, adapter, package, extra)
     "factory, knobs, seen",
     [
         ("make_lightning_cnn", {}, {"channels_last": False, "autocast": None, "weights_channels_last": False}),
-        (
+        pytest.param(
             "make_lightning_cnn",
             {"channels_last": True, "precision": "bf16-mixed"},
             {"channels_last": True, "autocast": "torch.bfloat16", "weights_channels_last": True},
+            marks=pytest.mark.slow,  # in CI: make_bert's bf16 autocast, and this factory's defaults
         ),
         pytest.param(
             "make_lightning_cnn",
@@ -395,6 +396,8 @@ def test_lightning_takes_a_trainer_object_and_says_what_it_cannot_take():
     )
 
 
+@pytest.mark.slow  # in CI: test_reliability's faults (an error trial is recorded, never the best), test_instrument's
+# Lightning Trainer script as a trial
 def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray_local):
     """fused_optimizer under the Trainer's bf16 and clipping: the trial fails with
     Lightning's own error, the summary says why, the export keeps it off."""

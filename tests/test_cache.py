@@ -71,6 +71,7 @@ def test_reuse_returns_the_earlier_winner_without_starting_anything(first):
     assert not (runs / "second").exists() and trials_run(first) == 2  # no trial ran
 
 
+@pytest.mark.slow  # in CI: the key test (a changed spec is another key); test_cache's reuse of a matching one
 @pytest.mark.timeout(300)
 def test_a_changed_spec_searches_again(first):
     runs, notes = first.run_dir.parent, []

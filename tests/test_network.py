@@ -7,11 +7,15 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
 from autotune.trial import procfs
+from autotune.records.run_dir import read_run
 from tests.conftest import write_spec
+
+PROGRAMS = Path(__file__).parent / "programs"
 
 
 def _is_loopback(address: str) -> bool:
@@ -48,10 +52,14 @@ def _sockets_of(pids) -> set[tuple[str, str]]:
 )
 @pytest.mark.timeout(240)
 def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
+    """A program's search through Ray (the one test_program leaves to this one: a Ray start is ~10 s here)."""
+    (tmp_path / "loader_loop.py").write_text((PROGRAMS / "loader_loop.py").read_text())
     spec = write_spec(
         tmp_path / "s.yaml",
         output_dir=str(tmp_path / "run"),
-        search_space={"preset": None, "knobs": {"batch_size": [16, 32]}},
+        workload={"command": "python loader_loop.py --steps 400 --batch_size 16"},
+        search_space={"preset": None, "knobs": {"num_workers": [0, 1]}},
+        search={"n_trials": 2, "confirm_rounds": 0},
         trial={
             "warmup_steps": 2,
             "measure_steps": 5,
@@ -87,3 +95,8 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
     assert any("gcs_server" in cmd for _, cmd in seen), f"no Ray server socket seen: {seen}"
     exposed = sorted(s for s in seen if not _is_loopback(s[0]))
     assert not exposed, f"listening beyond loopback: {exposed}"
+    run = read_run(tmp_path / "run")  # the program's trials, through Ray, each measured
+    assert {r.status for r in run.records} <= {"ok", "pruned"} and {r.knobs["num_workers"] for r in run.records} == {
+        0,
+        1,
+    }

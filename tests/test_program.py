@@ -29,8 +29,8 @@ TRIAL = {
 
 
 def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None, backend="local"):
-    """`autotune search` on a program; the local backend unless a test asks for Ray (one test searches a
-    program through Ray, the default where Ray is installed: the others save its ~10 s start)."""
+    """`autotune search` on a program, on the local backend (test_network searches a program through Ray, the
+    default where Ray is installed: the others save its ~10 s start)."""
     spec = {
         "name": "p",
         "workload": {"command": command},
@@ -61,8 +61,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
         tmp_path,
         "python loader_loop.py --steps 400 --batch_size 16",
         {"num_workers": [0, 1], "channels_last": [False, True]},
-        backend="ray",
-    )
+    )  # a program through Ray: test_network's search
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
     assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
@@ -123,7 +122,7 @@ def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_pa
         tmp_path,
         ["python", "tiny_steps.py", "--mode", "fail_with_workers"],
         {"num_workers": [0, 1], "set_to_none": [True, False]},
-        n_trials=4,
+        n_trials=3,
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
@@ -196,6 +195,7 @@ def test_an_environment_variable_is_searched_in_a_fresh_process_of_its_own(tmp_p
     assert seen == {"", 1}
 
 
+@pytest.mark.slow  # in CI: test_scale_out's cfg.wrap in a torchrun-launched loop, test_ranks' 2-rank DDP trial
 def test_a_two_rank_torchrun_program_is_searched_with_both_ranks_measured(tmp_path):
     proc = search(
         tmp_path,

@@ -193,6 +193,7 @@ def test_a_clearly_slower_trial_is_pruned_and_patience_ends_the_search(tmp_path)
         assert mlflow_run.data.metrics["samples_per_s"] == pytest.approx(r.metrics["samples_per_s"])
 
 
+@pytest.mark.slow  # in CI: test_stoppers' first limit reached ends the search, on the one loop's stoppers
 def test_with_a_time_budget_and_n_trials_the_first_limit_reached_ends_the_search(tmp_path):
     """n_trials 2 and a 600-s budget: the count is reached first and ends the
     search (4 points in the space, well inside the budget)."""

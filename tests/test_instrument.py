@@ -157,7 +157,8 @@ def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
     m = result.metrics
     assert m["samples_per_s"] == pytest.approx(4 * m["steps_per_s"])  # the batch knob, as --per_device_train_batch_size
     assert 0 <= m["data_wait_frac"] < 1  # get_batch_samples timed
-    assert len(result.losses) == m["warmup_steps_run"] + m["window_steps"]  # every step's loss, reported
+    every = m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
+    assert len(result.losses) == every  # every step's loss, reported
     assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
     # the window's end ended the process: no final save; the Trainer's outputs went under the trial
     assert not (tmp_path / "mine").exists()

@@ -102,6 +102,7 @@ def test_cudnn_benchmark_flag_is_set():
     assert torch.backends.cudnn.benchmark is False
 
 
+@pytest.mark.slow  # inductor's C++ build, ~25 s on 2 cores; in CI: test_report's load_config wraps the model
 @pytest.mark.timeout(240)
 def test_compile_wraps_the_model_and_trains(tmp_path, monkeypatch):
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))

@@ -117,6 +117,8 @@ def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_tria
     assert not (tmp_path / "run" / "trials").exists()  # no trial ran
 
 
+@pytest.mark.slow  # in CI: test_reliability's faults (error trials, the search goes on), test_launcher's failed
+# trial (its traceback in trial.log)
 def test_a_candidate_that_raises_is_an_error_trial_and_the_search_goes_on(tmp_path):
     proc = search(
         tmp_path,

@@ -248,11 +248,10 @@ class TrialLoop:
 
     def _finish(self) -> None:
         window, rule = self.window, self.window.rule
-        timed = window.finish(self.last_loss)
         metrics = {
-            **timed,
-            "warmup_s": self.warmup_s + timed.get("warmup_extended_s", 0.0),  # with what went on into the window
-            "warmup_steps_run": self.warm + timed.get("warmup_extended_steps", 0),
+            **window.finish(self.last_loss),
+            "warmup_s": self.warmup_s,  # the warm-up's steps; any that went on into the window: warmup_extended_*
+            "warmup_steps_run": self.warm,
             "first_step_s": self.first_step_s,
         }
         extra = {}

@@ -267,11 +267,10 @@ class _Measurement:
     def window(self, batches, t, warmup_s, warmed, first_step_s, first_step_done) -> None:
         """The timed window, and what the warm-up told: the time to the first step, a compiled model's compile."""
         cfg, result = self.cfg, self.result
-        timed = M.timed_window(self.session, batches, self.rule)
         metrics = result.metrics = {
-            **timed,
-            "warmup_s": warmup_s + timed.get("warmup_extended_s", 0.0),  # with what went on into the window
-            "warmup_steps_run": warmed + timed.get("warmup_extended_steps", 0),
+            **M.timed_window(self.session, batches, self.rule),
+            "warmup_s": warmup_s,  # the warm-up's steps; any that went on into the window: warmup_extended_*
+            "warmup_steps_run": warmed,
         }
         self.phase("window")
         if cfg["predicted"]:

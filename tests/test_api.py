@@ -247,8 +247,9 @@ def loads_without_the_helper(pickled: Path) -> str:
     return proc.stdout.strip()
 
 
+@pytest.mark.slow  # in CI: the factory defined in a function (its closure pickled, through Ray, to the trials)
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("by_reference", [False, pytest.param(True, marks=pytest.mark.slow)])
+@pytest.mark.parametrize("by_reference", [False, True])
 def test_a_helper_on_the_notebooks_sys_path_reaches_the_trials(tmp_path, by_reference):
     """The trials on the driver's node get the driver's sys.path directories; the
     pickled factory carries the helper by value (a node without ../lib can load it).

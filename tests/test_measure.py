@@ -333,7 +333,21 @@ def test_a_settled_window_is_not_extended_and_the_caps_count_from_its_first_star
     steady = [10.0 * jitter(i) for i in range(400)]
     _, m = _fed(steady, M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=400, max_s=30.0))
     assert "warmup_extended_steps" not in m and 100 <= m["window_steps"] <= 110  # 1 s of 10-ms steps
-    forever = [100.0 * 0.97**i for i in range(400)]  # falls all the way: the window ends at its step cap
-    rule = M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.5, max_steps=120, max_s=30.0)
+    forever = [100.0 * 0.97**i for i in range(400)]  # falls all the way: not a warm-up; ends at its step cap
+    rule = M.WindowRule(min_steps=10, min_s=0.0, target_ci=0.0, max_steps=120, max_s=30.0)
     _, m = _fed(forever, rule)
-    assert m["window_steps"] + m["warmup_extended_steps"] == 120
+    assert m["window_steps"] == 120 and m["window_unsettled"] == 1.0 and "warmup_extended_steps" not in m
+
+
+def test_a_step_time_that_falls_in_cycles_is_not_a_warm_up_and_the_whole_window_counts():
+    """group_by_length: each megabatch's batches longest first, a cycle of 50 steps falling from 20 to 10 ms.
+    Holding out the falling halves kept a cycle's cheap end (748 samples/s against 395-598): after
+    WARM_DROPS_MAX halves, or at the caps, the held steps are given back."""
+    cycles = [20.0 - (i % 50) / 5 for i in range(3000)]
+    long = M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=3000, max_s=30.0)
+    _, m = _fed(cycles, long)
+    assert m["step_ms_mean"] == pytest.approx(15.0, rel=0.03) and m["window_steps"] >= 300  # many whole cycles
+    capped = M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=3000, max_s=3.0)
+    _, m = _fed(cycles, capped)  # a half held out, then the cap: the held steps given back
+    assert m["window_unsettled"] == 1.0 and "warmup_extended_steps" not in m
+    assert m["step_ms_mean"] == pytest.approx(15.0, rel=0.05)

@@ -274,7 +274,9 @@ class Window:
         self.waits: list[float] = []  # each step's data wait (s) and samples, and the process's CPU time at each mark
         self.counts: list[int] = []
         self.cpu: list[float] = []
-        self.dropped_steps, self.dropped_s = 0, 0.0  # steps still warming up, moved out of the window (`_settled`)
+        # steps still warming up, held out of the window (`done`), and given back if it never settles
+        self.dropped_steps, self.dropped_s, self.unsettled, self._drops = 0, 0.0, False, 0
+        self._held: dict[str, list] = {name: [] for name in _PER_MARK}
 
     def _event(self) -> None:
         if self.cuda:
@@ -320,21 +322,43 @@ class Window:
 
     def done(self) -> bool:
         """The rule's answer, on the window since its (latest) start; its caps count from the first start.
-        Every 10 steps first: a window whose step time is still falling is a warm-up; its first half is
-        dropped and it goes on (`_still_warming`)."""
+        Where the rule could end it first: a window whose step time is still falling is a warm-up; its first half
+        is held out and it goes on, to the floors again (`_still_warming`). A window that has not settled after WARM_DROPS_MAX such halves, or by
+        its caps, is not warming up (a cycle of batch costs, a drift): the held steps are given back."""
         if self.steps == 0:
             return False
         rule, now = self.rule, self.clock()
         capped = self.dropped_steps + self.steps >= rule.max_steps or self.dropped_s + now - self.marks[0] >= rule.max_s
-        if rule.settle and not capped and self.steps % 10 == 0 and _still_warming(self.step_times()):
-            half = self.steps // 2
-            self.dropped_steps += half
-            self.dropped_s += self.marks[half] - self.marks[0]
-            del self.marks[:half], self.cpu[:half], self.counts[:half], self.waits[:half]
-            if self.cuda:
-                del self.events[:half]
-            return False
+        if capped and self.dropped_steps:
+            self._give_back()
+        elif rule.settle and not self.unsettled and not capped and self._floors_met(now):
+            if _still_warming(self.step_times()):
+                if self._drops == WARM_DROPS_MAX:
+                    self._give_back()
+                else:
+                    self._hold_first_half()
+                    return False
         return rule.done(self.steps, now - self.marks[0], self.step_times, capped)
+
+    def _floors_met(self, now: float) -> bool:
+        """Where the rule could end the window (its floors, on the window since its latest start), every 10 steps."""
+        rule = self.rule
+        return self.steps % 10 == 0 and self.steps >= rule.min_steps and now - self.marks[0] >= rule.min_s
+
+    def _hold_first_half(self) -> None:
+        half = self.steps // 2
+        self.dropped_steps += half
+        self.dropped_s += self.marks[half] - self.marks[0]
+        self._drops += 1
+        for name in _PER_MARK:
+            values = getattr(self, name)
+            self._held[name] += values[:half]
+            del values[:half]
+
+    def _give_back(self) -> None:
+        for name in _PER_MARK:
+            setattr(self, name, self._held[name] + getattr(self, name))
+        self.dropped_steps, self.dropped_s, self.unsettled = 0, 0.0, True
 
     def finish(self, loss=None) -> dict[str, float]:
         import torch
@@ -371,6 +395,8 @@ class Window:
         }
         if self.dropped_steps:  # the warm-up went on into the window: those steps are the warm-up's
             metrics["warmup_extended_steps"], metrics["warmup_extended_s"] = self.dropped_steps, self.dropped_s
+        if self.unsettled:  # its step time fell and fell: the whole window counts, as if none were held out
+            metrics["window_unsettled"] = 1.0
         if loss is not None:
             metrics["loss_last"] = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
         if self.cuda:
@@ -388,13 +414,18 @@ class Window:
         return metrics
 
 
-# A warm-up that goes on into the window. The window's mean is taken once the step time stops falling: every 10
-# steps, a window whose first half's mean step is slower than its second half's by more than WARM_DRIFT and the two
-# halves' 95% intervals together gives its first half to the warm-up and goes on (at most to the rule's caps,
-# counted from the window's first start). hf_bert's baseline (batch 4, the main process
+# A warm-up that goes on into the window. The window's mean is taken once the step time stops falling: where the rule
+# could end a window (its floors met), one whose first half's mean step is slower than its second half's by more than
+# WARM_DRIFT and the two halves' 95% intervals together gives its first half to the warm-up and goes on (at most to
+# the rule's caps, counted from the window's first start). hf_bert's baseline (batch 4, the main process
 # tokenizing, 2-core CPU) ran ~20% slower over its first ~100 steps than over steps 30-300 (192.5 against 237-239
 # samples/s), past a 5-step warm-up: its trials read 173-188, and the search claimed 2.74x for a 2.14x (+-0.03).
 WARM_DRIFT = 0.05
+# At most this many halves held out: hf_bert's baseline settled after 55 steps held (2-3 halves); under
+# group_by_length (each megabatch of 50 batches, longest first) the halves fell every 10 steps, and holding 210 steps
+# out kept a cheap end of a cycle: batch 16 read 748 samples/s (batch 32 598, batch 16 sampled at random 395).
+WARM_DROPS_MAX = 3
+_PER_MARK = ("marks", "events", "cpu", "counts", "waits")  # a window's lists, step by step (held out together)
 WARM_HALF_MIN = 5  # steps in each half, at least, for the comparison (Student's t of 4 degrees of freedom)
 
 

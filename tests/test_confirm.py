@@ -9,6 +9,7 @@ from autotune.trial import measure as M
 from autotune.records.run_dir import read_run
 from autotune.trial.result import TrialResult
 from autotune.records.state import SearchState
+from autotune.records.verdicts import describe
 
 
 def test_rounds_alternate_so_a_drift_weighs_on_both_sides():
@@ -118,7 +119,7 @@ def test_the_speedup_is_the_median_of_the_paired_ratios():
     assert [p["ratio"] for p in out["pairs"]] == [1.9, 2.0, pytest.approx(2.1053, abs=1e-4)]
     assert out["speedup_x"] == 2.0 and out["speedup_low"] == 1.9 and out["verdict"] == "faster"
     assert out["baseline_samples_per_s"] == 100.0 and out["best_samples_per_s"] == 200.0
-    assert C.describe(out) == (
+    assert describe(out) == (
         "re-measured side by side, 3 interleaved rounds in fresh processes: 2.00x (pairs 1.90-2.11x)"
     )
 
@@ -142,12 +143,12 @@ def test_a_pair_measured_under_outside_load_is_measured_again_and_not_counted():
     assert labels == ["00-baseline", "00-best", "00-baseline-again1", "00-best-again1"]
     assert out["pairs"] == [{"baseline": 100.0, "best": 140.0, "ratio": 1.4}] and out["speedup_x"] == 1.4
     assert out["disturbed_pairs"] == [{"round": 0, "baseline": 100.0, "best": 250.0, "why": f"00-best: {LOADED}"}]
-    assert C.describe(out).endswith(f"1 pair(s) measured under load from outside, not counted: 00-best: {LOADED}")
+    assert describe(out).endswith(f"1 pair(s) measured under load from outside, not counted: 00-best: {LOADED}")
     # every pair disturbed, RERUNS times again too: no speedup, and why
     run, labels = prepared([100.0, 250.0] * 5, disturbed=set(range(0, 10, 2)))
     out = C.remeasure(run, {}, {}, 2)
     assert len(labels) == 2 * (C.RERUNS + 2) and out["rounds"] == 0 and "speedup_x" not in out
-    assert out["verdict"] == "unknown" and C.describe(out) == (
+    assert out["verdict"] == "unknown" and describe(out) == (
         f"speedup unknown: {C.RERUNS + 2} pair(s) measured while load from outside took the "
         f"host's CPU (01-best: {LOADED}), 0 undisturbed: fewer than 2"
     )
@@ -156,7 +157,7 @@ def test_a_pair_measured_under_outside_load_is_measured_again_and_not_counted():
 def test_pairs_that_disagree_are_a_tie_and_a_failed_run_keeps_what_finished():
     run, _ = fake_runs([100.0, 104.0, 95.0, 101.0])
     tie = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)
-    assert tie["verdict"] == "tie" and "a tie, won by the safer config (the baseline)" in C.describe(tie)
+    assert tie["verdict"] == "tie" and "a tie, won by the safer config (the baseline)" in describe(tie)
     run, _ = fake_runs([100.0, 150.0, None])
     cut = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2)
     assert cut["rounds"] == 1 and cut["verdict"] == "faster"
@@ -169,7 +170,7 @@ def test_a_first_pair_far_above_one_with_the_trials_settles_the_verdict_under_v2
     run, calls = fake_runs([100.0, 190.0, 210.0, 105.0])
     out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, trials=2.4)
     assert calls == [("A", "00-baseline"), ("B", "00-best")] and out["rounds"] == 1 and out["verdict"] == "faster"
-    assert out["settled"] == 2.4 and "it and the trials' 2.40x both over 1.5x settle it" in C.describe(out)
+    assert out["settled"] == 2.4 and "it and the trials' 2.40x both over 1.5x settle it" in describe(out)
     for pair, trials in (([100.0, 140.0], 2.4), ([100.0, 190.0], 1.4)):  # the pair, or the trials, too close to 1
         run, calls = fake_runs([*pair, 210.0, 105.0])
         out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, trials=trials)
@@ -196,14 +197,14 @@ def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     assert (
         "; the baseline re-measured -17% off its trial's 105.9 samples/s (its window: ±2.2%), the read every "
         "trial was compared with"
-    ) in C.describe(out)
+    ) in describe(out)
     run, _ = fake_runs([98.0, 154.8, 153.7, 97.3])
-    assert "the baseline re-measured" not in C.describe(C.confirm_best(run, base, best, 2))  # -8%: not said
+    assert "the baseline re-measured" not in describe(C.confirm_best(run, base, best, 2))  # -8%: not said
     loose = TrialRecord(
         number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.1}
     )
     run, _ = fake_runs([88.0, 154.8, 153.7, 87.3])
-    assert "the baseline re-measured" not in C.describe(C.confirm_best(run, loose, best, 2))  # inside 2x its CI
+    assert "the baseline re-measured" not in describe(C.confirm_best(run, loose, best, 2))  # inside 2x its CI
 
 
 def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
@@ -253,7 +254,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         )
         assert TrialResult.read(run_dir / "confirm" / label / "result.json").ok
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
-    assert best["confirmed"]["note"] == C.describe(confirm)
+    assert best["confirmed"]["note"] == describe(confirm)
     if confirm["verdict"] == "faster":
         assert result.best.number == confirm["best_trial"] and result.speedup == confirm["speedup_x"]
         assert best["measured"]["speedup_x"] == round(confirm["speedup_x"], 3)

@@ -372,29 +372,6 @@ def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
     ) in out
 
 
-def test_break_even_weighs_the_search_against_the_per_step_saving():
-    from autotune.decide.budget import break_even
-
-    # the winner: 100 samples a step at 1000 samples/s, 0.1 s; the baseline 1.5x that: 50 ms saved a step
-    b = break_even(600.0, 1.5, 1000.0, 100)
-    assert (b["saved_ms_per_step"], b["steps"], b["hours"]) == (50.0, 12_000, pytest.approx(1 / 3, abs=1e-4))
-    assert b["note"] == (
-        "the search (10.0 min) pays for itself after 12,000 training steps of batch 100, 20.0 min of "
-        "training at the best config's 1,000 samples/s (it saves 50 ms a step, 1.50x)"
-    )
-    assert break_even(7200.0, 1.02, 500.0, 32)["hours"] == pytest.approx(100.0)  # a 2% gain takes 50x the search
-    assert break_even(600.0, 1.5, 1000.0, 100)["steps"] * 0.05 >= 600.0 > (12_000 - 1) * 0.05
-    slower = break_even(600.0, 0.97, 1000.0, 100)
-    assert slower["steps"] is None and slower["hours"] is None
-    assert slower["note"] == (
-        "never pays back: the best config is not faster than the baseline (0.97x), so no training step saves anything"
-    )
-    assert break_even(600.0, 1.0, 1000.0, 100, changed=False)["note"].startswith(
-        "never pays back: the best config is the baseline's own"
-    )
-    assert break_even(600.0, None, None, 100) is None  # no measured baseline: nothing to weigh
-
-
 def test_break_even_is_in_the_summary_markdown_and_json(tmp_path):
     from autotune.cli.report import as_dict, as_markdown, console, summary
 

@@ -13,9 +13,9 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from autotune.decide import confirm as C
 from autotune import knobs as K
 from autotune.decide import model as M
+from autotune.records.verdicts import describe
 from autotune.safety import levels as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -439,11 +439,11 @@ def _search_notes(d: dict) -> list[str]:
             "not compared with the baseline, never the best"
         )
     if d["speedup_unknown"]:
-        notes.append(f"the trials' ratio was {d['search_speedup_x']:.2f}x; " + C.describe(d["confirm"]))
+        notes.append(f"the trials' ratio was {d['search_speedup_x']:.2f}x; " + describe(d["confirm"]))
     elif d["confirm"] and d["speedup_x"] is not None:
         notes.append(
             f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
-            + C.describe(d["confirm"])
+            + describe(d["confirm"])
         )
     if d["break_even"]:
         notes.append(f"break-even: {d['break_even']['note']}")

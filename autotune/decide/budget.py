@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, Callable
+from typing import Callable
 
 
 UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
@@ -101,58 +101,3 @@ def budget_fits(
         return cost is None or cost <= budget - (time.perf_counter() - started)
 
     return fits
-
-
-def break_even(
-    search_s: float, speedup: float | None, samples_per_s: float | None, batch_size: int | None, changed: bool = True
-) -> dict[str, Any] | None:
-    """When the search pays for itself: its wall time against what the winner saves
-    per training step. A step of `batch_size` samples takes batch/rate seconds at
-    the winner's measured rate (`samples_per_s`) and `speedup` times that at the
-    baseline's, so it saves batch x (speedup - 1) / rate; the search is paid back
-    after search_s / that many steps, which take search_s / (speedup - 1) seconds
-    of training at the winner's rate. `changed`: the winner is not the baseline.
-    None when there is no speedup to weigh (no measured baseline)."""
-    if speedup is None or not samples_per_s or not batch_size:
-        return None
-    out: dict[str, Any] = {
-        "search_s": round(search_s, 1),
-        "speedup_x": round(speedup, 4),
-        "batch_size": batch_size,
-        "samples_per_s": round(samples_per_s, 2),
-    }
-    if not changed or speedup <= 1:
-        why = (
-            "the best config is the baseline's own"
-            if not changed
-            else f"the best config is not faster than the baseline ({speedup:.2f}x)"
-        )
-        return {
-            **out,
-            "saved_ms_per_step": 0.0,
-            "steps": None,
-            "hours": None,
-            "note": f"never pays back: {why}, so no training step saves anything",
-        }
-    saved_s = batch_size * (speedup - 1) / samples_per_s
-    steps = math.ceil(search_s / saved_s - 1e-9)  # 600 s / 50 ms is 12000 steps, not 12001 by rounding
-    hours = search_s / (speedup - 1) / 3600
-    return {
-        **out,
-        "saved_ms_per_step": round(saved_s * 1e3, 4),
-        "steps": steps,
-        "hours": round(hours, 4),
-        "note": (
-            f"the search ({_duration(search_s)}) pays for itself after {steps:,} training steps of batch "
-            f"{batch_size}, {_duration(hours * 3600)} of training at the best config's {samples_per_s:,.0f} "
-            f"samples/s (it saves {saved_s * 1e3:.3g} ms a step, {speedup:.2f}x)"
-        ),
-    }
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 90 * 60:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -27,19 +27,11 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.records.verdicts import SETTLED
 from autotune.trial.result import TrialResult
 
 ROLES = ("baseline", "best")
 METRIC = "samples_per_s"
-# the baseline re-measured this far off its trial's read (and outside twice that window's CI) is said: every
-# trial was compared with that read (measured: jpeg_pipeline's baseline read 105.9 in its trial, 88.0 and 87.3
-# here, and the climb's first moves, each read below it, were screened)
-ANCHOR_DRIFT = 0.10
-# a first pair this far above 1 (and the trials too) settles the verdict, later rounds would
-# refine the number only. The widest spread measured between fresh processes of one config on 2 cores is a 17.6%
-# CV (tiny_cnn, scripts/bench/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
-# above 1: at one-sided 95% the best is faster, even at that spread (jpeg_pipeline's pairs: 2.2x)
-SETTLED = 0.5
 RERUNS = 2  # disturbed pairs measured again, in all, per re-measurement (each pair: two fresh processes)
 
 
@@ -238,70 +230,3 @@ def summarize(
         verdict="faster" if min(ratios) > 1 else "slower" if max(ratios) < 1 else "tie",
     )
     return out
-
-
-def describe(confirm: dict[str, Any]) -> str:
-    """One line for the summary and best_config.yaml."""
-    if confirm.get("verdict") is None:
-        return f"not re-measured: {confirm.get('error') or 'no round finished'}"
-    if confirm["verdict"] == "unknown":
-        return f"speedup unknown: {confirm['unknown']}" + (
-            f"; stopped early: {confirm['error']}" if confirm.get("error") else ""
-        )
-    n = confirm["rounds"]
-    spread = (
-        f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x"
-        if n > 1
-        else f"one pair: {confirm['speedup_x']:.2f}x"
-    )
-    if confirm.get("settled"):
-        spread += (
-            f"; it and the trials' {confirm['settled']:.2f}x both over {1 + SETTLED:.1f}x settle it, so no more rounds"
-        )
-    line = (
-        f"re-measured side by side, {n} interleaved round{'s' if n > 1 else ''} in fresh processes: "
-        f"{confirm['speedup_x']:.2f}x ({spread})"
-    )
-    if confirm["verdict"] != "faster":
-        line += "; not faster in every pair: a tie, won by the safer config (the baseline)"
-    drift, ci = confirm.get("baseline_drift"), confirm.get("baseline_trial_ci95") or 0.0
-    if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
-        line += (
-            f"; the baseline re-measured {drift:+.0%} off its trial's {confirm['baseline_trial_samples_per_s']:g} "
-            f"samples/s (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
-            "that process was unusual, and configs screened or pruned near the baseline may deserve a second look"
-        )
-    if confirm.get("error"):
-        line += f"; stopped early: {confirm['error']}"
-    if confirm.get("disturbed_pairs"):
-        line += (
-            f"; {len(confirm['disturbed_pairs'])} pair(s) measured under load from outside, not counted: "
-            + "; ".join(d["why"] for d in confirm["disturbed_pairs"])
-        )
-    return line
-
-
-def settle(result) -> None:
-    """Apply the re-measurement to a `records.SearchResult` (from the search or
-    read back from its run dir): a best that was not faster in every pair
-    ties with the baseline, and the baseline wins the tie."""
-    confirm, best, base = result.confirm, result.best, result.baseline
-    if (
-        not confirm
-        or confirm.get("verdict") in (None, "faster", "unknown")
-        or best is None
-        or base is None
-        or best is base
-    ):
-        return
-    base.tie = {
-        "faster_trial": best.number,
-        "faster_samples_per_s": round(best.throughput, 2),
-        "chosen_trial": base.number,
-        "chosen_samples_per_s": round(base.throughput, 2),
-        "note": (
-            f"trial #{best.number} measured {best.throughput / base.throughput:.2f}x the baseline in the "
-            f"search, but {describe(confirm).removeprefix('re-measured ')}"
-        ),
-    }
-    result.best = base

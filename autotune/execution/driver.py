@@ -48,10 +48,11 @@ from autotune.records.run_dir import (
     write_csv,
 )
 from autotune.records.state import STATE_FILE, SearchState
+from autotune.records.verdicts import settle
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits
-from autotune.decide.confirm import confirm_best, settle, window_ci
+from autotune.decide.confirm import confirm_best, window_ci
 from autotune.decide.stoppers import Combined, search_stoppers
 from autotune.decide.strategy import Strategy
 from autotune.spec import Spec, SpecError

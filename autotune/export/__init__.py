@@ -2,5 +2,6 @@
 rendered in the forms training is launched with (Hugging Face, torchrun, Lightning).
 
 May import: `autotune.knobs`, `autotune.safety` (the levels' names), `autotune.decide` (the choice of the best),
+`autotune.records` (the re-measurement's line, as the run dir keeps it),
 `autotune.trial` (a program's command and environment, as its trials ran them).
 """

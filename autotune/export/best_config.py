@@ -29,7 +29,7 @@ from autotune import knobs as K
 from autotune.export import formats as scale_out
 from autotune.export.load import TunedConfig, load_config  # noqa: F401  (production imports them from here too)
 from autotune.decide.checked import status
-from autotune.decide.confirm import describe
+from autotune.records.verdicts import describe
 from autotune.safety.levels import batch_advice
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune import knobs as K
-from autotune.decide.confirm import settle
 from autotune.records.state import STATE_FILE, SearchState
+from autotune.records.verdicts import break_even, settle
 from autotune.trial.result import TrialResult
 
 METRIC = "samples_per_s"
@@ -160,11 +160,9 @@ class SearchResult:
 
     @property
     def break_even(self) -> dict[str, Any] | None:
-        """When the search pays for itself (`budget.break_even`): its wall time
+        """When the search pays for itself (`verdicts.break_even`): its wall time
         against the winner's per-step saving at the winner's batch size and
         measured rate (the re-measured one where the speedup is)."""
-        from autotune.decide.budget import break_even
-
         best = self.best
         if self.speedup is None:
             return None

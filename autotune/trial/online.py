@@ -51,6 +51,12 @@ PREFIX = "autotune online:"
 # a step whose time outside next() passes PAUSE times the window's mean step is the program pausing (validation,
 # a checkpoint written): its gap is left out of the window, as the time between epochs is
 PAUSE = 10
+# Fewer workers than the step rate needs, at a worker's last measured pace, are not tried, with this headroom (a
+# window's rate varies ~10% here). busy_host (storage latency + decode, a CPU hog): 4 workers delivered 10.0 steps/s
+# waiting 48% (0.40 s a batch each), and at 8 the compute took 15.2 steps/s: 6.1 needed; the moves tried without this,
+# to 3, 2 and 4 workers, lost 45-72% for their 4-8 s each, and took the run to 0.66 of the best fixed config.
+WORKER_HEADROOM = 1.2
+BATCH_TIME_TTL_S = 120.0  # a pace measured this long ago no longer holds (a host's load changes over minutes)
 
 
 @dataclass(frozen=True)
@@ -156,6 +162,9 @@ class OnlineLoader:
         # the data wait a move up did not shorten (the main process taking a batch from its worker): not a reason
         # for more workers, nor against fewer; cleared when a move up wins
         self._wait_floor = 0.0
+        # seconds one worker takes per batch (the main process, with none), from the last window the loader bound,
+        # and when: fewer workers than the step rate needs at that pace are not tried (`_workers_needed`)
+        self._batch_s: tuple[float, float] | None = None
         self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
         self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
         self._sink = log
@@ -395,6 +404,7 @@ class OnlineLoader:
         w.worker_pss_gib = sum(pss_gib(p) for p in self._worker_pids())
         w.pss_gib = pss_gib(os.getpid()) + w.worker_pss_gib
         _, w.host_idle = host_idle_cores(self._idle_mark)
+        self._learn_batch_time(w)
         self._open_window(time.perf_counter())
         if self._trial is not None:
             move = self._trial
@@ -403,6 +413,23 @@ class OnlineLoader:
             return
         self._hist.append(w)
         self._trim()
+
+    def _learn_batch_time(self, w: Window):
+        """Where the loader bound this window (its wait above the threshold, less the wait floor), its workers
+        delivered the window's steps: n workers at `rate` batches a second take n / rate seconds a batch each
+        (with no workers, the main process loads: its wait per step)."""
+        n = self.setting.num_workers
+        if w.steps and w.rate > 0 and w.wait_share - self._wait_floor > self.threshold:
+            self._batch_s = (n / w.rate if n else w.wait / w.steps, time.monotonic())
+
+    def _workers_needed(self, w: Window) -> int:
+        """The fewest workers that keep up with the step rate the compute allows (`w`'s steps over its time not
+        waiting) at the last measured pace of a worker, with WORKER_HEADROOM; 0 while that pace is unknown, or
+        older than BATCH_TIME_TTL_S."""
+        if self._batch_s is None or time.monotonic() - self._batch_s[1] > BATCH_TIME_TTL_S:
+            return 0
+        demand = w.steps / max(w.wall - w.wait, 1e-9)
+        return math.ceil(WORKER_HEADROOM * demand * self._batch_s[0])
 
     def _trim(self):
         while len(self._hist) > 1 and sum(h.wall for h in self._hist[1:]) >= self.settle_s:
@@ -461,11 +488,13 @@ class OnlineLoader:
         """Fewer workers: where the step waits little on data (under twice the threshold), first as few as the
         workers' CPU says would do, with twice the headroom (workers using 0.09 cores of CPU time between them: 1);
         then half, then one less. The CPU says nothing of a worker waiting on storage, which a job waiting on its
-        data may have: there the moves go by halves (each move is measured; one that loses is reverted)."""
+        data may have: there the moves go by halves (each move is measured; one that loses is reverted), never
+        below what a worker's measured pace says the step rate needs (`_workers_needed`)."""
         s, n = self.setting, self.setting.num_workers
         low_wait = w.wait_share < 2 * self.threshold
         enough = max(1, math.ceil(2 * w.data_cpu)) if low_wait and n > 1 else n
-        return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if 0 <= k < n]
+        need = self._workers_needed(w)
+        return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if max(0, need) <= k < n]
 
     def _predict(self, w: Window, new: Setting) -> tuple[float, float]:
         """CPU (cores of workers' CPU time) and PSS (GiB) after a move. CPU grows at most with the workers, and the
@@ -623,6 +652,8 @@ class OnlineLoader:
         if trial.direction == "up":
             shortened = after.wait_share < 0.8 * before.wait_share
             self._wait_floor = 0.0 if keep or shortened else min(before.wait_share, after.wait_share)
+            if self._wait_floor:  # that wait was the hand-over, not the workers: it told nothing of their pace
+                self._batch_s = None
         if keep:
             self._hist = trial.windows  # they measured the setting kept
             self._trim()

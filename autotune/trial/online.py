@@ -664,8 +664,8 @@ class OnlineLoader:
         if trial.direction == "up":
             shortened = after.wait_share < 0.8 * before.wait_share
             self._wait_floor = 0.0 if keep or shortened else min(before.wait_share, after.wait_share)
-            if self._wait_floor and self._batch_s and self._batch_s[2] == trial.old.num_workers:
-                self._batch_s = None  # that setting's wait was the hand-over, not its workers: no pace of theirs
+            if self._wait_floor and self._batch_s and self._batch_s[2] in (old.num_workers, new.num_workers):
+                self._batch_s = None  # those settings' wait was the hand-over, not their workers: no pace of theirs
         if keep:
             self._hist = trial.windows  # they measured the setting kept
             self._trim()

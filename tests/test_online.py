@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
-from autotune.trial.online import BATCH_TIME_TTL_WINDOWS, OnlineLoader, settings_from_log
-from autotune.trial.online_window import Window
+from autotune.trial.online import OnlineLoader, settings_from_log
+from autotune.trial.online_window import BATCH_TIME_TTL_WINDOWS, Window
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -175,14 +175,12 @@ def test_no_move_down_below_what_a_workers_measured_pace_says_the_step_rate_need
     bound = Window(steps=100, wall=10.0, wait=4.8, chunks=[10.0] * 4)  # the loader binds: 0.4 s a batch a worker
     at_eight = Window(steps=143, wall=10.0, wait=0.6, chunks=[14.3] * 4, worker_cpu=11.0)
     online.setting = replace(online.setting, num_workers=8)
-    assert online._workers_needed(at_eight) == 0  # no pace measured yet: the CPU (1.1 cores: 3), halves, one less
+    assert online._pace.needed(at_eight) == 0  # no pace measured yet: the CPU (1.1 cores: 3), halves, one less
     assert [s.num_workers for s in online._down_moves(at_eight)] == [3, 4, 7]
-    online.setting = replace(online.setting, num_workers=4)
-    online._learn_batch_time(bound)
-    online.setting = replace(online.setting, num_workers=8)
-    assert online._workers_needed(at_eight) == 10  # ceil(1.5 x 15.2 x 0.4)
+    online._pace.learn(bound, 4, 0.0, online.threshold)
+    assert online._pace.needed(at_eight) == 10  # ceil(1.5 x 15.2 x 0.4)
     assert online._down_moves(at_eight) == []
-    online._windows += BATCH_TIME_TTL_WINDOWS + 1  # a pace gone stale
+    online._pace.windows += BATCH_TIME_TTL_WINDOWS + 1  # a pace gone stale
     assert [s.num_workers for s in online._down_moves(at_eight)] == [3, 4, 7]
 
 

@@ -18,7 +18,9 @@ every rebuild, so dropout draws what it would have drawn). Sample *contents* und
 depend on the workers' seeds and may differ. Never touched: batch size, precision, compile, layout, optimizer.
 
 torch and the standard library only (psutil is not needed: /proc is read directly). The measurements (a window, the
-host's readings) are `autotune.trial.online_window`'s; this module decides and rebuilds.
+host's readings, a worker's pace) are `autotune.trial.online_window`'s; this module decides and rebuilds. It is ~700
+lines and one concept: the iterator the user loops over, its epochs and rebuilds (which keep the order and the random
+state), the moves and their verdicts, and the log are one state machine, each part reading the others' state.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ from autotune.trial.online_window import (
     pss_gib,
     t95,
     window_dict,
+    WorkerPace,
 )
 
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
@@ -51,18 +54,6 @@ PREFIX = "autotune online:"
 # a step whose time outside next() passes PAUSE times the window's mean step is the program pausing (validation,
 # a checkpoint written): its gap is left out of the window, as the time between epochs is
 PAUSE = 10
-# Fewer workers than the step rate needs, at a worker's slowest recent pace, are not tried, with this headroom: a
-# window's rate varies ~10% here, and a worker's pace grows as more share the cores. busy_host (storage latency +
-# decode, a CPU hog): 4 workers delivered 10.0 steps/s waiting 48% (0.40 s a batch each), 2 workers 4.2 (0.47 s),
-# and at 8 the compute took 15.2 steps/s: 6.1 needed at 0.40, 7.2 at 0.47; without this the moves to 3, 2 and 4
-# workers lost 45-72% for their 4-8 s each (the run: 0.66 of the best fixed config), and with 1.2, 7 -> 6 lost 12%
-# and its two rebuilds (~3.5 s): that 8-s pair read 0.55.
-WORKER_HEADROOM = 1.5
-# a pace measured this many windows ago (2 s each by default: 2 min of the run) no longer holds: a host's load changes
-# over minutes. Counted in the run's windows, not wall time: a program paused (validation, or the bench's fixed runs
-# beside it) ages nothing; by wall time, busy_host's pace expired during its side-by-side and a move to 2 of 7
-# workers lost 67% (that pair read 0.55 of the fixed config)
-BATCH_TIME_TTL_WINDOWS = 60
 
 
 @dataclass(frozen=True)
@@ -168,10 +159,7 @@ class OnlineLoader:
         # the data wait a move up did not shorten (the main process taking a batch from its worker): not a reason
         # for more workers, nor against fewer; cleared when a move up wins
         self._wait_floor = 0.0
-        # seconds one worker takes per batch (the main process, with none), from the last window the loader bound,
-        # and when: fewer workers than the step rate needs at that pace are not tried (`_workers_needed`)
-        self._batch_s: tuple[float, int, int] | None = None  # (seconds a batch, the window, workers)
-        self._windows = 0  # windows closed so far (the pace's age)
+        self._pace = WorkerPace()  # fewer workers than the step rate needs at a worker's measured pace: not tried
         self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
         self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
         self._sink = log
@@ -411,8 +399,7 @@ class OnlineLoader:
         w.worker_pss_gib = sum(pss_gib(p) for p in self._worker_pids())
         w.pss_gib = pss_gib(os.getpid()) + w.worker_pss_gib
         _, w.host_idle = host_idle_cores(self._idle_mark)
-        self._windows += 1
-        self._learn_batch_time(w)
+        self._pace.learn(w, self.setting.num_workers, self._wait_floor, self.threshold)
         self._open_window(time.perf_counter())
         if self._trial is not None:
             move = self._trial
@@ -421,27 +408,6 @@ class OnlineLoader:
             return
         self._hist.append(w)
         self._trim()
-
-    def _learn_batch_time(self, w: Window):
-        """Where the loader clearly bound this window (its wait, less the wait floor, over twice the threshold: a wait
-        just over it may be the hand-over, too_many's 5% at 4 workers, which read as a pace kept 4 workers), its workers
-        delivered the window's steps: n workers at `rate` batches a second take n / rate seconds a batch each
-        (with no workers, the main process loads: its wait per step)."""
-        n = self.setting.num_workers
-        if w.steps and w.rate > 0 and w.wait_share - self._wait_floor > 2 * self.threshold:
-            pace = n / w.rate if n else w.wait / w.steps
-            if self._batch_s and self._windows - self._batch_s[1] <= BATCH_TIME_TTL_WINDOWS:
-                pace = max(pace, self._batch_s[0])  # the slowest recent pace: it grows as workers share the cores
-            self._batch_s = (pace, self._windows, n)
-
-    def _workers_needed(self, w: Window) -> int:
-        """The fewest workers that keep up with the step rate the compute allows (`w`'s steps over its time not
-        waiting) at the last measured pace of a worker, with WORKER_HEADROOM; 0 while that pace is unknown, or
-        older than BATCH_TIME_TTL_WINDOWS."""
-        if self._batch_s is None or self._windows - self._batch_s[1] > BATCH_TIME_TTL_WINDOWS:
-            return 0
-        demand = w.steps / max(w.wall - w.wait, 1e-9)
-        return math.ceil(WORKER_HEADROOM * demand * self._batch_s[0])
 
     def _trim(self):
         while len(self._hist) > 1 and sum(h.wall for h in self._hist[1:]) >= self.settle_s:
@@ -501,11 +467,11 @@ class OnlineLoader:
         workers' CPU says would do, with twice the headroom (workers using 0.09 cores of CPU time between them: 1);
         then half, then one less. The CPU says nothing of a worker waiting on storage, which a job waiting on its
         data may have: there the moves go by halves (each move is measured; one that loses is reverted), never
-        below what a worker's measured pace says the step rate needs (`_workers_needed`)."""
+        below what a worker's measured pace says the step rate needs (`WorkerPace.needed`)."""
         s, n = self.setting, self.setting.num_workers
         low_wait = w.wait_share < 2 * self.threshold
         enough = max(1, math.ceil(2 * w.data_cpu)) if low_wait and n > 1 else n
-        need = self._workers_needed(w)
+        need = self._pace.needed(w)
         return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if max(0, need) <= k < n]
 
     def _predict(self, w: Window, new: Setting) -> tuple[float, float]:
@@ -664,8 +630,8 @@ class OnlineLoader:
         if trial.direction == "up":
             shortened = after.wait_share < 0.8 * before.wait_share
             self._wait_floor = 0.0 if keep or shortened else min(before.wait_share, after.wait_share)
-            if self._wait_floor and self._batch_s and self._batch_s[2] in (old.num_workers, new.num_workers):
-                self._batch_s = None  # those settings' wait was the hand-over, not their workers: no pace of theirs
+            if self._wait_floor:  # those settings' wait was the hand-over, not their workers: no pace of theirs
+                self._pace.forget(old.num_workers, new.num_workers)
         if keep:
             self._hist = trial.windows  # they measured the setting kept
             self._trim()

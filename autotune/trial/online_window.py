@@ -1,6 +1,6 @@
 """The online loader tuner's measurements (`autotune.trial.online`): a window of steps (its rate, data wait,
-noise from its chunks, the workers' CPU time and PSS, the host's idle cores), windows of one setting merged, and
-the host readings behind them (/proc through procfs). torch-free."""
+noise from its chunks, the workers' CPU time and PSS, the host's idle cores), windows of one setting merged, the
+host readings behind them (/proc through procfs), and a worker's pace read from them (`WorkerPace`). torch-free."""
 
 from __future__ import annotations
 
@@ -132,3 +132,55 @@ def window_dict(w: Window) -> dict:
         "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
         "wall_s": round(w.wall, 3),
     }
+
+
+# Fewer workers than the step rate needs, at a worker's slowest recent pace, are not tried, with this headroom: a
+# window's rate varies ~10% here, and a worker's pace grows as more share the cores. busy_host (storage latency +
+# decode, a CPU hog): 4 workers delivered 10.0 steps/s waiting 48% (0.40 s a batch each), 2 workers 4.2 (0.47 s),
+# and at 8 the compute took 15.2 steps/s: 6.1 needed at 0.40, 7.2 at 0.47; without this the moves to 3, 2 and 4
+# workers lost 45-72% for their 4-8 s each (the run: 0.66 of the best fixed config), and with 1.2, 7 -> 6 lost 12%
+# and its two rebuilds (~3.5 s): that 8-s pair read 0.55.
+WORKER_HEADROOM = 1.5
+# a pace measured this many windows ago (2 s each by default: 2 min of the run) no longer holds: a host's load changes
+# over minutes. Counted in the run's windows, not wall time: a program paused (validation, or the bench's fixed runs
+# beside it) ages nothing; by wall time, busy_host's pace expired during its side-by-side and a move to 2 of 7
+# workers lost 67% (that pair read 0.55 of the fixed config)
+BATCH_TIME_TTL_WINDOWS = 60
+
+
+class WorkerPace:
+    """Seconds one worker takes per batch (the main process's, with none), read where the loader clearly bound a
+    window, and what it says: the fewest workers that keep up with the step rate the compute allows."""
+
+    def __init__(self):
+        self.windows = 0  # windows closed so far (a pace's age)
+        self._pace: tuple[float, int, int] | None = None  # (seconds a batch, the window it was read in, workers)
+
+    def _fresh(self) -> bool:
+        return self._pace is not None and self.windows - self._pace[1] <= BATCH_TIME_TTL_WINDOWS
+
+    def learn(self, w: Window, workers: int, wait_floor: float, threshold: float) -> None:
+        """A window closed at `workers`. Where the loader clearly bound it (its wait, less the wait floor, over twice
+        the threshold: a wait just over it may be the hand-over, too_many's 5% at 4 workers, which read as a pace
+        kept 4 workers), its workers delivered its steps: n workers at `rate` batches a second take n / rate seconds
+        a batch each (with no workers, the main process loads: its wait per step)."""
+        self.windows += 1
+        if w.steps and w.rate > 0 and w.wait_share - wait_floor > 2 * threshold:
+            pace = workers / w.rate if workers else w.wait / w.steps
+            if self._fresh():
+                pace = max(pace, self._pace[0])  # the slowest recent pace: it grows as workers share the cores
+            self._pace = (pace, self.windows, workers)
+
+    def forget(self, *workers: int) -> None:
+        """The pace, where it was read at one of these worker counts (their wait was the hand-over)."""
+        if self._pace is not None and self._pace[2] in workers:
+            self._pace = None
+
+    def needed(self, w: Window) -> int:
+        """The fewest workers that keep up with the step rate the compute allows (`w`'s steps over its time not
+        waiting) at the pace, with WORKER_HEADROOM; 0 while the pace is unknown, or older than
+        BATCH_TIME_TTL_WINDOWS."""
+        if not self._fresh():
+            return 0
+        demand = w.steps / max(w.wall - w.wait, 1e-9)
+        return math.ceil(WORKER_HEADROOM * demand * self._pace[0])

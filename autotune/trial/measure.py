@@ -323,8 +323,9 @@ class Window:
     def done(self) -> bool:
         """The rule's answer, on the window since its (latest) start; its caps count from the first start.
         Where the rule could end it first: a window whose step time is still falling is a warm-up; its first half
-        is held out and it goes on, to the floors again (`_still_warming`). A window that has not settled after WARM_DROPS_MAX such halves, or by
-        its caps, is not warming up (a cycle of batch costs, a drift): the held steps are given back."""
+        is held out and it goes on, to the floors again (`_still_warming`). A window that has not settled after
+        WARM_DROPS_MAX such halves, or by its caps, is not warming up (a cycle of batch costs, a drift): the held
+        steps are given back."""
         if self.steps == 0:
             return False
         rule, now = self.rule, self.clock()
@@ -419,7 +420,8 @@ class Window:
 # WARM_DRIFT and the two halves' 95% intervals together gives its first half to the warm-up and goes on (at most to
 # the rule's caps, counted from the window's first start). hf_bert's baseline (batch 4, the main process
 # tokenizing, 2-core CPU) ran ~20% slower over its first ~100 steps than over steps 30-300 (192.5 against 237-239
-# samples/s), past a 5-step warm-up: its trials read 173-188, and the search claimed 2.74x for a 2.14x (+-0.03).
+# samples/s), past a 5-step warm-up: its trials read 173-188, and the search claimed 3.24x where the program itself
+# showed 2.09-2.14x (with this rule: 2.09x claimed, 2.04x +-0.18 shown).
 WARM_DRIFT = 0.05
 # At most this many halves held out: hf_bert's baseline settled after 55 steps held (2-3 halves); under
 # group_by_length (each megabatch of 50 batches, longest first) the halves fell every 10 steps, and holding 210 steps

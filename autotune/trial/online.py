@@ -472,7 +472,7 @@ class OnlineLoader:
         low_wait = w.wait_share < 2 * self.threshold
         enough = max(1, math.ceil(2 * w.data_cpu)) if low_wait and n > 1 else n
         need = self._pace.needed(w)
-        return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if max(0, need) <= k < n]
+        return [replace(s, num_workers=k) for k in dict.fromkeys((enough, n // 2, n - 1)) if need <= k < n]
 
     def _predict(self, w: Window, new: Setting) -> tuple[float, float]:
         """CPU (cores of workers' CPU time) and PSS (GiB) after a move. CPU grows at most with the workers, and the

@@ -147,6 +147,7 @@ class Config:
         from autotune.knobs import prepare_optimizer
 
         self.used.add("prepare")
+        self.loop.watch(model)
         if self.knobs.get("channels_last"):
             model = model.to(memory_format=torch.channels_last)
         if self.knobs.get("compile", "none") != "none":
@@ -162,6 +163,7 @@ class Config:
         from autotune.knobs import wrap
 
         self.used.add("wrap")
+        self.loop.watch(model)
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         device = (
             torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0)))
@@ -170,6 +172,12 @@ class Config:
         )
         blocks = (self.file.get("parallel") or {}).get("blocks")
         return wrap(model, self._full(), device, world, blocks)
+
+    def watch(self, model):
+        """Hand autotune your model where you call neither `prepare` nor `wrap`: loss parity's noise runs
+        perturb its weights (without it, a numerics knob's parity is "not judged"). Returns the model."""
+        self.loop.watch(model)
+        return model
 
     def autocast(self):
         """The set precision's autocast (none set: a no-op, your own autocast stays)."""

@@ -31,16 +31,22 @@ def unchecked(record: TrialRecord | None, baseline: TrialRecord | None) -> bool:
     )
 
 
+NOT_CHECKED = ("not judged", "not measured")  # a program's verdicts that neither pass nor fail a config
+
+
 def status(record: TrialRecord | None, baseline: TrialRecord | None) -> str:
     """The safety status of a config: `baseline`, `safe` (no numerics knob
-    changed), `parity passed`, `parity failed`, or `unchecked`."""
+    changed), `parity passed`, `parity failed`, `unchecked`, or a program's `parity not judged` / `parity not
+    measured` (autotune.safety.program_parity: never checked)."""
     if record is None or baseline is None or record is baseline:
         return "baseline"
     if unchecked(record, baseline):
         return "unchecked"
     if record.parity is None:
         return "safe"
-    return "parity passed" if record.parity.get("passed") else "parity failed"
+    if record.parity.get("passed"):
+        return "parity passed"
+    return f"parity {record.parity['verdict']}" if record.parity.get("verdict") in NOT_CHECKED else "parity failed"
 
 
 def pick_checked(

@@ -49,6 +49,7 @@ from autotune.records.run_dir import (
 )
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import settle
+from autotune.safety import program_parity
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits
@@ -59,6 +60,7 @@ from autotune.spec import Spec, SpecError
 from autotune.trial import ranks as R
 from autotune.trial.measure import FLOPS_FILE
 from autotune.trial.request import TrialSettings
+from autotune.trial.result import TrialResult
 
 
 def run(
@@ -345,8 +347,25 @@ def _search(
             ci = window_ci(baseline, best, spec.trial.target_ci)
             return confirm_best(runner(need, target_ci=ci), baseline, best, spec.search.confirm_rounds, on_remeasure)
 
-        def check(knobs: dict, label: str) -> dict:  # a late loss-parity check (autotune.checked)
-            return runner(resources(knobs), parity_only=True)(knobs, label)
+        def check(knobs: dict, label: str) -> TrialResult:  # a late loss-parity check (autotune.checked)
+            if spec.workload.command is None:
+                return runner(resources(knobs), parity_only=True)(knobs, label)
+
+            def run(k: dict, lab: str, noise: dict | None = None) -> TrialResult:
+                return runner(resources(k), parity_only=True, noise=noise)(k, lab)
+
+            base = dict(space.baseline)
+            parity, failed = program_parity.check(
+                run,
+                knobs,
+                base,
+                settings["request"].parity,
+                device.type,
+                run_dir / program_parity.REFERENCE_FILE,
+                label,
+                spec.search.seed,
+            )
+            return failed or TrialResult(status="ok", knobs=knobs, parity=parity)
 
         return _finish(
             spec,

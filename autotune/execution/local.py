@@ -69,11 +69,11 @@ class LocalBackend:
 
     @contextlib.contextmanager
     def remeasurers(self, settings: dict):
-        """`runner(resources, parity_only=False, target_ci=None)` -> `run(knobs, label) -> TrialResult`: the late
-        checks and re-measurements, here, one at a time (`trials.remeasure_settings`)."""
+        """`runner(resources, parity_only=False, target_ci=None, noise=None)` -> `run(knobs, label) ->
+        TrialResult`: the late checks and re-measurements, here, one at a time (`trials.remeasure_settings`)."""
 
-        def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None):
-            again = remeasure_settings(settings, parity_only, target_ci)
+        def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None, noise=None):
+            again = remeasure_settings(settings, parity_only, target_ci, noise)
             return lambda knobs, label: run_trial(knobs, again, Path(settings["run_dir"]) / "confirm" / label)
 
         yield runner

@@ -98,7 +98,7 @@ class _Remeasurer:
 
 @contextlib.contextmanager
 def remeasurers(settings: dict, local: bool = False):
-    """`runner(resources, parity_only=False, target_ci=None)` ->
+    """`runner(resources, parity_only=False, target_ci=None, noise=None)` ->
     `run(knobs, label) -> result`, through Ray, for the block (the search's
     end: late parity checks, each candidate's re-measurement): each run placed
     like a trial (`resources`), with the trial settings less profiling,
@@ -114,8 +114,8 @@ def remeasurers(settings: dict, local: bool = False):
 
     held: dict = {}  # the one actor: {"key": its resources, "actor": ...}
 
-    def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None):
-        request, again = settings["request"], remeasure_settings(settings, parity_only, target_ci)
+    def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None, noise=None):
+        request, again = settings["request"], remeasure_settings(settings, parity_only, target_ci, noise)
         if spreads(
             settings.get("rank_placement", "pack"), request.ranks
         ):  # the actor holds nothing; the ranks' group does

@@ -48,8 +48,11 @@ def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
         return failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
 
 
-def remeasure_settings(settings: dict, parity_only: bool = False, target_ci: float | None = None) -> dict:
+def remeasure_settings(
+    settings: dict, parity_only: bool = False, target_ci: float | None = None, noise: dict | None = None
+) -> dict:
     """The trial settings of a late check or a re-measurement: less profiling, diagnosis and parity, windows to
-    `target_ci` where given (`parity_only`: loss parity alone, the late check of `autotune.decide.checked`)."""
+    `target_ci` where given (`parity_only`: loss parity alone, the late check of `autotune.decide.checked`;
+    `noise`: a program's noise run, `safety.program_parity`)."""
     request = settings["request"]
-    return {**settings, "request": request.parity_check() if parity_only else request.timed_only(target_ci)}
+    return {**settings, "request": request.parity_check(noise) if parity_only else request.timed_only(target_ci)}

@@ -7,6 +7,7 @@
 - the step: `on_step_end` (after the optimizer step and the LR scheduler) reports `cfg.step(samples=...,
   loss=...)`, the loss being the sum of the step's micro-batch losses that `training_step` returned (a
   tensor: no host sync per step);
+- the model: `on_train_begin` hands it over (`cfg.watch`: loss parity's noise runs perturb it);
 - the end: the measured loop writes result.json and ends the process once its windows are done, so the
   Trainer's final save and eval never run.
 
@@ -34,6 +35,10 @@ class AutotuneCallback(TrainerCallback):
 
     def micro_step(self, loss) -> None:
         self.loss = loss if self.loss is None else self.loss + loss
+
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is not None:  # loss parity's noise runs perturb it (autotune.safety.program_parity)
+            self.cfg.watch(model)
 
     def on_step_end(self, args, state, control, **kwargs):
         samples, loss, self.samples, self.loss = self.samples, self.loss, 0, None

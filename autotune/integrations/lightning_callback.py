@@ -99,6 +99,7 @@ class AutotuneCallback(Callback):
                 return build(*args, **kwargs)
 
         source.train_dataloader = train_dataloader
+        self.cfg.watch(pl_module)  # loss parity's noise runs perturb it (autotune.safety.program_parity)
         if self.cfg.knobs.get("channels_last"):
             import torch
 

@@ -553,9 +553,21 @@ def parity_summary(parity: dict[str, Any]) -> dict[str, Any]:
     deviation against its band."""
     out = {
         k: _sig(parity[k])
-        for k in ("passed", "reason", "steps", "tolerance", "max_rel_dev", "noise_floor", "nonfinite", "skipped_steps")
+        for k in (
+            "passed",
+            "verdict",
+            "reason",
+            "steps",
+            "tolerance",
+            "max_rel_dev",
+            "noise_floor",
+            "nonfinite",
+            "skipped_steps",
+        )
         if k in parity
     }
+    if parity.get("program") and "multi_step" in parity:  # a program's (safety.program_parity): no per-step part
+        out["multi_step"] = {m: {k: _sig(v) for k, v in e.items()} for m, e in parity["multi_step"].items()}
     if "per_step" in parity:
         ps = parity["per_step"]
         out["per_step"] = {m: {k: _sig(v) for k, v in ps[m].items()} for m in STEP_METRICS}
@@ -570,6 +582,12 @@ def parity_summary(parity: dict[str, Any]) -> dict[str, Any]:
 def describe(parity: dict[str, Any]) -> str:
     """One line: the per-step errors against their bands, the multi-step loss deviation."""
     if "per_step" not in parity:
+        loss = (parity.get("multi_step") or {}).get("loss_dev")
+        if parity.get("program") and loss:  # safety.program_parity's
+            band = f"band {loss['band']:.1%}" if loss["judged"] else "not judged"
+            return f"the program's loss over {parity['steps']} steps deviates {loss['value']:.1%} ({band})"
+        if parity.get("program"):
+            return parity["reason"]
         return f"loss parity over {parity['steps']} steps: max deviation {parity['max_rel_dev']:.2%}"
     ps = parity["per_step"]
     errs = ", ".join(f"{m} {ps[m]['max']:.1e} (band {ps[m]['band']:.1e})" for m in STEP_METRICS)

@@ -4,7 +4,7 @@ DESIGN.md on the program's own steps. Untimed warm-up; then the timed window
 (`measure.Window`, the built-in trial's own: the device synchronized at its two
 ends only, the rule deciding on the host clock); data wait measured at the
 loader's `next()` (`steps`) or inside `with cfg.data():`; each step's loss kept
-(detached, read after the window) for parity. Once the window is done, the
+(detached, read after the window). Once the window is done, the
 trial's `TrialResult` goes to `<trial dir>/result.json` and the process ends
 (`os._exit(0)`: no teardown, final save or eval of the program runs).
 
@@ -14,6 +14,11 @@ own process group: a fixed warm-up, then the same window on every rank, as the
 built-in trial's ranks (`autotune.trial.ranks`): its step count agreed after
 warm-up (an all-reduce), a barrier at its two ends (so it is the slowest rank's);
 each rank writes rank<R>.json, which the launcher merges.
+
+A parity run (the late loss-parity check, `autotune.safety.program_parity`)
+has no window: seeded, it runs `parity.steps` steps from the first, keeps each
+loss, and, for a noise run, perturbs the model the program handed over
+(`watch`) before every step.
 
 Needs torch only. A program that reaches its first step leaves `first_step` in
 its trial dir, so the launcher can tell "never called steps/step" from a crash.
@@ -33,7 +38,6 @@ import traceback
 from pathlib import Path
 from typing import Any, Iterable
 
-from autotune.safety.parity import needs_parity
 from autotune.trial import measure as M
 from autotune.trial import ranks as R
 from autotune.trial.request import check_config, window_rule
@@ -89,6 +93,9 @@ class PassThrough:
     def data(self):
         return contextlib.nullcontext()
 
+    def watch(self, model) -> None:
+        pass
+
     def _mark(self, samples) -> None:
         self.marks.append(time.perf_counter())
         self.samples.append(samples or 1)
@@ -124,6 +131,11 @@ class TrialLoop:
         self.ranks = self.cfg["ranks"] if R.launched(self.cfg["ranks"]) and self.cfg["ranks"] > 1 else 1
         self.rank = int(os.environ["RANK"]) if self.ranks > 1 else 0
         self.out = self.dir / (R.RANK_FILE.format(self.rank) if self.ranks > 1 else "result.json")
+        # a parity run (safety.program_parity): `steps` steps from the seed, each loss kept, no window
+        self.parity_run = self.cfg["parity"] if self.cfg["parity_only"] else None
+        self.model, self.noise, self.perturbed = None, None, False
+        if self.parity_run is not None:
+            self._seed()
         atexit.register(self._ended_early)
         sys.excepthook = self._raised
 
@@ -167,6 +179,59 @@ class TrialLoop:
         self.explicit = True
         self._step(samples, loss)
 
+    def watch(self, model) -> None:
+        """The program's model (cfg.prepare, cfg.wrap, cfg.watch, the Trainers' callbacks): a parity noise run
+        perturbs its weights before every step, from before the first."""
+        if self.model is not None:
+            return
+        self.model = model
+        noise = (self.parity_run or {}).get("noise")
+        if noise and self.warm == 0:
+            import torch
+
+            self.noise = torch.Generator().manual_seed(noise["seed"])
+            self.perturbed = True
+            self._perturb()
+
+    # --- a parity run (autotune.safety.program_parity) --------------------------------
+
+    def _seed(self) -> None:
+        """Every parity run of a search starts from the same seed: torch's, Python's and numpy's generators (a
+        program that seeds itself sets its own over it); compiled code draws eager code's random numbers
+        (dropout), as the built-in parity's does (safety.stepping)."""
+        import random
+
+        import torch
+
+        seed = self.cfg["seed"]
+        torch.manual_seed(seed)
+        random.seed(seed)
+        try:
+            import numpy
+
+            numpy.random.seed(seed)
+        except ImportError:
+            pass
+        if self.knobs.get("compile", "none") != "none":
+            import torch._inductor.config as inductor
+
+            inductor.fallback_random = True
+
+    def _perturb(self) -> None:
+        from autotune.safety.program_parity import perturb
+
+        perturb(self.model, self.parity_run["noise"]["level"], self.noise)
+
+    def _parity_step(self) -> None:
+        if self.noise is not None:
+            self._perturb()
+        if self.warm >= self.parity_run["steps"]:
+            self._write(self._parity_result())
+
+    def _parity_result(self) -> TrialResult:
+        metrics = {"parity_steps_run": float(self.warm), "parity_perturbed": float(self.perturbed)}
+        return self._result("ok", metrics=metrics)
+
     # --- the measurement ------------------------------------------------------------
 
     def _step(self, samples: int | None, loss) -> None:
@@ -176,6 +241,10 @@ class TrialLoop:
             if len(self.losses) < LOSSES_KEPT:
                 self.losses.append(self.last_loss)
         wait, self.wait = self.wait, 0.0
+        if self.parity_run is not None:
+            self.warm += 1
+            self._first_step()
+            return self._parity_step()
         if self.window is not None:
             self.window.step_done(samples, wait)
             if self.window.done():
@@ -183,12 +252,15 @@ class TrialLoop:
             return
         self.warm += 1
         self.warm_samples += samples
+        self._first_step()
+        if self._warm():
+            self._start_window()
+
+    def _first_step(self) -> None:
         if self.warm == 1:
             (self.dir / FIRST_STEP_FILE).write_text(f"{self.clock() - self.started:.3f}\n")
             self.first_step_s = self.clock() - self.started
             self.warm_started = self.clock()
-        if self._warm():
-            self._start_window()
 
     def _warm(self) -> bool:
         cfg = self.cfg
@@ -260,13 +332,6 @@ class TrialLoop:
             extra["data_wait"] = (
                 "not measured: the program fetches its batches outside cfg.steps() and `with cfg.data():`"
             )
-        parity = self.cfg["parity"]
-        if parity and needs_parity(self.cfg["knobs"], parity["baseline"]):  # a never-exported-as-checked verdict
-            extra["parity"] = {
-                "passed": False,
-                "verdict": "not measured",
-                "reason": "loss parity of a program's numerics-changing knobs is not measured yet",
-            }
         if self.ended_by_program:
             metrics["window_ended_by_program"] = 1.0
         for mark in ("screened", "promoted", "tied"):
@@ -309,6 +374,9 @@ class TrialLoop:
         """The program returned before the window was done: an error result naming why."""
         if self.ended or self.warm == 0:  # no step at all: the launcher says what to add
             return
+        if self.parity_run is not None:  # fewer losses than the parity steps: the verdict says so
+            self.ended = True
+            return self._save(self._parity_result())
         window = self.window
         if (
             window is not None

@@ -92,10 +92,15 @@ class TrialSettings:
             parity=None,
         )
 
-    def parity_check(self) -> "TrialSettings":
+    def parity_check(self, noise: dict | None = None) -> "TrialSettings":
         """Loss parity alone, no window (the late check of a config about to be
-        exported whose trial did not run it)."""
-        return replace(self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True})
+        exported whose trial did not run it). `noise`: {"seed", "level"}, a
+        program's noise run (autotune.safety.program_parity): its weights
+        perturbed at `level` before every step."""
+        parity = {**self.parity, "noise": noise} if noise else self.parity
+        return replace(
+            self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True}, parity=parity
+        )
 
     # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
     # carries them in each trial's Ray config under these names (autotune.raytune.run_trial_in)
@@ -232,6 +237,7 @@ DEFAULTS = {
     "diagnose": True,  # FLOPs, a 2x-batch probe and the bottleneck diagnosis
     "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
     "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
+    # (a program's noise run, safety.program_parity: also "noise": {"seed": S, "level": L})
     "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
     "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all

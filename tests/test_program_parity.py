@@ -1,0 +1,141 @@
+"""Loss parity of a user's own program (autotune.safety.program_parity): the verdict's rules, the program's
+parity runs (real processes, through the launcher) on a healthy bf16 candidate, a planted cancellation that
+bf16 rounds away, a chaotic program, one that never hands over its model and one that reports no loss; and a
+search whose bf16 winner is checked late and exported as checked."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import knobs as K
+from autotune.execution.launcher import run_in_process
+from autotune.safety import program_parity as PP
+from tests.test_program import search
+
+pytestmark = pytest.mark.timeout(600)
+
+PROGRAMS = Path(__file__).parent / "programs"
+STEPS, TOL = 10, 0.05
+REF = [2.0, 1.8, 1.6, 1.5, 1.4, 1.3, 1.25, 1.2, 1.15, 1.1]
+
+
+def near(losses, rel):
+    return [x * (1 + rel * (-1) ** i) for i, x in enumerate(losses)]
+
+
+@pytest.mark.parametrize(
+    "noise, candidate, verdict, passed",
+    [
+        ([near(REF, 0.01)] * 3, near(REF, 0.02), "passed", True),  # inside the tolerance
+        ([near(REF, 0.01)] * 3, near(REF, 0.2), "failed", False),  # past it, the noise quiet
+        ([near(REF, 0.01)] * 3, REF[:5] + [math.nan] * 5, "failed", False),  # NaN
+        ([near(REF, 0.4)] * 3, near(REF, 0.3), "not judged", False),  # chaotic: never "passed"
+        ([near(REF, 0.4)] * 3, near(REF, 0.01), "not judged", False),
+        (None, near(REF, 0.01), "not judged", False),  # no noise could be made (no model handed over)
+        ([near(REF, 0.01)] * 3, REF[:4], "not measured", False),  # fewer losses than the steps
+    ],
+)
+def test_the_verdict_on_a_programs_loss_trajectories(noise, candidate, verdict, passed):
+    out = PP.verdict(REF, noise, candidate, STEPS, TOL, 2.0**-8)
+    assert (out["verdict"], out["passed"]) == (verdict, passed)
+    if verdict != "not measured":
+        assert out["multi_step"]["loss_dev"]["judged"] == (noise is not None and verdict != "not judged")
+    assert verdict == "passed" or out["reason"]
+
+
+def check(tmp_path, command: list[str], candidate: dict, where: Path = PROGRAMS):
+    """program_parity.check on `command` (in tests/programs), each run a real process through the launcher."""
+    base = K.pytorch_defaults(None)
+    runs = []
+
+    def run(knobs, label, noise=None):
+        parity = {"baseline": base, "steps": STEPS, "tolerance": TOL, **({"noise": noise} if noise else {})}
+        config = {
+            "workload": {"command": command, "dir": str(where)},
+            "knobs": {k: v for k, v in knobs.items() if v != base.get(k)},
+            "parity_only": True,
+            "parity": parity,
+            "seed": 0,
+            "device": "cpu",
+        }
+        runs.append(label)
+        return run_in_process(config, tmp_path / label, 120)
+
+    cand = {**base, **candidate}
+    verdict, failed = PP.check(run, cand, base, {"steps": STEPS, "tolerance": TOL}, "cpu", tmp_path / "ref.json", "p")
+    assert failed is None, (failed.status, failed.error)
+    return verdict, runs
+
+
+def test_a_programs_bf16_passes_and_a_cancellation_bf16_rounds_away_fails(tmp_path):
+    verdict, runs = check(tmp_path / "healthy", ["python", "parity_mlp.py"], {"precision": "bf16-mixed"})
+    assert verdict["verdict"] == "passed", verdict["reason"]
+    assert runs == ["p-baseline", "p-noise0", "p-noise1", "p-noise2", "p"]  # the noise runs: its weights perturbed
+    assert 0 < verdict["noise_floor"] <= TOL and verdict["max_rel_dev"] <= verdict["multi_step"]["loss_dev"]["band"]
+    # the same numerics again: the verdict kept in the run dir, no run
+    again, runs = check(
+        tmp_path / "healthy", ["python", "parity_mlp.py"], {"precision": "bf16-mixed", "num_workers": 2}
+    )
+    assert (again["verdict"], again["reference"], runs) == ("passed", "cached", [])
+
+    planted, _ = check(tmp_path / "cancel", ["python", "parity_mlp.py", "--cancel"], {"precision": "bf16-mixed"})
+    assert (planted["verdict"], planted["failed"]) == ("failed", ["multi-step loss"])
+    assert planted["max_rel_dev"] > 10 * planted["multi_step"]["loss_dev"]["band"]
+
+
+def test_chaos_a_model_never_handed_over_and_no_loss_are_never_passed(tmp_path):
+    chaotic, _ = check(tmp_path / "chaotic", ["python", "parity_mlp.py", "--lr", "3"], {"precision": "bf16-mixed"})
+    assert chaotic["verdict"] == "not judged" and "chaotic" in chaotic["reason"]
+    unseen, _ = check(tmp_path / "unseen", ["python", "tiny_steps.py"], {"precision": "bf16-mixed"})
+    assert unseen["verdict"] == "not judged" and "cfg.prepare or cfg.wrap" in unseen["reason"]
+    silent, runs = check(
+        tmp_path / "silent", ["python", "loader_loop.py", "--read_ms", "0"], {"precision": "bf16-mixed"}
+    )
+    assert silent["verdict"] == "not measured" and runs == ["p-baseline"]  # nothing more to run
+
+
+@pytest.mark.parametrize("cancel", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_a_searchs_bf16_winner_is_checked_late_and_exported_only_when_it_passes(tmp_path, cancel):
+    # in CI the passing side; the failing one is the planted cancellation above, checked without a search
+    command = ["python", "parity_mlp.py", "--fp32_ms", "20"] + (["--cancel"] if cancel else [])
+    proc = search(
+        tmp_path,
+        command,
+        {"precision": ["32-true", "bf16-mixed"]},
+        n_trials=2,
+        spec_extra={"safety": {"level": "numerics", "parity_steps": STEPS}},
+    )
+    assert proc.returncode == 0, proc.stderr
+    run = tmp_path / "run"
+    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    trial = json.loads((run / "trials" / "0001" / "result.json").read_text())
+    assert trial["knobs"]["precision"] == "bf16-mixed" and trial["parity_late"]
+    if cancel:
+        assert trial["parity"]["verdict"] == "failed"
+        assert best["knobs"]["precision"] == "32-true" and best["safety_status"] == "baseline"
+        assert best["rejected_faster_but_unsafe"][0]["trial"] == 1
+    else:
+        assert trial["parity"]["verdict"] == "passed"
+        assert best["knobs"]["precision"] == "bf16-mixed" and best["safety_status"] == "parity passed"
+        flag = next(f for f in best["safety"] if f["knob"] == "precision")
+        assert flag["parity"]["verdict"] == "passed" and flag["parity"]["multi_step"]["loss_dev"]["judged"]
+
+
+@pytest.mark.slow  # ~80 s: in CI, the loop program's parity runs above (a Trainer reports through the same loop)
+@pytest.mark.parametrize(
+    "command",
+    [
+        "python hf_bert.py --output_dir out --max_steps 100000 --per_device_train_batch_size 4 --report_to none",
+        "python lightning_clip.py --max_steps 100000 --batch_size 4 --num_workers 0",
+    ],
+)
+def test_a_trainer_script_hands_over_its_model_and_gets_a_verdict(tmp_path, command):
+    for f in PROGRAMS.iterdir():  # the script's outputs go under its directory
+        if f.is_file():
+            (tmp_path / f.name).write_bytes(f.read_bytes())
+    verdict, runs = check(tmp_path, command.split(), {"precision": "bf16-mixed"}, where=tmp_path)
+    assert verdict["verdict"] == "passed", verdict["reason"]
+    assert verdict["noise_floor"] > 0  # its noise runs perturbed the model its callback handed over

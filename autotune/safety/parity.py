@@ -116,8 +116,9 @@ UPDATE_FLOOR = FACTOR * 2.0**-20
 # under older rules is never served. 2: "does not train" on one fixed batch (was: moved a
 # tenth of the baseline's multi-step movement), compiled candidates with eager randomness,
 # the update's band at least UPDATE_FLOOR. 3: the one-batch check at a lower learning rate
-# where the baseline's loss does not fall at its own (OVERFIT_LR_SCALES).
-RULE = 3
+# where the baseline's loss does not fall at its own (OVERFIT_LR_SCALES). 4: a user's program's numerics
+# checked (safety.program_parity; before, "not measured" kept such a config from being the best).
+RULE = 4
 REFERENCE_FILE = "parity_reference.pt"
 STEP_METRICS = ("loss", "grad", "update")
 MULTI_METRICS = ("loss_dev", "buffer_dev", "optim_dev")

@@ -2,6 +2,7 @@
 and torch's random state kept across moves made mid-epoch, budgets respected, every move measured."""
 
 import json
+import math
 import os
 import time
 from dataclasses import replace
@@ -12,7 +13,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
 from autotune.trial.online import OnlineLoader, settings_from_log
-from autotune.trial.online_window import BATCH_TIME_TTL_WINDOWS, Window
+from autotune.trial.online_window import BATCH_TIME_TTL_WINDOWS, Window, window_se
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -165,6 +166,23 @@ def test_a_move_waits_until_it_is_clear_of_the_noise_and_moves_down_answer_to_wh
     assert online._verdict("down", steady, second, final=False)[0] is False
     # down, unclear at settle_s: the point estimate within min_gain is a tie, kept
     assert online._verdict("down", steady, window(9.9, [7.0, 12.8, 8.0, 11.8]), True)[0]
+
+
+def test_a_host_whose_speed_drifts_from_window_to_window_widens_the_margin():
+    """Each window steady inside, the windows apart (this host drifts +-20% over tens of seconds): +15% after a
+    move up is clear of the chunks' noise, not of the windows' spread; the windows go on."""
+    online = OnlineLoader(DataLoader(Cached(), batch_size=4), log=[].append)
+    before = [window(r, [r - 0.05, r + 0.05, r, r], wall=2.0) for r in (9.0, 11.0, 8.5, 11.5)]
+    after = [window(r, [r - 0.05, r + 0.05, r, r], wall=2.0) for r in (12.5, 10.5)]
+    ref, aft = before[0], after[0]
+    for w in before[1:]:
+        ref = ref.merged(w)
+    aft = aft.merged(after[1])
+    assert online._verdict("up", ref, aft, final=False)[0] is True  # the chunks alone: clear
+    drift = math.hypot(window_se(before), window_se(after))
+    keep, margin = online._verdict("up", ref, aft, final=False, drift=drift)
+    assert keep is None and margin > aft.rate - ref.rate
+    assert window_se(before[:1]) == 0.0  # one window: no spread to read
 
 
 def test_no_move_down_below_what_a_workers_measured_pace_says_the_step_rate_needs():

@@ -5,7 +5,7 @@ It times the data wait at each `next()` and the compute between calls, in window
 it tries fewer (a wait that a move up did not shorten, a batch's transfer from its worker, counts for neither). Each
 move is a measured trial: the setting's last windows before, the loader rebuilt, a warm-up (a batch from each worker
 at least), then windows after that go on until the difference is clear of the noise of both sides (a 95% interval
-from their chunks) or `settle_s` has passed; the move is kept only if it wins beyond that noise (a move down is kept
+from their chunks, or from their windows' rates where the host's speed drifts more) or `settle_s` has passed; the move is kept only if it wins beyond that noise (a move down is kept
 when it does not lose more than `min_gain` against where the run of moves down began: a tie goes to the cheaper
 loader, three ties of -3% are not one of -9%). The config that lost is not tried again for a back-off time that
 doubles at each loss, so it does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count)
@@ -45,6 +45,7 @@ from autotune.trial.online_window import (
     pss_gib,
     t95,
     window_dict,
+    window_se,
     WorkerPace,
 )
 
@@ -559,13 +560,16 @@ class OnlineLoader:
         self._trial = _Move(old, new, direction, why, before, ref, measured, t, self.step)
         self._open_window(time.perf_counter(), warmup=self._warmup(new))
 
-    def _verdict(self, direction: str, ref: Window, after: Window, final: bool) -> tuple[bool | None, float]:
+    def _verdict(
+        self, direction: str, ref: Window, after: Window, final: bool, drift: float = 0.0
+    ) -> tuple[bool | None, float]:
         """Keep the move, revert it, or None: not yet clear of the noise (the 95% interval of the difference, from
-        the chunks of both sides). Up: kept when it gains more than `min_gain` and the noise, reverted when it
+        the chunks of both sides, or from `drift`, the standard error of the difference from the rates of each
+        side's windows, where that is larger: a host whose speed drifts moves whole windows). Up: kept when it gains more than `min_gain` and the noise, reverted when it
         clearly gains less (or, at `settle_s`, when still unclear). Down: kept when it clearly loses less than
         `min_gain` against where the run of moves down started, reverted when it clearly loses more; at
         `settle_s` a tie goes to the cheaper loader."""
-        margin = t95(len(ref.chunks) + len(after.chunks) - 2) * math.sqrt(ref.noise**2 + after.noise**2)
+        margin = t95(len(ref.chunks) + len(after.chunks) - 2) * max(math.sqrt(ref.noise**2 + after.noise**2), drift)
         gain, least = after.rate - ref.rate, self.min_gain * ref.rate
         if direction == "up":
             if gain > max(margin, least):
@@ -581,7 +585,10 @@ class OnlineLoader:
 
     def _judge(self, trial: _Move, after: Window):
         old, new = trial.old, trial.new
-        keep, margin = self._verdict(trial.direction, trial.ref, after, final=after.wall >= self.settle_s)
+        drift = math.hypot(
+            window_se(trial.before_windows) if trial.ref is trial.before else 0.0, window_se(trial.windows)
+        )
+        keep, margin = self._verdict(trial.direction, trial.ref, after, after.wall >= self.settle_s, drift)
         if keep is None:
             return  # the windows after the move go on
         before, ref = trial.before, trial.ref

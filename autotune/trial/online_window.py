@@ -72,6 +72,17 @@ class Window:
         return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"
 
 
+def window_se(windows: list[Window]) -> float:
+    """Standard error of a setting's rate from its windows' rates (0 with fewer than two): the drift from window to
+    window, which the chunks inside one window do not show (this 2-core host: a fixed config read 2,200-5,000
+    samples/s over tens of seconds, scripts/measurements/cpu-2026-11-27d-online-drift)."""
+    rates = [w.rate for w in windows if w.wall > 0]
+    if len(rates) < 2:
+        return 0.0
+    m = sum(rates) / len(rates)
+    return math.sqrt(sum((r - m) ** 2 for r in rates) / (len(rates) - 1) / len(rates))
+
+
 def local_ranks() -> int:
     """The ranks of this job on this node (torchrun's LOCAL_WORLD_SIZE; 1 without it)."""
     return max(int(os.environ.get("LOCAL_WORLD_SIZE", "1")), 1)

@@ -5,13 +5,14 @@
   against the start, measured next to it; seconds until its throughput (trailing 5 s) is within 5% of the best.
 - busy_host: started at the best fixed config; mid-run a CPU hog (one busy process) starts; the tuner adapts (40 s),
   then its throughput in a second window against the best fixed config under the same hog, side by side: the online
-  run goes on in turn with the fixed config (4 pairs of 8 s, each side first in turn; its pauses are left out of its
-  windows).
+  run goes on in turn with the fixed config (--pairs pairs of 8 s, each side first in turn; its pauses are left out
+  of its windows).
 - nothing_to_do: tiny_cnn on cached data (compute-bound), online on and off interleaved (the ratio and its
   spread), the changes made, and the per-step cost measured directly (a microbenchmark: min over reps of the time
   per next() through OnlineLoader less the plain loader's, on the same loader).
 - too_many: tiny_cnn cached, started at 4 workers: where it ends, the throughput before and after (in the run, and
-  side by side: the start and the end as fixed configs, 3 interleaved pairs), the workers' CPU freed; and a storage-latency job near its ram_budget: the largest PSS measured against the budget.
+  side by side: the start and the end as fixed configs, --pairs interleaved pairs, each first in turn), the workers'
+  CPU freed; and a storage-latency job near its ram_budget: the largest PSS measured against the budget.
 - same_batches: a seeded sampler, the indices of an online run across its mid-epoch moves against a plain run.
 - ddp: 2 gloo ranks (forked) on the storage-latency job, each its own OnlineLoader within its share of the host's
   idle cores (--ddp-cpu-budget caps each rank's workers).
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -40,7 +42,7 @@ import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, RandomSampler  # noqa: E402
 
 from autotune.trial.online import OnlineLoader  # noqa: E402
-from autotune.trial.online_window import pss_gib  # noqa: E402
+from autotune.trial.online_window import pss_gib, t95  # noqa: E402
 from trials.jpeg_pipeline import JpegCrops, toy_cnn  # noqa: E402
 from trials.tiny_cnn import RandomImages, tiny_cnn  # noqa: E402
 
@@ -136,6 +138,26 @@ def search_best(job: Job, grid, seconds: float) -> tuple[int, float, dict]:
     return best, rates[best], rates
 
 
+def interleaved(a, b, pairs: int) -> list[tuple[float, float]]:
+    """`pairs` pairs of (a(), b()), each side first in turn: the first of a pair read ~15% slower here
+    (nothing_to_do), and this host's speed drifts +-20% over tens of seconds, so that falls on both sides."""
+    out = []
+    for i in range(pairs):
+        if i % 2 == 0:
+            out.append((a(), b()))
+        else:
+            second = b()
+            out.append((a(), second))
+    return out
+
+
+def ci95(ratios: list[float]) -> list[float]:
+    """The 95% interval of the mean of `ratios` (Student's t)."""
+    m = statistics.mean(ratios)
+    half = t95(len(ratios) - 1) * statistics.stdev(ratios) / len(ratios) ** 0.5 if len(ratios) > 1 else math.inf
+    return [round(m - half, 3), round(m + half, 3)]
+
+
 def changes(lines: list) -> list[dict]:
     return [json.loads(line.rsplit(" | ", 1)[1]) for line in lines if '"event": "change"' in line]
 
@@ -185,16 +207,12 @@ def busy_host(a, best_n: int) -> dict:
         # side by side under the same hog: the online run goes on (its pauses left out of its windows) in turn
         # with the best fixed config, each side first in turn (the first of a pair read ~15% slower here, in
         # nothing_to_do), each timed after the same 2 s, so the host's drift falls on both
-        pairs = []
-        for i in range(4):
-            skip = min(2.0, 8 * a.scale / 3)
-            run_on = lambda: train(batches, job.model, job.opt, 8 * a.scale, skip_s=skip)["rate"]  # noqa: E731
-            run_fixed = lambda: job.fixed(8 * a.scale, **knobs_of(best_n_hog))  # noqa: E731
-            if i % 2 == 0:
-                pairs.append((run_on(), run_fixed()))
-            else:
-                fixed = run_fixed()
-                pairs.append((run_on(), fixed))
+        skip = min(2.0, 8 * a.scale / 3)
+        pairs = interleaved(
+            lambda: train(batches, job.model, job.opt, 8 * a.scale, skip_s=skip)["rate"],
+            lambda: job.fixed(8 * a.scale, **knobs_of(best_n_hog)),
+            a.pairs,
+        )
     finally:
         h.kill()
         h.wait()
@@ -212,6 +230,7 @@ def busy_host(a, best_n: int) -> dict:
         "pairs": [[round(x, 1) for x in pair] for pair in pairs],
         "vs_best_fixed": round(sum(on for on, _ in pairs) / sum(f for _, f in pairs), 3),
         "vs_best_fixed_range": [round(min(on / f for on, f in pairs), 3), round(max(on / f for on, f in pairs), 3)],
+        "vs_best_fixed_ci95": ci95([on / f for on, f in pairs]),
         "pauses_left_out": online.pauses,
     }
 
@@ -272,10 +291,14 @@ def too_many(a) -> dict:
     end = run["trace"][-1][0]
     ended = online.summary()["settings"]
     # the throughput kept, side by side: the start (4 workers) and where it ended, fixed, interleaved
-    pairs = []
-    for _ in range(3):
-        started = job.fixed(6 * a.scale, num_workers=4)
-        pairs.append(job.fixed(6 * a.scale, **{k: v for k, v in ended.items() if v is not None}) / started)
+    pairs = [
+        e / s
+        for s, e in interleaved(
+            lambda: job.fixed(6 * a.scale, num_workers=4),
+            lambda: job.fixed(6 * a.scale, **{k: v for k, v in ended.items() if v is not None}),
+            a.pairs,
+        )
+    ]
     ram_lines: list = []
     near = Job(StorageJpeg(10**6, a.latency, a.crop), toy_cnn(), a.batch_size)
     budget = pss_gib(os.getpid()) + 0.15
@@ -294,6 +317,7 @@ def too_many(a) -> dict:
         "first_window_noise_pct": round(100 * first["noise"] / first["steps_per_s"], 1) if first else None,
         "ended_vs_start_fixed": round(statistics.mean(pairs), 3),
         "ended_vs_start_fixed_range": [round(min(pairs), 3), round(max(pairs), 3)],
+        "ended_vs_start_fixed_ci95": ci95(pairs),
         "workers": [4, ended["num_workers"]],
         "ram": {
             "budget_gib": round(budget, 3),
@@ -371,6 +395,7 @@ def main() -> None:
     p.add_argument("--latency", type=float, default=0.04, help="storage latency per sample, s")
     p.add_argument("--batch-size", type=int, default=8)
     p.add_argument("--crop", type=int, default=256)
+    p.add_argument("--pairs", type=int, default=6, help="interleaved pairs of the side-by-side comparisons")
     p.add_argument("--only", default="start_wrong,busy_host,nothing_to_do,too_many,same_batches,ddp")
     p.add_argument(
         "--ddp-cpu-budget",

@@ -25,6 +25,7 @@ class Window:
     main_data_cpu: float = 0.0
     pss_gib: float = 0.0
     worker_pss_gib: float = 0.0
+    pss_read: bool = False  # PSS is read where a decision needs it (OnlineLoader._read_pss), not every window
     start: float = 0.0
     host_idle: float | None = None
 
@@ -63,6 +64,7 @@ class Window:
             main_data_cpu=self.main_data_cpu + later.main_data_cpu,
             pss_gib=later.pss_gib,
             worker_pss_gib=later.worker_pss_gib,
+            pss_read=later.pss_read,
             start=self.start,
             host_idle=sum(i * t for i, t in idle) / sum(t for _, t in idle) if idle and wall > 0 else None,
         )
@@ -138,7 +140,7 @@ def window_dict(w: Window) -> dict:
         "noise": round(w.noise, 3),
         "data_wait_pct": round(100 * w.wait_share, 1),
         "data_cpu_cores": round(w.data_cpu, 3),
-        "pss_gib": round(w.pss_gib, 3),
+        "pss_gib": round(w.pss_gib, 3) if w.pss_read else None,
         "steps": w.steps,
         "host_idle_cores": None if w.host_idle is None else round(w.host_idle, 2),
         "wall_s": round(w.wall, 3),

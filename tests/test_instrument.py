@@ -412,3 +412,39 @@ def test_autotune_run_without_a_command_runs_the_searched_program_with_its_envir
     proc = autotune_cli("run", str(path), cwd=tmp_path / "run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["yes", "False", str(tmp_path), sys.executable]
+
+
+# --- a Trainer step's samples ------------------------------------------------------------------------------
+
+
+def needs_trl():
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
+
+
+def test_a_padding_free_batch_counts_its_sequences():
+    """TRL's packing flattens a batch's texts into one row (padding-free): counted as rows, it would be one
+    sample whatever it holds."""
+    needs_trl()
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from autotune.integrations.huggingface_callback import count_samples
+
+    texts = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}, {"input_ids": [3, 4, 5, 6, 7]}]
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(texts)
+    assert flat["input_ids"].shape == (1, 10) and count_samples(flat) == 3
+    assert count_samples(DataCollatorForLanguageModeling(pad_token_id=0)(texts)) == 3  # padded: its rows
+
+
+def test_a_tokenizers_padded_batch_counts_its_rows():
+    """A tokenizer's padding collator (run_glue.py's) returns a BatchEncoding: a UserDict, not a dict."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
+
+    from autotune.integrations.huggingface_callback import count_samples
+
+    words = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=words, pad_token="[PAD]", unk_token="[UNK]")
+    batch = DataCollatorWithPadding(tok)([tok("a a a"), tok("a"), tok("a a")])
+    assert type(batch).__name__ == "BatchEncoding" and not isinstance(batch, dict)
+    assert count_samples(batch) == 3

@@ -448,3 +448,59 @@ def test_a_tokenizers_padded_batch_counts_its_rows():
     batch = DataCollatorWithPadding(tok)([tok("a a a"), tok("a"), tok("a a")])
     assert type(batch).__name__ == "BatchEncoding" and not isinstance(batch, dict)
     assert count_samples(batch) == 3
+
+
+# --- TRL's own SFT script (trl/scripts/sft.py of trl 1.13.0), as it ships ------------------------------------
+
+TRL_SFT_SHA256 = "04b2ece6e1a197d5c930dd4f6813020f2ad32e28cf95d96757e456b1c968b163"  # the wheel's trl/scripts/sft.py
+
+
+def test_trl_sft_is_trls_own_script_with_no_line_changed():
+    import hashlib
+
+    assert hashlib.sha256((PROGRAMS / "trl_sft.py").read_bytes()).hexdigest() == TRL_SFT_SHA256
+
+
+TRL_PARSE = """
+import json, sys
+sys.path.insert(0, sys.argv.pop(1))
+from trl_sft import make_parser  # the script's own parser: TrlParser over its four dataclasses
+
+script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(fail_with_unknown_args=False)
+fields = ("dataloader_num_workers", "per_device_train_batch_size", "bf16", "use_cpu", "packing", "output_dir",
+          "report_to", "push_to_hub", "save_strategy", "eval_strategy")
+print(json.dumps({k: str(getattr(getattr(training_args, k), "value", getattr(training_args, k))) for k in fields}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["trial", "production"])
+def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
+    """TrlParser subclasses TRL's own copy of HfArgumentParser (trl/scripts/_hf_argparser.py), not transformers':
+    the instrumentation patches that copy too."""
+    needs_trl()
+    knobs = {"batch_size": 8, "num_workers": 1, "precision": "bf16-mixed"}
+    if mode == "trial":
+        request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": knobs, "device": "cpu"}
+        (tmp_path / "config.json").write_text(json.dumps(request))
+        env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
+    else:
+        changes = {"batch_size": (4, 8), "num_workers": (0, 1), "precision": ("32-true", "bf16-mixed")}
+        env = child_env(AUTOTUNE_CONFIG=str(best_config(tmp_path, changes)))
+    mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--packing", "true"]
+    mine += ["--per_device_train_batch_size", "4", "--bf16", "false"]  # fp32 on a CPU: SFTConfig's default is bf16
+    proc = run([sys.executable, "-c", TRL_PARSE, str(PROGRAMS), *mine], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["dataloader_num_workers"], got["per_device_train_batch_size"]) == ("1", "8")
+    assert (got["bf16"], got["use_cpu"]) == ("True", "True")
+    assert got["packing"] == "True"  # the script's own flag stays
+    if mode == "trial":
+        assert (got["report_to"], got["push_to_hub"], got["save_strategy"], got["eval_strategy"]) == (
+            "[]",
+            "False",
+            "no",
+            "no",
+        )
+        assert got["output_dir"] == str(tmp_path / "output")
+    else:
+        assert got["output_dir"] == "mine" and got["save_strategy"] != "no"

@@ -455,6 +455,34 @@ def test_a_tokenizers_padded_batch_counts_its_rows():
 TRL_SFT_SHA256 = "04b2ece6e1a197d5c930dd4f6813020f2ad32e28cf95d96757e456b1c968b163"  # the wheel's trl/scripts/sft.py
 
 
+@pytest.fixture(scope="module")
+def trl_data(tmp_path_factory):
+    """trl_sft.py's model (a random-init Llama and a BPE tokenizer trained here) and texts, made offline."""
+    needs_trl()
+    where = tmp_path_factory.mktemp("trl")
+    proc = run([sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(where), "--rows", "600"], None, where)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return where
+
+
+def trl_args(data: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path",
+        str(data / "tiny_llama"),
+        "--dataset_name",
+        str(data / "tiny_text"),
+        "--max_length",
+        "128",
+        "--bf16",
+        "false",
+        "--logging_steps",
+        "1000",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
+
+
 def test_trl_sft_is_trls_own_script_with_no_line_changed():
     import hashlib
 
@@ -504,3 +532,23 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
         assert got["output_dir"] == str(tmp_path / "output")
     else:
         assert got["output_dir"] == "mine" and got["save_strategy"] != "no"
+
+
+@pytest.mark.timeout(600)
+def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))  # datasets' cache: not the user's
+    proc, trial = run_trial(
+        tmp_path,
+        "trl_sft.py",
+        {"batch_size": 4, "num_workers": 1},
+        trl_args(trl_data, "--output_dir", "mine", "--max_steps", "60", "--per_device_train_batch_size", "2"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m["samples_per_s"] == pytest.approx(4 * m["steps_per_s"])  # TrlParser got the batch knob
+    assert 0 <= m["data_wait_frac"] < 1  # SFTTrainer (a Trainer) got the callback
+    assert len(result.losses) == m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
+    assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
+    assert not (tmp_path / "mine").exists()

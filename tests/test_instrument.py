@@ -412,3 +412,143 @@ def test_autotune_run_without_a_command_runs_the_searched_program_with_its_envir
     proc = autotune_cli("run", str(path), cwd=tmp_path / "run")
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["yes", "False", str(tmp_path), sys.executable]
+
+
+# --- a Trainer step's samples ------------------------------------------------------------------------------
+
+
+def needs_trl():
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
+
+
+def test_a_padding_free_batch_counts_its_sequences():
+    """TRL's packing flattens a batch's texts into one row (padding-free): counted as rows, it would be one
+    sample whatever it holds."""
+    needs_trl()
+    from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
+
+    from autotune.integrations.huggingface_callback import count_samples
+
+    texts = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}, {"input_ids": [3, 4, 5, 6, 7]}]
+    flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(texts)
+    assert flat["input_ids"].shape == (1, 10) and count_samples(flat) == 3
+    assert count_samples(DataCollatorForLanguageModeling(pad_token_id=0)(texts)) == 3  # padded: its rows
+
+
+def test_a_tokenizers_padded_batch_counts_its_rows():
+    """A tokenizer's padding collator (run_glue.py's) returns a BatchEncoding: a UserDict, not a dict."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
+
+    from autotune.integrations.huggingface_callback import count_samples
+
+    words = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2}, unk_token="[UNK]"))
+    words.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=words, pad_token="[PAD]", unk_token="[UNK]")
+    batch = DataCollatorWithPadding(tok)([tok("a a a"), tok("a"), tok("a a")])
+    assert type(batch).__name__ == "BatchEncoding" and not isinstance(batch, dict)
+    assert count_samples(batch) == 3
+
+
+# --- TRL's own SFT script (trl/scripts/sft.py of trl 1.13.0), as it ships ------------------------------------
+
+TRL_SFT_SHA256 = "04b2ece6e1a197d5c930dd4f6813020f2ad32e28cf95d96757e456b1c968b163"  # the wheel's trl/scripts/sft.py
+
+
+@pytest.fixture(scope="module")
+def trl_data(tmp_path_factory):
+    """trl_sft.py's model (a random-init Llama and a BPE tokenizer trained here) and texts, made offline."""
+    needs_trl()
+    where = tmp_path_factory.mktemp("trl")
+    proc = run([sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(where), "--rows", "600"], None, where)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return where
+
+
+def trl_args(data: Path, *extra: str) -> list[str]:
+    return [
+        "--model_name_or_path",
+        str(data / "tiny_llama"),
+        "--dataset_name",
+        str(data / "tiny_text"),
+        "--max_length",
+        "128",
+        "--bf16",
+        "false",
+        "--logging_steps",
+        "1000",
+        "--disable_tqdm",
+        "true",
+        *extra,
+    ]
+
+
+def test_trl_sft_is_trls_own_script_with_no_line_changed():
+    import hashlib
+
+    assert hashlib.sha256((PROGRAMS / "trl_sft.py").read_bytes()).hexdigest() == TRL_SFT_SHA256
+
+
+TRL_PARSE = """
+import json, sys
+sys.path.insert(0, sys.argv.pop(1))
+from trl_sft import make_parser  # the script's own parser: TrlParser over its four dataclasses
+
+script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(fail_with_unknown_args=False)
+fields = ("dataloader_num_workers", "per_device_train_batch_size", "bf16", "use_cpu", "packing", "output_dir",
+          "report_to", "push_to_hub", "save_strategy", "eval_strategy")
+print(json.dumps({k: str(getattr(getattr(training_args, k), "value", getattr(training_args, k))) for k in fields}))
+"""
+
+
+@pytest.mark.parametrize("mode", ["trial", "production"])
+def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
+    """TrlParser subclasses TRL's own copy of HfArgumentParser (trl/scripts/_hf_argparser.py), not transformers':
+    the instrumentation patches that copy too."""
+    needs_trl()
+    knobs = {"batch_size": 8, "num_workers": 1, "precision": "bf16-mixed"}
+    if mode == "trial":
+        request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": knobs, "device": "cpu"}
+        (tmp_path / "config.json").write_text(json.dumps(request))
+        env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
+    else:
+        changes = {"batch_size": (4, 8), "num_workers": (0, 1), "precision": ("32-true", "bf16-mixed")}
+        env = child_env(AUTOTUNE_CONFIG=str(best_config(tmp_path, changes)))
+    mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--packing", "true"]
+    mine += ["--per_device_train_batch_size", "4", "--bf16", "false"]  # fp32 on a CPU: SFTConfig's default is bf16
+    proc = run([sys.executable, "-c", TRL_PARSE, str(PROGRAMS), *mine], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["dataloader_num_workers"], got["per_device_train_batch_size"]) == ("1", "8")
+    assert (got["bf16"], got["use_cpu"]) == ("True", "True")
+    assert got["packing"] == "True"  # the script's own flag stays
+    if mode == "trial":
+        assert (got["report_to"], got["push_to_hub"], got["save_strategy"], got["eval_strategy"]) == (
+            "[]",
+            "False",
+            "no",
+            "no",
+        )
+        assert got["output_dir"] == str(tmp_path / "output")
+    else:
+        assert got["output_dir"] == "mine" and got["save_strategy"] != "no"
+
+
+@pytest.mark.timeout(600)
+def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, monkeypatch):
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))  # datasets' cache: not the user's
+    proc, trial = run_trial(
+        tmp_path,
+        "trl_sft.py",
+        {"batch_size": 4, "num_workers": 1},
+        trl_args(trl_data, "--output_dir", "mine", "--max_steps", "60", "--per_device_train_batch_size", "2"),
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    m = result.metrics
+    assert m["samples_per_s"] == pytest.approx(4 * m["steps_per_s"])  # TrlParser got the batch knob
+    assert 0 <= m["data_wait_frac"] < 1  # SFTTrainer (a Trainer) got the callback
+    assert len(result.losses) == m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
+    assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
+    assert not (tmp_path / "mine").exists()

@@ -222,3 +222,40 @@ def test_a_two_rank_torchrun_program_is_searched_with_both_ranks_measured(tmp_pa
             sum(r * w for r, w in zip(rates, windows)) / max(windows)
         )
     assert not (tmp_path / "model.pt").exists()  # both ranks ended after their window
+
+
+@pytest.mark.slow  # in CI: test_instrument's TRL tests (TrlParser reads the knobs, an SFTTrainer is a trial, a
+# packed batch counts its texts), and test_instrument's HF trial for the rest of a Trainer script's path
+def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_path, monkeypatch):
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))  # datasets' cache: not the user's
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two threads on a shared 2-core host: windows 20x apart
+    made = subprocess.run(
+        [sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(tmp_path), "--rows", "1000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    spec = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())  # its command and flag, as bench_programs runs it
+    command = spec["workload"]["command"].replace("--max_length 256", "--max_length 128")
+    space = {"preset": None, "knobs": {"batch_size": [4, 16]}, "workload_args": spec["search_space"]["workload_args"]}
+    proc = search(
+        tmp_path,
+        command,
+        space["knobs"],
+        n_trials=3,
+        spec_extra={"search_space": space, "baseline": spec["baseline"], "safety": {"level": "dynamics"}},
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    assert len(run.records) == 3 and {r.status for r in run.records} <= {"ok", "pruned"}
+    for r in (r for r in run.records if r.status == "ok"):
+        per_step = r.metrics["samples_per_s"] / r.metrics["steps_per_s"]
+        if r.knobs["args.packing"]:  # texts packed into 128-token rows: a step trains more texts than rows
+            assert per_step > r.knobs["batch_size"]
+        else:
+            assert per_step == pytest.approx(r.knobs["batch_size"])
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["workload"]["command"][:2] == ["python", "trl_sft.py"] and best["measured"]["speedup_x"] > 0
+    assert not (tmp_path / "out").exists()  # every trial ended after its window: no final save

@@ -3,7 +3,8 @@
 `autotune run`).
 
 - data wait: the Trainer takes an optimizer step's batches with `get_batch_samples` (its `next()` on the
-  train dataloader's iterator); that call runs inside `cfg.data()`, and its batches are counted (samples);
+  train dataloader's iterator); that call runs inside `cfg.data()`, and its batches are counted (samples: a
+  batch's rows, or its sequences where a padding-free collator flattened them into one row, `count_samples`);
 - the step: `on_step_end` (after the optimizer step and the LR scheduler) reports `cfg.step(samples=...,
   loss=...)`, the loss being the sum of the step's micro-batch losses that `training_step` returned (a
   tensor: no host sync per step);
@@ -17,9 +18,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from transformers import TrainerCallback
 
 from autotune.trial.loop import batch_samples
+
+
+def count_samples(batch) -> int | None:
+    """Samples in a batch: its rows (autotune.trial.loop.batch_samples); in a batch with position ids and no
+    attention mask, its sequences of two tokens or more (one position 1 each). That is a padding-free batch
+    (TRL's `packing`, transformers' `DataCollatorWithFlattening`), its sequences flattened into one row: counted
+    as rows, it would be one sample whatever it holds. (The count reads the tensor: a sync where it is on a GPU.)"""
+    if isinstance(batch, Mapping) and "position_ids" in batch and "attention_mask" not in batch:
+        return int((batch["position_ids"] == 1).sum())
+    return batch_samples(batch)
 
 
 class AutotuneCallback(TrainerCallback):
@@ -31,7 +44,7 @@ class AutotuneCallback(TrainerCallback):
         self.loss = None
 
     def fetched(self, batches: list) -> None:
-        self.samples += sum(batch_samples(b) or 0 for b in batches)
+        self.samples += sum(count_samples(b) or 0 for b in batches)
 
     def micro_step(self, loss) -> None:
         self.loss = loss if self.loss is None else self.loss + loss

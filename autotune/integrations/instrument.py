@@ -7,6 +7,7 @@ the module it patches.
 - `transformers.hf_argparser`: `HfArgumentParser.parse_args_into_dataclasses()` reads the script's command
   line with the knobs' flags after it (autotune.export.hf_args), when the parser builds
   `TrainingArguments`; in a trial also the flags that keep the script from leaving anything behind;
+  `trl.scripts._hf_argparser` the same: TRL's own copy of that parser, under its `TrlParser`;
 - `transformers.trainer`: every `Trainer` gets the measured loop's callback (huggingface_callback.attach);
 - `lightning.pytorch` (and `pytorch_lightning`): every `Trainer` gets its precision, the trial's
   side-effect settings and the callback; its train loaders the loader knobs (lightning_callback).
@@ -66,9 +67,14 @@ def reached(cfg, *methods: str) -> None:
 
 
 def _hf_argparser(module) -> None:
+    """`module.HfArgumentParser`'s parse: transformers', or a copy of it (TRL's `TrlParser` subclasses its own,
+    `trl/scripts/_hf_argparser.py`). Once per method: a class that inherits it, or re-exports transformers', is
+    patched where the method is."""
     from autotune.export import hf_args
 
-    parse = module.HfArgumentParser.parse_args_into_dataclasses
+    parse = vars(module.HfArgumentParser).get("parse_args_into_dataclasses")
+    if parse is None or getattr(parse, "autotune", False):
+        return
 
     @functools.wraps(parse)
     def parse_args_into_dataclasses(self, args=None, *rest, **kwargs):
@@ -80,6 +86,7 @@ def _hf_argparser(module) -> None:
             reached(cfg, *HF_REACHES)
         return parse(self, args, *rest, **kwargs)
 
+    parse_args_into_dataclasses.autotune = True
     module.HfArgumentParser.parse_args_into_dataclasses = parse_args_into_dataclasses
 
 
@@ -124,6 +131,7 @@ def _lightning_trainer(module) -> None:
 
 PATCHES: dict[str, Callable] = {
     "transformers.hf_argparser": _hf_argparser,
+    "trl.scripts._hf_argparser": _hf_argparser,
     "transformers.trainer": _hf_trainer,
     "lightning.pytorch.trainer.trainer": _lightning_trainer,
     "pytorch_lightning.trainer.trainer": _lightning_trainer,

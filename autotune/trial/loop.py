@@ -35,6 +35,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -49,10 +50,11 @@ LOSSES_KEPT = 200  # the loss trajectory reported: the first steps (parity compa
 
 
 def batch_samples(batch) -> int | None:
-    """Samples in a batch: the first dimension of its first tensor (None: no tensor)."""
+    """Samples in a batch: the first dimension of its first tensor (None: no tensor). A mapping may be no dict
+    (transformers' `BatchEncoding`, what a tokenizer's padding collator returns, is a `UserDict`)."""
     first = batch
-    while isinstance(first, (tuple, list, dict)) and len(first):
-        first = next(iter(first.values())) if isinstance(first, dict) else first[0]
+    while isinstance(first, (tuple, list, Mapping)) and len(first):
+        first = next(iter(first.values())) if isinstance(first, Mapping) else first[0]
     shape = getattr(first, "shape", None)
     return int(shape[0]) if shape is not None and len(shape) else None
 

@@ -1,13 +1,14 @@
-"""The four programs of tests/programs/ searched with their specs beside them, and each search's claim checked
+"""The five programs of tests/programs/ searched with their specs beside them, and each search's claim checked
 against the program itself in production mode (bench_program.py): issue 42's table.
 
-For each of memmap_loop, loader_loop, hf_bert and lightning_clip: a copy of tests/programs/ in a fresh directory
-under `--out` (the spec's directory holds the program, as a user's does; memmap_loop's data.bin is made there; the
-run dir is kept there, `<out>/<name>/run`), `autotune search
+For each of memmap_loop, loader_loop, hf_bert, lightning_clip and trl_sft: a copy of tests/programs/ in a fresh
+directory under `--out` (the spec's directory holds the program, as a user's does; memmap_loop's data.bin is made
+there, and a program's own data by its `<name>_data.py` where it has one: trl_sft's model and texts; the run dir is
+kept there, `<out>/<name>/run`), `autotune search
 <name>.yaml`, then `bench_program.py` on the run dir. A program's best must leave at least 1.3x to find (`room`),
 and the program's own speedup must agree with the claim (within 5%, or the claim inside the pairs' interval).
 
-    python scripts/bench/bench_programs.py                      # ~25 min on 2 cores
+    python scripts/bench/bench_programs.py                      # ~30 min on 2 cores
     python scripts/bench/bench_programs.py --only hf_bert --pairs 5
 
 Prints a table; the last line is one JSON object.
@@ -33,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 from autotune.trial.result import TrialResult  # noqa: E402
 
 PROGRAMS = ROOT / "tests" / "programs"
-NAMES = ("memmap_loop", "loader_loop", "hf_bert", "lightning_clip")
+NAMES = ("memmap_loop", "loader_loop", "hf_bert", "lightning_clip", "trl_sft")
 ROOM = 1.3
 
 
@@ -45,7 +46,13 @@ def one(name: str, work: Path, a) -> dict:
     shutil.copytree(PROGRAMS, work, ignore=shutil.ignore_patterns("__pycache__"))
     np.random.default_rng(0).integers(0, 65, 200_000, dtype=np.uint16).tofile(work / "data.bin")
     run = work / "run"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    # datasets' cache (trl_sft's texts, tokenized) under the program's directory, not the user's home
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(work / "hf_datasets")}
+    data = work / f"{name}_data.py"
+    if data.exists():
+        made = subprocess.run([sys.executable, str(data), str(work)], cwd=work, capture_output=True, text=True)
+        if made.returncode != 0:
+            return {"program": name, "error": f"{data.name} exit {made.returncode}: {made.stderr.strip()[-400:]}"}
     cli = Path(sys.executable).parent / "autotune"
     t = time.perf_counter()
     search = subprocess.run(

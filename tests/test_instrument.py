@@ -431,7 +431,7 @@ def test_a_padding_free_batch_counts_its_sequences():
 
     texts = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}, {"input_ids": [3, 4, 5, 6, 7]}]
     flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(texts)
-    assert flat["input_ids"].shape == (1, 10) and count_samples(flat) == 3
+    assert flat["input_ids"].shape == (1, 10) and int(count_samples(flat)) == 3  # a tensor: read at the window's end
     assert count_samples(DataCollatorForLanguageModeling(pad_token_id=0)(texts)) == 3  # padded: its rows
 
 

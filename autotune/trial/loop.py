@@ -90,7 +90,7 @@ class PassThrough:
     def step(self, samples: int | None = None, loss=None) -> None:
         self.explicit = True
         if self.log:
-            self._mark(1 if samples is None else int(samples))
+            self._mark(1 if samples is None else samples)  # a device tensor is read when the log is written
 
     def data(self):
         return contextlib.nullcontext()
@@ -100,14 +100,15 @@ class PassThrough:
 
     def _mark(self, samples) -> None:
         self.marks.append(time.perf_counter())
-        self.samples.append(samples or 1)
+        self.samples.append(1 if samples is None else samples)
         if self.stop_after and len(self.marks) >= self.stop_after:
             self._write()
             sys.stdout.flush()
             os._exit(0)
 
     def _write(self) -> None:
-        Path(self.log).write_text(json.dumps({"marks": self.marks, "samples": self.samples}))
+        samples = [int(s) or 1 for s in self.samples]
+        Path(self.log).write_text(json.dumps({"marks": self.marks, "samples": samples}))
 
 
 class TrialLoop:
@@ -236,8 +237,13 @@ class TrialLoop:
 
     # --- the measurement ------------------------------------------------------------
 
-    def _step(self, samples: int | None, loss) -> None:
-        samples = 1 if samples is None else int(samples)
+    def _step(self, samples, loss) -> None:
+        if samples is None:
+            samples = 1
+        elif getattr(getattr(samples, "device", None), "type", "cpu") == "cpu":
+            samples = int(samples)
+        # else a tensor on the device (a padding-free batch's count): summed, and read where the window ends
+        # (measure.Window.finish), after the device is synchronized there: no host sync per step
         if loss is not None:
             self.last_loss = loss.detach() if hasattr(loss, "detach") else float(loss)
             if len(self.losses) < LOSSES_KEPT:
@@ -278,7 +284,7 @@ class TrialLoop:
     def _start_window(self) -> None:
         import torch
 
-        per_step = self.warm_samples / self.warm  # the rule's thresholds are in samples/s
+        per_step = float(self.warm_samples) / self.warm  # the rule's thresholds are in samples/s
         # the warm-up's time: from the loader's start (steps()), else from the first step's end (step())
         self.warmup_s = self.clock() - (self.loop_started or self.warm_started)
         rule = window_rule(self.cfg, per_step, self.device_type)

@@ -378,7 +378,7 @@ class Window:
         ordered = sorted(steps_ms)
         mean_ms = sum(steps_ms) / steps
         metrics = {
-            "samples_per_s": sum(self.counts) / window,
+            "samples_per_s": float(sum(self.counts)) / window,  # a count may be a device tensor (loop._step)
             "steps_per_s": steps / window,
             "step_ms_mean": window / steps * 1e3,
             "step_ms_p50": percentile(ordered, 0.5),

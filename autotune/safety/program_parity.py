@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.safety.parity import MULTI_FACTOR, NOISE_SEEDS, PARITY_KNOBS, RULE, roundoff
+from autotune.safety.stepping import perturb_params
 
 REFERENCE_FILE = "program_parity.json"
 NOISE_SEED_BASE = 1  # noise run s perturbs with torch.Generator().manual_seed(NOISE_SEED_BASE + s)
@@ -52,12 +53,7 @@ def run_knobs(candidate: dict[str, Any], baseline: dict[str, Any]) -> dict[str, 
 
 def perturb(model, level: float, generator) -> None:
     """Rounding-level noise on `model`'s floating-point parameters: relative, `level` standard deviation."""
-    import torch
-
-    with torch.no_grad():
-        for p in model.parameters():
-            if p.is_floating_point():
-                p.mul_(1 + level * torch.randn(p.shape, generator=generator).to(p.device, p.dtype))
+    perturb_params([p for p in model.parameters() if p.is_floating_point()], level, generator)
 
 
 def _dev(losses: list[float], ref: list[float]) -> float:

@@ -207,10 +207,16 @@ def _optim_tensors(run: _Run) -> list:
 
 def perturb_weights(run: _Run, level: float, g) -> None:
     """Rounding-level noise on the weights: relative, `level` standard deviation."""
+    perturb_params(_params(run), level, g)
+
+
+def perturb_params(params, level: float, g) -> None:
+    """Rounding-level noise on `params`: relative, `level` standard deviation (a program's model too,
+    safety.program_parity)."""
     import torch
 
     with torch.no_grad():
-        for p in _params(run):
+        for p in params:
             p.mul_(1 + level * torch.randn(p.shape, generator=g).to(p.device, p.dtype))
 
 

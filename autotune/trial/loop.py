@@ -90,7 +90,7 @@ class PassThrough:
     def step(self, samples: int | None = None, loss=None) -> None:
         self.explicit = True
         if self.log:
-            self._mark(1 if samples is None else samples)  # a device tensor is read when the log is written
+            self._mark(samples)  # a device tensor is read when the log is written
 
     def data(self):
         return contextlib.nullcontext()

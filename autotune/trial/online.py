@@ -42,7 +42,6 @@ from autotune.trial.online_window import (
     host_available_gib,
     host_idle_cores,
     local_ranks,
-    pss_gib,
     t95,
     window_dict,
     window_se,
@@ -409,13 +408,8 @@ class OnlineLoader:
         self._trim()
 
     def _read_pss(self, w: Window) -> Window:
-        """The job's PSS now, onto `w`: ~10 ms a process from /proc (96 ms with 8 workers, each window's 5% of
-        a 2-s window, read on the training loop's thread), so it is read where a decision needs it: a move up's
-        prediction, a move's two sides (the budget checks and the log line)."""
-        if not w.pss_read:
-            w.worker_pss_gib = sum(pss_gib(p) for p in self._worker_pids())
-            w.pss_gib, w.pss_read = pss_gib(os.getpid()) + w.worker_pss_gib, True
-        return w
+        """The job's PSS now, onto `w`, where a decision needs it (`Window.read_pss`)."""
+        return w.read_pss(self._worker_pids())
 
     def _trim(self):
         while len(self._hist) > 1 and sum(h.wall for h in self._hist[1:]) >= self.settle_s:

@@ -69,6 +69,15 @@ class Window:
             host_idle=sum(i * t for i, t in idle) / sum(t for _, t in idle) if idle and wall > 0 else None,
         )
 
+    def read_pss(self, worker_pids: list[int]) -> Window:
+        """The job's PSS now (this process and its workers), once: ~10 ms a process from /proc, 96 ms with 8
+        workers, ~5% of a 2-s window on the training loop's thread, so it is read where a decision needs it (a
+        move up's prediction, a move's two sides: the budget checks and the log line), not at every window."""
+        if not self.pss_read:
+            self.worker_pss_gib = sum(pss_gib(p) for p in worker_pids)
+            self.pss_gib, self.pss_read = pss_gib(os.getpid()) + self.worker_pss_gib, True
+        return self
+
     def describe(self) -> str:
         idle = "" if self.host_idle is None else f", host idle {self.host_idle:.1f} cores"
         return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"

@@ -314,12 +314,12 @@ class SearchSettings(_Strict):
     )
     min_improvement: float = Field(0.02, ge=0, description="a gain below this fraction is noise: it moves nothing")
     confirm_rounds: StrictInt = Field(
-        2,
+        3,
         ge=0,
         description="after the trials, the baseline and the best measured again this many times each, "
         "interleaved, a fresh process each; the speedup reported is the median of the paired "
         "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
-        "at most: stopping once a pair and the trials are both over 1.5x)",
+        "at most: stopping once two pairs within 10% of each other and the trials are all over 1.5x)",
     )
 
 

@@ -27,7 +27,7 @@ import statistics
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.records.verdicts import SETTLED
+from autotune.records.verdicts import SETTLE_AGREE, SETTLED
 from autotune.trial.result import TrialResult
 
 ROLES = ("baseline", "best")
@@ -136,11 +136,17 @@ def window_ci(baseline, best, target_ci: float) -> float:
 
 
 def settles(pairs: list[dict[str, float]], trials: float | None) -> bool:
-    """The pairs so far settle the verdict "faster", later rounds would refine the
-    number only: every pair and the trials' own ratio (`trials`; None: never
-    settled early) more than SETTLED above 1."""
+    """The pairs so far settle the verdict "faster" and its number, later rounds would
+    refine it inside their agreement: two pairs at least, within SETTLE_AGREE of
+    each other, and every pair and the trials' own ratio (`trials`; None: never
+    settled early) more than SETTLED above 1. One pair is never the last word."""
     ratios = [p["best"] / p["baseline"] for p in pairs]
-    return trials is not None and bool(ratios) and min(ratios + [trials]) > 1 + SETTLED
+    return (
+        trials is not None
+        and len(ratios) >= 2
+        and min(ratios + [trials]) > 1 + SETTLED
+        and max(ratios) / min(ratios) <= 1 + SETTLE_AGREE
+    )
 
 
 def remeasure(

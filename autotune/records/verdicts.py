@@ -19,6 +19,12 @@ ANCHOR_DRIFT = 0.10
 # CV (tiny_cnn, scripts/bench/bench_window.py): a pair's log-ratio then has a sd of 0.25, and a pair at 1.5x is 1.645 sd
 # above 1: at one-sided 95% the best is faster, even at that spread (jpeg_pipeline's pairs: 2.2x)
 SETTLED = 0.5
+# ... and two such pairs within this of each other (the larger over the smaller, less 1) settle the number too: a third
+# pair would refine it inside that. One pair alone settles nothing: on this 2-core host, whose speed drifts +-20% over
+# tens of seconds, lightning_clip's one pair read 1.72x where the program itself ran 2.18x (three pairs 2.15-2.21x,
+# scripts/measurements/cpu-2026-11-27f-programs/), and the trials' own ratio is no check of a pair: the best of many
+# noisy trials reads high (winner's curse: trials over their pair by 0-40% in 9 program searches, hf_bert 3.47x / 2.09x)
+SETTLE_AGREE = 0.10
 
 
 def describe(confirm: dict[str, Any]) -> str:
@@ -37,7 +43,8 @@ def describe(confirm: dict[str, Any]) -> str:
     )
     if confirm.get("settled"):
         spread += (
-            f"; it and the trials' {confirm['settled']:.2f}x both over {1 + SETTLED:.1f}x settle it, so no more rounds"
+            f"; within {SETTLE_AGREE:.0%} of each other, and they and the trials' {confirm['settled']:.2f}x all over "
+            f"{1 + SETTLED:.1f}x, they settle it, so no more rounds"
         )
     line = (
         f"re-measured side by side, {n} interleaved round{'s' if n > 1 else ''} in fresh processes: "

@@ -148,7 +148,7 @@ def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[Tr
         result = run_in_process(config, tmp_path, timeout_s, ROOT, {}, shared=server.path)
     finally:
         server.close()
-    assert result.launcher == "shared", result
+    assert result.launcher in ("shared", "program-shared"), result
     return result, (tmp_path / "trial.log").read_text()
 
 
@@ -184,3 +184,38 @@ def test_a_timed_out_trial_leaves_its_output_and_where_it_hung_in_its_log(tmp_pa
     # every thread's stack at the timeout (faulthandler), the hanging line of the user's loss first
     assert "Current thread" in log and 'tests/workloads.py", line' in log and "in loss" in log, log
     assert log.endswith("autotune: the trial ran past timeout_s=8 and was killed\n"), log
+
+
+# a torchrun-style program whose rank 1 fails after joining the group, while rank 0 waits for it in a collective
+FAILING_RANK = """
+import torch.distributed as dist
+
+dist.init_process_group("gloo")
+print(f"rank {dist.get_rank()} joined", flush=True)
+if dist.get_rank() == 1:
+    raise RuntimeError("rank 1 cannot go on")
+dist.barrier()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_a_two_rank_program_is_forked_warm_a_rank_each_and_a_failing_rank_ends_the_other(tmp_path):
+    """A program of 2 ranks forked from the search's shared server, as torchrun would start it: both ranks
+    measured, one intra-op thread each (torch read the server's count at import), the ranks' CPU the trial's own;
+    a rank that fails takes the other down at once (not left waiting in its barrier) with both outputs in one log."""
+    import shutil
+
+    shutil.copy(Path(ROOT) / "tests" / "programs" / "ddp_loop.py", tmp_path / "ddp_loop.py")  # it saves model.pt
+    (tmp_path / "failing.py").write_text(FAILING_RANK)
+    trial = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 0}
+    program = {"command": ["python", "ddp_loop.py", "--steps", "2000", "--batch_size", "16"], "dir": str(tmp_path)}
+    config = {**trial, "workload": program, "knobs": {}, "ranks": 2, "device": "cpu", "dist_timeout_s": 200}
+    result, log = in_shared_server(config, tmp_path / "ok", 240)
+    assert result.status == "ok" and result.launcher == "program-shared", (result, log)
+    assert [(r.rank, r.status) for r in result.ranks] == [(0, "ok"), (1, "ok")]
+    assert result.device.torch_threads == 1 and not result.disturbed, result.device
+    failing = {**config, "workload": {"command": ["python", "failing.py"], "dir": str(tmp_path)}}
+    result, log = in_shared_server(failing, tmp_path / "failing", 240)
+    assert result.status == "error" and result.error_type == "NoStep" and result.launcher == "program-shared"
+    assert "rank 0 joined\n" in log and "rank 1 joined\n" in log and "RuntimeError: rank 1 cannot go on" in log, log
+    assert result.trial_wall_s < 60  # rank 0 killed, not left in its barrier until the group's timeout

@@ -56,12 +56,11 @@ class Climb:
         min_improvement: float,
         cuda: bool,
         diagnosis_of: Callable[[dict], dict | None],
-        pick: Callable[[list[dict], float], dict] | None = None,
+        pick: Callable[[list[dict], float], dict],
     ):
         self.search, self.names, self.baseline = search, list(search), baseline
         self.min_improvement, self.cuda, self.diagnosis_of = min_improvement, cuda, diagnosis_of
-        # `pick(points, above)`: which of the incumbent's unmeasured moves runs first (the rate
-        # model's fastest); None: the first in the climb's order
+        # `pick(points, above)`: which of the incumbent's unmeasured moves runs first (the rate model's fastest)
         self.pick = pick
 
     def _is_ladder(self, name: str) -> bool:
@@ -153,10 +152,10 @@ class Climb:
         than min_improvement is the new incumbent, which is diagnosed again and
         moved from in turn, so a ladder re-opens whenever its bottleneck comes
         back. None when no move gains (a local optimum: the sampler explores
-        from there), or when the next point waits on a running trial. With
-        `pick` (the rate model's order), the incumbent's
-        measured moves are weighed first (any that gained moves the climb on),
-        then `pick` names which of its unmeasured moves runs next."""
+        from there), or when the next point waits on a running trial. The
+        incumbent's measured moves are weighed first (any that gained moves the
+        climb on), then `pick` (the rate model's order) names which of its
+        unmeasured moves runs next."""
 
         def value(point):
             k = key(point, self.names)
@@ -174,9 +173,9 @@ class Climb:
             if best is None:
                 return None  # the baseline failed: nothing to climb from
             while True:
-                ready, waiting = [], False  # with `pick`: the moves not measured yet, and one running
+                ready, waiting = [], False  # the moves not measured yet, and one running
                 for point in self.candidates(center, came_from, path):
-                    if self.pick is not None and key(point, self.names) not in values:
+                    if key(point, self.names) not in values:
                         if free(point):
                             ready.append(point)
                         waiting = waiting or not infeasible(point) and not free(point)

@@ -20,6 +20,15 @@ the server answers {"pid": N} once the child runs, then {"pid": N, "status": S}
 (the raw wait status) when it has ended. One trial at a time per stream; the
 child's environment is exactly the request's `env`.
 
+A program of several ranks (a torchrun-style program, `resources.ranks_per_trial`)
+is one request with `ranks`, an environment per rank: a child is forked per rank,
+all writing to one trial.log (as torchrun's ranks write to its output), each with
+AUTOTUNE_TRIAL_PID set to this process, their parent (the ranks' CPU is the
+trial's own, autotune.trial.disturbance), and its intra-op threads set from its
+OMP_NUM_THREADS (torch read the server's at import); once one rank fails the
+others are killed (they would wait in a collective). Answers: {"pids": [...]},
+then {"pids", "statuses", "killed"} (the ranks killed because another failed).
+
 With `--listen`, a local search's driver starts one server for the whole search
 (autotune.launcher.start_shared): it listens on a Unix socket in a private dir
 (bound before the imports, so a connection made meanwhile waits in the backlog),
@@ -56,19 +65,23 @@ def _std_fds(null: int, log: int) -> None:
         os.close(fd)
 
 
-def _child(request: dict) -> None:
+def _child(request: dict, rank: bool = False) -> None:
     """In the forked child: own session (so a timeout kills its loader workers
     too), the trial dir, its log on stdout/stderr, the request's environment;
-    then the trial."""
+    then the trial. `rank`: one of several, appending to the log the server
+    emptied, its threads from its OMP_NUM_THREADS."""
     try:
         os.setsid()
         os.chdir(request["dir"])
-        _std_fds(os.open(os.devnull, os.O_RDONLY), os.open("trial.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644))
+        mode = os.O_APPEND if rank else os.O_TRUNC
+        _std_fds(os.open(os.devnull, os.O_RDONLY), os.open("trial.log", os.O_WRONLY | os.O_CREAT | mode, 0o644))
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
         os.environ.clear()
         os.environ.update(request["env"])
+        if rank and os.environ.get("OMP_NUM_THREADS", "").isdigit() and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # torch read the server's
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if "program" in request:
             code = _program(**request["program"])
@@ -141,20 +154,70 @@ def _wait(pid: int, fd: int) -> int | None:
             return None
 
 
+def _wait_ranks(pids: list[int], fd: int) -> tuple[list[int], list[int]] | None:
+    """Wait for every rank; once one fails, kill the others' groups. (raw wait
+    statuses, the ranks killed because another failed); None (all killed) if
+    the launcher goes away meanwhile."""
+    statuses: list[int | None] = [None] * len(pids)
+    killed: list[int] = []
+    while None in statuses:
+        for r, pid in enumerate(pids):
+            if statuses[r] is None:
+                done, status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    statuses[r] = status
+        if not killed and any(s for s in statuses if s is not None):  # one failed: the rest would hang
+            killed = [r for r, s in enumerate(statuses) if s is None]
+            for r in killed:
+                _kill_group(pids[r])
+        readable, _, _ = select.select([fd], [], [], 0.05)
+        if readable and not os.read(fd, 1):  # EOF: the launcher's process is gone
+            for r, pid in enumerate(pids):
+                if statuses[r] is None:
+                    _kill_group(pid)
+                    os.waitpid(pid, 0)
+            return None
+    return statuses, killed
+
+
+def _kill_group(pid: int) -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
 def _serve_stream(fd_in: int, out) -> None:
     """Serve one launcher's stream until it closes: a trial per request line."""
+    from autotune.trial.disturbance import TRIAL_PID
+
     reader = os.fdopen(os.dup(fd_in), "r", buffering=1)
-    while True:
-        line = reader.readline()  # the launcher waits for the answer: never two requests in the buffer
-        if not line:  # the launcher's process is gone
-            return
-        request = json.loads(line)
+
+    def fork(request: dict, rank: bool = False) -> int:
         pid = os.fork()
         if pid == 0:  # the trial keeps none of the stream's descriptors
             reader.close()
             if fd_in > 2:
                 os.close(fd_in)
-            _child(request)
+            _child(request, rank)
+        return pid
+
+    while True:
+        line = reader.readline()  # the launcher waits for the answer: never two requests in the buffer
+        if not line:  # the launcher's process is gone
+            return
+        request = json.loads(line)
+        if "ranks" in request:
+            open(os.path.join(request["dir"], "trial.log"), "w").close()  # one log, the ranks append
+            envs = request.pop("ranks")
+            pids = [fork({**request, "env": {**env, TRIAL_PID: str(os.getpid())}}, rank=True) for env in envs]
+            print(json.dumps({"pids": pids}), file=out, flush=True)
+            waited = _wait_ranks(pids, fd_in)
+            if waited is None:
+                return
+            print(json.dumps({"pids": pids, "statuses": waited[0], "killed": waited[1]}), file=out, flush=True)
+            continue
+        pid = fork(request)
         print(json.dumps({"pid": pid}), file=out, flush=True)
         status = _wait(pid, fd_in)
         if status is None:

@@ -15,9 +15,9 @@ Two ways to start one:
 Set AUTOTUNE_LAUNCHER=spawn to force the second.
 
 A user's program (`workload.command`) is forked from the same server where it is
-Python (`python FILE ...`, `python -m MODULE ...`; `forks_program`), one process
-with no environment knob of its own; otherwise (another command, several ranks,
-an environment knob, spawn) it runs as a plain process of its own.
+Python (`python FILE ...`, `python -m MODULE ...`; `forks_program`) with no
+environment knob of its own, a process per rank where it has several; otherwise
+(another command, an environment knob, spawn) it runs as plain processes.
 """
 
 from __future__ import annotations
@@ -61,16 +61,18 @@ def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) 
     return env
 
 
-def _time_out(pid: int) -> None:
-    """A trial past its timeout: every process of its group writes its threads'
-    stacks to trial.log (the SIGUSR1 of autotune.trial's faulthandler), then the
-    group is killed."""
-    try:
-        os.killpg(pid, signal.SIGUSR1)
-        time.sleep(STACKS_S)
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:  # it ended meanwhile
-        pass
+def _time_out(*pids: int) -> None:
+    """A trial past its timeout: every process of its groups (a rank each) writes
+    its threads' stacks to trial.log (the SIGUSR1 of autotune.trial's
+    faulthandler), then the groups are killed."""
+    for sig in (signal.SIGUSR1, signal.SIGKILL):
+        for pid in pids:
+            try:
+                os.killpg(pid, sig)
+            except ProcessLookupError:  # it ended meanwhile
+                pass
+        if sig == signal.SIGUSR1:
+            time.sleep(STACKS_S)
 
 
 STACKS_S = 0.5  # the dump is a few ms; a loaded host's scheduler may take longer
@@ -113,20 +115,42 @@ class _Stream:
         Returns its exit code (negative: killed by that signal)."""
         request = {"dir": str(trial_dir), "env": env}
         request.update({"program": program} if program else {"argv": ["config.json", "-o", "result.json"]})
+        done = self._request(request, timeout_s, lambda answer: [answer["pid"]])
+        return os.waitstatus_to_exitcode(done["status"])
+
+    def run_ranks(
+        self, trial_dir: Path, envs: list[dict[str, str]], timeout_s: float, program: dict
+    ) -> tuple[int, dict[int, str]]:
+        """Fork a program once per rank (`envs`, a rank's each), all killed once one fails
+        or at the timeout: (the first nonzero exit code, rank -> why it ended badly), as
+        `_processes` gives for ranks started fresh."""
+        request = {"dir": str(trial_dir), "env": envs[0], "ranks": envs, "program": program}
+        done = self._request(request, timeout_s, lambda answer: answer["pids"])
+        codes = [os.waitstatus_to_exitcode(s) for s in done["statuses"]]
+        died = {
+            r: f"rank {r} exited with code {c}" + (" (killed: another rank failed)" if r in done["killed"] else "")
+            for r, c in enumerate(codes)
+            if c
+        }
+        return next((c for c in codes if c), 0), died
+
+    def _request(self, request: dict, timeout_s: float, pids_of) -> dict:
+        """Send one request; wait for its end, killing its process groups at the timeout."""
         self.send((json.dumps(request) + "\n").encode())
         answer = self.lines.read(timeout=self.first_answer_s)
         if answer is None:
             raise RuntimeError("the fork server did not answer")
-        pid = answer["pid"]
+        pids = pids_of(answer)
         try:
             done = self.lines.read(timeout=timeout_s)
             if done is None:
-                _time_out(pid)
+                _time_out(*pids)
                 done = self.lines.read(timeout=60)
-        except BaseException:  # the caller was cancelled: take the process group along
-            os.killpg(pid, signal.SIGKILL)
+        except BaseException:  # the caller was cancelled: take the process groups along
+            for pid in pids:
+                os.killpg(pid, signal.SIGKILL)
             raise
-        return os.waitstatus_to_exitcode(done["status"])
+        return done
 
 
 class ForkServer(_Stream):
@@ -317,9 +341,12 @@ def _program(
         several = {} if ranks == 1 else {TRIAL_PID: str(os.getpid()), "OMP_NUM_THREADS": "1"}
         envs = [{**several, **env, **R.torchrun_env(r, ranks, port)} for r in range(ranks)]
     cwd = workload.get("dir") or str(trial_dir)
-    if server is not None:  # one process, forked warm (`forkserver._program`)
-        started = time.monotonic()
-        code, died = server.run(trial_dir, envs[0], timeout_s, {"argv": command[1:], "cwd": cwd}), {}
+    if server is not None:  # forked warm (`forkserver._program`), a process per rank
+        started, program = time.monotonic(), {"argv": command[1:], "cwd": cwd}
+        if len(envs) > 1:
+            code, died = server.run_ranks(trial_dir, envs, timeout_s, program)
+        else:
+            code, died = server.run(trial_dir, envs[0], timeout_s, program), {}
         timed_out = code == -signal.SIGKILL and time.monotonic() - started >= timeout_s
     else:
         try:
@@ -405,14 +432,15 @@ def _kill(procs: list[subprocess.Popen]) -> None:
         p.wait()
 
 
-def forks_program(workload: dict[str, Any], ranks: int | None) -> bool:
+def forks_program(workload: dict[str, Any]) -> bool:
     """Whether a program's trial can be forked from the warm server: `python FILE ...` or
-    `python -m MODULE ...`, one process, and no environment of its own (a forked child
-    keeps its parent's OpenMP and allocator, which the environment would change)."""
+    `python -m MODULE ...` (a process per rank), and no environment of its own (a forked
+    child keeps its parent's OpenMP and allocator, which the environment would change; a
+    rank's one intra-op thread is set in the child, `forkserver`)."""
     command = workload["command"]
     python = command[0] in ("python", "python3") and len(command) > 1
     runnable = python and (command[1] == "-m" and len(command) > 2 or not command[1].startswith("-"))
-    return runnable and (ranks or 1) == 1 and not workload.get("env")
+    return runnable and not workload.get("env")
 
 
 def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
@@ -460,7 +488,7 @@ def run_in_process(
     try:
         server = None
         # the user's own program: forked too where it is Python, else a fresh process of its own
-        if launcher == "fork" and (not program or forks_program(config["workload"], config.get("ranks"))):
+        if launcher == "fork" and (not program or forks_program(config["workload"])):
             for where in (shared, None) if shared else (None,):
                 try:
                     server = _server(base, preload_for(config), where)

@@ -17,10 +17,13 @@ the same model, data and step): the built-in trial forked (`fork`), the program
 forked from the same warm server (`program-fork`) and the program as a plain
 process (`program`); the ratio is the forked program's fixed cost over the
 built-in's (issue 42: at most 1.5x). A program's first step is in its fixed cost
-(its warm-up starts after it), a built-in's in its warm-up.
+(its warm-up starts after it), a built-in's in its warm-up. `--ranks 2`: the
+trials of 2 ranks each (the built-in's forked by its trial process, the program's
+forked a rank each from the warm server, or started fresh as torchrun would).
 
     python scripts/bench/bench_overhead.py --trials 5
     python scripts/bench/bench_overhead.py --trials 3 --program
+    python scripts/bench/bench_overhead.py --trials 3 --program --ranks 2
     python scripts/bench/bench_overhead.py --workload resnet18_cifar --set num_workers=8 --set pin_memory=true
 
 Needs torch only. Prints a table; the last line is one JSON object.
@@ -52,6 +55,7 @@ def main() -> None:
     p.add_argument("--trials", type=int, default=5, help="trials per launcher")
     p.add_argument("--window-s", type=float, default=1.0)
     p.add_argument("--program", action="store_true", help="a program against the built-in trial of its size")
+    p.add_argument("--ranks", type=int, default=1, help="ranks per trial (data-parallel, on this host)")
     args = p.parse_args()
     config = {
         "workload": {"name": args.workload, "args": json.loads(args.args)},
@@ -62,6 +66,7 @@ def main() -> None:
         "max_window_s": args.window_s,
         "profile_steps": 0,
         "diagnose": False,
+        **({"ranks": args.ranks} if args.ranks > 1 else {}),
     }
     program = {
         **config,
@@ -124,6 +129,7 @@ def main() -> None:
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "trials": args.trials,
         "workload": args.workload,
+        "ranks": args.ranks,
         "loadavg_1m_start_end": [load_start, load[0]],
         "fork_server_first_trial_fixed_cost_s": server_start_s,
     }

@@ -534,6 +534,10 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
         assert got["output_dir"] == "mine" and got["save_strategy"] != "no"
 
 
+# in CI: the TRL parser's patch (test_trls_parser_reads_the_knobs_flags_and_a_trials_own), a packed batch's count
+# (test_a_padding_free_batch_counts_its_sequences), a Trainer's callback in a trial (test_an_hf_trainer_script_is_a_
+# trial_with_no_line_changed); 28 s of the tier on 2 cores, its model and texts generated first
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))  # datasets' cache: not the user's

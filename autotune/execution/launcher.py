@@ -148,7 +148,10 @@ class _Stream:
                 done = self.lines.read(timeout=60)
         except BaseException:  # the caller was cancelled: take the process groups along
             for pid in pids:
-                os.killpg(pid, signal.SIGKILL)
+                try:
+                    os.killpg(pid, signal.SIGKILL)
+                except ProcessLookupError:  # a rank that had ended already
+                    pass
             raise
         return done
 

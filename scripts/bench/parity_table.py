@@ -9,6 +9,7 @@ time is reported apart. Needs torch only.
     python scripts/bench/parity_table.py [--steps 20] [--workloads resnet18_cifar,tiny_transformer]
     python scripts/bench/parity_table.py --workloads resnet18_cifar --image-size 224   # the GPU rows at full size
     python scripts/bench/parity_table.py --battery --seeds 0,1,2   # the false-alarm battery (torchvision models)
+    python scripts/bench/parity_table.py --workloads resnet50_128 --knobs compile --no-planted   # some rows only
 
 The battery: torchvision models with weights=None on random images (SGD lr 0.1,
 momentum 0.9, as the classic case): ResNet-18 at 224 px, ResNet-50 at 128 px,
@@ -164,8 +165,12 @@ def main() -> None:
     p.add_argument("--battery", action="store_true", help="add the torchvision battery (BATTERY) to --workloads")
     p.add_argument("--seeds", default="0", help="comma-separated seeds: each row runs at every one")
     p.add_argument("--no-planted", action="store_true", help="skip the planted faults")
+    p.add_argument("--knobs", help="comma-separated knob names: only their rows (default: every knob of KNOB_CHANGES)")
     args = p.parse_args()
     seeds = [int(x) for x in args.seeds.split(",")]
+    only = set(args.knobs.split(",")) if args.knobs else {knob for knob, _ in KNOB_CHANGES}
+    if only - {knob for knob, _ in KNOB_CHANGES}:
+        p.error(f"--knobs {args.knobs}: allowed: {', '.join(dict.fromkeys(k for k, _ in KNOB_CHANGES))}")
     wl_args = {**ARGS, "resnet18_cifar": {"batch_size": args.batch_size, "image_size": args.image_size}}
     device = detect_device("auto")
     rows, references = [], {}
@@ -186,7 +191,7 @@ def main() -> None:
         references[f"{name} seed {seed}"] = time.perf_counter() - t
         print(f"{name} seed {seed}: baseline reference (once per search) {time.perf_counter() - t:.1f} s")
         trains = dataclasses.replace(device, optimizer=K.optimizer_of(wl))  # decides fused_optimizer
-        for knob, value in KNOB_CHANGES:
+        for knob, value in [(k, v) for k, v in KNOB_CHANGES if k in only]:
             why = K.KNOBS[knob].unavailable(value, trains)
             emulated = why and (knob, value) == ("precision", "16-mixed") and args.cpu_fp16
             if knob == "compile" and args.skip_compile:

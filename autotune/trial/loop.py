@@ -240,7 +240,7 @@ class TrialLoop:
     def _step(self, samples, loss) -> None:
         if samples is None:
             samples = 1
-        elif getattr(getattr(samples, "device", None), "type", "cpu") == "cpu":
+        elif getattr(samples, "device", None) is None or samples.device.type == "cpu":
             samples = int(samples)
         # else a tensor on the device (a padding-free batch's count): summed, and read where the window ends
         # (measure.Window.finish), after the device is synchronized there: no host sync per step

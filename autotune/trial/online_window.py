@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 import os
+import statistics
 from dataclasses import dataclass, field
 
 from autotune.trial import procfs
@@ -88,10 +89,7 @@ def window_se(windows: list[Window]) -> float:
     window, which the chunks inside one window do not show (this 2-core host: a fixed config read 2,200-5,000
     samples/s over tens of seconds, scripts/measurements/cpu-2026-11-27d-online-drift)."""
     rates = [w.rate for w in windows if w.wall > 0]
-    if len(rates) < 2:
-        return 0.0
-    m = sum(rates) / len(rates)
-    return math.sqrt(sum((r - m) ** 2 for r in rates) / (len(rates) - 1) / len(rates))
+    return statistics.stdev(rates) / math.sqrt(len(rates)) if len(rates) > 1 else 0.0
 
 
 def local_ranks() -> int:

@@ -36,7 +36,16 @@ clears a safe knob nor catches a broken one. So parity has two parts:
    optimizer's property, not the knob's (ResNet-18 at 224 px, SGD lr 0.1 with
    momentum 0.9: its loss rose 63% in 8 steps at lr 0.1, fell 64.5% at 0.01).
    The same scale for both keeps the comparison like for like; the optimizer's
-   own rate first keeps every case that judged at it judged as before.
+   own rate first keeps every case that judged at it judged as before. And the
+   baseline alone does not choose: a candidate that does not fall at the
+   baseline's scale is asked again at each lower one, the baseline measured there
+   too, and trains if it falls MIN_SHARE of the baseline's fall at one of them.
+   At the edge of stability the rate decides by rounding which side falls in 8
+   steps (ResNet-18 at 224 px, seed 1: the baseline's loss fell 46% at lr 0.1,
+   bf16's rose 12%; at seed 0 the baseline's rose and both fell at lr 0.01), and
+   a knob that moves the edge a little has not stopped the model from learning;
+   a candidate that cannot learn (its updates round away, its gradient vanishes)
+   falls at no rate.
 
 The baseline's side (its trajectory, checkpoints and noise reference) is computed
 once per search and stored in the run dir (`trial_parity`, REFERENCE_FILE); each
@@ -118,7 +127,9 @@ UPDATE_FLOOR = FACTOR * 2.0**-20
 # the update's band at least UPDATE_FLOOR. 3: the one-batch check at a lower learning rate
 # where the baseline's loss does not fall at its own (OVERFIT_LR_SCALES). 4: a user's program's numerics
 # checked (safety.program_parity; before, "not measured" kept such a config from being the best).
-RULE = 4
+# 5: a candidate that does not overfit at the baseline's scale is asked again at each lower one, the
+# baseline measured there too (`_does_it_train`; before, bf16 on ResNet-18 at 224 px, seed 1, failed).
+RULE = 5
 REFERENCE_FILE = "parity_reference.pt"
 STEP_METRICS = ("loss", "grad", "update")
 MULTI_METRICS = ("loss_dev", "buffer_dev", "optim_dev")
@@ -207,6 +218,43 @@ def _baseline_overfit(run, state: dict, batch, seed: int) -> tuple[list[float], 
         if fall(losses) >= MIN_FALL:
             break
     return losses, lr_scale
+
+
+def _does_it_train(run, base_run, reference: dict, own_batch, batch, seed: int, initial_scale) -> dict[str, Any]:
+    """Module doc, 3: the candidate overfits one fixed batch at the baseline's
+    learning rate scale (`build_reference`); where it falls less than MIN_SHARE
+    of the baseline's fall there, it is asked again at each lower scale of
+    OVERFIT_LR_SCALES, the baseline measured there too (kept in the reference):
+    it trains if at some scale where the baseline falls MIN_FALL it falls
+    MIN_SHARE of that. The falls reported are the deciding scale's (the last
+    asked where none trains); `tried`, every scale asked."""
+    first = OVERFIT_LR_SCALES.index(reference["overfit_lr_scale"])
+    tried = []
+    for lr_scale in OVERFIT_LR_SCALES[first:]:
+        if lr_scale == reference["overfit_lr_scale"]:
+            base = reference["overfit"]
+        else:  # the baseline at a lower scale: once per reference
+            base = reference.setdefault("overfit_at", {}).get(repr(lr_scale))
+            if base is None:
+                base = overfit(base_run, reference["states"][0], batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
+                reference["overfit_at"][repr(lr_scale)] = base
+        own = overfit(run, reference["states"][0], own_batch, seed, OVERFIT_STEPS, initial_scale, lr_scale)
+        step = {"lr_scale": lr_scale, "candidate": fall(own), "baseline": fall(base)}
+        step["judged"] = step["baseline"] >= MIN_FALL  # a baseline that cannot overfit one batch cannot tell
+        step["trains"] = step["candidate"] >= MIN_SHARE * step["baseline"]
+        tried.append(step)
+        if not step["judged"] or step["trains"]:
+            break
+    decided = tried[-1]
+    if not decided["judged"] and len(tried) > 1:  # the baseline stopped falling: the scales above decide
+        decided = tried[-2]
+    return {
+        **decided,
+        "steps": OVERFIT_STEPS,
+        "min_fall": MIN_FALL,
+        "min_share": MIN_SHARE,
+        "tried": tried,
+    }
 
 
 def add_levels(
@@ -310,9 +358,8 @@ def loss_parity(
         load_state(run, reference["states"][0], initial_scale)
     end = run_trajectory(run, own, seed)
     multi = multi_errors(end, reference)
-    lr_scale = reference["overfit_lr_scale"]  # the baseline's (build_reference)
-    own_overfit = overfit(run, reference["states"][0], own[0], seed, OVERFIT_STEPS, initial_scale, lr_scale)
     base_run = build_run(workload, reference["baseline"], device.type, seed)
+    falls = _does_it_train(run, base_run, reference, own[0], batches[0], seed, initial_scale)
     per_point = []
     for t in reference["points"]:
         b = reset_and_step(base_run, reference["states"][t], batches[t], seed + t)
@@ -373,15 +420,6 @@ def loss_parity(
                 "judged": noise_m is None or noise_m <= tolerance,
             }
     moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in runs])
-    falls = {
-        "candidate": fall(own_overfit),
-        "baseline": fall(reference["overfit"]),
-        "steps": OVERFIT_STEPS,
-        "lr_scale": lr_scale,
-        "min_fall": MIN_FALL,
-        "min_share": MIN_SHARE,
-    }
-    falls["judged"] = falls["baseline"] >= MIN_FALL  # a baseline that cannot overfit one batch cannot tell
     nonfinite = not end["finite"] or not all(p["finite"] for p in per_point)
     out = {
         "steps": steps,
@@ -428,12 +466,13 @@ def loss_parity(
                     f"{m.replace('_dev', '')} deviates {e['value']:.1%} from the baseline over {steps} steps "
                     f"(band {e['band']:.1%})"
                 )
-        if falls["judged"] and falls["candidate"] < MIN_SHARE * falls["baseline"]:
+        if falls["judged"] and not falls["trains"]:
             failed.append("does not train")
+            scales = ", ".join(f"{t['lr_scale']:g}" for t in falls["tried"])
             reasons.append(
                 f"does not train: on one fixed batch its loss fell {falls['candidate']:.2%} in "
                 f"{OVERFIT_STEPS} steps, the baseline's {falls['baseline']:.2%}"
-                + (f" (at {lr_scale:g} x the learning rate)" if lr_scale != 1 else "")
+                + (f" (at {scales} x the learning rate)" if scales != "1" else "")
             )
     out["passed"] = not reasons
     out["failed"] = failed
@@ -576,7 +615,10 @@ def parity_summary(parity: dict[str, Any]) -> dict[str, Any]:
         out["multi_step"] = {m: {k: _sig(v) for k, v in e.items()} for m, e in parity["multi_step"].items()}
         out["moved"] = {k: _sig(v) for k, v in parity["moved"].items()}
     if "overfit" in parity:
-        out["overfit"] = {k: _sig(v) for k, v in parity["overfit"].items()}
+        out["overfit"] = {
+            k: [{a: _sig(b) for a, b in t.items()} for t in v] if k == "tried" else _sig(v)
+            for k, v in parity["overfit"].items()
+        }
     return out
 
 

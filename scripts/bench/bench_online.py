@@ -364,7 +364,7 @@ def _ddp_rank(rank: int, port: int, a, out: str):
     Path(out, f"{rank}.json").write_text(
         json.dumps(
             {
-                "cpu_budget": online.cpu_budget,
+                "cpu_budget": online.moves.cpu_budget,
                 "first_10s": round(trailing(run["trace"], 10, 10), 1),
                 "last_10s": round(trailing(run["trace"], end, 10), 1),
                 "ended_at": online.summary()["settings"],

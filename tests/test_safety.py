@@ -155,6 +155,9 @@ def test_a_candidate_that_does_not_train_beside_a_diverging_baseline_is_caught()
     assert r["moved"]["baseline"] > 1.0  # the baseline's first-batch loss rose over 2x (measured 163%)
     assert not any(e["judged"] for e in r["multi_step"].values())
     assert r["overfit"]["candidate"] == 0 and r["overfit"]["baseline"] > 0.1
+    tried = r["overfit"]["tried"]  # asked at every learning rate: it falls at none, the baseline at each
+    assert [t["lr_scale"] for t in tried] == list(parity.OVERFIT_LR_SCALES) and all(t["judged"] for t in tried)
+    assert all(t["candidate"] == 0 for t in tried), tried
     assert loss_parity(wl, base, {**base, "channels_last": True}, CPU, steps=20)["passed"]  # an fp32 knob trains
 
 

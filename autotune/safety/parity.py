@@ -468,11 +468,15 @@ def loss_parity(
                 )
         if falls["judged"] and not falls["trains"]:
             failed.append("does not train")
-            scales = ", ".join(f"{t['lr_scale']:g}" for t in falls["tried"])
+            first, *lower = [t for t in falls["tried"] if t["judged"]]
             reasons.append(
-                f"does not train: on one fixed batch its loss fell {falls['candidate']:.2%} in "
-                f"{OVERFIT_STEPS} steps, the baseline's {falls['baseline']:.2%}"
-                + (f" (at {scales} x the learning rate)" if scales != "1" else "")
+                f"does not train: on one fixed batch its loss fell {first['candidate']:.2%} in "
+                f"{OVERFIT_STEPS} steps, the baseline's {first['baseline']:.2%}"
+                + (f" (at {first['lr_scale']:g} x the learning rate)" if first["lr_scale"] != 1 else "")
+                + "".join(
+                    f"; at {t['lr_scale']:g} x the learning rate {t['candidate']:.2%}, the baseline's {t['baseline']:.2%}"
+                    for t in lower
+                )
             )
     out["passed"] = not reasons
     out["failed"] = failed

@@ -5,7 +5,7 @@ The iterator (`OnlineLoader`, the `host`) hands each closed window here (`observ
 start-up (`epoch_start`, `epoch_judged`). A move up is tried when the data wait passes `threshold` of the step, a
 move down under half of it; each is a measured trial against the setting's last windows, kept only if it wins beyond
 the noise of both sides (`verdict`), and the setting that lost is backed off. The policy changes the loader only
-through `host.switch(setting, windows, warmup)` and reads the host's `setting`, `step` and `read_pss`; it reports
+through `host.switch(setting, windows, warmup)` and reads the host's `setting`, `step`, `windows` and `read_pss`; it reports
 through `host.emit` and `host.metric`. It never touches the loader itself.
 
 May import: `autotune.trial.online_window` (the measurements) and the standard library.

@@ -117,6 +117,7 @@ def _row(name: str, knob: str, value, r: dict, note: str = "") -> dict:
         "fall_baseline": r["overfit"]["baseline"],
         "fall_judged": r["overfit"]["judged"],
         "fall_lr_scale": r["overfit"]["lr_scale"],
+        "fall_tried": r["overfit"]["tried"],  # every learning rate asked (parity._does_it_train)
         "caught_by": r["failed"],
         "skipped_steps": r["skipped_steps"],
         "parity_s": r["parity_s"],
@@ -138,12 +139,18 @@ def _print(row: dict) -> None:
     cells = " ".join(f"{row[m + '_err']:>8.1e}/{row[m + '_band']:<8.1e}" for m in S.STEP_METRICS)
     verdict = "pass" if row["passed"] else "FAIL"
     band = f"{row['multi_loss_band']:.1e}" if row["multi_judged"] else "chaotic"  # noise alone above tolerance
+    note = row["note"]
+    if row["passed"] and len(row["fall_tried"]) > 1:  # it trained at a lower learning rate than it was first asked at
+        asked = ", ".join(
+            f"{t['candidate']:.1%}/{t['baseline']:.1%} at lr x{t['lr_scale']:g}" for t in row["fall_tried"][:-1]
+        )
+        note = f"{note}{'; ' if note else ''}first asked: {asked}"
     print(
         f"{row['workload'].split(':')[-1]:22} {row['knob'] + '=' + str(row['value']):24} {cells} "
         f"{row['multi_loss_dev']:>8.1e}/{band:<8} {row['margin']:6.2f} {row['fall']:>6.1%}/{row['fall_baseline']:<6.1%}"
         f"{'@lr x' + format(row['fall_lr_scale'], 'g') if row['fall_lr_scale'] != 1 else '':9} "
         f"{verdict:5} {row['parity_s']:6.1f}  "
-        f"{row['note']}{'; ' if row['note'] and row['reason'] else ''}{row['reason'] or ''}"
+        f"{note}{'; ' if note and row['reason'] else ''}{row['reason'] or ''}"
     )
 
 

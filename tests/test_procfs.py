@@ -26,6 +26,29 @@ def test_the_processes_their_parents_command_lines_and_cpu_time():
     assert procfs.process(child.pid) is None and procfs.cmdline(child.pid) == "" and procfs.kib("0/status", "X") is None
 
 
+def test_a_process_threads_their_names_cpu_time_and_core():
+    import threading
+
+    summed, done = threading.Event(), threading.Event()
+
+    def spin():
+        sum(range(3 * 10**6))  # ~50 ms of CPU: several clock ticks
+        summed.set()
+        done.wait(30)
+
+    worker = threading.Thread(target=spin)
+    worker.start()
+    try:
+        assert summed.wait(30)
+        found = {t.tid: t for t in procfs.threads(os.getpid())}
+        assert os.getpid() in found and worker.native_id in found  # the main thread's tid is the pid
+        assert found[worker.native_id].cpu_s > 0 and found[worker.native_id].last_cpu in os.sched_getaffinity(0)
+    finally:
+        done.set()
+        worker.join()
+    assert procfs.threads(2**22 + 1) == []  # no such process
+
+
 def test_a_zombie_is_not_live():
     child = subprocess.Popen(["true"])
     while procfs.process(child.pid).state != "Z":  # ended, not yet waited for

@@ -1,5 +1,5 @@
 """Linux's /proc, the one module that reads it: the live processes (parent, session, start time, CPU time, command
-line, open sockets), the host's CPU counters, listening TCP sockets, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
+line, open sockets, threads), the host's CPU counters, listening TCP sockets, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
 says so (empty, None or 0) rather than raising. Torch-free, so the trial side and the execution side both use it."""
 
 from __future__ import annotations
@@ -60,6 +60,32 @@ def descendants(root: int, procs: dict[int, Process] | None = None) -> set[int]:
                 tree.add(p.pid)
                 grew = True
     return tree
+
+
+@dataclass(frozen=True)
+class Thread:
+    tid: int
+    name: str
+    cpu_s: float  # user + system
+    last_cpu: int  # the core it last ran on
+
+
+def threads(pid: int) -> list[Thread]:
+    """The process's threads (empty when it is gone or not ours to read)."""
+    out = []
+    try:
+        tids = [entry.name for entry in (PROC / str(pid) / "task").iterdir()]
+    except OSError:
+        return out
+    for tid in tids:
+        try:
+            task = PROC / str(pid) / "task" / tid
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            cpu = (int(fields[11]) + int(fields[12])) / TICK
+            out.append(Thread(int(tid), (task / "comm").read_text().strip(), cpu, int(fields[36])))
+        except (OSError, IndexError, ValueError):
+            continue  # ended while read
+    return out
 
 
 def cmdline(pid: int) -> str:

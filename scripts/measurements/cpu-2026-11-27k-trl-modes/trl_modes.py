@@ -1,5 +1,5 @@
 """trl_sft's baseline in production, N processes of 300 steps each: samples/s over steps 30-299, the host's CPU
-ticks over the process (/proc/stat: user, system, idle, steal) and its busiest threads (/proc, every 0.25 s).
+ticks over the process (user, system, idle, steal) and its busiest threads (every 0.25 s), read through procfs.
 
     python trl_modes.py RUN_DIR ROUNDS [PREFIX]   # RUN_DIR: a trl_sft search's run dir; PREFIX e.g. "setarch x86_64 -R"
 """
@@ -19,34 +19,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from autotune.execution.launcher import program_command  # noqa: E402
 from autotune.integrations import instrument  # noqa: E402
+from autotune.trial import procfs  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 
 
-def tree(pid: int) -> list[int]:
-    out = [pid]
-    try:
-        for child in open(f"/proc/{pid}/task/{pid}/children").read().split():
-            out += tree(int(child))
-    except OSError:
-        pass
-    return out
-
-
 def sample(proc, stats: dict, stop: threading.Event) -> None:
+    """Every 0.25 s: each thread of the process and its children, its CPU time and the core it last ran on."""
     while not stop.is_set():
-        for pid in tree(proc.pid):
-            try:
-                for tid in os.listdir(f"/proc/{pid}/task"):
-                    fields = open(f"/proc/{pid}/task/{tid}/stat").read().rsplit(")", 1)[1].split()
-                    name = open(f"/proc/{pid}/task/{tid}/comm").read().strip()
-                    stats[(pid, tid, name)] = (int(fields[11]) + int(fields[12]), int(fields[36]))
-            except OSError:
-                pass
+        for pid in procfs.descendants(proc.pid):
+            for t in procfs.threads(pid):
+                stats[(pid, t.tid, t.name)] = (t.cpu_s, t.last_cpu)
         time.sleep(0.25)
-
-
-def ticks() -> list[int]:
-    return [int(x) for x in open("/proc/stat").readline().split()[1:]]
 
 
 def main() -> None:
@@ -67,7 +50,7 @@ def main() -> None:
                 "HF_DATASETS_CACHE": str(run.parent / "hf_datasets"),
             }
         )
-        stats, stop, before, started = {}, threading.Event(), ticks(), time.time()
+        stats, stop, before, started = {}, threading.Event(), procfs.host_cpu_ticks(), time.time()
         proc = subprocess.Popen(
             prefix + program_command(spec["workload"]["command"]),
             cwd=run.parent,
@@ -80,14 +63,14 @@ def main() -> None:
         proc.wait()
         stop.set()
         watcher.join()
-        host = [b - a for a, b in zip(before, ticks())]
+        host = [b - a for a, b in zip(before, procfs.host_cpu_ticks())]
         data = json.loads(log.read_text())
         marks, samples = data["marks"], data["samples"]
         rate = sum(samples[31:300]) / (marks[299] - marks[30])
-        busy = sorted(((v[0], k[2], v[1]) for k, v in stats.items() if v[0] > 50), reverse=True)
+        busy = sorted(((round(v[0], 1), k[2], v[1]) for k, v in stats.items() if v[0] > 0.5), reverse=True)
         print(
             f"round {i}: {rate:.1f} samples/s, wall {time.time() - started:.0f} s; host ticks user {host[0]} "
-            f"system {host[2]} idle {host[3]} steal {host[7]}; busy threads (ticks, name, last cpu) {busy[:4]}",
+            f"system {host[2]} idle {host[3]} steal {host[7]}; busy threads (CPU s, name, last core) {busy[:4]}",
             flush=True,
         )
 

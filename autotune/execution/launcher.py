@@ -61,16 +61,21 @@ def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) 
     return env
 
 
+def _signal_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """`sig` to the process group `pid` leads (a trial's, a rank's), which may have ended already."""
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # it ended meanwhile
+        pass
+
+
 def _time_out(*pids: int) -> None:
     """A trial past its timeout: every process of its groups (a rank each) writes
     its threads' stacks to trial.log (the SIGUSR1 of autotune.trial's
     faulthandler), then the groups are killed."""
     for sig in (signal.SIGUSR1, signal.SIGKILL):
         for pid in pids:
-            try:
-                os.killpg(pid, sig)
-            except ProcessLookupError:  # it ended meanwhile
-                pass
+            _signal_group(pid, sig)
         if sig == signal.SIGUSR1:
             time.sleep(STACKS_S)
 
@@ -148,10 +153,7 @@ class _Stream:
                 done = self.lines.read(timeout=60)
         except BaseException:  # the caller was cancelled: take the process groups along
             for pid in pids:
-                try:
-                    os.killpg(pid, signal.SIGKILL)
-                except ProcessLookupError:  # a rank that had ended already
-                    pass
+                _signal_group(pid)
             raise
         return done
 
@@ -428,10 +430,7 @@ def _wait_procs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[bool, 
 def _kill(procs: list[subprocess.Popen]) -> None:
     """Each process's whole group (it ran in a session of its own), reaped."""
     for p in procs:
-        try:
-            os.killpg(p.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        _signal_group(p.pid)
         p.wait()
 
 

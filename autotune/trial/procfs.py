@@ -26,18 +26,23 @@ def available() -> bool:
     return (PROC / "self" / "stat").exists()
 
 
+def _stat(path: Path) -> tuple[str, list[str]]:
+    """A `stat` file (a process's or a thread's): its text and its fields after the command name, which may hold
+    spaces and parentheses (so the split is at the last ")"): [0] state, [1] ppid, ... [11] utime, [12] stime."""
+    text = path.read_text()
+    return text, text.rsplit(")", 1)[1].split()
+
+
+def _cpu_s(fields: list[str]) -> float:
+    return (int(fields[11]) + int(fields[12])) / TICK  # user + system
+
+
 def process(pid: int | str) -> Process | None:
     """The process `pid` ("self" for this one), None when it is gone or /proc is absent."""
     try:
-        text = (PROC / str(pid) / "stat").read_text()
-        fields = text.rsplit(")", 1)[1].split()
+        text, fields = _stat(PROC / str(pid) / "stat")
         return Process(
-            int(text.split(None, 1)[0]),
-            int(fields[1]),
-            fields[0],
-            int(fields[19]),
-            (int(fields[11]) + int(fields[12])) / TICK,
-            int(fields[3]),
+            int(text.split(None, 1)[0]), int(fields[1]), fields[0], int(fields[19]), _cpu_s(fields), int(fields[3])
         )
     except (OSError, IndexError, ValueError):
         return None
@@ -80,9 +85,8 @@ def threads(pid: int) -> list[Thread]:
     for tid in tids:
         try:
             task = PROC / str(pid) / "task" / tid
-            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            cpu = (int(fields[11]) + int(fields[12])) / TICK
-            out.append(Thread(int(tid), (task / "comm").read_text().strip(), cpu, int(fields[36])))
+            _, fields = _stat(task / "stat")
+            out.append(Thread(int(tid), (task / "comm").read_text().strip(), _cpu_s(fields), int(fields[36])))
         except (OSError, IndexError, ValueError):
             continue  # ended while read
     return out

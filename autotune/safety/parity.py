@@ -205,17 +205,21 @@ def build_reference(
         "noise": {},
     }
     ref["overfit"], ref["overfit_lr_scale"] = _baseline_overfit(run, end["states"][0], batches[0], seed)
+    # ("overfit": the baseline's losses on one fixed batch by repr(lr scale); a lower scale is added where a
+    # candidate is asked there, `_does_it_train`)
     add_levels(workload, ref, device_type, levels or [], run, batches)
     ref["build_s"] = time.perf_counter() - started
     return ref
 
 
-def _baseline_overfit(run, state: dict, batch, seed: int) -> tuple[list[float], float]:
-    """The baseline's losses on one fixed batch at the first of OVERFIT_LR_SCALES
-    at which they fall at least MIN_FALL (else at the last), and that scale."""
+def _baseline_overfit(run, state: dict, batch, seed: int) -> tuple[dict[str, list[float]], float]:
+    """The baseline's losses on one fixed batch at each of OVERFIT_LR_SCALES in
+    turn (by repr of the scale) up to the first at which they fall at least
+    MIN_FALL (else the last), and that scale."""
+    losses = {}
     for lr_scale in OVERFIT_LR_SCALES:
-        losses = overfit(run, state, batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
-        if fall(losses) >= MIN_FALL:
+        losses[repr(lr_scale)] = overfit(run, state, batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
+        if fall(losses[repr(lr_scale)]) >= MIN_FALL:
             break
     return losses, lr_scale
 
@@ -231,13 +235,10 @@ def _does_it_train(run, base_run, reference: dict, own_batch, batch, seed: int, 
     first = OVERFIT_LR_SCALES.index(reference["overfit_lr_scale"])
     tried = []
     for lr_scale in OVERFIT_LR_SCALES[first:]:
-        if lr_scale == reference["overfit_lr_scale"]:
-            base = reference["overfit"]
-        else:  # the baseline at a lower scale: once per reference
-            base = reference.setdefault("overfit_at", {}).get(repr(lr_scale))
-            if base is None:
-                base = overfit(base_run, reference["states"][0], batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
-                reference["overfit_at"][repr(lr_scale)] = base
+        base = reference["overfit"].get(repr(lr_scale))
+        if base is None:  # the baseline at a lower scale than it needed: once per reference
+            base = overfit(base_run, reference["states"][0], batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
+            reference["overfit"][repr(lr_scale)] = base
         own = overfit(run, reference["states"][0], own_batch, seed, OVERFIT_STEPS, initial_scale, lr_scale)
         step = {"lr_scale": lr_scale, "candidate": fall(own), "baseline": fall(base)}
         step["judged"] = step["baseline"] >= MIN_FALL  # a baseline that cannot overfit one batch cannot tell

@@ -169,21 +169,22 @@ def _wait_ranks(pids: list[int], fd: int) -> tuple[list[int], list[int]] | None:
         if not killed and any(s for s in statuses if s is not None):  # one failed: the rest would hang
             killed = [r for r, s in enumerate(statuses) if s is None]
             for r in killed:
-                _kill_group(pids[r])
+                kill_group(pids[r])
         readable, _, _ = select.select([fd], [], [], 0.05)
         if readable and not os.read(fd, 1):  # EOF: the launcher's process is gone
             for r, pid in enumerate(pids):
                 if statuses[r] is None:
-                    _kill_group(pid)
+                    kill_group(pid)
                     os.waitpid(pid, 0)
             return None
     return statuses, killed
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int, sig: int = signal.SIGKILL) -> None:
+    """`sig` to the process group `pid` leads (a trial's, a rank's), which may have ended already."""
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
+        os.killpg(pid, sig)
+    except ProcessLookupError:  # it ended meanwhile
         pass
 
 

@@ -35,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.execution.forkserver import kill_group
 from autotune.trial.result import TrialResult, failed as failed_result
 
 # thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
@@ -61,21 +62,13 @@ def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) 
     return env
 
 
-def _signal_group(pid: int, sig: int = signal.SIGKILL) -> None:
-    """`sig` to the process group `pid` leads (a trial's, a rank's), which may have ended already."""
-    try:
-        os.killpg(pid, sig)
-    except ProcessLookupError:  # it ended meanwhile
-        pass
-
-
 def _time_out(*pids: int) -> None:
     """A trial past its timeout: every process of its groups (a rank each) writes
     its threads' stacks to trial.log (the SIGUSR1 of autotune.trial's
     faulthandler), then the groups are killed."""
     for sig in (signal.SIGUSR1, signal.SIGKILL):
         for pid in pids:
-            _signal_group(pid, sig)
+            kill_group(pid, sig)
         if sig == signal.SIGUSR1:
             time.sleep(STACKS_S)
 
@@ -153,7 +146,7 @@ class _Stream:
                 done = self.lines.read(timeout=60)
         except BaseException:  # the caller was cancelled: take the process groups along
             for pid in pids:
-                _signal_group(pid)
+                kill_group(pid)
             raise
         return done
 
@@ -430,7 +423,7 @@ def _wait_procs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[bool, 
 def _kill(procs: list[subprocess.Popen]) -> None:
     """Each process's whole group (it ran in a session of its own), reaped."""
     for p in procs:
-        _signal_group(p.pid)
+        kill_group(p.pid)
         p.wait()
 
 

@@ -23,6 +23,15 @@ pip() {
     .venv/bin/python -m pip "$@" >>"$log" 2>&1 || { tail -40 "$log" >&2; echo "install failed (log: $log)" >&2; exit 1; }
 }
 : >"$log"
+# the whole install is ~7 GB on disk (measured on x86_64: 6,937 MB with uv's cache, of which torch's CUDA build
+# and what it brings are 5,510 MB): said here in one line, not as "No space left on device" halfway through
+# (a CI machine once had less)
+if .venv/bin/python -c "import torch" 2>/dev/null; then need_mb=2000; else need_mb=7500; fi
+free_mb=$(df -Pm .venv | awk 'NR == 2 {print $4}')
+if [ "${free_mb:-0}" -lt "$need_mb" ]; then
+    echo "install: ${free_mb} MB free on the disk holding $(pwd)/.venv, and the install needs about ${need_mb} MB: free some space and run again" >&2
+    exit 2
+fi
 echo "installing into .venv (first time: about a minute; log: $log)"
 # uv where it installs (~85 s here from a cold cache, bytecode compiled, against pip's 156 s: torch's CUDA build
 # unpacks to ~5 GB), with pip's own configuration (pip.conf, PIP_* variables: indexes, find-links, constraints)

@@ -163,32 +163,38 @@ def test_a_candidate_that_does_not_train_beside_a_diverging_baseline_is_caught()
 
 def test_a_diverging_baseline_does_not_make_a_healthy_candidate_fail():
     """Issue 39's false alarm, reproduced small: a baseline whose loss over fresh
-    batches diverges (tiny CNN, SGD lr 50, seed 4) beside bf16, trained for real
-    on one thread (the chaotic trajectories follow the reduction order, which the
-    thread count sets: at seed 3 the old rule failed bf16 on 2 threads, passed it
-    on 1). Measured on this CPU: the baseline's first-batch loss moved 5.3e4x its
-    start in 20 steps (the median with its noise runs; 6.5e4x on 2 threads),
-    bf16's 89x (135x): the rule before parity.RULE 2 (moved less than a tenth of
-    the baseline's movement) called bf16 "does not train". On one fixed batch at
-    the optimizer's lr the baseline cannot overfit (lr 50), at a tenth of it both
-    fall 9.3%: the check judges, and bf16 trains."""
+    batches diverges (tiny CNN, SGD lr 50) beside bf16, trained for real on one
+    thread. Which of the two diverges further is chaos: it follows the reduction
+    order, which the thread count and the CPU's kernels set (seed 4 showed the
+    false alarm on one host, baseline 5.3e4x its start against bf16's 89x; on an
+    AVX-512-bf16 host bf16 moved 1.9e6x, the baseline 133x, and seed 6 showed it
+    instead, 2.1e5x against 166x). So the seeds are walked until one shows the
+    old rule's false alarm (moved less than a tenth of the baseline's movement)
+    far past its line; each seed on the way must pass too. On one fixed batch at
+    the optimizer's lr the baseline cannot overfit (lr 50); at a tenth of it both
+    fall alike (9-49% over these seeds): the check judges, and bf16 trains."""
     import torch
 
     wl = W.load("tests.workloads:make_chaotic", {"lr": 50.0})
     base = K.pytorch_defaults(wl.batch_size)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
+    walked = []
     try:
-        r = loss_parity(wl, base, {**base, "precision": "bf16-mixed"}, CPU, steps=20, seed=4)
+        for seed in range(40):  # 1 seed in 8 showed it on this host (seeds 0-7): at that rate 40 miss it 1 time in 200
+            r = loss_parity(wl, base, {**base, "precision": "bf16-mixed"}, CPU, steps=20, seed=seed)
+            moved = r["moved"]
+            walked.append((seed, moved["baseline"], moved["candidate"]))
+            assert r["passed"], (seed, r["reason"])
+            falls = r["overfit"]
+            assert falls["judged"] and falls["lr_scale"] == 0.1, falls  # it judges, at a tenth of the lr
+            assert falls["candidate"] >= 0.9 * falls["baseline"] >= 0.9 * parity.MIN_FALL
+            if moved["baseline"] > 1e3 and moved["candidate"] < 1e-2 * moved["baseline"]:
+                break  # the old rule's verdict here: "does not train", and far past its line
+        else:
+            pytest.fail(f"no seed of 40 showed the diverging baseline beside bf16 on this CPU: {walked}")
     finally:
         torch.set_num_threads(threads)
-    moved = r["moved"]
-    assert moved["candidate"] < 0.1 * moved["baseline"], moved  # the old rule's verdict: does not train
-    assert moved["baseline"] > 1e3 and moved["candidate"] < 1e-2 * moved["baseline"]  # far past its line, not near
-    falls = r["overfit"]
-    assert falls["judged"] and falls["lr_scale"] == 0.1, falls  # it judges, at a tenth of the lr
-    assert falls["candidate"] >= 0.9 * falls["baseline"] >= 0.9 * parity.MIN_FALL
-    assert r["passed"], r["reason"]
 
 
 def test_a_candidate_past_the_edge_of_stability_at_the_baseline_lr_still_trains():

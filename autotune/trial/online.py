@@ -30,6 +30,7 @@ import json
 import sys
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -108,6 +109,8 @@ class OnlineLoader:
         self._startup, self._epoch_wall = 0.0, None  # the last epoch's wait for its first batch, and its wall time
         self._dl = self._dl_setting = self._win = self._paused = None
         self._remaining = _Remaining()
+        self._live = [None]  # the live torch iterator, in a box that the finalizer holds (close())
+        weakref.finalize(self, _shut_down, self._live)
         self._accel = _accelerator_available()
         self.moves = Moves(
             self,
@@ -140,6 +143,20 @@ class OnlineLoader:
     # ---- the user's side ------------------------------------------------------------------------------------
     def __len__(self):
         return len(self.loader)
+
+    def close(self):
+        """Stop the loader's workers now (persistent workers outlive an epoch); a later `for` starts new ones.
+        Also done when the OnlineLoader is collected."""
+        _shut_down(self._live)
+        self._dl = self._dl_setting = None
+
+    @property
+    def _it(self):
+        return self._live[0]
+
+    @_it.setter
+    def _it(self, it):
+        self._live[0] = it
 
     @property
     def changes(self) -> list[dict]:
@@ -369,6 +386,16 @@ class OnlineLoader:
         }
         self.emit(text, event="summary", **out)
         return out
+
+
+def _shut_down(live: list):
+    """The live iterator's workers stopped, before anything else of the loader is collected. An OnlineLoader is
+    collected with a cycle (its `Moves` holds it), where torch's own finalizer can run after its queues' are gone
+    and then waits 5 s for each worker before killing it (measured: 10.2 s at 2 persistent workers, at whatever
+    step the collector ran; 0.01 s shut down first)."""
+    it, live[0] = live[0], None
+    if it is not None and hasattr(it, "_shutdown_workers"):
+        it._shutdown_workers()
 
 
 def _accelerator_available() -> bool:

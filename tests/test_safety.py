@@ -202,18 +202,29 @@ def test_a_candidate_past_the_edge_of_stability_at_the_baseline_lr_still_trains(
     baseline's loss fell 46% on one batch at the optimizer's lr, bf16's rose 12%),
     reproduced small: the tiny CNN at SGD lr 13, seed 47, sits at its edge of
     stability on one batch, and rounding decides which side falls in 8 steps.
-    Measured on this CPU (1 and 2 threads): at lr x1 the baseline's loss fell 26%
-    and bf16's rose 59-64% (the rule before parity.RULE 5 called bf16 "does not
-    train", its only failed check); at lr x0.1 both fall 16.6%. The candidate is
-    asked again at the lower scale, the baseline measured there too, and trains."""
-    wl = W.load("tests.workloads:make_chaotic", {"lr": 13.0})
-    base = K.pytorch_defaults(wl.batch_size)
-    r = loss_parity(wl, base, {**base, "precision": "bf16-mixed"}, CPU, steps=20, seed=47)
-    at_lr, lower = r["overfit"]["tried"]
-    assert at_lr["lr_scale"] == 1.0 and at_lr["judged"] and not at_lr["trains"], at_lr  # the old rule's verdict
-    assert at_lr["baseline"] > 0.1 and at_lr["candidate"] < 0  # far from its line: the baseline fell, bf16 rose
+    Measured on two CPUs (one with AVX-512 bf16; 1 and 2 threads): at lr x1 the
+    baseline's loss fell 26% and bf16's rose 52-64% (the rule before parity.RULE 5
+    called bf16 "does not train", its only failed check); at lr x0.1 both fall
+    16.6%. The candidate is asked again at the lower scale, the baseline measured
+    there too, and trains. Where rounding tips seed 47 the other way, the next
+    case found by a scan here (lr 11, seed 47: 18% against -11%) is asked."""
+    walked = []
+    for lr, seed in [(13.0, 47), (11.0, 47)]:
+        wl = W.load("tests.workloads:make_chaotic", {"lr": lr})
+        base = K.pytorch_defaults(wl.batch_size)
+        r = loss_parity(wl, base, {**base, "precision": "bf16-mixed"}, CPU, steps=20, seed=seed)
+        assert r["passed"], (lr, seed, r["reason"])
+        at_lr = r["overfit"]["tried"][0]
+        walked.append((lr, seed, at_lr))
+        # the old rule's verdict, far from its line: the baseline fell, bf16 rose
+        if at_lr["lr_scale"] == 1.0 and not at_lr["trains"] and at_lr["baseline"] > 0.1 and at_lr["candidate"] < 0:
+            break
+    else:
+        pytest.fail(f"neither case sits at its edge of stability on this CPU: {walked}")
+    assert at_lr["judged"]
+    lower = r["overfit"]["tried"][1]
     assert lower["lr_scale"] == 0.1 and lower["trains"] and lower["candidate"] >= 0.9 * lower["baseline"] > 0.1
-    assert r["overfit"]["lr_scale"] == 0.1 and r["passed"], r["reason"]
+    assert r["overfit"]["lr_scale"] == 0.1
     summary = parity.parity_summary(r)["overfit"]
     assert [t["lr_scale"] for t in summary["tried"]] == [1.0, 0.1]  # what best_config.yaml shows
 

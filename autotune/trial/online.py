@@ -169,9 +169,7 @@ class OnlineLoader:
             yield from self._measured(iter(self.loader), retune=False, t_epoch=t)
             return
         self._begin_epoch()
-        self.setting = self.moves.epoch_start(
-            self.setting, self._startup, getattr(self, "_epoch_wall", None), self.epochs
-        )
+        self.setting = self.moves.epoch_start(self.setting, self._startup, self._epoch_wall, self.epochs)
         yield from self._measured(None, retune=True, t_epoch=t)
         self.epochs += 1
         self._epoch_wall = time.perf_counter() - t
@@ -184,7 +182,7 @@ class OnlineLoader:
         so are the program's own pauses (a step PAUSE times the window's mean outside next(); the last window's mean
         while this one has under 4 steps)."""
         clock, cpu = time.perf_counter, time.thread_time
-        self._it = it if it is not None else self._rebuild(None, reuse=True)
+        self._it = it if it is not None else self._rebuild(reuse=True)
         if self._win is None:
             self._open_window(clock(), warmup=self.warmup_steps)
         first = True
@@ -270,14 +268,15 @@ class OnlineLoader:
             return DataLoader(src.dataset, batch_sampler=self._remaining, **common)
         return DataLoader(src.dataset, batch_size=None, sampler=self._remaining, **common)
 
-    def _rebuild(self, old_it, reuse: bool = False):
-        """An iterator for `self.setting` from the next index not yet yielded (at an epoch start, persistent
-        workers of the same setting are reused); the generator's state is the same after as before."""
+    def _rebuild(self, reuse: bool = False):
+        """An iterator for `self.setting` from the next index not yet yielded, the live one's workers stopped first
+        (at an epoch start, persistent workers of the same setting are reused); the generator's state is the same
+        after as before."""
         keep = reuse and self._dl is not None and self._dl_setting == self.setting and self.setting.persistent_workers
         if self._dl_setting != self.setting:
             self.windows = []  # windows of another setting say nothing of this one
-        if old_it is not None and hasattr(old_it, "_shutdown_workers"):
-            old_it._shutdown_workers()
+        if not keep:
+            _shut_down(self._live)
         gen = self._gen
         state = gen.get_state()
         gen.set_state(self._seed_state)
@@ -323,7 +322,7 @@ class OnlineLoader:
         timed again after `warmup` steps; `windows` are the setting's history from now on."""
         if setting != self.setting:
             self.setting = setting
-            self._it = self._rebuild(self._it)
+            self._it = self._rebuild()
             self._open_window(time.perf_counter(), warmup=warmup)
         self.windows = windows
         self._trim()
@@ -389,10 +388,10 @@ class OnlineLoader:
 
 
 def _shut_down(live: list):
-    """The live iterator's workers stopped, before anything else of the loader is collected. An OnlineLoader is
-    collected with a cycle (its `Moves` holds it), where torch's own finalizer can run after its queues' are gone
-    and then waits 5 s for each worker before killing it (measured: 10.2 s at 2 persistent workers, at whatever
-    step the collector ran; 0.01 s shut down first)."""
+    """The live iterator's workers stopped: at a rebuild, at `close()`, and first of all when the OnlineLoader is
+    collected. It is collected with a cycle (its `Moves` holds it), where torch's own finalizer can run after its
+    queues' are gone and then waits 5 s for each worker before killing it (measured: 10.2 s at 2 persistent
+    workers, at whatever step the collector ran; 0.01 s shut down first)."""
     it, live[0] = live[0], None
     if it is not None and hasattr(it, "_shutdown_workers"):
         it._shutdown_workers()

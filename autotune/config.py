@@ -229,7 +229,7 @@ class Config:
     def steps(self, iterable, *, online: bool | None = None):
         """`for batch in cfg.steps(loader):` each batch; in a trial, the measured loop. In production with
         `online` on (the config's, or this loader's own `online=`), a DataLoader is re-tuned while it runs: the
-        same `OnlineLoader` (autotune.trial.online) for this loader across epochs."""
+        same `OnlineLoader` (autotune.online) for this loader across epochs."""
         self.used.add("steps")
         if self.mode == "production" and (self.online if online is None else online):
             iterable = self._online_loader(iterable)
@@ -242,7 +242,7 @@ class Config:
             return loader
         import weakref
 
-        from autotune.trial.online import OnlineLoader
+        from autotune.online.loader import OnlineLoader
 
         if not hasattr(self, "_online"):
             self._online = weakref.WeakKeyDictionary()

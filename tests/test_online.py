@@ -1,4 +1,4 @@
-"""The online loader tuner (autotune/trial/online.py) on real DataLoaders with real worker processes: the indices
+"""The online loader tuner (autotune/online/loader.py) on real DataLoaders with real worker processes: the indices
 and torch's random state kept across moves made mid-epoch, budgets respected, every move measured."""
 
 import json
@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, RandomSampler
 
-from autotune.trial.online import OnlineLoader, settings_from_log
+from autotune.online.loader import OnlineLoader, settings_from_log
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -115,7 +115,7 @@ def test_cpu_budget_no_move_past_it():
 
 
 def test_ram_budget_no_move_past_it():
-    from autotune.trial.online_window import pss_gib
+    from autotune.online.window import pss_gib
 
     lines = []
     budget = pss_gib(os.getpid()) + 0.001

@@ -1,4 +1,4 @@
-"""The online loader tuner's move policy (autotune/trial/online_moves.py): a move's verdict against the noise of
+"""The online loader tuner's move policy (autotune/online/moves.py): a move's verdict against the noise of
 both sides and the host's drift, and which moves down a worker's measured pace allows. On a real OnlineLoader (the
 policy's host) over a real DataLoader; the windows are given, so no timing is involved."""
 
@@ -7,8 +7,8 @@ from dataclasses import replace
 
 from torch.utils.data import DataLoader
 
-from autotune.trial.online import OnlineLoader
-from autotune.trial.online_window import BATCH_TIME_TTL_WINDOWS, Window, window_se
+from autotune.online.loader import OnlineLoader
+from autotune.online.window import BATCH_TIME_TTL_WINDOWS, Window, window_se
 from tests.test_online import Cached
 
 

@@ -234,7 +234,7 @@ def export(
                 )
             data = yaml.safe_load(best.read_text())
         if from_online is not None:
-            from autotune.trial.online import settings_from_log
+            from autotune.online.loader import settings_from_log
 
             if not from_online.is_file():
                 raise UserError(f"`{from_online}` is not a file: give the log an OnlineLoader wrote (`log=`)")

@@ -147,7 +147,7 @@ def with_online(data: dict[str, Any], settings: dict[str, Any]) -> dict[str, Any
     if isinstance(data.get("safety"), list):
         listed = {f.get("knob") for f in data["safety"] if isinstance(f, dict)}
         data["safety"] = data["safety"] + [
-            {"knob": k, "tuned": v, "safety": K.lookup(k).safety, "note": "re-tuned online (autotune.trial.online)"}
+            {"knob": k, "tuned": v, "safety": K.lookup(k).safety, "note": "re-tuned online (autotune.online)"}
             for k, v in settings.items()
             if k not in listed
         ]

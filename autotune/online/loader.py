@@ -20,7 +20,7 @@ depend on the workers' seeds and may differ. Never touched: batch size, precisio
 torch and the standard library only (psutil is not needed: /proc is read directly). This module is the iterator
 the user loops over: its measured loop and windows, its epochs and rebuilds (which keep the order and the random
 state), and the log. The measurements (a window, the host's readings, a worker's pace) are
-`autotune.trial.online_window`'s; which move to try and whether it won, `autotune.trial.online_moves`'s (`Moves`,
+`autotune.online.window`'s; which move to try and whether it won, `autotune.online.moves`'s (`Moves`,
 given each closed window; it changes the loader only through `switch`).
 """
 
@@ -35,8 +35,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from autotune.trial.online_moves import Moves, Setting
-from autotune.trial.online_window import Window, cpu_seconds, host_idle_cores
+from autotune.online.moves import Moves, Setting
+from autotune.online.window import Window, cpu_seconds, host_idle_cores
 
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
 NEVER = "batch size, precision, compile, layout and optimizer stay as exported"

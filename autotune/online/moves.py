@@ -1,4 +1,4 @@
-"""The online loader tuner's moves (`autotune.trial.online`): which loader setting to try next, whether it fits
+"""The online loader tuner's moves (`autotune.online`): which loader setting to try next, whether it fits
 the budgets, and whether it won.
 
 The iterator (`OnlineLoader`, the `host`) hands each closed window here (`observe`, then `decide`) and each epoch's
@@ -8,7 +8,7 @@ the noise of both sides (`verdict`), and the setting that lost is backed off. Th
 through `host.switch(setting, windows, warmup)` and reads the host's `setting`, `step`, `windows` and `read_pss`; it reports
 through `host.emit` and `host.metric`. It never touches the loader itself.
 
-May import: `autotune.trial.online_window` (the measurements) and the standard library.
+May import: `autotune.online.window` (the measurements) and the standard library.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from autotune.trial.online_window import (
+from autotune.online.window import (
     Window,
     host_available_gib,
     local_ranks,

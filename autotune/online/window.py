@@ -1,4 +1,4 @@
-"""The online loader tuner's measurements (`autotune.trial.online`): a window of steps (its rate, data wait,
+"""The online loader tuner's measurements (`autotune.online`): a window of steps (its rate, data wait,
 noise from its chunks, the workers' CPU time and PSS, the host's idle cores), windows of one setting merged, the
 host readings behind them (/proc through procfs), and a worker's pace read from them (`WorkerPace`). torch-free."""
 

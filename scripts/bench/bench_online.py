@@ -1,4 +1,4 @@
-"""The online loader tuner (autotune/trial/online.py) in plain training loops, the scenarios of issue 43:
+"""The online loader tuner (autotune/online/loader.py) in plain training loops, the scenarios of issue 43:
 
 - start_wrong: jpeg_pipeline's decode plus a fixed per-sample storage latency, started at num_workers=0 with the
   tuner on; against the best fixed loader config of a small search of the loader knobs alone (same numerics), and
@@ -41,8 +41,8 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, Dataset, RandomSampler  # noqa: E402
 
-from autotune.trial.online import OnlineLoader  # noqa: E402
-from autotune.trial.online_window import pss_gib, t95  # noqa: E402
+from autotune.online.loader import OnlineLoader  # noqa: E402
+from autotune.online.window import pss_gib, t95  # noqa: E402
 from trials.jpeg_pipeline import JpegCrops, toy_cnn  # noqa: E402
 from trials.tiny_cnn import RandomImages, tiny_cnn  # noqa: E402
 

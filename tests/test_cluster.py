@@ -16,9 +16,9 @@ import pytest
 import yaml
 from mlflow.tracking import MlflowClient
 
-from autotune.trial import procfs
 from autotune import spec as S
 from autotune.execution.driver import run
+from autotune.host import procfs
 from autotune.records.state import SearchState
 from autotune.trial.result import TrialResult
 from tests.conftest import free_port, serving

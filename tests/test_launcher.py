@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
-from autotune.trial import procfs
+from autotune.host import procfs
 from autotune.trial.result import TrialResult
 
 ROOT = str(Path(__file__).resolve().parent.parent)

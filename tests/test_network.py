@@ -1,6 +1,6 @@
 """A local search is not reachable from the network: every socket that any process
 of the search listens on (the driver, Ray's GCS, raylet and workers, the trial
-processes) is on loopback. Read from /proc (autotune.trial.procfs) while a real search runs."""
+processes) is on loopback. Read from /proc (autotune.host.procfs) while a real search runs."""
 
 import ipaddress
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.trial import procfs
+from autotune.host import procfs
 from autotune.records.run_dir import read_run
 from tests.conftest import write_spec
 

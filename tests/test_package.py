@@ -140,7 +140,7 @@ def test_the_public_names_survive_importing_every_module():
     assert callable(autotune.search) and callable(autotune.load_config) and callable(autotune.config)
 
 
-OWNERS = {"search.json": "autotune/records/state.py", "/proc": "autotune/trial/procfs.py"}
+OWNERS = {"search.json": "autotune/records/state.py", "/proc": "autotune/host/procfs.py"}
 HERE = "tests/test_package.py"  # names both, to hold the rest to them
 OPENERS = {"load", "loads", "open", "read_text", "read_bytes", "write_text", "write_bytes", "dump"}
 

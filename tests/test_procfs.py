@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from autotune.trial import procfs
+from autotune.host import procfs
 
 pytestmark = pytest.mark.skipif(not procfs.available(), reason="Linux /proc")
 

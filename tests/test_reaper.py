@@ -5,7 +5,7 @@ import time
 import pytest
 
 from autotune.execution import reaper
-from autotune.trial import procfs
+from autotune.host import procfs
 
 DRIVER = "import subprocess, sys, time; sys.stdin.readline(); print(subprocess.Popen(['sleep', '60']).pid, flush=True); time.sleep(60)"
 

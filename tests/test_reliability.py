@@ -14,12 +14,12 @@ import yaml
 from mlflow.tracking import MlflowClient
 from typer.testing import CliRunner
 
-from autotune.trial import procfs
-from autotune.execution import reaper
-from autotune.decide.budget import NOTHING_LEFT
 from autotune import spec as S
 from autotune.cli.main import app
+from autotune.decide.budget import NOTHING_LEFT
+from autotune.execution import reaper
 from autotune.execution.driver import run
+from autotune.host import procfs
 from autotune.records.state import SearchState
 
 TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2}

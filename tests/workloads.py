@@ -206,7 +206,7 @@ def make_leaky(batch_size: int = 8) -> Workload:
     import json
     import os
 
-    from autotune.trial import procfs
+    from autotune.host import procfs
 
     # the parent's parent (a shared fork server's handler's: the server)
     grandparent = procfs.process(os.getppid()).ppid
@@ -383,7 +383,7 @@ def make_talking(batch_size: int = 8, fail_rank: int | None = None, hang: bool =
     import sys
     import time
 
-    from autotune.trial import procfs
+    from autotune.host import procfs
 
     print("forked from:", procfs.cmdline(procfs.process(os.getppid()).ppid))
 

@@ -30,7 +30,7 @@ import signal
 import subprocess
 import sys
 
-from autotune.trial import procfs
+from autotune.host import procfs
 
 POLL_S = 0.5
 NORMAL_END = b"x"  # what a driver ending normally writes before it closes the reaper's stdin

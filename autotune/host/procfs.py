@@ -1,6 +1,6 @@
 """Linux's /proc, the one module that reads it: the live processes (parent, session, start time, CPU time, command
 line, open sockets, threads), the host's CPU counters, listening TCP sockets, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
-says so (empty, None or 0) rather than raising. Torch-free, so the trial side and the execution side both use it."""
+says so (empty, None or 0) rather than raising. The standard library only, so every part may use it."""
 
 from __future__ import annotations
 

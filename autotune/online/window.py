@@ -9,7 +9,7 @@ import os
 import statistics
 from dataclasses import dataclass, field
 
-from autotune.trial import procfs
+from autotune.host import procfs
 from autotune.trial.measure import T95, Z95
 
 

@@ -3,6 +3,7 @@ trial ends (the recorder) and read back; the cache of finished searches; plots. 
 those files.
 
 May import: `autotune.knobs`, `autotune.trial` (the typed result), `autotune.workload`, `autotune.export` (its loader,
-for `SearchResult.best_config`), `autotune.safety` (the parity rule's version, in the cache's key). Never `autotune.decide`: what the search decided
-is read back from what it stored (`verdicts`: the re-measurement's verdict applied, its line, the break-even).
+for `SearchResult.best_config`), `autotune.safety` (the parity rule's version, in the cache's key), `autotune.host`
+(the CPU model, in the cache's key). Never `autotune.decide`: what the search decided is read back from what it
+stored (`verdicts`: the re-measurement's verdict applied, its line, the break-even).
 """

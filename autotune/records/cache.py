@@ -35,8 +35,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune._version import __version__
+from autotune.host import procfs
 from autotune.records.state import SearchState
-from autotune.trial import procfs
 from autotune.safety.parity import RULE as PARITY_RULE
 
 

@@ -5,5 +5,6 @@ same measured loop on a user's own program (`loop`, behind `autotune.config()`'s
 The loader re-tuned in a production program (`OnlineLoader`) is not a trial: it is `autotune.online`.
 
 Runs with torch alone (no Ray, MLflow, Optuna or pydantic): `python -m autotune.trial CONFIG.json`.
-May import: `autotune.knobs`, `autotune.workload`, `autotune.safety` (a trial runs its own loss parity).
+May import: `autotune.knobs`, `autotune.workload`, `autotune.safety` (a trial runs its own loss parity),
+`autotune.host` (/proc).
 """

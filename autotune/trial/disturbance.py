@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 
-from autotune.trial import procfs
+from autotune.host import procfs
 
 OTHER_CPU_LIMIT = 0.25  # others used more than a quarter of the host's CPU time: disturbed
 TRIAL_PID = "AUTOTUNE_TRIAL_PID"  # set in a rank the trial process forked (autotune.ranks): that process

@@ -24,7 +24,7 @@ import ctypes
 import ctypes.util
 import threading
 
-from autotune.trial import procfs
+from autotune.host import procfs
 
 
 PERIOD_S = 0.001  # sampling period of the allocator's bytes in use

@@ -18,8 +18,8 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from autotune.execution.launcher import program_command  # noqa: E402
+from autotune.host import procfs  # noqa: E402
 from autotune.integrations import instrument  # noqa: E402
-from autotune.trial import procfs  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 
 

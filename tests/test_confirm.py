@@ -4,8 +4,8 @@ import statistics
 import pytest
 import yaml
 
+from autotune import stats
 from autotune.decide import confirm as C
-from autotune.trial import measure as M
 from autotune.records.run_dir import read_run
 from autotune.trial.result import TrialResult
 from autotune.records.state import SearchState
@@ -40,7 +40,7 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
         return TrialResult("ok", metrics={"samples_per_s": 80.0}, trial_wall_s=3.0)
 
     from autotune import knobs as K
-    from autotune.trial.measure import promote_floor
+    from autotune.stats import promote_floor
     from autotune.trial.request import TrialSettings
 
     settings = TrialSettings(
@@ -224,7 +224,7 @@ def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
         return TrialRecord(number=0, status="ok", knobs={}, metrics={"samples_per_s": rate})
 
     assert C.window_ci(rec(100.0), rec(120.0), 0.02) == pytest.approx(0.05)  # a large gap: a short window
-    assert C.window_ci(rec(100.0), rec(800.0), 0.02) == M.GAP_CI_CAP  # never looser than the cap
+    assert C.window_ci(rec(100.0), rec(800.0), 0.02) == stats.GAP_CI_CAP  # never looser than the cap
     assert C.window_ci(rec(100.0), rec(105.0), 0.02) == 0.02  # a close call: the spec's full window
     assert C.window_ci(rec(100.0), rec(90.0), 0.02) == 0.02 and C.window_ci(None, rec(90.0), 0.03) == 0.03
 

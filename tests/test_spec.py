@@ -66,7 +66,7 @@ def test_strategy_v2_is_noted_and_v1_is_refused_in_one_line(capsys):
 
 
 def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():
-    from autotune.trial.measure import PROCESS_SPREAD, PROMOTE_FACTOR
+    from autotune.stats import PROCESS_SPREAD, PROMOTE_FACTOR
     from autotune.trial.request import TrialSettings
 
     spec = S.parse({**WL, "trial": {"target_ci": 0.06}}, "runs/x.yaml").model_dump(mode="json")

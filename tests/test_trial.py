@@ -6,6 +6,7 @@ import sys
 
 import pytest
 
+from autotune import stats
 from autotune.trial import measure as M
 from autotune.knobs import pytorch_defaults
 from autotune.trial.result import TrialResult
@@ -84,7 +85,7 @@ def test_a_trial_that_cannot_become_the_incumbent_pays_for_its_window_alone(tmp_
     assert above.diagnosis["bottleneck"] and above.parity["passed"] and above.skipped is None  # diagnosed, checked
     # clearly above (a lead of thousands of times): its window stopped once its mean was known to a quarter of its
     # lead, capped at +-GAP_CI_CAP (promoted), not +-target_ci: the CI the rule decided on is the one recorded
-    assert above.metrics["promoted"] == 1 and above.metrics["step_mean_ci95"] <= 1.01 * M.GAP_CI_CAP
+    assert above.metrics["promoted"] == 1 and above.metrics["step_mean_ci95"] <= 1.01 * stats.GAP_CI_CAP
     assert below.metrics.get("screened") == 1 and "promoted" not in below.metrics
     assert above.phases_s["parity"] >= above.metrics["parity_s"] * 0.99 and "window" in below.phases_s
     late = run_trial({**config, "parity_only": True})  # the late check: parity alone, no window

@@ -3,5 +3,5 @@ and what a budget affords, the side-by-side re-measurement that settles the spee
 choice of the best. (Named `decide`: `autotune.search` is the function that runs a search.)
 
 May import: `autotune.knobs`, `autotune.trial` (its result and diagnosis types), `autotune.safety`,
-`autotune.records` (what the search has seen).
+`autotune.records` (what the search has seen), `autotune.stats` (a window sized by the lead it must show).
 """

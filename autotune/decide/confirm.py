@@ -125,10 +125,10 @@ def confirm_best(
 
 def window_ci(baseline, best, target_ci: float) -> float:
     """The re-measurement's windows, sized by the decision they make: each side's step-time mean to within a quarter of the gap the trials
-    measured (`measure.gap_ci`: 1.2x, +-5%), never tighter than the spec's
+    measured (`stats.gap_ci`: 1.2x, +-5%), never tighter than the spec's
     `target_ci` nor looser than ±10%; a close call (a 1.05x gap) keeps the full
     window. The pairs' verdict stays the test."""
-    from autotune.trial.measure import gap_ci
+    from autotune.stats import gap_ci
 
     if not (baseline and best and baseline.throughput and best.throughput):
         return target_ci

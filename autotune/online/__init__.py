@@ -4,5 +4,6 @@ of its own. The iterator the user loops over (`loader`), which move to try and w
 measurements behind them: a window of steps, the host's readings, a worker's pace (`window`).
 
 torch (imported on call) and the standard library only.
-May import: `autotune.host` (/proc), `autotune.trial` (the 95% interval's constants of the measured loop).
+May import: `autotune.host` (/proc), `autotune.stats` (Student's t). Nothing of the trial (autotune.trial): it
+shares no code with a trial's measured loop.
 """

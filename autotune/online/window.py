@@ -10,7 +10,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from autotune.host import procfs
-from autotune.trial.measure import T95, Z95
+from autotune.stats import T95, Z95
 
 
 @dataclass

@@ -6,5 +6,5 @@ The loader re-tuned in a production program (`OnlineLoader`) is not a trial: it 
 
 Runs with torch alone (no Ray, MLflow, Optuna or pydantic): `python -m autotune.trial CONFIG.json`.
 May import: `autotune.knobs`, `autotune.workload`, `autotune.safety` (a trial runs its own loss parity),
-`autotune.host` (/proc).
+`autotune.host` (/proc), `autotune.stats` (a window's confidence interval).
 """

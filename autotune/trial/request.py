@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from autotune import knobs as K
+from autotune import stats
 from autotune.trial import measure as M
 from autotune.trial.ranks import ConfigError
 
@@ -129,7 +130,7 @@ class TrialSettings:
     ) -> dict[str, Any]:
         """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
         first incumbent of a search (its baseline), which every later trial is weighed
-        against: its window stops at a promoted window's precision (`measure.promote_floor`), since no
+        against: its window stops at a promoted window's precision (`stats.promote_floor`), since no
         window length removes the spread between fresh processes (5-18%, scripts/bench/bench_window.py) and the
         confirm re-measures the baseline side by side with the best anyway."""
         base, args = self.program_baseline, K.workload_args(knobs)
@@ -142,7 +143,7 @@ class TrialSettings:
             # a program keeps its own settings but for the knobs this trial changes (autotune.config)
             "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
-            **({"target_ci": M.promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
+            **({"target_ci": stats.promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
             "device": self.device,
             # keep_effective_batch: micro-batches per optimizer step
@@ -385,6 +386,6 @@ def window_rule(cfg: dict, batch: float, device_type: str) -> M.WindowRule:
         max_s=cfg["max_window_s"],
         prune_ms=batch / prune * 1e3 if prune else None,
         screen_ms=batch / above * 1e3 if above else None,
-        screen_ci=M.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
-        promote_ci=M.promote_floor(cfg["target_ci"], device_type) if above else None,
+        screen_ci=stats.incumbent_interval(cfg["incumbent_ci"], device_type) if above else 0.0,
+        promote_ci=stats.promote_floor(cfg["target_ci"], device_type) if above else None,
     )

@@ -48,7 +48,7 @@ sys.path.insert(0, str(ROOT))
 import optuna  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
-from autotune.trial.measure import gap_ci, incumbent_interval, promote_floor  # noqa: E402
+from autotune.stats import gap_ci, incumbent_interval, promote_floor  # noqa: E402
 from autotune.trial.request import DEFAULTS  # noqa: E402
 from autotune.decide.strategy import MAX_INCUMBENT_CI, Strategy  # noqa: E402
 

@@ -95,7 +95,7 @@ def child(config: dict) -> dict:
 
 
 def prefix_stats(times: list[float]) -> dict:
-    from autotune.trial.measure import t_rel_ci95
+    from autotune.stats import t_rel_ci95
 
     return {"mean_ms": sum(times) / len(times), "ci": t_rel_ci95(times)}
 

@@ -9,10 +9,11 @@ from types import SimpleNamespace
 import optuna
 import pytest
 
-from autotune.trial.diagnose import diagnose
 from autotune.knobs import Device, pytorch_defaults
 from autotune.decide.budget import budget_fits, estimate_cost, no_improvement_for, trial_cap
+from autotune.decide.playbook import advise
 from autotune.decide.strategy import Strategy
+from autotune.trial.diagnose import diagnose
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -289,7 +290,8 @@ def run_moving(n, diagnose_every_trial=True):
     for _ in range(n):
         p = strategy.ask()
         value, metrics = moving(p.params)
-        d = diagnose(metrics, {**pytorch_defaults(32), **p.params}, H100)
+        knobs = {**pytorch_defaults(32), **p.params}
+        d = advise(diagnose(metrics, knobs, H100), knobs)  # as the search stores it (execution.trials.advised)
         strategy.tell(p.trial, "ok", value, diagnosis=d if diagnose_every_trial or p.source == "baseline" else None)
         seen.append((p.params, d["bottleneck"], value > best * 1.02))
         best = max(best, value)

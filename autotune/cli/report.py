@@ -393,7 +393,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
             if t["diagnosis"]:
                 diag = t["diagnosis"]
                 console.print(f"{label}: {diag['bottleneck']}-bound ({'; '.join(diag['evidence'])})")
-                for rec in diag["recommendations"]:
+                for rec in diag.get("recommendations", []):
                     console.print(f"  try: {rec}")
     for line in _search_notes(d):
         console.print(line)

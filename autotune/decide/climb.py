@@ -1,7 +1,7 @@
 """The climb: what a performance engineer does by hand, as one decision on
 what the search knows. From the baseline, local moves from the incumbent (the
 best config so far, moved only by a gain above `min_improvement`), starting with
-the moves its own diagnosis names (`autotune.diagnose.PLAYBOOK`); every new
+the moves its own diagnosis names (`autotune.decide.playbook.PLAYBOOK`); every new
 incumbent is moved from in turn. `autotune.strategy.Strategy` (the Optuna
 adapter) hands it the measured values and asks for the next point.
 """
@@ -11,13 +11,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable
 
-from autotune.trial.diagnose import STEP_COST_KNOBS, playbook_moves, user_moves
+from autotune.decide.playbook import STEP_COST_KNOBS, playbook_moves, user_moves
 from autotune.knobs import KNOBS, ladder_key
 
 # knobs whose values are ordered (a ladder: try the next value up, then down)
 LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
 # the knobs in the order the bottleneck usually moves through them (input ->
-# overhead -> compute -> memory, PLAYBOOK.md): the registry's order, the order of
+# overhead -> compute -> memory, the playbook's): the registry's order, the order of
 # the moves no diagnosis asked for. A knob of the space not listed (a user knob) is
 # tried after these.
 DEFAULT_ORDER = tuple(KNOBS)

@@ -1,6 +1,7 @@
 """One trial run where this code runs (the driver's host for the local backend, a Ray worker's node for the Ray
 backend): the request for a config (the one request builder, `TrialSettings`), a fresh process (or ranks spread
-over nodes), the search's first incumbent (its anchor) read twice, a multi-rank search's one-rank reference. The same
+over nodes), the search's first incumbent (its anchor) read twice, a multi-rank search's one-rank reference, the
+playbook's advice on the trial's diagnosis. The same
 for every backend; what a backend adds is where this runs."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from autotune.execution.launcher import run_in_process
 from autotune.execution.spread import run_spread, spreads
 from autotune.records.scaling import with_reference
 from autotune.decide.confirm import reread_anchor
+from autotune.decide.playbook import advise
 from autotune.trial.request import TrialSettings
 from autotune.trial.result import TrialResult, failed
 
@@ -37,6 +39,20 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
         # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
         threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
         result = with_reference(result, request, run, trial_dir, threads)
+    return advised(result, trial_dir)
+
+
+def advised(result: TrialResult, trial_dir: Path) -> TrialResult:
+    """The trial's diagnosis with the playbook's moves and advice (`autotune.decide.playbook.advise`), in the
+    result and in its result.json, before the search and the records read either."""
+    if result.diagnosis is None or "moves" in result.diagnosis or result.knobs is None:
+        return result
+    result.diagnosis = advise(result.diagnosis, result.knobs)
+    path = Path(trial_dir) / "result.json"
+    if path.exists():
+        written = TrialResult.read(path)
+        written.diagnosis = result.diagnosis
+        written.write(path)
     return result
 
 

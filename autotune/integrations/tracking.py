@@ -275,7 +275,7 @@ class Tracker:
         if record.diagnosis:
             tags["diagnosis"] = record.diagnosis["bottleneck"]
             tags["diagnosis_evidence"] = "; ".join(record.diagnosis["evidence"])
-            tags["recommendations"] = "; ".join(record.diagnosis["recommendations"])
+            tags["recommendations"] = "; ".join(record.diagnosis.get("recommendations", []))
         for key in ("host", "device_type", "device_name", "disturbed"):
             if record.info.get(key):
                 tags[key] = str(record.info[key])

@@ -5,6 +5,7 @@ trial and in production (issue 42).
     loader = DataLoader(dataset, **cfg.dataloader_kwargs(batch_size=64, num_workers=2))
     model, optimizer = cfg.prepare(model, optimizer)
     for batch in cfg.steps(loader):          # or: with cfg.data(): batch = get_batch() ... cfg.step(samples=n, loss=loss)
+                                             # (a language model's loop: cfg.step(samples=n, tokens=t, loss=loss))
         with cfg.autocast():
             loss = ...
 
@@ -251,10 +252,13 @@ class Config:
             self._online[loader] = OnlineLoader(loader, **options)
         return self._online[loader]
 
-    def step(self, samples: int | None = None, loss=None) -> None:
-        """At the end of each optimizer step of a loop without `steps` (or to report its samples and loss)."""
+    def step(self, samples: int | None = None, loss=None, *, tokens=None) -> None:
+        """At the end of each optimizer step of a loop without `steps` (or to report its samples and loss). A
+        language model's loop says the `tokens` the step trained on (its non-padding tokens, an int or a device
+        tensor: it is read at the window's end): its throughput is then tokens/s, and its MFU is counted. Left
+        out in a `steps` loop: the batches' own (autotune.trial.tokens: `input_ids` and an attention mask)."""
         self.used.add("step")
-        self.loop.step(samples, loss)
+        self.loop.step(samples, loss, tokens)
 
     def data(self):
         """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""

@@ -58,6 +58,9 @@ class Workload:
     """On-device preprocessing of a batch, e.g. uint8 -> normalized float on the GPU."""
     count_samples: Callable[[Any], int] | None = None
     """Samples in a batch; default: the first dimension of the batch's first tensor."""
+    count_tokens: Callable[[Any], tuple[int, int] | None] | None = None
+    """A language model's (tokens, sequences) in a batch, where its batches are no dicts with `input_ids`
+    (default: `autotune.trial.tokens.count`, the non-padding tokens of such a dict; None: not a language model)."""
     clip: Callable[[Any, Any, str], None] | None = None
     """`clip(model, optimizer, precision)`: your gradient clipping, run on every optimizer step between
     backward (gradients unscaled) and `optimizer.step()`; `precision` is the trial's knob value."""
@@ -340,3 +343,13 @@ def count_samples(workload: Workload, batch) -> int:
     while isinstance(first, (tuple, list, dict)):
         first = next(iter(first.values())) if isinstance(first, dict) else first[0]
     return int(first.shape[0])
+
+
+def count_tokens(workload: Workload, batch) -> tuple[Any, Any] | None:
+    """A language model's (tokens, sequences) in a batch (`Workload.count_tokens`, else
+    autotune.trial.tokens.count); None: the workload's throughput is counted in samples."""
+    if workload.count_tokens is not None:
+        return workload.count_tokens(batch)
+    from autotune.trial.tokens import count
+
+    return count(batch)

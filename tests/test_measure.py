@@ -109,7 +109,9 @@ def test_mfu_only_where_the_peak_is_known():
     assert T.peak_tflops("NVIDIA H100 PCIe", "tf32") == 378.0
     assert T.peak_tflops("NVIDIA H200", "16-mixed") == 989.4
     assert T.peak_tflops("NVIDIA A100-SXM4-80GB", "tf32") == 156.0
-    assert T.peak_tflops("NVIDIA L40S", "bf16-mixed") is None  # not in the table: no guess
+    assert T.peak_tflops("NVIDIA L40S", "bf16-mixed") == 362.05
+    assert T.peak_tflops("NVIDIA A10", "bf16-mixed") == 125.0  # not the A100's
+    assert T.peak_tflops("NVIDIA GeForce RTX 3060", "bf16-mixed") is None  # not in the table: no guess
     assert T.peak_tflops("NVIDIA H100 80GB HBM3", "32-true") is None  # no single fp32 peak
     assert T.peak_tflops("cpu", "bf16-mixed") is None
     m = T.flop_metrics(1e9, 100_000, "NVIDIA A100-SXM4-80GB", "bf16-mixed")

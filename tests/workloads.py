@@ -461,3 +461,66 @@ def make_stale_cast(batch_size: int = 16, lr: float = 10.0) -> Workload:
     net = wl.model
     wl.model = lambda: StaleCast(net())
     return wl
+
+
+# --- a language model: a tiny random-init Llama (transformers), no hub ----------------------------------------------
+
+LLAMA = {
+    "vocab_size": 64,
+    "hidden_size": 32,
+    "intermediate_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "max_position_embeddings": 64,
+}
+
+
+def tiny_llama(tie_word_embeddings: bool = False):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    return LlamaForCausalLM(LlamaConfig(**LLAMA, tie_word_embeddings=tie_word_embeddings))
+
+
+class Texts(Dataset):
+    """Token sequences of 4 to 24 ids (ids 1..63; 0 pads), each its own length, seeded by its index."""
+
+    def __len__(self):
+        return 10_000
+
+    def __getitem__(self, i):
+        g = torch.Generator().manual_seed(i)
+        n = int(torch.randint(4, 25, (1,), generator=g))
+        return {"input_ids": torch.randint(1, LLAMA["vocab_size"], (n,), generator=g).tolist()}
+
+
+def pad_texts(samples: list[dict]) -> dict:
+    """A padded batch, as a tokenizer's padding collator makes it: right-padded ids, the attention mask, labels
+    -100 where padded."""
+    width = max(len(s["input_ids"]) for s in samples)
+    ids = torch.zeros(len(samples), width, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, s in enumerate(samples):
+        ids[row, : len(s["input_ids"])] = torch.tensor(s["input_ids"])
+        mask[row, : len(s["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+
+def llama_loss(model, batch):
+    return model(**batch).loss
+
+
+def make_tiny_llama(batch_size: int = 4, padding_free: bool = False) -> Workload:
+    """The tiny Llama on `Texts`: padded batches (`pad_texts`), or with `padding_free` transformers'
+    DataCollatorWithFlattening (one row, position ids restarting at each text)."""
+    from transformers import DataCollatorWithFlattening
+
+    return Workload(
+        model=tiny_llama,
+        dataset=Texts(),
+        loss=llama_loss,
+        batch_size=batch_size,
+        collate_fn=DataCollatorWithFlattening(return_tensors="pt") if padding_free else pad_texts,
+        optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
+    )

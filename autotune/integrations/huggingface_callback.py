@@ -6,8 +6,8 @@
   train dataloader's iterator); that call runs inside `cfg.data()`, and its batches are counted (samples: a
   batch's rows, or its sequences where a padding-free collator flattened them into one row, `count_samples`);
 - the step: `on_step_end` (after the optimizer step and the LR scheduler) reports `cfg.step(samples=...,
-  loss=...)`, the loss being the sum of the step's micro-batch losses that `training_step` returned (a
-  tensor: no host sync per step);
+  tokens=..., loss=...)`, the tokens being the batches' non-padding ones (autotune.trial.tokens.count), the loss
+  the sum of the step's micro-batch losses that `training_step` returned (tensors: no host sync per step);
 - the model: `on_train_begin` hands it over (`cfg.watch`: loss parity's noise runs perturb it);
 - the end: the measured loop writes result.json and ends the process once its windows are done, so the
   Trainer's final save and eval never run.
@@ -23,6 +23,7 @@ from collections.abc import Mapping
 from transformers import TrainerCallback
 
 from autotune.trial.loop import batch_samples
+from autotune.trial.tokens import count as count_tokens
 
 
 def count_samples(batch) -> int | None:
@@ -41,11 +42,14 @@ class AutotuneCallback(TrainerCallback):
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.samples = 0
+        self.samples, self.tokens = 0, 0
         self.loss = None
 
     def fetched(self, batches: list) -> None:
         self.samples = self.samples + sum(count_samples(b) or 0 for b in batches)  # an int, or a device tensor
+        counted = [count_tokens(b) for b in batches]
+        if self.tokens is not None:  # a language model's batches (`input_ids`): their tokens too
+            self.tokens = None if None in counted else self.tokens + sum(c[0] for c in counted)
 
     def micro_step(self, loss) -> None:
         self.loss = loss if self.loss is None else self.loss + loss
@@ -55,8 +59,9 @@ class AutotuneCallback(TrainerCallback):
             self.cfg.watch(model)
 
     def on_step_end(self, args, state, control, **kwargs):
-        samples, loss, self.samples, self.loss = self.samples, self.loss, 0, None
-        self.cfg.step(samples=samples, loss=loss)
+        samples, tokens, loss = self.samples, self.tokens, self.loss
+        self.samples, self.tokens, self.loss = 0, 0, None
+        self.cfg.step(samples=samples, tokens=tokens, loss=loss)
 
 
 def attach(trainer, cfg) -> AutotuneCallback:

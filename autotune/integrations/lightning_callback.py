@@ -9,7 +9,7 @@
   puts the LightningModule's weights in that format and `compile` compiles it in place (`nn.Module.compile`);
   `fused_optimizer` is not reached (the script's `configure_optimizers` builds its optimizer: not recorded as
   used, so not searched);
-- the window: each optimizer step (`trainer.global_step` moved) reports `cfg.step(samples=..., loss=...)`
+- the window: each optimizer step (`trainer.global_step` moved) reports `cfg.step(samples=..., tokens=..., loss=...)`
   at `on_train_batch_end`; the time from there to the next `on_train_batch_start` is the data wait
   (`cfg.data()`): Lightning fetches the next batch, and moves it to the device, in that gap (across an
   epoch's end too: a new epoch's loader workers start there).
@@ -26,6 +26,7 @@ from typing import Any
 from lightning.pytorch import Callback
 
 from autotune.trial.loop import batch_samples
+from autotune.trial.tokens import count as count_tokens
 
 # the config's methods whose knobs reach a Lightning script (the usage record, autotune.integrations.instrument):
 # precision here, channels_last and compile in `AutotuneCallback.setup` (the loaders call cfg.dataloader_kwargs)
@@ -84,7 +85,7 @@ class AutotuneCallback(Callback):
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.samples, self.loss, self.global_step = 0, None, None
+        self.samples, self.tokens, self.loss, self.global_step = 0, 0, None, None
         self.waiting = None  # the open `cfg.data()` between a batch's end and the next one's start
 
     def setup(self, trainer, pl_module, stage: str) -> None:
@@ -118,11 +119,14 @@ class AutotuneCallback(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         self.samples += batch_samples(batch) or 0
+        counted = count_tokens(batch)  # a language model's (`input_ids`): on the device, read at the window's end
+        self.tokens = None if counted is None or self.tokens is None else self.tokens + counted[0]
         if loss is not None:
             self.loss = loss.detach() if self.loss is None else self.loss + loss.detach()
         if trainer.global_step != self.global_step:  # the optimizer stepped (accumulation: every N batches)
             self.global_step = trainer.global_step
-            samples, loss, self.samples, self.loss = self.samples, self.loss, 0, None
-            self.cfg.step(samples=samples, loss=loss)
+            samples, tokens, loss = self.samples, self.tokens, self.loss
+            self.samples, self.tokens, self.loss = 0, 0, None
+            self.cfg.step(samples=samples, tokens=tokens, loss=loss)
         self.waiting = self.cfg.data()
         self.waiting.__enter__()

@@ -35,6 +35,7 @@ import socket
 import sys
 import time
 import traceback
+import types
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable
@@ -43,6 +44,8 @@ from autotune.trial import measure as M
 from autotune.trial import ranks as R
 from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import DeviceInfo, TrialResult
+from autotune.trial.tokens import count as count_tokens
+from autotune.trial.tokens import flop_metrics
 
 STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
 FIRST_STEP_FILE = "first_step"  # written at the program's first step (the launcher's "it reached a step")
@@ -70,6 +73,7 @@ class PassThrough:
         self.stop_after = int(os.environ.get(STOP_AFTER_ENV) or 0)
         self.marks: list[float] = []
         self.samples: list[int] = []
+        self.tokens: list = []  # a language model's (None: a step without them)
         self.explicit = False
         if self.log:
             atexit.register(self._write)
@@ -83,14 +87,14 @@ class PassThrough:
         previous = None
         for batch in iterable:
             if previous is not None and not self.explicit:
-                self._mark(batch_samples(previous))
+                self._mark(batch_samples(previous), (count_tokens(previous) or (None,))[0])
             previous = batch
             yield batch
 
-    def step(self, samples: int | None = None, loss=None) -> None:
+    def step(self, samples: int | None = None, loss=None, tokens=None) -> None:
         self.explicit = True
         if self.log:
-            self._mark(samples)  # a device tensor is read when the log is written
+            self._mark(samples, tokens)  # a device tensor is read when the log is written
 
     def data(self):
         return contextlib.nullcontext()
@@ -98,9 +102,10 @@ class PassThrough:
     def watch(self, model) -> None:
         pass
 
-    def _mark(self, samples) -> None:
+    def _mark(self, samples, tokens=None) -> None:
         self.marks.append(time.perf_counter())
         self.samples.append(1 if samples is None else samples)
+        self.tokens.append(tokens)
         if self.stop_after and len(self.marks) >= self.stop_after:
             self._write()
             sys.stdout.flush()
@@ -108,7 +113,10 @@ class PassThrough:
 
     def _write(self) -> None:
         samples = [int(s) or 1 for s in self.samples]
-        Path(self.log).write_text(json.dumps({"marks": self.marks, "samples": samples}))
+        log = {"marks": self.marks, "samples": samples}
+        if self.tokens and all(t is not None for t in self.tokens):  # a language model's, every step counted
+            log["tokens"] = [int(t) for t in self.tokens]
+        Path(self.log).write_text(json.dumps(log))
 
 
 class TrialLoop:
@@ -124,6 +132,8 @@ class TrialLoop:
         self.started = self.clock()
         self.knobs = dict(request.get("knobs") or {})  # the knobs this trial sets (the rest: the program's own)
         self.warm, self.warm_samples, self.warm_started, self.loop_started = 0, 0, None, None
+        self.warm_tokens = 0  # a language model's tokens in the warm-up (None: a step without them)
+        self.fetched = None  # (samples, tokens, sequences) of the batches steps() gave since the last step
         self.window: M.Window | None = None
         self.wait, self.wait_measured = 0.0, False
         self.losses: list = []
@@ -154,15 +164,31 @@ class TrialLoop:
         previous = None
         while True:
             if previous is not None and not self.explicit:
-                self._step(batch_samples(previous), None)
+                self._step(*self._take(), None)
             fetch = self.clock()
             try:
                 batch = next(it)
             except StopIteration:
                 return
             self.wait += self.clock() - fetch
+            self._fetched(batch)
             previous = batch
             yield batch
+
+    def _fetched(self, batch) -> None:
+        """A batch steps() gives: its samples and a language model's tokens (autotune.trial.tokens.count, on the
+        batch's device: no host sync), added up until the step that trains on them."""
+        samples, counted = batch_samples(batch), count_tokens(batch)
+        tokens, sequences = counted or (None, None)
+        if self.fetched is None:
+            self.fetched = (samples, tokens, sequences)
+            return
+        self.fetched = tuple(_add(a, b) for a, b in zip(self.fetched, (samples, tokens, sequences)))
+
+    def _take(self) -> tuple:
+        """(samples, tokens, sequences) of the batches steps() gave since the last step (None each: none)."""
+        fetched, self.fetched = self.fetched or (None, None, None), None
+        return fetched
 
     def data(self):
         """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""
@@ -177,10 +203,14 @@ class TrialLoop:
         finally:
             self.wait += self.clock() - fetch
 
-    def step(self, samples: int | None = None, loss=None) -> None:
-        """The end of one optimizer step: `samples` it trained on, its `loss`."""
+    def step(self, samples: int | None = None, loss=None, tokens=None) -> None:
+        """The end of one optimizer step: `samples` it trained on, a language model's `tokens`, its `loss`. A count
+        left out is the batches' that `steps()` gave since the last step, where it gave any."""
         self.explicit = True
-        self._step(samples, loss)
+        fetched, sequences = self._take(), None
+        if tokens is None:
+            tokens, sequences = fetched[1], fetched[2]
+        self._step(fetched[0] if samples is None else samples, tokens, sequences, loss)
 
     def watch(self, model) -> None:
         """The program's model (cfg.prepare, cfg.wrap, cfg.watch, the Trainers' callbacks): a parity noise run
@@ -237,11 +267,13 @@ class TrialLoop:
 
     # --- the measurement ------------------------------------------------------------
 
-    def _step(self, samples, loss) -> None:
+    def _step(self, samples, tokens, sequences, loss) -> None:
         if samples is None:
             samples = 1
         elif getattr(samples, "device", None) is None or samples.device.type == "cpu":
             samples = int(samples)
+        if getattr(tokens, "device", None) is not None and tokens.device.type == "cpu":
+            tokens = int(tokens)
         # else a tensor on the device (a padding-free batch's count): summed, and read where the window ends
         # (measure.Window.finish), after the device is synchronized there: no host sync per step
         if loss is not None:
@@ -254,12 +286,13 @@ class TrialLoop:
             self._first_step()
             return self._parity_step()
         if self.window is not None:
-            self.window.step_done(samples, wait)
+            self.window.step_done(samples, wait, tokens, sequences)
             if self.window.done():
                 self._finish()
             return
         self.warm += 1
         self.warm_samples += samples
+        self.warm_tokens = None if tokens is None or self.warm_tokens is None else self.warm_tokens + tokens
         self._first_step()
         if self._warm():
             self._start_window()
@@ -284,7 +317,8 @@ class TrialLoop:
     def _start_window(self) -> None:
         import torch
 
-        per_step = float(self.warm_samples) / self.warm  # the rule's thresholds are in samples/s
+        # the rule's thresholds are in the search's unit (result.unit_of): a language model's tokens/s, else samples/s
+        per_step = float(self.warm_samples if self.warm_tokens is None else self.warm_tokens) / self.warm
         # the warm-up's time: from the loader's start (steps()), else from the first step's end (step())
         self.warmup_s = self.clock() - (self.loop_started or self.warm_started)
         rule = window_rule(self.cfg, per_step, self.device_type)
@@ -306,6 +340,11 @@ class TrialLoop:
     def _losses(self) -> list[float]:
         return [float(x) for x in self.losses]
 
+    def _device_name(self) -> str:
+        import torch
+
+        return torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu"
+
     def _result(self, status: str, **extra) -> TrialResult:
         import torch
 
@@ -314,7 +353,7 @@ class TrialLoop:
             knobs=self.knobs,
             device=DeviceInfo(
                 self.device_type,
-                torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu",
+                self._device_name(),
                 len(os.sched_getaffinity(0)),
                 torch.get_num_threads(),
             ),
@@ -334,6 +373,8 @@ class TrialLoop:
             "warmup_steps_run": self.warm,
             "first_step_s": self.first_step_s,
         }
+        # a language model's FLOPs per token and MFU, from the model the program handed over (cfg.prepare/wrap/watch)
+        metrics.update(flop_metrics(self.model, metrics, self._device_name(), self.knobs.get("precision")))
         extra = {}
         if not self.wait_measured:
             metrics.pop("data_wait_frac")
@@ -364,17 +405,23 @@ class TrialLoop:
         os._exit(0 if result.status in ("ok", "pruned") else 1)
 
     def _raised(self, kind, error, tb) -> None:
-        """An exception escaping the program: an `error` (or `oom`) result with its
-        traceback, which also goes to trial.log, as the built-in trial's does."""
-        from autotune.trial.memory import is_oom
+        """An exception escaping the program: an `error` (or `oom`, with the memory at the failure) result with
+        its traceback, which also goes to trial.log, as the built-in trial's does."""
+        from autotune.trial.memory import at_failure, is_oom
 
         text = "".join(traceback.format_exception(kind, error, tb))
         sys.stderr.write(text)
         self.ended = True
         first = str(error).strip().splitlines()[0][:500] if str(error).strip() else kind.__name__
+        oom = is_oom(error)
+        metrics = at_failure(error, types.SimpleNamespace(type=self.device_type)) if oom else None
         self._save(
             self._result(
-                "oom" if is_oom(error) else "error", error_type=kind.__name__, error=first, traceback=text[-4000:]
+                "oom" if oom else "error",
+                error_type=kind.__name__,
+                error=first,
+                traceback=text[-4000:],
+                metrics=metrics,
             )
         )
 
@@ -404,3 +451,8 @@ class TrialLoop:
                 "give it more steps or data in a trial (cfg.in_trial)",
             )
         )
+
+
+def _add(a, b):
+    """Two counts' sum; None where either is unknown."""
+    return None if a is None or b is None else a + b

@@ -180,6 +180,8 @@ class Window:
         self.events: list = []
         self.waits: list[float] = []  # each step's data wait (s) and samples, and the process's CPU time at each mark
         self.counts: list[int] = []
+        self.tokens: list = []  # a language model's: each step's tokens and sequences (autotune.trial.tokens)
+        self.seqs: list = []
         self.cpu: list[float] = []
         # steps still warming up, held out of the window (`done`), and given back if it never settles
         self.dropped_steps, self.dropped_s, self.unsettled, self._drops = 0, 0.0, False, 0
@@ -220,12 +222,16 @@ class Window:
         self.marks = [self.clock()]
         self._event()
 
-    def step_done(self, samples: int, data_wait_s: float = 0.0) -> None:
+    def step_done(self, samples: int, data_wait_s: float = 0.0, tokens=None, sequences=None) -> None:
+        """`tokens`: a language model's step's tokens (None: not counted), in `sequences` (default: `samples`).
+        A count may be a device tensor (summed, and read at `finish`, after its sync)."""
         self.marks.append(self.clock())
         self._event()
         self.cpu.append(time.process_time())
         self.counts.append(samples)
         self.waits.append(data_wait_s)
+        self.tokens.append(tokens)
+        self.seqs.append(samples if sequences is None else sequences)
 
     def done(self) -> bool:
         """The rule's answer, on the window since its (latest) start; its caps count from the first start.
@@ -301,6 +307,7 @@ class Window:
             "mem_rss_peak_gib": peak_rss_gib(),  # the training process's, over the window (not its loader workers)
             **disturbed,  # host_other_cpu_frac
         }
+        metrics.update(self._tokens(window, steps))
         if self.dropped_steps:  # the warm-up went on into the window: those steps are the warm-up's
             metrics["warmup_extended_steps"], metrics["warmup_extended_s"] = self.dropped_steps, self.dropped_s
         if self.unsettled:  # its step time fell and fell: the whole window counts, as if none were held out
@@ -321,6 +328,18 @@ class Window:
                 metrics["gpu_util_nvml_pct"] = self.util.mean()
         return metrics
 
+    def _tokens(self, window: float, steps: int) -> dict[str, float]:
+        """A language model's window (every step's tokens counted): tokens/s, tokens a step, and the mean length
+        of a sequence (the attention term's, autotune.trial.tokens.flops_per_token). {} otherwise."""
+        if not self.tokens or any(t is None for t in self.tokens):
+            return {}
+        tokens, sequences = float(sum(self.tokens)), float(sum(self.seqs))
+        return {
+            "tokens_per_s": tokens / window,
+            "tokens_per_step": tokens / steps,
+            **({"seq_len_mean": tokens / sequences} if sequences else {}),
+        }
+
 
 # A warm-up that goes on into the window. The window's mean is taken once the step time stops falling: where the rule
 # could end a window (its floors met), one whose first half's mean step is slower than its second half's by more than
@@ -334,7 +353,15 @@ WARM_DRIFT = 0.05
 # group_by_length (each megabatch of 50 batches, longest first) the halves fell every 10 steps, and holding 210 steps
 # out kept a cheap end of a cycle: batch 16 read 748 samples/s (batch 32 598, batch 16 sampled at random 395).
 WARM_DROPS_MAX = 3
-_PER_MARK = ("marks", "events", "cpu", "counts", "waits")  # a window's lists, step by step (held out together)
+_PER_MARK = (
+    "marks",
+    "events",
+    "cpu",
+    "counts",
+    "waits",
+    "tokens",
+    "seqs",
+)  # a window's lists, step by step (held out together)
 WARM_HALF_MIN = 5  # steps in each half, at least, for the comparison (Student's t of 4 degrees of freedom)
 
 
@@ -350,8 +377,9 @@ def _still_warming(times: list[float]) -> bool:
 
 def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
     """Time steps of a built-in session (`Window`): each pulls its batch (the
-    wait at `next()` is data wait) and runs `session.step`."""
-    from autotune.workload import count_samples
+    wait at `next()` is data wait) and runs `session.step`; its samples, and a language model's tokens, are
+    counted on the loader's batch, on the host, before the step moves it."""
+    from autotune.workload import count_samples, count_tokens
 
     window, clock = Window(rule, session.device.type, session.sync, session.device), time.perf_counter
     window.start()
@@ -360,8 +388,9 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         fetch = clock()
         batch = next(batches)
         wait = clock() - fetch
+        samples, tokens = count_samples(session.workload, batch), count_tokens(session.workload, batch)
         loss = session.step(batch)
-        window.step_done(count_samples(session.workload, batch), wait)
+        window.step_done(samples, wait, *(tokens or (None, None)))
     return window.finish(loss)
 
 

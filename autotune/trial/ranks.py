@@ -43,7 +43,7 @@ BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 RANK_FILE = "rank{}.json"
 STATUS_ORDER = ("error", "timeout", "oom", "pruned", "ok")  # the worst rank's status is the trial's
 # summed over ranks (a rate of the whole trial); the rest: the slowest rank's (max) or rank 0's
-SUMMED = ("samples_per_s", "steps_per_s")
+SUMMED = ("samples_per_s", "steps_per_s", "tokens_per_s")
 SLOWEST = (
     "step_ms_mean",
     "step_ms_p50",
@@ -274,6 +274,9 @@ def merge(results: list[TrialResult]) -> TrialResult:
         metrics["steps_per_s"] = min(m["steps_per_s"] for m in all_metrics)
         metrics["rank_samples_per_s_min"] = min(m["samples_per_s"] for m in all_metrics)
         metrics["rank_samples_per_s_max"] = max(m["samples_per_s"] for m in all_metrics)
+        if all("tokens_per_s" in m for m in all_metrics):  # a language model's: global, as samples/s, and a device's
+            metrics["tokens_per_s"] = sum(m["tokens_per_s"] * m["window_s"] for m in all_metrics) / window
+            metrics["tokens_per_s_per_device"] = metrics["tokens_per_s"] / len(all_metrics)
     for key in SLOWEST:
         values = [m[key] for m in all_metrics if key in m]
         if values:

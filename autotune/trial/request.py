@@ -239,7 +239,7 @@ DEFAULTS = {
     "accum_steps": 1,  # micro-batches per optimizer step (safety.keep_effective_batch)
     "parity": None,  # {"baseline": knobs, "steps": 20, "tolerance": 0.05, "reference": path}: measure loss parity
     # (a program's noise run, safety.program_parity: also "noise": {"seed": S, "level": L})
-    "prune_below": None,  # samples/s: clearly below it, stop the window early and skip the rest ("pruned")
+    "prune_below": None,  # the search's unit (samples/s; a language model's tokens/s: result.unit_of): clearly below it, stop the window early and skip the rest ("pruned")
     "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
     "incumbent_ci": 0.0,  # the incumbent's throughput known to +- this (95%, relative): screen and promote allow for it

@@ -11,6 +11,9 @@ Needs neither torch nor Ray.
 
     result = TrialResult.read(trial_dir / "result.json")
     result.status, result.metrics["samples_per_s"], result.ranks[1].metrics
+
+The unit a throughput is in is decided here, once, for every reader (`unit_of`): tokens/s for a language model,
+samples/s for the rest.
 """
 
 from __future__ import annotations
@@ -26,6 +29,33 @@ from typing import Any, Union
 
 class ResultError(ValueError):
     """A trial result that does not fit the contract; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What a throughput counts: its metric's name (`metrics[unit.metric]`), its label for people, and the
+    names of the figures that follow it (`key("best")`: best_tokens_per_s in best_config.yaml and the
+    re-measurement)."""
+
+    name: str  # tokens | samples
+    metric: str  # tokens_per_s | samples_per_s
+    label: str  # tokens/s | samples/s
+
+    def key(self, prefix: str) -> str:
+        return f"{prefix}_{self.metric}"
+
+
+SAMPLES = Unit("samples", "samples_per_s", "samples/s")
+TOKENS = Unit("tokens", "tokens_per_s", "tokens/s")
+
+
+def unit_of(metrics: dict[str, Any] | None) -> Unit:
+    """The unit of a trial's throughput, and so of its search's: tokens/s where the trial counted the tokens
+    its steps trained on (a language model: batches with `input_ids`, or a program that reports
+    `cfg.step(tokens=...)`: autotune.trial.tokens), else samples/s. Every trial of one workload counts alike, so
+    this is the search's unit too: what the strategy maximizes, the re-measurement compares, and the report,
+    trials.csv, MLflow, best_config.yaml and the break-even lead with. The one place that decides it."""
+    return TOKENS if (metrics or {}).get(TOKENS.metric) is not None else SAMPLES
 
 
 @dataclass
@@ -115,6 +145,15 @@ class TrialResult:
 
     def metric(self, name: str) -> float | None:
         return (self.metrics or {}).get(name)
+
+    @property
+    def unit(self) -> Unit:
+        return unit_of(self.metrics)
+
+    @property
+    def rate(self) -> float | None:
+        """Its throughput in its unit (`unit_of`): tokens/s for a language model, else samples/s."""
+        return self.metric(self.unit.metric)
 
     @classmethod
     def from_dict(cls, data: Any) -> "TrialResult":

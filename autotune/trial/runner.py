@@ -53,7 +53,8 @@ from autotune.trial.request import (  # noqa: F401  (DEFAULTS and window_rule: t
     window_rule,
 )
 from autotune.safety.rank_parity import rank_parity
-from autotune.trial.result import DeviceInfo, TrialResult
+from autotune.trial import tokens
+from autotune.trial.result import DeviceInfo, TrialResult, unit_of
 from autotune.safety.levels import needs_parity, trial_parity
 
 
@@ -239,7 +240,7 @@ class _Measurement:
         session, cfg, device, knobs = self.session, self.cfg, self.device, self.knobs
         t = time.perf_counter()
         first_step_s = first_step_done = None
-        warmed = 0
+        warmed, warm_tokens = 0, 0
         short = (
             cfg["warmup_min_s"] is not None
             and device.type == "cpu"
@@ -247,7 +248,10 @@ class _Measurement:
             and device.ranks == 1
         )
         while warmed < cfg["warmup_steps"]:
-            session.step(next(batches))
+            batch = next(batches)
+            counted = W.count_tokens(self.workload, batch)  # a language model's: the rule's thresholds are in tokens
+            warm_tokens = None if counted is None or warm_tokens is None else warm_tokens + counted[0]
+            session.step(batch)
             warmed += 1
             if warmed == 1:  # time to first step: imports, model, compile, loader start
                 session.sync()
@@ -260,9 +264,22 @@ class _Measurement:
         if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)
             step_s = (time.perf_counter() - first_step_done) / (warmed - 1) if warmed > 1 else None
             self.rule = R.fixed_rule(R.window_steps(step_s, cfg, self.rule.max_steps, device.type))
+        elif warm_tokens is not None and (per_step := self.tokens_per_step(warm_tokens, warmed)):
+            self.rule = window_rule(cfg, per_step, device.type)  # a language model: its thresholds are tokens/s
         self.phase("setup", t)
         self.phase("warmup")
         return t, warmup_s, warmed, first_step_s, first_step_done
+
+    def tokens_per_step(self, tokens, steps: int) -> float | None:
+        """A language model's tokens a step (the unit of the search's thresholds, result.unit_of), from the
+        warm-up's; without a warm-up step, from a batch of its own (None: not a language model)."""
+        if not steps:
+            batch = next(iter(K.seeded_loader(self.workload, {"batch_size": self.knobs["batch_size"]}, 1, seed=1)))
+            counted = W.count_tokens(self.workload, batch)
+            if counted is None:
+                return None
+            tokens, steps = counted[0], 1
+        return float(tokens) / steps
 
     def window(self, batches, t, warmup_s, warmed, first_step_s, first_step_done) -> None:
         """The timed window, and what the warm-up told: the time to the first step, a compiled model's compile."""
@@ -273,8 +290,10 @@ class _Measurement:
             "warmup_steps_run": warmed,
         }
         self.phase("window")
+        unit = unit_of(metrics)
         if cfg["predicted"]:
-            metrics["predicted_samples_per_s"] = cfg["predicted"]
+            metrics[unit.key("predicted")] = cfg["predicted"]  # the rate model's, in the search's unit
+        metrics.update(tokens.flop_metrics(self.session.model, metrics, self.device.name, self.knobs["precision"]))
         result.disturbed = verdict(metrics, self.device.type) or None  # load from outside the trial during its window
         if first_step_s is not None:
             metrics["first_step_s"] = first_step_s
@@ -343,7 +362,10 @@ class _Measurement:
                 **{k: knobs[k] for k in ("batch_size", "activation_checkpointing")},
             },
         )
-        metrics.update(trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"]))
+        counted = trace.flop_metrics(flops, metrics["samples_per_s"], device.name, knobs["precision"])
+        if "flops_per_token" in metrics:  # a language model's achieved TFLOP/s and MFU are its tokens' (window())
+            counted = {"flops_per_sample": counted["flops_per_sample"]}
+        metrics.update(counted)
         self.phase("flops")
         if knobs["compile"] == "none" and not carry:
             batch2x = next(iter(K.seeded_loader(self.workload, {"batch_size": 2 * knobs["batch_size"]}, 1, seed=1)))
@@ -366,7 +388,8 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: TrialResult) 
     for mark in ("screened", "promoted", "tied"):
         if getattr(rule, mark):
             metrics[mark] = 1.0
-    above, value = cfg["incumbent_above"], metrics["samples_per_s"]
+    unit = unit_of(metrics)
+    above, value = cfg["incumbent_above"], metrics[unit.metric]
     kept = (
         above is not None and above < value <= above * (1 + rule.screen_ci) and rule.tied and cfg["tie_keeps_incumbent"]
     )
@@ -377,7 +400,7 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: TrialResult) 
             tie_kept=1.0,
             **({} if cfg.get("incumbent_trial") is None else {"tie_kept_incumbent": float(cfg["incumbent_trial"])}),
         )
-    result.skipped = f"profile, diagnosis and loss parity: {value:.4g} samples/s " + (
+    result.skipped = f"profile, diagnosis and loss parity: {value:.4g} {unit.label} " + (
         f"ties with the incumbent (its {above:.4g} with min_improvement), the safer config, which stays"
         if kept
         else f"does not beat the {above:.4g} that would make it the incumbent"

@@ -159,20 +159,26 @@ def analyze_trace(trace: dict) -> dict:
 
 # --- FLOPs and MFU ------------------------------------------------------------------
 
-# Dense peak TFLOP/s per GPU from NVIDIA's datasheets, by the tensor-core precision a
-# step runs in. No entry: no MFU (never a guess). 32-true has none on purpose: an
-# "fp32" step runs cuDNN convolutions in TF32 and matmuls in FP32, no single peak.
+# Dense peak TFLOP/s per GPU from the vendors' datasheets (no sparsity), by the tensor-core precision a step runs
+# in, as nanochat's get_peak_flops keeps them: the first name that matches. No entry (a CPU, an unknown GPU): no
+# MFU, never a guess. 32-true has none on purpose: an "fp32" step runs cuDNN convolutions in TF32 and matmuls in
+# FP32, no single peak.
 PEAK_TFLOPS = (
+    (re.compile(r"B200", re.I), {"tf32": 1100.0, "bf16": 2250.0, "fp16": 2250.0}),
+    (re.compile(r"H100.*NVL", re.I), {"tf32": 417.5, "bf16": 835.5, "fp16": 835.5}),
     (re.compile(r"H100.*(PCIe)", re.I), {"tf32": 378.0, "bf16": 756.0, "fp16": 756.0}),
     (re.compile(r"H200|H100", re.I), {"tf32": 494.7, "bf16": 989.4, "fp16": 989.4}),
     (re.compile(r"A100", re.I), {"tf32": 156.0, "bf16": 312.0, "fp16": 312.0}),
+    (re.compile(r"L40S", re.I), {"tf32": 183.0, "bf16": 362.05, "fp16": 362.05}),
+    (re.compile(r"\bA10\b", re.I), {"tf32": 62.5, "bf16": 125.0, "fp16": 125.0}),
     (re.compile(r"V100", re.I), {"fp16": 125.0}),
     (re.compile(r"\bL4\b", re.I), {"tf32": 60.0, "bf16": 121.0, "fp16": 121.0}),
+    (re.compile(r"MI300X", re.I), {"tf32": 653.7, "bf16": 1307.4, "fp16": 1307.4}),
 )
 PRECISION_PEAK_KEY = {"tf32": "tf32", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 
 
-def peak_tflops(device_name: str, precision: str) -> float | None:
+def peak_tflops(device_name: str, precision: str | None) -> float | None:
     key = PRECISION_PEAK_KEY.get(precision)
     if key is None:
         return None
@@ -182,11 +188,14 @@ def peak_tflops(device_name: str, precision: str) -> float | None:
     return None
 
 
-def flop_metrics(flops_per_sample: float, samples_per_s: float, device_name: str, precision: str) -> dict:
-    """Achieved TFLOP/s, and MFU where the device's peak for the precision is known.
-    FLOPs are model FLOPs (forward + backward, as FlopCounterMode counts them)."""
-    achieved = flops_per_sample * samples_per_s / 1e12
-    out = {"flops_per_sample": flops_per_sample, "achieved_tflops": achieved}
+def flop_metrics(
+    flops_per_unit: float, rate: float, device_name: str, precision: str | None, unit: str = "sample"
+) -> dict:
+    """Achieved TFLOP/s, and MFU where the device's peak for the precision is known. FLOPs are model FLOPs
+    (forward + backward): `flops_per_unit` a sample's (as FlopCounterMode counts a batch), or with `unit`
+    "token" a token's (autotune.trial.tokens.flops_per_token), at `rate` of them a second."""
+    achieved = flops_per_unit * rate / 1e12
+    out = {f"flops_per_{unit}": flops_per_unit, "achieved_tflops": achieved}
     peak = peak_tflops(device_name, precision)
     if peak:
         out["mfu"] = achieved / peak

@@ -7,12 +7,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import optuna
 import pytest
 import yaml
 
 from autotune.records.run_dir import read_run
 from autotune.records.state import SearchState
-from autotune.trial.result import TrialResult
+from autotune.trial.result import TOKENS, TrialResult
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -164,6 +165,14 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     assert result.used == ["data", "step"] and "data_wait_frac" in result.metrics
     assert big.metrics["samples_per_s"] == pytest.approx(32 * big.metrics["steps_per_s"])  # 16 x 2 micro-batches
     assert len(result.losses) >= 3 and all(x > 0 for x in result.losses)
+    # cfg.step(tokens=...): a language model's search, in tokens/s (16 tokens a sample) from its objective on
+    assert big.metrics["tokens_per_s"] == pytest.approx(16 * big.metrics["samples_per_s"])
+    assert run.unit is TOKENS and big.throughput == big.metrics["tokens_per_s"]
+    study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'run' / 'optuna.db'}")
+    told = {t.number: t.values[0] for t in study.trials if t.values and not t.user_attrs.get("virtual")}
+    assert told and all(told[r.number] == r.metrics["tokens_per_s"] for r in run.records if r.number in told)
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())["measured"]
+    assert best["unit"] == "tokens" and best["best_tokens_per_s"] > 0 and best["best_samples_per_s"] > 0
 
 
 @pytest.mark.slow

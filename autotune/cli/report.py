@@ -69,8 +69,8 @@ def _status(record) -> str:
 
 
 def _perf(r) -> str:
-    """Throughput, also a pruned trial's (measured over its shortened window)."""
-    value = r.metrics.get("samples_per_s") if r.status in ("ok", "pruned") else None
+    """Throughput in its unit (a language model's tokens/s), also a pruned trial's (over its shortened window)."""
+    value = r.measured
     return f"{value:.1f}" if value else (r.error_type or "")
 
 
@@ -169,7 +169,7 @@ class LiveView:
 
     def _line(self, r) -> str:
         knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in self.searched)
-        perf = f"{_perf(r):>9} samples/s" if r.status in ("ok", "pruned") else f"{r.error_type}: {r.error}"
+        perf = f"{_perf(r):>9} {r.unit.label}" if r.status in ("ok", "pruned") else f"{r.error_type}: {r.error}"
         speed = f" x{r.speedup:.2f}" if r.speedup else ""
         return f"trial {r.number:3d} {_status(r):>6} {knobs}  {perf}{speed}" + (" (baseline)" if r.is_baseline else "")
 
@@ -179,7 +179,8 @@ class LiveView:
         table.add_column("status")
         for k in self.searched:
             table.add_column(short(k))
-        table.add_column("samples/s", justify="right")
+        # the search's unit, as its first measured trial says (trial.result.unit_of): a language model's tokens/s
+        table.add_column(next((r.unit.label for r in self.rows if r.measured), "samples/s"), justify="right")
         table.add_column("speedup", justify="right")
         table.add_column("best so far", justify="right")
         best = None
@@ -208,6 +209,7 @@ class LiveView:
 
 
 ROWS = (
+    ("tokens/s", "tokens_per_s", "{:,.0f}"),  # a language model's unit leads (trial.result.unit_of)
     ("samples/s", "samples_per_s", "{:.1f}"),
     ("step time mean (ms)", "step_ms_mean", "{:.2f}"),
     ("step time min (ms)", "step_ms_min", "{:.2f}"),
@@ -237,7 +239,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
     from autotune.export.best_config import safety_flags
     from autotune.records.run_dir import pruning_savings, same_device
 
-    base, best = result.baseline, result.best
+    base, best, unit = result.baseline, result.best, result.unit
     measured = [r for r in result.records if r.throughput]
     ok = [r for r in measured if same_device(base, r)]  # comparisons never mix device types
     # per-knob effects count pruned trials too, at the throughput of their shortened window
@@ -253,7 +255,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
                     "value": value,
                     "trials": len(ys),
                     "pruned": sum(r.status == "pruned" for r in group),
-                    "median_samples_per_s": ys[len(ys) // 2] if ys else None,
+                    unit.key("median"): ys[len(ys) // 2] if ys else None,
                 }
             )
     compared = base is not None and base.throughput and best is not None
@@ -264,13 +266,14 @@ def as_dict(result, importance: dict | None = None) -> dict:
             "compile": r.knobs["compile"],
             "first_step_s": r.metrics.get("first_step_s"),
             "eager_first_step_s": eager_first,
-            "samples_per_s": r.throughput,
+            unit.metric: r.throughput,
         }
         for r in ok
         if r.knobs["compile"] != "none"
     ]
     return {
         "run_dir": str(result.run_dir),
+        "unit": unit.name,  # what the throughputs below count (trial.result.unit_of): tokens, samples
         "device": {"type": result.device.type, "name": result.device.name, "cpus": result.device.cpus},
         "trials": len(result.records),
         "trials_ok": len(ok),
@@ -291,7 +294,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "importance": importance,
         "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
         "unsafe": [
-            {"trial": r.number, "samples_per_s": r.throughput, "reason": r.parity.get("reason")}
+            {"trial": r.number, unit.metric: r.throughput, "reason": r.parity.get("reason")}
             for r in result.records
             if r.throughput and not r.safe
         ],
@@ -301,7 +304,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
                 "trial": r.number,
                 "device_name": r.info.get("device_name"),
                 "host": r.info.get("host"),
-                "samples_per_s": r.throughput,
+                unit.metric: r.throughput,
             }
             for r in measured
             if not same_device(base, r)
@@ -314,7 +317,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "disturbed": [
             {"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")
         ],
-        "rate_model": M.error((r.number, r.metrics.get("predicted_samples_per_s"), r.measured) for r in result.records),
+        "rate_model": M.error((r.number, r.metrics.get(unit.key("predicted")), r.measured) for r in result.records),
         "skipped_predicted": result.skipped,
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
     }
@@ -331,6 +334,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
     """The terminal report: baseline vs best, speedup, per-knob effect, safety
     flags, diagnosis, failures, and what was written."""
     d = as_dict(result, importance)
+    unit = result.unit
     console.print()
     if d["stopped_reason"]:
         error(f"search stopped: {d['stopped_reason']}")
@@ -358,7 +362,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
         )
         console.print(table)
         effects = Table(
-            title="per-knob effect (median samples/s over the trials with that value, pruned ones included "
+            title=f"per-knob effect (median {unit.label} over the trials with that value, pruned ones included "
             "at their measured throughput)",
             title_justify="left",
         )
@@ -368,7 +372,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
             effects.add_column("importance", justify="right")
         for knob, rows in d["knob_effects"].items():
             cells = ", ".join(
-                f"{_fmt(e['value'])}: {e['median_samples_per_s']:.0f} ({_count(e)})"
+                f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
                 if e["trials"]
                 else f"{_fmt(e['value'])}: -"
                 for e in rows
@@ -387,7 +391,7 @@ def summary(result, importance: dict | None = None, show_paths: bool = True) -> 
                 )
         for u in d["unsafe"]:
             console.print(
-                f"[red]not exported[/]: trial #{u['trial']} ({u['samples_per_s']:.1f} samples/s): {u['reason']}"
+                f"[red]not exported[/]: trial #{u['trial']} ({u[unit.metric]:.1f} {unit.label}): {u['reason']}"
             )
         for label, t in (("baseline", base), ("best", best)):
             if t["diagnosis"]:
@@ -430,7 +434,7 @@ def _search_notes(d: dict) -> list[str]:
             eager = f" (baseline, eager: {c['eager_first_step_s']:.1f} s)" if c["eager_first_step_s"] else ""
             notes.append(
                 f"compile={c['compile']} (trial #{c['trial']}): first step after {c['first_step_s']:.1f} s"
-                f"{eager}, then {c['samples_per_s']:.1f} samples/s"
+                f"{eager}, then {c[d['unit'] + '_per_s']:.1f} {d['unit']}/s"
             )
     if d["other_devices"]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})

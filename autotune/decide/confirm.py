@@ -28,16 +28,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from autotune.records.verdicts import SETTLE_AGREE, SETTLED
-from autotune.trial.result import TrialResult
+from autotune.trial.result import SAMPLES, TrialResult, Unit, unit_of
 
 ROLES = ("baseline", "best")
-METRIC = "samples_per_s"
 RERUNS = 2  # disturbed pairs measured again, in all, per re-measurement (each pair: two fresh processes)
 
 
 REREAD_DIR = "reread"  # the anchor's second read, under its trial's dir
-ANCHOR_READS = ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")
-RATES = ("steps_per_s", "achieved_tflops", "mfu")  # a trial's metrics in proportion to its samples_per_s
+ANCHOR_READS = ("anchor_first", "anchor_reread")  # + its unit's metric: anchor_first_samples_per_s
+# a trial's metrics in proportion to its throughput
+RATES = ("samples_per_s", "tokens_per_s", "tokens_per_s_per_device", "steps_per_s", "achieved_tflops", "mfu")
 
 
 def reread_anchor(
@@ -49,19 +49,20 @@ def reread_anchor(
     by `run(config, dir)`. Two processes of one config differ by more than a
     window's CI: jpeg_pipeline's baseline read 104.9 samples/s in its trial and
     86.5 and 81.2 in the confirm's, and the climb, judged against 104.9, missed
-    the winner's family. The result's samples_per_s becomes the two reads' mean,
+    the winner's family. The result's throughput (in its unit, trial.result.unit_of) becomes the two reads' mean,
     its step_mean_ci95 at least half their relative gap (the anchor is known no
     better than two processes agree); both reads are kept (ANCHOR_READS), the
     rates and the mean step time follow the mean (RATES, step_ms_mean), the other
     window figures (percentiles, CV, data wait) are the first read's, and the
     second read's cost is added to trial_wall_s. A one-rank trial that finished only."""
     metrics = result.metrics or {}
-    first = metrics.get(METRIC)
+    unit = unit_of(metrics)
+    first = metrics.get(unit.metric)
     if not result.ok or not first or again.get("ranks", 1) > 1:
         return result
     again = run(again, Path(trial_dir) / REREAD_DIR)
     result.trial_wall_s = (result.trial_wall_s or 0.0) + (again.trial_wall_s or 0.0)
-    second = again.metric(METRIC) if again.ok else None
+    second = again.metric(unit.metric) if again.ok else None
     if second:
         scale = (first + second) / 2 / first
         metrics.update({k: metrics[k] * scale for k in RATES if metrics.get(k) is not None})
@@ -69,9 +70,9 @@ def reread_anchor(
             metrics["step_ms_mean"] /= scale
         metrics.update(
             {
-                METRIC: (first + second) / 2,
-                ANCHOR_READS[0]: first,
-                ANCHOR_READS[1]: second,
+                unit.metric: (first + second) / 2,
+                unit.key(ANCHOR_READS[0]): first,
+                unit.key(ANCHOR_READS[1]): second,
                 "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second)),
             }
         )
@@ -97,7 +98,7 @@ def confirm_best(
     announce: Callable[[str], None] | None = None,
 ) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the
-    baseline's: the `remeasure` summary with the two trial numbers; None where
+    baseline's: the `remeasure` summary with the two trial numbers, in the baseline's unit (its `unit`); None where
     there is nothing to re-measure (no rounds, no measured baseline, or the
     baseline is the best). It stops after a round that settles the verdict
     (`settles`)."""
@@ -109,16 +110,19 @@ def confirm_best(
             "interleaved round(s), a fresh process each"
         )
     trials = best.throughput / baseline.throughput if best.throughput else None
+    unit = baseline.unit
     out = {
         "baseline_trial": baseline.number,
         "best_trial": best.number,
-        **remeasure(run, baseline.knobs, best.knobs, rounds, trials),
+        **remeasure(run, baseline.knobs, best.knobs, rounds, trials, unit),
     }
-    if out.get("baseline_samples_per_s"):  # how far the anchor every trial was compared with was off
+    if out.get(unit.key("baseline")):  # how far the anchor every trial was compared with was off
         out.update(
-            baseline_drift=round(out["baseline_samples_per_s"] / baseline.throughput - 1, 4),
-            baseline_trial_samples_per_s=round(baseline.throughput, 2),
-            baseline_trial_ci95=baseline.metrics.get("step_mean_ci95"),
+            {
+                "baseline_drift": round(out[unit.key("baseline")] / baseline.throughput - 1, 4),
+                unit.key("baseline_trial"): round(baseline.throughput, 2),
+                "baseline_trial_ci95": baseline.metrics.get("step_mean_ci95"),
+            }
         )
     return out
 
@@ -155,9 +159,10 @@ def remeasure(
     best: dict[str, Any],
     rounds: int,
     trials: float | None = None,
+    unit: Unit = SAMPLES,
 ) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,
-    interleaved; the summary of `summarize`. A pair either side of which was
+    interleaved, each read in `unit` (a language model's search: tokens/s); the summary of `summarize`. A pair either side of which was
     disturbed by outside load is kept aside (`disturbed_pairs`) and the round
     measured again (label suffix `-again<N>`), RERUNS times at most in all. A
     run that does not finish ends the re-measurement with its error: the
@@ -177,7 +182,7 @@ def remeasure(
             for role in roles(i):
                 label = f"{i:02d}-{role}" + (f"-again{again}" if again else "")
                 result = run(baseline if role == "baseline" else best, label)
-                value = result.metric(METRIC) if result.ok else None
+                value = result.metric(unit.metric) if result.ok else None
                 if value is None:
                     error = f"round {i + 1}, {role}: {result.status} ({result.error_type}: {result.error})"
                     break
@@ -192,19 +197,25 @@ def remeasure(
                 break
         if error:
             break
-    out = summarize(pairs, error, aside, min(rounds, 2))
+    out = summarize(pairs, error, aside, min(rounds, 2), unit)
     return {**out, "settled": round(trials, 4)} if settled else out
 
 
 def summarize(
-    pairs: list[dict[str, float]], error: str | None = None, aside: list[dict[str, Any]] | None = None, needed: int = 2
+    pairs: list[dict[str, float]],
+    error: str | None = None,
+    aside: list[dict[str, Any]] | None = None,
+    needed: int = 2,
+    unit: Unit = SAMPLES,
 ) -> dict[str, Any]:
     """The undisturbed paired measurements -> the confirmed speedup (median of
     the pairs' ratios), its range, and the verdict: `faster` when every pair
     says so, `slower` when every pair says so, else `tie`; `unknown` when
-    disturbed pairs (`aside`) left fewer than `needed` undisturbed ones."""
+    disturbed pairs (`aside`) left fewer than `needed` undisturbed ones. Its rates are named by their `unit`
+    (baseline_tokens_per_s), which it names (records.verdicts.confirmed_unit reads it)."""
     ratios = [p["best"] / p["baseline"] for p in pairs]
     out: dict[str, Any] = {
+        "unit": unit.name,
         "rounds": len(pairs),
         "pairs": [
             {"baseline": round(p["baseline"], 2), "best": round(p["best"], 2), "ratio": round(r, 4)}
@@ -228,8 +239,10 @@ def summarize(
         out["verdict"] = None
         return out
     out.update(
-        baseline_samples_per_s=round(statistics.median(p["baseline"] for p in pairs), 2),
-        best_samples_per_s=round(statistics.median(p["best"] for p in pairs), 2),
+        {
+            unit.key("baseline"): round(statistics.median(p["baseline"] for p in pairs), 2),
+            unit.key("best"): round(statistics.median(p["best"] for p in pairs), 2),
+        },
         speedup_x=round(statistics.median(ratios), 4),
         speedup_low=round(min(ratios), 4),
         speedup_high=round(max(ratios), 4),

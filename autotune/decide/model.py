@@ -46,6 +46,8 @@ import math
 import statistics
 from typing import Any
 
+from autotune.trial.result import unit_of
+
 MODELLED = ("batch_size", "num_workers")  # every other knob: a prediction needs a trial that ran it
 RATES = (
     "samples_per_s",
@@ -58,8 +60,12 @@ SKIP_BELOW = 0.85  # predicted below this share of the incumbent: clearly below,
 
 
 def rates_of(metrics: dict[str, Any]) -> dict[str, float] | None:
-    """What a diagnosed trial measured that the model uses; None without the two sides."""
+    """What a diagnosed trial measured that the model uses; None without the two sides. Its `samples_per_s` is
+    the trial's throughput in the search's unit (trial.result.unit_of: a language model's tokens/s), as the
+    study's values are: a prediction is calibrated on it (`_base`), so it comes out in that unit too."""
     out = {k: float(metrics[k]) for k in RATES if metrics.get(k) is not None}
+    if metrics.get(unit_of(metrics).metric) is not None:
+        out["samples_per_s"] = float(metrics[unit_of(metrics).metric])
     return out if "compute_ceiling_samples_per_s" in out and "loader_samples_per_s_per_worker" in out else None
 
 

@@ -57,7 +57,7 @@ class Proposal:
     trial: optuna.trial.Trial
     params: dict[str, Any]  # the searched knobs
     source: str  # baseline | plan | sampler | grid | fallback
-    predicted: float | None = None  # samples/s, by the rate model (autotune.model), where it can say
+    predicted: float | None = None  # in the study's unit, by the rate model (autotune.model), where it can say
 
 
 MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
@@ -343,7 +343,7 @@ class Strategy:
                 "status": "skipped",
                 "predicted": guess["samples_per_s"],
                 "error": f"skipped: predicted {guess['samples_per_s']:.1f} "
-                f"samples/s, below {model.SKIP_BELOW:.0%} of the best "
+                f"{self.study.user_attrs.get('unit', 'samples')}/s, below {model.SKIP_BELOW:.0%} of the best "
                 f"({best:.1f})",
             },
             skip_if_exists=False,
@@ -386,12 +386,22 @@ class Strategy:
         bottleneck: str | None = None,
         diagnosis: dict | None = None,
         attrs: dict | None = None,
+        unit: str | None = None,
     ) -> None:
         """A trial finished: ok (with its throughput; unsafe ones count as
         failed), pruned (a partial throughput, below the best), oom, error or
         timeout. Its diagnosis (bottleneck and moves; or a `bottleneck` alone)
         is kept with the trial: the local moves from it, when it becomes the
-        incumbent, start with what it says."""
+        incumbent, start with what it says. `unit`: what `value` counts
+        (trial.result.unit_of: tokens, samples); the first one told is the
+        study's, and a value in another is no throughput of this search (an
+        error naming both: a program that reported tokens in some steps only)."""
+        known = self.study.user_attrs.get("unit")
+        if unit and value is not None and known and unit != known:
+            value, status = None, "error"
+            error = f"its throughput is counted in {unit}, the search's in {known}; report the same at every step"
+        elif unit and value is not None and not known:
+            self.study.set_user_attr("unit", unit)
         trial.set_user_attr("status", status if safe else "unsafe")
         for k, v in (attrs or {}).items():
             trial.set_user_attr(k, v)
@@ -414,7 +424,7 @@ class Strategy:
 
     def incumbent_bar(self, point: dict | None = None) -> dict:
         """What a trial must beat to become the incumbent, as its config takes it:
-        `incumbent_above`, samples/s (the best so far and min_improvement; at or
+        `incumbent_above`, in the study's unit (the best so far and min_improvement; at or
         below it a trial pays for its window alone), `incumbent_ci`, how well
         the best is known (its throughput's relative 95% CI, 0 where its trial
         recorded none), and `incumbent_trial`, its number (a tie kept names it).

@@ -470,8 +470,7 @@ def _finish(
     if baseline and baseline.throughput and best:
         export.write_best_config(result, spec, paths["best_config"])
         summary.update(
-            baseline_samples_per_s=baseline.throughput,
-            best_samples_per_s=best.throughput,
+            {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},
             speedup_x=result.speedup,
             trials_speedup_x=best.throughput / baseline.throughput,
         )

@@ -10,7 +10,7 @@ from typing import Callable
 from autotune import knobs as K
 from autotune.decide.stoppers import Flag
 from autotune.decide.strategy import Strategy, told
-from autotune.records.run_dir import METRIC, received
+from autotune.records.run_dir import received
 
 
 class Proposer:
@@ -49,7 +49,8 @@ class Proposer:
         self.strategy.tell(
             trial,
             "error" if error else result.status,
-            result.metric(METRIC),
+            result.rate,  # in the unit its metrics say (trial.result.unit_of): tokens/s for a language model
+            unit=result.unit.name if result.rate is not None else None,
             safe=result.parity is None or bool(result.parity.get("passed")),
             error=f"{result.error_type}: {result.error}" if result.error else None,
             diagnosis=result.diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck

@@ -34,7 +34,7 @@ from autotune.execution import reaper  # noqa: E402
 from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
 from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
-from autotune.records.run_dir import METRIC, transport, trial_dir_of  # noqa: E402
+from autotune.records.run_dir import TUNE_METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.decide.stoppers import Flag, Stopper  # noqa: E402
 from autotune.spec import Spec, SpecError  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
@@ -177,7 +177,7 @@ class Searcher(TuneSearcher):
     study holds all state, so save/restore have nothing to add."""
 
     def __init__(self, proposer: Proposer):
-        super().__init__(metric=METRIC, mode="max")
+        super().__init__(metric=TUNE_METRIC, mode="max")
         self.proposer = proposer
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:

@@ -72,8 +72,22 @@ def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _rates(best, base, unit) -> dict[str, Any]:
+    """The baseline's and the best's throughput in the search's unit (trial.result.unit_of); a language model's
+    samples/s beside its tokens/s, and the best's MFU where the device's peak is known."""
+    out = {unit.key("baseline"): round(base.throughput, 2), unit.key("best"): round(best.throughput, 2)}
+    if unit.name != "samples":
+        out["unit"] = unit.name
+        for role, r in (("baseline", base), ("best", best)):
+            if r.metrics.get("samples_per_s") is not None:
+                out[f"{role}_samples_per_s"] = round(r.metrics["samples_per_s"], 2)
+        if best.metrics.get("mfu") is not None:
+            out["best_mfu"] = round(best.metrics["mfu"], 4)
+    return out
+
+
 def write_best_config(result, spec, path: Path) -> dict[str, Any]:
-    best, base = result.best, result.baseline
+    best, base, unit = result.best, result.baseline, result.unit
     data = {
         "autotune": {
             "version": __version__,
@@ -86,8 +100,7 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
         "workload_args": K.workload_args(best.knobs),
         "measured": {
-            "baseline_samples_per_s": round(base.throughput, 2),
-            "best_samples_per_s": round(best.throughput, 2),
+            **_rates(best, base, unit),
             # re-measured side by side where it was (autotune.confirm); None: unknown (`confirmed.unknown` says why)
             "speedup_x": None if result.speedup is None else round(result.speedup, 3),
             "best_trial": best.number,
@@ -111,7 +124,7 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
     if advice:
         data["batch"] = advice
     rejected = [
-        {"trial": r.number, "samples_per_s": round(r.throughput, 2), "reason": r.parity.get("reason")}
+        {"trial": r.number, unit.metric: round(r.throughput, 2), "reason": r.parity.get("reason")}
         for r in result.records
         if r.throughput and not r.safe and r.throughput > best.throughput
     ]
@@ -183,9 +196,10 @@ def render(data: dict[str, Any], fmt: str) -> str:
 
 def _header(data) -> str:
     m = data.get("measured", {})
+    unit = m.get("unit", "samples")  # a language model's search: tokens (`_rates`)
     return (
-        f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get('baseline_samples_per_s')} -> "
-        f"{m.get('best_samples_per_s')} samples/s), measured on {data.get('device', {}).get('name', '?')}\n"
+        f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get(f'baseline_{unit}_per_s')} -> "
+        f"{m.get(f'best_{unit}_per_s')} {unit}/s), measured on {data.get('device', {}).get('name', '?')}\n"
         + "".join(
             f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
             for f in data.get("safety", [])

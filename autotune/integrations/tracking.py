@@ -93,9 +93,12 @@ def trials_view(parent_run_id: str, knobs) -> dict:
     fastest first, throughput, speedup, outcome, parity and the searched knobs
     as columns; in the chart view, every trial, throughput and speedup first
     (MLflow 3.17's ui-state keys, read from its JS bundle). The UI reads it from the
-    experiment tag VIEW_TAG + view_key, opened by `trials_url`."""
+    experiment tag VIEW_TAG + view_key, opened by `trials_url`. A language model's search (trial.result.unit_of)
+    has tokens/s and MFU beside samples/s: it is written before any trial says which the search is, so both."""
     cols = [
         "metrics.`samples_per_s`",
+        "metrics.`tokens_per_s`",
+        "metrics.`mfu`",
         "metrics.`speedup_x`",
         "tags.`outcome`",
         "tags.`safety.parity`",
@@ -114,7 +117,7 @@ def trials_view(parent_run_id: str, knobs) -> dict:
             "deleted": False,
             "isGenerated": False,
         }
-        for m in ("samples_per_s", "speedup_x")
+        for m in ("samples_per_s", "tokens_per_s", "speedup_x")
     ]
     return {
         "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",

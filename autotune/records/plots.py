@@ -85,7 +85,7 @@ def per_trial_figure(result):
             label="failed (oom / error / timeout)",
             clip_on=False,
         )
-    ax.set(xlabel="trial", ylabel="samples/s", title="Throughput per trial", ylim=(0, None))
+    ax.set(xlabel="trial", ylabel=result.unit.label, title="Throughput per trial", ylim=(0, None))
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.16), ncol=3, fontsize=8, frameon=False)
     ax.grid(alpha=0.3)
     return fig
@@ -112,7 +112,7 @@ def _by_knob(result, knobs: list[str], path: Path) -> Path | None:
             if ys:
                 ax.hlines(sorted(ys)[len(ys) // 2], i - 0.3, i + 0.3, color=BEST_COLOR)
         ax.set_xticks(range(len(values)), [str(v) for v in values])
-        ax.set(title=knob, ylabel="samples/s", ylim=(0, None))
+        ax.set(title=knob, ylabel=result.unit.label, ylim=(0, None))
         ax.grid(alpha=0.3, axis="y")
     for ax in list(axes.flat)[len(knobs) :]:
         ax.axis("off")
@@ -129,11 +129,12 @@ def _parallel(result, knobs: list[str], path: Path) -> Path | None:
         return None
     lo, hi = ok[0].measured, ok[-1].measured
     norm = colors.Normalize(lo, hi if hi > lo else lo + 1)
-    axes_names = knobs + ["samples/s"]
+    rate = result.unit.label  # the search's unit (trial.result.unit_of): a language model's tokens/s
+    axes_names = knobs + [rate]
     fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(axes_names)), 4.5))
 
     def position(r, name):
-        if name == "samples/s":
+        if name == rate:
             return norm(r.measured)
         values = result.space.search[name]
         return values.index(r.knobs[name]) / max(len(values) - 1, 1)
@@ -149,13 +150,13 @@ def _parallel(result, knobs: list[str], path: Path) -> Path | None:
         ax.plot(range(len(axes_names)), [position(r, n) for n in axes_names], **style)
     for i, name in enumerate(axes_names):
         ax.axvline(i, color="black", linewidth=0.8)
-        labels = [f"{lo:.0f}", f"{hi:.0f}"] if name == "samples/s" else [str(v) for v in result.space.search[name]]
+        labels = [f"{lo:.0f}", f"{hi:.0f}"] if name == rate else [str(v) for v in result.space.search[name]]
         for j, label in enumerate(labels):
             ax.text(i + 0.03, j / max(len(labels) - 1, 1), label, fontsize=8, va="center")
     ax.set_xticks(range(len(axes_names)), axes_names)
     ax.set_yticks([])
-    ax.set_title("Parallel coordinates (colour: samples/s; dotted: pruned)")
-    fig.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=ax, label="samples/s")
+    ax.set_title(f"Parallel coordinates (colour: {rate}; dotted: pruned)")
+    fig.colorbar(cm.ScalarMappable(norm=norm, cmap="viridis"), ax=ax, label=rate)
     ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=2, fontsize=8, frameon=False)
     return _done(fig, path)
 

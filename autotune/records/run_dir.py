@@ -13,9 +13,10 @@ from typing import Any
 from autotune import knobs as K
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import break_even, settle
-from autotune.trial.result import TrialResult
+from autotune.trial.result import SAMPLES, TrialResult, Unit, unit_of
 
-METRIC = "samples_per_s"
+# what Ray Tune schedules on (`transport`): a trial's throughput in its unit (trial.result.unit_of)
+TUNE_METRIC = "throughput"
 INFO = (
     "host",
     "node_ip",
@@ -65,11 +66,16 @@ class TrialRecord:
     tie: dict[str, Any] | None = None  # set by pick_best on the best: a faster, riskier trial it tied with
 
     @property
+    def unit(self) -> Unit:
+        """What its throughput counts (trial.result.unit_of): tokens for a language model, else samples."""
+        return unit_of(self.metrics)
+
+    @property
     def measured(self) -> float | None:
-        """Throughput as measured, a pruned trial's too (over its shortened
+        """Throughput as measured, in its unit, a pruned trial's too (over its shortened
         window): what plots and per-knob effects show. `throughput` is only a
         complete trial's: what can be the best."""
-        return self.metrics.get(METRIC) if self.status in ("ok", "pruned") else None
+        return self.metrics.get(self.unit.metric) if self.status in ("ok", "pruned") else None
 
     @property
     def safe(self) -> bool:
@@ -78,7 +84,7 @@ class TrialRecord:
 
     @property
     def throughput(self) -> float | None:
-        return self.metrics.get(METRIC) if self.status == "ok" else None
+        return self.metrics.get(self.unit.metric) if self.status == "ok" else None
 
     @property
     def tie_holds(self) -> bool:
@@ -135,6 +141,13 @@ class SearchResult:
     importance: dict[str, float] | None = None  # each knob's share of the variation, once the plots are drawn
 
     @property
+    def unit(self) -> Unit:
+        """What the search's throughput counts (trial.result.unit_of): its baseline's unit, else its first
+        measured trial's; samples before any was measured. Every trial of a workload counts alike."""
+        measured = [r for r in ([self.baseline] if self.baseline else []) + self.records if r.measured]
+        return measured[0].unit if measured else SAMPLES
+
+    @property
     def confirmed(self) -> dict[str, Any] | None:
         """The re-measurement of this best against the baseline (autotune.confirm),
         None where there is none (or the baseline won it)."""
@@ -161,13 +174,14 @@ class SearchResult:
     @property
     def break_even(self) -> dict[str, Any] | None:
         """When the search pays for itself (`verdicts.break_even`): its wall time
-        against the winner's per-step saving at the winner's batch size and
-        measured rate (the re-measured one where the speedup is)."""
-        best = self.best
+        against the winner's per-step saving at the winner's step (its batch size, a language model's tokens a
+        step) and measured rate (the re-measured one where the speedup is), in the search's unit."""
+        best, unit = self.best, self.unit
         if self.speedup is None:
             return None
-        rate = self.confirmed["best_samples_per_s"] if self.confirmed else best.throughput
-        return break_even(self.wall_s, self.speedup, rate, best.knobs["batch_size"], best is not self.baseline)
+        rate = self.confirmed.get(unit.key("best")) if self.confirmed else best.throughput
+        per_step = best.metrics.get("tokens_per_step") if unit.name == "tokens" else best.knobs["batch_size"]
+        return break_even(self.wall_s, self.speedup, rate, per_step, best is not self.baseline, unit)
 
     @property
     def best_config(self):
@@ -211,7 +225,7 @@ def transport(number: int, trial_dir: Path, result: TrialResult) -> dict:
         "result_json": json.dumps(result.to_dict()),
     }
     if result.ok:
-        carried[METRIC] = result.metrics[METRIC]
+        carried[TUNE_METRIC] = result.rate
     return carried
 
 
@@ -363,17 +377,18 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
             if faster in kept
             else "inside the measured uncertainty (95% CIs overlap)"
         )
+        unit = best.unit
         best.tie = {
             "faster_trial": faster.number,
-            "faster_samples_per_s": round(faster.throughput, 2),
+            unit.key("faster"): round(faster.throughput, 2),
             "faster_ci95": round(_ci(faster), 4),
             "faster_risk": _risk_name(faster, base.knobs),
             "chosen_trial": best.number,
-            "chosen_samples_per_s": round(best.throughput, 2),
+            unit.key("chosen"): round(best.throughput, 2),
             "chosen_ci95": round(_ci(best), 4),
             "chosen_risk": _risk_name(best, base.knobs),
             "note": (
-                f"trial #{faster.number} ({faster.throughput:.1f} samples/s +-{_ci(faster):.1%}) is "
+                f"trial #{faster.number} ({faster.throughput:.1f} {unit.label} +-{_ci(faster):.1%}) is "
                 f"{faster.throughput / best.throughput - 1:.1%} faster than #{best.number} "
                 f"({best.throughput:.1f} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
                 f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from autotune.trial.result import SAMPLES, TOKENS, Unit
+
 # the baseline re-measured this far off its trial's read (and outside twice that window's CI) is said: every
 # trial was compared with that read (measured: jpeg_pipeline's baseline read 105.9 in its trial, 88.0 and 87.3
 # here, and the climb's first moves, each read below it, were screened)
@@ -53,10 +55,11 @@ def describe(confirm: dict[str, Any]) -> str:
     if confirm["verdict"] != "faster":
         line += "; not faster in every pair: a tie, won by the safer config (the baseline)"
     drift, ci = confirm.get("baseline_drift"), confirm.get("baseline_trial_ci95") or 0.0
+    unit = confirmed_unit(confirm)
     if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
         line += (
-            f"; the baseline re-measured {drift:+.0%} off its trial's {confirm['baseline_trial_samples_per_s']:g} "
-            f"samples/s (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
+            f"; the baseline re-measured {drift:+.0%} off its trial's {confirm[unit.key('baseline_trial')]:g} "
+            f"{unit.label} (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
             "that process was unusual, and configs screened or pruned near the baseline may deserve a second look"
         )
     if confirm.get("error"):
@@ -67,6 +70,12 @@ def describe(confirm: dict[str, Any]) -> str:
             + "; ".join(d["why"] for d in confirm["disturbed_pairs"])
         )
     return line
+
+
+def confirmed_unit(confirm: dict[str, Any]) -> Unit:
+    """The unit a re-measurement's figures are in, and named by (its `unit`: baseline_tokens_per_s for a language
+    model's search; a summary without one, samples: baseline_samples_per_s)."""
+    return TOKENS if confirm.get("unit") == TOKENS.name else SAMPLES
 
 
 def settle(result) -> None:
@@ -82,11 +91,12 @@ def settle(result) -> None:
         or best is base
     ):
         return
+    unit = base.unit
     base.tie = {
         "faster_trial": best.number,
-        "faster_samples_per_s": round(best.throughput, 2),
+        unit.key("faster"): round(best.throughput, 2),
         "chosen_trial": base.number,
-        "chosen_samples_per_s": round(base.throughput, 2),
+        unit.key("chosen"): round(base.throughput, 2),
         "note": (
             f"trial #{best.number} measured {best.throughput / base.throughput:.2f}x the baseline in the "
             f"search, but {describe(confirm).removeprefix('re-measured ')}"
@@ -96,22 +106,27 @@ def settle(result) -> None:
 
 
 def break_even(
-    search_s: float, speedup: float | None, samples_per_s: float | None, batch_size: int | None, changed: bool = True
+    search_s: float,
+    speedup: float | None,
+    rate: float | None,
+    per_step: float | None,
+    changed: bool = True,
+    unit: Unit = SAMPLES,
 ) -> dict[str, Any] | None:
     """When the search pays for itself: its wall time against what the winner saves
-    per training step. A step of `batch_size` samples takes batch/rate seconds at
-    the winner's measured rate (`samples_per_s`) and `speedup` times that at the
-    baseline's, so it saves batch x (speedup - 1) / rate; the search is paid back
+    per training step. A step of `per_step` samples (its batch size; a language model's: its tokens a step, `unit`
+    TOKENS) takes per_step/rate seconds at the winner's measured `rate` (in `unit`) and `speedup` times that at the
+    baseline's, so it saves per_step x (speedup - 1) / rate; the search is paid back
     after search_s / that many steps, which take search_s / (speedup - 1) seconds
     of training at the winner's rate. `changed`: the winner is not the baseline.
     None when there is no speedup to weigh (no measured baseline)."""
-    if speedup is None or not samples_per_s or not batch_size:
+    if speedup is None or not rate or not per_step:
         return None
     out: dict[str, Any] = {
         "search_s": round(search_s, 1),
         "speedup_x": round(speedup, 4),
-        "batch_size": batch_size,
-        "samples_per_s": round(samples_per_s, 2),
+        ("tokens_per_step" if unit is TOKENS else "batch_size"): per_step,
+        unit.metric: round(rate, 2),
     }
     if not changed or speedup <= 1:
         why = (
@@ -126,7 +141,8 @@ def break_even(
             "hours": None,
             "note": f"never pays back: {why}, so no training step saves anything",
         }
-    saved_s = batch_size * (speedup - 1) / samples_per_s
+    saved_s = per_step * (speedup - 1) / rate
+    step = f"of {per_step:,.0f} tokens" if unit is TOKENS else f"of batch {per_step}"
     steps = math.ceil(search_s / saved_s - 1e-9)  # 600 s / 50 ms is 12000 steps, not 12001 by rounding
     hours = search_s / (speedup - 1) / 3600
     return {
@@ -135,9 +151,9 @@ def break_even(
         "steps": steps,
         "hours": round(hours, 4),
         "note": (
-            f"the search ({_duration(search_s)}) pays for itself after {steps:,} training steps of batch "
-            f"{batch_size}, {_duration(hours * 3600)} of training at the best config's {samples_per_s:,.0f} "
-            f"samples/s (it saves {saved_s * 1e3:.3g} ms a step, {speedup:.2f}x)"
+            f"the search ({_duration(search_s)}) pays for itself after {steps:,} training steps {step}, "
+            f"{_duration(hours * 3600)} of training at the best config's {rate:,.0f} "
+            f"{unit.label} (it saves {saved_s * 1e3:.3g} ms a step, {speedup:.2f}x)"
         ),
     }
 

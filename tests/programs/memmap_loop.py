@@ -2,7 +2,8 @@
 train.py does: batches sampled by `get_batch` from a uint16 memmap (no
 DataLoader), gradient accumulation, gradient clipping, a cosine learning-rate
 schedule with warm-up and a GradScaler. Four lines are added for autotune,
-marked `# autotune` (one more is the `get_batch` call, indented under cfg.data()).
+marked `# autotune` (one more is the `get_batch` call, indented under cfg.data()); its step reports the tokens it
+trained on (samples x block_size: no padding), so its throughput is tokens/s.
 
     python memmap_loop.py --data data.bin --batch_size 8 --max_iters 500
 """
@@ -84,7 +85,8 @@ for it in range(args.max_iters):
     scaler.step(optimizer)
     scaler.update()
     optimizer.zero_grad(set_to_none=True)
-    cfg.step(samples=args.batch_size * args.grad_accum, loss=loss * args.grad_accum)  # autotune
+    samples = args.batch_size * args.grad_accum
+    cfg.step(samples=samples, tokens=samples * args.block_size, loss=loss * args.grad_accum)  # autotune
     if it % 100 == 0:
         print(f"iter {it}: loss {loss.item() * args.grad_accum:.4f}")
 torch.save(model.state_dict(), "ckpt.pt")

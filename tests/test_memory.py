@@ -79,3 +79,40 @@ def test_the_ladder_climbs_past_an_oom_with_checkpointing_under_a_memory_limit(t
     assert rows.loc[rows["status"] == "ok", "mem_inuse_peak_gib"].notna().all()
     metrics = MlflowClient(f"sqlite:///{result.run_dir}/mlflow.db").get_run(climbed.mlflow_run_id).data.metrics
     assert {"mem_inuse_peak_gib", "mem_inuse_step_gib", "mem_rss_peak_gib"} <= set(metrics)
+
+
+def test_an_allocation_the_cpu_refuses_is_an_out_of_memory():
+    import torch
+
+    with pytest.raises(RuntimeError) as refused:
+        torch.empty(2**50, dtype=torch.uint8)  # a petabyte: the CPU allocator refuses it (no OutOfMemoryError)
+    assert memory.is_oom(refused.value) and not memory.is_oom(RuntimeError("shape mismatch"))
+
+
+def test_a_programs_out_of_memory_is_an_oom_trial_with_its_reason_and_memory(tmp_path):
+    """A program whose step the allocator refuses: status `oom` (the search's strategy then runs no larger batch
+    with the same device-side knobs), the allocator's words, and the memory at the failure."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from autotune.trial.result import TrialResult
+
+    root = Path(__file__).parent.parent
+    request = {"workload": {"command": ["python", "tiny_steps.py"]}, "knobs": {}, "warmup_steps": 5}
+    (tmp_path / "config.json").write_text(json.dumps(request))
+    env = {k: v for k, v in os.environ.items() if k not in ("AUTOTUNE_TRIAL", "AUTOTUNE_CONFIG")}
+    env.update(PYTHONPATH=str(root), AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
+    proc = subprocess.run(
+        [sys.executable, str(root / "tests" / "programs" / "tiny_steps.py"), "--mode", "oom"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    result = TrialResult.read(tmp_path / "result.json")
+    assert proc.returncode != 0 and result.status == "oom", proc.stderr[-2000:]
+    assert "can't allocate memory" in result.error and result.metrics["mem_rss_peak_gib"] > 0

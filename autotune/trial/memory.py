@@ -176,7 +176,13 @@ def at_failure(error: BaseException, device) -> dict[str, float]:
     return {**out, **({"mem_inuse_peak_gib": peak} if peak is not None else {})}
 
 
+# what an allocation that failed says: CUDA's OutOfMemoryError, and the CPU allocator's RuntimeError
+# ("DefaultCPUAllocator: can't allocate memory: you tried to allocate N bytes. Error code 12 (Cannot allocate
+# memory)", torch 2.14: no OutOfMemoryError on the CPU)
+OOM_WORDS = ("out of memory", "can't allocate memory", "cannot allocate memory")
+
+
 def is_oom(e: BaseException) -> bool:
     import torch
 
-    return isinstance(e, torch.OutOfMemoryError) or "out of memory" in str(e).lower()
+    return isinstance(e, torch.OutOfMemoryError) or any(w in str(e).lower() for w in OOM_WORDS)

@@ -2,7 +2,8 @@
 model on random data, `cfg.step` at each step. `--mode`: `ok`; `no_steps` (trains
 without ever calling cfg.step); `exit_early` (returns before its first step);
 `fail_with_workers` (raises on its third step when the config sets loader
-workers: one failing candidate)."""
+workers: one failing candidate); `oom` (its third step asks the allocator for a
+petabyte, as a batch too large for the host would: the allocator refuses it)."""
 
 import argparse
 import sys
@@ -30,5 +31,7 @@ for step in range(args.steps if args.mode != "no_steps" else 10**12):  # no_step
     opt.step()
     if args.mode == "fail_with_workers" and step == 2 and kwargs.get("num_workers"):
         raise RuntimeError("this program breaks with loader workers")
+    if args.mode == "oom" and step == 2:
+        torch.empty(2**50, dtype=torch.uint8)
     if args.mode != "no_steps":
         cfg.step(samples=len(x), loss=loss)

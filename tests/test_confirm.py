@@ -7,9 +7,9 @@ import yaml
 from autotune import stats
 from autotune.decide import confirm as C
 from autotune.records.run_dir import read_run
-from autotune.trial.result import TrialResult
+from autotune.trial.result import TOKENS, TrialResult
 from autotune.records.state import SearchState
-from autotune.records.verdicts import describe
+from autotune.records.verdicts import confirmed_unit, describe
 
 
 def test_rounds_alternate_so_a_drift_weighs_on_both_sides():
@@ -122,6 +122,29 @@ def test_the_speedup_is_the_median_of_the_paired_ratios():
     assert describe(out) == (
         "re-measured side by side, 3 interleaved rounds in fresh processes: 2.00x (pairs 1.90-2.11x)"
     )
+
+
+def test_a_language_models_pairs_are_read_and_named_in_tokens_per_s(tmp_path):
+    """The unit trial.result.unit_of gives: tokens/s, where the samples/s say otherwise (a padding-free or packed
+    best trains more tokens a sample), and the re-read anchor's reads are its tokens/s."""
+    values = [(100.0, 3200.0), (100.0, 6400.0), (100.0, 6000.0), (100.0, 3000.0)]
+
+    def run(knobs, label):
+        samples, tokens = values.pop(0)
+        return TrialResult("ok", metrics={"samples_per_s": samples, "tokens_per_s": tokens})
+
+    out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 2, unit=TOKENS)
+    assert out["unit"] == "tokens" and out["speedup_x"] == 2.0 and out["verdict"] == "faster"
+    assert out["baseline_tokens_per_s"] == 3100.0 and out["best_tokens_per_s"] == 6200.0
+    assert "baseline_samples_per_s" not in out and confirmed_unit(out) is TOKENS
+
+    def reread(config, trial_dir):
+        return TrialResult("ok", metrics={"samples_per_s": 90.0, "tokens_per_s": 2880.0}, trial_wall_s=1.0)
+
+    first = TrialResult("ok", metrics={"samples_per_s": 100.0, "tokens_per_s": 3200.0}, trial_wall_s=1.0)
+    m = C.reread_anchor(first, {}, reread, tmp_path).metrics
+    assert m["tokens_per_s"] == 3040.0 and m["samples_per_s"] == pytest.approx(95.0)  # samples/s follow, beside
+    assert (m["anchor_first_tokens_per_s"], m["anchor_reread_tokens_per_s"]) == (3200.0, 2880.0)
 
 
 LOADED = "other processes used 60% of the host's CPU time"

@@ -389,6 +389,35 @@ def test_break_even_is_in_the_summary_markdown_and_json(tmp_path):
     assert as_dict(result)["break_even"]["note"].startswith("never pays back: the best config is the baseline's own")
 
 
+def test_a_language_models_search_leads_with_tokens_per_s(tmp_path):
+    """Records whose trials counted tokens (trial.result.unit_of): the unit of the speedup, the table's first row,
+    the per-knob effects, the break-even (tokens a step) and the plots' axes; samples/s stays beside."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from autotune.cli.report import as_dict, console, summary
+    from autotune.records.plots import per_trial_figure
+    from autotune.trial.result import TOKENS
+
+    records = _records()
+    for r in records:  # 32 tokens a sample; the best (channels_last here) packs 2x the tokens a sample
+        if r.metrics:
+            per_sample = 64 if r.knobs["channels_last"] else 32
+            r.metrics.update(tokens_per_s=r.metrics["samples_per_s"] * per_sample, tokens_per_step=32.0 * per_sample)
+    result = _result(records, tmp_path)
+    assert result.unit is TOKENS and result.best.number == 1
+    assert result.speedup == 3.0  # 9,600 / 3,200 tokens/s, where samples/s say 1.5x
+    d = as_dict(result)
+    assert d["unit"] == "tokens" and d["knob_effects"]["batch_size"][1]["median_tokens_per_s"] == 1280.0
+    assert d["break_even"]["tokens_per_step"] == 2048.0 and d["break_even"]["tokens_per_s"] == 9600.0
+    with console.capture() as out:
+        summary(result, show_paths=False)
+    text = out.get()
+    assert text.index("tokens/s") < text.index("samples/s")  # tokens/s first, samples/s beside
+    assert "9,600" in text and "of 2,048 tokens" in " ".join(text.split())
+    assert per_trial_figure(result).axes[0].get_ylabel() == "tokens/s"
+
+
 def test_a_search_writes_its_break_even_to_best_config_and_its_summary(finished_run):
     import math
 

@@ -553,6 +553,11 @@ def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, mo
     m = result.metrics
     assert m["samples_per_s"] == pytest.approx(4 * m["steps_per_s"])  # TrlParser got the batch knob
     assert 0 <= m["data_wait_frac"] < 1  # SFTTrainer (a Trainer) got the callback
+    # a language model's unit: its texts' tokens (TRL's padded batches: the attention mask's ones), the FLOPs of
+    # the Llama the Trainer handed over (on_train_begin), no MFU on a CPU
+    assert result.unit.name == "tokens" and m["tokens_per_s"] == pytest.approx(m["tokens_per_step"] * m["steps_per_s"])
+    assert m["tokens_per_step"] / m["seq_len_mean"] == pytest.approx(4) and 1 < m["seq_len_mean"] <= 128
+    assert m["flops_per_token"] > 0 and "mfu" not in m
     assert len(result.losses) == m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
     assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
     assert not (tmp_path / "mine").exists()

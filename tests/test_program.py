@@ -259,7 +259,9 @@ def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_pat
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
     assert len(run.records) == 3 and {r.status for r in run.records} <= {"ok", "pruned"}
+    assert run.unit is TOKENS  # searched in tokens/s, through the instrumented Trainer's batches
     for r in (r for r in run.records if r.status == "ok"):
+        assert r.throughput == r.metrics["tokens_per_s"] and r.metrics["tokens_per_step"] <= r.knobs["batch_size"] * 128
         per_step = r.metrics["samples_per_s"] / r.metrics["steps_per_s"]
         if r.knobs["args.packing"]:  # texts packed into 128-token rows: a step trains more texts than rows
             assert per_step > r.knobs["batch_size"]

@@ -30,19 +30,25 @@ import os
 from pathlib import Path
 from typing import Any
 
-from autotune.knobs._registry import KNOBS, USER_PREFIX
+from autotune.knobs._registry import KNOBS, USER_PREFIX, canonical
 
 TRIAL_ENV, CONFIG_ENV, ONLINE_ENV = "AUTOTUNE_TRIAL", "AUTOTUNE_CONFIG", "AUTOTUNE_ONLINE"
-# the knobs applied when config() is called (process and backend flags): used by every program
-APPLIED_AT_START = ("num_threads", "cudnn_benchmark")
-# the methods through which each other knob reaches a program
+# the knobs applied when config() is called (process and backend flags), or before the process starts (the
+# environment knobs, by the launcher): used by every program
+APPLIED_AT_START = ("num_threads", "cudnn_benchmark", "expandable_segments")
+# a language model's knobs applied to the model (autotune.knobs._lm.prepare_lm)
+LM_MODEL = ("attention", "liger_kernels", "activation_checkpointing", "float8")
+# the methods through which each other knob reaches a program; beside the methods, what the zero-code
+# instrumentation records where it reaches one (`REACHES`)
 USES = {
     "dataloader_kwargs": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
-    "prepare": ("channels_last", "compile", "fused_optimizer"),
+    "prepare": ("channels_last", "compile", "fused_optimizer", *LM_MODEL),
+    "flatten": ("padding_free",),
+    "packing": ("packing",),
     "wrap": (
+        *LM_MODEL,
         "channels_last",
         "compile",
-        "activation_checkpointing",
         "ddp_bucket_cap_mb",
         "ddp_gradient_as_bucket_view",
         "ddp_static_graph",
@@ -55,6 +61,13 @@ USES = {
 }
 
 
+# the reaches that are no method of the config: what the program lacks where a knob never reached it
+REACHES = {
+    "flatten": "trains no transformers Trainer (its padded batches are flattened, autotune.integrations.instrument)",
+    "packing": "has no `packing` argument (TRL's SFTConfig has one)",
+}
+
+
 def unused(knob: str, used: list[str]) -> str | None:
     """Why a program that called the methods `used` cannot take `knob` (None: it can)."""
     if knob.startswith(USER_PREFIX) or knob in APPLIED_AT_START:
@@ -62,13 +75,17 @@ def unused(knob: str, used: list[str]) -> str | None:
     methods = [m for m, knobs in USES.items() if knob in knobs]
     if not methods or set(methods) & set(used):
         return None
-    return f"not used by your program: it never calls {' or '.join(f'cfg.{m}()' for m in methods)}"
+    calls = [f"cfg.{m}()" for m in methods if m not in REACHES]
+    lacks = [REACHES[m] for m in methods if m in REACHES]
+    return "not used by your program: it " + " and ".join(
+        ([f"never calls {' or '.join(calls)}"] if calls else []) + lacks
+    )
 
 
 def _set_knobs(data: dict[str, Any]) -> dict[str, Any]:
     """The knobs a best_config.yaml changes from its baseline (its `safety` list);
     a file without one (written by hand): every knob it names."""
-    knobs = {k: v for k, v in (data.get("knobs") or {}).items() if k in KNOBS}
+    knobs = canonical({k: v for k, v in (data.get("knobs") or {}).items() if k in KNOBS})
     if isinstance(data.get("safety"), list):
         changed = {f["knob"] for f in data["safety"] if isinstance(f, dict)}
         knobs = {k: v for k, v in knobs.items() if k in changed}
@@ -93,9 +110,23 @@ class Config:
         self.mode, self.knobs, self.device_type, self.file = mode, dict(knobs), device_type, data or {}
         self.online = online
         self.used: set[str] = set()
-        self.loop = TrialLoop(request, trial_dir, self.used, device_type) if mode == "trial" else PassThrough()
+        # what the program's model cannot take ("knob" or "knob=value" -> why), and the knob values it runs with
+        # on its own: found where a model reaches autotune (prepare, the instrumented Trainer), read off the probe
+        self.cannot: dict[str, str] = {}
+        self.own: dict[str, Any] = {}
+        self._found = False  # a model was handed over (`found`)
+        self.carried: set[str] = set()  # knobs a script's own flags carried (autotune.integrations.instrument)
+        self.loop = (
+            TrialLoop(request, trial_dir, self.used, device_type, self.cannot, self.own)
+            if mode == "trial"
+            else PassThrough()
+        )
         import torch
 
+        from autotune.knobs import environment
+
+        if mode == "production" and not torch.cuda.is_initialized():  # a trial's process started with them
+            os.environ.update(environment(self.knobs, dict(os.environ)))
         if self.knobs.get("num_threads") is not None:
             torch.set_num_threads(self.knobs["num_threads"])
         if "cudnn_benchmark" in self.knobs:
@@ -115,6 +146,33 @@ class Config:
         if self.mode == "trial":
             return dict(self.request_args)
         return dict(self.file.get("workload_args") or {})
+
+    @property
+    def grad_accumulation_steps(self) -> int:
+        """Micro-batches per optimizer step this config asks for (the search's keep_effective_batch; 1: step
+        every batch), with its `batch_size` knob as the micro-batch."""
+        if self.mode == "trial":
+            return int(self.loop.cfg.get("accum_steps") or 1)
+        return int((self.file.get("batch") or {}).get("grad_accumulation_steps") or 1)
+
+    @property
+    def blocks(self) -> list[str] | None:
+        """The model's repeated block classes, where the search named them (resources.blocks)."""
+        if self.mode == "trial":
+            return self.loop.cfg.get("blocks")
+        return (self.file.get("parallel") or {}).get("blocks")
+
+    def found(self, model) -> None:
+        """Records what `model` cannot take and runs with on its own (autotune.knobs._lm.what_it_takes),
+        before any knob changes it; the first model a program hands over is the one recorded."""
+        if self._found:
+            return
+        from autotune.knobs._lm import what_it_takes
+
+        self._found = True
+        cannot, own = what_it_takes(model, self.blocks)
+        self.cannot.update(cannot)
+        self.own.update(own)
 
     @property
     def request_args(self) -> dict[str, Any]:
@@ -141,14 +199,18 @@ class Config:
         return out
 
     def prepare(self, model, optimizer=None):
-        """The model in the set memory format, compiled if set (on its own device);
-        the optimizer fused if set (use the one returned). Returns (model, optimizer)."""
+        """The model with the set language-model knobs (float8, Liger, attention kernel, activation checkpointing:
+        autotune.knobs._lm.prepare_lm), in the set memory format, compiled if set (on its own device); the
+        optimizer fused if set (use the one returned). Returns (model, optimizer)."""
         import torch
 
         from autotune.knobs import prepare_optimizer
+        from autotune.knobs._lm import prepare_lm
 
         self.used.add("prepare")
         self.loop.watch(model)
+        self.found(model)
+        prepare_lm(model, self.knobs, self.blocks)
         if self.knobs.get("channels_last"):
             model = model.to(memory_format=torch.channels_last)
         if self.knobs.get("compile", "none") != "none":
@@ -165,14 +227,16 @@ class Config:
 
         self.used.add("wrap")
         self.loop.watch(model)
+        self.found(model)
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         device = (
             torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0)))
             if self.device_type == "cuda"
             else torch.device("cpu")
         )
-        blocks = (self.file.get("parallel") or {}).get("blocks")
-        return wrap(model, self._full(), device, world, blocks)
+        # the language-model knobs where this config sets them (else the model's own, as it came)
+        knobs = {k: v for k, v in self._full().items() if k not in LM_MODEL or k in self.knobs}
+        return wrap(model, knobs, device, world, self.blocks)
 
     def watch(self, model):
         """Hand autotune your model where you call neither `prepare` nor `wrap`: loss parity's noise runs
@@ -282,7 +346,7 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
         request = json.loads(Path(trial).read_text())
         return Config(
             "trial",
-            request.get("knobs") or {},
+            canonical(request.get("knobs") or {}),
             _device(request.get("device", "auto")),
             trial_dir=Path(trial).resolve().parent,
             request=request,

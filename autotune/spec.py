@@ -109,8 +109,10 @@ class WorkloadSpec(_Strict):
 
 
 def _value_type(knob: Knob):
-    """The pydantic type of one value of a knob, from the registry."""
+    """The pydantic type of one value of a knob, from the registry (with its older spellings: `Knob.aliases`)."""
     if knob.choices:
+        if knob.aliases:
+            return Union[Literal[knob.choices], StrictBool]  # type: ignore[valid-type]
         return Literal[knob.choices]  # type: ignore[valid-type]
     return {int: StrictInt, bool: StrictBool, str: str}[knob.type]
 
@@ -121,7 +123,10 @@ def _describe_knob(knob: Knob) -> str:
 
 
 class _KnobSettingsBase(_Strict):
-    pass
+    @field_validator("*")
+    @classmethod
+    def _canonical(cls, v, info):
+        return KNOBS[info.field_name].canonical(v)
 
 
 # One value per knob; None means "PyTorch's default" (batch size: the workload's).
@@ -143,10 +148,11 @@ class _KnobListsBase(_Strict):
     def _check(cls, v, info):
         if v is not None and len(v) == 0:
             raise ValueError("must not be empty; leave the knob out to keep its baseline value")
-        low = KNOBS[info.field_name].minimum
+        knob = KNOBS[info.field_name]
+        low = knob.minimum
         if v is not None and low is not None and any(x is not None and x < low for x in v):
             raise ValueError(f"values must be >= {low}, got {v}")
-        return v
+        return None if v is None else [knob.canonical(x) for x in v]
 
     def given(self) -> dict[str, list]:
         return {k: list(dict.fromkeys(v)) for k, v in self.model_dump().items() if v is not None}

@@ -219,3 +219,41 @@ def test_a_two_rank_program_is_forked_warm_a_rank_each_and_a_failing_rank_ends_t
     assert result.status == "error" and result.error_type == "NoStep" and result.launcher == "program-shared"
     assert "rank 0 joined\n" in log and "rank 1 joined\n" in log and "RuntimeError: rank 1 cannot go on" in log, log
     assert result.trial_wall_s < 60  # rank 0 killed, not left in its barrier until the group's timeout
+
+
+ENV_STEPS = """
+import os
+import autotune
+
+cfg = autotune.config()
+with open(os.path.join(os.environ["AUTOTUNE_TRIAL_DIR"], "alloc.txt"), "w") as f:
+    f.write(os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "unset"))
+for _ in range(100000):
+    cfg.step(samples=1)
+"""
+
+
+@pytest.mark.timeout(200)
+def test_an_environment_knob_starts_its_trial_fresh_with_the_variable_set(tmp_path):
+    """expandable_segments is read when torch's CUDA allocator starts: its trial is a process started with
+    PYTORCH_CUDA_ALLOC_CONF (the user's own setting kept beside it), never a fork of the warm server. (On this
+    CPU the variable does nothing: the launch is what is checked.)"""
+    (tmp_path / "env_steps.py").write_text(ENV_STEPS)
+    config = {
+        "workload": {"command": ["python", "env_steps.py"], "dir": str(tmp_path)},
+        "warmup_steps": 1,
+        "measure_steps": 2,
+        "min_window_s": 0.0,
+        "max_window_s": 0.2,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
+    seen = {}
+    for on in (False, True):
+        trial = tmp_path / str(on)
+        knobs = {"expandable_segments": True} if on else {}
+        result = run_in_process({**config, "knobs": knobs}, trial, 120, ROOT, {}, launcher="fork")
+        assert result.status == "ok", result.error
+        seen[on] = (result.launcher, (trial / "alloc.txt").read_text())
+    assert seen[False] == ("program-fork", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "unset"))
+    assert seen[True] == ("program", "expandable_segments:True")

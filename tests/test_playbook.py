@@ -118,15 +118,27 @@ def test_compute_bound_fp32_without_tensor_cores_gets_mixed_precision():
     assert "no tensor-core kernels" in d["evidence"]
     assert d["recommendations"][0] == "mixed precision (bf16-mixed, or 16-mixed with a GradScaler) for tensor cores"
     # once in bf16 with channels_last, the playbook moves on to what is left
-    later = advised(m, {**KNOBS, "precision": "bf16-mixed", "channels_last": True}, H100)
+    later = advised(m, {**KNOBS, "precision": "bf16-mixed", "channels_last": True}, H100, batch_kind="images")
     assert [mv["knob"] for mv in later["moves"]] == ["cudnn_benchmark", "compile"]
+    # a language model's step: its attention kernel, padding-free rows and float8 come next
+    lm = advised(m, {**KNOBS, "precision": "bf16-mixed", "attention": "eager"}, H100, batch_kind="tokens")
+    assert [mv["knob"] for mv in lm["moves"]] == ["cudnn_benchmark", "compile", "padding_free", "attention", "float8"]
 
 
 def test_memory_bound_when_pointwise_work_dominates():
-    d = advised({"dataloader_frac": 0.0, "gpu_util_frac": 0.95, "gpu_compute_kernel_frac": 0.2}, KNOBS, H100)
+    m = {"dataloader_frac": 0.0, "gpu_util_frac": 0.95, "gpu_compute_kernel_frac": 0.2}
+    d = advised(m, KNOBS, H100, batch_kind="images")
     assert d["bottleneck"] == "memory"
     assert d["recommendations"][0] == "torch.compile to fuse pointwise ops (fewer round trips to memory)"
     assert [mv["knob"] for mv in d["moves"]] == ["compile", "precision", "channels_last", "fused_optimizer"]
+    lm = advised(m, {**KNOBS, "attention": "sdpa"}, H100, batch_kind="tokens")  # sdpa already: no attention move
+    assert [mv["knob"] for mv in lm["moves"]] == [
+        "compile",
+        "precision",
+        "fused_optimizer",
+        "liger_kernels",
+        "padding_free",
+    ]
 
 
 def test_near_full_memory_is_flagged():
@@ -149,7 +161,7 @@ def test_near_full_memory_is_flagged():
 def test_recommendations_are_rendered_from_the_moves_and_the_playbook_is_data():
     for bottleneck in PLAYBOOK:
         moves = playbook_moves(bottleneck, KNOBS, cuda=True)
-        assert moves and all(set(mv) <= {"knob", "to", "why"} for mv in moves)
+        assert moves and all(set(mv) <= {"knob", "to", "why", "with"} for mv in moves)
         assert [render(mv) for mv in moves] == [mv["why"] for mv in moves]
 
 
@@ -222,8 +234,19 @@ def test_communication_bound_when_the_gradient_sync_is_exposed():
 
 def test_capacity_bound_moves_when_2x_the_batch_runs_out_of_memory():
     m = {"data_wait_frac": 0.0, "batch2x_oom": 1.0, "cpu_compute_op_frac": 0.9}
-    d = advised(m, KNOBS, CPU)
+    d = advised(m, KNOBS, CPU, batch_kind="images")
+    capacity = [mv for mv in d["moves"] if mv["knob"] in ("activation_checkpointing", "sharding")]
     assert [mv["knob"] for mv in d["moves"]][-2:] == ["activation_checkpointing", "sharding"]
+    # checkpointing is tried with the batch that did not fit (then alone): the chain the climb measures
+    assert capacity[0]["to"] == ["selective", "full"] and capacity[0]["with"] == {"batch_size": "up"}
     assert "batch_size" not in [mv["knob"] for mv in d["moves"] if mv["to"] == "up"]
-    checkpointed = advised(m, {**KNOBS, "activation_checkpointing": True, "sharding": "fsdp"}, CPU)
+    checkpointed = advised(m, {**KNOBS, "activation_checkpointing": "full", "sharding": "fsdp"}, CPU)
     assert not {"activation_checkpointing", "sharding"} & {mv["knob"] for mv in checkpointed["moves"]}
+    selective = advised(m, {**KNOBS, "activation_checkpointing": "selective"}, CPU)
+    assert {"knob": "activation_checkpointing", "to": ["full"]}.items() <= next(
+        mv for mv in selective["moves"] if mv["knob"] == "activation_checkpointing"
+    ).items()
+    # a language model's batches: the knobs that trade speed for memory, each with the batch that did not fit
+    tokens = advised(m, {**KNOBS, "attention": "eager"}, Device("cuda", 8, capability=(9, 0)), batch_kind="tokens")
+    freed = [mv["knob"] for mv in tokens["moves"] if mv.get("with") == {"batch_size": "up"}]
+    assert freed == ["activation_checkpointing", "liger_kernels", "padding_free", "attention", "expandable_segments"]

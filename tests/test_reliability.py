@@ -248,8 +248,9 @@ def spec_file(tmp_path, **overrides) -> Path:
             {"search_space": {"preset": None, "knobs": {"cudnn_benchmark": [True]}}},
             "search_space: nothing to search on this device; every knob is fixed: cudnn_benchmark (cuDNN runs only on CUDA "
             "devices; no CUDA device); not in the search space: num_workers, pin_memory, prefetch_factor, persistent_workers, "
-            "num_threads, batch_size, precision, channels_last, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
-            "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, activation_checkpointing",
+            "num_threads, batch_size, precision, channels_last, compile, set_to_none, fused_optimizer, attention, "
+            "padding_free, packing, liger_kernels, float8, ddp_bucket_cap_mb, ddp_gradient_as_bucket_view, "
+            "ddp_static_graph, sharding, fsdp_reshard_after_forward, activation_checkpointing, expandable_segments",
         ),
         (
             {"workload": {"factory": "tests.workloads:make_raising"}},

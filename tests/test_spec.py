@@ -22,7 +22,8 @@ def test_minimal_spec_gets_embedded_defaults():
     assert spec.search_space.preset == "default"
     assert spec.resources.ray_address is None and spec.tracking.uri is None
     # every built-in knob that acts within a single-rank trial (persistent_workers only between epochs); the
-    # multi-rank knobs and checkpointing (a model with repeated blocks) are named in a spec (examples/ddp_cpu.yaml)
+    # multi-rank knobs and checkpointing (a model with repeated blocks) are named in a spec (examples/ddp_cpu.yaml),
+    # a language model's in the lm preset (search_spaces/lm.yaml)
     multi_rank = {
         "ddp_bucket_cap_mb",
         "ddp_gradient_as_bucket_view",
@@ -31,7 +32,8 @@ def test_minimal_spec_gets_embedded_defaults():
         "fsdp_reshard_after_forward",
         "activation_checkpointing",
     }
-    assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"} - multi_rank
+    lm = {"attention", "padding_free", "packing", "liger_kernels", "float8", "expandable_segments"}
+    assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"} - multi_rank - lm
 
 
 def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
@@ -128,7 +130,7 @@ def test_preset_shorthand_and_no_preset():
         ),
         (
             {**WL, "search_space": "nope"},
-            "s.yaml: search_space.preset: unknown preset `nope`; presets: default, quick, safe",
+            "s.yaml: search_space.preset: unknown preset `nope`; presets: default, lm, quick, safe",
         ),
         (
             {**WL, "search_space": {"knobs": {"batch_size": []}}},

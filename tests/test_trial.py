@@ -163,9 +163,9 @@ def test_a_knob_that_cannot_apply_here_is_refused():
             {**TINY, "knobs": {"warp": 1}},
             "unknown knob `warp`; knobs are: num_workers, pin_memory, prefetch_factor, "
             "persistent_workers, num_threads, batch_size, precision, channels_last, "
-            "cudnn_benchmark, compile, set_to_none, fused_optimizer, ddp_bucket_cap_mb, "
-            "ddp_gradient_as_bucket_view, ddp_static_graph, sharding, fsdp_reshard_after_forward, "
-            "activation_checkpointing (workload arguments go in "
+            "cudnn_benchmark, compile, set_to_none, fused_optimizer, attention, padding_free, packing, "
+            "liger_kernels, float8, ddp_bucket_cap_mb, ddp_gradient_as_bucket_view, ddp_static_graph, sharding, "
+            "fsdp_reshard_after_forward, activation_checkpointing, expandable_segments (workload arguments go in "
             "workload.args)",
         ),
         (

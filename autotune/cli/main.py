@@ -294,9 +294,13 @@ def run(
         _fail(e, debug)
     from autotune.integrations import instrument
 
+    from autotune.config import _set_knobs
+    from autotune.knobs import environment
+
     env = {
         **os.environ,
         **{k: str(v) for k, v in (workload.get("env") or {}).items()},
+        **environment(_set_knobs(data), dict(os.environ)),  # the allocator's, as its trials started
         "AUTOTUNE_CONFIG": str(config.resolve()),
     }
     sys.stdout.flush()

@@ -19,8 +19,14 @@ from autotune import knobs as K
 # `when`: the knob value the move starts from (None: any); `sharding`: only with
 # that sharding (a DDP or an FSDP argument); `batch`: only for
 # batches of this kind (images: 4-D float/uint8 tensors; tokens: integer ids;
-# see autotune.workload.batch_kind; unknown: every move). A move with knob None
-# is advice no knob can follow (it is rendered, never searched).
+# see autotune.workload.batch_kind; unknown: every move); `with`: other knobs
+# moved in the same point (the capacity moves: {"batch_size": "up"}, the batch that
+# did not fit, tried with the memory the knob frees; the knob alone is tried after).
+# A move with knob None is advice no knob can follow (it is rendered, never searched).
+# The knobs that trade speed for memory (checkpointing, Liger's fused loss,
+# padding-free rows, the allocator, the micro-batch) are the capacity moves: which
+# of them lets a larger micro-batch fit, and whether that is faster, is measured by
+# the climb, never assumed.
 PLAYBOOK: dict[str, list[dict[str, Any]]] = {
     "input": [
         {"knob": "num_workers", "to": "up", "why": "more DataLoader workers"},
@@ -91,6 +97,28 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
             "why": "cudnn.benchmark to pick the fastest convolution algorithms (fixed shapes)",
         },
         {"knob": "compile", "to": ["default", "max-autotune"], "when": "none", "why": "torch.compile to fuse kernels"},
+        {
+            "knob": "padding_free",
+            "to": True,
+            "when": False,
+            "batch": "tokens",
+            "why": "padding-free rows: no compute spent on padding tokens",
+        },
+        {
+            "knob": "attention",
+            "to": ["flash_attention_3", "flash_attention_2", "sdpa", "flex_attention"],
+            "when": (None, "eager"),
+            "batch": "tokens",
+            "why": "a fused attention kernel (FlashAttention, or sdpa's)",
+        },
+        {
+            "knob": "float8",
+            "to": ["rowwise", "tensorwise"],
+            "when": "off",
+            "cuda": True,
+            "batch": "tokens",
+            "why": "float8 matmuls for the Linear layers (torchao; compute capability 8.9 and up)",
+        },
     ],
     "memory": [
         {
@@ -117,6 +145,28 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
             "to": True,
             "when": False,
             "why": "a fused optimizer step: one pass over weights, gradients and optimizer state",
+        },
+        {
+            "knob": "liger_kernels",
+            "to": True,
+            "when": False,
+            "cuda": True,
+            "batch": "tokens",
+            "why": "Liger's fused kernels (RMSNorm, RoPE, SwiGLU, cross-entropy): fewer round trips to memory",
+        },
+        {
+            "knob": "attention",
+            "to": ["flash_attention_3", "flash_attention_2", "sdpa"],
+            "when": (None, "eager"),
+            "batch": "tokens",
+            "why": "a fused attention kernel: the attention matrix never written to memory",
+        },
+        {
+            "knob": "padding_free",
+            "to": True,
+            "when": False,
+            "batch": "tokens",
+            "why": "padding-free rows: no memory traffic for padding tokens",
         },
     ],
     # multi-rank trials (autotune.trial.ranks): the all-reduce / reduce-scatter the step waits for
@@ -151,13 +201,56 @@ PLAYBOOK: dict[str, list[dict[str, Any]]] = {
         },
         {"knob": "batch_size", "to": "up", "why": "a larger per-rank batch: more compute per gradient exchange"},
     ],
-    # the batch cannot grow (2x the batch, or the ladder's next batch, ran out of memory)
+    # the batch cannot grow (2x the batch, or the ladder's next batch, ran out of memory): each move frees memory,
+    # tried with the batch that did not fit (`with`), then alone
     "capacity": [
         {
             "knob": "activation_checkpointing",
+            "to": ["selective", "full"],
+            "when": "off",
+            "with": {"batch_size": "up"},
+            "why": "activation checkpointing (every second repeated block, or every one): recompute in backward, "
+            "keep less (a larger batch fits)",
+        },
+        {
+            "knob": "activation_checkpointing",
+            "to": ["full"],
+            "when": "selective",
+            "with": {"batch_size": "up"},
+            "why": "activation checkpointing of every repeated block, not every second one (a larger batch fits)",
+        },
+        {
+            "knob": "liger_kernels",
             "to": True,
             "when": False,
-            "why": "activation checkpointing per repeated block: recompute in backward, keep less (a larger batch fits)",
+            "cuda": True,
+            "batch": "tokens",
+            "with": {"batch_size": "up"},
+            "why": "Liger's fused linear cross-entropy: the logits never held whole (a larger micro-batch fits)",
+        },
+        {
+            "knob": "padding_free",
+            "to": True,
+            "when": False,
+            "batch": "tokens",
+            "with": {"batch_size": "up"},
+            "why": "padding-free rows: no activations kept for padding (a larger micro-batch fits)",
+        },
+        {
+            "knob": "attention",
+            "to": ["flash_attention_3", "flash_attention_2", "sdpa"],
+            "when": (None, "eager"),
+            "batch": "tokens",
+            "with": {"batch_size": "up"},
+            "why": "a fused attention kernel: no attention matrix kept for backward (a larger micro-batch fits)",
+        },
+        {
+            "knob": "expandable_segments",
+            "to": True,
+            "when": False,
+            "cuda": True,
+            "with": {"batch_size": "up"},
+            "why": "expandable allocator segments: less memory lost to fragmentation (a larger batch may fit)",
         },
         {
             "knob": "sharding",
@@ -177,9 +270,20 @@ NEAR_FULL = {
 # lever). On jpeg_pipeline, 2 cores, 1 worker, 1 thread instead of 2 measured 1.126x and
 # 1.027x with channels_last (two searches), 0.81x without it: a move the climb measures, not a rule
 OVERSUBSCRIBED = {"knob": "num_threads", "why": "fewer intra-op threads, so the loader workers keep cores of their own"}
-# knobs that change what a step costs on the device: after one of them moves, the
-# batch ladder is worth climbing again (the step got cheaper, so overhead is back)
-STEP_COST_KNOBS = ("precision", "channels_last", "compile")
+# knobs that change what a step costs on the device, or the memory it holds: after one of them moves, the
+# batch ladder is worth climbing again (the step got cheaper, so overhead is back; memory was freed, so a larger
+# batch may fit)
+STEP_COST_KNOBS = (
+    "precision",
+    "channels_last",
+    "compile",
+    "attention",
+    "padding_free",
+    "liger_kernels",
+    "float8",
+    "activation_checkpointing",
+    "expandable_segments",
+)
 
 
 def playbook_moves(
@@ -203,10 +307,10 @@ def _moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool, batch_kind
         if move.get("sharding") not in (None, knobs.get("sharding", "ddp")):  # a DDP or an FSDP setting
             continue
         when = move.get("when")
-        if when is not None and move["knob"] in knobs:
+        if "when" in move and move["knob"] in knobs:
             if knobs[move["knob"]] not in (when if isinstance(when, tuple) else (when,)):
                 continue
-        out.append({k: v for k, v in move.items() if k in ("knob", "to", "why")})
+        out.append({k: v for k, v in move.items() if k in ("knob", "to", "why", "with")})
     return out
 
 

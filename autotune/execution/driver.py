@@ -171,7 +171,7 @@ def run(
         )
         space.dropped += too_big
         if program:  # what it never calls, it cannot take
-            PG.fix_unused(space, workload.used)
+            PG.fix_unused(space, workload.used, workload.cannot)
         if not space.search:
             raise SpecError(space.nothing_to_search())
         if state and state.space["search"] != space.search:

@@ -18,6 +18,17 @@ A user's program (`workload.command`) is forked from the same server where it is
 Python (`python FILE ...`, `python -m MODULE ...`; `forks_program`) with no
 environment knob of its own, a process per rank where it has several; otherwise
 (another command, an environment knob, spawn) it runs as plain processes.
+
+A trial with a built-in environment knob on (`expandable_segments`: its
+PYTORCH_CUDA_ALLOC_CONF, `autotune.knobs.environment`) is never forked, program or
+not: it starts as a fresh process with the variable in its environment, as
+`autotune run` starts the program in production. The server never touched CUDA,
+and torch reads the variable when its caching allocator first initializes, so a
+fork would likely honour it; but where torch parses it (2.9 moved it into a shared
+accelerator allocator config, which may be read at import) is its internals,
+unchecked without a GPU, and a warm fork would time the server's allocator if it
+were read early. A fresh process costs the imports (2-3 s here), on a CUDA device
+only.
 """
 
 from __future__ import annotations
@@ -472,10 +483,14 @@ def run_in_process(
     out = trial_dir / "result.json"
     own = env or {}
     base = trial_env(pythonpath, thread_env)  # the search's (a fork server's); then this trial's own
+    from autotune.knobs import environment
+
+    knob_env = environment(config.get("knobs") or {}, base)  # an environment knob: a fresh process (module doc)
     env = {
         **base,
         "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
         "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"),
+        **knob_env,
         **own,
     }
     started = time.perf_counter()
@@ -483,7 +498,7 @@ def run_in_process(
     try:
         server = None
         # the user's own program: forked too where it is Python, else a fresh process of its own
-        if launcher == "fork" and (not program or forks_program(config["workload"])):
+        if launcher == "fork" and not knob_env and (not program or forks_program(config["workload"])):
             for where in (shared, None) if shared else (None,):
                 try:
                     server = _server(base, preload_for(config), where)
@@ -491,7 +506,7 @@ def run_in_process(
                     break
                 except (OSError, RuntimeError):  # not there: this process's own server, else from scratch
                     continue
-            launcher = launcher if server else "spawn"
+        launcher = launcher if server else "spawn"
         if program:
             launcher = f"program-{launcher}" if server else "program"
             code, failed = _program(trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server)

@@ -1,8 +1,10 @@
 """A user's own program as the workload (`workload.command`): before a search
 starts, one probe run of it at its own settings (warm-up 1, a 2-step window)
 tells what the space can be (the autotune.config() methods it calls: a knob
-whose method it never calls is "not used by your program") and its samples per
-step (the baseline batch size); a program that cannot be a trial (the command
+whose method it never calls is "not used by your program"; what its model cannot
+take, a knob or one of its values, with the reason), the knob values it runs with
+on its own (its attention kernel, TRL's checkpointing and packing: the baseline's),
+and its samples per step (the baseline batch size); a program that cannot be a trial (the command
 does not run, it exits before its first step, or never calls steps/step) is
 refused in one line before any trial runs (the probe's trial.log kept)."""
 
@@ -25,7 +27,8 @@ class Program:
     used: list[str]  # the autotune.config() methods it called
     batch_size: int  # samples per step, as it reported them
     result: TrialResult  # the probe's result
-    baseline: dict | None = None  # knobs a workload states itself (a Workload's); a program's are its own settings
+    baseline: dict | None = None  # knobs a workload states itself: a program's own settings, as the probe found them
+    cannot: dict[str, str] | None = None  # what its model cannot take: "knob" or "knob=value" -> why
 
 
 def probe(spec: Spec, run_dir: Path, user_path: str | None, shared: str | None = None) -> Program:
@@ -56,16 +59,27 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None, shared: str | None =
         raise SpecError(f"workload.command: {why}")
     m = result.metrics
     per_rank = m["samples_per_s"] / m["steps_per_s"] / m.get("ranks", 1)  # a rank's batch, as the built-in's
-    return Program(result.used or [], max(1, round(per_rank)), result)
+    from autotune.knobs import canonical
+
+    own = canonical(result.own_knobs or {})
+    return Program(result.used or [], max(1, round(per_rank)), result, own or None, result.cannot or {})
 
 
-def fix_unused(space, used: list[str]) -> None:
-    """Knobs the program cannot take (`autotune.config.unused`) out of the space, with the reason."""
+def fix_unused(space, used: list[str], cannot: dict[str, str] | None = None) -> None:
+    """Knobs the program cannot take (`autotune.config.unused`, or its model cannot: `cannot`) out of the
+    space, with the reason; a value its model cannot take ("knob=value") out of the knob's values, and the
+    knob fixed where one value is left."""
+    cannot = cannot or {}
     for name in list(space.search):
-        why = unused(name, used)
-        if why:
+        why = unused(name, used) or cannot.get(name)
+        refused = [v for v in space.search[name] if f"{name}={v}" in cannot and v != space.baseline.get(name)]
+        space.dropped += [f"{name}={v!r}: {cannot[f'{name}={v}']}" for v in refused]
+        left = [v for v in space.search[name] if v not in refused]
+        if why or len(left) < 2:
             del space.search[name]
-            space.fixed[name] = why
+            space.fixed[name] = why or cannot[f"{name}={refused[-1]}"]
+        else:
+            space.search[name] = left
 
 
 def flag_baseline(spec: Spec) -> dict:

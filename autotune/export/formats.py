@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune import knobs as K
+from autotune.export import hf_args
 
 
 def parallel(data: dict[str, Any]) -> dict[str, Any]:
@@ -42,8 +43,10 @@ def hf_kwargs(data: dict[str, Any], knobs: dict[str, Any] | None = None, accum: 
         "torch_compile": k["compile"] != "none",
         "torch_compile_mode": None if k["compile"] in ("none", "default") else k["compile"],
         "optim": "adamw_torch_fused" if k["fused_optimizer"] else "adamw_torch",
-        # transformers 5 (gradient_checkpointing: its deprecated alias)
-        "activation_checkpointing": k["activation_checkpointing"],
+        "use_liger_kernel": k["liger_kernels"],
+        # transformers 5 (gradient_checkpointing: its deprecated alias); selective: every_n_layers
+        "activation_checkpointing_kwargs": None,
+        **hf_args.checkpointing(k["activation_checkpointing"]),
     }
     if par["ranks"] > 1 and k["sharding"] == "fsdp":
         out["fsdp"] = "full_shard auto_wrap" if k["fsdp_reshard_after_forward"] else "shard_grad_op auto_wrap"
@@ -84,7 +87,7 @@ def lightning_strategy(data: dict[str, Any]) -> list[str]:
             "from lightning.pytorch.strategies import FSDPStrategy",
             f"strategy = FSDPStrategy(auto_wrap_policy={policy}, "
             f"sharding_strategy={'FULL_SHARD' if k['fsdp_reshard_after_forward'] else 'SHARD_GRAD_OP'!r}"
-            + (f", activation_checkpointing_policy={policy}" if k["activation_checkpointing"] else "")
+            + (f", activation_checkpointing_policy={policy}" if k["activation_checkpointing"] != "off" else "")
             + ")",
             f"# trainer = lightning.Trainer(strategy=strategy, devices={par['ranks']}, **{{**your_trainer_kwargs, **trainer_kwargs}})",
         ]

@@ -4,7 +4,13 @@ to the script's `HfArgumentParser` (autotune.integrations.instrument), and what
 
 A knob the config does not set (absent or None) adds no flag: the script keeps its own value. Fields that
 switch together are written together (`--bf16 true --fp16 false`), so a flag the script's command already
-carries cannot leave two precisions on.
+carries cannot leave two precisions on. The batch is the micro-batch: `per_device_train_batch_size` comes with
+`gradient_accumulation_steps` (the search's keep_effective_batch, else 1), so a step trains on what it says.
+The language-model knobs: `use_liger_kernel`, `activation_checkpointing` (selective: every
+`SELECTIVE_EVERY`-th layer, `activation_checkpointing_kwargs.every_n_layers`); `attn_implementation` and
+`packing` where the script's parser has those fields (`known`: TRL's ModelConfig and SFTConfig), the
+attention kernel otherwise set on the Trainer's model, and padding-free batches made from the Trainer's own,
+by the instrumented Trainer (autotune.integrations.instrument).
 
     fields({"precision": "bf16-mixed", "num_workers": 2})  # {"bf16": True, "fp16": False, "dataloader_num_workers": 2}
     flags(fields(...))                                     # ["--bf16", "true", "--fp16", "false", ...]
@@ -13,7 +19,10 @@ carries cannot leave two precisions on.
 
 from __future__ import annotations
 
+import json
 from typing import Any
+
+from autotune.knobs._registry import SELECTIVE_EVERY
 
 PRECISION = {  # knob value -> the TrainingArguments fields that select it (tf32 left to the script unless asked)
     "32-true": {"bf16": False, "fp16": False},
@@ -27,7 +36,7 @@ LOADER = {
     "persistent_workers": "dataloader_persistent_workers",
     "prefetch_factor": "dataloader_prefetch_factor",
     "batch_size": "per_device_train_batch_size",
-    "activation_checkpointing": "activation_checkpointing",
+    "liger_kernels": "use_liger_kernel",
     "ddp_bucket_cap_mb": "ddp_bucket_cap_mb",
     "ddp_static_graph": "ddp_static_graph",
 }
@@ -40,20 +49,67 @@ UNREACHABLE = {
     "ddp_gradient_as_bucket_view": "no TrainingArguments field: `model = cfg.wrap(model)` in the script",
     "sharding": "no flag here: `autotune export RUN -f hf` gives the fsdp and fsdp_config arguments",
     "fsdp_reshard_after_forward": "no flag here: `autotune export RUN -f hf` gives the fsdp_config argument",
+    "attention": "`--attn_implementation {v}` where the script's parser has that field (TRL's ModelConfig); "
+    "otherwise `autotune run` sets it on the Trainer's model (model.set_attn_implementation)",
+    "packing": "`--packing {v}` (TRL's SFTConfig)",
+    "padding_free": "`autotune run` flattens the Trainer's padded batches into one row with position ids (TRL's "
+    "own `--padding_free true` needs packing, or no max_length)",
+    "float8": "`autotune run` converts the Trainer's model (torchao's convert_to_float8_training, recipe {v})",
+    "expandable_segments": "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the command (`autotune run` "
+    "sets it as the trials did)",
+}
+# knobs a script's own parser may carry (TRL's): knob -> field, written where the parser has the field (`known`)
+SCRIPT_FIELDS = {"attention": "attn_implementation", "packing": "packing"}
+# transformers before 5 knows activation checkpointing by its old names
+OLD_NAMES = {
+    "activation_checkpointing": "gradient_checkpointing",
+    "activation_checkpointing_kwargs": "gradient_checkpointing_kwargs",
 }
 # what a trial sets so the script leaves nothing behind: no hub push, no tracker, no checkpoints, no eval
 TRIAL_FIELDS = {"report_to": "none", "push_to_hub": False, "save_strategy": "no", "eval_strategy": "no"}
 
 
-def fields(knobs: dict[str, Any], device_type: str | None = None) -> dict[str, Any]:
+def checkpointing(mode: str, own: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The TrainingArguments fields of an activation checkpointing mode (off, full, selective); `own`: the
+    script's own activation_checkpointing_kwargs, kept beside `every_n_layers`."""
+    if mode == "off":
+        return {"activation_checkpointing": False}
+    out: dict[str, Any] = {"activation_checkpointing": True}
+    own = dict(own or {})
+    if mode == "selective":
+        out["activation_checkpointing_kwargs"] = {**own, "every_n_layers": SELECTIVE_EVERY}
+    elif own.get("every_n_layers", 1) != 1:  # full: every layer, whatever the script's own kwargs said
+        out["activation_checkpointing_kwargs"] = {**own, "every_n_layers": 1}
+    return out
+
+
+def fields(
+    knobs: dict[str, Any],
+    device_type: str | None = None,
+    accum: int | None = None,
+    known: set[str] | None = None,
+    own_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The TrainingArguments fields for the knobs `knobs` sets (absent or None: the script's own); on a
     `device_type` "cpu" a precision comes with `use_cpu` (TrainingArguments refuses bf16 on a host without
-    a GPU otherwise)."""
+    a GPU otherwise); a batch with its `accum` micro-batches per step (default 1). `known`: the fields the
+    script's parser has (None: TrainingArguments'): the script's own fields (`SCRIPT_FIELDS`) are written
+    where it has them, and a field it lacks is left out (activation checkpointing by its old name where only
+    that is known). `own_kwargs`: the script's own activation_checkpointing_kwargs."""
     k = {name: v for name, v in knobs.items() if v is not None}
     out: dict[str, Any] = {}
     for name, field in LOADER.items():
         if name in k:
             out[field] = k[name]
+    if "batch_size" in k:
+        out["gradient_accumulation_steps"] = accum or 1
+    if "activation_checkpointing" in k:
+        out.update(checkpointing(k["activation_checkpointing"], own_kwargs))
+    for name, field in SCRIPT_FIELDS.items():
+        if name in k and known is not None and field in known:
+            out[field] = k[name]
+    if k.get("padding_free") is False and known is not None and "padding_free" in known:
+        out["padding_free"] = False  # TRL's own, off; on, the Trainer flattens (TRL's refuses a max_length)
     if not k.get("num_workers"):  # TrainingArguments refuses a prefetch factor without workers
         out.pop("dataloader_prefetch_factor", None)
     if "precision" in k:
@@ -66,19 +122,44 @@ def fields(knobs: dict[str, Any], device_type: str | None = None) -> dict[str, A
             out["torch_compile_mode"] = k["compile"]
     if k.get("fused_optimizer"):
         out["optim"] = "adamw_torch_fused"
+    if known is not None:
+        for new, old in OLD_NAMES.items():
+            if new in out and new not in known and old in known:
+                out[old] = out.pop(new)
+        out = {f: v for f, v in out.items() if f in known}
+    return out
+
+
+def carried(knobs: dict[str, Any], known: set[str]) -> set[str]:
+    """The knobs among `knobs` that the script's own flags carry (its parser has their fields)."""
+    out = set()
+    for name, field in SCRIPT_FIELDS.items():
+        if name in knobs and field in known:
+            out.add(name)
     return out
 
 
 def unreachable(knobs: dict[str, Any]) -> dict[str, str]:
     """knob -> how to apply it, for the set knobs no TrainingArguments flag carries."""
-    return {name: how.format(v=knobs[name]) for name, how in UNREACHABLE.items() if knobs.get(name) is not None}
+    return {
+        name: how.format(v=to_flag(knobs[name])) for name, how in UNREACHABLE.items() if knobs.get(name) is not None
+    }
+
+
+def to_flag(value) -> str:
+    """A value as HfArgumentParser reads it: booleans as true/false, dicts as JSON."""
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
 
 
 def flags(values: dict[str, Any]) -> list[str]:
     """`--name value` pairs as HfArgumentParser reads them (booleans as true/false)."""
     out = []
     for name, value in values.items():
-        out += [f"--{name}", str(value).lower() if isinstance(value, bool) else str(value)]
+        out += [f"--{name}", to_flag(value)]
     return out
 
 
@@ -102,7 +183,9 @@ def render(data: dict[str, Any]) -> str:
     changes = [f for f in data.get("safety") or [] if isinstance(f, dict) and f.get("knob") in KNOWN]
     best = {f["knob"]: f["tuned"] for f in changes}
     device = (data.get("device") or {}).get("type")
-    line = " ".join(flags(changed(fields(best, device), fields({f["knob"]: f["baseline"] for f in changes}, device))))
+    accum = int((data.get("batch") or {}).get("grad_accumulation_steps") or 1)
+    base = {f["knob"]: f["baseline"] for f in changes}
+    line = " ".join(flags(changed(fields(best, device, accum), fields(base, device))))
     out = [line or "# no flag to add: the best config changes no TrainingArguments field from the baseline"]
     rest = unreachable(best)
     if rest:
@@ -111,4 +194,4 @@ def render(data: dict[str, Any]) -> str:
     return "\n".join(out) + "\n"
 
 
-KNOWN = {*LOADER, "precision", "compile", "fused_optimizer", *UNREACHABLE}
+KNOWN = {*LOADER, "precision", "compile", "fused_optimizer", "activation_checkpointing", *UNREACHABLE}

@@ -104,7 +104,7 @@ def load_config(path: str | Path) -> TunedConfig:
     data = yaml.safe_load(Path(path).read_text())
     if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
         raise ValueError(f"{path}: not an autotune best_config.yaml (no `knobs` mapping)")
-    knobs = {**K.pytorch_defaults(None), **data["knobs"]}
+    knobs = {**K.pytorch_defaults(None), **K.canonical(data["knobs"])}
     device = data.get("device") or {}
     device_type = device.get("type", "cpu")
     if device_type == "cuda" and not torch.cuda.is_available():

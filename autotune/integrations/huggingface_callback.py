@@ -10,10 +10,15 @@
   the sum of the step's micro-batch losses that `training_step` returned (tensors: no host sync per step);
 - the model: `on_train_begin` hands it over (`cfg.watch`: loss parity's noise runs perturb it);
 - the end: the measured loop writes result.json and ends the process once its windows are done, so the
-  Trainer's final save and eval never run.
+  Trainer's final save and eval never run;
+- the language-model knobs the script's flags do not carry (`apply_lm`): the attention kernel set on its model,
+  float8 Linear layers, and padding-free batches: its collator wrapped, each padded batch flattened into one row
+  with position ids (autotune.knobs._lm.flatten), for any Trainer whose model is a causal language model (TRL's
+  own `padding_free` refuses a `max_length` without packing; this keeps the script's truncation).
 
     trainer = Trainer(...)            # the script's own line; the patched __init__ then calls
     attach(trainer, autotune.config())
+    apply_lm(trainer, autotune.config())
 """
 
 from __future__ import annotations
@@ -62,6 +67,28 @@ class AutotuneCallback(TrainerCallback):
         samples, tokens, loss = self.samples, self.tokens, self.loss
         self.samples, self.tokens, self.loss = 0, 0, None
         self.cfg.step(samples=samples, tokens=tokens, loss=loss)
+
+
+def apply_lm(trainer, cfg) -> None:
+    """The language-model knobs no flag of the script carried (`cfg.carried`), on the Trainer as its __init__
+    left it (its optimizer is built in train(), after them); first, what its model cannot take and runs with
+    on its own is recorded (`cfg.found`: the probe's), and `flatten` as reached (padding-free batches reach any
+    Trainer; whether its model can take them is in `cfg.cannot`)."""
+    from autotune.knobs import _lm
+
+    model = trainer.model
+    cfg.found(model)
+    cfg.used.add("flatten")
+    knobs = cfg.knobs
+    if knobs.get("float8") not in (None, "off"):
+        _lm.to_float8(model, knobs["float8"])
+    if knobs.get("attention") is not None and "attention" not in cfg.carried:
+        _lm.set_attention(model, knobs["attention"])
+    if knobs.get("padding_free") and not getattr(trainer.data_collator, "padding_free", False):
+        why = _lm.padding_free_cannot(model)
+        if why:
+            raise _lm.LMKnobError(f"padding_free: {why}")
+        trainer.data_collator = _lm.Flattening(trainer.data_collator)
 
 
 def attach(trainer, cfg) -> AutotuneCallback:

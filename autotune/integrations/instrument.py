@@ -5,10 +5,14 @@ and by `autotune run`), active only when the process is a trial (`AUTOTUNE_TRIAL
 the module it patches.
 
 - `transformers.hf_argparser`: `HfArgumentParser.parse_args_into_dataclasses()` reads the script's command
-  line with the knobs' flags after it (autotune.export.hf_args), when the parser builds
-  `TrainingArguments`; in a trial also the flags that keep the script from leaving anything behind;
-  `trl.scripts._hf_argparser` the same: TRL's own copy of that parser, under its `TrlParser`;
-- `transformers.trainer`: every `Trainer` gets the measured loop's callback (huggingface_callback.attach);
+  line with the knobs' flags after it (autotune.export.hf_args: those its dataclasses have fields for,
+  `attn_implementation` and `packing` of TRL's among them), when the parser builds `TrainingArguments`; in a
+  trial also the flags that keep the script from leaving anything behind; `trl.scripts._hf_argparser` the
+  same: TRL's own copy of that parser, under its `TrlParser`. The parsed arguments are the program's own
+  values of the language-model knobs (`Config.own`: checkpointing, Liger, packing);
+- `transformers.trainer`: every `Trainer` gets the measured loop's callback (huggingface_callback.attach),
+  and the language-model knobs no flag carried (huggingface_callback.apply_lm: the attention kernel on its
+  model, padding-free batches from its collator, float8);
 - `lightning.pytorch` (and `pytorch_lightning`): every `Trainer` gets its precision, the trial's
   side-effect settings and the callback; its train loaders the loader knobs (lightning_callback).
 """
@@ -78,28 +82,79 @@ def _hf_argparser(module) -> None:
 
     @functools.wraps(parse)
     def parse_args_into_dataclasses(self, args=None, *rest, **kwargs):
+        import dataclasses
+
         from transformers import TrainingArguments
 
-        if any(isinstance(t, type) and issubclass(t, TrainingArguments) for t in self.dataclass_types):
-            cfg = config()
-            args = [*(sys.argv[1:] if args is None else args), *hf_args.flags(hf_fields(cfg))]
-            reached(cfg, *HF_REACHES)
-        return parse(self, args, *rest, **kwargs)
+        if not any(isinstance(t, type) and issubclass(t, TrainingArguments) for t in self.dataclass_types):
+            return parse(self, args, *rest, **kwargs)
+        cfg = config()
+        known = {f.name for t in self.dataclass_types if dataclasses.is_dataclass(t) for f in dataclasses.fields(t)}
+        mine = list(sys.argv[1:] if args is None else args)
+        cfg.carried = hf_args.carried(cfg.knobs, known)  # the rest reach the Trainer (huggingface_callback.apply_lm)
+        own_kwargs = own_json(mine, ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"))
+        args = [*mine, *hf_args.flags(hf_fields(cfg, known, own_kwargs))]
+        reached(cfg, *HF_REACHES, *(["packing"] if "packing" in known else []))
+        out = parse(self, args, *rest, **kwargs)
+        for parsed in out if isinstance(out, tuple) else ():
+            if isinstance(parsed, TrainingArguments):
+                own_of(cfg, parsed)
+        return out
 
     parse_args_into_dataclasses.autotune = True
     module.HfArgumentParser.parse_args_into_dataclasses = parse_args_into_dataclasses
 
 
-def hf_fields(cfg) -> dict[str, Any]:
-    """The TrainingArguments fields a process gets: its config's knobs', and in a trial its side-effect
-    settings."""
+def hf_fields(cfg, known: set[str] | None = None, own_kwargs: dict | None = None) -> dict[str, Any]:
+    """The TrainingArguments fields a process gets: its config's knobs' (the batch with its accumulation; of the
+    parser's `known` fields), and in a trial its side-effect settings."""
     from autotune.export import hf_args
 
-    fields = hf_args.fields(cfg.knobs, cfg.device_type)
+    fields = hf_args.fields(cfg.knobs, cfg.device_type, cfg.grad_accumulation_steps, known, own_kwargs)
     where = trial_dir()
     if where is not None:
         fields.update(hf_args.TRIAL_FIELDS, output_dir=str(where / "output"))
     return fields
+
+
+def own_json(argv: list[str], names: tuple[str, ...]) -> dict[str, Any]:
+    """The JSON object a command line gives for the first of the flags `names` (`--name {...}` or
+    `--name={...}`), {} where none does (or it is no JSON object)."""
+    import json
+
+    for name in names:
+        flag = f"--{name}"
+        for i, arg in enumerate(argv):
+            text = None
+            if arg == flag and i + 1 < len(argv):
+                text = argv[i + 1]
+            elif arg.startswith(flag + "="):
+                text = arg[len(flag) + 1 :]
+            if text is not None:
+                try:
+                    value = json.loads(text)
+                except ValueError:
+                    return {}
+                return value if isinstance(value, dict) else {}
+    return {}
+
+
+def own_of(cfg, args) -> None:
+    """The language-model knob values a script's parsed TrainingArguments (or TRL's config) run with."""
+    if getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None):
+        kwargs = getattr(args, "activation_checkpointing_kwargs", None) or getattr(
+            args, "gradient_checkpointing_kwargs", None
+        )
+        every = kwargs.get("every_n_layers", 1) if isinstance(kwargs, dict) else 1
+        cfg.own["activation_checkpointing"] = "full" if every == 1 else "selective"  # every k-th layer: selective
+    else:
+        cfg.own["activation_checkpointing"] = "off"
+    cfg.own["liger_kernels"] = bool(getattr(args, "use_liger_kernel", False))
+    if hasattr(args, "packing"):
+        cfg.own["packing"] = bool(args.packing)
+        # TRL's best-fit packing makes its rows padding-free (SFTTrainer: padding_free or bfd packing)
+        bfd = args.packing and getattr(args, "packing_strategy", "bfd") in ("bfd", "bfd_split")
+        cfg.own["padding_free"] = bool(getattr(args, "padding_free", False) or bfd)
 
 
 def _hf_trainer(module) -> None:
@@ -111,6 +166,7 @@ def _hf_trainer(module) -> None:
         from autotune.integrations import huggingface_callback
 
         huggingface_callback.attach(self, config())
+        huggingface_callback.apply_lm(self, config())
 
     module.Trainer.__init__ = __init__
 

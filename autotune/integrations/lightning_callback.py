@@ -5,7 +5,9 @@
   "32-true" with TF32 matmuls) and the callback; in a trial its outputs go under the trial's dir, with no
   logger, checkpoints, progress bar or validation (an early stop never saves or evaluates);
 - `AutotuneCallback.setup`: the loader knobs reach every DataLoader the script's `train_dataloader()` hook
-  builds (its own arguments, the config's loader knobs over them: `cfg.dataloader_kwargs`); `channels_last`
+  builds (its own arguments, the config's loader knobs over them: `cfg.dataloader_kwargs`); the
+  language-model knobs reach the LightningModule (autotune.knobs._lm.prepare_lm: the attention kernel of the
+  transformers model inside it, Liger, float8, activation checkpointing per repeated block); `channels_last`
   puts the LightningModule's weights in that format and `compile` compiles it in place (`nn.Module.compile`);
   `fused_optimizer` is not reached (the script's `configure_optimizers` builds its optimizer: not recorded as
   used, so not searched);
@@ -29,7 +31,8 @@ from autotune.trial.loop import batch_samples
 from autotune.trial.tokens import count as count_tokens
 
 # the config's methods whose knobs reach a Lightning script (the usage record, autotune.integrations.instrument):
-# precision here, channels_last and compile in `AutotuneCallback.setup` (the loaders call cfg.dataloader_kwargs)
+# precision here, the language-model knobs, channels_last and compile in `AutotuneCallback.setup` (the loaders
+# call cfg.dataloader_kwargs)
 REACHES = ("autocast", "wrap")
 # what a trial sets on the Trainer so the script leaves nothing behind and runs training steps only
 TRIAL_KWARGS = {
@@ -101,6 +104,10 @@ class AutotuneCallback(Callback):
 
         source.train_dataloader = train_dataloader
         self.cfg.watch(pl_module)  # loss parity's noise runs perturb it (autotune.safety.program_parity)
+        from autotune.knobs._lm import prepare_lm
+
+        self.cfg.found(pl_module)
+        prepare_lm(pl_module, self.cfg.knobs, self.cfg.blocks)
         if self.cfg.knobs.get("channels_last"):
             import torch
 

@@ -7,7 +7,8 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
     K.resolve_space(lists, baseline, device)
     K.build_loader(dataset, knobs)    # applying knobs (imports torch on call)
     K.build_optimizer(workload, model, knobs)
-    K.wrap(model, knobs, device, world_size)  # checkpointing, compile, DDP/FSDP
+    K.wrap(model, knobs, device, world_size)  # the LM knobs (checkpointing among them), compile, DDP/FSDP
+    from autotune.knobs import _lm            # a language model's: attention, Liger, float8, padding-free rows
 
 May import: nothing else of autotune (everything else derives from it).
 """
@@ -35,7 +36,11 @@ from autotune.knobs._apply import (
 )
 from autotune.knobs._parallel import BlockError, find_blocks, no_sync, wrap
 from autotune.knobs._registry import (
+    ATTENTIONS,
     BOTTLENECKS,
+    CHECKPOINTING,
+    FLOAT8,
+    SELECTIVE_EVERY,
     COMPILE_MODES,
     KNOBS,
     PRECISIONS,
@@ -46,10 +51,13 @@ from autotune.knobs._registry import (
     USER_PREFIX,
     Device,
     Knob,
+    canonical,
     conflicts,
     declare,
+    environment,
     from_cell,
     fused_unavailable,
+    installed,
     ladder_key,
     lookup,
     pytorch_defaults,
@@ -60,6 +68,13 @@ from autotune.knobs._registry import (
 from autotune.knobs._space import NOT_SEARCHED, Space, resolve_space
 
 __all__ = [
+    "ATTENTIONS",
+    "CHECKPOINTING",
+    "FLOAT8",
+    "SELECTIVE_EVERY",
+    "canonical",
+    "environment",
+    "installed",
     "BlockError",
     "SHARDINGS",
     "find_blocks",

@@ -1,59 +1,22 @@
-"""The multi-rank knobs applied to a model: its repeated blocks found as FSDP wrap
-policies find them, activation checkpointing per block, then DDP or FSDP2
-`fully_shard` per block (torch imported on call). One function, `wrap`, for the
-trial's ranks and for `TunedConfig.wrap`, so what is exported is what was measured.
+"""The multi-rank knobs applied to a model: its repeated blocks (autotune.knobs._blocks),
+the language-model knobs (activation checkpointing per block among
+them: autotune.knobs._lm), then DDP or FSDP2 `fully_shard` per block (torch imported on
+call). One function, `wrap`, for the trial's ranks and for `TunedConfig.wrap`, so what is
+exported is what was measured.
 """
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
-CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
-
-
-class BlockError(ValueError):
-    """No repeated block where one is needed (FSDP per block, checkpointing); says why."""
-
-
-def _params(module) -> int:
-    return sum(p.numel() for p in module.parameters())
-
-
-def find_blocks(model, names: list[str] | None = None) -> list:
-    """The model's repeated blocks: the instances of the module class named in
-    `names` (class names, e.g. ["TransformerEncoderLayer"]), or else of the class
-    with two or more instances that holds the most parameters (a transformer
-    layer, a ResNet block), as a ModuleWrapPolicy would be given it; containers
-    (Sequential, ModuleList) and leaf modules are never found, only named. [] when none."""
-    if names:
-        return [m for m in model.modules() if m is not model and type(m).__name__ in names]
-    by_class: dict[type, list] = {}
-    for module in model.modules():
-        if module is model or type(module).__name__ in CONTAINERS or not any(True for _ in module.children()):
-            continue
-        by_class.setdefault(type(module), []).append(module)
-    repeated = {cls: ms for cls, ms in by_class.items() if len(ms) >= 2 and _params(ms[0])}
-    if not repeated:
-        return []
-    return max(repeated.values(), key=lambda ms: (sum(_params(m) for m in ms), -len(ms)))
-
-
-def checkpoint_blocks(blocks: list) -> None:
-    """Activation checkpointing per block: its forward runs under
-    torch.utils.checkpoint (non-reentrant), so its activations are recomputed in
-    backward instead of kept. The module and its state dict are unchanged."""
-    from torch.utils.checkpoint import checkpoint
-
-    for block in blocks:
-        forward = block.forward
-        block.forward = functools.partial(checkpoint, forward, use_reentrant=False)
+from autotune.knobs._blocks import BlockError, find_blocks
 
 
 def wrap(model, knobs: dict[str, Any], device, world_size: int = 1, block_names: list[str] | None = None):
     """The tuned model, in torchtitan's order (parallelize_llama):
-    1. activation checkpointing per repeated block (inside everything else, so a
-       compiled or sharded block recomputes its own forward);
+    1. the language-model knobs `knobs` holds (float8, Liger, the attention kernel, then
+       activation checkpointing per repeated block: `_lm.prepare_lm`), inside everything
+       else, so a compiled or sharded block recomputes its own forward;
     2. the knobs' device, memory format and compile (`prepare_model`);
     3. with two or more ranks, DDP(bucket_cap_mb, gradient_as_bucket_view,
        static_graph) or FSDP2 `fully_shard` per block, then the root (last: it
@@ -62,15 +25,10 @@ def wrap(model, knobs: dict[str, Any], device, world_size: int = 1, block_names:
     import torch
 
     from autotune.knobs._apply import prepare_model
+    from autotune.knobs._lm import prepare_lm
 
+    prepare_lm(model, knobs, block_names)
     blocks = find_blocks(model, block_names)
-    if knobs.get("activation_checkpointing"):
-        if not blocks:
-            raise BlockError(
-                "activation_checkpointing needs a repeated block (a module class with two or more "
-                "instances holding parameters); name one in the spec's resources.blocks"
-            )
-        checkpoint_blocks(blocks)
     device = torch.device(device)
     model = prepare_model(model, knobs, device)
     if world_size < 2:

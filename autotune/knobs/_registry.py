@@ -4,9 +4,12 @@ the loader builder, the report's labels and the exports all derive from `KNOBS`;
 adding a built-in knob is one `Knob(...)` entry below (and its tests).
 
 Stages, in the order they act on a training job:
+- `environment`: the process's environment, read before torch starts its allocator (a fresh process);
 - `process`: process-wide settings (intra-op threads);
 - `backend`: torch.backends flags (cuDNN autotuning, fp32 matmul precision);
-- `model`: the model's memory format and compilation;
+- `model`: the model's memory format and compilation; a language model's attention kernel, Liger kernels,
+  activation checkpointing and float8 Linear layers;
+- `data`: a language model's batches: texts packed into full rows, padding-free rows;
 - `loader`: DataLoader keyword arguments (one builder: `build_loader`);
 - `step`: the training step (autocast, zero_grad);
 - `workload`: the user's own factory arguments (`search_space.workload_args`).
@@ -25,9 +28,14 @@ from typing import Any, Callable
 PRECISIONS = ("32-true", "tf32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SAFETY_CLASSES = ("safe", "reproducibility", "numerics", "dynamics")  # from least to most risky
-STAGES = ("process", "backend", "model", "loader", "step", "workload")
+STAGES = ("environment", "process", "backend", "model", "data", "loader", "step", "workload")
 BOTTLENECKS = ("input", "overhead", "compute", "memory", "communication", "capacity")
 SHARDINGS = ("ddp", "fsdp")
+# a language model's attention kernels, as transformers names them (`attn_implementation`)
+ATTENTIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_attention_3")
+CHECKPOINTING = ("off", "full", "selective")  # activation checkpointing per repeated block
+SELECTIVE_EVERY = 2  # selective: every second block (transformers' every_n_layers=2, torchtitan's selective "2")
+FLOAT8 = ("off", "tensorwise", "rowwise")  # torchao's float8 training recipes
 USER_PREFIX = "args."  # user knobs (workload factory arguments) are named args.NAME
 
 
@@ -71,9 +79,20 @@ class Knob:
     # why `value` cannot go with the other knobs' values, or None when it can
     requires: Callable[[Any, dict], str | None] = lambda value, knobs: None
     user: bool = False  # a workload factory argument declared in the spec
+    # older spellings of a value, read as it (activation_checkpointing: true -> "full", false -> "off")
+    aliases: tuple[tuple[Any, Any], ...] = ()
+    env: str | None = None  # an environment knob: the variable it sets (a fresh process reads it at start)
+
+    def canonical(self, value):
+        """`value`, an older spelling (`aliases`) read as the value it stands for."""
+        for old, new in self.aliases:
+            if type(value) is type(old) and value == old:
+                return new
+        return value
 
     def check(self, value) -> str | None:
         """Why `value` is outside this knob's domain, or None."""
+        value = self.canonical(value)
         if value is None:
             return None if self.nullable else "null is not allowed"
         if self.user:
@@ -204,6 +223,72 @@ def _ddp_only(default):
         return None
 
     return check
+
+
+def installed(module: str) -> bool:
+    """Whether `module` can be imported here (found, not imported: nothing heavy loads)."""
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+# the package each value needs: (import name, what `pip install` takes)
+PACKAGES = {
+    "flash_attention_2": ("flash_attn", "flash-attn"),
+    "flash_attention_3": ("flash_attn_interface", "flash-attn-3"),
+    "liger_kernels": ("liger_kernel", "liger-kernel"),
+    "float8": ("torchao", "torchao"),
+}
+
+
+def _not_installed(what: str) -> str | None:
+    module, dist = PACKAGES[what]
+    if installed(module):
+        return None
+    return f"{dist} is not installed (`pip install {dist}` where the trials run; autotune installs nothing)"
+
+
+def _attention(value, device):
+    if value in (None, "eager", "sdpa"):
+        return None
+    if device.type != "cuda":
+        if value == "flex_attention":
+            return "FlexAttention has no backward pass on the CPU (torch 2.14: NotImplementedError); no CUDA device"
+        return "FlashAttention is CUDA only; no CUDA device"
+    if value == "flex_attention":
+        return None
+    cc = device.capability or (0, 0)
+    if cc < (8, 0):
+        return f"{value} needs compute capability >= 8.0 (this GPU: {cc[0]}.{cc[1]})"
+    return _not_installed(value)
+
+
+def _liger(value, device):
+    if not value:
+        return None
+    if device.type != "cuda":
+        return "Liger's kernels are Triton kernels, CUDA only; no CUDA device"
+    return _not_installed("liger_kernels")
+
+
+def _float8(value, device):
+    if value in (None, "off"):
+        return None
+    if device.type != "cuda":
+        return "float8 matmuls (torch._scaled_mm) are CUDA only; no CUDA device"
+    cc = device.capability or (0, 0)
+    if cc < (8, 9):
+        return f"float8 matmuls need compute capability >= 8.9 (Ada, Hopper; this GPU: {cc[0]}.{cc[1]})"
+    return _not_installed("float8")
+
+
+def _packed_rows(value, knobs):
+    if value is False and knobs.get("packing"):
+        return "packing (TRL's best-fit packing) makes its rows padding-free either way"
+    return None
 
 
 NO_NUMERICS = "no effect on numerics"
@@ -378,6 +463,81 @@ KNOBS: dict[str, Knob] = {
             bottlenecks=("overhead", "memory"),
             unavailable=_fused,
         ),
+        # a language model's (autotune.knobs._lm): each reaches a program the way it already goes (an HF/TRL
+        # script's own arguments, cfg.prepare, the Lightning callback); a model or program that cannot take one
+        # says so in the probe (`autotune.config.Config.cannot`)
+        Knob(
+            "attention",
+            str,
+            None,
+            "numerics",
+            "another attention kernel: the same softmax(QK^T)V, rounded differently (flash kernels in fp16/bf16); "
+            "check loss parity",
+            "the model's attention implementation, transformers' attn_implementation (null: the model's own)",
+            "attention",
+            "model",
+            choices=ATTENTIONS,
+            nullable=True,
+            numerics=True,
+            bottlenecks=("compute", "memory", "capacity"),
+            unavailable=_attention,
+        ),
+        Knob(
+            "padding_free",
+            bool,
+            False,
+            "numerics",
+            "the same tokens, a batch's texts in one row without padding, each document's positions restarting at "
+            "0 so attention stays inside it: other rounding; check loss parity",
+            "each padded batch flattened into one row with position ids (HF's DataCollatorWithFlattening, TRL's "
+            "padding_free)",
+            "pad-free",
+            "data",
+            numerics=True,
+            bottlenecks=("compute", "memory", "capacity"),
+            requires=_packed_rows,
+        ),
+        Knob(
+            "packing",
+            bool,
+            False,
+            "dynamics",
+            "texts packed into full rows: a step trains on other texts together, more tokens per step (TRL's packing)",
+            "texts packed into rows of the sequence length (TRL's SFTConfig packing)",
+            "packing",
+            "data",
+            numerics=True,
+            bottlenecks=("overhead", "compute"),
+        ),
+        Knob(
+            "liger_kernels",
+            bool,
+            False,
+            "numerics",
+            "Liger's Triton kernels (RMSNorm, RoPE, SwiGLU, fused linear cross-entropy) round differently; check "
+            "loss parity",
+            "Liger kernels patched into the model (transformers' use_liger_kernel, apply_liger_kernel_to_*)",
+            "liger",
+            "model",
+            numerics=True,
+            bottlenecks=("memory", "capacity"),
+            unavailable=_liger,
+        ),
+        Knob(
+            "float8",
+            str,
+            "off",
+            "numerics",
+            "the Linear layers' matmuls in float8 with per-tensor or per-row scales (torchao): a lower-precision "
+            "step; check loss parity",
+            "torchao's float8 training (convert_to_float8_training, recipe tensorwise or rowwise)",
+            "float8",
+            "model",
+            choices=FLOAT8,
+            numerics=True,
+            bottlenecks=("compute",),
+            unavailable=_float8,
+        ),
         # multi-rank (resources.ranks_per_trial > 1): DDP or FSDP2 per repeated block (autotune.knobs._parallel)
         Knob(
             "ddp_bucket_cap_mb",
@@ -454,18 +614,52 @@ KNOBS: dict[str, Knob] = {
         ),
         Knob(
             "activation_checkpointing",
+            str,
+            "off",
+            "safe",
+            "activations of the checkpointed blocks are recomputed in backward: the same values, more compute, "
+            "less memory; a block with BatchNorm updates its running statistics again in the recompute",
+            f"torch.utils.checkpoint around each repeated block (full) or every {SELECTIVE_EVERY}nd one "
+            "(selective); true/false: full/off",
+            "act-ckpt",
+            "model",
+            choices=CHECKPOINTING,
+            bottlenecks=("memory", "capacity"),
+            aliases=((True, "full"), (False, "off")),
+        ),
+        Knob(
+            "expandable_segments",
             bool,
             False,
             "safe",
-            "activations of each repeated block are recomputed in backward: the same values, more compute, "
-            "less memory; a block with BatchNorm updates its running statistics again in the recompute",
-            "torch.utils.checkpoint around each repeated block",
-            "act-ckpt",
-            "model",
-            bottlenecks=("memory", "capacity"),
+            f"{NO_NUMERICS}; the CUDA caching allocator maps growable segments: less fragmentation (a batch that "
+            "ran out of memory in fragments may fit)",
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True, set before the trial's process starts",
+            "exp-seg",
+            "environment",
+            bottlenecks=("capacity",),
+            unavailable=_no_cuda("a setting of the CUDA caching allocator, CUDA only"),
+            env="PYTORCH_CUDA_ALLOC_CONF",
         ),
     )
 }
+
+
+def canonical(knobs: dict[str, Any]) -> dict[str, Any]:
+    """`knobs` with each built-in knob's older spellings read as the values they stand for
+    (activation_checkpointing: true -> "full"): what a spec, a trial config or a best_config.yaml gives."""
+    return {n: KNOBS[n].canonical(v) if n in KNOBS else v for n, v in knobs.items()}
+
+
+def environment(knobs: dict[str, Any], env: dict[str, str] | None = None) -> dict[str, str]:
+    """The variables the environment knobs among `knobs` set, over `env`'s own (a setting of the
+    allocator joins what PYTORCH_CUDA_ALLOC_CONF already holds): {} when none is on."""
+    out: dict[str, str] = {}
+    if knobs.get("expandable_segments"):
+        own = (env or {}).get("PYTORCH_CUDA_ALLOC_CONF", "")
+        kept = [p for p in own.split(",") if p.strip() and not p.strip().startswith("expandable_segments")]
+        out["PYTORCH_CUDA_ALLOC_CONF"] = ",".join([*kept, "expandable_segments:True"])
+    return out
 
 
 def ladder_key(name: str) -> Callable[[Any], float]:
@@ -551,10 +745,11 @@ def from_cell(name: str, raw) -> Any:
     knob = KNOBS[name]
     if raw is None or raw == "" or raw == "null" or (isinstance(raw, float) and raw != raw):
         return knob.pytorch_default
+    legacy = bool(knob.aliases) and (isinstance(raw, bool) or str(raw).lower() in ("true", "false"))
+    if knob.type is bool or legacy:  # a bool, or an older file's true/false of a knob that has values now
+        return knob.canonical(raw if isinstance(raw, bool) else str(raw).lower() == "true")
     if knob.type is str:
         return raw
-    if knob.type is bool:
-        return raw if isinstance(raw, bool) else str(raw).lower() == "true"
     return int(float(raw))
 
 

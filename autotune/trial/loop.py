@@ -123,11 +123,21 @@ class TrialLoop:
     """A trial's measured loop over the program's steps (see the module doc).
     `request`: the trial config (python -m autotune.trial's JSON); `trial_dir`:
     where result.json goes; `used`: the config's usage record (method names),
-    read when the result is written."""
+    read when the result is written, with `cannot` and `own` (what the program's
+    model cannot take and runs with on its own: autotune.config.Config)."""
 
-    def __init__(self, request: dict[str, Any], trial_dir: Path, used: set[str], device_type: str):
+    def __init__(
+        self,
+        request: dict[str, Any],
+        trial_dir: Path,
+        used: set[str],
+        device_type: str,
+        cannot: dict[str, str] | None = None,
+        own: dict[str, Any] | None = None,
+    ):
         self.cfg = check_config(request)
         self.dir, self.used, self.device_type = trial_dir, used, device_type
+        self.cannot, self.own = {} if cannot is None else cannot, {} if own is None else own
         self.clock = time.perf_counter
         self.started = self.clock()
         self.knobs = dict(request.get("knobs") or {})  # the knobs this trial sets (the rest: the program's own)
@@ -360,6 +370,8 @@ class TrialLoop:
             host=socket.gethostname(),
             torch=str(torch.__version__),  # a str, not torch's TorchVersion (which YAML cannot write)
             used=sorted(self.used),
+            cannot=dict(self.cannot) or None,
+            own_knobs=dict(self.own) or None,
             losses=self._losses(),
             trial_s=self.clock() - self.started,
             **extra,

@@ -362,7 +362,8 @@ def search_problem(
         )
     wants = [
         f"{name}={value!r}"
-        for name, value in (("sharding", "fsdp"), ("activation_checkpointing", True))
+        for name, values in (("sharding", ("fsdp",)), ("activation_checkpointing", ("full", "selective")))
+        for value in values
         if value in lists.get(name, ()) or baseline.get(name) == value
     ]
     if wants or blocks:

@@ -296,7 +296,7 @@ def check_config(config: dict[str, Any]) -> dict[str, Any]:
             "and optional `args`"
         )
     cfg = {**DEFAULTS, **config}
-    given = dict(config.get("knobs") or {})
+    given = K.canonical(dict(config.get("knobs") or {}))  # older spellings (activation_checkpointing: true)
     for name, value in given.items():
         knob = K.KNOBS.get(name)
         if knob is None:

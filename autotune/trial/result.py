@@ -134,6 +134,10 @@ class TrialResult:
     scaling_reference: ScalingReference | None = None
     # a user's own program as the trial (autotune.trial.loop):
     used: list[str] | None = None  # the autotune.config() methods it called (the knobs it can take)
+    # what its model cannot take ("knob" or "knob=value" -> why) and the knob values it runs with on its own, as
+    # the probe found them (autotune.config.Config.cannot / .own)
+    cannot: dict[str, str] | None = None
+    own_knobs: dict[str, Any] | None = None
     losses: list[float] | None = None  # its loss at each step from the first (warm-up included), for parity
     data_wait: str | None = None  # why data wait was not measured, where it was not
 

@@ -393,3 +393,34 @@ def test_a_baseline_that_hardly_waits_on_data_gives_the_loader_knobs_one_probe(s
     assert loader_probes(0.01) == 1  # 1% of its window: one probe, whatever the sampler draws
     assert loader_probes(0.2) > 1  # a loader it waits on: searched
     assert loader_probes(0.01, listed=("num_workers", "pin_memory")) > 1  # the spec listed them: searched
+
+
+LM_SPACE = {"batch_size": [4, 8, 16], "activation_checkpointing": ["off", "selective", "full"], "attention": ["sdpa"]}
+LM_BASE = {"batch_size": 4, "activation_checkpointing": "off", "attention": "sdpa"}
+
+
+def memory_bound_lm(p):
+    """A language model at its memory limit: activations cost the batch x what checkpointing keeps (1, 0.6 every
+    second block, 0.35 every block) against a limit of 6; a larger micro-batch is faster, recomputing costs
+    10-20%. Batch 8 fits only with checkpointing, 16 only with all of it: the fastest config."""
+    kept = {"off": 1.0, "selective": 0.6, "full": 0.35}[p["activation_checkpointing"]]
+    if p["batch_size"] * kept > 6:
+        return "oom", None
+    recompute = {"off": 1.0, "selective": 0.9, "full": 0.8}[p["activation_checkpointing"]]
+    return "ok", {4: 100, 8: 150, 16: 190}[p["batch_size"]] * recompute
+
+
+def test_a_larger_micro_batch_that_fits_only_with_checkpointing_is_found_by_the_chain():
+    """A program's trials have no diagnosis: the batch a rung up running out of memory is what says the step is
+    capacity-bound, and the climb tries that batch with the knobs that free memory (checkpointing here), then
+    the next batch with more of it, each point measured."""
+    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    seen = drive(Strategy(study, LM_SPACE, LM_BASE, "autotune", seed=0), memory_bound_lm, 6, bottleneck=None)
+    path = [(s, p["batch_size"], p["activation_checkpointing"], status) for s, p, status, _ in seen]
+    assert path[:2] == [("baseline", 4, "off", "ok"), ("plan", 8, "off", "oom")]
+    assert path[2] == ("plan", 8, "selective", "ok")  # the batch that did not fit, with every second block
+    assert ("plan", 16, "full", "ok") in path[3:]  # and the next one, with every block: the fastest
+    assert (
+        max(v for *_, v in seen if v)
+        == memory_bound_lm({**LM_BASE, "batch_size": 16, "activation_checkpointing": "full"})[1]
+    )

@@ -80,7 +80,23 @@ class Climb:
         """The points a diagnosis move names, from `center`, best guess first:
         the next rung of a ladder ("up"/"down"); the smallest rung at or above a
         sized target (workers from the two measured rates), else the top one;
-        one point per listed value."""
+        one point per listed value. A move `with` other knobs (a capacity move:
+        the batch a rung up) names each point with those moved too, then alone."""
+        points = self._alone(center, move)
+        if move.get("with"):
+            joint = []
+            for point in points:
+                for other, to in move["with"].items():
+                    moved = self._alone(point, {"knob": other, "to": to})
+                    point = moved[0] if moved else None
+                    if point is None:
+                        break
+                if point is not None:
+                    joint.append(point)
+            return joint + points
+        return points
+
+    def _alone(self, center: dict, move: dict) -> list[dict]:
         name, to = move.get("knob"), move.get("to")
         if name not in self.search:
             return []
@@ -97,9 +113,13 @@ class Climb:
         wanted = to if isinstance(to, list) else [to]
         return [{**center, name: v} for v in wanted if v in options and v != center[name]]
 
-    def candidates(self, center: dict, came_from: dict | None, path: "_Path | None" = None) -> list[dict]:
+    def candidates(self, center: dict, came_from: dict | None, path: "_Path | None" = None, capped=None) -> list[dict]:
         """The local moves from an incumbent, in the order they are tried:
         1. what its own diagnosis says (every move at once, then each alone);
+           where the batch a rung up ran out of memory (`capped(point)`: it, or a
+           smaller batch with the same device-side knobs, did), the capacity moves
+           too: each knob that frees memory with that batch, then alone (a
+           program's trials have no diagnosis: the OOM is what says so);
         2. after a change in step cost (precision, layout, compile): the batch
            ladder again, since a cheaper step brings overhead back;
         3. every other neighbour (a rung up, another value), knobs never moved
@@ -123,6 +143,9 @@ class Climb:
             if len(targets) > 1:
                 out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})
             out += [p for t in targets for p in t]
+        up = self._step(center, "batch_size", 1) if "batch_size" in self.search else None
+        if up is not None and capped is not None and capped(up):
+            out += [p for mv in playbook_moves("capacity", center, self.cuda) for p in self._targets(center, mv)]
         if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
             out.append(self._step(center, "batch_size", 1))
         order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
@@ -144,7 +167,7 @@ class Climb:
                 ordered.append(p)
         return ordered
 
-    def plan(self, values: dict[tuple, float | None], free, infeasible) -> dict | None:
+    def plan(self, values: dict[tuple, float | None], free, infeasible, capped=None) -> dict | None:
         """The next point of the hand-tuning procedure, replayed over what is
         known (`values`: each measured config's key -> its value, None for a
         failed or unsafe one): from the baseline, try the incumbent's local
@@ -155,7 +178,8 @@ class Climb:
         from there), or when the next point waits on a running trial. The
         incumbent's measured moves are weighed first (any that gained moves the
         climb on), then `pick` (the rate model's order) names which of its
-        unmeasured moves runs next."""
+        unmeasured moves runs next. `capped(point)`: that point ran out of memory, or
+        is predicted to (the capacity moves, `candidates`)."""
 
         def value(point):
             k = key(point, self.names)
@@ -174,7 +198,7 @@ class Climb:
                 return None  # the baseline failed: nothing to climb from
             while True:
                 ready, waiting = [], False  # the moves not measured yet, and one running
-                for point in self.candidates(center, came_from, path):
+                for point in self.candidates(center, came_from, path, capped):
                     if key(point, self.names) not in values:
                         if free(point):
                             ready.append(point)

@@ -204,7 +204,8 @@ class Strategy:
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
                 good = self._contends(t) and not t.user_attrs.get("unchecked")
                 values.setdefault(key(t.params, self.names), t.values[0] if good else None)
-        return self.climb.plan(values, free, infeasible)
+        bounds = self.oom_bounds()
+        return self.climb.plan(values, free, infeasible, lambda p: bool(self.predicted_oom(p, bounds)))
 
     def loader_held(self) -> set[tuple] | None:
         """The loader settings (of `self.loader`, the loader knobs the spec did

@@ -173,6 +173,20 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     assert told and all(told[r.number] == r.metrics["tokens_per_s"] for r in run.records if r.number in told)
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())["measured"]
     assert best["unit"] == "tokens" and best["best_tokens_per_s"] > 0 and best["best_samples_per_s"] > 0
+    # in production, the program's own steps compared in tokens/s too (scripts/bench/bench_program.py)
+    bench = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench" / "bench_program.py"), str(tmp_path / "run")]
+        + ["--pairs", "1", "--steps", "12", "--warmup", "2"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    last = json.loads(bench.stdout.strip().splitlines()[-1])
+    assert last["unit"] == "tokens"
+    for side in ("baseline", "best"):  # 16 tokens a sample
+        assert last[f"{side}_tokens_per_s"][0] == pytest.approx(16 * last[f"{side}_samples_per_s"][0])
 
 
 @pytest.mark.slow

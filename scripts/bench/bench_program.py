@@ -11,7 +11,9 @@ step log (`AUTOTUNE_STEP_LOG`): samples over the steps after `--warmup`, up to
 `--steps` steps, where the process is ended. A step interval over PAUSE times the
 median is the program's own pause (a validation every N steps, a checkpoint: what a
 trial turns off) and is left out of samples/s, as a trial's window has none; the
-rate with them is given too (`samples_per_s_wall`, `paused_s`). The speedup of each
+rate with them is given too (`samples_per_s_wall`, `paused_s`). A language model's search (best_config.yaml's
+`measured.unit`: tokens) is compared in tokens/s, the tokens its steps report (`cfg.step(tokens=...)`, a Trainer's
+batches), samples/s beside. The speedup of each
 pair, their mean and a 95% interval (Student's t over the pairs) are compared with the
 claimed speedup (best_config.yaml's `measured.speedup_x`).
 
@@ -79,7 +81,7 @@ def run_once(
                 f"{proc.stderr.strip().splitlines()[-1:] or proc.stdout[-200:]}"
             )
         data = json.loads(log.read_text())
-    marks, samples = data["marks"], data["samples"]
+    marks, samples, tokens = data["marks"], data["samples"], data.get("tokens")
     if len(marks) <= warmup + 2:
         raise SystemExit(f"error: the program ran {len(marks)} steps; --warmup {warmup} needs more (--steps)")
     span = marks[-1] - marks[warmup]
@@ -87,9 +89,13 @@ def run_once(
     typical = statistics.median(gaps)
     paused = sum(g - typical for g in gaps if g > PAUSE * typical)  # validation, a checkpoint: not a training step
     n = sum(samples[warmup + 1 :])
+    rates = {"samples_per_s": n / (span - paused), "samples_per_s_wall": n / span}  # training steps only: a trial's
+    if tokens:  # a language model's steps (trial.loop.PassThrough logs them where every step reported them)
+        rates.update(
+            tokens_per_s=sum(tokens[warmup + 1 :]) / (span - paused), tokens_per_s_wall=sum(tokens[warmup + 1 :]) / span
+        )
     return {
-        "samples_per_s": n / (span - paused),  # training steps only: what a trial times
-        "samples_per_s_wall": n / span,
+        **rates,
         "paused_s": paused,
         "steps": len(marks) - warmup - 1,
         "wall_s": wall,
@@ -142,13 +148,15 @@ def main(argv=None) -> int:
                 command, config, own_env = sides[side]
                 rows[side].append(run_once(command, cwd, config, args.steps, args.warmup, args.timeout, own_env))
                 load.append(os.getloadavg()[0])
-    speedups = [b["samples_per_s"] / a["samples_per_s"] for a, b in zip(rows["baseline"], rows["best"])]
+    unit = best["measured"].get("unit", "samples")  # the search's (trial.result.unit_of): tokens for a language model
+    rate = f"{unit}_per_s"
+    speedups = [b[rate] / a[rate] for a, b in zip(rows["baseline"], rows["best"])]
     mean, half = interval(speedups)
     claimed = best["measured"]["speedup_x"]
     agrees = abs(mean / claimed - 1) <= 0.05 or mean - half <= claimed <= mean + half
-    print(f"{'pair':>4}  {'baseline samples/s':>18}  {'best samples/s':>14}  {'speedup':>7}")
+    print(f"{'pair':>4}  {f'baseline {unit}/s':>18}  {f'best {unit}/s':>14}  {'speedup':>7}")
     for i, (a, b, s) in enumerate(zip(rows["baseline"], rows["best"], speedups)):
-        print(f"{i:>4}  {a['samples_per_s']:>18.2f}  {b['samples_per_s']:>14.2f}  {s:>6.3f}x")
+        print(f"{i:>4}  {a[rate]:>18.2f}  {b[rate]:>14.2f}  {s:>6.3f}x")
     print(
         f"program's own speedup {mean:.3f}x +-{half:.3f} (95%, {args.pairs} pairs); claimed {claimed:.3f}x: "
         f"{'agrees' if agrees else 'DISAGREES'} (within 5% or inside the interval); load avg "
@@ -164,12 +172,15 @@ def main(argv=None) -> int:
                 "program_speedup_x": round(mean, 4),
                 "program_speedup_ci95": round(half, 4),
                 "pairs": speedups,
-                "baseline_samples_per_s": [r["samples_per_s"] for r in rows["baseline"]],
-                "best_samples_per_s": [r["samples_per_s"] for r in rows["best"]],
+                "unit": unit,
+                **{
+                    f"{side}_{r}": [row[r] for row in rows[side]]
+                    for side in rows
+                    for r in dict.fromkeys(("samples_per_s", rate))
+                },
                 "program_speedup_wall_x": round(
                     statistics.fmean(
-                        b["samples_per_s_wall"] / a["samples_per_s_wall"]
-                        for a, b in zip(rows["baseline"], rows["best"])
+                        b[f"{rate}_wall"] / a[f"{rate}_wall"] for a, b in zip(rows["baseline"], rows["best"])
                     ),
                     4,
                 ),

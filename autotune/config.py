@@ -172,7 +172,11 @@ class Config:
         self._found = True
         cannot, own = what_it_takes(model, self.blocks)
         self.cannot.update(cannot)
-        self.own.update(own)
+        self.found_own(own)
+
+    def found_own(self, values: dict[str, Any]) -> None:
+        """Records knob values the program runs with on its own; one this config sets is not its own."""
+        self.own.update({k: v for k, v in values.items() if k not in self.knobs})
 
     @property
     def request_args(self) -> dict[str, Any]:

@@ -162,6 +162,10 @@ def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
     assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
     # the window's end ended the process: no final save; the Trainer's outputs went under the trial
     assert not (tmp_path / "mine").exists()
+    # its Trainer could flatten padded batches, but its model classifies whole rows: padding_free is not run
+    assert "flatten" in result.used and "packing" not in result.used  # no `packing` argument: TRL's
+    assert result.cannot["padding_free"].startswith("BertForSequenceClassification is not a causal language model")
+    assert result.own_knobs == {"activation_checkpointing": "off", "liger_kernels": False, "attention": "sdpa"}
 
 
 @pytest.mark.timeout(600)
@@ -180,6 +184,9 @@ def test_a_lightning_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
     assert 0 <= m["data_wait_frac"] < 1
     assert "bfloat16 Automatic Mixed Precision" in proc.stdout + proc.stderr  # the Trainer's precision
     assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
+    # the callback handed its LightningModule over: a small CNN, which takes none of a language model's knobs
+    lm = {"attention", "padding_free", "liger_kernels", "activation_checkpointing", "float8"}
+    assert set(result.cannot) == lm and result.cannot["activation_checkpointing"].startswith("no repeated block")
     assert not (tmp_path / "lightning_logs").exists() and not (tmp_path / "checkpoints").exists()
 
 
@@ -534,6 +541,85 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
         assert got["output_dir"] == "mine" and got["save_strategy"] != "no"
 
 
+TRL_PARSE_LM = """
+import json, sys
+sys.path.insert(0, sys.argv.pop(1))
+from trl_sft import make_parser
+
+script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(fail_with_unknown_args=False)
+fields = ("per_device_train_batch_size", "gradient_accumulation_steps", "activation_checkpointing",
+          "activation_checkpointing_kwargs", "packing", "padding_free")
+print(json.dumps({"attn_implementation": model_args.attn_implementation,
+                  **{k: getattr(training_args, k) for k in fields}}))
+"""
+
+
+def test_trls_parser_reads_the_lm_knobs_as_its_own_flags(tmp_path):
+    """The attention kernel through TRL's ModelConfig (which the script puts in model_init_kwargs), packing through
+    SFTConfig, selective checkpointing as every second layer, the micro-batch with the accumulation that keeps the
+    effective batch; padding-free is left to the instrumented Trainer (TRL's own refuses a max_length unpacked)."""
+    needs_trl()
+    knobs = {"attention": "eager", "packing": True, "activation_checkpointing": "selective", "batch_size": 2}
+    knobs["padding_free"] = True
+    request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": knobs, "device": "cpu", "accum_steps": 4}
+    (tmp_path / "config.json").write_text(json.dumps(request))
+    mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--bf16", "false"]
+    mine += ["--per_device_train_batch_size", "8", "--activation_checkpointing_kwargs", '{"use_reentrant": false}']
+    env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
+    proc = run([sys.executable, "-c", TRL_PARSE_LM, str(PROGRAMS), *mine], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got == {
+        "attn_implementation": "eager",
+        "per_device_train_batch_size": 2,
+        "gradient_accumulation_steps": 4,
+        "activation_checkpointing": True,
+        "activation_checkpointing_kwargs": {"use_reentrant": False, "every_n_layers": 2},
+        "packing": True,
+        "padding_free": False,
+    }
+
+
+TRAINER_LM = """
+import json, sys, torch
+from transformers import LlamaConfig, LlamaForCausalLM, Trainer, TrainingArguments
+
+def pad(features):
+    longest = max(len(f["input_ids"]) for f in features)
+    ids = torch.zeros(len(features), longest, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for row, f in enumerate(features):
+        ids[row, : len(f["input_ids"])] = torch.tensor(f["input_ids"])
+        mask[row, : len(f["input_ids"])] = 1
+    return {"input_ids": ids, "attention_mask": mask, "labels": ids.masked_fill(mask == 0, -100)}
+
+torch.manual_seed(0)
+model = LlamaForCausalLM(LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64))
+data = [{"input_ids": list(range(1, 3 + i % 5))} for i in range(16)]
+args = TrainingArguments(output_dir="out", per_device_train_batch_size=4, use_cpu=True, report_to="none")
+trainer = Trainer(model=model, args=args, train_dataset=data, data_collator=pad)
+batch = next(iter(trainer.get_train_dataloader()))
+print(json.dumps({"collator": type(trainer.data_collator).__name__, "attention": model.config._attn_implementation,
+                  "keys": sorted(batch), "rows": list(batch["input_ids"].shape),
+                  "positions": batch.get("position_ids", torch.zeros(1, 1)).tolist()[0]}))
+"""
+
+
+def test_a_trainer_whose_collator_pads_gets_padding_free_rows_and_the_attention_kernel(tmp_path):
+    """A Trainer script that is not TRL's: its own collator pads; the instrumented Trainer wraps it (each padded
+    batch one row, positions restarting per text) and sets the attention kernel on its model."""
+    changes = {"padding_free": (False, True), "attention": ("sdpa", "eager")}
+    env = child_env(AUTOTUNE_CONFIG=str(best_config(tmp_path, changes)))
+    proc = run([sys.executable, "-c", TRAINER_LM], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (got["collator"], got["attention"]) == ("Flattening", "eager")
+    assert got["keys"] == ["input_ids", "labels", "position_ids"] and got["rows"][0] == 1
+    starts = [i for i, p in enumerate(got["positions"]) if p == 0]
+    assert len(starts) == 4 and got["rows"][1] == len(got["positions"])  # four texts, one row, no padding
+
+
 # in CI: the TRL parser's patch (test_trls_parser_reads_the_knobs_flags_and_a_trials_own), a packed batch's count
 # (test_a_padding_free_batch_counts_its_sequences), a Trainer's callback in a trial (test_an_hf_trainer_script_is_a_
 # trial_with_no_line_changed); 28 s of the tier on 2 cores, its model and texts generated first
@@ -541,10 +627,13 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
 @pytest.mark.timeout(600)
 def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, monkeypatch):
     monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "datasets"))  # datasets' cache: not the user's
+    # the LM knobs too: eager attention (TRL's ModelConfig flag), every second layer checkpointed (SFTConfig's
+    # kwargs), padding-free rows (TRL's padded batches flattened by the instrumented Trainer)
+    lm = {"attention": "eager", "activation_checkpointing": "selective", "padding_free": True}
     proc, trial = run_trial(
         tmp_path,
         "trl_sft.py",
-        {"batch_size": 4, "num_workers": 1},
+        {"batch_size": 4, "num_workers": 1, **lm},
         trl_args(trl_data, "--output_dir", "mine", "--max_steps", "60", "--per_device_train_batch_size", "2"),
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -559,5 +648,6 @@ def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, mo
     assert m["tokens_per_step"] / m["seq_len_mean"] == pytest.approx(4) and 1 < m["seq_len_mean"] <= 128
     assert m["flops_per_token"] > 0 and "mfu" not in m
     assert len(result.losses) == m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
-    assert {"dataloader_kwargs", "autocast", "step", "data"} <= set(result.used)
+    assert {"dataloader_kwargs", "autocast", "step", "data", "flatten", "packing"} <= set(result.used)
+    assert result.own_knobs == {"liger_kernels": False, "packing": False} and not result.cannot  # the rest: set here
     assert not (tmp_path / "mine").exists()

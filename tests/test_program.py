@@ -260,24 +260,21 @@ def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_pat
         timeout=300,
     )
     assert made.returncode == 0, made.stderr[-2000:]
-    spec = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())  # its command and flag, as bench_programs runs it
+    spec = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())  # its command, as bench_programs runs it
     command = spec["workload"]["command"].replace("--max_length 256", "--max_length 128")
-    space = {"preset": None, "knobs": {"batch_size": [4, 16]}, "workload_args": spec["search_space"]["workload_args"]}
-    proc = search(
-        tmp_path,
-        command,
-        space["knobs"],
-        n_trials=3,
-        spec_extra={"search_space": space, "baseline": spec["baseline"], "safety": {"level": "dynamics"}},
-    )
+    # packing: TRL's own flag, a knob the probe finds the script can take (no spec says how to pass it)
+    knobs = {"batch_size": [4, 16], "packing": [False, True]}
+    proc = search(tmp_path, command, knobs, n_trials=3, spec_extra={"safety": {"level": "dynamics"}})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     run = read_run(tmp_path / "run")
     assert len(run.records) == 3 and {r.status for r in run.records} <= {"ok", "pruned"}
+    # the script's own settings, as the probe found them: TRL checkpoints every layer, the model's sdpa
+    assert (run.space.baseline["activation_checkpointing"], run.space.baseline["attention"]) == ("full", "sdpa")
     assert run.unit is TOKENS  # searched in tokens/s, through the instrumented Trainer's batches
     for r in (r for r in run.records if r.status == "ok"):
         assert r.throughput == r.metrics["tokens_per_s"] and r.metrics["tokens_per_step"] <= r.knobs["batch_size"] * 128
         per_step = r.metrics["samples_per_s"] / r.metrics["steps_per_s"]
-        if r.knobs["args.packing"]:  # texts packed into 128-token rows: a step trains more texts than rows
+        if r.knobs["packing"]:  # texts packed into 128-token rows: a step trains more texts than rows
             assert per_step > r.knobs["batch_size"]
         else:
             assert per_step == pytest.approx(r.knobs["batch_size"])

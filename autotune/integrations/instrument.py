@@ -141,20 +141,22 @@ def own_json(argv: list[str], names: tuple[str, ...]) -> dict[str, Any]:
 
 def own_of(cfg, args) -> None:
     """The language-model knob values a script's parsed TrainingArguments (or TRL's config) run with."""
+    own: dict[str, Any] = {}
     if getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None):
         kwargs = getattr(args, "activation_checkpointing_kwargs", None) or getattr(
             args, "gradient_checkpointing_kwargs", None
         )
         every = kwargs.get("every_n_layers", 1) if isinstance(kwargs, dict) else 1
-        cfg.own["activation_checkpointing"] = "full" if every == 1 else "selective"  # every k-th layer: selective
+        own["activation_checkpointing"] = "full" if every == 1 else "selective"  # every k-th layer: selective
     else:
-        cfg.own["activation_checkpointing"] = "off"
-    cfg.own["liger_kernels"] = bool(getattr(args, "use_liger_kernel", False))
+        own["activation_checkpointing"] = "off"
+    own["liger_kernels"] = bool(getattr(args, "use_liger_kernel", False))
     if hasattr(args, "packing"):
-        cfg.own["packing"] = bool(args.packing)
+        own["packing"] = bool(args.packing)
         # TRL's best-fit packing makes its rows padding-free (SFTTrainer: padding_free or bfd packing)
         bfd = args.packing and getattr(args, "packing_strategy", "bfd") in ("bfd", "bfd_split")
-        cfg.own["padding_free"] = bool(getattr(args, "padding_free", False) or bfd)
+        own["padding_free"] = bool(getattr(args, "padding_free", False) or bfd)
+    cfg.found_own(own)
 
 
 def _hf_trainer(module) -> None:

@@ -285,12 +285,6 @@ def _float8(value, device):
     return _not_installed("float8")
 
 
-def _packed_rows(value, knobs):
-    if value is False and knobs.get("packing"):
-        return "packing (TRL's best-fit packing) makes its rows padding-free either way"
-    return None
-
-
 NO_NUMERICS = "no effect on numerics"
 # In the strategy's default order: one knob at a time, the cheapest big levers first.
 KNOBS: dict[str, Knob] = {
@@ -495,14 +489,14 @@ KNOBS: dict[str, Knob] = {
             "data",
             numerics=True,
             bottlenecks=("compute", "memory", "capacity"),
-            requires=_packed_rows,
         ),
         Knob(
             "packing",
             bool,
             False,
             "dynamics",
-            "texts packed into full rows: a step trains on other texts together, more tokens per step (TRL's packing)",
+            "texts packed into full rows: a step trains on other texts together, more tokens per step (TRL's packing; "
+            "its best-fit packing is padding-free whatever padding_free says)",
             "texts packed into rows of the sequence length (TRL's SFTConfig packing)",
             "packing",
             "data",

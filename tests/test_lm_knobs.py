@@ -157,7 +157,10 @@ def test_the_attention_kernel_is_set_on_the_model_through_prepare(tmp_path):
     cfg = production(tmp_path, {"attention": "eager"})
     model, _ = cfg.prepare(model)
     assert model.config._attn_implementation == "eager"
-    assert cfg.own == {"attention": "sdpa"} and cfg.cannot == {}  # found before the knob changed it
+    assert cfg.own == {} and cfg.cannot == {}  # a knob this config sets is not the program's own
+    plain = production(tmp_path, {"num_workers": 0})
+    plain.prepare(tiny_llama())
+    assert plain.own == {"attention": "sdpa"}  # what the probe (no knob set) reads as the baseline
     with pytest.raises(_lm.LMKnobError, match="not a transformers model"):
         _lm.set_attention(torch.nn.Linear(2, 2), "eager")
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Union
+from typing import TYPE_CHECKING, Callable, Union
 
 if TYPE_CHECKING:
     from autotune.records.run_dir import SearchResult
@@ -59,7 +59,7 @@ def search(
     from autotune.records import cache
     from autotune import workload as W
     from autotune.records.run_dir import read_run
-    from autotune.spec import SpecError
+    from autotune.spec import SearchPlan, SpecError, as_spec
 
     if sum((reuse, refresh, resume)) > 1:
         raise ValueError("give at most one of reuse, refresh and resume")
@@ -68,8 +68,9 @@ def search(
     spec = as_spec(spec, W.name_of(workload) if workload is not None else None)
     on_match = on_match or print
     if reuse and (workload is not None or not spec.workload.pickled):
+        plan = SearchPlan.of(spec)  # the driver reads it again, to the same output dir
         try:
-            found = cache.find(spec, workload if workload is not None else spec.workload.ref)
+            found = cache.find(plan, workload if workload is not None else plan.workload.ref)
         except W.WorkloadError as e:
             raise SpecError(f"workload: {e}") from e
         if found:
@@ -90,17 +91,3 @@ def search(
         on_match=on_match,
         backend=backend,
     )
-
-
-def as_spec(spec: Any, factory_name: str | None = None) -> "Spec":
-    """A typed Spec from a path, a dict or a Spec; `factory_name`: a factory
-    callable comes with it (the spec then must not name another)."""
-    from autotune import spec as S
-
-    if isinstance(spec, (str, Path)):
-        return S.load(spec, factory_name)
-    if isinstance(spec, S.Spec):
-        return S.parse(spec.model_dump(mode="json"), "spec", factory_name) if factory_name else spec
-    if isinstance(spec, dict):
-        return S.parse(spec, "spec", factory_name)
-    raise S.SpecError(f"spec: expected a spec file's path, a dict or an autotune.spec.Spec, got {type(spec).__name__}")

@@ -1,7 +1,9 @@
-"""The search spec (spec.yaml) as typed models; every error names its field path."""
+"""The search spec (spec.yaml) as typed models, every error naming its field path; and the `SearchPlan` it is
+resolved into once, a typed section for each part of a search."""
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import os
 import re
@@ -418,6 +420,108 @@ class Spec(_Strict):
         return self.output_dir
 
 
+@dataclasses.dataclass(frozen=True)
+class SearchPlan:
+    """A search's settings, resolved once from its spec (`SearchPlan.of`): a typed section for each part, and each
+    part takes its own section, never the spec (as torchtitan parses its JobConfig once into sections, and Ray Tune
+    hands TuneConfig and RunConfig to its parts). The backends take `resources`; startup the `workload` and
+    `tracking`; the trial its `TrialSettings` (`trial_settings`: the `trial` window, `safety`'s parity, the ranks);
+    export and the cache what they record. A plan needs no spec file: `SearchPlan.of(parse({"workload": {"command":
+    [...]}}))`, or the sections given here (`name`, `run_dir` and `workload` at least)."""
+
+    name: Optional[str]  # the search's name (the spec file's stem by default)
+    run_dir: Path  # the output dir, absolute, checked (`check_output_dir`)
+    workload: WorkloadSpec  # a program's `dir` settled
+    baseline: KnobSettings = dataclasses.field(default_factory=KnobSettings)  # type: ignore[valid-type]
+    space: SearchSpaceSpec = dataclasses.field(default_factory=SearchSpaceSpec)
+    trial: TrialSpec = dataclasses.field(default_factory=TrialSpec)
+    search: SearchSettings = dataclasses.field(default_factory=SearchSettings)
+    resources: Resources = dataclasses.field(default_factory=Resources)
+    tracking: Tracking = dataclasses.field(default_factory=Tracking)
+    safety: Safety = dataclasses.field(default_factory=Safety)
+
+    @classmethod
+    def of(cls, spec: Spec) -> "SearchPlan":
+        """The one reading of a spec: its output dir resolved and checked (`Spec.resolved_output_dir`: the default
+        is fixed on the spec, so every later reading names the same dir), a program's `dir` settled (default: this
+        process's working dir), each section a copy (what changes the spec later changes no plan)."""
+        run_dir = spec.resolved_output_dir().resolve()
+        workload = spec.workload.model_copy(deep=True)
+        if workload.command is not None and not workload.dir:  # the user's own program runs from here
+            workload.dir = os.getcwd()
+        copy = {
+            k: getattr(spec, k).model_copy(deep=True) for k in ("trial", "search", "resources", "tracking", "safety")
+        }
+        return cls(
+            name=spec.name,
+            run_dir=run_dir,
+            workload=workload,
+            baseline=spec.baseline.model_copy(deep=True),
+            space=spec.search_space.model_copy(deep=True),
+            **copy,
+        )
+
+    @property
+    def program(self) -> bool:
+        """Whether the workload is the user's own program (`workload.command`, autotune.execution.program)."""
+        return self.workload.command is not None
+
+    def given(self) -> dict[str, Any]:
+        """The baseline's knobs the spec gives (the others are the workload's or PyTorch's defaults)."""
+        return {k: v for k, v in self.baseline.model_dump().items() if v is not None}
+
+    def to_yaml(self) -> str:
+        """The plan as a spec (the run dir's spec.yaml, which `--resume` reads back)."""
+        return Spec(
+            name=self.name,
+            workload=self.workload,
+            baseline=self.baseline,
+            search_space=self.space,
+            trial=self.trial,
+            search=self.search,
+            resources=self.resources,
+            tracking=self.tracking,
+            safety=self.safety,
+            output_dir=self.run_dir,
+        ).to_yaml()
+
+    def trial_settings(
+        self,
+        device: str,
+        baseline: dict[str, Any],
+        *,
+        parity: dict | None = None,
+        flops_cache: str | None = None,
+        pickled: bytes | None = None,
+    ):
+        """What every trial of the search shares (`autotune.trial.request.TrialSettings`), on `device` from
+        `baseline` (every knob's value); `pickled`: a factory given in Python, which trials load from the run dir's
+        workload.pkl (the bytes travel in the backend's settings to other nodes)."""
+        from autotune.trial.request import TRIAL_KEYS, TrialSettings
+        from autotune.workload import pickled_ref
+
+        workload = {k: v for k, v in self.workload.model_dump(mode="json").items() if v is not None}
+        if pickled:
+            workload.update(pickled_ref(pickled))
+        trial = self.trial  # the runner takes its window (TRIAL_KEYS); timeout_s and prune_margin are the driver's
+        return TrialSettings.of(
+            device,
+            baseline,
+            workload=workload,
+            window={k: getattr(trial, k) for k in TRIAL_KEYS},
+            seed=self.search.seed,
+            keep_effective_batch=self.safety.keep_effective_batch,
+            parity=parity,
+            parity_steps=self.safety.parity_steps,
+            tolerance=self.safety.tolerance,
+            ranks=self.resources.ranks_per_trial,
+            blocks=self.resources.blocks,
+            memory_limit_gib=self.resources.memory_limit_gib,
+            flops_cache=flops_cache,
+            flags=self.space.flags() if self.program else None,
+        )
+
+
 MIN_FREE_BYTES = 64 << 20  # a search writes its MLflow store, Optuna storage, trial files and traces
 
 
@@ -531,3 +635,15 @@ def load(path: str | Path, factory_name: str | None = None) -> Spec:
     if spec.workload.command and spec.workload.dir is None:  # a program runs from its spec's directory
         spec.workload.dir = str(path.resolve().parent)
     return spec
+
+
+def as_spec(spec: Any, factory_name: str | None = None) -> Spec:
+    """A typed Spec from a path, a dict or a Spec; `factory_name`: a factory
+    callable comes with it (the spec then must not name another)."""
+    if isinstance(spec, (str, Path)):
+        return load(spec, factory_name)
+    if isinstance(spec, Spec):
+        return parse(spec.model_dump(mode="json"), "spec", factory_name) if factory_name else spec
+    if isinstance(spec, dict):
+        return parse(spec, "spec", factory_name)
+    raise SpecError(f"spec: expected a spec file's path, a dict or an autotune.spec.Spec, got {type(spec).__name__}")

@@ -15,7 +15,8 @@ import autotune
 from autotune.records.state import SearchState
 from autotune.records import cache
 from autotune.safety import parity
-from autotune.api import as_spec
+from autotune.spec import as_spec
+from autotune.spec import SearchPlan
 from tests import api_workloads as AW
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,6 +31,11 @@ def first(tmp_path_factory, ray_local):
     result = autotune.search(AW.spec(runs / "first", workload=WORKLOAD), on_match=notes.append)
     assert [r.status for r in result.records] == ["ok", "ok"] and notes == []  # nothing earlier to name
     return result
+
+
+def plan_of(spec, factory_name=None) -> SearchPlan:
+    """The search's plan, as the driver reads its spec."""
+    return SearchPlan.of(as_spec(spec, factory_name))
 
 
 def trials_run(result) -> int:
@@ -101,10 +107,10 @@ def test_a_matching_search_says_so_and_refresh_says_nothing(first):
 
 
 def test_the_key_asks_what_changes_the_answer(tmp_path):
-    base = as_spec(AW.spec(tmp_path / "a", workload=WORKLOAD))
+    base = plan_of(AW.spec(tmp_path / "a", workload=WORKLOAD))
     asked = cache.question(base)
     # where results go does not change the answer
-    same = as_spec(
+    same = plan_of(
         {
             **AW.spec(tmp_path / "b", workload=WORKLOAD),
             "name": "other",
@@ -120,12 +126,12 @@ def test_the_key_asks_what_changes_the_answer(tmp_path):
         {"workload": {**WORKLOAD, "args": {"width": 4}}},
         {"safety": {"level": "numerics"}},
     ):
-        assert cache.question(as_spec({**AW.spec(tmp_path / "a", workload=WORKLOAD), **change})) != asked, change
+        assert cache.question(plan_of({**AW.spec(tmp_path / "a", workload=WORKLOAD), **change})) != asked, change
     # so do the loss-parity rules: a search judged under older ones is not reused (issue 39)
     assert asked["parity_rule"] == cache.PARITY_RULE == parity.RULE >= 2
     # a cluster's devices are known only once Ray runs: not remembered
     assert (
-        cache.question(as_spec(AW.spec(tmp_path / "a", workload=WORKLOAD, resources={"ray_address": "127.0.0.1:1"})))
+        cache.question(plan_of(AW.spec(tmp_path / "a", workload=WORKLOAD, resources={"ray_address": "127.0.0.1:1"})))
         is None
     )
 
@@ -134,8 +140,8 @@ def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
     def make(width=8):
         return AW.make_cnn(width)
 
-    spec = as_spec(AW.spec(tmp_path / "a"), "nb.make")
-    assert cache.question(spec)["workload"] == {
+    plan = plan_of(AW.spec(tmp_path / "a"), "nb.make")
+    assert cache.question(plan)["workload"] == {
         "name": None,
         "factory": None,
         "pickled": "nb.make",
@@ -143,19 +149,20 @@ def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
         "command": None,
         "dir": None,
     }
-    shapes = cache.machine(spec, make())
-    assert shapes["device"] == "cpu" and shapes["params"] == cache.machine(spec, make())["params"]
-    assert cache.machine(spec, make(width=4))["params"] != shapes["params"]
+    device = plan.resources.device
+    shapes = cache.machine(device, make())
+    assert shapes["device"] == "cpu" and shapes["params"] == cache.machine(device, make())["params"]
+    assert cache.machine(device, make(width=4))["params"] != shapes["params"]
     assert shapes["batch_size"] == 16 and shapes["samples"] == 512
 
 
 def test_only_finished_searches_answer(first, tmp_path):
     runs = tmp_path / "runs"
-    spec = as_spec(AW.spec(runs / "new", workload=WORKLOAD))
+    plan = plan_of(AW.spec(runs / "new", workload=WORKLOAD))
     shutil.copytree(first.run_dir, runs / "copy")
     machine = SearchState.read(first.run_dir).cache_key["machine"]
-    assert cache.Lookup(runs, cache.question(spec)).match(machine) == runs / "copy"
+    assert cache.Lookup(runs, cache.question(plan)).match(machine) == runs / "copy"
     state = SearchState.read(runs / "copy")
     for unfinished in ({"stopped_reason": "interrupted after 1 of 2 trials"}, {"wall_s": None}):
         dataclasses.replace(state, **unfinished).write(runs / "copy")
-        assert cache.Lookup(runs, cache.question(spec)).match(machine) is None, unfinished
+        assert cache.Lookup(runs, cache.question(plan)).match(machine) is None, unfinished

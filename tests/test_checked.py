@@ -96,7 +96,9 @@ def _export(tmp_path, records, best, stopped):
     spec = S.parse({"workload": {"name": "tiny_cnn"}, "search_space": "quick"})
     space = K.Space(baseline=records[0].knobs, search={}, fixed={}, dropped=[])
     result = SearchResult(tmp_path, space, K.Device("cpu", 2, "cpu"), records, records[0], best, 10.0, {}, stopped)
-    write_best_config(result, spec, tmp_path / "best_config.yaml")
+    write_best_config(
+        result, tmp_path / "best_config.yaml", name=spec.name, workload=spec.workload, flags=spec.search_space.flags()
+    )
     return yaml.safe_load((tmp_path / "best_config.yaml").read_text())
 
 

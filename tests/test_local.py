@@ -119,11 +119,11 @@ def test_a_cluster_address_is_refused_by_the_local_backend(tmp_path):
 
     spec = parse({"workload": {"name": "tiny_cnn"}, "resources": {"ray_address": "127.0.0.1:6379"}}, "spec")
     with pytest.raises(SpecError, match=r"`127.0.0.1:6379` is a Ray cluster, and this search runs on this host"):
-        choose(spec, "local")
+        choose("local", resources=spec.resources, tracking=spec.tracking)
     spec.resources.ray_address = None
-    assert isinstance(choose(spec, "local"), LocalBackend)
+    assert isinstance(choose("local", resources=spec.resources, tracking=spec.tracking), LocalBackend)
     with pytest.raises(SpecError, match="backend `cloud` is not one of: auto, local, ray"):
-        choose(spec, "cloud")
+        choose("cloud", resources=spec.resources, tracking=spec.tracking)
 
 
 @pytest.mark.timeout(400)

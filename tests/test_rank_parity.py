@@ -13,7 +13,6 @@ from autotune.decide import checked
 from autotune.execution.launcher import run_in_process
 from autotune.export.best_config import write_best_config
 from autotune.records.run_dir import SearchResult, record_of
-from autotune.trial.request import TrialSettings
 from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(300)
@@ -35,9 +34,8 @@ def late_check(tmp_path, workload, knobs):
     """The late check a 2-rank search asks for (`TrialSettings.parity_check`), run as its trials run."""
     spec = two_ranks(workload)
     parity = {"baseline": BASE, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}
-    config = (
-        TrialSettings.of(spec.model_dump(mode="json"), "cpu", BASE, parity).parity_check().config({**BASE, **knobs})
-    )
+    settings = S.SearchPlan.of(spec).trial_settings("cpu", BASE, parity=parity)
+    config = settings.parity_check().config({**BASE, **knobs})
     assert config["ranks"] == 2 and config["parity_only"]
     # spawned: a fork server preloading tests.workloads is test_launcher's to count
     return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launcher="spawn")
@@ -91,6 +89,14 @@ def test_an_fsdp_winner_is_checked_on_two_ranks_and_exported_as_parity_passed(tm
     space = K.Space(baseline=BASE, search={}, fixed={}, dropped=[])
     device = K.Device("cpu", 2, "cpu", ranks=2)
     result = SearchResult(tmp_path, space, device, records, records[0], best, 10.0, {}, None)
-    write_best_config(result, two_ranks(workload), tmp_path / "best_config.yaml")
+    spec = two_ranks(workload)
+    write_best_config(
+        result,
+        tmp_path / "best_config.yaml",
+        name=spec.name,
+        workload=spec.workload,
+        flags=spec.search_space.flags(),
+        ranks=spec.resources.ranks_per_trial,
+    )
     data = yaml.safe_load((tmp_path / "best_config.yaml").read_text())
     assert data["safety_status"] == "parity passed" and data["knobs"]["sharding"] == "fsdp"

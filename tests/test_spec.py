@@ -36,20 +36,20 @@ def test_minimal_spec_gets_embedded_defaults():
     assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"} - multi_rank - lm
 
 
-def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one():
-    from autotune.trial.request import TrialSettings
+def plan(tmp_path, **sections) -> S.SearchPlan:
+    return S.SearchPlan.of(S.parse({**WL, "output_dir": str(tmp_path / "run"), **sections}, "runs/x.yaml"))
 
+
+def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one(tmp_path):
     def floor(**sections) -> int:
-        spec = S.parse({**WL, **sections}, "runs/x.yaml").model_dump(mode="json")
         knobs = {**K.pytorch_defaults(None), "batch_size": 32}
-        return TrialSettings.of(spec, "cpu", knobs).config(knobs)["measure_steps"]
+        return plan(tmp_path, **sections).trial_settings("cpu", knobs).config(knobs)["measure_steps"]
 
     assert S.parse(WL, "runs/x.yaml").trial.measure_steps is None
     assert floor() == 10  # min_window_s and the CI do the rest (scripts/bench/bench_window.py)
     assert floor(trial={"measure_steps": 40}) == 40
-    spec = S.parse(WL, "runs/x.yaml").model_dump(mode="json")
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}
-    assert TrialSettings.of(spec, "cpu", knobs).config(knobs)["warmup_min_s"] == 1.0  # warm by time on a CPU
+    assert plan(tmp_path).trial_settings("cpu", knobs).config(knobs)["warmup_min_s"] == 1.0  # warm by time on a CPU
 
 
 def test_strategy_v2_is_noted_and_v1_is_refused_in_one_line(capsys):
@@ -67,19 +67,17 @@ def test_strategy_v2_is_noted_and_v1_is_refused_in_one_line(capsys):
     )
 
 
-def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor():
+def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor(tmp_path):
     from autotune.stats import PROCESS_SPREAD, PROMOTE_FACTOR
-    from autotune.trial.request import TrialSettings
 
-    spec = S.parse({**WL, "trial": {"target_ci": 0.06}}, "runs/x.yaml").model_dump(mode="json")
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}
-    settings = TrialSettings.of(spec, "cpu", knobs)
+    settings = plan(tmp_path, trial={"target_ci": 0.06}).trial_settings("cpu", knobs)
     assert settings.config(knobs)["target_ci"] == 0.06
     assert settings.config(knobs, anchor=True)["target_ci"] == pytest.approx(PROMOTE_FACTOR * 0.06)
     # a tight target: never tighter than the spread between fresh processes on a CPU (none assumed on a GPU)
-    spec["trial"]["target_ci"] = 0.01
-    assert TrialSettings.of(spec, "cpu", knobs).config(knobs, anchor=True)["target_ci"] == PROCESS_SPREAD["cpu"]
-    assert TrialSettings.of(spec, "cuda", knobs).config(knobs, anchor=True)["target_ci"] == PROMOTE_FACTOR * 0.01
+    tight = plan(tmp_path, trial={"target_ci": 0.01})
+    assert tight.trial_settings("cpu", knobs).config(knobs, anchor=True)["target_ci"] == PROCESS_SPREAD["cpu"]
+    assert tight.trial_settings("cuda", knobs).config(knobs, anchor=True)["target_ci"] == PROMOTE_FACTOR * 0.01
 
 
 def test_inline_knobs_override_the_preset():

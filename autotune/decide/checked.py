@@ -87,6 +87,7 @@ def confirm_candidates(
     remeasure,
     check,
     announce,
+    *,
     min_improvement: float,
     budget_left: Callable[[], float | None] = lambda: None,
 ) -> tuple[TrialRecord | None, dict | None, list[dict]]:

@@ -105,6 +105,7 @@ class Combined(Stopper):
 
 def search_stoppers(
     recorder,
+    *,
     n_trials: int,
     budget_s: float | None,
     patience: int | None,

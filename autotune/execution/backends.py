@@ -6,8 +6,9 @@ is handed and the late re-measurements:
   neither Ray nor MLflow (the GPU hosts);
 - `ray` (`autotune.execution.raytune`): Ray Tune places trials on this host or a cluster's nodes.
 
-`choose` picks one for a spec: the one asked for, else Ray where it is installed. What the spec asks of the host
-and the host lacks (a cluster without Ray, an MLflow server without MLflow) is the user's to fix: one line
+`choose` picks one for a search's `resources` and `tracking` (its plan's sections, `autotune.spec.SearchPlan`): the
+one asked for, else Ray where it is installed. A backend's methods take the `resources` section. What the plan asks
+of the host and the host lacks (a cluster without Ray, an MLflow server without MLflow) is the user's to fix: one line
 (`SpecError`), never a quiet fallback.
 
 What both backends run of the loop is in `autotune.execution.loop`.
@@ -17,19 +18,19 @@ from __future__ import annotations
 
 from autotune._imports import installed
 from autotune.execution.spread import spreads
-from autotune.spec import Spec, SpecError
+from autotune.spec import Resources, SpecError, Tracking
 
 BACKENDS = ("auto", "local", "ray")
 
 
-def choose(spec: Spec, name: str = "auto"):
-    """The backend `name` asks for (`auto`: Ray where it is installed, else local), checked against what the spec
-    asks of the host."""
+def choose(name: str = "auto", *, resources: Resources, tracking: Tracking):
+    """The backend `name` asks for (`auto`: Ray where it is installed, else local), checked against what the
+    search's `resources` and `tracking` ask of the host."""
     if name not in BACKENDS:
         raise SpecError(f"backend `{name}` is not one of: {', '.join(BACKENDS)}")
-    if spec.tracking.uri and not installed("mlflow"):
+    if tracking.uri and not installed("mlflow"):
         raise SpecError(
-            f"tracking.uri: `{spec.tracking.uri}` needs MLflow, which is not installed here "
+            f"tracking.uri: `{tracking.uri}` needs MLflow, which is not installed here "
             "(pip install mlflow); leave tracking.uri out to keep the search's records in its run dir"
         )
     has_ray = installed("ray")
@@ -42,7 +43,6 @@ def choose(spec: Spec, name: str = "auto"):
         from autotune.execution.raytune import RayBackend
 
         return RayBackend()
-    resources = spec.resources
     if resources.ray_address:
         raise SpecError(
             f"resources.ray_address: `{resources.ray_address}` is a Ray cluster, and "

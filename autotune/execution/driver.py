@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import time
 from typing import Callable
 
@@ -56,15 +55,15 @@ from autotune.decide.budget import budget_fits
 from autotune.decide.confirm import confirm_best, window_ci
 from autotune.decide.stoppers import Combined, search_stoppers
 from autotune.decide.strategy import Strategy
-from autotune.spec import Spec, SpecError
+from autotune.spec import SearchPlan, Spec, SpecError
 from autotune.trial import ranks as R
 from autotune.trial.measure import FLOPS_FILE
-from autotune.trial.request import TrialSettings
 from autotune.trial.result import TrialResult
 
 
 def run(
     spec: Spec,
+    *,
     on_start: Callable | None = None,
     on_trial: Callable | None = None,
     resume: bool = False,
@@ -78,7 +77,9 @@ def run(
 ) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM) on `backend` (a backend object, or its name for
-    `backends.choose`: auto, local, ray). With `resume`, continue the search in `spec.output_dir`
+    `backends.choose`: auto, local, ray). The spec is read once, here, into the
+    search's plan (`SearchPlan.of`); every part below takes its section of the plan.
+    With `resume`, continue the search in `spec.output_dir`
     from its Optuna storage: finished trials are neither lost nor repeated.
     Everything that can be checked is checked before anything is written. A
     local search waits while another one measures on the same device (`on_wait`
@@ -87,54 +88,70 @@ def run(
     named to `on_match` before the trials start (with `refresh`, it is not looked
     for); `autotune.search(reuse=True)` returns it before this driver is imported."""
     started = time.perf_counter()
+    plan = SearchPlan.of(spec)
     if isinstance(backend, str):
-        backend = backends.choose(spec, backend)
-    run_dir = spec.resolved_output_dir().resolve()
+        backend = backends.choose(backend, resources=plan.resources, tracking=plan.tracking)
+    run_dir = plan.run_dir
     state = None
     if resume:
         if not SearchState.exists(run_dir):
             raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
         state = SearchState.read(run_dir)
     user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
-    user = spec.search_space.user()
-    program = spec.workload.command is not None  # the user's own program (autotune.execution.program)
-    if program and not spec.workload.dir:
-        spec.workload.dir = os.getcwd()
-    source, pickled = (None, None) if program else startup.source(spec, factory, run_dir, resume)
+    user = plan.space.user()
+    program = plan.program  # the user's own program (autotune.execution.program)
+    source, pickled = (
+        (None, None) if program else startup.source(plan.workload, factory=factory, run_dir=run_dir, resume=resume)
+    )
     try:  # what needs no torch is checked before anything starts
-        user_base = PG.flag_baseline(spec) if program else W.user_knob_baseline(source, spec.workload.args, user)
+        user_base = (
+            PG.flag_baseline(plan.workload.command, plan.space.workload_args)
+            if program
+            else W.user_knob_baseline(source, plan.workload.args, user)
+        )
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
-    given = {k: v for k, v in spec.baseline.model_dump().items() if v is not None}
+    given = plan.given()
     given.update({K.USER_PREFIX + n: v for n, v in user_base.items()})
     clash = K.conflicts({**K.pytorch_defaults(None), **given})
     if clash:
         raise SpecError(f"baseline: {'; '.join(clash)}")
     K.declare(user)
-    if spec.tracking.uri:
-        tracking.check_uri(spec.tracking.uri)
+    if plan.tracking.uri:
+        tracking.check_uri(plan.tracking.uri)
     from concurrent.futures import ThreadPoolExecutor
 
-    asked = None if resume or refresh or program else cache.question(spec)
-    local_store = not spec.tracking.uri and not resume and not (run_dir / "mlflow.db").exists() and installed("mlflow")
-    # a local search's one fork server imports torch while Ray starts (autotune.launcher.SharedForkServer);
+    asked = None if resume or refresh or program else cache.question(plan)
+    local_store = not plan.tracking.uri and not resume and not (run_dir / "mlflow.db").exists() and installed("mlflow")
+    # a local search's one fork server imports torch while Ray starts (autotune.execution.launcher.SharedForkServer);
     # not with a Ray of the caller's own, whose nodes may be anywhere
     forks = (
         None
-        if not backend.shares_forks(spec)
-        else start_shared(spec.workload.model_dump(mode="json"), user_path, user_thread_env())
+        if not backend.shares_forks(plan.resources)
+        else start_shared(plan.workload.model_dump(mode="json"), user_path, user_thread_env())
     )
+
+    def probe() -> PG.Program:
+        return PG.probe(
+            plan.workload,
+            run_dir,
+            user_path,
+            ranks=plan.resources.ranks_per_trial,
+            timeout_s=plan.trial.timeout_s,
+            shared=forks.path if forks else None,
+        )
+
     try:
         with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
             preparing = pool.submit(
                 startup.prepare,
-                spec,
-                run_dir,
-                local_store,
                 source,
-                (lambda: PG.probe(spec, run_dir, user_path, forks.path if forks else None)) if program else None,
+                args=plan.workload.args,
+                run_dir=run_dir,
+                local_store=local_store,
+                probe=probe if program else None,
             )
-            started_backend = backend.start(spec)
+            started_backend = backend.start(plan.resources)
     except BaseException:
         if forks:
             forks.close()
@@ -142,32 +159,33 @@ def run(
     store, closing = None, []  # closing: what ends the search beside Ray's shutdown (_finish)
     try:
         workload, store, optimizer = preparing.result()
-        remembered = cache.key(asked, cache.machine(spec, workload) if asked else None)
+        remembered = cache.key(asked, cache.machine(plan.resources.device, workload) if asked else None)
         found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
         if found and on_match:
             on_match(cache.describe(found, reused=False))
         baseline = {**K.pytorch_defaults(workload.batch_size), **(workload.baseline or {}), **given}
         lists, too_big = (
-            (spec.search_space.lists(), [])
+            (plan.space.lists(), [])
             if program
-            else startup.fit_batches(spec.search_space.lists(), baseline["batch_size"], len(workload.dataset))
+            else startup.fit_batches(plan.space.lists(), baseline["batch_size"], len(workload.dataset))
         )
+        resources = plan.resources
         device = dataclasses.replace(
-            backend.detect_device(spec),
+            backend.detect_device(resources),
             optimizer=optimizer,  # fused_optimizer
-            ranks=spec.resources.ranks_per_trial,
+            ranks=resources.ranks_per_trial,
         )  # the DDP/FSDP knobs
-        why = SP.problem(spec.resources.rank_placement, device) or (
+        why = SP.problem(resources.rank_placement, device) or (
             None
             if program
             else R.search_problem(
-                SP.one_node(device, spec.resources.rank_placement), workload, spec.resources.blocks, lists, baseline
+                SP.one_node(device, resources.rank_placement), workload, resources.blocks, lists, baseline
             )
         )
         if why:
             raise SpecError(why)
         space = K.resolve_space(
-            lists, baseline, device, LEVELS[spec.safety.level], spec.safety.keep_effective_batch, user
+            lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, user
         )
         space.dropped += too_big
         if program:  # what it never calls, it cannot take
@@ -181,31 +199,30 @@ def run(
             )
         run_dir.mkdir(parents=True, exist_ok=True)
         if not resume:
-            (run_dir / "spec.yaml").write_text(spec.to_yaml())
+            (run_dir / "spec.yaml").write_text(plan.to_yaml())
             if pickled:  # what --resume and `python -m autotune.trial` load
                 (run_dir / W.PICKLE_FILE).write_bytes(pickled)
         tracking.adopt_store(store, run_dir)
         # a cluster's scheduler places trials; on this host, one search per device at a time
-        lock = contextlib.nullcontext() if spec.resources.ray_address else device_lock(device.type, run_dir, on_wait)
+        lock = contextlib.nullcontext() if resources.ray_address else device_lock(device.type, run_dir, on_wait)
         with lock as waited:
             started += waited or 0.0  # waiting is not searching (time budget, wall time)
             return _search(
-                spec,
+                plan,
                 backend,
-                run_dir,
-                user_path,
-                device,
-                space,
-                started,
-                on_start,
-                on_trial,
-                state,
-                on_trial_start,
-                on_remeasure,
-                pickled,
-                remembered,
-                forks.path if forks else None,
-                closing,
+                device=device,
+                space=space,
+                started=started,
+                state=state,
+                user_path=user_path,
+                pickled=pickled,
+                remembered=remembered,
+                fork_socket=forks.path if forks else None,
+                closing=closing,
+                on_start=on_start,
+                on_trial=on_trial,
+                on_trial_start=on_trial_start,
+                on_remeasure=on_remeasure,
             )
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
@@ -219,28 +236,31 @@ def run(
 
 
 def _search(
-    spec,
+    plan: SearchPlan,
     backend,
-    run_dir,
-    user_path,
-    device,
-    space,
-    started,
-    on_start,
-    on_trial,
-    state,
-    on_trial_start=None,
-    on_remeasure=None,
+    *,
+    device: K.Device,
+    space: K.Space,
+    started: float,
+    state: SearchState | None,
+    user_path: str | None,
     pickled: bytes | None = None,
     remembered: dict | None = None,
     fork_socket: str | None = None,
     closing: list[Callable[[], None]] | None = None,
+    on_start: Callable | None = None,
+    on_trial: Callable | None = None,
+    on_trial_start: Callable | None = None,
+    on_remeasure: Callable[[str], None] | None = None,
 ) -> SearchResult:
+    """The trials on `backend`, then the late checks and re-measurements (`_finish`): `device` and `space` as
+    `run` resolved them, `started` its clock (`time.perf_counter()`), `state` a resumed search's search.json."""
+    run_dir, resources_, search = plan.run_dir, plan.resources, plan.search
     cuda = device.type == "cuda"
-    cpus_per_trial = spec.resources.cpus_per_trial
-    gpus_per_trial = spec.resources.gpus_per_trial  # default: one a rank with CUDA
+    cpus_per_trial = resources_.cpus_per_trial
+    gpus_per_trial = resources_.gpus_per_trial  # default: one a rank with CUDA
     if gpus_per_trial is None:
-        gpus_per_trial = spec.resources.ranks_per_trial if cuda else 0
+        gpus_per_trial = resources_.ranks_per_trial if cuda else 0
 
     def cpus_fn(config) -> int:
         # Ray's reservation, not the trial's threads (those are torch's default or
@@ -251,10 +271,20 @@ def _search(
         return min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1)
 
     def resources(config) -> dict:
-        return {"CPU": cpus_fn(config), "GPU": gpus_per_trial, **spec.resources.custom}
+        return {"CPU": cpus_fn(config), "GPU": gpus_per_trial, **resources_.custom}
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    opened = startup.open_search(spec, run_dir, device, space, state, remembered)
+    opened = startup.open_search(
+        device,
+        space,
+        state,
+        run_dir=run_dir,
+        name=plan.name,
+        workload_ref=plan.workload.ref,
+        search=search,
+        tracking=plan.tracking,
+        remembered=remembered,
+    )
     tracker, paths, state, n_trials, storage_url = (
         opened.tracker,
         opened.paths,
@@ -270,7 +300,7 @@ def _search(
         storage=storage_url,
         direction="maximize",
         load_if_exists=True,
-        sampler=Strategy.make_sampler(spec.search.sampler, spec.search.seed),
+        sampler=Strategy.make_sampler(search.sampler, search.seed),
     )
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
@@ -278,65 +308,73 @@ def _search(
         study,
         space.search,
         space.baseline,
-        spec.search.sampler,
-        spec.search.min_improvement,
-        spec.search.seed,
+        search.sampler,
+        min_improvement=search.min_improvement,
+        seed=search.seed,
         cuda=device.type == "cuda",
-        listed=tuple(spec.search_space.knobs.given()),
+        listed=tuple(plan.space.knobs.given()),
     )
     remaining = n_trials - len(records)
     if on_start:
-        on_start(device, space, run_dir, n_trials, spec.search.time_budget_s)
+        on_start(device, space, run_dir, n_trials, search.time_budget_s)
     for record in sorted(records, key=lambda r: r.number) if on_trial else ():
         on_trial(record)  # what an earlier run of this search finished
 
     base_knobs = {k: v for k, v in space.baseline.items() if k in K.KNOBS}
-    data = spec.model_dump(mode="json")
-    if pickled:  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
-        data["workload"].update(W.pickled_ref(pickled))
     settings = {
-        "request": TrialSettings.of(
-            data,
+        "request": plan.trial_settings(
             device.type,
             space.baseline,
             parity={
                 # the baseline's parity reference: computed by the first trial that needs it, then reused
                 "baseline": base_knobs,
-                "steps": spec.safety.parity_steps,
-                "tolerance": spec.safety.tolerance,
+                "steps": plan.safety.parity_steps,
+                "tolerance": plan.safety.tolerance,
                 "reference": str(run_dir / REFERENCE_FILE),
             },
             flops_cache=str(run_dir / FLOPS_FILE),
+            pickled=pickled,  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
         ),
-        "timeout_s": spec.trial.timeout_s,
+        "timeout_s": plan.trial.timeout_s,
         "run_dir": str(run_dir),
         "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
         "thread_env": user_thread_env(),
         "workload_pickle": pickled,
-        "rank_placement": spec.resources.rank_placement,
+        "rank_placement": resources_.rank_placement,
         "fork_socket": fork_socket,  # a local search's shared fork server
         **backend.trial_settings(),
     }
-    budget = spec.search.time_budget_s
+    budget = search.time_budget_s
     fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # what can run, and in time
     stop, interrupted, exhausted = search_stoppers(
         recorder,
-        n_trials,
-        budget,
-        None if spec.search.sampler == "grid" else spec.search.patience,
-        spec.search.min_improvement,
-        started,
-        opened.wall_before,
+        n_trials=n_trials,
+        budget_s=budget,
+        patience=None if search.sampler == "grid" else search.patience,
+        min_improvement=search.min_improvement,
+        started=started,
+        wall_before=opened.wall_before,
     )
     proposer = loop.Proposer(
         strategy,
         {k: v for k, v in space.baseline.items() if k not in space.search},
-        spec.trial.prune_margin,
+        plan.trial.prune_margin,
         fits,
         exhausted,
     )
-    backend.run_trials(proposer, recorder, stop, interrupted, settings, resources, remaining, spec, cuda)
+    backend.run_trials(
+        proposer,
+        recorder,
+        stop,
+        interrupted,
+        settings=settings,
+        reserve=resources,
+        remaining=remaining,
+        resources=resources_,
+        time_budget_s=budget,
+        cuda=cuda,
+    )
 
     with backend.remeasurers(settings) as runner:  # the late checks and the re-measurements
 
@@ -344,11 +382,11 @@ def _search(
             need = max(
                 (resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={}
             )
-            ci = window_ci(baseline, best, spec.trial.target_ci)
-            return confirm_best(runner(need, target_ci=ci), baseline, best, spec.search.confirm_rounds, on_remeasure)
+            ci = window_ci(baseline, best, plan.trial.target_ci)
+            return confirm_best(runner(need, target_ci=ci), baseline, best, search.confirm_rounds, on_remeasure)
 
-        def check(knobs: dict, label: str) -> TrialResult:  # a late loss-parity check (autotune.checked)
-            if spec.workload.command is None:
+        def check(knobs: dict, label: str) -> TrialResult:  # a late loss-parity check (autotune.decide.checked)
+            if not plan.program:
                 return runner(resources(knobs), parity_only=True)(knobs, label)
 
             def run(k: dict, lab: str, noise: dict | None = None) -> TrialResult:
@@ -360,36 +398,35 @@ def _search(
                 knobs,
                 base,
                 settings["request"].parity,
-                device.type,
-                run_dir / program_parity.REFERENCE_FILE,
-                label,
-                spec.search.seed,
+                device_type=device.type,
+                path=run_dir / program_parity.REFERENCE_FILE,
+                label=label,
+                seed=search.seed,
             )
             return failed or TrialResult(status="ok", knobs=knobs, parity=parity)
 
         return _finish(
-            spec,
-            run_dir,
-            device,
-            space,
-            started,
-            opened,
-            recorder,
-            stop,
-            strategy,
-            remeasure,
-            check,
-            on_remeasure,
-            closing,
+            plan,
+            device=device,
+            space=space,
+            started=started,
+            opened=opened,
+            recorder=recorder,
+            stop=stop,
+            strategy=strategy,
+            remeasure=remeasure,
+            check=check,
+            announce=on_remeasure,
+            closing=closing,
         )
 
 
 def _finish(
-    spec,
-    run_dir,
-    device,
-    space,
-    started,
+    plan: SearchPlan,
+    *,
+    device: K.Device,
+    space: K.Space,
+    started: float,
     opened: startup.Opened,
     recorder: Recorder,
     stop: Combined,
@@ -405,6 +442,7 @@ def _finish(
     parity is checked late where its trial did not run it (autotune.checked),
     and a best the re-measurement rejects hands over to the next candidates
     (`checked.confirm_candidates`)."""
+    run_dir, search = plan.run_dir, plan.search
     tracker, paths, state, n_trials, records = (
         opened.tracker,
         opened.paths,
@@ -433,12 +471,18 @@ def _finish(
     try:
         if not stopped:
             budget_left = (
-                (lambda: spec.search.time_budget_s - (time.perf_counter() - started + opened.wall_before))
-                if spec.search.time_budget_s
+                (lambda: search.time_budget_s - (time.perf_counter() - started + opened.wall_before))
+                if search.time_budget_s
                 else (lambda: None)
             )
             best, confirm, rejected = checked.confirm_candidates(
-                records, baseline, remeasure, check, announce, spec.search.min_improvement, budget_left
+                records,
+                baseline,
+                remeasure,
+                check,
+                announce,
+                min_improvement=search.min_improvement,
+                budget_left=budget_left,
             )
             if rejected:
                 state.confirm_rejected = rejected
@@ -468,7 +512,16 @@ def _finish(
     best = result.best
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
     if baseline and baseline.throughput and best:
-        export.write_best_config(result, spec, paths["best_config"])
+        export.write_best_config(
+            result,
+            paths["best_config"],
+            name=plan.name,
+            workload=plan.workload,
+            flags=plan.space.flags(),
+            ranks=plan.resources.ranks_per_trial,
+            blocks=plan.resources.blocks,
+            keep_effective_batch=plan.safety.keep_effective_batch,
+        )
         summary.update(
             {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},
             speedup_x=result.speedup,

@@ -13,23 +13,23 @@ from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm
 from autotune.execution.trials import remeasure_settings, run_trial
 from autotune.records.run_dir import transport, trial_dir_of
 from autotune.decide.stoppers import Flag, Stopper
-from autotune.spec import Spec
+from autotune.spec import Resources
 
 
 class LocalBackend:
     name = "local"
 
-    def shares_forks(self, spec: Spec) -> bool:
+    def shares_forks(self, resources: Resources) -> bool:
         return True  # every trial runs here: one fork server for them all
 
-    def start(self, spec: Spec) -> bool:
+    def start(self, resources: Resources) -> bool:
         stop_on_sigterm()
         return False  # nothing started that the search must stop
 
-    def detect_device(self, spec: Spec) -> K.Device:
+    def detect_device(self, resources: Resources) -> K.Device:
         from autotune.trial.runner import detect_device
 
-        return detect_device(spec.resources.device)
+        return detect_device(resources.device)
 
     def trial_settings(self) -> dict:
         return {}
@@ -40,14 +40,17 @@ class LocalBackend:
         recorder,
         stop: Stopper,
         interrupted: Flag,
+        *,
         settings: dict,
-        resources,
+        reserve,
         remaining: int,
-        spec: Spec,
+        resources: Resources,
+        time_budget_s: float | None,
         cuda: bool,
     ) -> None:
         """Trials until a stopper says stop (the trial count and the budget among them); Ctrl-C ends the running
-        trial and sets `interrupted`."""
+        trial and sets `interrupted`. One at a time, here: `reserve` (a config's Ray resources), `resources`,
+        `time_budget_s` and `cuda` are the Ray backend's to place trials by."""
         try:
             while not stop.stop():
                 config = proposer.suggest(None)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from autotune.config import unused
 from autotune.execution.launcher import run_in_process, user_thread_env
-from autotune.spec import Spec, SpecError
+from autotune.spec import SpecError, UserKnob, WorkloadSpec
 from autotune.trial.result import TrialResult
 
 PROBE_DIR = "probe"
@@ -31,10 +31,19 @@ class Program:
     cannot: dict[str, str] | None = None  # what its model cannot take: "knob" or "knob=value" -> why
 
 
-def probe(spec: Spec, run_dir: Path, user_path: str | None, shared: str | None = None) -> Program:
-    """Run the program once at its own settings (see the module doc); `shared`: the search's
-    fork server's socket (the probe's wait for its imports is the later trials' gain)."""
-    wl = spec.workload.model_dump(mode="json")
+def probe(
+    workload: WorkloadSpec,
+    run_dir: Path,
+    user_path: str | None,
+    *,
+    ranks: int = 1,
+    timeout_s: float,
+    shared: str | None = None,
+) -> Program:
+    """Run the program once at its own settings (see the module doc), on `ranks` processes, killed after
+    `timeout_s` (the trial's); `shared`: the search's fork server's socket (the probe's wait for its imports
+    is the later trials' gain)."""
+    wl = workload.model_dump(mode="json")
     wl["dir"] = wl.get("dir") or os.getcwd()
     config = {
         "workload": {k: v for k, v in wl.items() if v is not None},
@@ -45,10 +54,10 @@ def probe(spec: Spec, run_dir: Path, user_path: str | None, shared: str | None =
         "max_window_s": 5.0,
         "profile_steps": 0,
         "diagnose": False,
-        **({"ranks": spec.resources.ranks_per_trial} if spec.resources.ranks_per_trial > 1 else {}),
+        **({"ranks": ranks} if ranks > 1 else {}),
     }
     where = run_dir / PROBE_DIR
-    result = run_in_process(config, where, spec.trial.timeout_s, user_path, user_thread_env(), shared=shared)
+    result = run_in_process(config, where, timeout_s, user_path, user_thread_env(), shared=shared)
     if result.status not in ("ok", "pruned"):
         why = result.error or result.status
         if result.error_type not in ("NoStep", "CommandNotFound"):
@@ -82,8 +91,8 @@ def fix_unused(space, used: list[str], cannot: dict[str, str] | None = None) -> 
             space.search[name] = left
 
 
-def flag_baseline(spec: Spec) -> dict:
-    """The program's own value of each searched flag, as its command gives it
+def flag_baseline(command: list[str], workload_args: dict[str, UserKnob]) -> dict:
+    """The program's own value of each searched flag (`workload_args`, the search space's), as `command` gives it
     (a switch left out: false); a flag the command does not give is refused,
     since the baseline must be what the program runs."""
     import yaml
@@ -91,13 +100,13 @@ def flag_baseline(spec: Spec) -> dict:
     from autotune.trial.request import flag_value
 
     out = {}
-    for name, knob in spec.search_space.workload_args.items():
+    for name, knob in workload_args.items():
         syntax = knob.syntax(name)
         if syntax["env"]:
             text = os.environ.get(name, "")
             out[name] = next((v for v in knob.values if str(v) == text), text)
             continue
-        found, text = flag_value(spec.workload.command, syntax)
+        found, text = flag_value(command, syntax)
         if syntax["switch"]:
             out[name] = found
             continue

@@ -36,7 +36,7 @@ from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: 
 from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
 from autotune.records.run_dir import TUNE_METRIC, transport, trial_dir_of  # noqa: E402
 from autotune.decide.stoppers import Flag, Stopper  # noqa: E402
-from autotune.spec import Spec, SpecError  # noqa: E402
+from autotune.spec import Resources, SpecError  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
 
@@ -200,13 +200,13 @@ class Searcher(TuneSearcher):
         pass
 
 
-def detect_device(spec: Spec) -> K.Device:
+def detect_device(resources: Resources) -> K.Device:
     """The device trials will run on, and the CPUs of the largest node."""
     import ray
 
     cpus = int(max((n["Resources"].get("CPU", 0) for n in ray.nodes() if n["Alive"]), default=os.cpu_count() or 1))
     gpus = ray.cluster_resources().get("GPU", 0)
-    if spec.resources.device == "cpu" or (spec.resources.device == "auto" and gpus == 0):
+    if resources.device == "cpu" or (resources.device == "auto" and gpus == 0):
         return K.Device("cpu", cpus, "cpu")
     if gpus == 0:
         raise SpecError("resources.device: `cuda` requested but the Ray cluster has no GPU")
@@ -353,24 +353,24 @@ class RayBackend:
     def __init__(self):
         self.address: str | None = None
 
-    def start(self, spec: Spec) -> bool:
+    def start(self, resources: Resources) -> bool:
         """Ray started (or joined), and SIGTERM made Ctrl-C; whether Ray was started here (`close` stops it)."""
-        self.address = spec.resources.ray_address
+        self.address = resources.ray_address
         started = init_ray(self.address)
         stop_on_sigterm()  # after ray.init, whose core worker installs a handler of its own
         if started and not self.address:
             warm_worker()
         return started
 
-    def shares_forks(self, spec: Spec) -> bool:
+    def shares_forks(self, resources: Resources) -> bool:
         """Whether trials may share the driver's fork server: a local Ray's trials run on this host (a caller's
         own Ray may have nodes anywhere)."""
         import ray
 
-        return not spec.resources.ray_address and not ray.is_initialized()
+        return not resources.ray_address and not ray.is_initialized()
 
-    def detect_device(self, spec: Spec) -> K.Device:
-        return detect_device(spec)
+    def detect_device(self, resources: Resources) -> K.Device:
+        return detect_device(resources)
 
     def trial_settings(self) -> dict:
         import ray
@@ -383,21 +383,24 @@ class RayBackend:
         recorder,
         stop: Stopper,
         interrupted: Flag,
+        *,
         settings: dict,
-        resources: Callable[[dict], dict],
+        reserve: Callable[[dict], dict],
         remaining: int,
-        spec: Spec,
+        resources: Resources,
+        time_budget_s: float | None,
         cuda: bool,
     ) -> None:
+        """The trials through Ray Tune, each placed by `reserve(config)` (its CPUs, GPUs and custom resources) and
+        `resources`' rank placement, until a stopper says stop or `time_budget_s` runs out."""
         # failed trials report no throughput; Optuna records them as FAIL (see Searcher)
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
         # Tune's own per-trial result files would duplicate trials.csv (and the trial
         # files that travel back from other nodes)
         os.environ["TUNE_DISABLE_AUTO_CALLBACK_LOGGERS"] = "1"
-        res = spec.resources
         trainable_ = tune.with_resources(
             tune.with_parameters(trainable, settings=settings),
-            lambda config: placement(resources(config), res.rank_placement, res.ranks_per_trial),
+            lambda config: placement(reserve(config), resources.rank_placement, resources.ranks_per_trial),
         )
         tuner = tune.Tuner(
             trainable_,
@@ -406,8 +409,8 @@ class RayBackend:
                 num_samples=max(remaining, 1),
                 # a local CPU host runs one trial at a time (two at once disturb each
                 # other's numbers); GPUs and cluster nodes are placed by resources
-                max_concurrent_trials=None if cuda or res.ray_address else 1,
-                time_budget_s=spec.search.time_budget_s,
+                max_concurrent_trials=None if cuda or resources.ray_address else 1,
+                time_budget_s=time_budget_s,
                 # the Ray actor only reserves resources and starts the trial process,
                 # which is fresh every time: reusing actors saves ~3 s a trial and
                 # carries no torch state from one trial to the next

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Callable
 
 from autotune._imports import installed
-from autotune.integrations import tracking
+from autotune.integrations import tracking as T
 from autotune import knobs as K
 from autotune import workload as W
 from autotune.decide.budget import trial_cap
 from autotune.records.run_dir import run_paths
 from autotune.records.state import SearchState
-from autotune.spec import Spec, SpecError
+from autotune.spec import SearchSettings, SpecError, Tracking, WorkloadSpec
 
 
 def fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:
@@ -37,17 +37,19 @@ def fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[
     return lists, too_big
 
 
-def source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) -> tuple[W.Source, bytes | None]:
-    """The workload's factory: the spec's ref, or a callable (`workload.pickled`)
+def source(
+    workload: WorkloadSpec, *, factory: Callable | None, run_dir: Path, resume: bool
+) -> tuple[W.Source, bytes | None]:
+    """The workload's factory: the plan's ref, or a callable (`workload.pickled`)
     with its pickled bytes; a resumed search loads the run dir's own."""
-    if not spec.workload.pickled:
-        return spec.workload.ref, None
+    if not workload.pickled:
+        return workload.ref, None
     path = run_dir / W.PICKLE_FILE
     try:
         if resume or factory is None:
             if not path.exists():
                 raise SpecError(
-                    f"workload.pickled: `{spec.workload.pickled}` is a factory given in Python and "
+                    f"workload.pickled: `{workload.pickled}` is a factory given in Python and "
                     f"`{run_dir}` has no {W.PICKLE_FILE}; pass it: autotune.search(spec, workload=fn)"
                 )
             return W.load_factory(str(path)), path.read_bytes()
@@ -57,29 +59,29 @@ def source(spec: Spec, factory: Callable | None, run_dir: Path, resume: bool) ->
 
 
 def prepare(
-    spec: Spec, run_dir: Path, local_store: bool, source: W.Source, probe: Callable | None = None
+    source: W.Source, *, args: dict, run_dir: Path, local_store: bool, probe: Callable | None = None
 ) -> tuple[W.Workload, Path | None, str | None]:
-    """The user's workload, checked (imports torch and the factory), its
+    """The user's workload (`source` called with `args`), checked (imports torch and the factory), its
     optimizer's class (`K.optimizer_of`: its first optimizer imports
     torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
-    store to adopt (`tracking.empty_store`, which imports MLflow). Runs while
+    store to adopt (`T.empty_store`, which imports MLflow). Runs while
     Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart
     started after 7.6-10.7 s instead of 10.5-13.6 s. `probe`: a user's program
     (workload.command) is probed instead (autotune.execution.program.Program)."""
     try:
-        workload = probe() if probe else W.load(source, spec.workload.args)
+        workload = probe() if probe else W.load(source, args)
     except W.WorkloadError as e:
         raise SpecError(f"workload: {e}") from e
     optimizer = None if probe else K.optimizer_of(workload)
     try:
-        return workload, tracking.empty_store(run_dir) if local_store else None, optimizer
+        return workload, T.empty_store(run_dir) if local_store else None, optimizer
     except Exception:  # no head start: the Tracker creates the store itself
         return workload, None, optimizer
 
 
 @dataclasses.dataclass
 class Opened:
-    tracker: tracking.Tracker
+    tracker: T.Tracker
     paths: dict[str, Path]
     state: SearchState
     n_trials: int
@@ -87,39 +89,47 @@ class Opened:
     wall_before: float = 0.0  # seconds the search ran before this run of it (a resume)
 
 
-def open_search(spec, run_dir, device, space, state: SearchState | None, remembered: dict | None = None) -> Opened:
-    """The search's MLflow parent run and search.json: new, or reopened to resume."""
+def open_search(
+    device: K.Device,
+    space: K.Space,
+    state: SearchState | None,
+    *,
+    run_dir: Path,
+    name: str | None,
+    workload_ref: str,
+    search: SearchSettings,
+    tracking: Tracking,
+    remembered: dict | None = None,
+) -> Opened:
+    """The search's MLflow parent run and search.json: new, or reopened to resume (`state`). `name`, `workload_ref`
+    and the `search` settings are what the parent run and search.json record; `tracking` where MLflow is."""
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     # without MLflow installed (the local backend on a GPU host), the run dir is the search's only record
-    uri = (
-        state.mlflow_uri
-        if state
-        else spec.tracking.uri or (tracking.default_uri(run_dir) if installed("mlflow") else None)
-    )
+    uri = state.mlflow_uri if state else tracking.uri or (T.default_uri(run_dir) if installed("mlflow") else None)
     paths = run_paths(run_dir, uri)
     tracker = (
-        tracking.Tracker(
+        T.Tracker(
             str(uri),
-            spec.tracking.experiment,
+            tracking.experiment,
             run_dir,
-            spec.name,
+            name,
             parent_run_id=state.mlflow_parent_run_id if state else None,
         )
         if uri
-        else tracking.NoTracker()
+        else T.NoTracker()
     )
     if not state:
         tracker.log_search(
             params={
                 **{f"baseline.{k}": v for k, v in space.baseline.items()},
                 **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
-                "workload": spec.workload.ref,
-                "sampler": spec.search.sampler,
-                "n_trials": spec.search.n_trials,
+                "workload": workload_ref,
+                "sampler": search.sampler,
+                "n_trials": search.n_trials,
             },
             tags={"device": f"{device.type}:{device.name}", **{f"fixed.{k}": why for k, why in space.fixed.items()}},
         )
-    n_trials = trial_cap(space.search, spec.search.n_trials, spec.search.time_budget_s, spec.search.sampler)
+    n_trials = trial_cap(space.search, search.n_trials, search.time_budget_s, search.sampler)
     wall_before = 0.0
     if state:
         n_trials = state.n_trials
@@ -129,15 +139,15 @@ def open_search(spec, run_dir, device, space, state: SearchState | None, remembe
         tracker.reopen()
     else:
         state = SearchState(
-            name=spec.name,
+            name=name,
             device=dataclasses.asdict(device),
             space=dataclasses.asdict(space),
             n_trials=n_trials,
-            time_budget_s=spec.search.time_budget_s,
+            time_budget_s=search.time_budget_s,
             mlflow_uri=uri,
-            mlflow_experiment=spec.tracking.experiment,
+            mlflow_experiment=tracking.experiment,
             mlflow_parent_run_id=tracker.parent_run_id,
-            optuna_study=spec.name,
+            optuna_study=name,
             started=datetime.now(timezone.utc).isoformat(timespec="seconds"),
             cache_key=remembered,
         )

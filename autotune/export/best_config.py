@@ -57,17 +57,17 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
     return flags
 
 
-def _program(spec, knobs: dict[str, Any]) -> dict[str, Any]:
+def _program(workload, flags: dict[str, dict], knobs: dict[str, Any]) -> dict[str, Any]:
     """A program's (workload.command) production command: its own, with the best's searched flags;
     run it with AUTOTUNE_CONFIG=best_config.yaml for the knobs autotune.config() applies."""
-    if not spec.workload.command:
+    if not workload.command:
         return {}
     from autotune.trial.request import env_of, with_flags
 
-    args, flags = K.workload_args(knobs), spec.search_space.flags()
+    args = K.workload_args(knobs)
     return {
-        "command": with_flags(spec.workload.command, args, flags),
-        "dir": spec.workload.dir,
+        "command": with_flags(workload.command, args, flags),
+        "dir": workload.dir,
         **({"env": env_of(args, flags)} if env_of(args, flags) else {}),
     }
 
@@ -86,22 +86,37 @@ def _rates(best, base, unit) -> dict[str, Any]:
     return out
 
 
-def write_best_config(result, spec, path: Path) -> dict[str, Any]:
+def write_best_config(
+    result,
+    path: Path,
+    *,
+    name: str | None,
+    workload,
+    flags: dict[str, dict],
+    ranks: int = 1,
+    blocks: list[str] | None = None,
+    keep_effective_batch: bool = False,
+) -> dict[str, Any]:
+    """best_config.yaml for `result` (a `SearchResult`), written to `path`: `name`, the search's; `workload`, its
+    plan's section (`autotune.spec.WorkloadSpec`: ref, args, a program's command and dir); `flags`, a program's
+    searched flags (`SearchSpaceSpec.flags`); `ranks` and `blocks`, the trials' (what cfg.wrap, torchrun and
+    -f hf need); `keep_effective_batch`, the safety setting (the batch advice's accumulation)."""
     best, base, unit = result.best, result.baseline, result.unit
     data = {
         "autotune": {
             "version": __version__,
-            "search": spec.name,
+            "search": name,
             "run_dir": str(result.run_dir),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         },
-        "workload": {"ref": spec.workload.ref, "args": spec.workload.args, **_program(spec, best.knobs)},
+        "workload": {"ref": workload.ref, "args": workload.args, **_program(workload, flags, best.knobs)},
         "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
         "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
         "workload_args": K.workload_args(best.knobs),
         "measured": {
             **_rates(best, base, unit),
-            # re-measured side by side where it was (autotune.confirm); None: unknown (`confirmed.unknown` says why)
+            # re-measured side by side where it was (autotune.decide.confirm); None: unknown
+            # (`confirmed.unknown` says why)
             "speedup_x": None if result.speedup is None else round(result.speedup, 3),
             "best_trial": best.number,
             "baseline_trial": base.number,
@@ -111,9 +126,9 @@ def write_best_config(result, spec, path: Path) -> dict[str, Any]:
         "safety": safety_flags(best.knobs, base.knobs, best.parity),
         "fixed": result.space.fixed,
     }
-    if spec.resources.ranks_per_trial > 1 or spec.resources.blocks:  # what cfg.wrap, torchrun and -f hf need
-        data["parallel"] = {"ranks": spec.resources.ranks_per_trial, "blocks": spec.resources.blocks}
-    accum = base.knobs["batch_size"] // best.knobs["batch_size"] if spec.safety.keep_effective_batch else 1
+    if ranks > 1 or blocks:  # what cfg.wrap, torchrun and -f hf need
+        data["parallel"] = {"ranks": ranks, "blocks": blocks}
+    accum = base.knobs["batch_size"] // best.knobs["batch_size"] if keep_effective_batch else 1
     advice = batch_advice(
         base.knobs["batch_size"],
         best.knobs["batch_size"],

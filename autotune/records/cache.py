@@ -40,29 +40,30 @@ from autotune.records.state import SearchState
 from autotune.safety.parity import RULE as PARITY_RULE
 
 
-def question(spec) -> dict[str, Any] | None:
-    """The cheap part of the key; None for a search the cache does not cover."""
-    if spec.resources.ray_address:
+def question(plan) -> dict[str, Any] | None:
+    """The cheap part of the key, from a search's plan (`autotune.spec.SearchPlan`: the question is its sections
+    but where results go and how trials are placed); None for a search the cache does not cover."""
+    if plan.resources.ray_address:
         return None
-    data = spec.model_dump(mode="json")
     return {
-        "workload": data["workload"],
-        "baseline": data["baseline"],
-        "space": {"lists": spec.search_space.lists(), "user": spec.search_space.user()},
-        "trial": data["trial"],
-        "search": data["search"],
-        "safety": data["safety"],
+        "workload": plan.workload.model_dump(mode="json"),
+        "baseline": plan.baseline.model_dump(mode="json"),
+        "space": {"lists": plan.space.lists(), "user": plan.space.user()},
+        "trial": plan.trial.model_dump(mode="json"),
+        "search": plan.search.model_dump(mode="json"),
+        "safety": plan.safety.model_dump(mode="json"),
         "autotune": __version__,
         "parity_rule": PARITY_RULE,
         "host": _host(),
     }
 
 
-def machine(spec, workload) -> dict[str, Any] | None:
-    """The part that needs torch and the built workload; None when the device cannot be told."""
+def machine(device: str, workload) -> dict[str, Any] | None:
+    """The part that needs torch and the built workload, on the `device` asked for (`resources.device`: auto, cpu,
+    cuda); None when the device cannot be told."""
     import torch
 
-    device = _device(spec.resources.device, torch)
+    device = _device(device, torch)
     params = param_fingerprint(workload)
     if device is None or params is None:
         return None
@@ -151,18 +152,18 @@ class Lookup:
         return next((run_dir for _, run_dir, theirs in self.found if machine and theirs == machine), None)
 
 
-def find(spec, source) -> Path | None:
-    """The newest finished search in the spec's runs dir that asked this question
+def find(plan, source) -> Path | None:
+    """The newest finished search in the plan's runs dir (its run dir's parent) that asked this question
     on this machine; the workload is built (its model on the meta device) only
     when some earlier search's question matches."""
     from autotune import workload as W
 
-    asked = question(spec)
-    earlier = Lookup(spec.resolved_output_dir().resolve().parent, asked) if asked else None
+    asked = question(plan)
+    earlier = Lookup(plan.run_dir.parent, asked) if asked else None
     if not earlier or not earlier.found:
         return None
     W.importable_paths()  # a user factory resolves as the search would resolve it
-    return earlier.match(machine(spec, W.load(source, spec.workload.args)))
+    return earlier.match(machine(plan.resources.device, W.load(source, plan.workload.args)))
 
 
 def key(asked: dict[str, Any] | None, machine: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -4,7 +4,7 @@ settings and the proposal's knobs, so every launcher runs the same trial; and
 the runner's side of it, the trial config's defaults and check (`check_config`,
 what `python -m autotune.trial` accepts). Needs neither torch nor Ray.
 
-    settings = TrialSettings.of(spec_dict, device_type, baseline)
+    settings = plan.trial_settings(device_type, baseline)   # autotune.spec.SearchPlan
     config = settings.config(knobs, prune_below, incumbent_above)   # -> python -m autotune.trial's JSON
 """
 
@@ -43,39 +43,48 @@ class TrialSettings:
     @classmethod
     def of(
         cls,
-        spec: dict[str, Any],
         device: str,
         baseline: dict[str, Any],
+        *,
+        workload: dict[str, Any],
+        window: dict[str, Any],
+        seed: int,
+        keep_effective_batch: bool,
+        parity_steps: int,
+        tolerance: float,
         parity: dict | None = None,
+        ranks: int = 1,
+        blocks: list[str] | None = None,
+        memory_limit_gib: float | None = None,
         flops_cache: str | None = None,
+        flags: dict[str, dict] | None = None,
     ):
-        """From the spec as plain data (`Spec.model_dump(mode="json")`)."""
-        safety = spec["safety"]
+        """From the search plan's sections as plain data (`autotune.spec.SearchPlan.trial_settings`): `window`, the
+        trial section's TRIAL_KEYS; `parity` (default: against `baseline`'s knobs, `parity_steps` long, within
+        `tolerance`); `flags`: a program's searched flags (its baseline is then its own settings)."""
         return cls(
-            workload={k: v for k, v in spec["workload"].items() if v is not None},
+            workload=workload,
             trial={
-                **{k: spec["trial"][k] for k in TRIAL_KEYS},
-                "measure_steps": spec["trial"]["measure_steps"] or DEFAULTS["measure_steps"],
+                **window,
+                "measure_steps": window["measure_steps"] or DEFAULTS["measure_steps"],
                 "warmup_min_s": WARMUP_MIN_S,
             },
             device=device,
-            seed=spec["search"]["seed"],
+            seed=seed,
             base_batch=baseline["batch_size"],
-            keep_effective_batch=safety["keep_effective_batch"],
+            keep_effective_batch=keep_effective_batch,
             parity=parity
             or {
                 "baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
-                "steps": safety["parity_steps"],
-                "tolerance": safety["tolerance"],
+                "steps": parity_steps,
+                "tolerance": tolerance,
             },
-            ranks=spec["resources"].get("ranks_per_trial", 1),
-            blocks=spec["resources"].get("blocks"),
-            memory_limit_gib=spec["resources"].get("memory_limit_gib"),
+            ranks=ranks,
+            blocks=blocks,
+            memory_limit_gib=memory_limit_gib,
             flops_cache=flops_cache,
-            program_baseline=dict(baseline) if spec["workload"].get("command") else None,
-            flags={n: flag_syntax(n, k) for n, k in spec["search_space"].get("workload_args", {}).items()}
-            if spec["workload"].get("command")
-            else None,
+            program_baseline=dict(baseline) if workload.get("command") else None,
+            flags=flags if workload.get("command") else None,
         )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
@@ -157,7 +166,7 @@ class TrialSettings:
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
             "incumbent_above": incumbent_above,  # below it: the window alone
             "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
-            "predicted": predicted,  # the rate model's samples/s (autotune.model), recorded next to the measurement
+            "predicted": predicted,  # the rate model's samples/s (autotune.decide.model), recorded beside the measured
             "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
             "tie_keeps_incumbent": tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it (Strategy)
             "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)

@@ -420,7 +420,7 @@ def check_spec() -> str:
 
     try:
         spec = parse(search_spec(), "search_spec.yaml")
-        choose(spec, "local")
+        choose("local", resources=spec.resources, tracking=spec.tracking)
     except SpecError as e:
         return f"spec refused: {e}"
     return "ok" if "gpu_normalize" in spec.search_space.user() else "spec: gpu_normalize not searchable"

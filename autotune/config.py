@@ -100,6 +100,7 @@ class Config:
         mode: str,
         knobs: dict[str, Any],
         device_type: str,
+        *,
         data: dict[str, Any] | None = None,
         trial_dir: Path | None = None,
         request: dict[str, Any] | None = None,
@@ -366,6 +367,6 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
             online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"  # `online: {cpu_budget: ..}` too
         device = (data.get("device") or {}).get("type", "cpu")
         return Config(
-            "production", _set_knobs(data), _device("auto") if device == "cuda" else device, data, online=online
+            "production", _set_knobs(data), _device("auto") if device == "cuda" else device, data=data, online=online
         )
     return Config("plain", {}, _device("auto"), online=bool(online))

@@ -1,6 +1,8 @@
 """The package's shape, read from the source with `ast` (an import inside a function counts too):
 - no circle of imports between its modules, of any length;
-- each sub-package imports only the parts its docstring's "May import:" line names."""
+- each sub-package imports only the parts its docstring's "May import:" line names;
+- no function takes more than MAX_POSITIONAL parameters that can be passed by position (settings are
+  keyword-only, as DataLoader's are: a call never reads "argument 11 of 16")."""
 
 import ast
 import re
@@ -106,6 +108,23 @@ def trespasses(package: Path = PACKAGE) -> list[str]:
     return sorted(out)
 
 
+MAX_POSITIONAL = 6
+
+
+def long_positional_lists(package: Path = PACKAGE) -> list[str]:
+    """`path:line name (n)` for each function or lambda with more than MAX_POSITIONAL parameters that can be
+    passed by position (`self` and `cls` not counted; `*args` and the keyword-only ones are not positions)."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                names = [a.arg for a in node.args.posonlyargs + node.args.args if a.arg not in ("self", "cls")]
+                if len(names) > MAX_POSITIONAL:
+                    name = getattr(node, "name", "lambda")
+                    out.append(f"{path.relative_to(package.parent)}:{node.lineno} {name} ({len(names)})")
+    return out
+
+
 def test_no_circle_of_imports_of_any_length():
     assert circles() == [], "modules that import each other round a circle (decide which one owns the shared thing)"
 
@@ -124,6 +143,26 @@ def test_the_checks_see_imports_inside_functions_and_long_circles(tmp_path):
     (pkg / "low" / "c.py").write_text("def h():\n    import autotune.a\n")
     assert circles(pkg) == [["autotune.a", "autotune.b", "autotune.low.c"]]
     assert trespasses(pkg) == ["autotune.low.c -> autotune.a"]
+
+
+def test_settings_are_keyword_only_past_six_positions():
+    assert long_positional_lists() == [], "put a `*` before the settings (keyword-only), or group them in an object"
+
+
+def test_the_positional_check_counts_what_a_call_can_pass_by_position(tmp_path):
+    pkg = tmp_path / "autotune"
+    pkg.mkdir()
+    (pkg / "a.py").write_text(
+        "def seven(a, b, c, d, e, f, g=0): pass\n"
+        "def six_and_settings(a, b, c, d, e, f, *rest, g=0, h=1): pass\n"
+        "class C:\n    def method(self, a, b, c, d, e, f): pass\n    def wide(self, a, b, c, d, e, f, /, g): pass\n"
+        "late = lambda a, b, c, d, e, f, g: a\n"
+    )
+    assert long_positional_lists(pkg) == [
+        "autotune/a.py:1 seven (7)",
+        "autotune/a.py:5 wide (7)",
+        "autotune/a.py:6 lambda (7)",
+    ]
 
 
 def test_the_public_names_survive_importing_every_module():

@@ -65,7 +65,9 @@ def check(tmp_path, command: list[str], candidate: dict, where: Path = PROGRAMS)
         return run_in_process(config, tmp_path / label, 120)
 
     cand = {**base, **candidate}
-    verdict, failed = PP.check(run, cand, base, {"steps": STEPS, "tolerance": TOL}, "cpu", tmp_path / "ref.json", "p")
+    verdict, failed = PP.check(
+        run, cand, base, {"steps": STEPS, "tolerance": TOL}, device_type="cpu", path=tmp_path / "ref.json", label="p"
+    )
     assert failed is None, (failed.status, failed.error)
     return verdict, runs
 

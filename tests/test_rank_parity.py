@@ -74,7 +74,9 @@ def test_an_fsdp_winner_is_checked_on_two_ranks_and_exported_as_parity_passed(tm
     fsdp = {**BASE, "precision": "bf16-mixed", "sharding": "fsdp", "fsdp_reshard_after_forward": False}
     windows = [(0, BASE, 100.0), (1, fsdp, 150.0)]  # the windows are not the subject: the late check is
     records = [
-        record_of(n, k, TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": v}}), None, n == 0)
+        record_of(
+            n, k, TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": v}}), None, is_baseline=n == 0
+        )
         for n, k, v in windows
     ]
     workload = {"name": "tiny_transformer"}

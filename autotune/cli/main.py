@@ -42,6 +42,7 @@ def _user_errors():
 @app.command()
 def search(
     spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="the search spec (YAML)"),
+    *,
     resume: Optional[Path] = typer.Option(
         None, "--resume", metavar="RUN_DIR", help="continue a stopped search (its spec is in RUN_DIR)"
     ),

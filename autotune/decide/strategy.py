@@ -97,6 +97,7 @@ class Strategy:
         search: dict[str, list],
         baseline: dict[str, Any],
         sampler: str = "autotune",
+        *,
         min_improvement: float = 0.02,
         seed: int = 0,
         cuda: bool | None = None,

@@ -464,6 +464,7 @@ def run_in_process(
     timeout_s: float,
     pythonpath: str | None = None,
     thread_env: dict[str, str | None] | None = None,
+    *,
     launcher: str | None = None,
     env: dict[str, str] | None = None,
     shared: str | None = None,

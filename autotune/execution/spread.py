@@ -123,7 +123,7 @@ def run_spread(request: dict, settings: dict, trial_dir: Path) -> TrialResult:
     started = time.perf_counter()
     with _group(settings) as pg:
         ranks, (addr, port) = request["ranks"], _master(pg)
-        results, logs = _wait(_start(pg, ranks, request, settings, addr, port, trial_dir))
+        results, logs = _wait(_start(pg, ranks, request, settings, addr=addr, port=port, trial_dir=trial_dir))
     merged = R.merge(list(results.values()))
     for part in merged.ranks:  # where each rank ran
         part.node_ip, part.node_id = results[part.rank].node_ip, results[part.rank].node_id
@@ -166,7 +166,7 @@ def _master(pg) -> tuple[str, int]:
     )
 
 
-def _start(pg, ranks: int, request: dict, settings: dict, addr: str, port: int, trial_dir: Path) -> dict:
+def _start(pg, ranks: int, request: dict, settings: dict, *, addr: str, port: int, trial_dir: Path) -> dict:
     """One Ray task per rank on its bundle; {ref: rank}."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

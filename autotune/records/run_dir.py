@@ -241,6 +241,7 @@ def record_of(
     knobs: dict[str, Any],
     result: TrialResult,
     trial_dir,
+    *,
     is_baseline: bool = False,
     info: dict | None = None,
     ray_error: str | None = None,

@@ -176,6 +176,7 @@ def build_reference(
     workload,
     baseline: dict[str, Any],
     device_type: str,
+    *,
     steps: int = 20,
     seed: int = 0,
     levels: list[float] | None = None,
@@ -207,7 +208,7 @@ def build_reference(
     ref["overfit"], ref["overfit_lr_scale"] = _baseline_overfit(run, end["states"][0], batches[0], seed)
     # ("overfit": the baseline's losses on one fixed batch by repr(lr scale); a lower scale is added where a
     # candidate is asked there, `_does_it_train`)
-    add_levels(workload, ref, device_type, levels or [], run, batches)
+    add_levels(workload, ref, device_type, levels or [], run=run, batches=batches)
     ref["build_s"] = time.perf_counter() - started
     return ref
 
@@ -218,13 +219,15 @@ def _baseline_overfit(run, state: dict, batch, seed: int) -> tuple[dict[str, lis
     MIN_FALL (else the last), and that scale."""
     losses = {}
     for lr_scale in OVERFIT_LR_SCALES:
-        losses[repr(lr_scale)] = overfit(run, state, batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
+        losses[repr(lr_scale)] = overfit(run, state, batch, seed=seed, steps=OVERFIT_STEPS, lr_scale=lr_scale)
         if fall(losses[repr(lr_scale)]) >= MIN_FALL:
             break
     return losses, lr_scale
 
 
-def _does_it_train(run, base_run, reference: dict, own_batch, batch, seed: int, initial_scale) -> dict[str, Any]:
+def _does_it_train(
+    run, base_run, reference: dict, own_batch, batch, *, seed: int, initial_scale: float | None
+) -> dict[str, Any]:
     """Module doc, 3: the candidate overfits one fixed batch at the baseline's
     learning rate scale (`build_reference`); where it falls less than MIN_SHARE
     of the baseline's fall there, it is asked again at each lower scale of
@@ -237,9 +240,17 @@ def _does_it_train(run, base_run, reference: dict, own_batch, batch, seed: int, 
     for lr_scale in OVERFIT_LR_SCALES[first:]:
         base = reference["overfit"].get(repr(lr_scale))
         if base is None:  # the baseline at a lower scale than it needed: once per reference
-            base = overfit(base_run, reference["states"][0], batch, seed, OVERFIT_STEPS, lr_scale=lr_scale)
+            base = overfit(base_run, reference["states"][0], batch, seed=seed, steps=OVERFIT_STEPS, lr_scale=lr_scale)
             reference["overfit"][repr(lr_scale)] = base
-        own = overfit(run, reference["states"][0], own_batch, seed, OVERFIT_STEPS, initial_scale, lr_scale)
+        own = overfit(
+            run,
+            reference["states"][0],
+            own_batch,
+            seed=seed,
+            steps=OVERFIT_STEPS,
+            scale=initial_scale,
+            lr_scale=lr_scale,
+        )
         step = {"lr_scale": lr_scale, "candidate": fall(own), "baseline": fall(base)}
         step["judged"] = step["baseline"] >= MIN_FALL  # a baseline that cannot overfit one batch cannot tell
         step["trains"] = step["candidate"] >= MIN_SHARE * step["baseline"]
@@ -263,6 +274,7 @@ def add_levels(
     ref: dict[str, Any],
     device_type: str,
     levels: list[float],
+    *,
     run=None,
     batches=None,
     parts: tuple[str, ...] = ("step", "multi"),
@@ -318,6 +330,7 @@ def loss_parity(
     baseline: dict[str, Any],
     candidate: dict[str, Any],
     device: K.Device,
+    *,
     steps: int = 20,
     tolerance: float = 0.05,
     seed: int = 0,
@@ -343,7 +356,7 @@ def loss_parity(
     level = roundoff(baseline, candidate, device.type)
     cached = reference is not None
     if not cached:
-        reference = build_reference(workload, baseline, device.type, steps, seed)
+        reference = build_reference(workload, baseline, device.type, steps=steps, seed=seed)
     steps = reference["steps"]
     batch = reference["baseline"]["batch_size"]
     batches = batches or seeded_batches(workload, batch, steps, seed)
@@ -360,7 +373,7 @@ def loss_parity(
     end = run_trajectory(run, own, seed)
     multi = multi_errors(end, reference)
     base_run = build_run(workload, reference["baseline"], device.type, seed)
-    falls = _does_it_train(run, base_run, reference, own[0], batches[0], seed, initial_scale)
+    falls = _does_it_train(run, base_run, reference, own[0], batches[0], seed=seed, initial_scale=initial_scale)
     per_point = []
     for t in reference["points"]:
         b = reset_and_step(base_run, reference["states"][t], batches[t], seed + t)
@@ -385,7 +398,7 @@ def loss_parity(
     needed = (("step",) if any(p[m] > tol for p in per_point for m in ("loss", "grad")) else ()) + (
         ("multi",) if any(v is not None and v > tolerance for v in (multi[m] for m in MULTI_METRICS)) else ()
     )
-    noise_s = add_levels(workload, reference, device.type, [level], base_run, batches, needed)
+    noise_s = add_levels(workload, reference, device.type, [level], run=base_run, batches=batches, parts=needed)
     del base_run
     noise = reference["noise"].get(repr(level), {})
     states = {
@@ -549,7 +562,7 @@ def trial_parity(
     batches = None  # decoded once where this trial builds the reference and checks against it
     if writable and reference is None and not os.path.exists(path):
         batches = seeded_batches(workload, parity["baseline"]["batch_size"], steps, seed)
-        reference = build_reference(workload, parity["baseline"], device.type, steps, seed, batches=batches)
+        reference = build_reference(workload, parity["baseline"], device.type, steps=steps, seed=seed, batches=batches)
         paid = ("computed and stored", reference["build_s"])
 
     def store() -> None:
@@ -564,10 +577,10 @@ def trial_parity(
         parity["baseline"],
         candidate,
         device,
-        steps,
-        tolerance,
-        seed,
-        reference,
+        steps=steps,
+        tolerance=tolerance,
+        seed=seed,
+        reference=reference,
         batches=batches,
         **candidate_run,
     )

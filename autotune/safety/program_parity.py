@@ -136,6 +136,7 @@ def check(
     candidate: dict[str, Any],
     baseline: dict[str, Any],
     parity: dict[str, Any],
+    *,
     device_type: str,
     path: Path,
     label: str,

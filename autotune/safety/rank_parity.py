@@ -60,6 +60,7 @@ def rank_parity(
     parity: dict[str, Any],
     candidate: dict[str, Any],
     device: K.Device,
+    *,
     seed: int = 0,
     blocks: list[str] | None = None,
 ) -> dict[str, Any]:

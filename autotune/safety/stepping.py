@@ -290,7 +290,7 @@ def update_from(run: _Run, state: dict, grads: list) -> list:
 
 
 def overfit(
-    run: _Run, state: dict, batch, seed: int, steps: int, scale: float | None = None, lr_scale: float = 1.0
+    run: _Run, state: dict, batch, *, seed: int, steps: int, scale: float | None = None, lr_scale: float = 1.0
 ) -> list[float]:
     """From `state`, `steps` optimizer steps on the same `batch` (the standard
     "can it overfit one batch" check), then the loss on it once more: the

@@ -128,6 +128,7 @@ class TrialSettings:
     def config(
         self,
         knobs: dict[str, Any],
+        *,
         prune_below: float | None = None,
         incumbent_above: float | None = None,
         predicted: float | None = None,

@@ -141,6 +141,7 @@ def prepare(
     knobs: dict[str, Any],
     device: K.Device,
     steps: int,
+    *,
     seed: int = 0,
     accum_steps: int = 1,
     blocks: list[str] | None = None,
@@ -194,7 +195,9 @@ def _measure(workload, knobs, device, cfg, result: TrialResult, started: float) 
         cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3 + memory.MEMORY_STEPS
     )
     phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...
-    session = prepare(workload, knobs, device, steps, cfg["seed"], cfg["accum_steps"], cfg["blocks"])
+    session = prepare(
+        workload, knobs, device, steps, seed=cfg["seed"], accum_steps=cfg["accum_steps"], blocks=cfg["blocks"]
+    )
     session.memory_cap = memory.cap(cfg["memory_limit_gib"])  # samples the allocator from here on
     try:
         _Measurement(session, rule, workload, knobs, device, cfg, result, started, phase).run()
@@ -411,8 +414,10 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: TrialResult) 
 def _parity_check(workload, knobs, device, cfg, result, started) -> None:
     """`parity_only`: the config's loss parity against the baseline, no window
     (a late check of a config the search is about to export); with ranks, on every rank."""
-    if device.ranks > 1:  # against the baseline's math at the global batch (autotune.rank_parity)
-        result.parity = rank_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"], cfg["blocks"])
+    if device.ranks > 1:  # against the baseline's math at the global batch (autotune.safety.rank_parity)
+        result.parity = rank_parity(
+            workload, cfg["workload"], cfg["parity"], knobs, device, seed=cfg["seed"], blocks=cfg["blocks"]
+        )
     else:
         result.parity = trial_parity(workload, cfg["workload"], cfg["parity"], knobs, device, cfg["seed"])
     result.metrics = {

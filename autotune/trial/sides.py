@@ -52,6 +52,7 @@ def compute_ceiling(session, batch, min_steps: int = 10, min_s: float = 0.5, max
 def loader_rate(
     workload,
     batch_size: int,
+    *,
     seed: int = 0,
     max_batch: int = 32,
     min_batches: int = 3,
@@ -114,6 +115,6 @@ def two_sides(session, batch, device, seed: int = 0) -> dict[str, float]:
     """The compute ceiling, one loader worker's rate and the host's CPUs per GPU:
     a bottleneck as a comparison of two measured rates (autotune.diagnose)."""
     out = compute_ceiling(session, batch)
-    out.update(loader_rate(session.workload, session.knobs["batch_size"], seed))
+    out.update(loader_rate(session.workload, session.knobs["batch_size"], seed=seed))
     out["host_cpus_per_gpu"] = float(host_cpus_per_gpu(device.cpus) if device.type == "cuda" else device.cpus)
     return out

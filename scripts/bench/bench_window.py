@@ -85,7 +85,7 @@ def child(config: dict) -> dict:
                 return True
             return False
 
-    session = T.prepare(workload, knobs, device, cfg["warmup_steps"] + steps + 3, cfg["seed"])
+    session = T.prepare(workload, knobs, device, cfg["warmup_steps"] + steps + 3, seed=cfg["seed"])
     batches = iter(session.loader)
     for _ in range(cfg["warmup_steps"]):
         session.step(next(batches))

@@ -194,7 +194,7 @@ def main() -> None:
         if device.type == "cpu" and args.cpu_fp16:
             levels = sorted({*levels, S.roundoff(base, {"precision": "16-mixed"}, "cpu")})
         t = time.perf_counter()
-        ref = S.build_reference(wl, base, device.type, args.steps, seed, levels)
+        ref = S.build_reference(wl, base, device.type, steps=args.steps, seed=seed, levels=levels)
         references[f"{name} seed {seed}"] = time.perf_counter() - t
         print(f"{name} seed {seed}: baseline reference (once per search) {time.perf_counter() - t:.1f} s")
         trains = dataclasses.replace(device, optimizer=K.optimizer_of(wl))  # decides fused_optimizer
@@ -206,7 +206,7 @@ def main() -> None:
             if why and not emulated:
                 print(f"{name:22} {knob + '=' + str(value):24} -  {why}")
                 continue
-            r = S.loss_parity(wl, base, {**base, knob: value}, device, args.steps, seed=seed, reference=ref)
+            r = S.loss_parity(wl, base, {**base, knob: value}, device, steps=args.steps, seed=seed, reference=ref)
             rows.append({**_row(name, knob, value, r, "emulated on the CPU" if emulated else ""), "seed": seed})
             _print(rows[-1])
     planted = []
@@ -214,7 +214,7 @@ def main() -> None:
         wl = W.load(ref_name)
         base = K.pytorch_defaults(wl.batch_size)
         r = S.loss_parity(
-            wl, base, {**base, knob: value}, device, max(args.steps, PLANTED_STEPS.get(ref_name, 0)), seed=0
+            wl, base, {**base, knob: value}, device, steps=max(args.steps, PLANTED_STEPS.get(ref_name, 0)), seed=0
         )
         note = what + ("; emulated on the CPU" if K.KNOBS[knob].unavailable(value, device) else "")
         row = _row(ref_name, knob, value, r, note)

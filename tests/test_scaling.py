@@ -6,7 +6,6 @@ import pandas as pd
 import pytest
 
 from autotune import knobs as K
-from autotune.records.run_dir import transport
 from autotune.trial.result import DeviceInfo, TrialResult
 from autotune.records.recorder import Recorder
 from autotune.integrations.tracking import Tracker
@@ -30,10 +29,10 @@ def test_trials_finished_before_the_baseline_get_their_efficiency_when_it_lands(
         (1, {"ddp_static_graph": True, "ddp_bucket_cap_mb": 1}, 150.0),
         (2, {"batch_size": 16}, 300.0),
     ):
-        recorder.add({**base, **knobs, "trial_number": number}, transport(number, tmp_path / str(number), result(rate)))
+        recorder.add({**base, **knobs, "trial_number": number}, result(rate), trial_dir=tmp_path / str(number))
     assert all("scaling_efficiency" not in r.metrics for r in recorder.records)  # no reference yet
-    recorder.add({**base, "trial_number": 0}, transport(0, tmp_path / "0", result(160.0, reference=100.0)))
-    recorder.add({**base, "sharding": "fsdp", "trial_number": 3}, transport(3, tmp_path / "3", result(120.0)))
+    recorder.add({**base, "trial_number": 0}, result(160.0, reference=100.0), trial_dir=tmp_path / "0")
+    recorder.add({**base, "sharding": "fsdp", "trial_number": 3}, result(120.0), trial_dir=tmp_path / "3")
     rows = pd.read_csv(tmp_path / "trials.csv").set_index("trial")
     # DDP/FSDP arguments alone differ: compared with the one-rank reference; a batch size differs: none
     assert rows.loc[1, "scaling_efficiency"] == pytest.approx(150 / 200)

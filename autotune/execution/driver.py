@@ -454,7 +454,7 @@ def _finish(
     if baseline and baseline.throughput:  # trials that finished before the baseline did
         for r in records:
             if r.throughput and r.speedup is None and same_device(baseline, r):
-                r.metrics["speedup_x"] = r.throughput / baseline.throughput
+                r.add_derived(speedup_x=r.throughput / baseline.throughput)
                 tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
         write_csv(records, paths["trials_csv"])
     ok = [r for r in records if r.throughput]

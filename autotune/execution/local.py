@@ -11,7 +11,7 @@ from pathlib import Path
 from autotune import knobs as K
 from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm
 from autotune.execution.trials import remeasure_settings, run_trial
-from autotune.records.run_dir import transport, trial_dir_of
+from autotune.records.run_dir import trial_dir_of
 from autotune.decide.stoppers import Flag, Stopper
 from autotune.spec import Resources
 
@@ -61,12 +61,12 @@ class LocalBackend:
                     recorder.on_trial_start(number, knobs_of(config))
                 trial_dir = trial_dir_of(settings["run_dir"], number)
                 started = time.time()
-                carried = transport(number, trial_dir, run_trial(config, settings, trial_dir))
-                carried.update(started_unix=started, ended_unix=time.time())
+                result = run_trial(config, settings, trial_dir)
+                launch = {"started_unix": started, "ended_unix": time.time()}
                 # the study first: a stop in between leaves a trial Optuna saw finish, which a resume records
                 # from its result.json (`records.recorder.reconcile`); the other way round it would run again
-                proposer.complete(None, carried)
-                recorder.add(config, carried)
+                proposer.complete(None, result)
+                recorder.add(config, result, trial_dir=trial_dir, launch=launch)
         except KeyboardInterrupt:
             interrupted.set = True
 

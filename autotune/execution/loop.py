@@ -10,13 +10,14 @@ from typing import Callable
 from autotune import knobs as K
 from autotune.decide.stoppers import Flag
 from autotune.decide.strategy import Strategy, told
-from autotune.records.run_dir import received
+from autotune.trial.result import TrialResult
 
 
 class Proposer:
     """The strategy's face to a backend: `suggest(key)` is the strategy's next proposal as a trial config (an
     Optuna trial in the run dir's storage; None once nothing is left, which sets `exhausted`), `complete(key,
-    carried)` tells the strategy how it went (`records.transport`'s form). The study holds all state."""
+    result)` tells the strategy how it went (the runner's `TrialResult`, as the backend received it). The study
+    holds all state."""
 
     def __init__(
         self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool], exhausted: Flag
@@ -41,11 +42,12 @@ class Proposer:
             "predicted": proposal.predicted,
         }
 
-    def complete(self, key, carried: dict | None, error: bool = False) -> None:
+    def complete(self, key, result: TrialResult | None, error: bool = False) -> None:
+        """`result`: None where nothing came back (a Ray trial that failed before it reported)."""
         if key not in self.live:
             return
         trial = self.live.pop(key)
-        result = received(carried)  # the runner's result (records.transport)
+        result = result or TrialResult(status="error")
         self.strategy.tell(
             trial,
             "error" if error else result.status,

@@ -34,7 +34,7 @@ from autotune.execution import reaper  # noqa: E402
 from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
 from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
-from autotune.records.run_dir import TUNE_METRIC, transport, trial_dir_of  # noqa: E402
+from autotune.records.run_dir import TUNE_METRIC, received, transport, trial_dir_of  # noqa: E402
 from autotune.decide.stoppers import Flag, Stopper  # noqa: E402
 from autotune.spec import Resources, SpecError  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
@@ -172,9 +172,10 @@ def unpack_dir(data: str, path: Path) -> None:
 
 
 class Searcher(TuneSearcher):
-    """Ray Tune's view of the strategy (`backends.Proposer`): each suggestion is the
-    strategy's next proposal, each finished trial is told back with its status. The
-    study holds all state, so save/restore have nothing to add."""
+    """Ray Tune's view of the strategy (`loop.Proposer`): each suggestion is the
+    strategy's next proposal. Each finished trial is told back where its result lands,
+    parsed once (`RecordTrials`: Ray Tune asks this searcher first, then the callbacks,
+    in the same call). The study holds all state, so save/restore have nothing to add."""
 
     def __init__(self, proposer: Proposer):
         super().__init__(metric=TUNE_METRIC, mode="max")
@@ -188,7 +189,7 @@ class Searcher(TuneSearcher):
         return TuneSearcher.FINISHED if config is None else config
 
     def on_trial_complete(self, trial_id: str, result: dict | None = None, error: bool = False) -> None:
-        self.proposer.complete(trial_id, result, error)
+        pass  # told by RecordTrials, with the result it parses
 
     def save(self, checkpoint_path: str) -> None:
         pass
@@ -312,20 +313,40 @@ class DriverOnly:
 
 
 class RecordTrials(DriverOnly, tune.Callback):
+    """Where a trial's result lands in the driver: its files unpacked (a trial on another node), its
+    `TrialResult` parsed from what Ray Tune carried (`records.run_dir.received`, once), told to the strategy
+    (`Proposer.complete`), then recorded (`Recorder.add`): the study first, as the local backend does."""
+
+    def __init__(self, proposer: Proposer, recorder):
+        super().__init__(recorder)
+        self.proposer = proposer
+
     def on_trial_start(self, iteration, trials, trial, **info):
         if self.held.on_trial_start:  # the live view's row for the running trial
             self.held.on_trial_start(trial.config["trial_number"], knobs_of(trial.config))
 
     def on_trial_complete(self, iteration, trials, trial, **info):
-        self.held.add(trial.config, _landed(trial.last_result))
+        carried = _landed(trial.last_result)
+        result = received(carried)
+        self.proposer.complete(trial.trial_id, result)
+        self.held.add(trial.config, result, trial_dir=carried.get("trial_dir"), launch=carried)
 
     def on_trial_error(self, iteration, trials, trial, **info):
         error = trial.get_pickled_error()
-        self.held.add(trial.config, _landed(trial.last_result), ray_error=str(error or "the Ray trial failed"))
+        carried = _landed(trial.last_result)
+        self.proposer.complete(trial.trial_id, None, error=True)
+        self.held.add(
+            trial.config,
+            received(carried),
+            trial_dir=carried.get("trial_dir"),
+            launch=carried,
+            ray_error=str(error or "the Ray trial failed"),
+        )
 
 
 def _landed(result: dict | None) -> dict:
-    """A trial's result in the driver: the files of a trial from another node unpacked into the run dir."""
+    """What Ray Tune carried of a trial to the driver (`records.run_dir.transport`), the files of a trial from
+    another node unpacked into the run dir."""
     result = dict(result or {})
     if result.get("files_b64"):
         unpack_dir(result.pop("files_b64"), Path(result["trial_dir"]))
@@ -420,7 +441,7 @@ class RayBackend:
                 name="ray",
                 storage_path=settings["run_dir"],
                 verbose=0,
-                callbacks=[RecordTrials(recorder)],
+                callbacks=[RecordTrials(proposer, recorder)],
                 stop=Stop(stop),
                 failure_config=tune.FailureConfig(max_failures=0),
             ),

@@ -8,15 +8,15 @@ from pathlib import Path
 from typing import Callable
 
 from autotune import knobs as K
-from autotune.records.run_dir import TrialRecord, add_speedup, received, record_of, transport, trial_dir_of, write_csv
+from autotune.records.run_dir import TrialRecord, add_speedup, record_of, trial_dir_of, write_csv
 from autotune.trial.result import TrialResult
 from autotune.records.scaling import EFFICIENCY, add_efficiency
 
-LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what the Ray adapter adds to a result
+LAUNCH_INFO = ("node_ip", "gpu_ids", "started_unix", "ended_unix")  # what a backend adds to a result: where, when
 
 
 class Recorder:
-    """Turns each finished trial (as the Ray adapter, or a resume, hands it over)
+    """Turns each finished trial (its `TrialResult`, as a backend or a resume hands it over)
     into a record, writes it everywhere at once, and tells the caller."""
 
     def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
@@ -28,18 +28,27 @@ class Recorder:
     def baseline(self) -> TrialRecord | None:
         return next((r for r in self.records if r.is_baseline), None)
 
-    def add(self, config: dict, carried: dict | None, ray_error: str | None = None) -> None:
-        """`carried`: what the Ray adapter (or a resume) hands over (`records.transport`)."""
-        carried = dict(carried or {})
+    def add(
+        self,
+        config: dict,
+        result: TrialResult,
+        *,
+        trial_dir: Path | str | None = None,
+        launch: dict | None = None,
+        ray_error: str | None = None,
+    ) -> None:
+        """`config`: the trial's config (its knobs, `trial_number`); `result`: what its runner reported, parsed
+        once where it arrived; `launch`: where and when it ran (LAUNCH_INFO), as the backend saw it; `ray_error`:
+        why Ray failed the trial, where it did."""
         knobs = {k: config[k] for k in self.baseline_knobs}  # the built-in knobs and the user's
         record = record_of(
             config["trial_number"],
             knobs,
-            received(carried),
-            carried.get("trial_dir"),
+            result,
+            trial_dir,
             # the baseline is enqueued first; a later trial with its knobs is a repeat
             is_baseline=knobs == self.baseline_knobs and self.baseline() is None,
-            info={k: carried.get(k) for k in LAUNCH_INFO},
+            info={k: (launch or {}).get(k) for k in LAUNCH_INFO},
             ray_error=ray_error,
         )
         base = self.baseline()
@@ -82,7 +91,8 @@ def reconcile(study, recorder: "Recorder", space: K.Space, run_dir: Path) -> Non
         if finished and t.number not in recorded and result_file.exists():
             recorder.add(
                 {**fixed, **t.params, "trial_number": t.number},
-                transport(t.number, result_file.parent, TrialResult.read(result_file)),
+                TrialResult.read(result_file),
+                trial_dir=result_file.parent,
             )
         elif t.state == TrialState.RUNNING or (finished and t.number not in recorded):
             study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)

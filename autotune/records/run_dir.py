@@ -103,6 +103,11 @@ class TrialRecord:
     def speedup(self) -> float | None:
         return self.metrics.get("speedup_x")
 
+    def add_derived(self, **metrics: float) -> None:
+        """Metrics set after the trial, from what it measured and the baseline's record (its speedup, its
+        scaling efficiency): added here, the one way (as `TrialResult.add_derived`), beside what it measured."""
+        self.metrics.update(metrics)
+
     def row(self) -> dict[str, Any]:
         return {
             "trial": self.number,
@@ -278,7 +283,7 @@ def record_of(
 def add_speedup(record: TrialRecord, baseline: TrialRecord | None) -> None:
     """The record's speedup over the baseline, where the two compare (a pruned trial's too)."""
     if baseline and baseline.throughput and record.measured and same_device(baseline, record):
-        record.metrics["speedup_x"] = record.measured / baseline.throughput
+        record.add_derived(speedup_x=record.measured / baseline.throughput)
 
 
 def pruning_savings(records: list[TrialRecord]) -> dict[str, float]:

@@ -66,8 +66,7 @@ def with_reference(
     rate = ref.metric("samples_per_s")
     result.scaling_reference = ScalingReference(ref.status, rate, ref.knobs, ref.trial_wall_s, ref.error)
     if ref.ok and rate:
-        result.metrics[REFERENCE] = rate
-        result.metrics[EFFICIENCY] = result.metrics["samples_per_s"] / (ranks * rate)
+        result.add_derived(**{REFERENCE: rate, EFFICIENCY: result.metrics["samples_per_s"] / (ranks * rate)})
     return result
 
 
@@ -80,4 +79,4 @@ def add_efficiency(record, baseline) -> None:
         return
     knobs, base = record.knobs, baseline.knobs
     if all(knobs.get(k) == base.get(k) for k in set(knobs) | set(base) if k not in ACROSS_RANKS):
-        record.metrics[EFFICIENCY] = rate / (ranks * reference)
+        record.add_derived(**{EFFICIENCY: rate / (ranks * reference)})

@@ -159,6 +159,14 @@ class TrialResult:
         """Its throughput in its unit (`unit_of`): tokens/s for a language model, else samples/s."""
         return self.metric(self.unit.metric)
 
+    def add_derived(self, **metrics: float) -> None:
+        """Metrics set after the trial, computed from what it measured and from another trial (a multi-rank
+        trial's scaling reference and efficiency, `autotune.records.scaling`): added here, the one way, beside
+        what the runner measured."""
+        if self.metrics is None:
+            self.metrics = {}
+        self.metrics.update(metrics)
+
     @classmethod
     def from_dict(cls, data: Any) -> "TrialResult":
         """The runner's result (result.json's object), checked: an unknown key or

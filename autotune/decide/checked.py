@@ -93,7 +93,7 @@ def confirm_candidates(
 ) -> tuple[TrialRecord | None, dict | None, list[dict]]:
     """The best, its parity checked late where needed (`check(knobs, label)`),
     re-measured against the baseline (`remeasure(baseline, best)`, the driver's
-    autotune.confirm); when the re-measurement rejects it, the next candidate
+    autotune.decide.confirm); when the re-measurement rejects it, the next candidate
     by measured throughput (checked and re-measured in turn), while the time
     budget lasts (`budget_left()` seconds, None: no budget), up to
     MAX_CANDIDATES, before the baseline keeps the lead. Returns the best, its

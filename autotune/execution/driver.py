@@ -84,7 +84,7 @@ def run(
     Everything that can be checked is checked before anything is written. A
     local search waits while another one measures on the same device (`on_wait`
     hears why). `factory`: the callable a spec's `workload.pickled` names.
-    A finished search of the same question on this machine (`autotune.cache`) is
+    A finished search of the same question on this machine (`autotune.records.cache`) is
     named to `on_match` before the trials start (with `refresh`, it is not looked
     for); `autotune.search(reuse=True)` returns it before this driver is imported."""
     started = time.perf_counter()
@@ -437,9 +437,9 @@ def _finish(
     closing: list[Callable[[], None]] | None = None,
 ) -> SearchResult:
     """Speedups of trials that finished before the baseline, the best
-    re-measured against the baseline (autotune.confirm), the best config, why
+    re-measured against the baseline (autotune.decide.confirm), the best config, why
     the search ended, the plots, and the parent run closed. The best's loss
-    parity is checked late where its trial did not run it (autotune.checked),
+    parity is checked late where its trial did not run it (autotune.decide.checked),
     and a best the re-measurement rejects hands over to the next candidates
     (`checked.confirm_candidates`)."""
     run_dir, search = plan.run_dir, plan.search

@@ -4,7 +4,7 @@ its whole process group (loader workers included) at the timeout; compile caches
 are per trial (a warm cache from an earlier trial would hide compile time).
 
 Two ways to start one:
-- `fork` (default): a warm fork server (`autotune.forkserver`) that has imported
+- `fork` (default): a warm fork server (`autotune.execution.forkserver`) that has imported
   torch, torchvision, the runner and the workload's module forks the trial, so a
   trial does not pay the imports again (measured in scripts/bench/bench_overhead.py);
   the server never runs a trial, so nothing of one trial reaches the next. A
@@ -110,7 +110,7 @@ class _Lines:
 
 
 class _Stream:
-    """A stream to a fork server (autotune.forkserver's protocol): one trial at a time."""
+    """A stream to a fork server (autotune.execution.forkserver's protocol): one trial at a time."""
 
     lines: _Lines
     first_answer_s = 60.0  # the server is ready: a fork is quick
@@ -163,7 +163,7 @@ class _Stream:
 
 
 class ForkServer(_Stream):
-    """A running `python -m autotune.forkserver`, started with a search's env, on its pipes."""
+    """A running `python -m autotune.execution.forkserver`, started with a search's env, on its pipes."""
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...]):
         self.proc = subprocess.Popen(
@@ -223,7 +223,7 @@ class Connection(_Stream):
 
 class SharedForkServer:
     """One warm fork server for every trial of a local search and its re-measurements
-    (`python -m autotune.forkserver --listen`): started by the driver before Ray, so its
+    (`python -m autotune.execution.forkserver --listen`): started by the driver before Ray, so its
     imports overlap Ray's start, and never paid again by the re-measurement. Its socket
     sits in a private dir (0700); its stdin is its lifeline to the driver."""
 

@@ -1,10 +1,10 @@
 """The Ray adapter: a local Ray bound to loopback (or a cluster), the trial as a
 Ray Tune function trainable (a fresh trial process per trial, its files carried
-back from other nodes), `autotune.strategy.Strategy` as a Tune searcher, and the
+back from other nodes), `autotune.decide.strategy.Strategy` as a Tune searcher, and the
 driver-side callbacks (recording, stopping).
 
 Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml
-(`autotune.recorder`), as each trial's result arrives.
+(`autotune.records.recorder`), as each trial's result arrives.
 """
 
 from __future__ import annotations
@@ -89,7 +89,7 @@ def trainable(config: dict, settings: dict) -> None:
 
 class _Remeasurer:
     """A Ray actor holding one trial's reservation while configs are measured
-    again or checked late (autotune.confirm, autotune.checked); its fork server
+    again or checked late (autotune.decide.confirm, autotune.decide.checked); its fork server
     stays warm from one run to the next."""
 
     def run(self, knobs: dict, label: str, settings: dict) -> tuple[dict, str | None]:
@@ -103,7 +103,7 @@ def remeasurers(settings: dict, local: bool = False):
     end: late parity checks, each candidate's re-measurement): each run placed
     like a trial (`resources`), with the trial settings less profiling,
     diagnosis and parity, windows to `target_ci` where given (`parity_only`:
-    loss parity alone, the late check of `autotune.checked`). One actor runs
+    loss parity alone, the late check of `autotune.decide.checked`). One actor runs
     them all while the reservation stays the same (a fresh actor and fork
     server cost 4-8 s on 2 loaded cores, per check or re-measurement); a
     different one replaces it, never beside it (one GPU cannot hold two).
@@ -157,7 +157,7 @@ def pack_dir(path: Path) -> str:
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w:gz") as tar:
         for f in sorted(path.iterdir()):
-            if f.is_file() or f.is_dir():  # a dir: the scaling reference's (autotune.scaling)
+            if f.is_file() or f.is_dir():  # a dir: the scaling reference's (autotune.records.scaling)
                 tar.add(f, arcname=f.name)
     return base64.b64encode(buf.getvalue()).decode()
 
@@ -263,7 +263,7 @@ def init_ray(address: str | None) -> bool:
     return True
 
 
-_reaper = None  # autotune.reaper's process while a local Ray started by `init_ray` runs
+_reaper = None  # autotune.execution.reaper's process while a local Ray started by `init_ray` runs
 
 
 def warm_worker() -> None:

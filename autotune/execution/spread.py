@@ -8,7 +8,7 @@ a Ray task on its bundle (PlacementGroupSchedulingStrategy): the runner in a
 fresh process from that node's warm launcher, with the environment torchrun
 sets (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; one local rank per node).
 Each rank joins the process group and runs its window between the same
-barriers as on one node (`autotune.ranks`); their results merge into one.
+barriers as on one node (`autotune.trial.ranks`); their results merge into one.
 
 When a rank fails, or its worker or node dies, the other ranks' tasks are
 cancelled (their processes killed), and the trial fails with that rank named.
@@ -136,7 +136,7 @@ def run_spread(request: dict, settings: dict, trial_dir: Path) -> TrialResult:
 @contextlib.contextmanager
 def _group(settings: dict):
     """The trial's placement group; outside a Tune trial (a re-measurement's
-    actor, autotune.confirm), one of its own from settings["rank_bundles"]."""
+    actor, autotune.decide.confirm), one of its own from settings["rank_bundles"]."""
     import ray
 
     pg = ray.util.get_current_placement_group()

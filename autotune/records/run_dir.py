@@ -91,7 +91,7 @@ class TrialRecord:
         """Its window tied with a safer incumbent (`tie_kept`: the search
         gave that tie to the incumbent, as `pick_best` gives ties to the safer
         config), and the tie still holds: the re-measurement has not rejected
-        that incumbent (`info["tie_reopened"]`, autotune.checked)."""
+        that incumbent (`info["tie_reopened"]`, autotune.decide.checked)."""
         return bool(self.metrics.get("tie_kept")) and "tie_reopened" not in self.info
 
     @property
@@ -140,8 +140,8 @@ class SearchResult:
     paths: dict[str, Path]
     stopped_reason: str | None = None
     ended: str | None = None  # why the search ended: trial count, budget, patience, space exhausted
-    confirm: dict[str, Any] | None = None  # the best re-measured against the baseline (autotune.confirm)
-    reused: bool = False  # an earlier search's result, returned without running a trial (autotune.cache)
+    confirm: dict[str, Any] | None = None  # the best re-measured against the baseline (autotune.decide.confirm)
+    reused: bool = False  # an earlier search's result, returned without running a trial (autotune.records.cache)
     skipped: list[dict] = field(default_factory=list)  # configs the rate model kept from running (search.json)
     importance: dict[str, float] | None = None  # each knob's share of the variation, once the plots are drawn
 
@@ -154,7 +154,7 @@ class SearchResult:
 
     @property
     def confirmed(self) -> dict[str, Any] | None:
-        """The re-measurement of this best against the baseline (autotune.confirm),
+        """The re-measurement of this best against the baseline (autotune.decide.confirm),
         None where there is none (or the baseline won it)."""
         c = self.confirm
         return c if c and self.best and c.get("best_trial") == self.best.number and c.get("speedup_x") else None
@@ -162,7 +162,7 @@ class SearchResult:
     @property
     def speedup_unknown(self) -> str | None:
         """Why the best's speedup is unknown (its re-measurement's pairs were
-        disturbed by outside load, autotune.confirm), or None."""
+        disturbed by outside load, autotune.decide.confirm), or None."""
         c = self.confirm
         same = c and self.best and c.get("best_trial") == self.best.number
         return c["unknown"] if same and c.get("verdict") == "unknown" else None
@@ -170,7 +170,7 @@ class SearchResult:
     @property
     def speedup(self) -> float | None:
         """The best's speedup over the baseline: the re-measured one where the
-        search re-measured this best (autotune.confirm), else the trials' ratio;
+        search re-measured this best (autotune.decide.confirm), else the trials' ratio;
         None where there is none, or it is unknown (`speedup_unknown`)."""
         if not (self.best and self.baseline and self.baseline.throughput) or self.speedup_unknown:
             return None
@@ -358,7 +358,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     A trial measured under load from outside (`info["disturbed"]`) decides
     nothing while an undisturbed trial contends beside the baseline: its figure
     says more about the load than about its knobs (where every one was
-    disturbed, the re-measurement's undisturbed pairs decide, autotune.confirm)."""
+    disturbed, the re-measurement's undisturbed pairs decide, autotune.decide.confirm)."""
     base = next((r for r in records if r.is_baseline), None)
     ok = [r for r in records if r.contends and same_device(base, r)]
     others = [r for r in ok if not r.is_baseline]

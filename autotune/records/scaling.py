@@ -30,7 +30,7 @@ REFERENCE_DIR = "scaling-reference"
 
 def one_rank(request: dict[str, Any], rank_threads: int | None) -> dict[str, Any]:
     """The same trial on one rank with one rank's threads (`rank_threads`: what
-    each rank ran when the ranks shared a node, autotune.ranks; None: torch's
+    each rank ran when the ranks shared a node, autotune.trial.ranks; None: torch's
     default), the window alone (no profile, diagnosis, parity or pruning)."""
     # the knobs that act across ranks at their defaults: one rank has no all-reduce to tune
     knobs = {**request["knobs"], **{k: KNOBS[k].pytorch_default for k in ACROSS_RANKS if k in request["knobs"]}}

@@ -121,7 +121,7 @@ OVERFIT_LR_SCALES = (1.0, 0.1, 0.01)
 # 1.3e-6, a false alarm under rule 1): FACTOR x 2^-20, 5.8x that measurement
 UPDATE_FLOOR = FACTOR * 2.0**-20
 # the version of the rules above: in every key under which a reference, a verdict or a
-# search result is stored (reference_key, verdict_key, autotune.cache), so a verdict made
+# search result is stored (reference_key, verdict_key, autotune.records.cache), so a verdict made
 # under older rules is never served. 2: "does not train" on one fixed batch (was: moved a
 # tenth of the baseline's multi-step movement), compiled candidates with eager randomness,
 # the update's band at least UPDATE_FLOOR. 3: the one-batch check at a lower learning rate
@@ -345,7 +345,7 @@ def loss_parity(
     `build_reference` (computed here when missing).
     `tolerance`: multi-step deviations below it always pass. `build` builds the
     candidate's run and `shard(batches)` gives the batches it steps on (several
-    ranks: autotune.rank_parity); the baseline's run steps on the whole batches.
+    ranks: autotune.safety.rank_parity); the baseline's run steps on the whole batches.
     `batches`: the seeded batches, where the caller decoded them already.
     The noise reference at the candidate's level is added to `reference` only
     where the verdict depends on it: the per-step noise where an error exceeds

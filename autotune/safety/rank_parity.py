@@ -5,7 +5,7 @@ global batch (its per-rank batch times the ranks), and the candidate runs on
 every rank, wrapped as the trial's ranks are (`K.wrap`: DDP with its tuned
 arguments or FSDP2 per block, checkpointing, compile), each rank stepping on its
 shard of every global batch; the per-step and multi-step checks and their bands
-are autotune.parity's. A step's loss is the mean of the ranks' losses
+are autotune.safety.parity's. A step's loss is the mean of the ranks' losses
 (all-reduced; for a loss that is a mean over the batch, the global batch's
 loss), its gradient what DDP leaves on every rank, or FSDP's shards gathered
 whole (`stepping`: parameters, gradients and optimizer state are gathered to be

@@ -89,7 +89,7 @@ class TrialSettings:
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
         """The same trials with the window only: no profiled window, diagnosis or
-        loss parity (a re-measurement, autotune.confirm); `target_ci`: the
+        loss parity (a re-measurement, autotune.decide.confirm); `target_ci`: the
         window's, where the decision sizes it (confirm.window_ci)."""
         return replace(
             self,
@@ -113,7 +113,7 @@ class TrialSettings:
         )
 
     # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
-    # carries them in each trial's Ray config under these names (autotune.raytune.run_trial_in)
+    # carries them in each trial's Ray config under these names (autotune.execution.raytune.run_trial_in)
     PER_TRIAL = (
         "prune_below",
         "incumbent_above",
@@ -161,7 +161,7 @@ class TrialSettings:
             "parity": self.parity,
             "seed": self.seed,
             "prune_below": prune_below,
-            # several ranks: a fixed window on every rank, no pruning (autotune.ranks)
+            # several ranks: a fixed window on every rank, no pruning (autotune.trial.ranks)
             **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
             **({"blocks": self.blocks} if self.blocks else {}),
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
@@ -253,7 +253,7 @@ DEFAULTS = {
     "incumbent_above": None,  # samples/s a config must beat to become the incumbent: at or below it, no profile,
     # diagnosis or parity, and a screening window (measure.WindowRule.screen_ms); None: every trial pays for all
     "incumbent_ci": 0.0,  # the incumbent's throughput known to +- this (95%, relative): screen and promote allow for it
-    "predicted": None,  # samples/s the rate model predicted (autotune.model): echoed next to the measurement
+    "predicted": None,  # samples/s the rate model predicted (autotune.decide.model): echoed next to the measurement
     "carry": None,  # {"trial": N, "metrics"}: trial N measured what a diagnosis measures apart from the window
     # (diagnose.APART) for a config that differs from this one in loader knobs alone: diagnose from it, no profile
     "tie_keeps_incumbent": False,  # this config is riskier than the incumbent (records.risk): a window that ties
@@ -263,7 +263,7 @@ DEFAULTS = {
     "flops_cache": None,  # a JSON file of FLOPs per sample, shared by a search's trials (measure.flops_per_sample)
     "device": "auto",
     "seed": 0,
-    "ranks": 1,  # processes of one trial, one device each (autotune.ranks)
+    "ranks": 1,  # processes of one trial, one device each (autotune.trial.ranks)
     "backend": None,  # torch.distributed backend (default: gloo on the CPU, nccl on CUDA)
     "dist_timeout_s": 300,  # the process group's timeout: a collective waiting longer fails the trial
     "blocks": None,  # class names of the model's repeated blocks (default: found; knobs._parallel.find_blocks)

@@ -72,14 +72,14 @@ class DeviceInfo:
 
 @dataclass
 class RankResult:
-    """One rank of a multi-rank trial (`autotune.ranks.merge` keeps this of each)."""
+    """One rank of a multi-rank trial (`autotune.trial.ranks.merge` keeps this of each)."""
 
     rank: int | None
     status: str | None
     host: str | None
     metrics: dict[str, float | None] = field(default_factory=dict)  # its own rate, times and peak memory
     error: str | None = None
-    node_ip: str | None = None  # where it ran, when spread over nodes (autotune.spread)
+    node_ip: str | None = None  # where it ran, when spread over nodes (autotune.execution.spread)
     node_id: str | None = None
 
     KEPT = ("rank", "status", "host", "metrics")  # written even when None
@@ -87,7 +87,7 @@ class RankResult:
 
 @dataclass
 class ScalingReference:
-    """The same config on one rank, measured after an N-rank baseline (autotune.scaling)."""
+    """The same config on one rank, measured after an N-rank baseline (autotune.records.scaling)."""
 
     status: str | None
     samples_per_s: float | None
@@ -111,24 +111,24 @@ class TrialResult:
     optimizer: str | None = None  # the optimizer's class
     optimizer_fused: bool | None = None
     has_batchnorm: bool | None = None
-    disturbed: str | None = None  # why the window's figure is suspect (autotune.disturbance)
+    disturbed: str | None = None  # why the window's figure is suspect (autotune.trial.disturbance)
     profile: dict[str, Any] | None = None  # the profiled window (measure.profile_window)
     diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
     parity: dict[str, Any] | None = None  # loss parity against the baseline
-    parity_late: bool | None = None  # the parity verdict came from a late check (autotune.checked)
+    parity_late: bool | None = None  # the parity verdict came from a late check (autotune.decide.checked)
     skipped: str | None = None  # what the trial did not pay for (not the incumbent)
     error_type: str | None = None
     error: str | None = None
     traceback: str | None = None
     trial_s: float | None = None  # the runner's own time
     phases_s: dict[str, float] | None = None  # where the trial's seconds went: setup, warmup, window, ...
-    trial_wall_s: float | None = None  # the trial process's, start-up included (autotune.launcher)
+    trial_wall_s: float | None = None  # the trial process's, start-up included (autotune.execution.launcher)
     launcher: str | None = None  # fork (this process's fork server) | shared (the search's) | spawn
-    ranks: list[RankResult] | None = None  # a multi-rank trial's ranks (autotune.ranks.merge)
+    ranks: list[RankResult] | None = None  # a multi-rank trial's ranks (autotune.trial.ranks.merge)
     ranks_wall_s: float | None = None
     rank: int | None = None  # one rank's own result (a launched rank, before the merge)
     ended_unix: float | None = None
-    node_ip: str | None = None  # spread over nodes (autotune.spread): rank 0's node (a rank's: its own)
+    node_ip: str | None = None  # spread over nodes (autotune.execution.spread): rank 0's node (a rank's: its own)
     node_id: str | None = None
     master_addr: str | None = None  # the process group's rendezvous address
     scaling_reference: ScalingReference | None = None

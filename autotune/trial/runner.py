@@ -309,7 +309,7 @@ class _Measurement:
         profiled window, the two sides, FLOPs, the 2x-batch probe and the diagnosis, and loss parity."""
         session, knobs, device, cfg, result = self.session, self.knobs, self.device, self.cfg, self.result
         metrics = result.metrics
-        if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.memory)
+        if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.trial.memory)
             metrics.update(memory.memory_window(session, batches))
         if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
             metrics.update(R.comm_share(session, batches, self.rule.max_steps, metrics))
@@ -398,7 +398,7 @@ def _not_incumbent(cfg, metrics: dict, rule: M.WindowRule, result: TrialResult) 
     )
     if above is None or value > above and not kept:
         return False
-    if kept:  # and the trial the tie went to, where known (autotune.checked reopens it should that one fall)
+    if kept:  # and the trial the tie went to, where known (autotune.decide.checked reopens it should that one fall)
         metrics.update(
             tie_kept=1.0,
             **({} if cfg.get("incumbent_trial") is None else {"tie_kept_incumbent": float(cfg["incumbent_trial"])}),
@@ -516,7 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.environ.get("AUTOTUNE_WATCH_PARENT") == "1":
         _exit_with_parent()
-    # a trial past its timeout gets SIGUSR1 first (autotune.launcher): its stacks go to its log
+    # a trial past its timeout gets SIGUSR1 first (autotune.execution.launcher): its stacks go to its log
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()

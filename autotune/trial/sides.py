@@ -113,7 +113,7 @@ def double_batch_probe(session, batch2x, ceiling_step_ms: float) -> dict[str, fl
 
 def two_sides(session, batch, device, seed: int = 0) -> dict[str, float]:
     """The compute ceiling, one loader worker's rate and the host's CPUs per GPU:
-    a bottleneck as a comparison of two measured rates (autotune.diagnose)."""
+    a bottleneck as a comparison of two measured rates (autotune.trial.diagnose)."""
     out = compute_ceiling(session, batch)
     out.update(loader_rate(session.workload, session.knobs["batch_size"], seed=seed))
     out["host_cpus_per_gpu"] = float(host_cpus_per_gpu(device.cpus) if device.type == "cuda" else device.cpus)

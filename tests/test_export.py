@@ -183,3 +183,37 @@ def test_lightning_export_is_what_changed_and_merges_over_the_users_arguments(tm
         list(range(64)), **{**{"batch_size": 8, "num_workers": 0}, **ns["dataloader_kwargs"]}
     )
     assert loader.batch_size == 32
+
+
+def test_a_language_models_knobs_export_as_training_arguments_or_as_what_to_apply(tmp_path):
+    from transformers import TrainingArguments
+
+    data = {
+        "knobs": {"attention": "eager", "activation_checkpointing": "selective", "padding_free": True},
+        "device": {"type": "cpu", "name": "cpu"},
+        "measured": {"speedup_x": 1.2, "baseline_tokens_per_s": 100.0, "best_tokens_per_s": 120.0, "unit": "tokens"},
+        "safety": [
+            flag("attention", "sdpa", "eager", "numerics"),
+            flag("activation_checkpointing", "full", "selective"),
+            flag("padding_free", False, True, "numerics"),
+        ],
+    }
+    text = export(tmp_path, data, "hf")
+    ns = {}
+    exec(text, ns)
+    # checkpointing is a field (every second layer); the attention kernel and padding-free rows are not
+    assert ns["TUNED"] == {"activation_checkpointing_kwargs": {"every_n_layers": 2}}
+    assert "# attention='eager': model.set_attn_implementation('eager')" in text
+    assert "# padding_free=True: each padded batch as one row with position ids" in text
+    args = TrainingArguments(output_dir=str(tmp_path / "out"), activation_checkpointing=True, **ns["TUNED"])
+    assert args.activation_checkpointing_kwargs == {"every_n_layers": 2}
+    lightning = export(tmp_path, data, "lightning")
+    assert "# activation_checkpointing='selective': `model, _ = cfg.prepare(model)`" in lightning
+    python = export(tmp_path, data, "python")
+    lines = python.splitlines()
+    at = lines.index("# a language model's knobs: apply them to your model first")
+    assert lines[at : at + 2] == [
+        "# a language model's knobs: apply them to your model first",
+        "# attention='eager': model.set_attn_implementation('eager') (or from_pretrained(..., attn_implementation="
+        "'eager'))",
+    ]

@@ -242,7 +242,11 @@ def _python(data) -> str:
     tf32 = "torch.backends.cudnn.allow_tf32 = True\n" if k["precision"] == "tf32" else ""
     args = data.get("workload_args")
     args_line = f"WORKLOAD_ARGS = {args!r}  # your factory's searched arguments, as tuned\n" if args else ""
-    return f'''{_header(data)}import torch
+    lm = _not_carried(k, baseline_knobs(data), LM_HOW)
+    lm_lines = "".join(
+        line + "\n" for line in ["# a language model's knobs: apply them to your model first", *lm] if lm
+    )
+    return f'''{_header(data)}{lm_lines}import torch
 from torch.utils.data import DataLoader
 
 DEVICE = {device!r}
@@ -335,6 +339,44 @@ def _not_carried(k: dict, base: dict, how: dict) -> list[str]:
     return [f"# {name}={k[name]!r}: {how[name](k[name])}" for name in how if k[name] != base[name]]
 
 
+# a language model's knobs where a format has no field for them: how to apply each to your model or script
+LM_HOW = {
+    "attention": lambda v: (
+        f"model.set_attn_implementation({v!r}) (or from_pretrained(..., attn_implementation={v!r}))"
+        if v is not None
+        else "the model's own attention implementation"
+    ),
+    "padding_free": lambda v: (
+        "each padded batch as one row with position ids (transformers' DataCollatorWithFlattening; `autotune run` "
+        "wraps a Trainer's collator)"
+        if v
+        else "padded batches, as your collator makes them"
+    ),
+    "packing": lambda v: f"--packing {str(v).lower()} (TRL's SFTConfig)",
+    "liger_kernels": lambda v: (
+        "liger_kernel.transformers._apply_liger_kernel_to_instance(model=model) (transformers: use_liger_kernel)"
+        if v
+        else "no Liger kernels"
+    ),
+    "float8": lambda v: (
+        "torchao.float8.convert_to_float8_training(model, config=Float8LinearConfig.from_recipe_name("
+        f"{v!r})), Linear layers with dimensions multiples of 16 (or `model, _ = cfg.prepare(model)`)"
+        if v != "off"
+        else "no float8 conversion"
+    ),
+    "activation_checkpointing": lambda v: (
+        "`model, _ = cfg.prepare(model)` (cfg = autotune.config()): torch.utils.checkpoint around "
+        + ("each repeated block" if v == "full" else "every second repeated block from the first")
+        if v != "off"
+        else "no activation checkpointing"
+    ),
+    "expandable_segments": lambda v: (
+        "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True before the process starts (`autotune run` sets it)"
+        if v
+        else "the allocator's default segments"
+    ),
+}
+
 HF_HOW = {
     "set_to_none": lambda v: (
         "the Trainer zeroes gradients with model.zero_grad(); before Trainer(model=model): "
@@ -352,6 +394,7 @@ HF_HOW = {
         else "drop your torch.set_num_threads() (torch's default: every core)"
     ),
     "cudnn_benchmark": lambda v: f"torch.backends.cudnn.benchmark = {v} at the top of your script",
+    **{name: how for name, how in LM_HOW.items() if name not in ("liger_kernels", "activation_checkpointing")},
 }
 
 
@@ -399,6 +442,7 @@ LIGHTNING_HOW = {
         "Lightning calls optimizer.zero_grad() (set_to_none=True); override "
         f"LightningModule.optimizer_zero_grad to call optimizer.zero_grad(set_to_none={v})"
     ),
+    **{name: how for name, how in LM_HOW.items() if name not in ("packing", "padding_free")},
 }
 
 

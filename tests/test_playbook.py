@@ -59,8 +59,13 @@ def test_two_rates_size_the_loader_within_the_cpus_per_gpu():
     }  # ceil(1.2 * 10000 / 1500)
     assert d["recommendations"][0] == "more DataLoader workers (num_workers=4 now, about 8 needed)"
     assert any(e.startswith("two sides apart: compute ceiling 10000 samples/s") for e in d["evidence"])
+    assert "(about 8 workers needed, of 16 CPUs per GPU)" in d["evidence"][-1]
     capped = advised({**m, "host_cpus_per_gpu": 6}, {**KNOBS, "num_workers": 4}, H100)
     assert capped["moves"][0]["to"] == 6
+    on_cpu = advised({**m, "host_cpus_per_gpu": None}, {**KNOBS, "num_workers": 1}, CPU)  # no GPU: no "per GPU"
+    assert [e for e in on_cpu["evidence"] if e.startswith("two sides apart")][0].endswith(
+        "(about 2 workers needed, of 2 CPUs)"
+    )
 
 
 def test_loader_workers_beside_every_core_in_threads_cap_the_threads_on_a_cpu():

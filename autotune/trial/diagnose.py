@@ -86,7 +86,7 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
         evidence.append(
             f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
             f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
-            f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs per GPU)"
+            f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs{' per GPU' if cuda else ''})"
         )
         if wait is None and capacity < ceiling / LOADER_HEADROOM:
             input_bound = True  # no timed wait to read: the two rates decide

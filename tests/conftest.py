@@ -53,6 +53,21 @@ def write_spec(path, **overrides):
     return path
 
 
+def fixture_run(name: str, tmp_path, monkeypatch):
+    """A finished run dir kept in tests/fixtures/runs (real searches on a 2-core CPU: the files its readers read,
+    each result.json trimmed to its status, diagnosis and parity; no databases), copied to tmp_path/run with its
+    paths made real (a program's dir: tmp_path), and read from tmp_path, as the user who started it there."""
+    from pathlib import Path
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).parent / "fixtures" / "runs" / name, run)
+    for path in run.rglob("*"):
+        if path.is_file():
+            path.write_text(path.read_text().replace("{RUN_DIR}", str(run)).replace("{PROGRAM_DIR}", str(tmp_path)))
+    monkeypatch.chdir(tmp_path)
+    return run
+
+
 @pytest.fixture(scope="session")
 def finished_run(tmp_path_factory, ray_local):
     """One real search through the CLI, shared by the CLI, report and export tests."""

@@ -400,7 +400,7 @@ def test_lightning_takes_a_trainer_object_and_says_what_it_cannot_take():
 # Lightning Trainer script as a trial
 def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray_local):
     """fused_optimizer under the Trainer's bf16 and clipping: the trial fails with
-    Lightning's own error, the summary says why, the export keeps it off."""
+    Lightning's own error, its line says why, the export keeps it off."""
     from typer.testing import CliRunner
 
     from autotune.cli.main import app
@@ -421,8 +421,8 @@ def test_a_lightning_search_never_exports_what_the_trainer_refuses(tmp_path, ray
     assert list(trials["status"]) == ["ok", "error"]
     out = " ".join(result.output.split())
     assert (
-        "#1 error (RuntimeError: The current optimizer, Adam, does not allow for gradient clipping because it "
-        "performs unscaling of gradients internally."
+        "trial 1 error fused-opt=on RuntimeError: The current optimizer, Adam, does not allow for gradient "
+        "clipping because it performs unscaling of gradients internally."
     ) in out, out
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["knobs"]["fused_optimizer"] is False and best["knobs"]["precision"] == "bf16-mixed"

@@ -228,7 +228,7 @@ def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     assert out["rounds"] == 2 and out["baseline_drift"] == pytest.approx(87.65 / 105.9 - 1, abs=1e-4)
     assert out["baseline_trial_ci95"] == 0.022
     assert (
-        "; the baseline re-measured -17% off its trial's 105.9 samples/s (its window: ±2.2%), the read every "
+        "; the baseline re-measured -17% off its trial's 106 samples/s (its window: ±2.2%), the read every "
         "trial was compared with"
     ) in describe(out)
     run, _ = fake_runs([98.0, 154.8, 153.7, 97.3])

@@ -50,7 +50,7 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     spec = write_spec(tmp_path / "spec.yaml", search={"n_trials": 3, "seed": 0, "confirm_rounds": 1})
     proc = autotune(env, "search", str(spec), "--output-dir", str(run_dir), "--quiet", timeout=300)  # auto: local
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert "search ended: 3 trials" in proc.stdout and "autotune ui" not in proc.stdout  # no MLflow store to show
+    assert f"details: autotune report {run_dir}" in proc.stdout and "autotune ui" not in proc.stdout  # no MLflow
 
     from autotune.records.run_dir import read_run
 

@@ -54,3 +54,69 @@ def test_a_pruned_trial_is_finished_with_its_outcome_and_its_real_start_and_end(
     assert run.data.metrics["samples_per_s"] == 40.0
     run = client.get_run(tracker.log_trial(failed))
     assert run.info.status == "FAILED" and run.data.tags["outcome"] == "failed"
+
+
+def logged(run_dir, result):
+    """A finished search logged as the driver logs it: its trials, then the parent run closed with the result."""
+    tracker = tracking.Tracker(tracking.default_uri(run_dir), "autotune", run_dir, "s")
+    tracker.log_search({f"space.{k}": v for k, v in result.space.search.items()}, {})
+    for r in sorted(result.records, key=lambda r: r.number):
+        r.mlflow_run_id = tracker.log_trial(r, result.baseline.knobs)
+    tracker.finish({"speedup_x": result.speedup, "search_wall_s": result.wall_s}, [], result=result)
+    return tracker, MlflowClient(tracking.default_uri(run_dir))
+
+
+def first_screen(client, tracker):
+    """The trials as the saved view lists them (tracking.trials_view): fastest first."""
+    exp = client.get_experiment_by_name("autotune")
+    view = tracking.trials_view(tracker.parent_run_id, [])
+    return client.search_runs([exp.experiment_id], view["searchFilter"], order_by=["metrics.samples_per_s DESC"])
+
+
+def test_the_first_screen_has_readable_metrics_and_the_remeasured_speedup_on_the_winners_row(tmp_path, monkeypatch):
+    """The quickstart's search (tests/fixtures/runs) in a real MLflow store, read back: 4 significant figures,
+    the re-measured 1.44x with its range on the winner's row (its trials read 1.84x), the answer as the parent
+    run's description."""
+    from autotune.export import answer as A
+    from autotune.records.run_dir import read_run
+    from tests.conftest import fixture_run
+
+    run_dir = fixture_run("quickstart", tmp_path, monkeypatch)
+    result = read_run(run_dir)
+    tracker, client = logged(run_dir, result)
+    rows = first_screen(client, tracker)
+    assert [r.data.tags["trial_number"] for r in rows[:2]] == ["4", "3"]  # 8,188 and 5,915 samples/s
+    winner = rows[0].data
+    assert winner.metrics["samples_per_s"] == 8188.0 and winner.metrics["speedup_x"] == 1.841  # was 1.84107...
+    assert winner.tags[tracking.REMEASURED] == "1.44x (1.34-1.53x, 2 pairs): best"
+    assert (winner.metrics["remeasured_speedup_low_x"], winner.metrics["remeasured_speedup_high_x"]) == (1.343, 1.529)
+    assert tracking.REMEASURED not in rows[1].data.tags  # the other rows: theirs alone
+    for r in rows:
+        # (MLflow stores an infinite CI, a pruned trial's, as the largest float)
+        assert all(v == float(f"{v:.4g}") or v > 1e308 for v in r.data.metrics.values()), r.data.metrics
+    assert {r.data.metrics["step_ms_mean"] for r in rows[:1]} == {7.817}
+    parent = client.get_run(tracker.parent_run_id).data
+    assert parent.tags["mlflow.note.content"] == A.description(
+        A.of(result, absolute=True), f"autotune report {run_dir}"
+    )
+    assert parent.tags["mlflow.note.content"].startswith(
+        "**speedup: 1.44x samples/s (1.34-1.53x, 2 pairs side by side); loss parity passed**\n\n"
+        "best config: batch_size 32 -> 64 (dynamics: scale the learning rate 2x), "
+        "precision 32-true -> bf16-mixed (numerics)\n\n```\n"
+        f'cfg = autotune.load_config("{run_dir}/best_config.yaml")\n```\n\n'
+        "- 3 pairs ran under outside load (other processes took 43-49% of the CPU): not counted\n"
+    )
+    assert parent.metrics["speedup_x"] == 1.436
+
+
+def test_a_tie_marks_the_remeasured_row_and_the_baseline_kept(tmp_path, monkeypatch):
+    from autotune.records.run_dir import read_run
+    from tests.conftest import fixture_run
+
+    result = read_run(fixture_run("tie", tmp_path, monkeypatch))
+    tracker, client = logged(tmp_path / "run", result)
+    tags = {r.data.tags["trial_number"]: r.data.tags.get(tracking.REMEASURED) for r in first_screen(client, tracker)}
+    assert tags == {
+        "1": "1.45x (0.666-1.59x, 3 pairs): a tie: not faster in every pair",
+        "0": "best: the baseline, kept in a tie",
+    }

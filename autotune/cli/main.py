@@ -185,17 +185,17 @@ def report(
     from autotune.records import plots as P
     from autotune.cli import report as R
 
-    storage, study = _study(run_dir)
-    drawn = P.write_all(result, storage, study) if plots and result.best else []
-    importance = result.importance if drawn else P.knob_importance(storage, study)
+    drawn, importance = [], None
+    if (run_dir / "optuna.db").exists():  # a run dir copied without its databases (*.db) reads without them
+        storage, study = _study(run_dir)
+        drawn = P.write_all(result, storage, study) if plots and result.best else []
+        importance = result.importance if drawn else P.knob_importance(storage, study)
     if fmt == "json":
         print(json.dumps({**R.as_dict(result, importance), "plots": [str(p) for p in drawn]}, indent=2, default=str))
     elif fmt == "markdown":
         print(R.as_markdown(result, importance), end="")
     else:
-        R.summary(result, importance, show_paths=False)
-        for path in drawn:
-            R.console.print(f"plot: {path}")
+        R.report(result, importance, drawn)
 
 
 @app.command()

@@ -1,7 +1,10 @@
-"""Everything the terminal shows: the live trial table and the final summary."""
+"""Everything the terminal shows: the live view of the trials (one line per trial, the incumbent when it
+changes), the search's last screen (the answer, its command, the baseline-vs-best table, what limits the trust in
+it) and `autotune report` (that screen, then everything else the search found), in text, markdown and JSON."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -15,7 +18,8 @@ from rich.text import Text
 
 from autotune import knobs as K
 from autotune.decide import model as M
-from autotune.records.verdicts import describe
+from autotune.records.verdicts import confirmed_unit, describe, sig
+from autotune.trial.result import SAMPLES, TOKENS
 from autotune.safety import levels as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
@@ -77,7 +81,8 @@ def _perf(r) -> str:
 class LiveView:
     """A table of trials that grows as they finish, with a row for each running
     trial (its knobs and how long it has run); a plain line per finished trial
-    when quiet or when the output is not a terminal (CI logs)."""
+    when quiet or when the output is not a terminal (CI logs): the knobs it changes from
+    the baseline, its rate and gain, and the incumbent where it changed with this trial."""
 
     def __init__(self, quiet: bool = False):
         self.quiet = quiet
@@ -86,10 +91,13 @@ class LiveView:
         self.live: Live | None = None
         self.searched: list[str] = []
         self.best = None
+        self.baseline: dict = {}  # the baseline's knobs: a trial's line names what it changes
+        self.shown: tuple | None = None  # the incumbent the lines last named
         self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
 
     def start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
         self.searched = list(space.search)
+        self.baseline = dict(space.baseline)
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
         console.print(
             f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}"
@@ -123,8 +131,24 @@ class LiveView:
         if self.live:
             self.live.update(self._view())
         else:
-            console.print(f"[{self._count()}] " + self._line(record) + f"  ({self._eta()})")
-            console.print(f"  {self._incumbent()}")
+            news = self._news(record)
+            console.print(Text(f"[{self._count()}] {self._line(record)}{news}  ({self._eta()})"))
+
+    def _news(self, record) -> str:
+        """The incumbent, where it changed since the last line named it: on the trial's own line."""
+        from autotune.decide.checked import status
+
+        base = next((r for r in self.rows if r.is_baseline and r.throughput), None)
+        if self.best is None or base is None:
+            return ""
+        key = (self.best.number, base.number)
+        if key == self.shown:
+            return ""
+        self.shown = key
+        if self.best is record:
+            return "" if record.is_baseline else f"  best so far, {status(record, base)}"
+        gain = self.best.throughput / base.throughput
+        return f"  best so far: trial #{self.best.number}, {gain:.2f}x, {status(self.best, base)}"
 
     def _incumbent(self) -> str:
         """The incumbent at this moment: its trial, gain and safety status
@@ -168,10 +192,13 @@ class LiveView:
         return Group(self._table(), Columns([bar, status]), Text(self._incumbent()))
 
     def _line(self, r) -> str:
-        knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in self.searched)
-        perf = f"{_perf(r):>9} {r.unit.label}" if r.status in ("ok", "pruned") else f"{r.error_type}: {r.error}"
-        speed = f" x{r.speedup:.2f}" if r.speedup else ""
-        return f"trial {r.number:3d} {_status(r):>6} {knobs}  {perf}{speed}" + (" (baseline)" if r.is_baseline else "")
+        """A finished trial in one line: what it changes from the baseline, its rate, its gain."""
+        changed = [k for k in self.searched if not self.baseline or r.knobs[k] != self.baseline.get(k)]
+        knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in changed) or "the baseline's knobs"
+        value = r.measured  # in its unit (trial.result.unit_of: a language model's tokens/s)
+        perf = f"{sig(value)} {r.unit.label}" if value else f"{r.error_type}: {r.error}"
+        speed = f" {r.speedup:.2f}x" if r.speedup and not r.is_baseline else ""
+        return f"trial {r.number:3d} {r.status} " + ("baseline" if r.is_baseline else knobs) + f"  {perf}{speed}"
 
     def _table(self) -> Table:
         table = Table(title="trials", title_justify="left")
@@ -227,6 +254,11 @@ ROWS = (
 )
 
 
+def _unit(d: dict):
+    """The search's unit (trial.result.Unit) of a report's data (`as_dict`'s `unit`, its name)."""
+    return TOKENS if d["unit"] == TOKENS.name else SAMPLES
+
+
 def _trial(r) -> dict | None:
     if r is None:
         return None
@@ -236,6 +268,7 @@ def _trial(r) -> dict | None:
 def as_dict(result, importance: dict | None = None) -> dict:
     """Everything the report says, as plain data (the JSON format; the text and
     markdown formats render this)."""
+    from autotune.export import answer as A
     from autotune.export.best_config import safety_flags
     from autotune.records.run_dir import pruning_savings, same_device
 
@@ -271,10 +304,19 @@ def as_dict(result, importance: dict | None = None) -> dict:
         for r in ok
         if r.knobs["compile"] != "none"
     ]
+    answer = A.of(result)
+    tied = next((r for r in result.records if best and best.tie and r.number == best.tie["faster_trial"]), None)
     return {
         "run_dir": str(result.run_dir),
         "unit": unit.name,  # what the throughputs below count (trial.result.unit_of): tokens, samples
         "device": {"type": result.device.type, "name": result.device.name, "cpus": result.device.cpus},
+        "answer": {
+            "verdict": answer.verdict,
+            "headline": answer.headline(),
+            "command": answer.command,
+            "trust": list(answer.trust),
+            "unit": answer.unit,
+        },
         "trials": len(result.records),
         "trials_ok": len(ok),
         "wall_s": result.wall_s,
@@ -284,12 +326,14 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "compile": compiled,
         "baseline": _trial(base),
         "best": _trial(best),
+        "tied": _trial(tied) if tied is not None and best is base else None,  # the faster config the baseline kept
         "tie": best.tie if best else None,
         "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
         "speedup_unknown": result.speedup_unknown if compared else None,  # why a re-measurement could not say
         "search_speedup_x": best.throughput / base.throughput if compared else None,  # the two trials' ratio
         "confirm": result.confirm,
         "break_even": result.break_even if compared else None,
+        "batch": _batch(result),
         "knob_effects": effects,
         "importance": importance,
         "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
@@ -320,105 +364,212 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "rate_model": M.error((r.number, r.metrics.get(unit.key("predicted")), r.measured) for r in result.records),
         "skipped_predicted": result.skipped,
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
+        "files": {
+            label: str(path)
+            for label, path in result.paths.items()
+            if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists())
+        },
     }
 
 
-def _cells(d: dict, key: str, fmt: str) -> list[str] | None:
-    trials = (d["baseline"], d["best"])
+def _batch(result) -> dict | None:
+    """best_config.yaml's advice for a batch-size change (the learning rate, accumulation)."""
+    import yaml
+
+    path = Path(result.paths.get("best_config", Path(result.run_dir) / "best_config.yaml"))
+    return (yaml.safe_load(path.read_text()) or {}).get("batch") if path.exists() else None
+
+
+def _cells(d: dict, key: str, fmt: str, sides: tuple[str, str] = ("baseline", "best")) -> list[str] | None:
+    trials = tuple(d[s] for s in sides)
     if not any(key in t["metrics"] for t in trials):
         return None
     return [fmt.format(t["metrics"][key]) if key in t["metrics"] else "-" for t in trials]
 
 
-def summary(result, importance: dict | None = None, show_paths: bool = True) -> None:
-    """The terminal report: baseline vs best, speedup, per-knob effect, safety
-    flags, diagnosis, failures, and what was written."""
-    d = as_dict(result, importance)
-    unit = result.unit
-    console.print()
-    if d["stopped_reason"]:
-        error(f"search stopped: {d['stopped_reason']}")
-    if d["speedup_x"] is None and not d["speedup_unknown"]:
-        console.print("[yellow]no measured baseline: no speedup to report[/]")
-    else:
-        base, best = d["baseline"], d["best"]
-        table = Table(title=f"baseline vs best ({d['trials']} trials, {d['wall_s']:.0f} s)", title_justify="left")
-        table.add_column("")
-        table.add_column(f"baseline (#{base['trial']})", justify="right")
-        table.add_column(f"best (#{best['trial']})", justify="right")
-        for label, key, fmt in ROWS:
-            cells = _cells(d, key, fmt)
-            if cells:
-                table.add_row(label, *cells)
-        for flag in d["safety"]:
-            table.add_row(
-                f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]"
-            )
-        table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, best)))
+def _sides(d: dict) -> tuple[str, str]:
+    """The table's two columns: the baseline, and the best, or where the baseline kept its place in a tie,
+    the faster config it tied with."""
+    return ("baseline", "tied") if d["tied"] else ("baseline", "best")
+
+
+def _speedup_cell(d: dict) -> str:
+    if d["speedup_unknown"]:
+        return "[bold yellow]unknown[/]"
+    if d["tied"]:
+        c = d["confirm"] or {}
+        ratio = c["speedup_x"] if c.get("best_trial") == d["tied"]["trial"] and c.get("speedup_x") else None
+        metric = _unit(d).metric
+        ratio = ratio or d["tied"]["metrics"][metric] / d["baseline"]["metrics"][metric]
+        return f"[yellow]{ratio:.2f}x, a tie[/]"
+    return f"[bold green]{d['speedup_x']:.2f}x[/]"
+
+
+def _table(d: dict) -> Table:
+    """The evidence: the baseline against the best, side by side, each measured figure a row."""
+    sides = _sides(d)
+    base, other = (d[s] for s in sides)
+    table = Table(title=f"baseline vs best ({d['trials']} trials, {d['wall_s']:.0f} s)", title_justify="left")
+    table.add_column("")
+    table.add_column(f"baseline (#{base['trial']})", justify="right")
+    table.add_column(f"{'tied' if d['tied'] else 'best'} (#{other['trial']})", justify="right")
+    for label, key, fmt in ROWS:
+        cells = _cells(d, key, fmt, sides)
+        if cells:
+            table.add_row(label, *cells)
+    c = d["confirm"] or {}
+    unit = confirmed_unit(c)
+    if c.get("best_trial") == other["trial"] and c.get(unit.key("best")):  # the pairs' figures, beside the trials'
+        table.add_row(f"{unit.label}, side by side", f"{c[unit.key('baseline')]:.1f}", f"{c[unit.key('best')]:.1f}")
+    flags = d["safety"]
+    if d["tied"]:
+        from autotune.export.best_config import safety_flags
+
+        flags = safety_flags(other["knobs"], base["knobs"])
+    for flag in flags:
         table.add_row(
-            "[bold]speedup[/]",
-            "1.00x",
-            "[bold yellow]unknown[/]" if d["speedup_unknown"] else f"[bold green]{d['speedup_x']:.2f}x[/]",
+            f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]"
         )
-        console.print(table)
-        effects = Table(
-            title=f"per-knob effect (median {unit.label} over the trials with that value, pruned ones included "
-            "at their measured throughput)",
-            title_justify="left",
-        )
-        effects.add_column("knob")
-        effects.add_column("values")
-        if importance:
-            effects.add_column("importance", justify="right")
-        for knob, rows in d["knob_effects"].items():
-            cells = ", ".join(
-                f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
-                if e["trials"]
-                else f"{_fmt(e['value'])}: -"
-                for e in rows
-            )
-            effects.add_row(knob, cells, *([f"{importance.get(knob, 0):.2f}"] if importance else []))
-        console.print(effects)
-        if d["tie"]:
-            console.print(f"[yellow]tie[/]: {d['tie']['note']}")
-        for flag in d["safety"]:
-            if flag["safety"] != "safe":
-                parity = flag.get("parity")
-                measured = f" ({S.describe(parity)})" if parity else ""
-                console.print(
-                    f"[yellow]{flag['safety']}[/]: {flag['knob']} {_fmt(flag['baseline'])} -> "
-                    f"{_fmt(flag['tuned'])}: {flag['note']}{measured}"
+    table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, other)))
+    table.add_row("[bold]speedup[/]", "1.00x", _speedup_cell(d))
+    return table
+
+
+def _print(*items) -> None:
+    """Lines that wrap at the terminal's width (a word that fits is never cut), unlike the trials' log lines."""
+    for item in items:
+        console.print(Text(item) if isinstance(item, str) else item, soft_wrap=False, overflow="fold")
+
+
+def _stopped(d: dict) -> None:
+    """Why the search stopped, where it did: an error line, wrapped at the terminal's width."""
+    if d["stopped_reason"]:
+        line = Text.assemble(("error:", "bold red"), f" search stopped: {d['stopped_reason']}")
+        err_console.print(line, soft_wrap=False, overflow="fold")
+
+
+def screen(result, d: dict | None = None) -> list:
+    """The last screen of a search, as renderables: the answer (autotune.export.answer: what changed, how
+    much faster, is it safe), the command that runs it, the baseline-vs-best table, and a line for each fact
+    that changes how far to trust the answer."""
+    from autotune.export import answer as A
+
+    d = d or as_dict(result)
+    answer = A.of(result)
+    head = answer.headline()
+    out: list = [Text(head[0], style="bold"), Text(head[1])]
+    if answer.command:
+        out.append(Text.assemble(("run it: ", "bold"), (answer.command, "bold cyan")))
+    if d["baseline"] and d["best"]:
+        out.append(_table(d))
+    out += [Text(line, style="yellow") for line in answer.trust]
+    return out
+
+
+def summary(result, importance: dict | None = None) -> None:
+    """The search's last screen (`screen`), then where the rest is: `autotune report RUN` (diagnoses,
+    per-knob effects, the rate model, pruned, disturbed and failed trials, compile times, the break-even) and
+    the MLflow view of the trials."""
+    from autotune.export.answer import shown
+
+    d = as_dict(result, importance)
+    console.print()
+    _stopped(d)
+    _print(*screen(result, d))
+    run = shown(result.run_dir, Path.cwd())
+    more = f"details: autotune report {run}"
+    if "mlflow_uri" in result.paths:  # none where MLflow is not installed (the local backend on a GPU host)
+        more += f"  ·  trials: autotune ui {run}"
+    _print(Text(more, style="dim"))
+
+
+def report(result, importance: dict | None = None, plots=()) -> None:
+    """`autotune report RUN`: the last screen, then everything else the search found."""
+    d = as_dict(result, importance)
+    _stopped(d)
+    _print(*screen(result, d))
+    for item in details(d):
+        _print(item)
+    for path in plots:
+        _print(f"plot: {path}")
+
+
+def details(d: dict) -> list:
+    """What the last screen leaves to `autotune report`, as renderables."""
+    out: list = []
+    c, unit = d["confirm"], _unit(d)
+    if d["speedup_unknown"]:
+        out.append(f"re-measurement: the trials' ratio was {d['search_speedup_x']:.2f}x; " + describe(c))
+    elif c and d["speedup_x"] is not None:
+        out.append(f"re-measurement: the trials' ratio was {d['search_speedup_x']:.2f}x; " + describe(c))
+    if d["tie"]:
+        out.append(Text.assemble(("tie", "yellow"), f": {d['tie']['note']}"))
+    for flag in d["safety"]:
+        if flag["safety"] != "safe":
+            parity = flag.get("parity")
+            measured = f" ({S.describe(parity)})" if parity else ""
+            out.append(
+                Text.assemble(
+                    (flag["safety"], "yellow"),
+                    f": {flag['knob']} {_fmt(flag['baseline'])} -> {_fmt(flag['tuned'])}: {flag['note']}{measured}",
                 )
-        for u in d["unsafe"]:
-            console.print(
-                f"[red]not exported[/]: trial #{u['trial']} ({u[unit.metric]:.1f} {unit.label}): {u['reason']}"
             )
-        for label, t in (("baseline", base), ("best", best)):
-            if t["diagnosis"]:
-                diag = t["diagnosis"]
-                console.print(f"{label}: {diag['bottleneck']}-bound ({'; '.join(diag['evidence'])})")
-                for rec in diag.get("recommendations", []):
-                    console.print(f"  try: {rec}")
-    for line in _search_notes(d):
-        console.print(line)
+    if d["batch"] and d["batch"].get("note"):
+        out.append(f"batch: {d['batch']['note']}")
+    for u in d["unsafe"]:
+        out.append(
+            Text.assemble(
+                ("not exported", "red"),
+                f": trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}",
+            )
+        )
+    for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
+        if t and t["diagnosis"]:
+            diag = t["diagnosis"]
+            out.append(f"{label}: {diag['bottleneck']}-bound")
+            out += [f"  {e}" for e in diag["evidence"]]
+            out += [f"  try: {rec}" for rec in diag.get("recommendations", [])]
+    if d["knob_effects"] and d["baseline"]:
+        out.append(_effects(d))
+    out += _search_notes(d)
     if d["disturbed"]:
-        console.print(
-            f"[yellow]disturbed[/]: {len(d['disturbed'])} trial(s) measured while other work loaded the "
-            "machine, their figures are suspect: "
-            + "; ".join(f"#{t['trial']} ({escape(t['why'])})" for t in d["disturbed"])
+        out.append(
+            Text.assemble(
+                ("disturbed", "yellow"),
+                f": {len(d['disturbed'])} trial(s) measured while other work loaded the machine, "
+                "their figures are suspect:",
+            )
         )
+        out += [f"  #{t['trial']}: {t['why']}" for t in d["disturbed"]]
     if d["failed"]:
-        console.print(
-            f"{len(d['failed'])} trial(s) failed: "
-            + "; ".join(f"#{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"])
+        out.append(f"{len(d['failed'])} trial(s) failed:")
+        out += [f"  #{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]]
+    if d["files"]:
+        out.append("files:")
+        out += [f"  {label:15} {path}" for label, path in d["files"].items()]
+    return out
+
+
+def _effects(d: dict) -> Table:
+    importance, unit = d["importance"], _unit(d)
+    effects = Table(
+        title=f"per-knob effect (median {unit.label} over the trials with that value, pruned ones included "
+        "at their measured throughput)",
+        title_justify="left",
+    )
+    effects.add_column("knob")
+    effects.add_column("values")
+    if importance:
+        effects.add_column("importance", justify="right")
+    for knob, rows in d["knob_effects"].items():
+        cells = ", ".join(
+            f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
+            if e["trials"]
+            else f"{_fmt(e['value'])}: -"
+            for e in rows
         )
-    if show_paths:
-        console.print("wrote:")
-        for label, path in result.paths.items():
-            if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists()):
-                console.print(f"  {label:15} {path}")
-        if "mlflow_uri" in result.paths:  # none where MLflow is not installed (the local backend on a GPU host)
-            console.print(f"compare trials: [bold]autotune ui {result.run_dir}[/]")
+        effects.add_row(knob, cells, *([f"{importance.get(knob, 0):.2f}"] if importance else []))
+    return effects
 
 
 def _count(effect: dict) -> str:
@@ -427,14 +578,15 @@ def _count(effect: dict) -> str:
 
 
 def _search_notes(d: dict) -> list[str]:
-    """Compile trials (time to first step vs steady state), pruning, why the search ended."""
-    notes = [f"baseline replaced: {line}" for line in d["replaced"]]  # the user's reference, not run as given
+    """Compile trials (time to first step vs steady state), pruning, the rate model, why the search ended."""
+    unit = _unit(d)
+    notes = []  # (a baseline replaced is on the screen: autotune.export.answer.trust)
     for c in d["compile"]:
         if c["first_step_s"] is not None:
-            eager = f" (baseline, eager: {c['eager_first_step_s']:.1f} s)" if c["eager_first_step_s"] else ""
+            eager = f" (baseline, eager: {sig(c['eager_first_step_s'])} s)" if c["eager_first_step_s"] else ""
             notes.append(
-                f"compile={c['compile']} (trial #{c['trial']}): first step after {c['first_step_s']:.1f} s"
-                f"{eager}, then {c[d['unit'] + '_per_s']:.1f} {d['unit']}/s"
+                f"compile={c['compile']} (trial #{c['trial']}): first step after {sig(c['first_step_s'])} s"
+                f"{eager}, then {sig(c[unit.metric])} {unit.label}"
             )
     if d["other_devices"]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})
@@ -442,18 +594,11 @@ def _search_notes(d: dict) -> list[str]:
             f"{len(d['other_devices'])} trial(s) ran on other device types ({', '.join(names)}): "
             "not compared with the baseline, never the best"
         )
-    if d["speedup_unknown"]:
-        notes.append(f"the trials' ratio was {d['search_speedup_x']:.2f}x; " + describe(d["confirm"]))
-    elif d["confirm"] and d["speedup_x"] is not None:
-        notes.append(
-            f"speedup {d['speedup_x']:.2f}x: the trials' ratio was {d['search_speedup_x']:.2f}x; "
-            + describe(d["confirm"])
-        )
     if d["break_even"]:
         notes.append(f"break-even: {d['break_even']['note']}")
     p = d["pruning"]
     if p.get("trials_pruned"):
-        saved = f", saving about {p['pruning_saved_s']:.0f} s" if "pruning_saved_s" in p else ""
+        saved = f", saving about {sig(p['pruning_saved_s'])} s" if "pruning_saved_s" in p else ""
         notes.append(f"{p['trials_pruned']} trial(s) pruned: stopped early, clearly below the best{saved}")
     if d.get("rate_model"):
         m = d["rate_model"]
@@ -473,23 +618,23 @@ def _search_notes(d: dict) -> list[str]:
 
 
 def as_markdown(result, importance: dict | None = None) -> str:
-    """The report for a pull request or a wiki page."""
+    """The report for a pull request or a wiki page: the answer and its command, the table, then the rest."""
     d = as_dict(result, importance)
+    a, unit = d["answer"], _unit(d)
     lines = [f"## autotune: {d['trials']} trials on {d['device']['type']} ({d['device']['name']})", ""]
     if d["stopped_reason"]:
         lines += [f"**Stopped:** {d['stopped_reason']}", ""]
-    if d["speedup_x"] is not None or d["speedup_unknown"]:
-        base, best = d["baseline"], d["best"]
-        speedup = "unknown" if d["speedup_unknown"] else f"{d['speedup_x']:.2f}x"
-        lines += [
-            f"**Speedup: {speedup}** (trial #{best['trial']} over the baseline, trial #{base['trial']}, "
-            + ("re-measured side by side)" if d["confirm"] else "measured in the same search)"),
-            "",
-            "| | baseline | best |",
-            "|---|---:|---:|",
-        ]
+    lines += [f"**{a['headline'][0]}**", "", a["headline"][1]]
+    if a["command"]:
+        lines += ["", "```", a["command"], "```"]
+    if a["trust"]:
+        lines += ["", *(f"- {t}" for t in a["trust"])]
+    if d["baseline"] and d["best"]:
+        sides = _sides(d)
+        base, other = (d[s] for s in sides)
+        lines += ["", f"| | baseline (#{base['trial']}) | {sides[1]} (#{other['trial']}) |", "|---|---:|---:|"]
         for label, key, fmt in ROWS:
-            cells = _cells(d, key, fmt)
+            cells = _cells(d, key, fmt, sides)
             if cells:
                 lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
         for flag in d["safety"]:
@@ -498,13 +643,48 @@ def as_markdown(result, importance: dict | None = None) -> str:
             )
         lines.append(
             f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
-            f"{(best['diagnosis'] or {}).get('bottleneck', '-')} |"
+            f"{(other['diagnosis'] or {}).get('bottleneck', '-')} |"
         )
-        if d["tie"]:
-            lines += ["", f"**Tie:** {d['tie']['note']}"]
-        notes = [f"- **{f['safety']}**: `{f['knob']}`: {f['note']}" for f in d["safety"] if f["safety"] != "safe"]
-        if notes:
-            lines += ["", "Convergence safety:", *notes]
+        speedup = re.sub(r"\[/?[a-z ]*\]", "", _speedup_cell(d))  # the cell without its colour
+        lines.append(f"| **speedup** | 1.00x | **{speedup}** |")
+    if d["tie"]:
+        lines += ["", f"**Tie:** {d['tie']['note']}"]
+    notes = [
+        f"- **{f['safety']}**: `{f['knob']}` {_fmt(f['baseline'])} -> {_fmt(f['tuned'])}: {f['note']}"
+        + (f" ({S.describe(f['parity'])})" if f.get("parity") else "")
+        for f in d["safety"]
+        if f["safety"] != "safe"
+    ]
+    if d["batch"] and d["batch"].get("note"):
+        notes.append(f"- **batch**: {d['batch']['note']}")
+    if notes:
+        lines += ["", "Convergence safety:", *notes]
+    if d["confirm"] and (d["speedup_x"] is not None or d["speedup_unknown"]):
+        lines += ["", f"Re-measured: the trials' ratio was {d['search_speedup_x']:.2f}x; {describe(d['confirm'])}"]
+    for u in d["unsafe"]:
+        lines += ["", f"**Not exported:** trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}"]
+    for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
+        if t and t["diagnosis"]:
+            diag = t["diagnosis"]
+            lines += ["", f"{label}: {diag['bottleneck']}-bound", "", *(f"- {e}" for e in diag["evidence"])]
+            lines += [f"- try: {rec}" for rec in diag.get("recommendations", [])]
+    if d["knob_effects"] and d["baseline"]:
+        imp = d["importance"]
+        lines += [
+            "",
+            f"Per-knob effect (median {unit.label} over the trials with that value, pruned ones included):",
+            "",
+            "| knob | values |" + (" importance |" if imp else ""),
+            "|---|---|" + ("---:|" if imp else ""),
+        ]
+        for knob, rows in d["knob_effects"].items():
+            cells = ", ".join(
+                f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
+                if e["trials"]
+                else f"{_fmt(e['value'])}: -"
+                for e in rows
+            )
+            lines.append(f"| `{knob}` | {cells} |" + (f" {imp.get(knob, 0):.2f} |" if imp else ""))
     notes = _search_notes(d)
     if notes:
         lines += ["", *(f"- {n}" for n in notes)]
@@ -520,4 +700,6 @@ def as_markdown(result, importance: dict | None = None) -> str:
             "Failed trials:",
             *(f"- #{f['trial']} {f['status']}: {f['error_type']}: {f['error']}" for f in d["failed"]),
         ]
+    if d["files"]:
+        lines += ["", "Files:", *(f"- {label}: `{path}`" for label, path in d["files"].items())]
     return "\n".join(lines) + "\n"

@@ -545,6 +545,7 @@ def _finish(
             [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", SearchState.path(run_dir)],
             status="FAILED" if stopped else "FINISHED",
             plots=plot_files,
+            result=result,  # its answer on MLflow's first screen (tracking.Tracker.tell)
         )
 
     if closing is None:

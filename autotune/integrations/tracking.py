@@ -1,7 +1,9 @@
 """MLflow: one parent run per search, one nested run per trial.
 
-Params are the knobs, metrics carry their units in their names, tags hold the
-status, the outcome and the failure reason. A trial's run spans the trial's own
+Params are the knobs, metrics carry their units in their names (stored at the 4 significant figures a
+person reads; the run dir keeps every digit), tags hold the status, the outcome and the failure reason.
+The search's answer (autotune.export.answer) is the parent run's description, and the re-measured speedup
+with its range is on the winner's row of the trials' view. A trial's run spans the trial's own
 start and end (not when the driver wrote it). A pruned trial is its own outcome,
 not a failure: FINISHED in MLflow (its throughput was measured), tag
 `outcome=pruned`. Only the driver writes to MLflow, so trials on other
@@ -19,6 +21,15 @@ from autotune._version import __version__
 VIEW_TAG = "mlflow.sharedViewState."  # + a key: an experiment tag the 3.x UI opens as a preset view
 STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"}  # every other status: FAILED
 OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed
+
+
+REMEASURED = "speedup.remeasured"  # a trial's tag: the re-measured speedup with its range, on the winner's row
+
+
+def readable(value: float) -> float:
+    """A metric at the precision a person reads: 4 significant figures (the UI shows what is stored, and
+    cut 7443.46382... and 1.64187890... by its column)."""
+    return float(f"{float(value):.4g}")
 
 
 def _ms(unix_s) -> int | None:
@@ -100,6 +111,7 @@ def trials_view(parent_run_id: str, knobs) -> dict:
         "metrics.`tokens_per_s`",
         "metrics.`mfu`",
         "metrics.`speedup_x`",
+        f"tags.`{REMEASURED}`",
         "tags.`outcome`",
         "tags.`safety.parity`",
         *(f"params.`{k}`" for k in knobs),
@@ -199,7 +211,9 @@ class NoTracker:
     def reopen(self) -> None:
         pass
 
-    def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=()) -> None:
+    def finish(
+        self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=(), result=None
+    ) -> None:
         pass
 
 
@@ -309,8 +323,14 @@ class Tracker:
         """A resumed search's parent run is running again."""
         self.client.update_run(self.parent_run_id, status="RUNNING")
 
-    def finish(self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=()) -> None:
+    def finish(
+        self, metrics: dict[str, float], artifacts: list[Path], status: str = "FINISHED", plots=(), result=None
+    ) -> None:
+        """The parent run's summary metrics, files and plots; with the search's `result` (records.SearchResult),
+        its answer where the first screen shows it (`tell`); then the run closed."""
         self._log(self.parent_run_id, metrics=metrics)
+        if result is not None:
+            self.tell(result)
         for path in artifacts:
             if path.exists():
                 self.client.log_artifact(self.parent_run_id, str(path))
@@ -318,13 +338,26 @@ class Tracker:
             self.client.log_artifact(self.parent_run_id, str(path), artifact_path="plots")
         self.client.set_terminated(self.parent_run_id, status=status)
 
+    def tell(self, result) -> None:
+        """The answer (autotune.export.answer) as the parent run's description, and on the trials' rows: the
+        re-measured speedup with its range on the re-measured trial's (REMEASURED, and its metrics), which row
+        is the best, and the baseline's where it kept its place in a tie."""
+        from autotune.export import answer as A
+
+        answer = A.of(result, absolute=True)
+        report = f"autotune report {result.run_dir}"
+        self._log(self.parent_run_id, tags={"mlflow.note.content": A.description(answer, report)})
+        for record, text, metrics in A.rows(result):
+            if record.mlflow_run_id:
+                self._log(record.mlflow_run_id, metrics=metrics, tags={REMEASURED: text})
+
     def _log(self, run_id, params=None, metrics=None, tags=None) -> None:
         from mlflow.entities import Metric, Param, RunTag
 
         now = int(time.time() * 1000)
         self.client.log_batch(
             run_id,
-            metrics=[Metric(k, float(v), now, 0) for k, v in (metrics or {}).items() if v is not None],
+            metrics=[Metric(k, readable(v), now, 0) for k, v in (metrics or {}).items() if v is not None],
             params=[Param(k, str(v)) for k, v in (params or {}).items()],
             tags=[RunTag(k, str(v)) for k, v in (tags or {}).items()],
         )

@@ -12,7 +12,7 @@ from typing import Any
 
 from autotune import knobs as K
 from autotune.records.state import STATE_FILE, SearchState
-from autotune.records.verdicts import break_even, settle
+from autotune.records.verdicts import break_even, settle, sig
 from autotune.trial.result import SAMPLES, TrialResult, Unit, unit_of
 
 # what Ray Tune schedules on (`transport`): a trial's throughput in its unit (trial.result.unit_of)
@@ -394,9 +394,9 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
             "chosen_ci95": round(_ci(best), 4),
             "chosen_risk": _risk_name(best, base.knobs),
             "note": (
-                f"trial #{faster.number} ({faster.throughput:.1f} {unit.label} +-{_ci(faster):.1%}) is "
+                f"trial #{faster.number} ({sig(faster.throughput)} {unit.label} +-{_ci(faster):.1%}) is "
                 f"{faster.throughput / best.throughput - 1:.1%} faster than #{best.number} "
-                f"({best.throughput:.1f} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
+                f"({sig(best.throughput)} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
                 f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"
             ),
         }

@@ -29,6 +29,15 @@ SETTLED = 0.5
 SETTLE_AGREE = 0.10
 
 
+def sig(value: float, digits: int = 3) -> str:
+    """A measured number as a person reads it, outside a table: `digits` significant figures, thousands
+    separated (8187.6 -> 8,190; 1.436 -> 1.44; 1.0 -> 1.00; 0.0394 -> 0.0394)."""
+    rounded = float(f"{value:.{digits}g}")
+    if abs(rounded) >= 10 ** (digits - 1):
+        return f"{rounded:,.0f}"
+    return f"{rounded:#.{digits}g}"
+
+
 def describe(confirm: dict[str, Any]) -> str:
     """One line for the summary and best_config.yaml."""
     if confirm.get("verdict") is None:
@@ -58,7 +67,7 @@ def describe(confirm: dict[str, Any]) -> str:
     unit = confirmed_unit(confirm)
     if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
         line += (
-            f"; the baseline re-measured {drift:+.0%} off its trial's {confirm[unit.key('baseline_trial')]:g} "
+            f"; the baseline re-measured {drift:+.0%} off its trial's {sig(confirm[unit.key('baseline_trial')])} "
             f"{unit.label} (its window: ±{ci:.1%}), the read every trial was compared with: the host drifted or "
             "that process was unusual, and configs screened or pruned near the baseline may deserve a second look"
         )
@@ -152,7 +161,7 @@ def break_even(
         "hours": round(hours, 4),
         "note": (
             f"the search ({_duration(search_s)}) pays for itself after {steps:,} training steps {step}, "
-            f"{_duration(hours * 3600)} of training at the best config's {rate:,.0f} "
+            f"{_duration(hours * 3600)} of training at the best config's {sig(rate)} "
             f"{unit.label} (it saves {saved_s * 1e3:.3g} ms a step, {speedup:.2f}x)"
         ),
     }

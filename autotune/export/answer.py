@@ -1,0 +1,296 @@
+"""A search's answer in the few lines a person reads first: what the best config changes (each knob with its
+safety class), how much faster it is (with its range, and how that was measured), whether it is safe, and the
+command that runs it (`autotune run RUN/best_config.yaml -- CMD` for a program, the `load_config` line for a
+factory); then the few facts that change how far to trust it (a tie, pairs measured under load and not counted,
+loss parity not judged, the baseline re-measured far from its trial's read). The terminal's last screen
+(autotune.cli.report) and the MLflow parent run's description (autotune.integrations.tracking) say the same lines;
+everything else a search found is in `autotune report RUN`.
+
+Read from a `records.SearchResult` and the best_config.yaml it wrote, never from the search's objects, so a run
+dir read back says what the search said.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from autotune import knobs as K
+from autotune.decide.checked import status
+from autotune.records.run_dir import trial_dir_of
+from autotune.records.verdicts import ANCHOR_DRIFT, confirmed_unit, sig
+
+
+@dataclass(frozen=True)
+class Change:
+    """A knob the best config sets otherwise than the baseline."""
+
+    knob: str
+    baseline: Any
+    tuned: Any
+    safety: str  # the registry's safety class: safe, reproducibility, numerics, dynamics
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a search answers. `verdict`: faster | tie (a faster config did not hold up, the baseline kept) |
+    baseline (nothing faster) | unknown (the re-measurement could not say) | none (no measured baseline)."""
+
+    verdict: str
+    changes: tuple[Change, ...] = ()
+    speedup: float | None = None  # the claim: re-measured side by side where it was, else the trials' ratio
+    low: float | None = None  # the pairs' range (re-measured with two or more pairs)
+    high: float | None = None
+    pairs: int = 0  # side-by-side pairs counted (0: not re-measured)
+    trials_speedup: float | None = None  # the two trials' ratio
+    unit: str = "samples/s"  # the search's (trial.result.unit_of): a language model's tokens/s
+    safety: str = "baseline"  # decide.checked.status of the best
+    lr_factor: float | None = None  # a larger batch's learning-rate scaling (best_config.yaml's batch advice)
+    tied: dict[str, Any] | None = None  # the faster config that tied: trial, changes, speedup, why
+    command: str | None = None  # what runs the best config in production (None: nothing was exported)
+    trust: tuple[str, ...] = ()
+    log: str | None = None  # where a search with no answer says why: the baseline's trial log
+
+    def headline(self) -> list[str]:
+        """The answer in two lines: how much faster and whether it is safe, then what the best config changes
+        (a search with no answer: why, and where to look)."""
+        if self.verdict == "none":
+            return [
+                "no answer: the baseline was not measured, so nothing can be compared",
+                f"its log: {self.log}" if self.log else "no trial ran",
+            ]
+        changed = "best config: " + (", ".join(self._change(c) for c in self.changes) or "the baseline's")
+        if self.verdict == "unknown":
+            return [
+                f"speedup unknown: the pairs ran under outside load (the trials read {_x(self.trials_speedup)})"
+                + self._safety(),
+                changed,
+            ]
+        if self.verdict == "tie":
+            t = self.tied
+            return [
+                f"a tie: trial #{t['trial']} read {t['speedup']}, {t['why']}",
+                f"best config: the baseline's; trial #{t['trial']} changed "
+                + ", ".join(self._change(c) for c in t["changes"]),
+            ]
+        if self.verdict == "baseline":
+            return ["no config measured faster than the baseline", changed]
+        return [self._speedup() + self._safety(), changed]
+
+    def _change(self, c: Change) -> str:
+        why = c.safety
+        if c.knob == "batch_size" and self.lr_factor:  # what the dynamics class asks of the user
+            why += f": scale the learning rate {self.lr_factor:.3g}x"
+        return f"{c.knob} {_fmt(c.baseline)} -> {_fmt(c.tuned)} ({why})"
+
+    def _speedup(self) -> str:
+        head = f"speedup: {_x(self.speedup)} {self.unit}"
+        if self.pairs > 1:
+            return f"{head} ({_range(self.low, self.high)}, {self.pairs} pairs side by side)"
+        if self.pairs == 1:
+            return f"{head} (one pair side by side)"
+        return f"{head} (the two trials' ratio, not re-measured)"
+
+    def _safety(self) -> str:
+        words = {
+            "parity passed": "loss parity passed",
+            "safe": "numerics unchanged",
+            "unchecked": "loss parity not run",
+            "parity not judged": "loss parity not judged",
+            "parity not measured": "loss parity not measured",
+        }
+        text = words.get(self.safety, self.safety)
+        if self.safety == "safe" and any(c.safety == "dynamics" for c in self.changes):
+            text = "changes the training dynamics"
+        return f"; {text}" if self.safety != "baseline" else ""
+
+
+def _x(value: float | None) -> str:
+    return "?" if value is None else f"{sig(value)}x"
+
+
+def _range(low: float, high: float) -> str:
+    return f"{sig(low)}-{sig(high)}x"
+
+
+def _fmt(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "default" if value is None else str(value)
+
+
+def _changes(knobs: dict[str, Any], baseline: dict[str, Any]) -> tuple[Change, ...]:
+    return tuple(Change(k, baseline.get(k), v, K.lookup(k).safety) for k, v in knobs.items() if v != baseline.get(k))
+
+
+def shown(path: Path, base: Path | None = None) -> str:
+    """A path as a person types it: relative to `base` (the working dir) where it is under it; None: absolute."""
+    path = Path(path).resolve()
+    if base is None or not path.is_relative_to(base.resolve()):
+        return str(path)
+    return str(path.relative_to(base.resolve()))
+
+
+def command(best_config: Path, data: dict[str, Any], cwd: Path | None = None) -> str:
+    """What runs a best config: a program's own command under `autotune run`, with the best's flags, from its
+    directory; else the `load_config` line of the code that builds the model and loader. Paths relative to
+    `cwd` where they are under it (None: absolute, and a program's directory always named)."""
+    workload = data.get("workload") or {}
+    program = workload.get("command")
+    if not program:
+        return f'cfg = autotune.load_config("{shown(best_config, cwd)}")'
+    where = Path(workload["dir"]) if workload.get("dir") else cwd
+    line = f"autotune run {shown(best_config, where)} -- {shlex.join(program)}"
+    if where is None or (cwd is not None and where.resolve() == cwd.resolve()):
+        return line
+    return f"cd {shlex.quote(str(where))} && {line}"
+
+
+def of(result, *, absolute: bool = False) -> Answer:
+    """The answer of a finished or stopped search (`records.SearchResult`), its paths relative to the working
+    dir where they are under it (`absolute`: never, for a reader elsewhere, MLflow's)."""
+    import yaml
+
+    cwd = None if absolute else Path.cwd()
+    base, best = result.baseline, result.best
+    run_dir = Path(result.run_dir)
+    if not (base and base.throughput and best):
+        log = Path(base.trial_dir or trial_dir_of(run_dir, base.number)) / "trial.log" if base else None
+        shown_log = shown(log, cwd) if log is not None and log.exists() else None
+        return Answer("none", log=shown_log)
+    path = Path(result.paths.get("best_config", run_dir / "best_config.yaml"))
+    data = yaml.safe_load(path.read_text()) if path.exists() else {}
+    changes = _changes(best.knobs, base.knobs)
+    confirmed = result.confirmed
+    verdict = "faster"
+    if result.speedup_unknown:
+        verdict = "unknown"
+    elif best is base:
+        verdict = "tie" if best.tie else "baseline"
+    pairs = confirmed["rounds"] if confirmed else 0
+    lr = ((data.get("batch") or {}).get("lr_scaling") or {}).get("factor")
+    return Answer(
+        verdict=verdict,
+        changes=changes,
+        speedup=result.speedup,
+        low=confirmed.get("speedup_low") if confirmed else None,
+        high=confirmed.get("speedup_high") if confirmed else None,
+        pairs=pairs,
+        trials_speedup=best.throughput / base.throughput,
+        unit=result.unit.label,
+        safety=status(best, base),
+        lr_factor=lr if lr and lr != 1 else None,
+        tied=_tied(result) if verdict == "tie" else None,
+        command=command(path, data, cwd) if path.exists() else None,
+        trust=tuple(trust(result, verdict)),
+    )
+
+
+def _tied(result) -> dict[str, Any]:
+    """The faster config the baseline kept its place against: its changes, its figure and why it tied."""
+    tie, base, confirm = result.best.tie, result.baseline, result.confirm or {}
+    faster = next(r for r in result.records if r.number == tie["faster_trial"])
+    if confirm.get("best_trial") == faster.number and confirm.get("verdict") not in (None, "faster", "unknown"):
+        pairs = _range(confirm["speedup_low"], confirm["speedup_high"])
+        figure, why = f"{_x(confirm['speedup_x'])} side by side", f"but not faster in every pair ({pairs})"
+    else:
+        figure, why = (
+            f"{_x(faster.throughput / base.throughput)} in its trial",
+            "inside the measured noise",
+        )  # records.pick_best
+    return {"trial": faster.number, "changes": _changes(faster.knobs, base.knobs), "speedup": figure, "why": why}
+
+
+def trust(result, verdict: str = "faster") -> list[str]:
+    """One line for each fact that changes how far to trust the answer: a baseline not run as the spec gave it
+    (the device cannot); a tie the best won; side-by-side pairs
+    measured under outside load and not counted; loss parity not judged, not measured or not run; the baseline
+    re-measured far from its trial's read (every trial was compared with that read)."""
+    best, base, confirm, unit = result.best, result.baseline, result.confirm or {}, result.unit
+    lines = [
+        f"baseline replaced: {line.removeprefix('baseline ')}"
+        for line in result.space.dropped
+        if line.startswith("baseline ")
+    ]
+    if best is not None and best.tie and verdict != "tie":
+        t = best.tie
+        lines.append(
+            f"tie: trial #{t['faster_trial']} read {sig(t[unit.key('faster')] / t[unit.key('chosen')])}x "
+            f"this config, inside the measured noise: the safer config kept it"
+        )
+    disturbed = confirm.get("disturbed_pairs") or []
+    if disturbed:
+        shares = sorted(int(s) for d in disturbed for s in _shares(d.get("why", "")))
+        load = f" (other processes took {shares[0]}-{shares[-1]}% of the CPU)" if shares else ""
+        lines.append(
+            f"{len(disturbed)} pair{'s' if len(disturbed) > 1 else ''} ran under outside load{load}: not counted"
+        )
+    safety = status(best, base) if best is not None and base is not None else "baseline"
+    if safety in ("parity not judged", "parity not measured"):
+        lines.append(f"loss parity {safety.removeprefix('parity ')}: {_short((best.parity or {}).get('reason'))}")
+    elif safety == "unchecked":
+        lines.append("loss parity not run (the search stopped first): resume the search to check it")
+    drift, ci = confirm.get("baseline_drift"), confirm.get("baseline_trial_ci95") or 0.0
+    if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
+        lines.append(
+            f"the baseline re-measured {drift:+.0%} off the "
+            f"{sig(confirm[confirmed_unit(confirm).key('baseline_trial')])} {confirmed_unit(confirm).label} "
+            "every trial was compared with"
+        )
+    return lines
+
+
+def _shares(why: str) -> list[str]:
+    """The load shares in a disturbed pair's reason ("other processes used 48% of the host's CPU time ...")."""
+    import re
+
+    return re.findall(r"used (\d+)% of the host", why)
+
+
+def _short(reason: str | None, limit: int = 80) -> str:
+    """A reason's first clause, for one line (the whole of it is in `autotune report`)."""
+    text = (reason or "no reason recorded").split("; ")[0]
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def rows(result) -> list[tuple[Any, str, dict[str, float]]]:
+    """What the trials' rows say of the answer (MLflow's first screen): (record, text, metrics) for the trial
+    re-measured side by side (its speedup with the pairs' range) and for the best, where that is another."""
+    best, base, confirm = result.best, result.baseline, result.confirm or {}
+    if best is None or base is None or not base.throughput:
+        return []
+    out = []
+    measured = next((r for r in result.records if r.number == confirm.get("best_trial")), None)
+    if measured is not None and confirm.get("verdict") == "unknown":
+        out.append((measured, "unknown: the pairs ran under outside load" + (", best" if measured is best else ""), {}))
+    elif measured is not None and confirm.get("speedup_x"):
+        n = confirm["rounds"]
+        spread = f"{_range(confirm['speedup_low'], confirm['speedup_high'])}, {n} pairs" if n > 1 else "one pair"
+        verdict = "best" if measured is best else "a tie: not faster in every pair"
+        metrics = {"remeasured_speedup_x": confirm["speedup_x"]}
+        if n > 1:
+            metrics |= {
+                "remeasured_speedup_low_x": confirm["speedup_low"],
+                "remeasured_speedup_high_x": confirm["speedup_high"],
+            }
+        out.append((measured, f"{_x(confirm['speedup_x'])} ({spread}): {verdict}", metrics))
+    if best is not measured:
+        if best is base:
+            text = "best: the baseline, kept in a tie" if best.tie else "best: the baseline, nothing faster"
+        else:
+            text = f"best: {_x(best.throughput / base.throughput)} in its trial, not re-measured"
+        out.append((best, text, {}))
+    return out
+
+
+def description(answer: Answer, report: str) -> str:
+    """The answer as markdown, for the MLflow parent run's description (`report`: the command for the rest)."""
+    lines = answer.headline()
+    out = [f"**{lines[0]}**", "", *lines[1:]]
+    if answer.command:
+        out += ["", "```", answer.command, "```"]
+    if answer.trust:
+        out += ["", *(f"- {t}" for t in answer.trust)]
+    return "\n".join([*out, "", f"details: `{report}`"])

@@ -440,6 +440,8 @@ def read_run(run_dir: Path) -> SearchResult:
         raise FileNotFoundError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE})")
     state = SearchState.read(run_dir)
     space = K.Space(**state.space)
+    # a run dir written before a knob existed (the LM knobs, issue 52): its trials ran with it as PyTorch leaves it
+    space.baseline = {**K.pytorch_defaults(space.baseline.get("batch_size")), **space.baseline}
     K.declare(space.user)
     records = []
     rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []

@@ -6,7 +6,7 @@
         return autotune.Workload(model=..., dataset=..., loss=..., batch_size=batch_size)
 
     result = autotune.search({"search": {"n_trials": 10}}, workload=make_workload)
-    result.best_config          # a TunedConfig, as load_config returns it
+    autotune.load_config(result.best_config_path)  # a TunedConfig, for production code
     result.trials               # a pandas DataFrame, one row per trial
     result.run_dir
 

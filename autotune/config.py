@@ -358,11 +358,9 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
         )
     path = path or os.environ.get(CONFIG_ENV)
     if path:
-        import yaml
+        from autotune.export import load
 
-        data = yaml.safe_load(Path(path).read_text())
-        if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
-            raise ValueError(f"{path}: not an autotune best_config.yaml (no `knobs` mapping)")
+        data = load.read(path)
         if online is None:
             online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"  # `online: {cpu_budget: ..}` too
         device = (data.get("device") or {}).get("type", "cpu")

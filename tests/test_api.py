@@ -52,15 +52,16 @@ def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_
     trials = result.trials
     assert isinstance(trials, pd.DataFrame) and len(trials) == 2
     assert list(trials["status"]) == ["ok"] * 2, trials[["status", "error"]]
-    assert isinstance(result.best_config, TunedConfig) and not result.reused
+    best_config = autotune.load_config(result.best_config_path)
+    assert isinstance(best_config, TunedConfig) and not result.reused
     if result.best is not result.baseline:  # re-measured with the pickled factory too (a baseline best is not)
         # one round ran with the pickled factory (a round disturbed by outside load is set aside, and counts
         # as measured: the factory ran)
         assert "error" not in result.confirm, result.confirm
         assert result.confirm["rounds"] + len(result.confirm.get("disturbed_pairs", [])) >= 1, result.confirm
-    assert result.best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
+    assert best_config.knobs["batch_size"] == result.best.knobs["batch_size"]
     # the factory's own argument is a searched knob: its signature was read from the callable
-    assert result.best_config.workload_args == {"extra": result.best.knobs["args.extra"]}
+    assert best_config.workload_args == {"extra": result.best.knobs["args.extra"]}
     assert set(trials["args.extra"]) <= {1, 2} and trials["args.extra"][0] == 1  # the baseline: the default
     run_dir = result.run_dir
     name = f"{__name__}.test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced.<locals>.make"
@@ -112,7 +113,7 @@ def make_workload(batch_size=16):          # in __main__, as in a notebook
                              loss=lambda m, b: torch.nn.functional.cross_entropy(m(b[0]), b[1]))
 
 result = autotune.search(json.loads(sys.argv[1]), workload=make_workload)
-print(json.dumps({"status": list(result.trials["status"]), "best": result.best_config.knobs["batch_size"]}))
+print(json.dumps({"status": list(result.trials["status"]), "best": autotune.load_config(result.best_config_path).knobs["batch_size"]}))
 """
 
 

@@ -49,7 +49,7 @@ import autotune
 notes = []
 result = autotune.search(json.loads(sys.argv[1]), reuse=True, on_match=notes.append)
 print(json.dumps({"s": time.perf_counter() - started, "run_dir": str(result.run_dir), "reused": result.reused,
-                  "best": result.best.number, "knobs": result.best_config.knobs, "notes": notes,
+                  "best": result.best.number, "knobs": autotune.load_config(result.best_config_path).knobs, "notes": notes,
                   "started": sorted(m for m in ("ray", "mlflow", "optuna") if m in sys.modules)}))
 """
 
@@ -70,7 +70,7 @@ def test_reuse_returns_the_earlier_winner_without_starting_anything(first):
     # printed, not asserted (timings are measured, never asserted in tests); what makes it fast is asserted below
     print(f"reuse took {out['s']:.2f} s (imports, spec, the model's shapes, reading the run)")
     assert out["reused"] and out["run_dir"] == str(first.run_dir) and out["best"] == first.best.number
-    assert out["knobs"] == first.best_config.knobs
+    assert out["knobs"] == autotune.load_config(first.best_config_path).knobs
     assert out["started"] == []  # neither Ray nor MLflow (nor Optuna) was imported, let alone started
     assert out["notes"] == [cache.describe(first.run_dir, reused=True)]
     assert out["notes"][0].startswith(f"reusing `{first.run_dir}`: a finished search of the same workload")

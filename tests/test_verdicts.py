@@ -30,15 +30,15 @@ def test_break_even_weighs_the_search_against_the_per_step_saving():
 
 
 def test_reading_a_run_dir_imports_nothing_of_the_search(finished_run):
-    """records reads back what the search stored and decided: `read_run`, its best and break-even, and the
-    best_config it exported, in a process that never imports autotune.decide."""
+    """records reads back what the search stored and decided: `read_run`, its best and break-even, and where
+    its best_config was exported, in a process that never imports autotune.decide."""
     run_dir, _ = finished_run
     code = (
         "import sys\n"
         "from autotune.records.run_dir import read_run\n"
         f"r = read_run({str(run_dir)!r})\n"
         # no break-even where the speedup is unknown: the re-measurement's pairs ran under load from outside
-        "assert r.best is not None and (r.break_even is not None or r.speedup_unknown) and r.best_config is not None\n"
+        "assert r.best is not None and (r.break_even is not None or r.speedup_unknown) and r.best_config_path is not None\n"
         "print(sorted(m for m in sys.modules if m.startswith('autotune.decide')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

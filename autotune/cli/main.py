@@ -198,6 +198,16 @@ def report(
         R.report(result, importance, drawn)
 
 
+def _best_config(path: Path) -> dict:
+    """`path`'s best_config.yaml content; one that is not one is the user's error."""
+    from autotune.export import load
+
+    try:
+        return load.read(path)
+    except ValueError as e:
+        raise UserError(str(e)) from None
+
+
 @app.command()
 def export(
     run_dir: Optional[Path] = typer.Argument(None, help="a search's output dir"),
@@ -223,17 +233,17 @@ def export(
             raise UserError(
                 "give a search's output dir (`autotune export RUN_DIR`) or an online run's log (`--from-online LOG`)"
             )
-        import yaml
+        from autotune.records.run_dir import run_paths
 
         data = {"knobs": {}}
         if run_dir is not None:
-            best = run_dir / "best_config.yaml"
+            best = run_paths(run_dir)["best_config"]
             if not best.exists():
                 raise UserError(
                     f"`{run_dir}` has no best_config.yaml (no search there, or its baseline never "
                     "finished); run `autotune search spec.yaml` first"
                 )
-            data = yaml.safe_load(best.read_text())
+            data = _best_config(best)
         if from_online is not None:
             from autotune.online.loader import settings_from_log
 
@@ -273,11 +283,7 @@ def run(
                 f"`{config}` is not a file; give a best_config.yaml (`autotune export RUN -o "
                 "best_config.yaml` writes one)"
             )
-        import yaml
-
-        data = yaml.safe_load(config.read_text())
-        if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
-            raise UserError(f"`{config}` is not an autotune best_config.yaml (no `knobs` mapping)")
+        data = _best_config(config)
         workload = data.get("workload") or {}
         command, cwd = (list(ctx.args), None) if ctx.args else (workload.get("command"), workload.get("dir"))
         if not command:

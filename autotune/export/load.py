@@ -98,12 +98,19 @@ class TunedConfig:
         return int((self.data.get("batch") or {}).get("grad_accumulation_steps") or 1)
 
 
+def read(path: str | Path) -> dict[str, Any]:
+    """A best_config.yaml's content: the one reader of the file (`load_config`, `autotune.config(path)`, the CLI's
+    `export` and `run`). ValueError when it is not one (no `knobs` mapping)."""
+    data = yaml.safe_load(Path(path).read_text())
+    if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
+        raise ValueError(f"`{path}` is not an autotune best_config.yaml (no `knobs` mapping)")
+    return data
+
+
 def load_config(path: str | Path) -> TunedConfig:
     import torch
 
-    data = yaml.safe_load(Path(path).read_text())
-    if not isinstance(data, dict) or not isinstance(data.get("knobs"), dict):
-        raise ValueError(f"{path}: not an autotune best_config.yaml (no `knobs` mapping)")
+    data = read(path)
     knobs = {**K.pytorch_defaults(None), **K.canonical(data["knobs"])}
     device = data.get("device") or {}
     device_type = device.get("type", "cpu")

@@ -36,6 +36,7 @@ from typing import Any
 
 from autotune._version import __version__
 from autotune.host import procfs
+from autotune.records.run_dir import run_paths
 from autotune.records.state import SearchState
 from autotune.safety.parity import RULE as PARITY_RULE
 
@@ -143,7 +144,7 @@ class Lookup:
         self.asked, self.found = asked, []
         for run_dir, state in SearchState.under(runs_dir):
             key = state.cache_key or {}
-            if state.finished and key.get("question") == asked and (run_dir / "best_config.yaml").exists():
+            if state.finished and key.get("question") == asked and run_paths(run_dir)["best_config"].exists():
                 self.found.append((state.started or "", run_dir, key.get("machine")))
         self.found.sort(reverse=True)  # the newest first
 
@@ -173,10 +174,11 @@ def key(asked: dict[str, Any] | None, machine: dict[str, Any] | None) -> dict[st
 
 def describe(run_dir: Path, reused: bool) -> str:
     """The line a matching search prints before it starts."""
-    import yaml
+    from autotune.records.run_dir import read_run
 
-    measured = (yaml.safe_load((run_dir / "best_config.yaml").read_text()) or {}).get("measured") or {}
-    best = f"best {measured.get('speedup_x', 0):.2f}x over the baseline in {measured.get('trials', '?')} trials"
+    earlier = read_run(run_dir)
+    speedup = "an unknown speedup" if earlier.speedup is None else f"{earlier.speedup:.2f}x"
+    best = f"best {speedup} over the baseline in {len(earlier.records)} trials"
     if reused:
         return (
             f"reusing `{run_dir}`: a finished search of the same workload, space and settings on this device, "

@@ -189,13 +189,11 @@ class SearchResult:
         return break_even(self.wall_s, self.speedup, rate, per_step, best is not self.baseline, unit)
 
     @property
-    def best_config(self):
-        """The best config as production loads it (`autotune.load_config`); None
-        when nothing was exported (no measured baseline, or no safe trial)."""
-        from autotune.export.load import load_config
-
+    def best_config_path(self) -> Path | None:
+        """Where the best config was exported (`autotune.load_config(path)` loads it for production); None when
+        nothing was (no measured baseline, or no safe trial)."""
         path = Path(self.paths["best_config"])
-        return load_config(path) if path.exists() else None
+        return path if path.exists() else None
 
     @property
     def trials(self):

@@ -31,6 +31,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
+from autotune.export import load as best_config  # noqa: E402
+
 # a plain process, as the user starts one: no launcher's thread settings
 ENV = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
 ENV["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
@@ -150,7 +152,7 @@ def main() -> None:
             print(json.dumps(result))
         return
 
-    best = yaml.safe_load((args.run_dir / "best_config.yaml").read_text())
+    best = best_config.read(args.run_dir / "best_config.yaml")
     configs = {"baseline": baseline_config(args.run_dir, best), "best": best}
     # the search's figures: its re-measured medians where it re-measured (autotune.confirm), else the two trials'
     confirmed = best.get("confirmed") or {}

@@ -40,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import program_command  # noqa: E402
+from autotune.export import load as best_config  # noqa: E402
 from autotune.integrations import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.stats import T95, Z95  # noqa: E402
@@ -119,7 +120,7 @@ def main(argv=None) -> int:
     p.add_argument("--timeout", type=float, default=600)
     args = p.parse_args(argv)
     run = Path(args.run_dir)
-    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    best = best_config.read(run / "best_config.yaml")
     spec = yaml.safe_load((run / "spec.yaml").read_text())
     wl = spec["workload"]
     if not wl.get("command"):

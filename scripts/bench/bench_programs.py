@@ -31,6 +31,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
+from autotune.export import load as best_config  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 
 PROGRAMS = ROOT / "tests" / "programs"
@@ -65,7 +66,7 @@ def one(name: str, work: Path, a) -> dict:
     search_s = time.perf_counter() - t
     if search.returncode != 0:
         return {"program": name, "error": f"search exit {search.returncode}: {search.stderr.strip()[-400:]}"}
-    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    best = best_config.read(run / "best_config.yaml")
     baseline = yaml.safe_load((run / "spec.yaml").read_text())["workload"]["command"]
     best_trial = TrialResult.read(run / "trials" / f"{best['measured']['best_trial']:04d}" / "result.json")
     bench = subprocess.run(

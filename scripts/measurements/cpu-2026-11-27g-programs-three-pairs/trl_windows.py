@@ -16,6 +16,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from autotune.execution.launcher import program_command  # noqa: E402
+from autotune.export import load as best_config  # noqa: E402
 from autotune.integrations import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 
@@ -29,7 +30,7 @@ def rate(log: dict, a: int, b: int) -> float:
 
 def main() -> None:
     run, rounds = Path(sys.argv[1]), int(sys.argv[2])
-    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    best = best_config.read(run / "best_config.yaml")
     spec = yaml.safe_load((run / "spec.yaml").read_text())
     nothing = Path(tempfile.mkdtemp()) / "baseline.yaml"
     nothing.write_text(yaml.safe_dump({"knobs": {}, "device": best.get("device") or {}}))

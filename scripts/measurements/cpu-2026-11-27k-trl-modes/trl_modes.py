@@ -18,6 +18,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 from autotune.execution.launcher import program_command  # noqa: E402
+from autotune.export import load as best_config  # noqa: E402
 from autotune.host import procfs  # noqa: E402
 from autotune.integrations import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
@@ -36,7 +37,7 @@ def main() -> None:
     run, rounds = Path(sys.argv[1]), int(sys.argv[2])
     prefix = sys.argv[3].split() if len(sys.argv) > 3 else []
     spec = yaml.safe_load((run / "spec.yaml").read_text())
-    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    best = best_config.read(run / "best_config.yaml")
     nothing = Path(tempfile.mkdtemp()) / "baseline.yaml"
     nothing.write_text(yaml.safe_dump({"knobs": {}, "device": best.get("device") or {}}))
     for i in range(rounds):

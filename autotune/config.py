@@ -59,6 +59,10 @@ USES = {
     "to_device": ("channels_last",),
     "zero_grad": ("set_to_none",),
 }
+# the methods whose knobs a Trainer script's TrainingArguments carry (`training_arguments`, and the flags the
+# instrumentation appends): the loader's and the batch, precision, compile and the fused optimizer, activation
+# checkpointing and DDP's
+HF_REACHES = ("dataloader_kwargs", "autocast", "prepare", "wrap")
 
 
 # the reaches that are no method of the config: what the program lacks where a knob never reached it
@@ -109,6 +113,7 @@ class Config:
         from autotune.trial.loop import PassThrough, TrialLoop
 
         self.mode, self.knobs, self.device_type, self.file = mode, dict(knobs), device_type, data or {}
+        self.trial_dir = trial_dir  # a trial's dir (its program's outputs go under it); None outside a trial
         self.online = online
         self.used: set[str] = set()
         # what the program's model cannot take ("knob" or "knob=value" -> why), and the knob values it runs with
@@ -288,11 +293,10 @@ class Config:
     def training_arguments(self, **yours) -> dict[str, Any]:
         """`TrainingArguments(**cfg.training_arguments(output_dir=..., ...))`, for a script that builds them
         without HfArgumentParser: your arguments with this config's knobs over them (autotune.export.hf_args),
-        and in a trial its side-effect settings (autotune.integrations.instrument)."""
-        from autotune.integrations import instrument
-
-        instrument.reached(self, *instrument.HF_REACHES)
-        return {**yours, **instrument.hf_fields(self)}
+        and in a trial its side-effect settings (`hf_fields`; the instrumentation appends the same to a script's
+        own flags, autotune.integrations.instrument)."""
+        self.used.update(HF_REACHES)
+        return {**yours, **hf_fields(self)}
 
     # --- the measured loop (autotune.trial.loop) ------------------------------------------
 
@@ -333,6 +337,18 @@ class Config:
         """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""
         self.used.add("data")
         return self.loop.data()
+
+
+def hf_fields(cfg: Config, known: set[str] | None = None, own_kwargs: dict | None = None) -> dict[str, Any]:
+    """The TrainingArguments fields a process gets: its config's knobs' (the batch with its accumulation; of the
+    parser's `known` fields), and in a trial its side-effect settings (no hub push, tracker, checkpoint or eval;
+    the outputs under the trial's dir)."""
+    from autotune.export import hf_args
+
+    fields = hf_args.fields(cfg.knobs, cfg.device_type, cfg.grad_accumulation_steps, known, own_kwargs)
+    if cfg.trial_dir is not None:
+        fields.update(hf_args.TRIAL_FIELDS, output_dir=str(cfg.trial_dir / "output"))
+    return fields
 
 
 def _device(requested: str) -> str:

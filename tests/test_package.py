@@ -1,5 +1,5 @@
 """The package's shape, read from the source with `ast` (an import inside a function counts too):
-- no circle of imports between its modules, of any length;
+- no circle of imports between its modules, of any length, through a package's `__init__` too;
 - each sub-package imports only the parts its docstring's "May import:" line names;
 - no function takes more than MAX_POSITIONAL parameters that can be passed by position (settings are
   keyword-only, as DataLoader's are: a call never reads "argument 11 of 16")."""
@@ -37,11 +37,20 @@ def imports(path: Path, package: Path, modules: set[str]) -> set[str]:
 
 
 def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
+    """Each module's imports. A package is a module too (its `__init__`), whose imports are its face: `import
+    autotune` or `from autotune import search` is an edge to `autotune`, so a circle through a package's face is a
+    circle here (`config -> integrations.instrument -> autotune -> config` was one). Importing `a.b.c` runs `a.b`'s
+    `__init__` first: an edge to each package on the way, but those the importer is inside (already running)."""
     files = sorted(package.rglob("*.py"))
     modules = {module_name(p, package) for p in files}
-    deps = {module_name(p, package): imports(p, package, modules) for p in files}
-    # a package's __init__ may re-export its own modules, and they may import their package
-    return {a: {b for b in bs if not (a.startswith(b + ".") or b.startswith(a + "."))} for a, bs in deps.items()}
+    packages = {module_name(p, package) for p in files if p.name == "__init__.py"}
+    out = {}
+    for path in files:
+        a = module_name(path, package)
+        deps = imports(path, package, modules)
+        on_the_way = {".".join(b.split(".")[:i]) for b in deps for i in range(1, b.count(".") + 1)}
+        out[a] = deps | {p for p in on_the_way & packages if p != a and not a.startswith(p + ".")}
+    return out
 
 
 def circles(package: Path = PACKAGE) -> list[list[str]]:
@@ -81,29 +90,46 @@ def part_of(module: str) -> str:
     return ".".join(parts[:2])
 
 
+def may_import(doc: str) -> str:
+    """The "May import" sentence of a docstring, up to its first full stop, without its parentheses: a name in a
+    parenthesis says why, and one after the sentence ("Never `autotune.decide`") is not allowed."""
+    said, depth, out = doc.partition("May import")[2], 0, []
+    for i, ch in enumerate(said):
+        depth += {"(": 1, ")": -1}.get(ch, 0)
+        if ch == "." and depth == 0 and said[i + 1 : i + 2].strip() == "":
+            break
+        if depth == 0 and ch != ")":
+            out.append(ch)
+    return "".join(out)
+
+
 def allowed(package: Path = PACKAGE) -> dict[str, set[str] | None]:
     """Each sub-package's "May import:" names (None: any part)."""
     out = {}
     for init in sorted(package.glob("*/__init__.py")):
         doc = ast.get_docstring(ast.parse(init.read_text())) or ""
-        said = doc.partition("May import")[2]
+        said = may_import(doc)
         assert said, f"{init}: its docstring must say what it may import ('May import: ...')"
-        if "any part" in said.split(".")[0]:
-            out[f"autotune.{init.parent.name}"] = None
+        if "any part" in said:
+            out[f"{package.name}.{init.parent.name}"] = None
             continue
         names = re.findall(r"`([a-z_.]+)`", said)
-        out[f"autotune.{init.parent.name}"] = {n if n.startswith("autotune") else f"autotune.{n}" for n in names}
+        out[f"{package.name}.{init.parent.name}"] = {
+            n if n.startswith(package.name) else f"{package.name}.{n}" for n in names
+        }
     return out
 
 
 def trespasses(package: Path = PACKAGE) -> list[str]:
-    rules, out = allowed(package), []
-    for a, bs in graph(package).items():
+    rules, deps, out = allowed(package), graph(package), []
+    below = {f"{package.name}._version", f"{package.name}._imports"}
+    for a, bs in deps.items():
         rule = rules.get(part_of(a), None)
         if part_of(a) not in rules or rule is None:
             continue
-        for b in sorted(bs):
-            if part_of(b) != part_of(a) and part_of(b) not in rule | {"autotune._version", "autotune._imports"}:
+        # `import autotune` reaches what autotune/__init__ imports: each is held to the rule
+        for b in sorted({c for b in bs for c in (deps[b] if b == package.name else {b})}):
+            if part_of(b) != part_of(a) and part_of(b) not in rule | below:
                 out.append(f"{a} -> {b}")
     return sorted(out)
 
@@ -134,15 +160,52 @@ def test_each_part_imports_only_what_its_docstring_allows():
 
 
 def test_the_checks_see_imports_inside_functions_and_long_circles(tmp_path):
-    pkg = tmp_path / "autotune"
+    pkg = tmp_path / "planted"
     (pkg / "low").mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
-    (pkg / "low" / "__init__.py").write_text('"""Low.\n\nMay import: `autotune.b`.\n"""\n')
-    (pkg / "a.py").write_text("from autotune.b import g\n")
-    (pkg / "b.py").write_text("def g():\n    from autotune.low import c\n")
-    (pkg / "low" / "c.py").write_text("def h():\n    import autotune.a\n")
-    assert circles(pkg) == [["autotune.a", "autotune.b", "autotune.low.c"]]
-    assert trespasses(pkg) == ["autotune.low.c -> autotune.a"]
+    (pkg / "low" / "__init__.py").write_text('"""Low.\n\nMay import: `planted.b`.\n"""\n')
+    (pkg / "a.py").write_text("from planted.b import g\n")
+    (pkg / "b.py").write_text("def g():\n    from planted.low import c\n")
+    (pkg / "low" / "c.py").write_text("def h():\n    import planted.a\n")
+    assert circles(pkg) == [["planted.a", "planted.b", "planted.low.c"]]
+    assert trespasses(pkg) == ["planted.low.c -> planted.a"]
+
+
+def test_the_checks_see_a_circle_through_a_packages_face(tmp_path):
+    """`import planted` (or `from planted import f`) runs planted/__init__: an edge to what it imports."""
+    pkg = tmp_path / "planted"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("from planted.a import f\n")
+    (pkg / "low" / "__init__.py").write_text('"""Low.\n\nMay import: `planted.a`.\n"""\n')
+    (pkg / "a.py").write_text("def f():\n    from planted.low import c\n")
+    (pkg / "low" / "c.py").write_text("def g():\n    import planted\n\n    return planted.f\n")
+    assert circles(pkg) == [["planted", "planted.a", "planted.low.c"]]
+    assert trespasses(pkg) == []  # the face reaches planted.a, which low may import
+    (pkg / "low" / "c.py").write_text("def g():\n    from planted import f\n")
+    assert circles(pkg) == [["planted", "planted.a", "planted.low.c"]]
+    (pkg / "low" / "c.py").write_text("def g():\n    from planted.a import f\n")
+    assert circles(pkg) == [["planted.a", "planted.low.c"]]
+    (pkg / "low" / "c.py").write_text("")
+    assert circles(pkg) == []
+
+
+def test_a_name_after_the_may_import_sentence_or_in_its_parentheses_is_not_allowed(tmp_path):
+    pkg = tmp_path / "planted"
+    (pkg / "low").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "low" / "__init__.py").write_text(
+        '"""Low.\n\nMay import: `planted.a` (not for `planted.c`), `planted.b`. Never `planted.d`: it\n'
+        'is above (`planted.e`).\n"""\n'
+    )
+    for name in "abcde":
+        (pkg / f"{name}.py").write_text("")
+    (pkg / "low" / "x.py").write_text("from planted import a, b, c, d, e\n")
+    assert allowed(pkg) == {"planted.low": {"planted.a", "planted.b"}}
+    assert trespasses(pkg) == [
+        "planted.low.x -> planted.c",
+        "planted.low.x -> planted.d",
+        "planted.low.x -> planted.e",
+    ]
 
 
 def test_settings_are_keyword_only_past_six_positions():
@@ -241,4 +304,51 @@ def test_the_reader_check_sees_a_raw_reader(tmp_path):
         "scripts/y.py:2 opens search.json",
         "scripts/y.py:2 opens search.json",
         "tests/test_z.py:4 names /proc",
+    ]
+
+
+YAML_PARSERS = {  # the package's yaml parsers, each of one thing
+    "autotune/spec.py": "a spec",
+    "autotune/execution/program.py": "a flag's value in a program's command",
+    "autotune/export/load.py": "best_config.yaml (`read`: load_config, autotune.config(path), the CLI's export and run)",
+}
+
+
+def yaml_readers(root: Path, files: list[Path]) -> list[str]:
+    """Where the package parses yaml outside YAML_PARSERS, or a script parses a path that names best_config
+    (`autotune.export.load.read` reads it, with its one check)."""
+    out = []
+    for path in files:
+        rel = path.relative_to(root).as_posix()
+        for node in ast.walk(ast.parse(path.read_text())):
+            func = node.func if isinstance(node, ast.Call) else None
+            if not (
+                isinstance(func, ast.Attribute) and func.attr.endswith("load") and ast.unparse(func.value) == "yaml"
+            ):
+                continue
+            if rel.startswith("autotune/") and rel not in YAML_PARSERS:
+                out.append(f"{rel}:{node.lineno} parses yaml")
+            elif rel.startswith("scripts/") and "best_config" in ast.unparse(node):
+                out.append(f"{rel}:{node.lineno} reads best_config.yaml")
+    return sorted(out)
+
+
+def test_best_config_yaml_has_one_reader():
+    root = PACKAGE.parent
+    files = [f for d in (PACKAGE, root / "scripts") for f in sorted(d.rglob("*.py"))]
+    assert yaml_readers(root, files) == [], "read best_config.yaml with autotune.export.load.read"
+
+
+def test_the_yaml_check_sees_a_second_reader(tmp_path):
+    (tmp_path / "autotune" / "records").mkdir(parents=True)
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "autotune" / "records" / "x.py").write_text(
+        "import yaml\n\ndef f(run_dir):\n    return yaml.safe_load((run_dir / 'best_config.yaml').read_text())\n"
+    )
+    (tmp_path / "scripts" / "y.py").write_text(
+        "import yaml\nbest = yaml.safe_load(open(best_config))\nspec = yaml.safe_load(open('spec.yaml'))\n"
+    )
+    assert yaml_readers(tmp_path, sorted(tmp_path.rglob("*.py"))) == [
+        "autotune/records/x.py:4 parses yaml",
+        "scripts/y.py:2 reads best_config.yaml",
     ]

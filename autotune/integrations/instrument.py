@@ -44,9 +44,9 @@ def trial_dir() -> Path | None:
 def config():
     """The process's `autotune.config()` (the trial's, or best_config.yaml's), made once (it applies the
     process-wide knobs, threads and cuDNN, itself)."""
-    import autotune
+    from autotune.config import config as made
 
-    return autotune.config()
+    return made()
 
 
 def with_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -54,12 +54,6 @@ def with_env(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH")) if p)
     return env
-
-
-# the config's methods whose knobs the script's flags carry (the usage record: knobs of the others are "not
-# used by your program"): the loader's and the batch, precision, compile and the fused optimizer, activation
-# checkpointing and DDP's
-HF_REACHES = ("dataloader_kwargs", "autocast", "prepare", "wrap")
 
 
 def reached(cfg, *methods: str) -> None:
@@ -74,6 +68,7 @@ def _hf_argparser(module) -> None:
     """`module.HfArgumentParser`'s parse: transformers', or a copy of it (TRL's `TrlParser` subclasses its own,
     `trl/scripts/_hf_argparser.py`). Once per method: a class that inherits it, or re-exports transformers', is
     patched where the method is."""
+    from autotune.config import HF_REACHES, hf_fields
     from autotune.export import hf_args
 
     parse = vars(module.HfArgumentParser).get("parse_args_into_dataclasses")
@@ -103,18 +98,6 @@ def _hf_argparser(module) -> None:
 
     parse_args_into_dataclasses.autotune = True
     module.HfArgumentParser.parse_args_into_dataclasses = parse_args_into_dataclasses
-
-
-def hf_fields(cfg, known: set[str] | None = None, own_kwargs: dict | None = None) -> dict[str, Any]:
-    """The TrainingArguments fields a process gets: its config's knobs' (the batch with its accumulation; of the
-    parser's `known` fields), and in a trial its side-effect settings."""
-    from autotune.export import hf_args
-
-    fields = hf_args.fields(cfg.knobs, cfg.device_type, cfg.grad_accumulation_steps, known, own_kwargs)
-    where = trial_dir()
-    if where is not None:
-        fields.update(hf_args.TRIAL_FIELDS, output_dir=str(where / "output"))
-    return fields
 
 
 def own_json(argv: list[str], names: tuple[str, ...]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ def write_spec(path, **overrides):
             "knobs": {"batch_size": [16, 64], "channels_last": [False, True], "pin_memory": [False, True]},
         },
         "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 2},
-        # no re-measuring unless a test asks (autotune.confirm); finished_run does
+        # no re-measuring unless a test asks (autotune.decide.confirm); finished_run does
         "search": {"n_trials": 3, "confirm_rounds": 0},
         "safety": {"level": "dynamics", "parity_steps": 6},  # parity as a search runs it, on fewer steps
         **overrides,

@@ -41,8 +41,10 @@ class Trials:
     def record(self, number: int, knobs: dict, **extra):
         """A trial as strategy v2 runs one that does not become the incumbent
         (incumbent_above far above it: no parity), unless `extra` says otherwise."""
-        gc.collect()  # the test process's objects frozen out of the window's collections, as the fork server starts
-        gc.freeze()  # a search's trials (autotune.forkserver): a gen-2 pass over them cost one 4-ms step 180 ms here
+        # the test process's objects frozen out of the window's collections, as the fork server starts a search's
+        # trials (autotune.execution.forkserver): a gen-2 pass over them cost one 4-ms step 180 ms here
+        gc.collect()
+        gc.freeze()
         try:
             result = run_trial(self.config(knobs, **{"incumbent_above": 1e12, **extra}))
         finally:

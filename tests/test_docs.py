@@ -1,6 +1,7 @@
 """The README and docs/ say what is true: the spec page is the generator's output, every relative link and every
 path or module they name exists, and the README stays short."""
 
+import ast
 import importlib.util
 import re
 from pathlib import Path
@@ -94,3 +95,101 @@ def test_specs_shown_are_valid(page):
     blocks = [yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", page.read_text(), re.DOTALL)]
     for data in (b for b in blocks if isinstance(b, dict) and "workload" in b):
         S.parse(data, f"{page.name}'s spec")  # raises SpecError naming the field
+
+
+NOT_MODULES = {"autotune.role", "autotune.version", "autotune.run_dir"}  # MLflow tags (integrations/tracking.py)
+
+
+def _bound(scope: ast.AST) -> dict[str, ast.AST]:
+    """The names a module or class body binds (under `if`/`try` too; a class's: what its methods set on `self`)."""
+    out = {}
+    for node in getattr(scope, "body", []):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update((n.id, node) for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            out.update(((a.asname or a.name).split(".")[0], node) for a in node.names)
+        elif isinstance(node, (ast.If, ast.Try)):
+            out.update(_bound(node))
+    if isinstance(scope, ast.ClassDef):  # and what its methods set on `self`
+        for node in ast.walk(scope):
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and ast.unparse(node.value) == "self"
+            ):
+                out.setdefault(node.attr, node)
+    return out
+
+
+def resolves(name: str, root: Path = ROOT) -> bool:
+    """A dotted name (package.module.Class.method): the longest module (or folder) of it exists, and what follows
+    is bound there: a name of the module, then of a class (a value's or an imported name's attributes are not
+    followed)."""
+    parts = name.split(".")
+    for i in range(len(parts), 0, -1):
+        base = root.joinpath(*parts[:i])
+        source = next((f for f in (base.with_suffix(".py"), base / "__init__.py") if f.exists()), None)
+        if source is not None or base.is_dir():
+            break
+    else:
+        return False
+    scope = ast.parse(source.read_text()) if source else None
+    for part in parts[i:]:
+        node = _bound(scope).get(part) if scope else None
+        if node is None:
+            return part.startswith("__") and scope is not None and not isinstance(scope, ast.ClassDef)
+        if not isinstance(node, ast.ClassDef):
+            return True
+        scope = node
+    return True
+
+
+def stale_names(root: Path = ROOT, package: str = "autotune") -> dict[str, list[str]]:
+    """Each `autotune.<name>` that autotune/, tests/, scripts/, docs/ and the README name and that does not
+    resolve, with where. The measurements' records (scripts/measurements, but their scripts) name the code of
+    their day, and are left as they were."""
+    named = re.compile(rf"(?<![\w./-]){package}(?:\.[A-Za-z_]\w*)+")
+    dirs = (package, "tests", "scripts", "docs")
+    files = [root / "README.md", *(f for d in dirs for f in (root / d).rglob("*"))]
+    out: dict[str, list[str]] = {}
+    for f in sorted(files):
+        rel = f.relative_to(root).as_posix()
+        if (
+            not f.is_file()
+            or f.suffix not in (".py", ".md", ".sh")
+            or (rel.startswith("scripts/measurements/") and f.suffix != ".py")
+        ):
+            continue
+        for n, line in enumerate(f.read_text().splitlines(), 1):
+            for name in named.findall(line):
+                if name not in NOT_MODULES and not resolves(name, root):
+                    out.setdefault(name, []).append(f"{rel}:{n}")
+    return out
+
+
+def test_every_module_named_exists():
+    """A docstring, comment or page that names `autotune.<module>` (or a function or class in it) names what
+    there is: a reader can follow it."""
+    assert stale_names() == {}
+
+
+def test_the_name_check_sees_a_stale_name(tmp_path):
+    (tmp_path / "planted" / "trial").mkdir(parents=True)
+    (tmp_path / "planted" / "__init__.py").write_text("from planted.api import search\n")
+    (tmp_path / "planted" / "api.py").write_text(
+        "class Result:\n    speed = 1\n\n    def __init__(self):\n        self.size = 2\n\n\ndef search():\n    pass\n"
+    )
+    (tmp_path / "planted" / "trial" / "__init__.py").write_text("")
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "x.md").write_text(
+        "`planted.search`, `planted.api.Result.speed`, `planted.api.Result.size`, `planted.api.search.x` and\n"
+        "`planted.trial` exist;\n"
+        "`planted.confirm`, `planted.api.Result.gone`, `planted.trial.runner` and `planted.api.nothing` do not\n"
+    )
+    assert stale_names(tmp_path, "planted") == {
+        name: ["docs/x.md:3"]
+        for name in ("planted.confirm", "planted.api.Result.gone", "planted.trial.runner", "planted.api.nothing")
+    }

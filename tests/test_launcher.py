@@ -65,7 +65,7 @@ def test_a_hung_trial_is_killed_at_its_timeout_with_the_fork_server(tmp_path):
 
 @pytest.mark.timeout(200)
 def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
-    """A local search's driver starts one server (autotune.driver); its trials'
+    """A local search's driver starts one server (autotune.execution.driver); its trials'
     actors and the driver itself fork from it. Each trial is a fresh child of a
     handler, with exactly its request's environment (not the server's), and
     nothing outlives the server's lifeline."""

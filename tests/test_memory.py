@@ -1,4 +1,4 @@
-"""Memory in use on the CPU (autotune.memory): the allocator's sampled peak, and the
+"""Memory in use on the CPU (autotune.trial.memory): the allocator's sampled peak, and the
 forced memory limit the batch ladder climbs past with activation checkpointing."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Loss parity of a multi-rank config (autotune.rank_parity): 2 gloo ranks, each on its
+"""Loss parity of a multi-rank config (autotune.safety.rank_parity): 2 gloo ranks, each on its
 shard of the global batch, against the baseline on one rank at the global batch."""
 
 import os

@@ -1,4 +1,4 @@
-"""Multi-rank trials (autotune.ranks): real gloo process groups of 2 ranks on 127.0.0.1,
+"""Multi-rank trials (autotune.trial.ranks): real gloo process groups of 2 ranks on 127.0.0.1,
 tiny models, few steps."""
 
 import json

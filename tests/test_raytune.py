@@ -1,4 +1,4 @@
-"""autotune.raytune: starting the local Ray a search runs on."""
+"""autotune.execution.raytune: starting the local Ray a search runs on."""
 
 import os
 import shutil

@@ -424,7 +424,7 @@ def test_a_search_writes_its_break_even_to_best_config_and_its_report(finished_r
 
     run_dir, cli = finished_run
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
-    if best["measured"]["speedup_x"] is None:  # unknown (autotune.confirm): no break-even either
+    if best["measured"]["speedup_x"] is None:  # unknown (autotune.decide.confirm): no break-even either
         assert "break_even" not in best and best["confirmed"]["verdict"] == "unknown"
         assert "break-even" not in runner.invoke(app, ["report", str(run_dir), "--no-plots"]).stdout
         return

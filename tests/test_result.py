@@ -86,7 +86,7 @@ def test_a_two_rank_trial_and_its_scaling_reference_round_trip(tmp_path):
 
 
 def test_a_failed_trial_and_an_old_result_json_read(tmp_path):
-    # what a trial killed before it wrote anything leaves (autotune.launcher); no knobs, no metrics
+    # what a trial killed before it wrote anything leaves (autotune.execution.launcher); no knobs, no metrics
     died = {
         "status": "error",
         "error_type": "TrialProcessDied",

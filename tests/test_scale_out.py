@@ -1,4 +1,4 @@
-"""Exports of a multi-rank config (autotune.scale_out, TunedConfig.wrap): Hugging Face
+"""Exports of a multi-rank config (autotune.export.formats, TunedConfig.wrap): Hugging Face
 TrainingArguments built from `-f hf`, the torchrun line, Lightning's strategy, and
 cfg.wrap in a real torchrun-launched 2-rank loop."""
 

@@ -1,4 +1,4 @@
-"""Scaling efficiency (autotune.scaling): which trials get it against the baseline's
+"""Scaling efficiency (autotune.records.scaling): which trials get it against the baseline's
 one-rank reference, whatever order they finish in; recorded in trials.csv and a real
 MLflow store. The measurement itself: tests/test_ranks.py and tests/test_cluster.py."""
 

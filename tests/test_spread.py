@@ -1,4 +1,4 @@
-"""Multi-rank trials through Ray tasks on a placement group's bundles (autotune.spread):
+"""Multi-rank trials through Ray tasks on a placement group's bundles (autotune.execution.spread):
 a failing rank, on the shared local Ray. One rank per node is tests/test_cluster.py's."""
 
 import os

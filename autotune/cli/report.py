@@ -47,7 +47,7 @@ def note(message: str) -> None:
 
 
 def remembered(message: str) -> None:
-    """An earlier search that asked the same (autotune.cache), named before the search starts."""
+    """An earlier search that asked the same (autotune.records.cache), named before the search starts."""
     err_console.print(f"[cyan]note:[/] {escape(message)}")
 
 
@@ -152,7 +152,7 @@ class LiveView:
 
     def _incumbent(self) -> str:
         """The incumbent at this moment: its trial, gain and safety status
-        (`autotune.checked.status`: unchecked until its loss parity has run)."""
+        (`autotune.decide.checked.status`: unchecked until its loss parity has run)."""
         from autotune.decide.checked import status
 
         base = next((r for r in self.rows if r.is_baseline), None)

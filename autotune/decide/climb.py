@@ -2,7 +2,7 @@
 what the search knows. From the baseline, local moves from the incumbent (the
 best config so far, moved only by a gain above `min_improvement`), starting with
 the moves its own diagnosis names (`autotune.decide.playbook.PLAYBOOK`); every new
-incumbent is moved from in turn. `autotune.strategy.Strategy` (the Optuna
+incumbent is moved from in turn. `autotune.decide.strategy.Strategy` (the Optuna
 adapter) hands it the measured values and asks for the next point.
 """
 

@@ -12,13 +12,13 @@ of the pairs' ratios is the speedup's uncertainty.
 When the pairs do not all say "faster", the winner's advantage is inside that
 uncertainty: a tie, and a tie goes to the safer config, the baseline.
 
-A pair measured while load from outside took the host's CPU (autotune.disturbance:
+A pair measured while load from outside took the host's CPU (autotune.trial.disturbance:
 either side's window) does not count: it is measured again, up to RERUNS times
 in all; with fewer than 2 undisturbed pairs (where 2 were asked) the speedup is
 unknown, and says why.
 
 Needs neither torch nor Ray: the driver hands in `run(knobs, label) -> result`
-(an autotune.result.TrialResult), through Ray or in a plain process.
+(an autotune.trial.result.TrialResult), through Ray or in a plain process.
 """
 
 from __future__ import annotations
@@ -187,7 +187,7 @@ def remeasure(
                     error = f"round {i + 1}, {role}: {result.status} ({result.error_type}: {result.error})"
                     break
                 pair[role] = value
-                if result.disturbed:  # load from outside during its window (autotune.disturbance)
+                if result.disturbed:  # load from outside during its window (autotune.trial.disturbance)
                     why.append(f"{label}: {result.disturbed}")
             if error is None and not why:
                 pairs.append(pair)

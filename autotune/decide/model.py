@@ -1,6 +1,6 @@
 """A rate model of a training step (after Plumber, MLSys 2022): the throughput of
 a config not yet measured, from the rates the diagnosed trials measured apart
-(`autotune.sides`: the compute ceiling on a cached batch, one loader worker's
+(`autotune.trial.sides`: the compute ceiling on a cached batch, one loader worker's
 rate; the 2x-batch probe, the compute side at twice the batch). The climb runs the move it predicts fastest first
 (`Strategy.fastest_first`); it skips a config the model predicts clearly below
 the incumbent (`skipped: predicted`,

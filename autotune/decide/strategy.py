@@ -1,6 +1,6 @@
 """What to try next: the search strategy, on an Optuna study, without Ray.
 
-The same `Strategy` drives a real search (`autotune.driver`, and the search
+The same `Strategy` drives a real search (`autotune.execution.driver`, and the search
 without Ray) and the replays of recorded landscapes (`scripts/bench/bench_search.py`).
 Its state is the study alone (every decision is recomputed from its trials), so
 a resumed search continues where it stopped.
@@ -9,7 +9,7 @@ Samplers:
 - `autotune` (default): the baseline, then knowledge first, as a performance
   engineer does by hand: local moves from the incumbent (the best config so far,
   moved only by a gain above `min_improvement`), starting with the moves its own
-  diagnosis names (`autotune.diagnose.PLAYBOOK`: input-bound: loader workers,
+  diagnosis names (`autotune.decide.playbook.PLAYBOOK`: input-bound: loader workers,
   sized from the measured rates, and pinning; overhead-bound: batch size and
   compile; compute-bound: precision, channels_last, cudnn), every new incumbent
   diagnosed again, because fixing one bottleneck exposes the next. When no move
@@ -57,7 +57,7 @@ class Proposal:
     trial: optuna.trial.Trial
     params: dict[str, Any]  # the searched knobs
     source: str  # baseline | plan | sampler | grid | fallback
-    predicted: float | None = None  # in the study's unit, by the rate model (autotune.model), where it can say
+    predicted: float | None = None  # in the study's unit, by the rate model (autotune.decide.model), where it can say
 
 
 MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
@@ -73,7 +73,7 @@ def told(result, baseline: dict) -> dict:
     from autotune.trial.diagnose import APART
     from autotune.safety.parity import needs_parity
 
-    knobs = result.knobs or {}  # an autotune.result.TrialResult
+    knobs = result.knobs or {}  # an autotune.trial.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
     metrics = result.metrics or {}
     rates = model.rates_of(metrics) if result.diagnosis else None
@@ -197,7 +197,7 @@ class Strategy:
     # --- proposals ---------------------------------------------------------------
 
     def plan(self, free, infeasible) -> dict | None:
-        """The climb's next point (`autotune.climb.Climb.plan`) over what the
+        """The climb's next point (`autotune.decide.climb.Climb.plan`) over what the
         study knows: each measured config's value (None: failed, unsafe, or its
         loss parity unknown: the search does not build on it)."""
         values: dict[tuple, float | None] = {}

@@ -4,8 +4,8 @@ per trial. The child is a fresh process from the fork on: no cuDNN flag, compile
 cache or allocator state of an earlier trial can reach it, because the server
 never runs a trial itself; it only skips the imports every trial would repeat.
 
-    python -m autotune.forkserver [MODULE ...]                 # on its stdin/stdout
-    python -m autotune.forkserver --listen SOCKET [MODULE ...]  # for every process of a search
+    python -m autotune.execution.forkserver [MODULE ...]                 # on its stdin/stdout
+    python -m autotune.execution.forkserver --listen SOCKET [MODULE ...]  # for every process of a search
 
 A user's Python program (`workload.command` is `python FILE ...` or `python -m
 MODULE ...`) is forked the same way: the request's `program` ({"argv", "cwd"})
@@ -30,7 +30,7 @@ others are killed (they would wait in a collective). Answers: {"pids": [...]},
 then {"pids", "statuses", "killed"} (the ranks killed because another failed).
 
 With `--listen`, a local search's driver starts one server for the whole search
-(autotune.launcher.start_shared): it listens on a Unix socket in a private dir
+(autotune.execution.launcher.start_shared): it listens on a Unix socket in a private dir
 (bound before the imports, so a connection made meanwhile waits in the backlog),
 forks a handler per connection (each a warm copy that serves its stream as
 above), and its stdin is only a lifeline: when the driver goes, the server and

@@ -18,7 +18,7 @@ a driver that died: a killed process's pipes close before /proc shows it gone
 (a CI run saw the reaper read EOF, find the driver still listed, take it for a
 normal end, and leave Ray's two agents running).
 
-    python -m autotune.reaper PID    # started by `watching`; reads stdin until EOF
+    python -m autotune.execution.reaper PID    # started by `watching`; reads stdin until EOF
 """
 
 from __future__ import annotations

@@ -35,8 +35,8 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
     result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
     if config.get("anchor") and not spread:  # the search's first incumbent: read twice
         result = reread_anchor(result, settings["request"].timed_only().config(config, anchor=True), run, trial_dir)
-    if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.scaling)
-        # one thread a rank where the ranks shared a node and the user set none (autotune.ranks)
+    if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.records.scaling)
+        # one thread a rank where the ranks shared a node and the user set none (autotune.trial.ranks)
         threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
         result = with_reference(result, request, run, trial_dir, threads)
     return advised(result, trial_dir)

@@ -16,7 +16,7 @@ Stages, in the order they act on a training job:
 
 This module is imported by the CLI and the spec, so it must not import torch at
 load time; the `apply_*` functions import it when called (inside a trial, or in
-production code through `autotune.export.TunedConfig`).
+production code through `autotune.export.load.TunedConfig`).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Convergence safety: which knob classes a search may change (safety.level),
 and what a batch-size change means for the optimizer. Loss parity, measured
-against the baseline, is `autotune.parity`."""
+against the baseline, is `autotune.safety.parity`."""
 
 from __future__ import annotations
 

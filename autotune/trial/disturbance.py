@@ -12,7 +12,7 @@ import os
 from autotune.host import procfs
 
 OTHER_CPU_LIMIT = 0.25  # others used more than a quarter of the host's CPU time: disturbed
-TRIAL_PID = "AUTOTUNE_TRIAL_PID"  # set in a rank the trial process forked (autotune.ranks): that process
+TRIAL_PID = "AUTOTUNE_TRIAL_PID"  # set in a rank the trial process forked (autotune.trial.ranks): that process
 
 
 def _host_busy_s() -> float | None:
@@ -31,7 +31,7 @@ def _tree_cpu_s(root: int) -> float:
 
 def trial_root() -> int:
     """The process whose tree is the trial: this one, or, in a rank the trial
-    process forked (autotune.ranks), the trial process, so the other ranks of the
+    process forked (autotune.trial.ranks), the trial process, so the other ranks of the
     same trial count as its own CPU, not as load from outside."""
     return int(os.environ.get(TRIAL_PID) or os.getpid())
 

@@ -148,7 +148,7 @@ def peak_rss_gib() -> float:
 
 
 class MemoryCapExceeded(MemoryError):
-    """The trial's memory went over its cap (`memory_limit_gib`: the allocator's bytes in use, autotune.memory;
+    """The trial's memory went over its cap (`memory_limit_gib`: the allocator's bytes in use, autotune.trial.memory;
     peak RSS where glibc's mallinfo2 is missing): an out of memory, status "oom"."""
 
 

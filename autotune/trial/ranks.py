@@ -170,7 +170,7 @@ def run_rank(r: int, cfg: dict[str, Any], run_one: Callable[[dict], TrialResult]
 def launched(ranks: int) -> bool:
     """Whether this process was started as one rank of `ranks` (torchrun's
     environment: `torchrun -m autotune.trial`, or a rank on another node,
-    autotune.spread), rather than as the trial that starts its ranks."""
+    autotune.execution.spread), rather than as the trial that starts its ranks."""
     return "RANK" in os.environ and os.environ.get("WORLD_SIZE") == str(ranks)
 
 
@@ -198,7 +198,8 @@ def _run_ranks(cfg, run_one, device_type: str, out: str) -> TrialResult:
             code = 1
             try:
                 os.environ.update(torchrun_env(r, ranks, port))
-                os.environ[TRIAL_PID] = str(os.getppid())  # the trial's own CPU: every rank's (autotune.disturbance)
+                # the trial's own CPU: every rank's (autotune.trial.disturbance)
+                os.environ[TRIAL_PID] = str(os.getppid())
                 code = _rank_child(r, cfg, run_one, device_type, out)
             finally:
                 os._exit(code)

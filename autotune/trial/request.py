@@ -113,7 +113,7 @@ class TrialSettings:
         )
 
     # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
-    # carries them in each trial's Ray config under these names (autotune.execution.raytune.run_trial_in)
+    # carries them in each trial's Ray config under these names (autotune.execution.trials.run_trial_in)
     PER_TRIAL = (
         "prune_below",
         "incumbent_above",

@@ -1,7 +1,7 @@
 """Reading a profile the way a performance engineer does: trace analysis (GPU
 utilization, step-time breakdown, reader ratio, H2D copies, tensor-core share),
 FLOPs and MFU. Pure Python over a Chrome trace, so it is tested on synthetic
-traces; the profiler itself runs in `autotune.measure.profile_window`.
+traces; the profiler itself runs in `autotune.trial.measure.profile_window`.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ the `activation_checkpointing` knob, on the project's own trial runner (a fresh
 warm-up untimed). Reports each side's step time over the timed window and its
 memory: the allocator's bytes in use at their peak (`mem_inuse_peak_gib`), what
 a step adds to them (`mem_inuse_step_gib`: activations, gradients, temporaries),
-both sampled in a memory window after the timed one (autotune.memory), and the
+both sampled in a memory window after the timed one (autotune.trial.memory), and the
 window's peak RSS (`mem_rss_peak_gib`); then the paired ratios' medians. With
 --cap-gib (default 0.3), the batch ladder under that forced memory limit
 (`memory_limit_gib`, against the allocator's bytes in use): the largest batch

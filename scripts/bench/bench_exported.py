@@ -6,7 +6,7 @@ applies it) in a plain PyTorch loop: a fresh process per measurement, the two
 configs interleaved (so a drift of the machine hits both alike), torch's default
 threads unless the config exports `num_threads`. Compares with the search's own
 figures: the baseline's samples/s, the best's, and the claimed speedup (the
-search's re-measured figures where it re-measured the best, autotune.confirm).
+search's re-measured figures where it re-measured the best, autotune.decide.confirm).
 
     python scripts/bench/bench_exported.py runs/<search> --reps 3
 
@@ -154,7 +154,7 @@ def main() -> None:
 
     best = best_config.read(args.run_dir / "best_config.yaml")
     configs = {"baseline": baseline_config(args.run_dir, best), "best": best}
-    # the search's figures: its re-measured medians where it re-measured (autotune.confirm), else the two trials'
+    # the search's figures: its re-measured medians where it re-measured (autotune.decide.confirm), else the two trials'
     confirmed = best.get("confirmed") or {}
     source = confirmed if confirmed.get("verdict") == "faster" else best["measured"]
     searched = {"baseline": source["baseline_samples_per_s"], "best": source["best_samples_per_s"]}

@@ -1,9 +1,9 @@
-"""How well does the rate model (autotune.model) predict? Replays recorded
+"""How well does the rate model (autotune.decide.model) predict? Replays recorded
 searches (their trials.csv): each trial is predicted from the trials before it,
 as the search predicted it when it ran, and compared with what it measured.
 Two models side by side, on the same trials: `before`, the model as it was until
 the shared-host rule (the diagnosed trials alone, workers apart from compute) and
-`now`, autotune.model as the search runs it (every measured trial: the diagnosed
+`now`, autotune.decide.model as the search runs it (every measured trial: the diagnosed
 ones' rates, the others' throughput, which corrects the loader-worker term; on a
 CPU host, the workers and the compute share its cores). Needs no torch.
 

@@ -1,4 +1,4 @@
-"""What starting a multi-rank trial through Ray costs: autotune.spread's Ray
+"""What starting a multi-rank trial through Ray costs: autotune.execution.spread's Ray
 tasks on a placement group's bundles (each rank the runner in a fresh process
 from that node's warm fork server) against Ray Train's TorchTrainer (its worker
 actors set up the process group, each runs the runner as one rank), side by side.

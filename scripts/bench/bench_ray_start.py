@@ -5,7 +5,7 @@ over rounds (a drift of the host weighs on every variant alike).
 
 Variants: `prestart` (Ray's default, RAY_prestart_worker_first_driver=1: the
 raylet starts num_cpus idle workers when the driver registers), `autotune`
-(what autotune.raytune.init_ray does: no prestart), `num-cpus` (no prestart,
+(what autotune.execution.raytune.init_ray does: no prestart), `num-cpus` (no prestart,
 and ray.init(num_cpus=N) given, N the host's CPUs).
 
     python scripts/bench/bench_ray_start.py [--rounds 3]

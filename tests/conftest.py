@@ -12,7 +12,7 @@ import pytest
 
 from autotune.trial.ranks import free_port  # noqa: F401  (the tests import it from here)
 
-# Every Ray socket on 127.0.0.1, no usage reporting, no token warning (DESIGN.md facts)
+# Every Ray socket on 127.0.0.1, no usage reporting, no token warning (docs/design.md, the facts)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")

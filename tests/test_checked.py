@@ -39,7 +39,7 @@ class Trials:
         return {"workload": self.workload, "knobs": {**self.base, **knobs}, **WINDOW, "parity": self.parity, **extra}
 
     def record(self, number: int, knobs: dict, **extra):
-        """A trial as strategy v2 runs one that does not become the incumbent
+        """A trial as the search runs one that does not become the incumbent
         (incumbent_above far above it: no parity), unless `extra` says otherwise."""
         # the test process's objects frozen out of the window's collections, as the fork server starts a search's
         # trials (autotune.execution.forkserver): a gen-2 pass over them cost one 4-ms step 180 ms here

@@ -148,7 +148,7 @@ def test_a_search_spreads_over_a_cluster_one_trial_per_gpu(tmp_path, cluster):
     for row in rows:
         trial_dir = run_dir / "trials" / f"{row['trial']:04d}"
         assert {"config.json", "result.json", "trial.log"} <= {p.name for p in trial_dir.iterdir()}
-        # profiled: the baseline, and a trial that became the incumbent (strategy v2 skips the rest, and says so)
+        # profiled: the baseline, and a trial that became the incumbent (the search skips the rest, and says so)
         profiled = TrialResult.read(trial_dir / "result.json").skipped is None
         assert profiled or row["trial"] != 0
         assert (trial_dir / "trace.json").exists() == profiled
@@ -227,7 +227,7 @@ def test_a_search_tracks_to_an_mlflow_server(tmp_path, mlflow_server, ray_local)
         assert child.data.metrics["samples_per_s"] > 0 and child.data.tags["status"] == "ok"
         if "trial/trace.json" in {a.path for a in client.list_artifacts(child.info.run_id, "trial")}:
             traced.add(int(child.data.tags["trial_number"]))
-    assert 0 in traced  # the baseline is profiled; a trial that did not become the incumbent is not (strategy v2)
+    assert 0 in traced  # the baseline is profiled; a trial that did not become the incumbent is not
     # the artifacts went to the server's artifact store, not to the run dir
     assert len(list(store.rglob("trace.json"))) == len(traced)
     assert not (tmp_path / "run" / "mlartifacts").exists()

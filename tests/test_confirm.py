@@ -209,7 +209,7 @@ def test_two_pairs_that_agree_far_above_one_with_the_trials_settle_the_verdict_u
     run, calls = fake_runs([100.0, 172.0, 210.0, 100.0, 100.0, 215.0])  # the third pair outvotes the odd one
     assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 3, trials=2.18)["speedup_x"] == 2.1
     run, calls = fake_runs([100.0, 190.0, 200.0, 100.0, 100.0, 200.0])
-    assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 3)["rounds"] == 3  # v1: every round
+    assert C.remeasure(run, {"id": "A"}, {"id": "B"}, 3)["rounds"] == 3  # no trials' gap given: every round
     run, _ = prepared([100.0, 190.0, 100.0, 200.0, 200.0, 100.0, 100.0, 200.0], disturbed={0})
     assert C.remeasure(run, {}, {}, 3, trials=2.0)["rounds"] == 3  # a disturbed pair: no settling early
 
@@ -281,7 +281,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         knobs = trials[confirm[label[3:].split("-")[0] + "_trial"]].knobs
         assert config["knobs"] == {k: v for k, v in knobs.items() if k in config["knobs"]}
         assert config["profile_steps"] == 0 and config["diagnose"] is False and config["parity"] is None
-        # the windows sized by the gap the trials measured (strategy v2)
+        # the windows sized by the gap the trials measured
         assert config["target_ci"] == pytest.approx(
             C.window_ci(trials[confirm["baseline_trial"]], trials[confirm["best_trial"]], 0.02)
         )

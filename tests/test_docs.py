@@ -1,5 +1,6 @@
 """The README and docs/ say what is true: the spec page is the generator's output, every relative link and every
-path or module they name exists, and the README stays short."""
+path or module they name exists, and the README stays short. Every `autotune.<name>` the package, the tests, the
+scripts and the pages name exists, and none sends the reader to notes outside the repository."""
 
 import ast
 import importlib.util
@@ -193,3 +194,20 @@ def test_the_name_check_sees_a_stale_name(tmp_path):
         name: ["docs/x.md:3"]
         for name in ("planted.confirm", "planted.api.Result.gone", "planted.trial.runner", "planted.api.nothing")
     }
+
+
+OUTSIDE = re.compile(r"\b(?:DESIGN|PLAYBOOK|STYLE)(?:\.md| facts)")  # the working notes beside the repository
+
+
+def test_no_file_sends_the_reader_outside_the_repository():
+    """What the code relies on from the notes the project was built with is in docs/design.md: no docstring,
+    comment or page names those notes, which a reader of the repository does not have."""
+    files = [ROOT / "README.md", *(f for d in ("autotune", "tests", "scripts", "docs") for f in (ROOT / d).rglob("*"))]
+    named = [
+        f"{f.relative_to(ROOT)}:{n}"
+        for f in files
+        if f.is_file() and f.suffix in (".py", ".md", ".sh")
+        for n, line in enumerate(f.read_text().splitlines(), 1)
+        if OUTSIDE.search(line)
+    ]
+    assert named == [], "point at docs/design.md instead"

@@ -62,7 +62,7 @@ def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_pa
     assert state.mlflow_uri is None and state.n_trials == 3
     for r in run.records:  # each trial ran in its own process, under the block too
         assert (Path(r.trial_dir) / "result.json").exists() and r.info["trial_wall_s"] > 0
-    # v2's anchor, read again in a fresh process (confirm.reread_anchor): its throughput the two reads' mean
+    # the anchor, read again in a fresh process (confirm.reread_anchor): its throughput the two reads' mean
     reads = [run.baseline.metrics[k] for k in ("anchor_first_samples_per_s", "anchor_reread_samples_per_s")]
     assert (Path(run.baseline.trial_dir) / "reread" / "result.json").exists()
     assert run.baseline.throughput == pytest.approx(sum(reads) / 2)

@@ -220,7 +220,7 @@ def test_a_window_inside_the_incumbents_band_stops_at_the_incumbents_precision()
     assert (r := rule(screen_ms=10.5)).done(20, 2.0, inside) and r.tied  # the mean below the band, its CI into it
     # wholly below the band (9.6 x 1.035 < 11 x 0.93), not yet known to a promotion's precision: a promotion may come
     assert not rule(screen_ms=11.0, promote_ci=0.02).done(20, 2.0, inside)
-    assert not rule(promote_ci=None).done(20, 2.0, inside)  # no screening window (strategy v1): the target
+    assert not rule(promote_ci=None).done(20, 2.0, inside)  # no screening window: the target
     wide = lambda: [7.0, 12.0] * 10  # noqa: E731  (9.5 ms +- 12%)
     assert not rule().done(20, 2.0, wide)  # known worse than the incumbent: on
 

@@ -130,7 +130,7 @@ def test_safe_class_knobs_with_rounding_level_numerics_add_no_risk_to_a_tie():
 
 
 def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gain():
-    """search.strategy v2 gave the tie to the incumbent (`tie_kept`): the export,
+    """The search gave the tie to the incumbent (`tie_kept`): the export,
     the live table and patience agree with it, whatever the window's mean."""
     from autotune.decide.stoppers import Patience
 

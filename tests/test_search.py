@@ -107,7 +107,7 @@ def test_search_records_every_trial_everywhere(tmp_path):
         )
         assert set(child.data.params) == set(result.space.baseline)
     assert parents[0].data.metrics["speedup_x"] == pytest.approx(result.best.throughput / seen[0].throughput)
-    # the baseline is profiled and diagnosed (search.strategy v2: later trials only when they become the incumbent)
+    # the baseline is profiled and diagnosed (later trials only when they become the incumbent)
     base_run = next(c for c in children if c.data.tags["trial_number"] == "0")
     artifacts = {a.path for a in client.list_artifacts(base_run.info.run_id, "trial")}
     assert {"trial/config.json", "trial/result.json", "trial/trial.log", "trial/trace.json"} <= artifacts

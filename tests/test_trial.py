@@ -291,7 +291,7 @@ def test_flops_are_counted_once_per_model_and_shape_in_a_search(tmp_path):
 
 
 def test_a_tied_window_of_a_riskier_config_pays_for_nothing_more():
-    """search.strategy v2: a window that ties with the incumbent (WindowRule.tied) and reads above its bar
+    """A window that ties with the incumbent (WindowRule.tied) and reads above its bar
     would make the config the incumbent, paying profile, diagnosis and loss parity; for a config riskier than
     the incumbent that changes the numerics (`tie_keeps_incumbent`, set by Strategy.incumbent_bar) the tie
     goes to the incumbent, as records.pick_best exports it, and the trial stops at its window."""

@@ -48,7 +48,7 @@ HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
 LOADER_KNOBS = tuple(n for n, k in KNOBS.items() if k.stage == "loader" and n != "batch_size")
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
 # the baseline waits on data less than this share of its window: the loader is no bottleneck, and its knobs get one
-# probe (PLAYBOOK.md: the profiler's rule, DataLoader time above 5% of the step -> more workers)
+# probe (the profiler plugin's rule, DataLoader time above 5% of the step -> more workers: docs/design.md)
 DATA_WAIT_FLOOR = 0.05
 
 

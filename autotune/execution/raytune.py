@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-# Ray reads this when it is imported (DESIGN.md facts): set before `import ray`, the
+# Ray reads this when it is imported (docs/design.md, the facts): set before `import ray`, the
 # local node's address is 127.0.0.1 and every Ray server binds there, so a local
 # search is not reachable from the network. `init_ray` opens it again only for an
 # explicit cluster address.

@@ -1,6 +1,6 @@
 """The measured loop of a user's own training program (`cfg.steps`, `cfg.step`,
 `cfg.data` of `autotune.config()`), in a trial: the measurement rules of
-DESIGN.md on the program's own steps. Untimed warm-up; then the timed window
+docs/design.md on the program's own steps. Untimed warm-up; then the timed window
 (`measure.Window`, the built-in trial's own: the device synchronized at its two
 ends only, the rule deciding on the host clock); data wait measured at the
 loader's `next()` (`steps`) or inside `with cfg.data():`; each step's loss kept

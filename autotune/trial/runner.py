@@ -11,7 +11,7 @@ CONFIG is a JSON object: {"workload": {"name": "tiny_cnn", "args": {}},
 written as one JSON object: status ("ok", "oom" or "error"), the knobs, the
 device, and metrics whose names carry their units.
 
-Measurement rules (DESIGN.md): warm-up steps (worker start, compile, cuDNN
+Measurement rules (docs/design.md): warm-up steps (worker start, compile, cuDNN
 autotuning, allocator growth) are never timed; the window is timed with the
 device synchronized at its two ends only; per-step times come from CUDA events
 (device side, no sync) or, on the CPU, from the host clock.

@@ -17,7 +17,7 @@ live on a GPU; the time budget's compile scheduling is not replayed.
     python scripts/bench/bench_search.py [LANDSCAPE.csv ...] [--seeds 100]
 
 Each trial is charged what it would cost under the search's rules
-(search.strategy v2): pruned, or stopped by its screening window once it cannot
+(docs/search.md): pruned, or stopped by its screening window once it cannot
 beat the incumbent, or by its promoted window once it clearly beats it, or by
 its tied window once inside the incumbent's interval and known as well, and
 the baseline (the first incumbent) at a promoted window's precision (the
@@ -59,7 +59,7 @@ STRATEGIES = ("autotune", "random", "tpe")
 TARGET = 0.95
 PRUNE_MARGIN = 0.2  # the search's default trial.prune_margin
 MIN_WINDOW_S = 1.0  # a pruned trial stops its window at about this
-REREAD_START_S = 1.0  # the anchor's second read beyond its window: a forked process and its warm-up (CPU v2: 1 s)
+REREAD_START_S = 1.0  # the anchor's second read beyond its window: a forked process and its warm-up (on a CPU: 1 s)
 
 
 class Landscape:
@@ -168,7 +168,7 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
         elif value is not None and floor and value < floor:  # stopped after a short window
             status, cost = "pruned", cost - max(0.0, window - MIN_WINDOW_S)
         elif value is not None and above and value * (1 + ci) < above * (1 - known):
-            # the new rules (search.strategy v2): a screening window stops once its CI says it cannot beat the
+            # a screening window (docs/search.md) stops once its CI says it cannot beat the
             # incumbent (charged at the window's minimum; the recorded CI, at the window's end, stands in for
             # the CI at that point, an optimistic stand-in); no profile, diagnosis or parity
             cost -= max(0.0, window - MIN_WINDOW_S)

@@ -37,7 +37,7 @@ So the first second after a 5-step warm-up reads low whatever its step count (ti
 its steps drift faster over that second, and the per-step CI, which takes them as
 independent, misses it), and past it 10 steps read what 60 do, inside the spread
 between fresh processes (5-18%), which no window length removes: the time floor
-(`min_window_s`) is the one that matters, and the step floor is 10 (v1: 30).
+(`min_window_s`) is the one that matters, and the step floor is 10 (it was 30).
 
 Several `--config 'knob=v,knob=v'` run interleaved (A B A B ...), each against its
 own long window. Needs torch only. Readable table; the last line is one JSON

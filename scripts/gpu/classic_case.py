@@ -1,4 +1,4 @@
-"""The classic hand-tuned case (DESIGN.md): ResNet-18 on CIFAR-sized images resized
+"""The classic hand-tuned case (docs/design.md): ResNet-18 on CIFAR-sized images resized
 to 224, batch 32. One run measures, on the project's own trial runner: PyTorch
 defaults (the user's host pipeline, and with uint8 shipped and normalized on the
 GPU), the first hand step (8 loader workers + pinned memory), the hand-tuned end

@@ -2,7 +2,8 @@
 `autotune.integrations.instrument` does to every Trainer the script (or its `LightningCLI`) makes.
 
 - `trainer_kwargs`: the Trainer's own arguments, with the `precision` knob (Lightning's own names; tf32 is
-  "32-true" with TF32 matmuls) and the callback; in a trial its outputs go under the trial's dir, with no
+  "32-true" with TF32 matmuls), the batch's accumulation (`accumulate_grad_batches`: the micro-batches a step
+  takes where the search keeps the effective batch, 1 otherwise) and the callback; in a trial its outputs go under the trial's dir, with no
   logger, checkpoints, progress bar or validation (an early stop never saves or evaluates);
 - `AutotuneCallback.setup`: the loader knobs reach every DataLoader the script's `train_dataloader()` hook
   builds (its own arguments, the config's loader knobs over them: `cfg.dataloader_kwargs`); the
@@ -55,6 +56,8 @@ def trainer_kwargs(kwargs: dict[str, Any], cfg, trial_dir: Path | None) -> dict[
         precision = "32-true"
     if precision is not None:
         out["precision"] = precision
+    if cfg.knobs.get("batch_size") is not None:  # the micro-batch: a step trains on what the knob says
+        out["accumulate_grad_batches"] = cfg.grad_accumulation_steps
     if trial_dir is not None:
         out.update(TRIAL_KWARGS, default_root_dir=str(trial_dir / "output"))
     callbacks = out.get("callbacks") or []

@@ -57,6 +57,19 @@ def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None, ba
     )
 
 
+def bench_program(run_dir, *args: str) -> dict:
+    """scripts/bench/bench_program.py on a finished search: its last line (measured = exported)."""
+    bench = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "bench" / "bench_program.py"), str(run_dir), *args],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert bench.returncode == 0, bench.stderr[-2000:]
+    return json.loads(bench.stdout.strip().splitlines()[-1])
+
+
 def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     proc = search(
         tmp_path,
@@ -76,25 +89,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
     # measured = exported: the program itself in production mode, baseline and best (scripts/bench/bench_program.py)
-    bench = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "scripts" / "bench" / "bench_program.py"),
-            str(tmp_path / "run"),
-            "--pairs",
-            "1",
-            "--steps",
-            "8",
-            "--warmup",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert bench.returncode == 0, bench.stderr[-2000:]
-    last = json.loads(bench.stdout.strip().splitlines()[-1])
+    last = bench_program(tmp_path / "run", "--pairs", "1", "--steps", "8", "--warmup", "2")
     assert last["claimed_speedup_x"] == best["measured"]["speedup_x"] and len(last["pairs"]) == 1
     assert all(x > 0 for x in last["baseline_samples_per_s"] + last["best_samples_per_s"])
 
@@ -167,23 +162,16 @@ def test_a_custom_loop_without_a_loader_is_searched_through_its_own_flags(tmp_pa
     assert len(result.losses) >= 3 and all(x > 0 for x in result.losses)
     # cfg.step(tokens=...): a language model's search, in tokens/s (16 tokens a sample) from its objective on
     assert big.metrics["tokens_per_s"] == pytest.approx(16 * big.metrics["samples_per_s"])
-    assert run.unit is TOKENS and big.throughput == big.metrics["tokens_per_s"]
+    assert run.unit is TOKENS and big.measured == big.metrics["tokens_per_s"]  # a pruned trial's too
     study = optuna.load_study(study_name=None, storage=f"sqlite:///{tmp_path / 'run' / 'optuna.db'}")
     told = {t.number: t.values[0] for t in study.trials if t.values and not t.user_attrs.get("virtual")}
-    assert told and all(told[r.number] == r.metrics["tokens_per_s"] for r in run.records if r.number in told)
+    assert told and all(
+        told[r.number] == pytest.approx(r.metrics["tokens_per_s"]) for r in run.records if r.number in told
+    )
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())["measured"]
     assert best["unit"] == "tokens" and best["best_tokens_per_s"] > 0 and best["best_samples_per_s"] > 0
     # in production, the program's own steps compared in tokens/s too (scripts/bench/bench_program.py)
-    bench = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench" / "bench_program.py"), str(tmp_path / "run")]
-        + ["--pairs", "1", "--steps", "12", "--warmup", "2"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-    )
-    assert bench.returncode == 0, bench.stderr[-2000:]
-    last = json.loads(bench.stdout.strip().splitlines()[-1])
+    last = bench_program(tmp_path / "run", "--pairs", "1", "--steps", "12", "--warmup", "2")
     assert last["unit"] == "tokens"
     for side in ("baseline", "best"):  # 16 tokens a sample
         assert last[f"{side}_tokens_per_s"][0] == pytest.approx(16 * last[f"{side}_samples_per_s"][0])

@@ -427,11 +427,12 @@ class SearchPlan:
     hands TuneConfig and RunConfig to its parts). The backends take `resources`; startup the `workload` and
     `tracking`; the trial its `TrialSettings` (`trial_settings`: the `trial` window, `safety`'s parity, the ranks);
     export and the cache what they record. A plan needs no spec file: `SearchPlan.of(parse({"workload": {"command":
-    [...]}}))`, or the sections given here (`name`, `run_dir` and `workload` at least)."""
+    [...]}}))`, or the sections given here (`name`, `run_dir` and `workload` at least; the run dir made absolute and a
+    program's dir settled as `of` does, its check left to the caller: `check_output_dir`)."""
 
     name: Optional[str]  # the search's name (the spec file's stem by default)
-    run_dir: Path  # the output dir, absolute, checked (`check_output_dir`)
-    workload: WorkloadSpec  # a program's `dir` settled
+    run_dir: Path  # the output dir, absolute (checked by `of`: `check_output_dir`)
+    workload: WorkloadSpec  # a program's `dir` settled (default: this process's working dir)
     baseline: KnobSettings = dataclasses.field(default_factory=KnobSettings)  # type: ignore[valid-type]
     space: SearchSpaceSpec = dataclasses.field(default_factory=SearchSpaceSpec)
     trial: TrialSpec = dataclasses.field(default_factory=TrialSpec)
@@ -440,22 +441,23 @@ class SearchPlan:
     tracking: Tracking = dataclasses.field(default_factory=Tracking)
     safety: Safety = dataclasses.field(default_factory=Safety)
 
+    def __post_init__(self):
+        object.__setattr__(self, "run_dir", Path(self.run_dir).resolve())
+        if self.workload.command is not None and not self.workload.dir:  # the user's own program runs from here
+            object.__setattr__(self, "workload", self.workload.model_copy(update={"dir": os.getcwd()}))
+
     @classmethod
     def of(cls, spec: Spec) -> "SearchPlan":
         """The one reading of a spec: its output dir resolved and checked (`Spec.resolved_output_dir`: the default
-        is fixed on the spec, so every later reading names the same dir), a program's `dir` settled (default: this
-        process's working dir), each section a copy (what changes the spec later changes no plan)."""
-        run_dir = spec.resolved_output_dir().resolve()
-        workload = spec.workload.model_copy(deep=True)
-        if workload.command is not None and not workload.dir:  # the user's own program runs from here
-            workload.dir = os.getcwd()
+        is fixed on the spec, so every later reading names the same dir), a program's `dir` settled, each section a
+        copy (what changes the spec later changes no plan)."""
         copy = {
             k: getattr(spec, k).model_copy(deep=True) for k in ("trial", "search", "resources", "tracking", "safety")
         }
         return cls(
             name=spec.name,
-            run_dir=run_dir,
-            workload=workload,
+            run_dir=spec.resolved_output_dir(),
+            workload=spec.workload.model_copy(deep=True),
             baseline=spec.baseline.model_copy(deep=True),
             space=spec.search_space.model_copy(deep=True),
             **copy,

@@ -1,4 +1,6 @@
-"""Spec errors name the field path and what is allowed."""
+"""Spec errors name the field path and what is allowed; the plan a spec is read into."""
+
+from pathlib import Path
 
 import pytest
 import yaml
@@ -188,3 +190,23 @@ def test_a_program_command_is_split_as_a_shell_would_and_runs_from_the_specs_dir
         match="workload.command: Value error, cannot be split as a shell would|workload.command: cannot be split",
     ):
         S.parse({"workload": {"command": "python 'unclosed"}}, "s.yaml")
+
+
+def test_the_plan_is_read_once_and_needs_no_spec_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    spec = S.parse(
+        {"workload": {"command": "python train.py --lr 0.1"}, "output_dir": "run", "search": {"n_trials": 4}}, "s.yaml"
+    )
+    plan = S.SearchPlan.of(spec)
+    # resolved once: the run dir absolute, a program's dir settled (this process's), the name the file's
+    assert plan.run_dir == tmp_path / "run" and plan.workload.dir == str(tmp_path) and plan.name == "s"
+    assert plan.program and plan.given() == {}
+    spec.search.n_trials = 9  # what changes the spec later changes no plan
+    assert plan.search.n_trials == 4 and spec.workload.dir is None
+    # the run dir's spec.yaml reads back as the same plan
+    (tmp_path / "spec.yaml").write_text(plan.to_yaml())
+    again = S.SearchPlan.of(S.load(tmp_path / "spec.yaml"))
+    assert again == plan
+    # built from its sections, without a spec: resolved the same way
+    built = S.SearchPlan(name="s", run_dir=Path("run"), workload=S.WorkloadSpec(command=["python", "train.py"]))
+    assert built.run_dir == plan.run_dir and built.workload.dir == str(tmp_path) and built.search.n_trials is None

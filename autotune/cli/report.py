@@ -374,10 +374,9 @@ def as_dict(result, importance: dict | None = None) -> dict:
 
 def _batch(result) -> dict | None:
     """best_config.yaml's advice for a batch-size change (the learning rate, accumulation)."""
-    import yaml
+    from autotune.export import load
 
-    path = Path(result.paths.get("best_config", Path(result.run_dir) / "best_config.yaml"))
-    return (yaml.safe_load(path.read_text()) or {}).get("batch") if path.exists() else None
+    return load.read(result.best_config_path).get("batch") if result.best_config_path else None
 
 
 def _cells(d: dict, key: str, fmt: str, sides: tuple[str, str] = ("baseline", "best")) -> list[str] | None:

@@ -151,7 +151,7 @@ def command(best_config: Path, data: dict[str, Any], cwd: Path | None = None) ->
 def of(result, *, absolute: bool = False) -> Answer:
     """The answer of a finished or stopped search (`records.SearchResult`), its paths relative to the working
     dir where they are under it (`absolute`: never, for a reader elsewhere, MLflow's)."""
-    import yaml
+    from autotune.export import load
 
     cwd = None if absolute else Path.cwd()
     base, best = result.baseline, result.best
@@ -160,8 +160,8 @@ def of(result, *, absolute: bool = False) -> Answer:
         log = Path(base.trial_dir or trial_dir_of(run_dir, base.number)) / "trial.log" if base else None
         shown_log = shown(log, cwd) if log is not None and log.exists() else None
         return Answer("none", log=shown_log)
-    path = Path(result.paths.get("best_config", run_dir / "best_config.yaml"))
-    data = yaml.safe_load(path.read_text()) if path.exists() else {}
+    path = result.best_config_path
+    data = load.read(path) if path else {}
     changes = _changes(best.knobs, base.knobs)
     confirmed = result.confirmed
     verdict = "faster"
@@ -183,7 +183,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         safety=status(best, base),
         lr_factor=lr if lr and lr != 1 else None,
         tied=_tied(result) if verdict == "tie" else None,
-        command=command(path, data, cwd) if path.exists() else None,
+        command=command(path, data, cwd) if path else None,
         trust=tuple(trust(result, verdict)),
     )
 

@@ -192,7 +192,7 @@ class SearchResult:
     def best_config_path(self) -> Path | None:
         """Where the best config was exported (`autotune.load_config(path)` loads it for production); None when
         nothing was (no measured baseline, or no safe trial)."""
-        path = Path(self.paths["best_config"])
+        path = Path(self.paths.get("best_config") or run_paths(self.run_dir)["best_config"])
         return path if path.exists() else None
 
     @property

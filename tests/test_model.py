@@ -56,7 +56,7 @@ def test_the_model_says_nothing_of_knobs_it_does_not_model(diagnosed):
 def test_the_strategy_skips_a_point_predicted_clearly_below_the_incumbent(diagnosed):
     knobs, rates = diagnosed
     search = {"batch_size": [1, 8, 16], "num_threads": [1]}
-    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    study = optuna.create_study(direction="maximize")
     strategy = Strategy(study, search, {"batch_size": 8, "num_threads": 1})
     base = strategy.ask()
     assert base.source == "baseline"
@@ -88,7 +88,7 @@ def test_the_climb_runs_the_move_the_model_predicts_fastest_first(diagnosed):
     measurement."""
     knobs, rates = diagnosed
     search = {"num_workers": [0, 1], "batch_size": [8, 16], "num_threads": [1]}
-    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    study = optuna.create_study(direction="maximize")
     strategy = Strategy(study, search, {"num_workers": 0, "batch_size": 8, "num_threads": 1})
     base = strategy.ask()
     strategy.tell(

@@ -43,8 +43,7 @@ def make(sampler="autotune", storage=None, name="s", seed=0):
         storage=storage,
         direction="maximize",
         load_if_exists=True,
-        sampler=Strategy.make_sampler(sampler, seed),
-    )
+    )  # the strategy installs its sampler
     return Strategy(study, SPACE, BASE, sampler, seed=seed)
 
 
@@ -284,7 +283,7 @@ def moving(p):
 def run_moving(n, diagnose_every_trial=True):
     """Drive the strategy on `moving`; each trial diagnosed from its own metrics
     (or only the baseline). Returns [(knobs, bottleneck, new incumbent?)]."""
-    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    study = optuna.create_study(direction="maximize")
     strategy = Strategy(study, MOVING_SPACE, MOVING_BASE, "autotune")
     seen, best = [], 0.0
     for _ in range(n):
@@ -345,7 +344,7 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
     space = {"pin_memory": [False, True], "compile": ["none", "default", "reduce-overhead", "max-autotune"]}
     moves = [{"knob": "compile", "to": ["reduce-overhead", "default"], "why": "compile"}]
     for left, expected in ((None, "reduce-overhead"), (60.0, "default")):
-        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+        study = optuna.create_study(direction="maximize")
         strategy = Strategy(study, space, {"pin_memory": False, "compile": "none"})
         p = strategy.ask()
         strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "overhead", "moves": moves})
@@ -374,7 +373,7 @@ def compute_bound(p):
 @pytest.mark.parametrize("sampler", ["autotune", "tpe"])
 def test_a_baseline_that_hardly_waits_on_data_gives_the_loader_knobs_one_probe(sampler):
     def loader_probes(wait: float, listed=()) -> int:
-        study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler(sampler, 0))
+        study = optuna.create_study(direction="maximize")
         strategy = Strategy(study, SPACE, BASE, sampler, listed=listed)
         loader = set()
         for _ in range(20):
@@ -414,7 +413,7 @@ def test_a_larger_micro_batch_that_fits_only_with_checkpointing_is_found_by_the_
     """A program's trials have no diagnosis: the batch a rung up running out of memory is what says the step is
     capacity-bound, and the climb tries that batch with the knobs that free memory (checkpointing here), then
     the next batch with more of it, each point measured."""
-    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", 0))
+    study = optuna.create_study(direction="maximize")
     seen = drive(Strategy(study, LM_SPACE, LM_BASE, "autotune", seed=0), memory_bound_lm, 6, bottleneck=None)
     path = [(s, p["batch_size"], p["activation_checkpointing"], status) for s, p, status, _ in seen]
     assert path[:2] == [("baseline", 4, "off", "ok"), ("plan", 8, "off", "oom")]

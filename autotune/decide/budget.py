@@ -8,6 +8,8 @@ import math
 import statistics
 from typing import Callable
 
+from autotune.decide.samplers import kind
+
 
 UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
 
@@ -33,10 +35,10 @@ DEFAULT_TRIALS = 20  # search.n_trials left out, with no time budget
 def trial_cap(search: dict[str, list], n_trials: int | None, budget: float | None, sampler: str) -> int:
     """How many trials a search may run: `n_trials` where given (with a time
     budget too, the first reached ends the search); left out, every point of
-    the space under a time budget, else DEFAULT_TRIALS; a grid runs each point once."""
+    the space under a time budget, else DEFAULT_TRIALS; an exhaustive sampler (the grid) runs each point once."""
     points = math.prod(len(v) for v in search.values())
     cap = n_trials or (points if budget else DEFAULT_TRIALS)
-    return min(cap, points) if sampler == "grid" else cap
+    return min(cap, points) if kind(sampler).exhaustive else cap
 
 
 def no_improvement_for(values: list[float | None], min_improvement: float = 0.02) -> int:

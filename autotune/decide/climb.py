@@ -1,16 +1,20 @@
-"""The climb: what a performance engineer does by hand, as one decision on
-what the search knows. From the baseline, local moves from the incumbent (the
-best config so far, moved only by a gain above `min_improvement`), starting with
-the moves its own diagnosis names (`autotune.decide.playbook.PLAYBOOK`); every new
-incumbent is moved from in turn. `autotune.decide.strategy.Strategy` (the Optuna
-adapter) hands it the measured values and asks for the next point.
+"""The climb: what a performance engineer does by hand, as an Optuna sampler (`Climb`, the `autotune` row of
+`autotune.decide.samplers.SAMPLERS`). From the baseline, local moves from the incumbent (the best config so far,
+moved only by a gain above `min_improvement`), starting with the moves its own diagnosis names
+(`autotune.decide.playbook.PLAYBOOK`); every new incumbent is moved from in turn. Where no move is left (a local
+optimum, or the next move still running), its explorer (TPE) draws, and a better point found that way is climbed
+from in turn. It reads what the search knows through `autotune.decide.naming.Known` (the strategy).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable
 
+import optuna
+from optuna.samplers import BaseSampler
+
+from autotune.decide.limits import key
+from autotune.decide.naming import Known, Naming
 from autotune.decide.playbook import STEP_COST_KNOBS, playbook_moves, user_moves
 from autotune.knobs import KNOBS, ladder_key
 
@@ -21,10 +25,6 @@ LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
 # the moves no diagnosis asked for. A knob of the space not listed (a user knob) is
 # tried after these.
 DEFAULT_ORDER = tuple(KNOBS)
-
-
-def key(params: dict, names) -> tuple:
-    return tuple(params[n] for n in names)
 
 
 @dataclass
@@ -44,24 +44,28 @@ class _Path:
                 self.left.setdefault(n, set()).add(before[n])
 
 
-class _Need(Exception):
-    """The climb needs this point measured (None: it waits on a running trial)."""
+class Climb(Naming):
+    """The climb's sampler: names the next point of the hand-tuning procedure (`plan`) for a trial, else its
+    `explore` sampler draws. It plans once under each `Known.limits` (what may run now, which the strategy sets
+    before each ask): a climb with no point there leaves the trial, and any drawn again before the limits change
+    (a draw that was a repeat, told as a virtual trial), to the explorer."""
 
+    source = "plan"
 
-class Climb:
-    def __init__(
-        self,
-        search: dict[str, list],
-        baseline: dict,
-        min_improvement: float,
-        cuda: bool,
-        diagnosis_of: Callable[[dict], dict | None],
-        pick: Callable[[list[dict], float], dict],
-    ):
-        self.search, self.names, self.baseline = search, list(search), baseline
-        self.min_improvement, self.cuda, self.diagnosis_of = min_improvement, cuda, diagnosis_of
-        # `pick(points, above)`: which of the incumbent's unmeasured moves runs first (the rate model's fastest)
-        self.pick = pick
+    def __init__(self, known: Known, explore: BaseSampler):
+        super().__init__(known, explore)
+        self.search, self.names, self.baseline = known.search, list(known.search), known.baseline
+        self.min_improvement, self.cuda = known.min_improvement, known.cuda
+        self._planned = None  # the limits the climb last planned under
+
+    def name(self, study: optuna.Study) -> dict | None:
+        limits = self.known.limits
+        if limits is self._planned:
+            return None
+        self._planned = limits
+        return self.plan(
+            self.known.measured(), limits.free, limits.infeasible, lambda p: bool(limits.ladder.predicted_oom(p))
+        )
 
     def _is_ladder(self, name: str) -> bool:
         """Ordered values (workers, batch size, threads, any integer knob): step up or down."""
@@ -131,7 +135,7 @@ class Climb:
         path = path or _Path()
         left = path.left
         changed = [n for n in self.names if came_from is not None and came_from[n] != center[n]]
-        diagnosis = self.diagnosis_of(center)
+        diagnosis = self.known.diagnosis_of(center)
         out: list[dict] = []
         if diagnosis is not None:
             moves = diagnosis.get("moves")
@@ -175,49 +179,38 @@ class Climb:
         than min_improvement is the new incumbent, which is diagnosed again and
         moved from in turn, so a ladder re-opens whenever its bottleneck comes
         back. None when no move gains (a local optimum: the sampler explores
-        from there), or when the next point waits on a running trial. The
-        incumbent's measured moves are weighed first (any that gained moves the
-        climb on), then `pick` (the rate model's order) names which of its
-        unmeasured moves runs next. `capped(point)`: that point ran out of memory, or
-        is predicted to (the capacity moves, `candidates`)."""
-
-        def value(point):
-            k = key(point, self.names)
-            if k in values:
-                return values[k]
-            if not free(point):  # predicted OOM or over the budget: a failure; running: wait
-                if infeasible(point):
+        from there), when the next point waits on a running trial, or before the
+        baseline is measured (the strategy runs it first). The incumbent's
+        measured moves are weighed first (any that gained moves the climb on),
+        then the rate model (`Known.fastest_first`) names which of its
+        unmeasured moves runs next. `free(p)`: p may run now; `infeasible(p)`:
+        it never will (predicted OOM, over the budget, past the loader's probe); `capped(p)`: p ran out of
+        memory, or is predicted to (the capacity moves, `candidates`)."""
+        center, came_from, path = self.baseline, None, _Path()
+        best = values.get(key(center, self.names))
+        if best is None:
+            return None  # the baseline failed, runs, or waits to: nothing to climb from yet
+        while True:
+            ready, waiting = [], False  # the moves not measured yet, and one running
+            for point in self.candidates(center, came_from, path, capped):
+                k = key(point, self.names)
+                if k not in values:
+                    if free(point):
+                        ready.append(point)
+                    waiting = waiting or not infeasible(point) and not free(point)
+                    continue
+                v = values[k]
+                if v is not None and v > best * (1 + self.min_improvement):
+                    path.record(center, point)
+                    came_from, center, best = center, point, v
+                    break
+            else:
+                if ready:  # any measured move that gained moved the climb on; else the one the rate model names
+                    return self.known.fastest_first(ready, best * (1 + self.min_improvement))
+                if waiting:
+                    return None  # wait on the running move
+                # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
+                top = max(((v, k) for k, v in values.items() if v is not None), default=None, key=lambda x: x[0])
+                if top is None or top[0] <= best * (1 + self.min_improvement):
                     return None
-                raise _Need(None)
-            raise _Need(point)
-
-        try:
-            center, came_from, path = self.baseline, None, _Path()
-            best = value(center)
-            if best is None:
-                return None  # the baseline failed: nothing to climb from
-            while True:
-                ready, waiting = [], False  # the moves not measured yet, and one running
-                for point in self.candidates(center, came_from, path, capped):
-                    if key(point, self.names) not in values:
-                        if free(point):
-                            ready.append(point)
-                        waiting = waiting or not infeasible(point) and not free(point)
-                        continue
-                    v = value(point)
-                    if v is not None and v > best * (1 + self.min_improvement):
-                        path.record(center, point)
-                        came_from, center, best = center, point, v
-                        break
-                else:
-                    if ready:  # any measured move that gained moved the climb on; else the one `pick` names
-                        return self.pick(ready, best * (1 + self.min_improvement))
-                    if waiting:
-                        return None  # wait on the running move
-                    # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn
-                    top = max(((v, k) for k, v in values.items() if v is not None), default=None, key=lambda x: x[0])
-                    if top is None or top[0] <= best * (1 + self.min_improvement):
-                        return None
-                    came_from, center, best = None, dict(zip(self.names, top[1])), top[0]
-        except _Need as need:
-            return need.args[0]
+                came_from, center, best = None, dict(zip(self.names, top[1])), top[0]

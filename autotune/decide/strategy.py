@@ -1,35 +1,24 @@
 """What to try next: the search strategy, on an Optuna study, without Ray.
 
-The same `Strategy` drives a real search (`autotune.execution.driver`, and the search
-without Ray) and the replays of recorded landscapes (`scripts/bench/bench_search.py`).
-Its state is the study alone (every decision is recomputed from its trials), so
-a resumed search continues where it stopped.
+The same `Strategy` drives a real search (`autotune.execution.driver`, on either backend) and the replays of
+recorded landscapes (`scripts/bench/bench_search.py`). Its state is the study alone (every decision is recomputed
+from its trials), so a resumed search continues where it stopped.
 
-Samplers:
-- `autotune` (default): the baseline, then knowledge first, as a performance
-  engineer does by hand: local moves from the incumbent (the best config so far,
-  moved only by a gain above `min_improvement`), starting with the moves its own
-  diagnosis names (`autotune.decide.playbook.PLAYBOOK`: input-bound: loader workers,
-  sized from the measured rates, and pinning; overhead-bound: batch size and
-  compile; compute-bound: precision, channels_last, cudnn), every new incumbent
-  diagnosed again, because fixing one bottleneck exposes the next. When no move
-  around the incumbent gains, TPE (multivariate, constant liar) explores, and
-  any new incumbent it finds is explored around again.
-- `tpe`, `random`: Optuna's samplers, after the baseline.
-- `grid`: every point, the baseline first.
-
-All of them: a config already measured (or running) is not run again (its known
-value is told to the sampler instead: a "virtual" trial); a batch size at or
-above one that ran out of memory with the same device-side knobs is not run
-(predicted OOM: the memory ladder); failed, OOM and unsafe (loss parity failed)
-trials are FAIL for the sampler. Where the baseline waits on its loader for
-under DATA_WAIT_FLOOR of its window, the loader knobs the spec did not list
-itself get one probe (`loader_held`; not for grid, which maps every point).
+The sampler is chosen by name from `autotune.decide.samplers.SAMPLERS` (the climb, TPE, random, grid) and asked
+through the study. What every sampler shares is here, each a part of its own:
+- the baseline first, and a trial cut short by an interruption again (`_first`);
+- what may run now (`autotune.decide.limits.Limits`: a config measured or running is not run again; the memory
+  ladder, a batch size at or above one that ran out of memory with the same device-side knobs is predicted OOM;
+  the loader probe, where the baseline waits on its loader for under DATA_WAIT_FLOOR of its window, the loader
+  knobs the spec did not list itself get one probe, not for an exhaustive sampler; the time budget);
+- the virtual trials: a drawn config that cannot run is told to the sampler (its known value, or FAIL with why:
+  `tell_virtual`), and drawn again; failed, OOM and unsafe (loss parity failed) trials are FAIL for the sampler;
+- the rate model's skip: a planned point predicted clearly below the best is not run (`skip_predicted`);
+- the incumbent's bar a trial must beat (`autotune.decide.bar`).
 """
 
 from __future__ import annotations
 
-import itertools
 import random
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -38,18 +27,15 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.decide import model
-from autotune.decide.climb import Climb, key
+from autotune.decide.bar import Incumbent, incumbent_bar
+from autotune.decide.limits import LOADER_KNOBS, Limits, MemoryLadder, counts, key, loader_held, taken
+from autotune.decide.naming import space
+from autotune.decide.samplers import kind
 from autotune.knobs import KNOBS
+from autotune.safety.parity import needs_parity
+from autotune.trial.diagnose import APART
 
-SAMPLERS = ("autotune", "tpe", "random", "grid")
-# knobs that only change the host side: they never change device memory
-HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
-# knobs of the loader alone (not the batch): what a diagnosis measures apart does not depend on them (diagnose.APART)
-LOADER_KNOBS = tuple(n for n, k in KNOBS.items() if k.stage == "loader" and n != "batch_size")
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
-# the baseline waits on data less than this share of its window: the loader is no bottleneck, and its knobs get one
-# probe (the profiler plugin's rule, DataLoader time above 5% of the step -> more workers: docs/design.md)
-DATA_WAIT_FLOOR = 0.05
 
 
 @dataclass
@@ -70,9 +56,6 @@ def told(result, baseline: dict) -> dict:
     stayed: `incumbent_bar`), the `rates` the model predicts from and what its diagnosis
     measured `apart` (a diagnosed trial), and `ci`, its throughput's relative
     95% CI (`incumbent_ci`, once it leads)."""
-    from autotune.trial.diagnose import APART
-    from autotune.safety.parity import needs_parity
-
     knobs = result.knobs or {}  # an autotune.trial.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
     metrics = result.metrics or {}
@@ -91,6 +74,9 @@ def told(result, baseline: dict) -> dict:
 
 
 class Strategy:
+    """The search's decisions on `study`: installs the sampler `sampler` names (`SAMPLERS`) on it, and asks it
+    for configs (`ask`) within what may run now; `tell` keeps what each trial measured in the study."""
+
     def __init__(
         self,
         study: optuna.Study,
@@ -103,60 +89,44 @@ class Strategy:
         cuda: bool | None = None,
         listed=(),
     ):
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler {sampler!r}; allowed: {', '.join(SAMPLERS)}")
-        self.study, self.search, self.kind = study, search, sampler
+        row = kind(sampler)
+        self.study, self.search = study, search
         self.names = list(search)
         self.baseline = {k: baseline[k] for k in self.names}
         self.min_improvement, self.seed = min_improvement, seed
         self.rng = random.Random(seed)
         # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
         self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
-        # the loader knobs searched though the spec did not list them (a preset's): `loader_held`
-        self.loader = [n for n in LOADER_KNOBS if n in self.names and n not in set(listed)]
-        # the rate model orders the climb's moves, and skips what it predicts clearly below
-        self.climb = Climb(search, self.baseline, min_improvement, self.cuda, self.diagnosis_of, self.fastest_first)
-
-    @staticmethod
-    def make_sampler(kind: str, seed: int) -> optuna.samplers.BaseSampler:
-        if kind in ("tpe", "autotune"):
-            # multivariate: knobs interact (workers x batch); constant liar: running
-            # trials count as bad guesses, so parallel trials spread out
-            return optuna.samplers.TPESampler(seed=seed, multivariate=kind == "autotune", constant_liar=True)
-        return optuna.samplers.RandomSampler(seed=seed)
+        # the loader knobs searched though the spec did not list them (a preset's): their one probe
+        # (`limits.loader_held`), not for a sampler that maps every point
+        self.loader = [] if row.exhaustive else [n for n in LOADER_KNOBS if n in self.names and n not in set(listed)]
+        self.limits = self._limits(lambda params: True)  # what may run now: made again before each ask
+        self.sources: dict[int, str] = {}  # trial number -> what named its config (`named`); else the sampler drew it
+        study.sampler = self.sampler = row.make(self, seed)
 
     # --- what the study says ---------------------------------------------------
 
     def _trials(self):
         return self.study.get_trials(deepcopy=False)
 
-    def taken(self) -> set[tuple]:
-        """Configs measured, running, or queued: never proposed again."""
-        return {key(t.params, self.names) for t in self._trials() if self._counts(t) and t.state != TrialState.WAITING}
+    def real_trials(self) -> list:
+        return [t for t in self._trials() if not t.user_attrs.get("virtual")]
 
     def _counts(self, t) -> bool:
-        """A trial of this space that ran, runs, or was told (not one cut short by an interruption)."""
-        return len(t.params) == len(self.names) and not t.user_attrs.get("interrupted")
+        return counts(t, self.names)
 
-    def oom_bounds(self) -> dict[tuple, int]:
-        """Device-side knobs (all but batch size and the host knobs) -> the
-        smallest batch size that ran out of memory with them."""
-        bounds: dict[tuple, int] = {}
-        if "batch_size" not in self.search:
-            return bounds
-        for t in self._trials():
-            if t.user_attrs.get("status") == "oom" and not t.user_attrs.get("virtual"):
-                k = self._memory_key(t.params)
-                bounds[k] = min(bounds.get(k, t.params["batch_size"]), t.params["batch_size"])
-        return bounds
+    def taken(self) -> set[tuple]:
+        """Configs measured, running, or queued: never proposed again."""
+        return taken(self._trials(), self.names)
 
-    def _memory_key(self, params) -> tuple:
-        return tuple(params[n] for n in self.names if n not in HOST_KNOBS and n != "batch_size")
+    def predicted_oom(self, params) -> int | None:
+        """The batch size that ran out of memory at or below `params`' (the memory ladder), or None."""
+        return MemoryLadder(self._trials(), self.names).predicted_oom(params)
 
-    def predicted_oom(self, params, bounds=None) -> int | None:
-        bounds = self.oom_bounds() if bounds is None else bounds
-        bound = bounds.get(self._memory_key(params)) if "batch_size" in params else None
-        return bound if bound is not None and params["batch_size"] >= bound else None
+    def _limits(self, fits: Callable[[dict], bool]) -> Limits:
+        trials = self._trials()
+        held = loader_held(self.real_trials(), self.names, self.loader, self.baseline)
+        return Limits(self.names, self.loader, taken(trials, self.names), MemoryLadder(trials, self.names), held, fits)
 
     @staticmethod
     def _contends(t) -> bool:
@@ -172,6 +142,16 @@ class Strategy:
     def best_value(self) -> float | None:
         best = self._best()
         return best.values[0] if best else None
+
+    def measured(self) -> dict[tuple, float | None]:
+        """Each measured config's key -> its value (None: failed, unsafe, or its loss parity unknown: the search
+        does not build on it): what the climb plans over."""
+        values: dict[tuple, float | None] = {}
+        for t in self._trials():
+            if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
+                good = self._contends(t) and not t.user_attrs.get("unchecked")
+                values.setdefault(key(t.params, self.names), t.values[0] if good else None)
+        return values
 
     def bottleneck(self) -> str | None:
         """The baseline's diagnosed bottleneck."""
@@ -196,113 +176,47 @@ class Strategy:
 
     # --- proposals ---------------------------------------------------------------
 
-    def plan(self, free, infeasible) -> dict | None:
-        """The climb's next point (`autotune.decide.climb.Climb.plan`) over what the
-        study knows: each measured config's value (None: failed, unsafe, or its
-        loss parity unknown: the search does not build on it)."""
-        values: dict[tuple, float | None] = {}
-        for t in self._trials():
-            if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
-                good = self._contends(t) and not t.user_attrs.get("unchecked")
-                values.setdefault(key(t.params, self.names), t.values[0] if good else None)
-        bounds = self.oom_bounds()
-        return self.climb.plan(values, free, infeasible, lambda p: bool(self.predicted_oom(p, bounds)))
-
-    def loader_held(self) -> set[tuple] | None:
-        """The loader settings (of `self.loader`, the loader knobs the spec did
-        not list) left to run, or None: all. Where the baseline waited on data
-        under DATA_WAIT_FLOOR of its window, once one trial has probed other
-        loader settings, only those measured (or running) so far: the search
-        builds on the probe where it gained, and spends no more trials on a
-        loader that is not the bottleneck."""
-        if not self.loader or self.kind == "grid":
-            return None
-        real = [t for t in self.real_trials() if self._counts(t)]
-        base = next((t for t in real if key(t.params, self.names) == key(self.baseline, self.names)), None)
-        wait = base.user_attrs.get("data_wait") if base else None
-        seen = {key(t.params, self.loader) for t in real}
-        return seen if wait is not None and wait < DATA_WAIT_FLOOR and len(seen) > 1 else None
-
-    def _feasibility(self, fits):
-        """`free(p)`: p may run now (not measured, running or infeasible);
-        `infeasible(p)`: predicted OOM, over the budget, or a loader setting
-        past its probe (`loader_held`); the configs taken; the OOM bounds."""
-        taken, bounds, held = self.taken(), self.oom_bounds(), self.loader_held()
-
-        def infeasible(p) -> bool:
-            return (
-                bool(self.predicted_oom(p, bounds))
-                or not fits(p)
-                or (held is not None and key(p, self.loader) not in held)
-            )
-
-        def free(p) -> bool:
-            return key(p, self.names) not in taken and not infeasible(p)
-
-        return free, infeasible, taken, bounds
-
-    def _next_point(self, free, infeasible) -> tuple[dict | None, str]:
-        if free(self.baseline):
+    def _first(self) -> tuple[dict | None, str]:
+        """What runs before any sampler's choice: the baseline, then a trial cut short by an interruption."""
+        if self.limits.free(self.baseline):
             return self.baseline, "baseline"
-        for t in self._trials():  # cut short by an interruption: run again first
-            if t.user_attrs.get("interrupted") and len(t.params) == len(self.names) and free(t.params):
+        for t in self._trials():
+            if t.user_attrs.get("interrupted") and len(t.params) == len(self.names) and self.limits.free(t.params):
                 return dict(t.params), "resume"
-        if self.kind == "grid":
-            return next(((p, "grid") for p in self.grid() if free(p)), (None, ""))
-        if self.kind == "autotune":
-            point = self.plan(free, infeasible)
-            if point is not None:
-                return point, "plan"
-        return None, "sampler"
-
-    def grid(self):
-        return (dict(zip(self.names, values)) for values in itertools.product(*self.search.values()))
+        return None, ""
 
     def ask(self, fits: Callable[[dict], bool] = lambda params: True) -> Proposal | None:
         """The next config to run, as a RUNNING study trial; None when every
         point of the space is measured or known infeasible. `fits(params)`: can
         this config still finish within the time budget (compile trials cost
-        the most)."""
-        free, infeasible, taken, bounds = self._feasibility(fits)
-        point, source = self._next_point(free, infeasible)
-        while point is not None and source == "plan" and self._skip_predicted(point):
-            free, infeasible, taken, bounds = self._feasibility(fits)
-            point, source = self._next_point(free, infeasible)
-        if point is None and source != "sampler":
-            return None
-        if point is not None:
-            return self._enqueue(point, source)
-        for _ in range(MAX_REDRAWS):
+        the most). The sampler is asked through the study; a config it names
+        that the rate model predicts clearly below the best is skipped
+        (`skip_predicted`), one that cannot run is told as a virtual trial
+        (`tell_virtual`) and drawn again, MAX_REDRAWS times at most before an
+        unmeasured point is taken at random."""
+        self.limits = self._limits(fits)
+        redraws = 0
+        while True:
+            point, source = self._first()
+            if point is not None:
+                return self._enqueue(point, source)
+            if not any(self.limits.free(p) for p in space(self.search)):
+                return None
+            if redraws >= MAX_REDRAWS:  # the sampler keeps repeating itself: an unmeasured point at random
+                left = [p for p in space(self.search) if self.limits.free(p)]
+                return self._enqueue(self.rng.choice(left), "fallback")
             trial = self.study.ask()
             params = self._suggest(trial)
-            if free(params):
-                trial.set_user_attr("source", "sampler")
-                return Proposal(trial, params, "sampler")
-            # measured, running or infeasible: tell the sampler what is known, draw again
-            k = key(params, self.names)
-            known = self._known(k)
-            trial.set_user_attr("virtual", True)
-            if known is not None and known.state == TrialState.COMPLETE:
-                trial.set_user_attr("repeat_of", known.number)
-                self.study.tell(trial, known.values[0])
-            else:
-                oom = self.predicted_oom(params, bounds)
-                held = self.loader_held()
-                why = (
-                    "repeat of a failed or running trial"
-                    if known is not None or k in taken
-                    else f"predicted OOM: batch_size >= {oom} ran out of memory"
-                    if oom
-                    else f"the loader had its probe: the baseline waits on data under {DATA_WAIT_FLOOR:.0%}"
-                    if held is not None and key(params, self.loader) not in held
-                    else "cannot run: knobs in conflict, or over the time budget"
-                )
-                trial.set_user_attr("status", "skipped")
-                trial.set_user_attr("error", why)
-                self.study.tell(trial, state=TrialState.FAIL)
-        # the sampler keeps repeating itself: take an unmeasured point at random
-        left = [p for p in self.grid() if free(p)]
-        return self._enqueue(self.rng.choice(left), "fallback") if left else None
+            source = self.sources.pop(trial.number, "sampler")
+            trial.set_user_attr("source", source)
+            if source == "plan" and skip_predicted(self, trial, params):
+                self.limits = self._limits(fits)  # the climb plans again over what the skip added
+                continue
+            if self.limits.free(params):
+                predicted = self.predicted(params) if source != "sampler" else None
+                return Proposal(trial, params, source, predicted and predicted["samples_per_s"])
+            tell_virtual(self, trial, params)
+            redraws += 1
 
     def _enqueue(self, point: dict, source: str) -> Proposal:
         """Run `point` next: an enqueued study trial, asked at once."""
@@ -331,42 +245,23 @@ class Strategy:
         top = max(guesses, default=None)
         return points[-top[1]] if top and top[0] > above else points[0]
 
-    def _skip_predicted(self, point: dict) -> bool:
-        """A point the model predicts clearly below the best so far is not run:
-        a virtual FAIL trial, `skipped: predicted`, with the prediction."""
-        best, guess = self.best_value(), self.predicted(point)
-        if not best or guess is None or guess["samples_per_s"] >= best * model.SKIP_BELOW:
-            return False
-        self.study.enqueue_trial(
-            point,
-            user_attrs={
-                "source": "plan",
-                "virtual": True,
-                "status": "skipped",
-                "predicted": guess["samples_per_s"],
-                "error": f"skipped: predicted {guess['samples_per_s']:.1f} "
-                f"{self.study.user_attrs.get('unit', 'samples')}/s, below {model.SKIP_BELOW:.0%} of the best "
-                f"({best:.1f})",
-            },
-            skip_if_exists=False,
-        )
-        trial = self.study.ask()
-        self._suggest(trial)
-        self.study.tell(trial, state=TrialState.FAIL)
-        return True
-
     def skipped_predicted(self) -> list[dict]:
-        """The configs the rate model kept from running (`_skip_predicted`): {"config", "predicted", "error"}."""
+        """The configs the rate model kept from running (`skip_predicted`): {"config", "predicted", "error"}."""
         return [
             {"config": t.params, "predicted": t.user_attrs["predicted"], "error": t.user_attrs["error"]}
             for t in self._trials()
             if t.user_attrs.get("virtual") and "predicted" in t.user_attrs
         ]
 
+    def named(self, number: int, source: str) -> None:
+        """Trial `number`'s config was named by the sampler (`naming.Naming`): `source` is what named it."""
+        self.sources[number] = source
+
     def _suggest(self, trial) -> dict:
         return {n: trial.suggest_categorical(n, self.search[n]) for n in self.names}
 
-    def _known(self, k: tuple):
+    def known(self, k: tuple):
+        """The trial that ran the config of key `k` and finished, or None."""
         for t in self._trials():
             if (
                 t.state in (TrialState.COMPLETE, TrialState.FAIL)
@@ -424,43 +319,18 @@ class Strategy:
         else:
             self.study.tell(trial, state=TrialState.FAIL)
 
-    def incumbent_bar(self, point: dict | None = None) -> dict:
-        """What a trial must beat to become the incumbent, as its config takes it:
-        `incumbent_above`, in the study's unit (the best so far and min_improvement; at or
-        below it a trial pays for its window alone), `incumbent_ci`, how well
-        the best is known (its throughput's relative 95% CI, 0 where its trial
-        recorded none), and `incumbent_trial`, its number (a tie kept names it).
-        None and 0 before any best, and then `anchor` (the trial that becomes
-        the first incumbent whatever it measures: its window is sized as a
-        promoted one's, `TrialSettings.config`); with `point`, `carry`: what the trial
-        need not measure again to be diagnosed (`carried`), and `tie_keeps_incumbent`:
-        `point` changes the numerics from the incumbent's and is riskier than it
-        (`records.risk`: a higher safety class, or more changed knobs above the
-        safe class), so a window that ties with it, reading inside the
-        incumbent's interval above the bar (autotune.trial's `_not_incumbent`),
-        leaves the incumbent as it is: `records.pick_best`
-        exports the safer side of a tie, and adopting it would pay a loss-parity
-        check and a diagnosis that nothing uses (on jpeg_pipeline 22-24 s, in 2 of
-        3 searches). A tie in loader knobs alone is still adopted: it pays little
-        (the diagnosis `carried`, the parity verdict reused) and the climb goes on."""
-        from autotune.safety.parity import PARITY_KNOBS
-        from autotune.records.run_dir import risk
-
+    def incumbent(self) -> Incumbent | None:
+        """The incumbent as the bar reads it (`bar.Incumbent`), or None before any."""
         best = self._best()
-        riskier = (
-            best is not None
-            and point is not None
-            and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point)
-            and risk(point, self.baseline) > risk(best.params, self.baseline)
+        return Incumbent(best.number, best.params, best.values[0], best.user_attrs.get("ci", 0.0)) if best else None
+
+    def incumbent_bar(self, point: dict | None = None) -> dict:
+        """What a trial of `point` must beat to become the incumbent (`bar.incumbent_bar`), with, for `point`,
+        what it need not measure again to be diagnosed (`carried`)."""
+        carry = self.carried(point) if point is not None else None
+        return incumbent_bar(
+            self.incumbent(), point, baseline=self.baseline, min_improvement=self.min_improvement, carry=carry
         )
-        return {
-            "incumbent_above": best.values[0] * (1 + self.min_improvement) if best else None,
-            "incumbent_ci": best.user_attrs.get("ci", 0.0) if best else 0.0,
-            **({"incumbent_trial": best.number} if best else {}),
-            **({"anchor": True} if best is None else {}),
-            **({"carry": self.carried(point)} if point is not None else {}),
-            **({"tie_keeps_incumbent": True} if riskier else {}),
-        }
 
     def carried(self, point: dict) -> dict | None:
         """{"trial": N, "metrics": what trial N's diagnosis measured apart from its
@@ -480,5 +350,35 @@ class Strategy:
         best = self.best_value()
         return best * (1 - margin) if best and margin else None
 
-    def real_trials(self) -> list:
-        return [t for t in self._trials() if not t.user_attrs.get("virtual")]
+
+def skip_predicted(strategy: Strategy, trial: optuna.trial.Trial, point: dict) -> bool:
+    """The rate model's skip: a point the climb named (`trial`, asked with it) that the model predicts clearly
+    below the best so far (under model.SKIP_BELOW of it) is not run: the trial is told FAIL, virtual, `skipped:
+    predicted`, with the prediction. False (nothing told) where the model cannot say or predicts no such loss."""
+    best, guess = strategy.best_value(), strategy.predicted(point)
+    if not best or guess is None or guess["samples_per_s"] >= best * model.SKIP_BELOW:
+        return False
+    for name, value in {
+        "virtual": True,
+        "status": "skipped",
+        "predicted": guess["samples_per_s"],
+        "error": f"skipped: predicted {guess['samples_per_s']:.1f} {strategy.study.user_attrs.get('unit', 'samples')}"
+        f"/s, below {model.SKIP_BELOW:.0%} of the best ({best:.1f})",
+    }.items():
+        trial.set_user_attr(name, value)
+    strategy.study.tell(trial, state=TrialState.FAIL)
+    return True
+
+
+def tell_virtual(strategy: Strategy, trial: optuna.trial.Trial, params: dict) -> None:
+    """A drawn config that does not run (measured, running or infeasible), told to the sampler as a virtual
+    trial: a measured one's value again (`repeat_of`), else FAIL with why (`Limits.why_not`)."""
+    known = strategy.known(key(params, strategy.names))
+    trial.set_user_attr("virtual", True)
+    if known is not None and known.state == TrialState.COMPLETE:
+        trial.set_user_attr("repeat_of", known.number)
+        strategy.study.tell(trial, known.values[0])
+        return
+    trial.set_user_attr("status", "skipped")
+    trial.set_user_attr("error", strategy.limits.why_not(params, known))
+    strategy.study.tell(trial, state=TrialState.FAIL)

@@ -54,6 +54,7 @@ from autotune.decide import checked
 from autotune.decide.budget import budget_fits
 from autotune.decide.confirm import confirm_best, window_ci
 from autotune.decide.stoppers import Combined, search_stoppers
+from autotune.decide.samplers import kind
 from autotune.decide.strategy import Strategy
 from autotune.spec import SearchPlan, Spec, SpecError
 from autotune.trial import ranks as R
@@ -300,8 +301,7 @@ def _search(
         storage=storage_url,
         direction="maximize",
         load_if_exists=True,
-        sampler=Strategy.make_sampler(search.sampler, search.seed),
-    )
+    )  # the strategy installs the spec's sampler on it
     reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
     recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
     strategy = Strategy(
@@ -351,7 +351,7 @@ def _search(
         recorder,
         n_trials=n_trials,
         budget_s=budget,
-        patience=None if search.sampler == "grid" else search.patience,
+        patience=None if kind(search.sampler).exhaustive else search.patience,  # a grid maps every point
         min_improvement=search.min_improvement,
         started=started,
         wall_before=opened.wall_before,

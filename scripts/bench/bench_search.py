@@ -147,7 +147,7 @@ def replay(land: Landscape, kind: str, seed: int, max_trials: int) -> tuple[int,
             if value is not None and value >= TARGET * land.best:
                 return trials, spent, True
         return max_trials, spent, False
-    study = optuna.create_study(direction="maximize", sampler=Strategy.make_sampler("autotune", seed))
+    study = optuna.create_study(direction="maximize")
     strategy = Strategy(study, land.space, land.baseline, "autotune", seed=seed)
     promote_ci = promote_floor(DEFAULTS["target_ci"], land.device_type)  # a promoted window's, by default
     while trials < max_trials:

@@ -160,7 +160,8 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
         "metrics.`tokens_per_s`",
         "metrics.`mfu`",
         "metrics.`speedup_x`",
-        "tags.`speedup.remeasured`",
+        "tags.`remeasured`",
+        "tags.`pairs`",
         "tags.`outcome`",
         "tags.`safety.parity`",
         *(f"params.`{k}`" for k in knobs),
@@ -185,8 +186,8 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
 @pytest.mark.timeout(300)
 def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run, tmp_path):
     """A real browser on the printed link: every trial a row, fastest first, the
-    samples_per_s column drawn, the sidebar in model-training mode (Debian's
-    chromium; `apt-get install chromium`)."""
+    samples_per_s column drawn at 4 significant figures, the best's row named so with its re-measured speedup and
+    the pairs' range, the sidebar in model-training mode (Debian's chromium; `apt-get install chromium`)."""
     import re
     import subprocess
 
@@ -222,6 +223,16 @@ def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run
     assert [rows.get(str(i)) for i in range(len(rows))] == [r.info.run_id for r in trials], dom[-3000:]
     assert 'col-id="metrics.`samples_per_s`"' in dom
     assert "Model registry" in dom and "Judges" not in dom  # the sidebar in model-training mode, not GenAI
+    # numbers a person reads (4 significant figures), the winner's row named so, with its re-measured speedup
+    shown = re.findall(r'id="cell-metrics.`(?:samples_per_s|speedup_x)`-\d+" class="ag-cell-value">([^<]*)<', dom)
+    assert shown and all(len(re.sub(r"\D", "", v).lstrip("0")) <= 4 for v in shown), shown
+    from autotune.export import answer as A
+    from autotune.records.run_dir import read_run
+
+    for record, best, cells, _ in A.rows(read_run(run_dir)):
+        assert not best or f"trial-{record.number:03d} ({'baseline, ' if record.is_baseline else ''}best)" in dom
+        for key, value in cells.items():
+            assert re.search(rf'id="cell-tags.`{key}`-\d+" class="ag-cell-value">{re.escape(value)}<', dom), value
 
 
 def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local):

@@ -76,8 +76,7 @@ def test_the_answer_names_the_changes_the_range_the_safety_and_the_command(tmp_p
     answer = A.of(read_run(fixture_run("quickstart", tmp_path, monkeypatch)))
     assert answer.headline() == [
         "speedup: 1.44x samples/s (1.34-1.53x, 2 pairs side by side); loss parity passed",
-        "best config: batch_size 32 -> 64 (dynamics: scale the learning rate 2x), "
-        "precision 32-true -> bf16-mixed (numerics)",
+        "best config: batch_size=64 (dynamics: learning rate x2), precision=bf16-mixed (numerics)",
     ]
     assert answer.command == 'cfg = autotune.load_config("run/best_config.yaml")'
     assert answer.trust == (
@@ -166,7 +165,7 @@ def test_autotune_report_shows_everything_that_left_the_screen(tmp_path, monkeyp
         assert says in text, item  # ... and `autotune report` shows it
         assert says in markdown, item
         assert data[key], item  # ... and its JSON holds it
-    assert text.startswith(screen.split(" details: ")[0])  # the report: the screen, then the rest
+    assert text.startswith(screen.split(" baseline vs best ")[0])  # the report: the screen, then the rest
     text, markdown, data = reported(with_compile(read_run(run)), monkeypatch)
     says = "compile=default (trial #4): first step after 27.7 s (baseline, eager: 0.800 s), then 8,190 samples/s"
     assert says in text and says in markdown and data["compile"][0]["first_step_s"] == 27.7
@@ -198,6 +197,6 @@ def test_a_ten_trial_live_view_is_ten_lines_and_the_incumbents_changes(tmp_path,
     assert [i for i, line in enumerate(trials) if "best so far" in line] == [3, 4]  # the two changes
     assert re.match(r"\[1/10\] trial   0 ok baseline  4,450 samples/s  \(0:0\d elapsed, ~\d:\d\d left\)$", trials[0])
     assert re.match(
-        r"\[5/10\] trial   4 ok batch=64 precision=bf16-mixed  8,190 samples/s 1\.84x  best so far, parity passed  \(",
+        r"\[5/10\] trial   4 ok batch=64 precision=bf16-mixed  8,190 samples/s 1\.84x  best so far, loss parity passed  \(",
         trials[4],
     )

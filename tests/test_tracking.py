@@ -88,7 +88,8 @@ def test_the_first_screen_has_readable_metrics_and_the_remeasured_speedup_on_the
     assert [r.data.tags["trial_number"] for r in rows[:2]] == ["4", "3"]  # 8,188 and 5,915 samples/s
     winner = rows[0].data
     assert winner.metrics["samples_per_s"] == 8188.0 and winner.metrics["speedup_x"] == 1.841  # was 1.84107...
-    assert winner.tags[tracking.REMEASURED] == "1.44x (1.34-1.53x, 2 pairs): best"
+    assert (winner.tags[tracking.REMEASURED], winner.tags[tracking.PAIRS]) == ("1.44x", "1.34-1.53x")
+    assert rows[0].info.run_name == "trial-004 (best)" and rows[2].info.run_name == "trial-000 (baseline)"
     assert (winner.metrics["remeasured_speedup_low_x"], winner.metrics["remeasured_speedup_high_x"]) == (1.343, 1.529)
     assert tracking.REMEASURED not in rows[1].data.tags  # the other rows: theirs alone
     for r in rows:
@@ -101,8 +102,7 @@ def test_the_first_screen_has_readable_metrics_and_the_remeasured_speedup_on_the
     )
     assert parent.tags["mlflow.note.content"].startswith(
         "**speedup: 1.44x samples/s (1.34-1.53x, 2 pairs side by side); loss parity passed**\n\n"
-        "best config: batch_size 32 -> 64 (dynamics: scale the learning rate 2x), "
-        "precision 32-true -> bf16-mixed (numerics)\n\n```\n"
+        "best config: batch_size=64 (dynamics: learning rate x2), precision=bf16-mixed (numerics)\n\n```\n"
         f'cfg = autotune.load_config("{run_dir}/best_config.yaml")\n```\n\n'
         "- 3 pairs ran under outside load (other processes took 43-49% of the CPU): not counted\n"
     )
@@ -115,8 +115,6 @@ def test_a_tie_marks_the_remeasured_row_and_the_baseline_kept(tmp_path, monkeypa
 
     result = read_run(fixture_run("tie", tmp_path, monkeypatch))
     tracker, client = logged(tmp_path / "run", result)
-    tags = {r.data.tags["trial_number"]: r.data.tags.get(tracking.REMEASURED) for r in first_screen(client, tracker)}
-    assert tags == {
-        "1": "1.45x (0.666-1.59x, 3 pairs): a tie: not faster in every pair",
-        "0": "best: the baseline, kept in a tie",
-    }
+    rows = first_screen(client, tracker)
+    cells = {r.info.run_name: (r.data.tags.get(tracking.REMEASURED), r.data.tags.get(tracking.PAIRS)) for r in rows}
+    assert cells == {"trial-001": ("1.45x, tie", "0.666-1.59x"), "trial-000 (baseline, best)": ("kept, tie", None)}

@@ -137,6 +137,7 @@ class LiveView:
     def _news(self, record) -> str:
         """The incumbent, where it changed since the last line named it: on the trial's own line."""
         from autotune.decide.checked import status
+        from autotune.export.answer import changes_of, safety_words
 
         base = next((r for r in self.rows if r.is_baseline and r.throughput), None)
         if self.best is None or base is None:
@@ -145,10 +146,10 @@ class LiveView:
         if key == self.shown:
             return ""
         self.shown = key
+        words = safety_words(status(self.best, base), changes_of(self.best.knobs, base.knobs))
         if self.best is record:
-            return "" if record.is_baseline else f"  best so far, {status(record, base)}"
-        gain = self.best.throughput / base.throughput
-        return f"  best so far: trial #{self.best.number}, {gain:.2f}x, {status(self.best, base)}"
+            return "" if record.is_baseline else f"  best so far, {words}"
+        return f"  best so far: trial #{self.best.number}, {sig(self.best.throughput / base.throughput)}x, {words}"
 
     def _incumbent(self) -> str:
         """The incumbent at this moment: its trial, gain and safety status
@@ -197,7 +198,7 @@ class LiveView:
         knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in changed) or "the baseline's knobs"
         value = r.measured  # in its unit (trial.result.unit_of: a language model's tokens/s)
         perf = f"{sig(value)} {r.unit.label}" if value else f"{r.error_type}: {r.error}"
-        speed = f" {r.speedup:.2f}x" if r.speedup and not r.is_baseline else ""
+        speed = f" {sig(r.speedup)}x" if r.speedup and not r.is_baseline else ""
         return f"trial {r.number:3d} {r.status} " + ("baseline" if r.is_baseline else knobs) + f"  {perf}{speed}"
 
     def _table(self) -> Table:
@@ -404,15 +405,18 @@ def _speedup_cell(d: dict) -> str:
     return f"[bold green]{d['speedup_x']:.2f}x[/]"
 
 
-def _table(d: dict) -> Table:
-    """The evidence: the baseline against the best, side by side, each measured figure a row."""
+SCREEN_ROWS = tuple(row for row in ROWS if row[1] not in ("step_ms_min", "step_ms_max"))  # the report has them
+
+
+def _table(d: dict, rows=ROWS) -> Table:
+    """The evidence: the baseline against the best, side by side, each measured figure a row (`rows`)."""
     sides = _sides(d)
     base, other = (d[s] for s in sides)
     table = Table(title=f"baseline vs best ({d['trials']} trials, {d['wall_s']:.0f} s)", title_justify="left")
     table.add_column("")
     table.add_column(f"baseline (#{base['trial']})", justify="right")
     table.add_column(f"{'tied' if d['tied'] else 'best'} (#{other['trial']})", justify="right")
-    for label, key, fmt in ROWS:
+    for label, key, fmt in rows:
         cells = _cells(d, key, fmt, sides)
         if cells:
             table.add_row(label, *cells)
@@ -447,10 +451,10 @@ def _stopped(d: dict) -> None:
         err_console.print(line, soft_wrap=False, overflow="fold")
 
 
-def screen(result, d: dict | None = None) -> list:
+def screen(result, d: dict | None = None, rows=SCREEN_ROWS) -> list:
     """The last screen of a search, as renderables: the answer (autotune.export.answer: what changed, how
-    much faster, is it safe), the command that runs it, the baseline-vs-best table, and a line for each fact
-    that changes how far to trust the answer."""
+    much faster, is it safe), the command that runs it, the baseline-vs-best table (`rows`: the step time's
+    min and max are the report's), and a line for each fact that changes how far to trust the answer."""
     from autotune.export import answer as A
 
     d = d or as_dict(result)
@@ -460,7 +464,7 @@ def screen(result, d: dict | None = None) -> list:
     if answer.command:
         out.append(Text.assemble(("run it: ", "bold"), (answer.command, "bold cyan")))
     if d["baseline"] and d["best"]:
-        out.append(_table(d))
+        out.append(_table(d, rows))
     out += [Text(line, style="yellow") for line in answer.trust]
     return out
 
@@ -486,7 +490,7 @@ def report(result, importance: dict | None = None, plots=()) -> None:
     """`autotune report RUN`: the last screen, then everything else the search found."""
     d = as_dict(result, importance)
     _stopped(d)
-    _print(*screen(result, d))
+    _print(*screen(result, d, ROWS))
     for item in details(d):
         _print(item)
     for path in plots:

@@ -61,7 +61,7 @@ class Answer:
                 "no answer: the baseline was not measured, so nothing can be compared",
                 f"its log: {self.log}" if self.log else "no trial ran",
             ]
-        changed = "best config: " + (", ".join(self._change(c) for c in self.changes) or "the baseline's")
+        changed = "best config: " + (self._changes(self.changes) or "the baseline's")
         if self.verdict == "unknown":
             return [
                 f"speedup unknown: the pairs ran under outside load (the trials read {_x(self.trials_speedup)})"
@@ -72,18 +72,26 @@ class Answer:
             t = self.tied
             return [
                 f"a tie: trial #{t['trial']} read {t['speedup']}, {t['why']}",
-                f"best config: the baseline's; trial #{t['trial']} changed "
-                + ", ".join(self._change(c) for c in t["changes"]),
+                f"best config: the baseline's; trial #{t['trial']} changed " + self._changes(t["changes"]),
             ]
         if self.verdict == "baseline":
             return ["no config measured faster than the baseline", changed]
         return [self._speedup() + self._safety(), changed]
 
-    def _change(self, c: Change) -> str:
-        why = c.safety
-        if c.knob == "batch_size" and self.lr_factor:  # what the dynamics class asks of the user
-            why += f": scale the learning rate {self.lr_factor:.3g}x"
-        return f"{c.knob} {_fmt(c.baseline)} -> {_fmt(c.tuned)} ({why})"
+    def _changes(self, changes) -> str:
+        """The knobs a config sets, as best_config.yaml names them, grouped by safety class, riskiest first:
+        "batch_size=64 (dynamics: scale the learning rate 2x), precision=bf16-mixed (numerics)" (the table
+        below gives each one's baseline value)."""
+        groups = []
+        for safety in reversed(K.SAFETY_CLASSES):
+            group = [c for c in changes if c.safety == safety]
+            if not group:
+                continue
+            why = safety
+            if self.lr_factor and any(c.knob == "batch_size" for c in group):  # what the dynamics class asks
+                why += f": learning rate x{self.lr_factor:.3g}"
+            groups.append(", ".join(f"{c.knob}={_fmt(c.tuned)}" for c in group) + f" ({why})")
+        return ", ".join(groups)
 
     def _speedup(self) -> str:
         head = f"speedup: {_x(self.speedup)} {self.unit}"
@@ -94,17 +102,7 @@ class Answer:
         return f"{head} (the two trials' ratio, not re-measured)"
 
     def _safety(self) -> str:
-        words = {
-            "parity passed": "loss parity passed",
-            "safe": "numerics unchanged",
-            "unchecked": "loss parity not run",
-            "parity not judged": "loss parity not judged",
-            "parity not measured": "loss parity not measured",
-        }
-        text = words.get(self.safety, self.safety)
-        if self.safety == "safe" and any(c.safety == "dynamics" for c in self.changes):
-            text = "changes the training dynamics"
-        return f"; {text}" if self.safety != "baseline" else ""
+        return f"; {safety_words(self.safety, self.changes)}" if self.safety != "baseline" else ""
 
 
 def _x(value: float | None) -> str:
@@ -121,7 +119,21 @@ def _fmt(value) -> str:
     return "default" if value is None else str(value)
 
 
-def _changes(knobs: dict[str, Any], baseline: dict[str, Any]) -> tuple[Change, ...]:
+def safety_words(safety: str, changes) -> str:
+    """A config's safety status (decide.checked.status) as the answer says it: "loss parity passed", "numerics
+    unchanged", "changes the training dynamics" (a safe status where a dynamics knob changed: no parity asked)."""
+    if safety == "safe" and any(c.safety == "dynamics" for c in changes):
+        return "changes the training dynamics"
+    return {
+        "parity passed": "loss parity passed",
+        "safe": "numerics unchanged",
+        "unchecked": "loss parity not run",
+        "parity not judged": "loss parity not judged",
+        "parity not measured": "loss parity not measured",
+    }.get(safety, safety)
+
+
+def changes_of(knobs: dict[str, Any], baseline: dict[str, Any]) -> tuple[Change, ...]:
     return tuple(Change(k, baseline.get(k), v, K.lookup(k).safety) for k, v in knobs.items() if v != baseline.get(k))
 
 
@@ -162,7 +174,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         return Answer("none", log=shown_log)
     path = result.best_config_path
     data = load.read(path) if path else {}
-    changes = _changes(best.knobs, base.knobs)
+    changes = changes_of(best.knobs, base.knobs)
     confirmed = result.confirmed
     verdict = "faster"
     if result.speedup_unknown:
@@ -200,7 +212,7 @@ def _tied(result) -> dict[str, Any]:
             f"{_x(faster.throughput / base.throughput)} in its trial",
             "inside the measured noise",
         )  # records.pick_best
-    return {"trial": faster.number, "changes": _changes(faster.knobs, base.knobs), "speedup": figure, "why": why}
+    return {"trial": faster.number, "changes": changes_of(faster.knobs, base.knobs), "speedup": figure, "why": why}
 
 
 def trust(result, verdict: str = "faster") -> list[str]:
@@ -255,33 +267,37 @@ def _short(reason: str | None, limit: int = 80) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
-def rows(result) -> list[tuple[Any, str, dict[str, float]]]:
-    """What the trials' rows say of the answer (MLflow's first screen): (record, text, metrics) for the trial
-    re-measured side by side (its speedup with the pairs' range) and for the best, where that is another."""
+def rows(result) -> list[tuple[Any, bool, dict[str, str], dict[str, float]]]:
+    """What the trials' rows on MLflow's first screen say of the answer, each cell short enough for its column
+    (about 11 characters at 1600 pixels): (record, whether it is the best, cells, metrics). The trial re-measured
+    side by side: its speedup (`remeasured`: "1.44x"; a tie's "1.45x, tie") and the pairs' range (`pairs`:
+    "1.34-1.53x"), with the figures as metrics; the best, where that is another row (the baseline kept in a tie:
+    "kept, tie")."""
     best, base, confirm = result.best, result.baseline, result.confirm or {}
     if best is None or base is None or not base.throughput:
         return []
     out = []
     measured = next((r for r in result.records if r.number == confirm.get("best_trial")), None)
     if measured is not None and confirm.get("verdict") == "unknown":
-        out.append((measured, "unknown: the pairs ran under outside load" + (", best" if measured is best else ""), {}))
+        out.append((measured, measured is best, {"remeasured": "unknown", "pairs": "under load"}, {}))
     elif measured is not None and confirm.get("speedup_x"):
         n = confirm["rounds"]
-        spread = f"{_range(confirm['speedup_low'], confirm['speedup_high'])}, {n} pairs" if n > 1 else "one pair"
-        verdict = "best" if measured is best else "a tie: not faster in every pair"
         metrics = {"remeasured_speedup_x": confirm["speedup_x"]}
         if n > 1:
             metrics |= {
                 "remeasured_speedup_low_x": confirm["speedup_low"],
                 "remeasured_speedup_high_x": confirm["speedup_high"],
             }
-        out.append((measured, f"{_x(confirm['speedup_x'])} ({spread}): {verdict}", metrics))
+        cells = {
+            "remeasured": _x(confirm["speedup_x"]) + ("" if measured is best else ", tie"),
+            "pairs": _range(confirm["speedup_low"], confirm["speedup_high"]) if n > 1 else "one pair",
+        }
+        out.append((measured, measured is best, cells, metrics))
     if best is not measured:
-        if best is base:
-            text = "best: the baseline, kept in a tie" if best.tie else "best: the baseline, nothing faster"
-        else:
-            text = f"best: {_x(best.throughput / base.throughput)} in its trial, not re-measured"
-        out.append((best, text, {}))
+        cells = {"remeasured": "kept, tie"} if best is base and best.tie else {}
+        if best is not base and confirm.get("verdict") is None:
+            cells = {"remeasured": "not run"}
+        out.append((best, True, cells, {}))
     return out
 
 

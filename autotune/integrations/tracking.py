@@ -23,13 +23,20 @@ STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"
 OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed
 
 
-REMEASURED = "speedup.remeasured"  # a trial's tag: the re-measured speedup with its range, on the winner's row
+# a trial's tags on the trials' view: its speedup re-measured side by side, and the pairs' range (export.answer.rows)
+REMEASURED, PAIRS = "remeasured", "pairs"
 
 
 def readable(value: float) -> float:
     """A metric at the precision a person reads: 4 significant figures (the UI shows what is stored, and
     cut 7443.46382... and 1.64187890... by its column)."""
     return float(f"{float(value):.4g}")
+
+
+def _run_name(record, best: bool = False) -> str:
+    """A trial's run name: trial-004, trial-000 (baseline); the best's says so: trial-004 (best)."""
+    marks = [m for m, on in (("baseline", record.is_baseline), ("best", best)) if on]
+    return f"trial-{record.number:03d}" + (f" ({', '.join(marks)})" if marks else "")
 
 
 def _ms(unix_s) -> int | None:
@@ -112,6 +119,7 @@ def trials_view(parent_run_id: str, knobs) -> dict:
         "metrics.`mfu`",
         "metrics.`speedup_x`",
         f"tags.`{REMEASURED}`",
+        f"tags.`{PAIRS}`",
         "tags.`outcome`",
         "tags.`safety.parity`",
         *(f"params.`{k}`" for k in knobs),
@@ -263,7 +271,7 @@ class Tracker:
             self._trial_run(record.number)
             or self.client.create_run(
                 self.experiment_id,
-                run_name=f"trial-{record.number:03d}" + (" (baseline)" if record.is_baseline else ""),
+                run_name=_run_name(record),
                 tags={
                     "mlflow.parentRunId": self.parent_run_id,
                     "autotune.role": "trial",
@@ -340,16 +348,18 @@ class Tracker:
 
     def tell(self, result) -> None:
         """The answer (autotune.export.answer) as the parent run's description, and on the trials' rows: the
-        re-measured speedup with its range on the re-measured trial's (REMEASURED, and its metrics), which row
-        is the best, and the baseline's where it kept its place in a tie."""
+        re-measured speedup (REMEASURED) and the pairs' range (PAIRS) on the re-measured trial's, with their
+        metrics; the best's run name marked "(best)", the baseline's too where it kept its place in a tie."""
         from autotune.export import answer as A
 
         answer = A.of(result, absolute=True)
         report = f"autotune report {result.run_dir}"
         self._log(self.parent_run_id, tags={"mlflow.note.content": A.description(answer, report)})
-        for record, text, metrics in A.rows(result):
+        for record, best, cells, metrics in A.rows(result):
             if record.mlflow_run_id:
-                self._log(record.mlflow_run_id, metrics=metrics, tags={REMEASURED: text})
+                self._log(record.mlflow_run_id, metrics=metrics, tags=cells)
+                if best:  # the winner's row says so in its name, the first column
+                    self.client.update_run(record.mlflow_run_id, name=_run_name(record, best=True))
 
     def _log(self, run_id, params=None, metrics=None, tags=None) -> None:
         from mlflow.entities import Metric, Param, RunTag

@@ -565,14 +565,16 @@ def _effects(d: dict) -> Table:
     if importance:
         effects.add_column("importance", justify="right")
     for knob, rows in d["knob_effects"].items():
-        cells = ", ".join(
-            f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
-            if e["trials"]
-            else f"{_fmt(e['value'])}: -"
-            for e in rows
-        )
-        effects.add_row(knob, cells, *([f"{importance.get(knob, 0):.2f}"] if importance else []))
+        effects.add_row(knob, _effect_cells(rows, unit), *([f"{importance.get(knob, 0):.2f}"] if importance else []))
     return effects
+
+
+def _effect_cells(rows: list[dict], unit) -> str:
+    """A knob's values with the median rate of their trials: "32: 4447 (3), 64: 2726 (6, 5 pruned), 256: -"."""
+    return ", ".join(
+        f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})" if e["trials"] else f"{_fmt(e['value'])}: -"
+        for e in rows
+    )
 
 
 def _count(effect: dict) -> str:
@@ -681,12 +683,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
             "|---|---|" + ("---:|" if imp else ""),
         ]
         for knob, rows in d["knob_effects"].items():
-            cells = ", ".join(
-                f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
-                if e["trials"]
-                else f"{_fmt(e['value'])}: -"
-                for e in rows
-            )
+            cells = _effect_cells(rows, unit)
             lines.append(f"| `{knob}` | {cells} |" + (f" {imp.get(knob, 0):.2f} |" if imp else ""))
     notes = _search_notes(d)
     if notes:

@@ -1,6 +1,8 @@
 """Loss parity of a user's own program (autotune.safety.program_parity): the verdict's rules, the program's
 parity runs (real processes, through the launcher) on a healthy bf16 candidate, a planted cancellation that
-bf16 rounds away, a chaotic program, one that never hands over its model and one that reports no loss; and a
+bf16 rounds away, a chaotic program, one that never hands over its model and one that reports no loss; a
+language model's numerics knobs on a Trainer's tiny Llama (padding-free rows against padded ones, eager attention
+against sdpa) and the planted faults of a padding-free row whose documents attend across each other; and a
 search whose bf16 winner is checked late and exported as checked."""
 
 import json
@@ -8,6 +10,7 @@ import math
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 from autotune import knobs as K
@@ -39,16 +42,50 @@ def near(losses, rel):
     ],
 )
 def test_the_verdict_on_a_programs_loss_trajectories(noise, candidate, verdict, passed):
-    out = PP.verdict(REF, noise, candidate, STEPS, TOL, 2.0**-8)
+    out = PP.verdict(REF, noise, candidate, STEPS, TOL, 2.0**-8, rtol=0.1)  # the first step: inside 0.1 each
     assert (out["verdict"], out["passed"]) == (verdict, passed)
     if verdict != "not measured":
         assert out["multi_step"]["loss_dev"]["judged"] == (noise is not None and verdict != "not judged")
     assert verdict == "passed" or out["reason"]
 
 
-def check(tmp_path, command: list[str], candidate: dict, where: Path = PROGRAMS):
+def first_off(losses, rel):
+    return [losses[0] * (1 + rel)] + losses[1:]
+
+
+@pytest.mark.parametrize(
+    "noise, candidate, random, verdict, failed",
+    [
+        # a padding-free row whose documents see each other: its first loss 2e-4 off (the tiny Llama of TRL's
+        # script), inside any tolerance over many steps, 150 x fp32's rtol from the same weights on the same batch
+        ([first_off(REF, 1e-7)] * 3, first_off(REF, 2e-4), False, "failed", ["first-step loss"]),
+        ([first_off(REF, 1e-7)] * 3, first_off(REF, 1e-7), False, "passed", []),
+        ([first_off(REF, 1e-5)] * 3, first_off(REF, 2e-5), False, "passed", []),  # the band: 8 x the noise
+        ([first_off(REF, 1e-7)] * 3, first_off(REF, 2e-4), True, "passed", []),  # dropout: another draw, unjudged
+        ([REF[:1] + near(REF, 0.4)[1:]] * 3, first_off(REF, 2e-4), False, "failed", ["first-step loss"]),  # chaotic
+        ([first_off(REF, 1e-7)] * 3, near(REF, 0.2), False, "failed", ["first-step loss", "multi-step loss"]),
+    ],
+)
+def test_a_programs_first_loss_is_judged_as_a_step_from_identical_state(noise, candidate, random, verdict, failed):
+    out = PP.verdict(REF, noise, candidate, STEPS, TOL, 2.0**-16, rtol=1.3e-6, random=random)
+    assert (out["verdict"], out.get("failed")) == (verdict, failed)
+    first = out["first_step"]
+    assert first["judged"] == (not random) and first["band"] == max(1.3e-6, 8 * first["noise"])
+    assert ("first loss" in (out["reason"] or "")) == ("first-step loss" in failed)
+
+
+def test_a_model_that_draws_random_numbers_in_training_is_told():
+    from tests.test_lm_knobs import tiny_llama
+
+    assert not PP.draws_random(tiny_llama())
+    assert PP.draws_random(tiny_llama(attention_dropout=0.1))  # transformers' functional attention dropout
+    assert PP.draws_random(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.1)))
+    assert not PP.draws_random(torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Dropout(0.0)))
+
+
+def check(tmp_path, command: list[str], candidate: dict, where: Path = PROGRAMS, baseline: dict | None = None):
     """program_parity.check on `command` (in tests/programs), each run a real process through the launcher."""
-    base = K.pytorch_defaults(None)
+    base = {**K.pytorch_defaults(None), **(baseline or {})}
     runs = []
 
     def run(knobs, label, noise=None):
@@ -84,7 +121,7 @@ def test_a_programs_bf16_passes_and_a_cancellation_bf16_rounds_away_fails(tmp_pa
     assert (again["verdict"], again["reference"], runs) == ("passed", "cached", [])
 
     planted, _ = check(tmp_path / "cancel", ["python", "parity_mlp.py", "--cancel"], {"precision": "bf16-mixed"})
-    assert (planted["verdict"], planted["failed"]) == ("failed", ["multi-step loss"])
+    assert planted["verdict"] == "failed" and "multi-step loss" in planted["failed"]
     assert planted["max_rel_dev"] > 10 * planted["multi_step"]["loss_dev"]["band"]
 
 
@@ -97,6 +134,50 @@ def test_chaos_a_model_never_handed_over_and_no_loss_are_never_passed(tmp_path):
         tmp_path / "silent", ["python", "loader_loop.py", "--read_ms", "0"], {"precision": "bf16-mixed"}
     )
     assert silent["verdict"] == "not measured" and runs == ["p-baseline"]  # nothing more to run
+
+
+# transformers' Trainer on the tiny Llama, its own collator padding each batch (tests/programs/lm_trainer.py)
+LM_TRAINER = "python lm_trainer.py --output_dir out --max_steps 100000 --per_device_train_batch_size 4 "
+LM_TRAINER += "--report_to none --logging_steps 1000 --disable_tqdm true"
+SDPA = {"attention": "sdpa", "padding_free": False}  # the model's own kernel, padded batches
+
+
+def test_padding_free_rows_and_eager_attention_pass_and_documents_that_attend_across_each_other_fail(tmp_path):
+    """Padding-free against padded: the same tokens, so the same per-token loss, from the first step (fp32's rtol)
+    over every step; eager attention against sdpa the same. The planted fault (lm_trainer.py's `--fault
+    positions`: the position ids dropped) lets a row's documents attend across each other: the first loss moves
+    1.5e-3, inside the 5% tolerance over many steps, far past the first step's band."""
+    healthy = tmp_path / "healthy"
+    flat, runs = check(healthy, LM_TRAINER.split(), {"padding_free": True}, baseline=SDPA)
+    assert flat["verdict"] == "passed", flat["reason"]
+    assert runs == ["p-baseline", "p-noise0", "p-noise1", "p-noise2", "p"]
+    first = flat["first_step"]
+    assert first["judged"] and first["rtol"] == 1.3e-6 and first["value"] <= first["band"]
+    eager, runs = check(healthy, LM_TRAINER.split(), {"attention": "eager"}, baseline=SDPA)
+    assert (eager["verdict"], runs) == ("passed", ["p"]), eager["reason"]  # the baseline's runs kept
+    # the fault acts on padding-free rows alone, so the baseline's runs are the healthy script's (measured: the
+    # faulty script's own baseline and noise runs, as the slow test below makes them, gave the same losses to the
+    # bit); its verdicts are not the faulty script's
+    planted_dir = tmp_path / "positions"
+    planted_dir.mkdir()
+    reference = {**json.loads((healthy / "ref.json").read_text()), "verdicts": {}}
+    (planted_dir / "ref.json").write_text(json.dumps(reference))
+    command = [*LM_TRAINER.split(), "--fault", "positions"]
+    planted, runs = check(planted_dir, command, {"padding_free": True}, baseline=SDPA)
+    assert (planted["verdict"], planted["failed"], runs) == ("failed", ["first-step loss"], ["p"]), planted
+    assert planted["first_step"]["value"] > 100 * planted["first_step"]["band"]
+    assert planted["max_rel_dev"] < TOL  # what the multi-step check alone passed (RULE 5)
+
+
+@pytest.mark.slow  # ~2 x 5 runs of the Trainer script (~80 s on 2 idle cores): in CI, the fault above
+@pytest.mark.parametrize("fault", ["positions", "cache"])
+def test_a_padding_free_row_whose_documents_attend_across_each_other_fails_from_its_own_baseline(tmp_path, fault):
+    """Each planted fault with its own baseline's runs: the KV cache turned on after the Trainer turned it off
+    (transformers builds no packed mask beside a cache) fails as the dropped position ids do."""
+    planted, runs = check(tmp_path, [*LM_TRAINER.split(), "--fault", fault], {"padding_free": True}, baseline=SDPA)
+    assert (planted["verdict"], planted["failed"]) == ("failed", ["first-step loss"]), planted
+    assert planted["first_step"]["value"] > 100 * planted["first_step"]["band"] and planted["max_rel_dev"] < TOL
+    assert runs == ["p-baseline", "p-noise0", "p-noise1", "p-noise2", "p"]
 
 
 @pytest.mark.parametrize("cancel", [False, pytest.param(True, marks=pytest.mark.slow)])

@@ -5,20 +5,39 @@ settings, reading the losses it reports through `cfg.step(loss=...)` (the
 Trainers' callbacks report theirs).
 
 A program is a process autotune cannot step by hand, so the per-step checks
-from identical state and the one-batch check of `parity` do not apply (its
-batches cannot be replayed). What is left is the multi-step comparison, judged
-as `parity` judges it (torchtitan's loss_compare does the same): the largest
-relative deviation of the candidate's losses from the baseline's over `steps`
-steps, against a band from noise runs: the baseline again with its weights
-perturbed at the comparison's rounding level before every step (the rounding
-a lower precision would add), NOISE_SEEDS times. Where those noise runs alone
-deviate past the tolerance, training is chaotic and the deviation says nothing
-about the knob: the verdict is "not judged", never "passed". So:
+at points along the trajectory and the one-batch check of `parity` do not apply
+(its batches cannot be replayed). Two checks are left, each against a band from
+noise runs: the baseline again with its weights perturbed at the comparison's
+rounding level before every step (the rounding a lower precision would add),
+NOISE_SEEDS times.
 
-- passed: every loss finite, the deviation inside max(tolerance, MULTI_FACTOR x noise);
-- failed: a loss NaN/inf, or the deviation past that band;
-- not judged: chaotic (above), or the noise could not be made (the program
-  never handed autotune its model: `cfg.prepare`, `cfg.wrap` or a Trainer);
+1. The first step (RULE 6), from identical state: every parity run starts from
+   the same seed, so the first loss is the same weights on the same batch, and
+   its relative error is judged as `parity`'s per-step loss error is, inside
+   max(the arithmetic's rtol, FACTOR x the noise runs' first-loss error). This is
+   what sees a fault that changes the loss a little where training has not yet
+   moved it (a random-init model at a fine-tuning learning rate: its loss stays
+   near log(vocab) for many steps): a padding-free row whose documents attend
+   across each other (the position ids dropped, or a KV cache beside them) moves a
+   tiny Llama's first loss 2e-4, 150 x fp32's rtol, inside any multi-step
+   tolerance. Not judged where the model draws random numbers in training
+   (dropout: `draws_random`): an attention kernel or a flattened row draws other
+   masks, and the first losses differ by the draw.
+2. The multi-step comparison, judged as `parity` judges it (torchtitan's
+   loss_compare does the same): the largest relative deviation of the
+   candidate's losses from the baseline's over `steps` steps, inside
+   max(tolerance, MULTI_FACTOR x noise). Where the noise runs alone deviate past
+   the tolerance, training is chaotic and the deviation says nothing about the
+   knob: not judged.
+
+So:
+
+- passed: every loss finite, both checks judged and inside their bands (the
+  first step may be not judged where the model draws random numbers);
+- failed: a loss NaN/inf, or a judged check past its band;
+- not judged: the multi-step check not judged, chaotic (above), or the noise
+  could not be made (the program never handed autotune its model: `cfg.prepare`,
+  `cfg.wrap` or a Trainer);
 - not measured: the program reports no loss.
 
 Only "passed" counts as checked (`passed: True`); the rest keep the config from
@@ -38,7 +57,8 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from autotune.safety.parity import MULTI_FACTOR, NOISE_SEEDS, PARITY_KNOBS, RULE, roundoff
+from autotune.safety.parity import FACTOR, MULTI_FACTOR, NOISE_SEEDS, PARITY_KNOBS, RULE, roundoff
+from autotune.safety.parity import rtol as arithmetic_rtol
 from autotune.safety.stepping import perturb_params
 
 REFERENCE_FILE = "program_parity.json"
@@ -56,6 +76,23 @@ def perturb(model, level: float, generator) -> None:
     perturb_params([p for p in model.parameters() if p.is_floating_point()], level, generator)
 
 
+def draws_random(model) -> bool:
+    """Whether `model` draws random numbers in a training step: a dropout module with p > 0, or a transformers
+    config's dropout probability above 0 (`attention_dropout`, `attn_pdrop`, ...: transformers' attention
+    kernels drop out with a functional call, no module)."""
+    import torch
+
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd) and module.p > 0:
+            return True
+        config = getattr(module, "config", None)
+        if hasattr(config, "to_dict"):
+            for key, value in config.to_dict().items():
+                if ("dropout" in key or "pdrop" in key) and type(value) in (int, float) and value > 0:
+                    return True
+    return False
+
+
 def _dev(losses: list[float], ref: list[float]) -> float:
     devs = [abs(x - y) / max(abs(y), 1e-8) if math.isfinite(x) else math.inf for x, y in zip(losses, ref)]
     return max(devs) if devs else math.inf
@@ -68,9 +105,14 @@ def verdict(
     steps: int,
     tolerance: float,
     level: float,
+    *,
+    rtol: float,
+    random: bool = False,
 ) -> dict[str, Any]:
     """The verdict on `candidate`'s first `steps` losses against the baseline's (`reference`), with the
-    baseline's noise runs (`noise`; None: they could not be made). See the module doc."""
+    baseline's noise runs (`noise`; None: they could not be made); `rtol`, the first step's floor (the
+    arithmetic's, parity.rtol); `random`: the model draws random numbers in training (its first step is not
+    judged). See the module doc."""
     out: dict[str, Any] = {"steps": steps, "tolerance": tolerance, "rule": RULE, "program": True, "skipped_steps": 0}
     if len(reference) < steps or len(candidate) < steps:
         short = min(len(reference), len(candidate))
@@ -87,6 +129,17 @@ def verdict(
     noise_dev = max((_dev(n[:steps], ref) for n in noise), default=0.0) if noise is not None else None
     band = max(tolerance, MULTI_FACTOR * noise_dev) if noise_dev is not None else tolerance
     judged = noise_dev is not None and noise_dev <= tolerance
+    first = _dev(cand[:1], ref[:1])
+    first_noise = max((_dev(n[:1], ref[:1]) for n in noise), default=0.0) if noise is not None else None
+    first_step = {
+        "value": first,
+        "band": max(rtol, FACTOR * first_noise) if first_noise is not None else rtol,
+        "noise": first_noise,
+        "rtol": rtol,
+        "judged": first_noise is not None and not random,
+    }
+    if random:
+        first_step["why_not"] = "the model draws random numbers in training (dropout)"
     nonfinite = not all(math.isfinite(x) for x in cand)
     out.update(
         max_rel_dev=dev,
@@ -94,13 +147,23 @@ def verdict(
         noise_floor=noise_dev,
         roundoff=level,
         nonfinite=nonfinite,
+        first_step=first_step,
         multi_step={"loss_dev": {"value": dev, "band": band, "noise": noise_dev, "judged": judged}},
     )
     if nonfinite:
         return {**out, "passed": False, "verdict": "failed", "failed": ["nonfinite"], "reason": "NaN/inf in the loss"}
+    failed, reasons = [], []
+    if first_step["judged"] and first > first_step["band"]:
+        failed.append("first-step loss")
+        reasons.append(
+            f"its first loss, from the baseline's weights on the same batch, deviates {first:.1e} "
+            f"(band {first_step['band']:.1e}: rtol {rtol:g}, rounding noise alone {first_noise:.1e})"
+        )
     if judged and dev > band:
-        why = f"loss deviates {dev:.1%} from the baseline over {steps} steps (band {band:.1%})"
-        return {**out, "passed": False, "verdict": "failed", "failed": ["multi-step loss"], "reason": why}
+        failed.append("multi-step loss")
+        reasons.append(f"loss deviates {dev:.1%} from the baseline over {steps} steps (band {band:.1%})")
+    if failed:
+        return {**out, "passed": False, "verdict": "failed", "failed": failed, "reason": "; ".join(reasons)}
     if not judged:
         why = (
             f"not judged: the program's model was not handed to autotune (cfg.prepare or cfg.wrap), so the noise "
@@ -120,7 +183,8 @@ class Reference:
     def __init__(self, path: Path, key: dict[str, Any]):
         self.path, self.key = Path(path), key
         data = json.loads(self.path.read_text()) if self.path.exists() else {}
-        self.data = data if data.get("key") == key else {"key": key, "losses": None, "noise": {}, "verdicts": {}}
+        fresh = {"key": key, "losses": None, "random": False, "noise": {}, "verdicts": {}}
+        self.data = data if data.get("key") == key else fresh
 
     def save(self) -> None:
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
@@ -158,9 +222,11 @@ def check(
         if base.status != "ok":
             return None, base
         ref.data["losses"] = list(base.losses or [])
+        ref.data["random"] = bool(base.metric("parity_random"))
         ref.save()
+    judge = {"rtol": arithmetic_rtol(baseline, candidate, device_type), "random": ref.data["random"]}
     if len(ref.data["losses"]) < steps:  # a program that reports no loss: nothing to compare, nothing more to run
-        return verdict(ref.data["losses"], None, [], steps, tolerance, level), None
+        return verdict(ref.data["losses"], None, [], steps, tolerance, level, **judge), None
     noise = ref.data["noise"].get(repr(level), False)
     if noise is False:
         runs = []
@@ -175,7 +241,7 @@ def check(
     result = run(run_knobs(candidate, baseline), label)
     if result.status != "ok":
         return None, result
-    out = verdict(ref.data["losses"], noise, list(result.losses or []), steps, tolerance, level)
+    out = verdict(ref.data["losses"], noise, list(result.losses or []), steps, tolerance, level, **judge)
     out["parity_s"] = time.perf_counter() - started
     ref.data["verdicts"][vkey] = out
     ref.save()

@@ -157,6 +157,7 @@ class TrialLoop:
         # a parity run (safety.program_parity): `steps` steps from the seed, each loss kept, no window
         self.parity_run = self.cfg["parity"] if self.cfg["parity_only"] else None
         self.model, self.noise, self.perturbed = None, None, False
+        self.random = False  # the watched model draws random numbers in training (program_parity.draws_random)
         if self.parity_run is not None:
             self._seed()
         atexit.register(self._ended_early)
@@ -228,6 +229,10 @@ class TrialLoop:
         if self.model is not None:
             return
         self.model = model
+        if self.parity_run is not None:
+            from autotune.safety.program_parity import draws_random
+
+            self.random = draws_random(model)
         noise = (self.parity_run or {}).get("noise")
         if noise and self.warm == 0:
             import torch
@@ -272,7 +277,11 @@ class TrialLoop:
             self._write(self._parity_result())
 
     def _parity_result(self) -> TrialResult:
-        metrics = {"parity_steps_run": float(self.warm), "parity_perturbed": float(self.perturbed)}
+        metrics = {
+            "parity_steps_run": float(self.warm),
+            "parity_perturbed": float(self.perturbed),
+            "parity_random": float(self.random),
+        }
         return self._result("ok", metrics=metrics)
 
     # --- the measurement ------------------------------------------------------------

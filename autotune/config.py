@@ -18,7 +18,9 @@ Three modes:
 - plain: neither: every method returns the program's own values (a no-op).
 Only the knobs the config sets override the program's own values. The methods
 the program calls are recorded (`used`): a knob whose method it never calls is
-"not used by your program" and not searched (`unused`).
+"not used by your program" and not searched (`unused`); so are the program's own
+values of the knobs (`own`: its DataLoader arguments, its TrainingArguments, its model's),
+which a search takes as its baseline.
 
 Cheap to import: torch loads when `config()` is called.
 """
@@ -61,8 +63,8 @@ USES = {
 }
 # the methods whose knobs a Trainer script's TrainingArguments carry (`training_arguments`, and the flags the
 # instrumentation appends): the loader's and the batch, precision, compile and the fused optimizer, activation
-# checkpointing and DDP's
-HF_REACHES = ("dataloader_kwargs", "autocast", "prepare", "wrap")
+# checkpointing and DDP's; `training_arguments` itself says they reach it as TrainingArguments fields (its flags)
+HF_REACHES = ("dataloader_kwargs", "autocast", "prepare", "wrap", "training_arguments")
 
 
 # the reaches that are no method of the config: what the program lacks where a knob never reached it
@@ -201,6 +203,9 @@ class Config:
         from autotune.knobs import loader_kwargs
 
         self.used.add("dataloader_kwargs")
+        # its own loader arguments; the first loader's (the one it trains on, before an evaluation's)
+        own = {name: yours[k.kwarg] for name, k in KNOBS.items() if k.stage == "loader" and k.kwarg in yours}
+        self.found_own({k: v for k, v in own.items() if v is not None and k not in self.own})
         out = {**yours, **loader_kwargs(self.knobs)}
         if not out.get("num_workers"):  # without workers DataLoader refuses these
             for name in ("prefetch_factor", "persistent_workers"):
@@ -295,7 +300,10 @@ class Config:
         without HfArgumentParser: your arguments with this config's knobs over them (autotune.export.hf_args),
         and in a trial its side-effect settings (`hf_fields`; the instrumentation appends the same to a script's
         own flags, autotune.integrations.instrument)."""
+        from autotune.export import hf_args
+
         self.used.update(HF_REACHES)
+        self.found_own(hf_args.knobs_of(yours))
         return {**yours, **hf_fields(self)}
 
     # --- the measured loop (autotune.trial.loop) ------------------------------------------

@@ -622,6 +622,30 @@ def _without_strategy(data: dict, source: str) -> dict:
     return {**data, "search": {k: v for k, v in search.items() if k != "strategy"}}
 
 
+COMMAND_BUDGET_S = 600.0  # `autotune search -- CMD`'s time budget, where --budget does not give one
+
+
+def for_command(command: list[str], dir: str | Path) -> Spec:
+    """The spec `autotune search -- python train.py ARGS` stands for, with no spec file: the command is the
+    workload, run from `dir`; its own settings are the baseline (its probe run reads them:
+    autotune.execution.program); the space is the default preset's knobs that the program takes; the batch
+    changes only as micro-batches with gradient accumulation at its own batch (`keep_effective_batch`), so the
+    optimization it runs stays the same and the `numerics` level checks each change for loss parity; a time
+    budget (COMMAND_BUDGET_S) ends it. Its name: the script's (`train` for `python train.py`), else the
+    program's."""
+    script = next((a for a in command[1:] if a.endswith(".py")), None)
+    name = re.sub(r"[^\w.-]", "_", Path(script or command[0]).stem) or "search"
+    return parse(
+        {
+            "name": name,
+            "workload": {"command": list(command), "dir": str(Path(dir).resolve())},
+            "search": {"time_budget_s": COMMAND_BUDGET_S},
+            "safety": {"level": "numerics", "keep_effective_batch": True},
+        },
+        "the command",
+    )
+
+
 def load(path: str | Path, factory_name: str | None = None) -> Spec:
     path = Path(path)
     try:

@@ -44,6 +44,58 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "args, says",
+    [
+        (["--"], "nothing after `--`: give your training command there, e.g. `autotune search -- python train.py`"),
+        (
+            ["--", "no-such-program-here", "--lr", "1"],
+            "`no-such-program-here` is not a command on PATH: give the command that runs your training, e.g. "
+            "`autotune search -- python train.py`",
+        ),
+        (
+            ["-q", "--", "python", "-u", "train.py", "--lr", "1"],
+            "`train.py` not found in {cwd}: give the command that runs your training, e.g. "
+            "`autotune search -- python train.py`",
+        ),
+        (
+            ["s.yaml", "--", "python", "tiny_steps.py"],
+            "give a spec or a command after `--`, not both: `s.yaml` names its own program (workload.command)",
+        ),
+        (
+            ["--resume", "run", "--", "python", "tiny_steps.py"],
+            "give `--resume RUN_DIR` or a command after `--`, not both: a resumed search runs the command it was "
+            "started with (`run/spec.yaml`)",
+        ),
+        (
+            ["python", "tiny_steps.py"],
+            "`python tiny_steps.py`: a training command goes after `--`: `autotune search [OPTIONS] -- python "
+            "tiny_steps.py`",
+        ),
+        (
+            ["tiny_steps.py"],
+            "`tiny_steps.py` is a program, not a spec: run it after `--`, `autotune search -- python tiny_steps.py`",
+        ),
+        (
+            ["--n-trials", "0", "--", "python", "tiny_steps.py"],
+            "--n-trials: give 1 or more (the baseline is the first trial), got 0",
+        ),
+        (
+            [],
+            "give a spec (`autotune search spec.yaml`), a training command after `--` (`autotune search -- python "
+            "train.py`) or a search to continue (`--resume RUN_DIR`)",
+        ),
+    ],
+)
+def test_a_search_of_a_command_refuses_bad_input_in_one_line_before_anything_runs(tmp_path, monkeypatch, args, says):
+    shutil.copy(Path(__file__).parent / "programs" / "tiny_steps.py", tmp_path)
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, ["search", *args])
+    assert result.exit_code == 2
+    assert result.stderr == f"error: {says.format(cwd=tmp_path)}\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny_steps.py"]  # nothing written
+
+
 def test_budget_durations():
     from autotune.decide.budget import parse_duration
 

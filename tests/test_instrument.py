@@ -58,6 +58,29 @@ def test_knobs_become_training_arguments_fields_with_their_pairs():
     ]
 
 
+def test_training_arguments_read_back_as_knob_values_the_scripts_own_settings():
+    from transformers import TrainingArguments
+
+    args = TrainingArguments(output_dir="o", per_device_train_batch_size=4, dataloader_num_workers=2, use_cpu=True)
+    # transformers' own defaults as they resolve: no pinning with use_cpu, the fused AdamW; no prefetch factor set
+    # (PyTorch's stands); the language-model knobs' are instrument.own_of's
+    assert hf_args.knobs_of(args) == {
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+        "batch_size": 4,
+        "liger_kernels": False,
+        "precision": "32-true",
+        "compile": "none",
+        "fused_optimizer": True,
+    }
+    assert hf_args.knobs_of({"bf16": True, "fp16": False, "optim": "adafactor"}) == {"precision": "bf16-mixed"}
+    # another optimizer than AdamW: fused_optimizer cannot say it
+    knobs = {"precision": "16-mixed", "compile": "max-autotune", "fused_optimizer": False, "num_workers": 1}
+    assert hf_args.knobs_of(hf_args.fields(knobs)) == knobs  # one the other way round
+    assert hf_args.fields({"fused_optimizer": False}) == {"optim": "adamw_torch"}  # off: AdamW, unfused
+
+
 def test_the_change_from_the_baseline_switches_paired_fields_together():
     base = hf_args.fields({"precision": "32-true", "num_workers": 0, "batch_size": 8})
     best = hf_args.fields({"precision": "bf16-mixed", "num_workers": 0, "batch_size": 16})
@@ -504,7 +527,9 @@ from trl_sft import make_parser  # the script's own parser: TrlParser over its f
 script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(fail_with_unknown_args=False)
 fields = ("dataloader_num_workers", "per_device_train_batch_size", "bf16", "use_cpu", "packing", "output_dir",
           "report_to", "push_to_hub", "save_strategy", "eval_strategy")
-print(json.dumps({k: str(getattr(getattr(training_args, k), "value", getattr(training_args, k))) for k in fields}))
+got = {k: str(getattr(getattr(training_args, k), "value", getattr(training_args, k))) for k in fields}
+from autotune.integrations import instrument
+print(json.dumps({**got, "own": instrument.config().own}))
 """
 
 
@@ -618,6 +643,32 @@ def test_a_trainer_whose_collator_pads_gets_padding_free_rows_and_the_attention_
     assert got["keys"] == ["input_ids", "labels", "position_ids"] and got["rows"][0] == 1
     starts = [i for i, p in enumerate(got["positions"]) if p == 0]
     assert len(starts) == 4 and got["rows"][1] == len(got["positions"])  # four texts, one row, no padding
+
+
+def test_a_probe_reads_a_trl_scripts_own_settings_its_flags_and_trls_defaults(tmp_path):
+    """A trial that sets no knob (the search's probe run) reads the knob values the script runs with: the search's
+    baseline (autotune.execution.program)."""
+    needs_trl()
+    request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": {}, "device": "cpu"}
+    (tmp_path / "config.json").write_text(json.dumps(request))
+    mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--packing", "false"]
+    mine += ["--per_device_train_batch_size", "4", "--bf16", "false", "--dataloader_num_workers", "1"]
+    env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
+    proc = run([sys.executable, "-c", TRL_PARSE, str(PROGRAMS), *mine], env, tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1])["own"] == {
+        "num_workers": 1,  # its flags
+        "batch_size": 4,
+        "precision": "32-true",
+        "packing": False,
+        "padding_free": False,
+        "activation_checkpointing": "full",  # TRL's defaults: checkpointing on
+        "pin_memory": True,  # transformers': pinned loader memory, the fused AdamW, no compile
+        "fused_optimizer": True,
+        "compile": "none",
+        "persistent_workers": False,
+        "liger_kernels": False,
+    }
 
 
 # in CI: the TRL parser's patch (test_trls_parser_reads_the_knobs_flags_and_a_trials_own), a packed batch's count

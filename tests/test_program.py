@@ -94,6 +94,46 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     assert all(x > 0 for x in last["baseline_samples_per_s"] + last["best_samples_per_s"])
 
 
+def test_a_command_with_no_spec_is_searched_in_its_time_budget_and_says_the_production_command(tmp_path):
+    (tmp_path / "tiny_steps.py").write_text((PROGRAMS / "tiny_steps.py").read_text())
+    cli = Path(sys.executable).parent / "autotune"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}  # the last screen's lines whole
+    proc = subprocess.run(  # 3 trials, or 30 s if sooner: a budget counts the probe, which another search may slow
+        [str(cli), "search", "--budget", "30s", "--n-trials", "3", "-q", "--backend", "local", "--"]
+        + ["python", "tiny_steps.py"],
+        cwd=tmp_path,  # where the user runs it: the program's directory, runs/ made there
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("tiny_steps-")  # named after its script
+    spec = yaml.safe_load((run_dir / "spec.yaml").read_text())  # what `--resume` runs again
+    assert spec["workload"] == {**spec["workload"], "command": ["python", "tiny_steps.py"], "dir": str(tmp_path)}
+    assert spec["search"]["time_budget_s"] == 30 and spec["safety"]["keep_effective_batch"]
+    state = SearchState.read(run_dir)
+    assert state.program["used"] == ["data", "dataloader_kwargs", "step"]  # its probe
+    assert state.program["own"]["batch_size"] == 8  # its own batch, `cfg.dataloader_kwargs(batch_size=8)`: the
+    assert state.space["baseline"]["batch_size"] == 8  # baseline's
+    assert "num_threads" in state.space["search"]  # the default preset's knobs it takes
+    assert state.space["fixed"]["compile"].startswith("not used by your program")
+    best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    production = f"autotune run runs/{run_dir.name}/best_config.yaml -- python tiny_steps.py"
+    assert best["production"]["command"] == production and best["production"]["adds"] == []  # no flag: cfg's
+    changed = {f["knob"]: f["tuned"] for f in best["safety"]}
+    assert best["production"]["applies"] == changed  # through autotune.config() in the process
+    lines = proc.stdout.splitlines()
+    assert f"run it: {production}" in lines  # the last screen's command
+    adds = [line for line in lines if line.startswith("  it adds: ")]
+    assert len(adds) == (1 if changed else 0) and all(
+        a.count("through autotune.config()") == len(changed) for a in adds
+    )
+    again = subprocess.run([str(cli), *production.split()[1:], "--steps", "5"], cwd=tmp_path, env=env)  # as said
+    assert again.returncode == 0
+
+
 @pytest.mark.parametrize(
     "command,says",
     [

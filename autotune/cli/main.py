@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -39,8 +40,58 @@ def _user_errors():
     return (UserError, SpecError, WorkloadError, TrialConfigError)
 
 
-@app.command()
+COMMAND = "autotune.command"  # ctx.meta: what follows `--` on `autotune search`'s line (None: no `--`)
+
+
+class _WithCommand(TyperCommand):
+    """A command whose line may end with `-- PROGRAM ARGS`: that tail is kept whole in `ctx.meta[COMMAND]`
+    (the program's own options are never read as autotune's), the rest parsed as usual."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        ctx.meta[COMMAND] = args[args.index("--") + 1 :] if "--" in args else None
+        return super().parse_args(ctx, args[: args.index("--")] if "--" in args else args)
+
+
+def _command_spec(command: list[str], extra: list[str], spec_path: Optional[Path], resume: Optional[Path]):
+    """The spec `autotune search -- CMD` stands for (None: the line gives a spec or `--resume` instead), after
+    the checks of what the line gives: a command alone, and one that can start here."""
+    from autotune import spec as S
+
+    if extra:
+        raise UserError(
+            f"`{' '.join([str(spec_path), *extra])}`: a training command goes after `--`: "
+            f"`autotune search [OPTIONS] -- {' '.join([str(spec_path), *extra])}`"
+        )
+    if command is None:
+        if spec_path is not None and spec_path.suffix == ".py":
+            raise UserError(
+                f"`{spec_path}` is a program, not a spec: run it after `--`, `autotune search -- python {spec_path}`"
+            )
+        return None
+    if not command:
+        raise UserError(
+            "nothing after `--`: give your training command there, e.g. `autotune search -- python train.py`"
+        )
+    if spec_path is not None:
+        raise UserError(
+            f"give a spec or a command after `--`, not both: `{spec_path}` names its own program (workload.command)"
+        )
+    if resume is not None:
+        raise UserError(
+            f"give `--resume RUN_DIR` or a command after `--`, not both: a resumed search runs the command it "
+            f"was started with (`{resume / 'spec.yaml'}`)"
+        )
+    from autotune.execution.program import not_found
+
+    why = not_found(command, os.getcwd())
+    if why:
+        raise UserError(f"{why}: give the command that runs your training, e.g. `autotune search -- python train.py`")
+    return S.for_command(command, os.getcwd())
+
+
+@app.command(cls=_WithCommand, context_settings={"allow_extra_args": True})
 def search(
+    ctx: typer.Context,
     spec_path: Optional[Path] = typer.Argument(None, metavar="SPEC", help="the search spec (YAML)"),
     *,
     resume: Optional[Path] = typer.Option(
@@ -57,8 +108,13 @@ def search(
         None,
         "--budget",
         metavar="DURATION",
-        help="stop starting trials after this long: 300, 90s, 5m, 1h (overrides search.time_budget_s)",
+        help="stop starting trials after this long: 300, 90s, 5m, 1h (overrides search.time_budget_s; "
+        "with a command and no spec: 10m)",
     ),
+    n_trials: Optional[int] = typer.Option(
+        None, "--n-trials", metavar="N", help="trials in all, the baseline included (overrides search.n_trials)"
+    ),
+    seed: Optional[int] = typer.Option(None, "--seed", help="the sampler's seed (overrides search.seed)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     reuse: bool = typer.Option(
         False,
@@ -78,9 +134,13 @@ def search(
 ) -> None:
     """Run a search: trials through Ray (or one at a time on this host), Optuna
     choosing, MLflow recording. Ctrl-C or SIGTERM stops it with every finished
-    trial saved."""
+    trial saved. With no spec, `autotune search [OPTIONS] -- python train.py ARGS`:
+    the command is the workload, its own settings the baseline, the space what it
+    can take, 10 minutes the budget."""
     try:
         from autotune import spec as S
+
+        command_spec = _command_spec(ctx.meta.get(COMMAND), ctx.args, spec_path, resume)
 
         if reuse and refresh:
             raise UserError("give `--reuse` or `--refresh`, not both")
@@ -96,8 +156,13 @@ def search(
                 raise UserError(f"`{resume}` has no spec.yaml: not a search's output dir, nothing to resume")
             spec = S.load(resume / "spec.yaml")
             spec.output_dir = resume
+        elif command_spec is not None:
+            spec = command_spec
         elif spec_path is None:
-            raise UserError("give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)")
+            raise UserError(
+                "give a spec (`autotune search spec.yaml`), a training command after `--` (`autotune search -- "
+                "python train.py`) or a search to continue (`--resume RUN_DIR`)"
+            )
         else:
             spec = S.load(spec_path)
         if output_dir is not None and resume is None:
@@ -111,6 +176,12 @@ def search(
                 spec.search.time_budget_s = parse_duration(budget)
             except ValueError as e:
                 raise UserError(str(e)) from None
+        if n_trials is not None:
+            if n_trials < 1:
+                raise UserError(f"--n-trials: give 1 or more (the baseline is the first trial), got {n_trials}")
+            spec.search.n_trials = n_trials
+        if seed is not None:
+            spec.search.seed = seed
         if tracking_uri is not None and resume is None:
             spec.tracking.uri = tracking_uri
         from autotune import api

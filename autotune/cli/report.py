@@ -463,6 +463,8 @@ def screen(result, d: dict | None = None, rows=SCREEN_ROWS) -> list:
     out: list = [Text(head[0], style="bold"), Text(head[1])]
     if answer.command:
         out.append(Text.assemble(("run it: ", "bold"), (answer.command, "bold cyan")))
+        if answer.adds:
+            out.append(Text(f"  it adds: {answer.adds}"))
     if d["baseline"] and d["best"]:
         out.append(_table(d, rows))
     out += [Text(line, style="yellow") for line in answer.trust]

@@ -224,6 +224,7 @@ def run(
                 on_trial=on_trial,
                 on_trial_start=on_trial_start,
                 on_remeasure=on_remeasure,
+                program=workload.record() if program else None,
             )
     finally:
         tracking.adopt_store(store, None)  # not adopted (a check failed): removed
@@ -253,6 +254,7 @@ def _search(
     on_trial: Callable | None = None,
     on_trial_start: Callable | None = None,
     on_remeasure: Callable[[str], None] | None = None,
+    program: dict | None = None,
 ) -> SearchResult:
     """The trials on `backend`, then the late checks and re-measurements (`_finish`): `device` and `space` as
     `run` resolved them, `started` its clock (`time.perf_counter()`), `state` a resumed search's search.json."""
@@ -293,6 +295,7 @@ def _search(
         opened.n_trials,
         opened.storage_url,
     )
+    state.program = program
     state.write(run_dir)
     records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
     recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
@@ -521,6 +524,7 @@ def _finish(
             ranks=plan.resources.ranks_per_trial,
             blocks=plan.resources.blocks,
             keep_effective_batch=plan.safety.keep_effective_batch,
+            program=state.program,
         )
         summary.update(
             {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},

@@ -3,7 +3,8 @@ starts, one probe run of it at its own settings (warm-up 1, a 2-step window)
 tells what the space can be (the autotune.config() methods it calls: a knob
 whose method it never calls is "not used by your program"; what its model cannot
 take, a knob or one of its values, with the reason), the knob values it runs with
-on its own (its attention kernel, TRL's checkpointing and packing: the baseline's),
+on its own (its attention kernel, TRL's checkpointing and packing, its DataLoader's
+arguments, a Trainer script's batch, loader, precision and optimizer: the baseline's),
 and its samples per step (the baseline batch size); a program that cannot be a trial (the command
 does not run, it exits before its first step, or never calls steps/step) is
 refused in one line before any trial runs (the probe's trial.log kept)."""
@@ -29,6 +30,10 @@ class Program:
     result: TrialResult  # the probe's result
     baseline: dict | None = None  # knobs a workload states itself: a program's own settings, as the probe found them
     cannot: dict[str, str] | None = None  # what its model cannot take: "knob" or "knob=value" -> why
+
+    def record(self) -> dict:
+        """What search.json keeps of the probe (`SearchState.program`): the methods, its own knob values."""
+        return {"used": self.used, "own": self.baseline or {}}
 
 
 def probe(
@@ -72,6 +77,34 @@ def probe(
 
     own = canonical(result.own_knobs or {})
     return Program(result.used or [], max(1, round(per_rank)), result, own or None, result.cannot or {})
+
+
+def not_found(command: list[str], dir: str | Path) -> str | None:
+    """Why `command` cannot start in `dir`, checked before anything runs: its program is not a command on PATH
+    (or, given as a path, not a file there), or a Python interpreter's script is not there. None: it can start
+    (whether it then runs is the probe's to find)."""
+    import re
+    import shutil
+
+    from autotune.execution.launcher import program_command
+
+    program = program_command(command)[0]
+    if os.sep in program:
+        if not os.access(Path(dir, program), os.X_OK) or Path(dir, program).is_dir():
+            return f"`{command[0]}` is not a program in {dir}"
+    elif shutil.which(program) is None:
+        return f"`{command[0]}` is not a command on PATH"
+    if not re.fullmatch(r"python[\d.]*", Path(command[0]).name):
+        return None
+    args = iter(command[1:])
+    for arg in args:  # the interpreter's own options, then its script (none with -m or -c: a module, a string)
+        if arg in ("-m", "-c") or arg.startswith(("-m", "-c")) and not arg.startswith("--"):
+            return None
+        if arg in ("-W", "-X"):
+            next(args, None)
+        elif not arg.startswith("-"):
+            return None if Path(dir, arg).is_file() else f"`{arg}` not found in {dir}"
+    return None
 
 
 def fix_unused(space, used: list[str], cannot: dict[str, str] | None = None) -> None:

@@ -50,6 +50,7 @@ class Answer:
     lr_factor: float | None = None  # a larger batch's learning-rate scaling (best_config.yaml's batch advice)
     tied: dict[str, Any] | None = None  # the faster config that tied: trial, changes, speedup, why
     command: str | None = None  # what runs the best config in production (None: nothing was exported)
+    adds: str | None = None  # what that command adds to a program's own (best_config.yaml's production)
     trust: tuple[str, ...] = ()
     log: str | None = None  # where a search with no answer says why: the baseline's trial log
 
@@ -160,6 +161,16 @@ def command(best_config: Path, data: dict[str, Any], cwd: Path | None = None) ->
     return f"cd {shlex.quote(str(where))} && {line}"
 
 
+def adds(production: dict[str, Any] | None) -> str | None:
+    """What `autotune run` adds to a program's own command line and process (best_config.yaml's `production`:
+    autotune.export.best_config.production), in one line; None for a factory's, or a best that adds nothing."""
+    if not production:
+        return None
+    parts = [shlex.join(production["adds"])] if production.get("adds") else []
+    parts += [f"{k}={_fmt(v)} through autotune.config()" for k, v in (production.get("applies") or {}).items()]
+    return "; ".join(parts) or None
+
+
 def of(result, *, absolute: bool = False) -> Answer:
     """The answer of a finished or stopped search (`records.SearchResult`), its paths relative to the working
     dir where they are under it (`absolute`: never, for a reader elsewhere, MLflow's)."""
@@ -196,6 +207,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         lr_factor=lr if lr and lr != 1 else None,
         tied=_tied(result) if verdict == "tie" else None,
         command=command(path, data, cwd) if path else None,
+        adds=adds(data.get("production")),
         trust=tuple(trust(result, verdict)),
     )
 

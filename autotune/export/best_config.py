@@ -86,6 +86,34 @@ def _rates(best, base, unit) -> dict[str, Any]:
     return out
 
 
+def production(
+    data: dict[str, Any], path: Path, flags: dict[str, dict] | None = None, program: dict | None = None
+) -> dict[str, Any]:
+    """How a program's best runs in production, from best_config.yaml's content (`data`) at `path`: `command`,
+    `autotune run BEST -- <its command>` (autotune.export.answer.command, as the last screen says it), run from
+    `dir`, the program's own directory; `adds`, the flags that puts on the program's own command line (its
+    searched arguments, written as `flags` says: SearchSpaceSpec.flags; and, for a script whose
+    TrainingArguments the knobs reach (`program`: the probe's record, SearchState.program), the changed knobs as
+    TrainingArguments flags, as the instrumentation appends them); `applies`, the changed knobs no flag carries,
+    which autotune.config() applies in the process."""
+    from autotune.export import hf_args
+    from autotune.export.answer import command
+    from autotune.trial.request import with_flags
+
+    changed = {f["knob"]: f["tuned"] for f in data.get("safety") or []}
+    args = K.workload_args(changed)
+    knobs = {k: v for k, v in changed.items() if k in K.KNOBS}
+    flags = flags or {}
+    adds = with_flags([], {n: v for n, v in args.items() if n in flags}, flags)  # an environment one: not a flag
+    applies = dict(knobs)
+    if "training_arguments" in (program or {}).get("used", ()):
+        accum = int((data.get("batch") or {}).get("grad_accumulation_steps") or 1)
+        adds += hf_args.flags(hf_args.fields(knobs, (data.get("device") or {}).get("type"), accum))
+        applies = {k: v for k, v in knobs.items() if k in hf_args.UNREACHABLE}
+    where = Path(data["workload"].get("dir") or ".")
+    return {"command": command(path, data, where), "dir": str(where), "adds": adds, "applies": applies}
+
+
 def write_best_config(
     result,
     path: Path,
@@ -96,11 +124,13 @@ def write_best_config(
     ranks: int = 1,
     blocks: list[str] | None = None,
     keep_effective_batch: bool = False,
+    program: dict | None = None,
 ) -> dict[str, Any]:
     """best_config.yaml for `result` (a `SearchResult`), written to `path`: `name`, the search's; `workload`, its
     plan's section (`autotune.spec.WorkloadSpec`: ref, args, a program's command and dir); `flags`, a program's
     searched flags (`SearchSpaceSpec.flags`); `ranks` and `blocks`, the trials' (what cfg.wrap, torchrun and
-    -f hf need); `keep_effective_batch`, the safety setting (the batch advice's accumulation)."""
+    -f hf need); `keep_effective_batch`, the safety setting (the batch advice's accumulation); `program`, a
+    program's probe record (SearchState.program), for its `production` command (`production`)."""
     best, base, unit = result.best, result.baseline, result.unit
     data = {
         "autotune": {
@@ -160,6 +190,8 @@ def write_best_config(
             "loss parity was not run for this config (the search stopped before checking it): "
             "its training numerics are unknown; resume the search to check it before adopting it"
         )
+    if workload.command:
+        data["production"] = production(data, path, flags, program)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
 

@@ -14,7 +14,9 @@ by the instrumented Trainer (autotune.integrations.instrument).
 
     fields({"precision": "bf16-mixed", "num_workers": 2})  # {"bf16": True, "fp16": False, "dataloader_num_workers": 2}
     flags(fields(...))                                     # ["--bf16", "true", "--fp16", "false", ...]
+    knobs_of(training_args)                                # the other way: the knob values a script runs with
     render(best_config)                                    # the flags that change the baseline, then how to apply the rest
+    knobs_of(training_args)                                # the other way: the knob values a script runs with
 """
 
 from __future__ import annotations
@@ -120,8 +122,8 @@ def fields(
         out["torch_compile"] = k["compile"] != "none"
         if k["compile"] not in ("none", "default"):
             out["torch_compile_mode"] = k["compile"]
-    if k.get("fused_optimizer"):
-        out["optim"] = "adamw_torch_fused"
+    if "fused_optimizer" in k:  # off: the same AdamW unfused (transformers' default optimizer is the fused one)
+        out["optim"] = "adamw_torch_fused" if k["fused_optimizer"] else "adamw_torch"
     if known is not None:
         for new, old in OLD_NAMES.items():
             if new in out and new not in known and old in known:
@@ -137,6 +139,24 @@ def carried(knobs: dict[str, Any], known: set[str]) -> set[str]:
         if name in knobs and field in known:
             out.add(name)
     return out
+
+
+def knobs_of(args: Any) -> dict[str, Any]:
+    """The knob values a `TrainingArguments` (or a mapping of its fields) runs with: `fields` read the other way
+    for the loader's, the batch, precision, compile and the fused optimizer (the language-model knobs:
+    autotune.integrations.instrument.own_of), the script's own settings that a search takes as its baseline
+    (autotune.execution.program). A field the arguments leave unset (None) gives no value: PyTorch's default
+    stands."""
+    get = args.get if isinstance(args, dict) else lambda name: getattr(args, name, None)
+    out = {knob: get(field) for knob, field in LOADER.items()}
+    precision = next((p for p, f in PRECISION.items() if p != "32-true" and get(next(iter(f))) is True), None)
+    out["precision"] = precision or ("32-true" if get("bf16") is False and get("fp16") is False else None)
+    if get("torch_compile") is not None:
+        out["compile"] = (get("torch_compile_mode") or "default") if get("torch_compile") else "none"
+    optim = str(getattr(get("optim"), "value", get("optim")))  # an OptimizerNames member, or its text
+    if optim in ("adamw_torch", "adamw_torch_fused"):  # another optimizer: the knob cannot say it
+        out["fused_optimizer"] = optim == "adamw_torch_fused"
+    return {name: v for name, v in out.items() if v is not None}
 
 
 def unreachable(knobs: dict[str, Any]) -> dict[str, str]:

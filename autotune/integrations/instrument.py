@@ -9,7 +9,8 @@ the module it patches.
   `attn_implementation` and `packing` of TRL's among them), when the parser builds `TrainingArguments`; in a
   trial also the flags that keep the script from leaving anything behind; `trl.scripts._hf_argparser` the
   same: TRL's own copy of that parser, under its `TrlParser`. The parsed arguments are the program's own
-  values of the language-model knobs (`Config.own`: checkpointing, Liger, packing);
+  knob values (`Config.own`: checkpointing, Liger, packing, and its loader, batch, precision, compile and
+  optimizer);
 - `transformers.trainer`: every `Trainer` gets the measured loop's callback (huggingface_callback.attach),
   and the language-model knobs no flag carried (huggingface_callback.apply_lm: the attention kernel on its
   model, padding-free batches from its collator, float8);
@@ -123,8 +124,11 @@ def own_json(argv: list[str], names: tuple[str, ...]) -> dict[str, Any]:
 
 
 def own_of(cfg, args) -> None:
-    """The language-model knob values a script's parsed TrainingArguments (or TRL's config) run with."""
-    own: dict[str, Any] = {}
+    """The knob values a script's parsed TrainingArguments (or TRL's config) run with: the language-model knobs',
+    and the loader's, the batch, precision, compile and the fused optimizer (hf_args.knobs_of)."""
+    from autotune.export import hf_args
+
+    own: dict[str, Any] = hf_args.knobs_of(args)
     if getattr(args, "activation_checkpointing", None) or getattr(args, "gradient_checkpointing", None):
         kwargs = getattr(args, "activation_checkpointing_kwargs", None) or getattr(
             args, "gradient_checkpointing_kwargs", None

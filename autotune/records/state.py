@@ -33,6 +33,8 @@ class SearchState:
     confirm: dict[str, Any] | None = None
     confirm_rejected: list | None = None
     skipped_predicted: list = field(default_factory=list)
+    # a program (workload.command): its probe run's autotune.config() methods and its own knob values
+    program: dict[str, Any] | None = None
     extra: dict[str, Any] = field(default_factory=dict)
 
     @staticmethod

@@ -43,6 +43,8 @@ def test_the_first_limit_reached_ends_the_search():
     records.append(record(1.0))  # the count first
     assert stop.stop() and stop.reason == "2 trials"
     assert not Budget(None, lambda: 1e9).stop() and not Patience(records, None, 0.02).stop()  # not asked for
+    assert not Budget(100.0, lambda: 1e9, []).stop()  # the start-up spent it: the baseline still runs
+    assert Budget(100.0, lambda: 1e9, [record(1.0)]).stop()
     # the cap the driver gives the count: n_trials, with a budget too; a grid, at most its points
     space = {"a": [1, 2], "b": [1, 2, 3]}
     assert trial_cap(space, 20, 600.0, "autotune") == 20 and trial_cap(space, 20, None, "grid") == 6

@@ -40,7 +40,7 @@ def _user_errors():
     return (UserError, SpecError, WorkloadError, TrialConfigError)
 
 
-COMMAND = "autotune.command"  # ctx.meta: what follows `--` on `autotune search`'s line (None: no `--`)
+COMMAND = "program_command"  # ctx.meta: what follows `--` on `autotune search`'s line (None: no `--`)
 
 
 class _WithCommand(TyperCommand):

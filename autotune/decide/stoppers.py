@@ -74,14 +74,18 @@ class TrialCount(Stopper):
 
 class Budget(Stopper):
     """`budget_s` seconds of searching spent (`elapsed`: the search's own clock, a resumed search's earlier runs
-    and a wait for the device lock accounted)."""
+    and a wait for the device lock accounted); never before the first trial (`records`, where given, empty): a
+    start-up that spent the budget (a program's probe on a loaded host) still runs the baseline, the one trial
+    every answer needs."""
 
     reason = "the time budget"
 
-    def __init__(self, budget_s: float | None, elapsed: Callable[[], float]):
-        self.budget_s, self.elapsed = budget_s, elapsed
+    def __init__(self, budget_s: float | None, elapsed: Callable[[], float], records: list | None = None):
+        self.budget_s, self.elapsed, self.records = budget_s, elapsed, records
 
     def stop(self) -> bool:
+        if self.records is not None and not self.records:
+            return False
         return bool(self.budget_s) and self.elapsed() >= self.budget_s
 
 
@@ -122,6 +126,6 @@ def search_stoppers(
         Patience(recorder.records, patience, min_improvement),
         exhausted,
         TrialCount(recorder.records, n_trials),
-        Budget(budget_s, lambda: time.perf_counter() - started + wall_before),
+        Budget(budget_s, lambda: time.perf_counter() - started + wall_before, recorder.records),
     )
     return combined, interrupted, exhausted

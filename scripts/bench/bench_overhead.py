@@ -91,8 +91,10 @@ def main() -> None:
     for i in range(args.trials):
         for side in list(sides) if i % 2 == 0 else list(sides)[::-1]:  # interleaved
             launcher, trial = sides[side]
-            fresh = launcher == "fork" and (preload_for(trial), trial is program) not in started
-            started.add((preload_for(trial), trial is program))
+            server = (preload_for(trial), trial is program)  # a fork server: its preloaded modules, its program
+            fresh = launcher == "fork" and server not in started
+            if launcher == "fork":  # a spawned trial starts no server: the fork side's first trial is still fresh
+                started.add(server)
             t = time.perf_counter()
             r = run_in_process(trial, tmp / f"{i:03d}-{side}", 600, str(ROOT), {}, launcher=launcher)
             if r.status != "ok":

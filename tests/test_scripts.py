@@ -500,3 +500,114 @@ def test_bench_online_same_batches_ends_with_its_json_line():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "mid_epoch_changes" in proc.stdout
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == {"same_batches": True}
+
+
+# Every script in scripts/bench and scripts/dev runs in the CI tier at its smallest setting, and its last line
+# parses as JSON (bench_overhead.py failed on main unseen: its full runs are slow-marked). {run}: a finished
+# search (the session's); {tmp}: a temp dir; {spec}: a small search spec there. In the order they start, the
+# longest first, two at a time: they measure nothing, so they may share the 2-core host.
+SMOKE = {
+    "dev/search_phases.py": "{spec} --trials 1 --out {tmp}/run --backend local",
+    "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
+    "bench/bench_programs.py": "--only memmap_loop --smoke --pairs 1 --steps 12 --warmup 2 --out {tmp}/programs",
+    "bench/bench_overhead.py": "--trials 2 --window-s 0.2",
+    "bench/bench_fidelity.py": "--reps 1 --min-window-s 0.2 --max-window-s 0.3",
+    "bench/bench_fused.py": "--model tiny_cnn --image-size 16 --batch-size 8 --reps 1 --warmup 2 --measure-steps 3"
+    " --min-window-s 0.2 --max-window-s 0.3 --precision 32-true --no-channels-last --optimizers sgd",
+    "bench/parity_table.py": "--workloads tiny_cnn --steps 2 --knobs set_to_none --no-planted",
+    "bench/bench_exported.py": "{run} --reps 1 --warmup 2 --window-s 0.2",
+    "bench/bench_checkpointing.py": "--batch-size 4 --seq-len 16 --dim 16 --layers 1 --reps 1 --steps 2 --cap-gib 0",
+    "bench/bench_ray_start.py": "--rounds 1 --variants autotune",
+    "bench/bench_window.py": "--arg batch_size=8 --steps 12 --warmup 1 --reps 1",
+    "dev/record_landscape.py": "-o {tmp}/landscape.csv --grid batch_size=8 --cpus 1 --trial min_window_s=0.2"
+    " --trial max_window_s=0.3 --trial profile_steps=0",
+    "bench/bench_online.py": "--only same_batches",
+    "dev/coverage_moves.py": "{tmp}/before.json {tmp}/after.json",
+}
+ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
+    "bench/bench_model.py": "test_bench_model_replays_a_recorded_search_with_both_models",
+    "bench/bench_search.py": "test_bench_search_replays_the_committed_landscapes",
+    "bench/bench_program.py": "bench_programs.py's smoke run, on the search it makes",
+    "bench/builtin_program.py": "test_builtin_program_runs_as_a_program_trial",  # a program, not a benchmark
+}
+# a search's trial at its floor: no profile, no diagnosis (search_phases' search)
+SMOKE_TRIAL = {"warmup_steps": 2, "min_window_s": 0.2, "max_window_s": 0.3, "profile_steps": 0, "diagnose": False}
+SCRIPTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts")
+
+
+def _coverage_report(path, functions):
+    files = {
+        "autotune/a.py": {
+            "summary": {"num_statements": 4, "covered_lines": 2},
+            "functions": {name: {"summary": {"covered_lines": n}} for name, n in functions.items()},
+        }
+    }
+    path.write_text(json.dumps({"files": files}))
+
+
+def test_every_script_has_a_smoke_run():
+    here = {
+        f"{d}/{name}" for d in ("bench", "dev") for name in os.listdir(os.path.join(SCRIPTS, d)) if name.endswith(".py")
+    }
+    assert here == set(SMOKE) | set(ELSEWHERE)
+    tests = {name for name in globals() if name.startswith("test_")}
+    assert all(how in tests or " " in how for how in ELSEWHERE.values())
+
+
+@pytest.fixture(scope="module")
+def smoke_runs(finished_run, tmp_path_factory):
+    """Every smoke run, started two at a time once the session's search has finished; each test waits for its
+    own: (the finished process, its seconds)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tests.conftest import write_spec
+
+    run_dir, _ = finished_run
+    tmp = tmp_path_factory.mktemp("smoke")
+    spec = write_spec(tmp / "spec.yaml", trial=SMOKE_TRIAL)
+    _coverage_report(tmp / "before.json", {"f": 1, "g": 1})
+    _coverage_report(tmp / "after.json", {"f": 1, "g": 0})
+
+    def run(script):
+        args = SMOKE[script].format(run=run_dir, tmp=tmp, spec=spec).split()
+        started = time.perf_counter()
+        argv = [sys.executable, os.path.join(SCRIPTS, script), *args]
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        return proc, time.perf_counter() - started
+
+    pool = ThreadPoolExecutor(max_workers=2)
+    yield {script: pool.submit(run, script) for script in SMOKE}
+    pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.mark.parametrize("script", list(SMOKE))
+@pytest.mark.timeout(600)
+def test_each_script_runs_at_its_smallest_setting_to_its_json_line(script, smoke_runs):
+    proc, seconds = smoke_runs[script].result()
+    print(f"{script}: {seconds:.1f} s")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert isinstance(out, dict) and out
+    if script == "bench/bench_programs.py":  # a program's failure is a row, and bench_program.py ran to its JSON
+        assert [r["program"] for r in out["programs"]] == ["memmap_loop"] and "error" not in out["programs"][0]
+    if script == "dev/search_phases.py":  # it reports a failed search too
+        assert [t["status"] for t in out["trials"]] == ["ok"], out["trials"]
+
+
+def test_builtin_program_runs_as_a_program_trial(tmp_path):
+    """builtin_program.py is the built-in workload written as a program (bench_overhead.py --program runs it):
+    one trial of it through the launcher, as that benchmark's program side runs it."""
+    from autotune.execution.launcher import run_in_process
+
+    root = os.path.dirname(SCRIPTS)
+    config = {
+        "workload": {
+            "command": ["python", os.path.join(SCRIPTS, "bench", "builtin_program.py"), "--workload", "tiny_cnn"],
+            "dir": root,
+        },
+        **{"warmup_steps": 2, "measure_steps": 3, "min_window_s": 0.2, "max_window_s": 0.3, "profile_steps": 0},
+        "diagnose": False,
+    }
+    result = run_in_process(config, tmp_path / "trial", 120, root, {}, launcher="spawn")
+    assert result.status == "ok", result.error
+    assert result.metrics["samples_per_s"] > 0 and result.metrics["window_steps"] >= 1

@@ -10,6 +10,7 @@ and the program's own speedup must agree with the claim (within 5%, or the claim
 
     python scripts/bench/bench_programs.py                      # ~30 min on 2 cores
     python scripts/bench/bench_programs.py --only hf_bert --pairs 5
+    python scripts/bench/bench_programs.py --only memmap_loop --smoke   # that it runs (CI): one trial, short windows
 
 Prints a table; the last line is one JSON object.
 """
@@ -37,6 +38,8 @@ from autotune.trial.result import TrialResult  # noqa: E402
 PROGRAMS = ROOT / "tests" / "programs"
 NAMES = ("memmap_loop", "loader_loop", "hf_bert", "lightning_clip", "trl_sft")
 ROOM = 1.3
+# --smoke: the baseline's trial at its floor (no profile, no diagnosis)
+SMOKE_TRIAL = dict(warmup_steps=2, measure_steps=3, min_window_s=0.2, max_window_s=0.5, profile_steps=0, diagnose=False)
 
 
 def last_json(text: str) -> dict:
@@ -54,10 +57,16 @@ def one(name: str, work: Path, a) -> dict:
         made = subprocess.run([sys.executable, str(data), str(work)], cwd=work, capture_output=True, text=True)
         if made.returncode != 0:
             return {"program": name, "error": f"{data.name} exit {made.returncode}: {made.stderr.strip()[-400:]}"}
+    spec = work / f"{name}.yaml"
+    if a.smoke:  # the baseline alone: the script's path, not a claim
+        data = yaml.safe_load(spec.read_text())
+        data["search"] = {**data.get("search", {}), "n_trials": 1}
+        data["trial"] = {**data.get("trial", {}), **SMOKE_TRIAL}
+        spec.write_text(yaml.safe_dump(data))
     cli = Path(sys.executable).parent / "autotune"
     t = time.perf_counter()
     search = subprocess.run(
-        [str(cli), "search", str(work / f"{name}.yaml"), "-o", str(run), "-q", "--backend", a.backend],
+        [str(cli), "search", str(spec), "-o", str(run), "-q", "--backend", a.backend],
         cwd=work,
         env=env,
         capture_output=True,
@@ -103,6 +112,7 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=300, help="steps a production process runs before it is ended")
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--backend", default="local", choices=["local", "ray"])
+    p.add_argument("--smoke", action="store_true", help="one trial (the baseline), short windows: that it runs")
     p.add_argument("--out", default=f"runs/bench-programs-{time.strftime('%Y%m%d-%H%M%S')}", help="where runs stay")
     a = p.parse_args(argv)
     names = [n for n in a.only.split(",") if n]

@@ -14,6 +14,7 @@ servers) are reused when still idle, while the trainer starts fresh worker
 actors every time. Median and minimum of the warm rounds.
 
     python scripts/bench/bench_rank_startup.py --rounds 4
+    python scripts/bench/bench_rank_startup.py --rounds 1 --approaches tasks   # the smallest run
 
 Prints a table; the last line is one JSON object.
 """
@@ -107,7 +108,11 @@ def by_trainer(tmp: Path, i: int) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=4, help="trials per approach (the first is cold)")
+    p.add_argument("--approaches", default="tasks,trainer", help="comma-separated, of: tasks, trainer")
     args = p.parse_args()
+    approaches = [a for a in args.approaches.split(",") if a]
+    if not approaches or set(approaches) - {"tasks", "trainer"}:
+        p.error(f"--approaches {args.approaches}: allowed: tasks, trainer")
     tmp = Path(tempfile.mkdtemp(prefix="rankstart", dir=os.environ.get("TMPDIR")))
     ray.init(
         num_cpus=2,
@@ -116,11 +121,11 @@ def main() -> None:
         logging_level="ERROR",
         runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}},
     )
-    rows = {"tasks": [], "trainer": []}
+    rows = {name: [] for name in approaches}
     print(f"{'round':>5}  {'approach':<8}  {'wall_s':>7}  {'runner_s':>8}  {'startup_s':>9}")
     try:
         for i in range(args.rounds):
-            for name in ("tasks", "trainer") if i % 2 == 0 else ("trainer", "tasks"):
+            for name in approaches if i % 2 == 0 else approaches[::-1]:
                 r = (by_tasks if name == "tasks" else by_trainer)(tmp, i)
                 if r["status"] != "ok":
                     raise SystemExit(f"{name}: the trial failed ({r['status']})")

@@ -8,7 +8,7 @@ raylet starts num_cpus idle workers when the driver registers), `autotune`
 (what autotune.execution.raytune.init_ray does: no prestart), `num-cpus` (no prestart,
 and ray.init(num_cpus=N) given, N the host's CPUs).
 
-    python scripts/bench/bench_ray_start.py [--rounds 3]
+    python scripts/bench/bench_ray_start.py [--rounds 3] [--variants autotune,prestart]
 
 Readable table; the last line of stdout is one JSON object:
 {"variants": {"<name>": {"init_s", "first_actor_s", "shutdown_s"}}} (medians).
@@ -58,10 +58,15 @@ print(json.dumps({"import_s": t1 - t0, "init_s": t2 - t1, "first_actor_s": t3 - 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--variants", default=",".join(VARIANTS), help=f"comma-separated, of: {', '.join(VARIANTS)}")
     args = p.parse_args(argv)
-    runs: dict[str, list[dict]] = {v: [] for v in VARIANTS}
+    names = [v for v in args.variants.split(",") if v]
+    if not names or set(names) - set(VARIANTS):
+        p.error(f"--variants {args.variants}: allowed: {', '.join(VARIANTS)}")
+    runs: dict[str, list[dict]] = {v: [] for v in names}
     for _ in range(args.rounds):
-        for name, env in VARIANTS.items():
+        for name in names:
+            env = VARIANTS[name]
             with tempfile.TemporaryDirectory(dir=os.environ.get("TMPDIR")) as tmp:
                 proc = subprocess.run(
                     [sys.executable, "-c", CHILD, str(ROOT)],

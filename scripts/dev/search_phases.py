@@ -7,7 +7,7 @@ trial's own phases from its result.json (`phases_s`: setup, warm-up, window,
 profile, two sides, FLOPs, 2x probe, parity; the launcher's share is its wall
 time less the runner's).
 
-    python scripts/dev/search_phases.py [SPEC] [--out DIR] [--trials N]
+    python scripts/dev/search_phases.py [SPEC] [--out DIR] [--trials N] [--backend local]
 
 `--trials N` runs the spec with `search.n_trials: N` (a copy beside the run dir);
 `--trials 1` gives the floor: what a search costs before its trials add anything
@@ -124,6 +124,7 @@ def main(argv=None) -> int:
     p.add_argument("spec", nargs="?", default=str(ROOT / "search_spaces" / "examples" / "quickstart.yaml"))
     p.add_argument("--out", type=Path, default=None, help="the search's run dir (default: a temp dir)")
     p.add_argument("--trials", type=int, default=None, help="override the spec's search.n_trials")
+    p.add_argument("--backend", default=None, help="`autotune search --backend` (default: the search's own)")
     args = p.parse_args(argv)
     run_dir = args.out or Path(tempfile.mkdtemp(prefix="search_phases-", dir=os.environ.get("TMPDIR"))) / "run"
     if args.trials is not None:
@@ -141,7 +142,8 @@ def main(argv=None) -> int:
     started = time.perf_counter()
     with contextlib.redirect_stdout(log):
         try:
-            app(["search", args.spec, "-q", "-o", str(run_dir)], standalone_mode=False)
+            backend = ["--backend", args.backend] if args.backend else []
+            app(["search", args.spec, "-q", "-o", str(run_dir), *backend], standalone_mode=False)
         except SystemExit:
             pass
     ended = time.perf_counter()

@@ -92,7 +92,11 @@ def plain_loop(config_path: str, workload: dict, warmup: int, window_s: float) -
         cfg.zero_grad(optimizer)
         return count_samples(wl, batch)
 
-    batches = iter(loader)
+    def epochs():  # as many as the window takes: a small data set ends inside one window
+        while True:
+            yield from loader
+
+    batches = epochs()
     for _ in range(warmup):
         step(next(batches))
     sync()

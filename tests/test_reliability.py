@@ -135,7 +135,8 @@ def stop(proc, run_dir: Path, sig: int) -> dict:
     os.kill(proc.pid, sig)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 1, out
-    assert "interrupted after" in out and f"continue with `autotune search --resume {run_dir}`" in out
+    said = " ".join(out.split())  # the line wraps at the terminal's width (80 columns in a pipe)
+    assert "interrupted after" in said and f"continue with `autotune search --resume {run_dir}`" in said
     stopped = count(run_dir)
     assert stopped["csv"] == stopped["mlflow"] == stopped["optuna"]
     assert processes_in(run_dir) == []  # the running trial was stopped

@@ -1,8 +1,9 @@
 """A search's answer in the few lines a person reads first: what the best config changes (each knob with its
 safety class), how much faster it is (with its range, and how that was measured), whether it is safe, and the
 command that runs it (`autotune run RUN/best_config.yaml -- CMD` for a program, the `load_config` line for a
-factory); then the few facts that change how far to trust it (a tie, pairs measured under load and not counted,
-loss parity not judged, the baseline re-measured far from its trial's read). The terminal's last screen
+factory); then the few facts that change how far to trust it (a baseline replaced, a tie, pairs measured under
+load and not counted, loss parity not judged, the baseline re-measured far from its trial's read). MLflow's
+trials view shows the re-measured speedup and its range on the winner's row (`rows`). The terminal's last screen
 (autotune.cli.report) and the MLflow parent run's description (autotune.integrations.tracking) say the same lines;
 everything else a search found is in `autotune report RUN`.
 
@@ -81,8 +82,8 @@ class Answer:
 
     def _changes(self, changes) -> str:
         """The knobs a config sets, as best_config.yaml names them, grouped by safety class, riskiest first:
-        "batch_size=64 (dynamics: scale the learning rate 2x), precision=bf16-mixed (numerics)" (the table
-        below gives each one's baseline value)."""
+        "batch_size=64 (dynamics: learning rate x2), precision=bf16-mixed (numerics)" (the table below gives
+        each one's baseline value)."""
         groups = []
         for safety in reversed(K.SAFETY_CLASSES):
             group = [c for c in changes if c.safety == safety]
@@ -219,19 +220,16 @@ def _tied(result) -> dict[str, Any]:
     if confirm.get("best_trial") == faster.number and confirm.get("verdict") not in (None, "faster", "unknown"):
         pairs = _range(confirm["speedup_low"], confirm["speedup_high"])
         figure, why = f"{_x(confirm['speedup_x'])} side by side", f"but not faster in every pair ({pairs})"
-    else:
-        figure, why = (
-            f"{_x(faster.throughput / base.throughput)} in its trial",
-            "inside the measured noise",
-        )  # records.pick_best
+    else:  # a tie of the trials' windows (records.pick_best)
+        figure, why = f"{_x(faster.throughput / base.throughput)} in its trial", "inside the measured noise"
     return {"trial": faster.number, "changes": changes_of(faster.knobs, base.knobs), "speedup": figure, "why": why}
 
 
 def trust(result, verdict: str = "faster") -> list[str]:
     """One line for each fact that changes how far to trust the answer: a baseline not run as the spec gave it
-    (the device cannot); a tie the best won; side-by-side pairs
-    measured under outside load and not counted; loss parity not judged, not measured or not run; the baseline
-    re-measured far from its trial's read (every trial was compared with that read)."""
+    (the device cannot); a tie the best won; side-by-side pairs measured under outside load and not counted; loss
+    parity not judged, not measured or not run; the baseline re-measured far from its trial's read (every trial
+    was compared with that read)."""
     best, base, confirm, unit = result.best, result.baseline, result.confirm or {}, result.unit
     lines = [
         f"baseline replaced: {line.removeprefix('baseline ')}"

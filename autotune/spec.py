@@ -231,8 +231,10 @@ def load_preset(name: str) -> KnobLists:
 
 
 class SearchSpaceSpec(_Strict):
-    preset: Optional[str] = Field(
-        "default", description="a preset from search_spaces/ (null: only the knobs given here)"
+    preset: Optional[Union[str, list[str]]] = Field(
+        "default",
+        description="a preset from search_spaces/, or several, each one's lists over the ones before "
+        "([default, lm]: a language model's knobs beside the default ones); null: only the knobs given here",
     )
     knobs: KnobLists = Field(default_factory=KnobLists, description="per-knob values, overriding the preset's")
     workload_args: dict[str, UserKnob] = Field(
@@ -252,18 +254,20 @@ class SearchSpaceSpec(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _shorthand(cls, data):
-        return {"preset": data} if isinstance(data, str) else data
+        return {"preset": data} if isinstance(data, (str, list)) else data
 
     @field_validator("preset")
     @classmethod
     def _known(cls, v):
-        if v is not None:
-            load_preset(v)
+        for name in [v] if isinstance(v, str) else v or []:
+            load_preset(name)
         return v
 
     def lists(self) -> dict[str, list]:
         """Values per knob: the preset's, the spec's knobs, the user knobs as `args.NAME`."""
-        base = load_preset(self.preset).given() if self.preset else {}
+        base = {}
+        for name in [self.preset] if isinstance(self.preset, str) else self.preset or []:
+            base.update(load_preset(name).given())
         user = {USER_PREFIX + n: list(dict.fromkeys(k.values)) for n, k in self.workload_args.items()}
         return {**base, **self.knobs.given(), **user}
 
@@ -623,12 +627,14 @@ def _without_strategy(data: dict, source: str) -> dict:
 
 
 COMMAND_BUDGET_S = 600.0  # `autotune search -- CMD`'s time budget, where --budget does not give one
+COMMAND_PRESETS = ("default", "lm")  # its space: the default knobs and a language model's, those the program takes
 
 
 def for_command(command: list[str], dir: str | Path) -> Spec:
     """The spec `autotune search -- python train.py ARGS` stands for, with no spec file: the command is the
     workload, run from `dir`; its own settings are the baseline (its probe run reads them:
-    autotune.execution.program); the space is the default preset's knobs that the program takes; the batch
+    autotune.execution.program); the space is the knobs of the default and lm presets that the program takes
+    (COMMAND_PRESETS: a language model's knobs, beside the rest, where its model is one); the batch
     changes only as micro-batches with gradient accumulation at its own batch (`keep_effective_batch`), so the
     optimization it runs stays the same and the `numerics` level checks each change for loss parity; a time
     budget (COMMAND_BUDGET_S) ends it. Its name: the script's (`train` for `python train.py`), else the
@@ -639,6 +645,7 @@ def for_command(command: list[str], dir: str | Path) -> Spec:
         {
             "name": name,
             "workload": {"command": list(command), "dir": str(Path(dir).resolve())},
+            "search_space": {"preset": list(COMMAND_PRESETS)},
             "search": {"time_budget_s": COMMAND_BUDGET_S},
             "safety": {"level": "numerics", "keep_effective_batch": True},
         },

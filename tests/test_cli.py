@@ -96,6 +96,22 @@ def test_a_search_of_a_command_refuses_bad_input_in_one_line_before_anything_run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny_steps.py"]  # nothing written
 
 
+@pytest.mark.skipif(
+    __import__("torch").cuda.is_available(), reason="flash attention's reason here is this CPU's (no CUDA device)"
+)
+def test_a_language_models_knob_asked_for_that_cannot_run_here_is_one_line_exit_2(tmp_path):
+    space = {"preset": None, "knobs": {"batch_size": [16, 32], "attention": ["sdpa", "flash_attention_3"]}}
+    spec = write_spec(tmp_path / "s.yaml", search_space=space, output_dir=str(tmp_path / "run"))
+    result = runner.invoke(app, ["search", str(spec), "--backend", "local"])
+    assert result.exit_code == 2
+    assert result.stderr == (
+        "error: search_space.knobs.attention: flash_attention_3 cannot run here: FlashAttention is CUDA only; no "
+        "CUDA device; here it runs eager, sdpa: ask for those, or leave attention out (the lm preset tries what "
+        "runs)\n"
+    )
+    assert not (tmp_path / "run").exists()  # nothing written
+
+
 def test_budget_durations():
     from autotune.decide.budget import parse_duration
 

@@ -139,6 +139,19 @@ def test_resolve_space_on_a_gpu_keeps_them():
     assert old.fixed["precision"] == "bf16-mixed needs compute capability >= 8.0 (this GPU: 7.0)"
 
 
+def test_a_language_models_knob_asked_for_must_run_here_where_a_presets_value_is_dropped():
+    asked = {"attention": ["sdpa", "flash_attention_2"], "num_workers": [64]}  # workers: dropped, as ever
+    assert K.asked(asked, CPU) == (
+        "search_space.knobs.attention: flash_attention_2 cannot run here: FlashAttention is CUDA only; no CUDA "
+        "device; here it runs eager, sdpa: ask for those, or leave attention out (the lm preset tries what runs)"
+    )
+    assert K.asked({"liger_kernels": [True]}, CPU).startswith("search_space.knobs.liger_kernels: true cannot run")
+    assert K.asked({"attention": ["eager", "sdpa"], "padding_free": [False, True]}, CPU) is None
+    space = K.resolve_space(asked, K.pytorch_defaults(32), CPU)  # the same values from a preset: dropped, said why
+    assert space.search["attention"] == [None, "sdpa"]
+    assert "attention='flash_attention_2': FlashAttention is CUDA only; no CUDA device" in space.dropped
+
+
 def test_unavailable_baseline_value_falls_back_to_pytorch_default():
     baseline = {**K.pytorch_defaults(32), "pin_memory": True}
     space = K.resolve_space({}, baseline, CPU)

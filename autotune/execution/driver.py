@@ -183,6 +183,7 @@ def run(
                 SP.one_node(device, resources.rank_placement), workload, resources.blocks, lists, baseline
             )
         )
+        why = why or K.asked(plan.space.knobs.given(), device)  # a language model's knob asked for must run
         if why:
             raise SpecError(why)
         space = K.resolve_space(

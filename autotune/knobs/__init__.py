@@ -43,6 +43,7 @@ from autotune.knobs._registry import (
     SELECTIVE_EVERY,
     COMPILE_MODES,
     KNOBS,
+    LANGUAGE_MODEL,
     PRECISIONS,
     SAFETY_CLASSES,
     SHARDINGS,
@@ -65,7 +66,7 @@ from autotune.knobs._registry import (
     to_cell,
     user_knob,
 )
-from autotune.knobs._space import NOT_SEARCHED, Space, resolve_space
+from autotune.knobs._space import NOT_SEARCHED, Space, asked, resolve_space
 
 __all__ = [
     "ATTENTIONS",
@@ -83,6 +84,8 @@ __all__ = [
     "BOTTLENECKS",
     "COMPILE_MODES",
     "KNOBS",
+    "LANGUAGE_MODEL",
+    "asked",
     "PRECISIONS",
     "SAFETY_CLASSES",
     "STAGES",

@@ -36,6 +36,16 @@ ATTENTIONS = ("eager", "sdpa", "flex_attention", "flash_attention_2", "flash_att
 CHECKPOINTING = ("off", "full", "selective")  # activation checkpointing per repeated block
 SELECTIVE_EVERY = 2  # selective: every second block (transformers' every_n_layers=2, torchtitan's selective "2")
 FLOAT8 = ("off", "tensorwise", "rowwise")  # torchao's float8 training recipes
+# a language model's knobs (issue 52): a value of one that a spec asks for by name must run here (knobs.asked)
+LANGUAGE_MODEL = (
+    "attention",
+    "padding_free",
+    "packing",
+    "liger_kernels",
+    "activation_checkpointing",
+    "float8",
+    "expandable_segments",
+)
 USER_PREFIX = "args."  # user knobs (workload factory arguments) are named args.NAME
 
 

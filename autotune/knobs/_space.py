@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.knobs._registry import Device, conflicts, registry
+from autotune.knobs._registry import KNOBS, LANGUAGE_MODEL, Device, conflicts, registry
 
 NOT_SEARCHED = "not in the search space"
 
@@ -107,6 +107,26 @@ def resolve_space(
             del search[name]
             fixed[name] = _why_one_value(name, dropped, first=False)
     return Space(base, search, fixed, dropped, dict(user or {}))
+
+
+def asked(lists: dict[str, list], device: Device) -> str | None:
+    """Why a language model's knob (`LANGUAGE_MODEL`) cannot run a value a spec asks for by name (`lists`: its
+    search_space.knobs, not a preset's) on `device` or with this install, in one line naming what is allowed
+    (None: each runs). A preset's such value is dropped with its reason, since a preset lists every kernel for
+    every device; one asked for is a mistake to say before anything runs."""
+    for name in (n for n in LANGUAGE_MODEL if n in lists):
+        knob = KNOBS[name]
+        for value in lists[name]:
+            why = knob.unavailable(value, device)
+            if why:
+                runs = [v for v in knob.choices or (False, True) if not knob.unavailable(v, device)]
+                shown = ", ".join(str(v).lower() if isinstance(v, bool) else str(v) for v in runs)
+                return (
+                    f"search_space.knobs.{name}: {str(value).lower() if isinstance(value, bool) else value} cannot "
+                    f"run here: {why}; here it runs {shown}: ask for those, or leave {name} out (the lm preset "
+                    "tries what runs)"
+                )
+    return None
 
 
 def _why_one_value(name: str, dropped: list[str], first: bool) -> str:

@@ -8,9 +8,13 @@ kept there, `<out>/<name>/run`), `autotune search
 <name>.yaml`, then `bench_program.py` on the run dir. A program's best must leave at least 1.3x to find (`room`),
 and the program's own speedup must agree with the claim (within 5%, or the claim inside the pairs' interval).
 
+With `--no-spec`, each program is searched as a user with no spec runs it (issue 52): `autotune search --budget
+BUDGET -- <its spec's command>`, from its directory, the space what the probe finds it takes.
+
     python scripts/bench/bench_programs.py                      # ~30 min on 2 cores
     python scripts/bench/bench_programs.py --only hf_bert --pairs 5
     python scripts/bench/bench_programs.py --only memmap_loop --smoke   # that it runs (CI): one trial, short windows
+    python scripts/bench/bench_programs.py --only trl_sft --no-spec --budget 5m
 
 Prints a table; the last line is one JSON object.
 """
@@ -20,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -65,8 +70,13 @@ def one(name: str, work: Path, a) -> dict:
         spec.write_text(yaml.safe_dump(data))
     cli = Path(sys.executable).parent / "autotune"
     t = time.perf_counter()
+    what = [str(spec)]
+    if a.no_spec:  # the spec's command alone, after `--` (with --smoke: one trial)
+        command = yaml.safe_load(spec.read_text())["workload"]["command"]
+        what = ["--budget", a.budget, *(["--n-trials", "1"] if a.smoke else []), "--"]
+        what += shlex.split(command) if isinstance(command, str) else command
     search = subprocess.run(
-        [str(cli), "search", str(spec), "-o", str(run), "-q", "--backend", a.backend],
+        [str(cli), "search", "-o", str(run), "-q", "--backend", a.backend, *what],
         cwd=work,
         env=env,
         capture_output=True,
@@ -113,6 +123,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=30)
     p.add_argument("--backend", default="local", choices=["local", "ray"])
     p.add_argument("--smoke", action="store_true", help="one trial (the baseline), short windows: that it runs")
+    p.add_argument("--no-spec", action="store_true", help="search each program's command with no spec (`-- CMD`)")
+    p.add_argument("--budget", default="5m", help="with --no-spec: the search's time budget")
     p.add_argument("--out", default=f"runs/bench-programs-{time.strftime('%Y%m%d-%H%M%S')}", help="where runs stay")
     a = p.parse_args(argv)
     names = [n for n in a.only.split(",") if n]

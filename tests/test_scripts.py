@@ -180,6 +180,68 @@ def test_bench_fused_measures_each_optimizer_unfused_and_fused_side_by_side():
     assert "--optimizers: rmsprop not allowed; torch fuses: sgd, adam, adamw, adagrad" in refused.stderr
 
 
+def test_bench_llm_rows_say_what_a_device_cannot_run_and_read_a_searchs_winner(tmp_path):
+    bench = runpy.run_path("scripts/bench/bench_llm.py", run_name="bench_llm")
+    from autotune import knobs as K
+
+    cpu, h100 = K.Device("cpu", 2), K.Device("cuda", 16, "NVIDIA H100", (9, 0))
+    rows = {r.name: r for r in bench["knob_rows"]("cpu", cpu)}
+    assert "attention=sdpa" not in rows and "activation_checkpointing=full" not in rows  # the script's own
+    assert rows["attention=eager"].why_not is None and rows["padding_free=True"].why_not is None
+    assert "CUDA only" in rows["liger_kernels=True"].why_not and "CUDA only" in rows["float8=rowwise"].why_not
+    assert "no backward pass on the CPU" in rows["attention=flex_attention"].why_not
+    assert (rows["micro-batch 4 x 2"].knobs, rows["micro-batch 4 x 2"].accum) == ({"batch_size": 4}, 2)
+    recipe, runs = bench["recipe_rows"](cpu)
+    assert recipe.knobs["attention"] == "sdpa" and "liger_kernels=True" in recipe.why_not  # no flash, no Liger here
+    assert runs.name == "recipe (this device)" and runs.why_not is None
+    assert runs.knobs == {k: v for k, v in recipe.knobs.items() if k != "liger_kernels"}
+    # on a GPU without liger-kernel or flash-attn installed (autotune installs nothing): sdpa, and not run
+    (gpu_recipe, gpu_runs) = bench["recipe_rows"](h100)
+    assert gpu_recipe.knobs["attention"] == "sdpa" and "liger-kernel is not installed" in gpu_recipe.why_not
+    best = tmp_path / "best_config.yaml"
+    best.write_text(
+        yaml.safe_dump(
+            {
+                "knobs": {"batch_size": 2, "attention": "eager", "padding_free": True},
+                "safety": [
+                    {"knob": "batch_size", "baseline": 8, "tuned": 2, "safety": "numerics"},
+                    {"knob": "padding_free", "baseline": False, "tuned": True, "safety": "numerics"},
+                ],
+            }
+        )
+    )
+    winner = bench["found_row"](best)
+    assert (winner.knobs, winner.accum) == ({"batch_size": 2, "padding_free": True}, 4)  # the effective batch kept
+
+
+@pytest.mark.timeout(600)
+def test_bench_llm_smoke_runs_trls_script_as_trials_and_ends_with_its_json_line(tmp_path):
+    """The smallest bench_llm run: TRL's SFT script on a 0.1M-parameter Llama, the baseline and padding-free rows
+    (each a trial process), no search; its table in tokens/s, MFU unknown on a CPU, peak memory."""
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench/bench_llm.py", "--smoke", "--work", str(tmp_path / "work")],
+        capture_output=True,
+        text=True,
+        timeout=560,
+        env={**os.environ, "PYTHONPATH": os.getcwd()},
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert (report["size"], report["device"]["type"], report["search"]) == ("smoke", "cpu", None)
+    assert report["model"]["layers"] == 2 and 0 < report["model"]["non_embedding_params"] < 1e6
+    rows = {r["name"]: r for r in report["rows"]}
+    assert list(rows) == ["baseline", "padding_free=True"]
+    for row in rows.values():
+        assert row["status"] == "ok" and row["tokens_per_s"] > 0 and row["mfu"] is None and row["mem_peak_gib"] > 0
+    assert rows["baseline"]["speedup_x"] == 1.0 and len(report["load_avg"]["before"]) == 3
+    assert "| config | tokens/s | vs baseline | MFU | peak RSS (GiB) | note |" in proc.stdout
+    assert "| baseline |" in proc.stdout and "| unknown |" in proc.stdout
+    refused = subprocess.run(
+        [sys.executable, "scripts/bench/bench_llm.py", "--parts", "found"], capture_output=True, text=True, timeout=60
+    )
+    assert refused.returncode == 2 and "--parts found needs --found BEST_CONFIG_YAML" in refused.stderr
+
+
 def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
     proc = subprocess.run(
         ["bash", "scripts/gpu/gpu_day.sh", "--dry-run"],
@@ -196,12 +258,21 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
         "2-classic",
         "3-search",
         "3b-classic-found",
+        "3c-lm-search",
+        "3d-lm-found",
         "4-parity",
         "5-fused",
         "6-overhead",
+        "6b-lm-knobs",
         "7-landscape",
-    ]  # the issue's priority order
-    assert plan["budget_s"] == 40 * 60 and sum(s["cap_s"] for s in plan["steps"][:-1]) <= plan["budget_s"]
+    ]  # the issues' priority order: the language-model step after the classic search, before the parity rows
+    assert plan["budget_s"] == 70 * 60 and sum(s["cap_s"] for s in plan["steps"][:-1]) <= plan["budget_s"]
+    lm = {s["step"]: s for s in plan["steps"] if "-lm-" in s["step"]}
+    assert sum(s["cap_s"] for k, s in lm.items() if k in ("3c-lm-search", "3d-lm-found")) <= 13 * 60  # one loan
+    assert lm["3c-lm-search"]["command"][:5] == ["scripts/bench/bench_llm.py", "--size", "gpu", "--parts", "search"]
+    found = lm["3d-lm-found"]["command"]
+    assert found[found.index("--found") + 1].endswith("/lm-search/best_config.yaml")  # what 3c leaves (finish)
+    assert any(w.endswith("/lm-search/best_config.yaml") for w in lm["3c-lm-search"]["writes"])
     assert plan["steps"][-1]["cap_s"] is None and "cap: the rest of the budget" in proc.stdout  # the landscape
     for step in plan["steps"]:
         assert step["parses"] == "ok", step  # each command line parses (and the search's spec reads) without a GPU
@@ -211,7 +282,7 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
     assert fidelity[:3] == ["scripts/bench/bench_fidelity.py", "--workload", "resnet18_cifar"]
     assert "precision=bf16-mixed" in fidelity and "batch_size=256" in fidelity
     assert "scripts/bench/landscapes/<gpu>_resnet18_gpunorm.csv" in plan["steps"][-1]["writes"]
-    assert "8 of 8 steps parse" in proc.stdout
+    assert "11 of 11 steps parse" in proc.stdout
 
     short = subprocess.run(
         ["bash", "scripts/gpu/gpu_day.sh", "--dry-run", "--budget-min", "0"],
@@ -228,7 +299,10 @@ def test_gpu_day_dry_run_lists_each_step_with_its_cap_command_and_files():
         timeout=60,
         env={**os.environ, "PYTHON": sys.executable},
     )
-    assert typo.returncode == 2 and typo.stderr.strip() == "error: --redo 9: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
+    assert (
+        typo.returncode == 2
+        and typo.stderr.strip() == "error: --redo 9: not a step; steps: 1, 2, 3, 3b, 3c, 3d, 4, 5, 6, 6b, 7"
+    )
 
 
 def test_gpu_day_runs_steps_in_order_records_failures_and_skips_what_is_done(tmp_path, monkeypatch):
@@ -294,7 +368,36 @@ def test_gpu_day_fits_a_short_loan_runs_only_the_steps_named_and_sees_its_detach
     typo = subprocess.run(
         ["bash", "scripts/gpu/gpu_day.sh", "--dry-run", "--only", "8"], capture_output=True, text=True, timeout=120
     )
-    assert typo.returncode == 2 and typo.stderr.strip() == "error: --only 8: not a step; steps: 1, 2, 3, 3b, 4, 5, 6, 7"
+    assert (
+        typo.returncode == 2
+        and typo.stderr.strip() == "error: --only 8: not a step; steps: 1, 2, 3, 3b, 3c, 3d, 4, 5, 6, 6b, 7"
+    )
+
+
+def test_gpu_day_keeps_the_lm_searchs_small_files_and_leaves_its_model_behind(tmp_path, monkeypatch):
+    """3c's search runs in the day's lm/ (the 134M Llama's weights, its texts, the trials): its trials.csv,
+    search.json and best_config.yaml are kept in lm-search/ (3d reads the winner there, on this machine or the
+    next, from the unpacked tree), and lm/ is not packed."""
+    day = runpy.run_path("scripts/gpu/gpu_day.py", run_name="gpu_day")
+    step = next(s for s in day["steps"](tmp_path, "h200") if s.key == "3c-lm-search")
+    run = tmp_path / "lm" / "run"
+    run.mkdir(parents=True)
+    for name in ("trials.csv", "search.json", "best_config.yaml", "optuna.db"):
+        (run / name).write_text(name)
+    (tmp_path / "lm" / "model.safetensors").write_text("weights")
+    day["finish"](step, tmp_path)
+    assert sorted(f.name for f in (tmp_path / "lm-search").iterdir()) == [
+        "best_config.yaml",
+        "search.json",
+        "trials.csv",
+    ]
+    monkeypatch.setenv("OUT", str(tmp_path / "out"))
+    (tmp_path / "out").mkdir()
+    day["collect"](tmp_path, "h200")
+    with tarfile.open(tmp_path / "out" / "gpu_day.tar.gz") as tar:
+        names = tar.getnames()
+    assert any(n.endswith("lm-search/best_config.yaml") for n in names)
+    assert not any("/lm/" in n or n.endswith("/lm") for n in names)
 
 
 def test_classic_case_runs_the_found_config_with_its_searched_workload_args(tmp_path):

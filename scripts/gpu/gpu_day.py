@@ -16,7 +16,9 @@ takes the rest.
                               [--only STEP] [--search-min 15]
 
 On a loan shorter than the plan (15 minutes of device time), --only picks the steps
-and --search-min shortens the search: e.g. --only 3 --only 3b --search-min 5.
+and --search-min shortens the search: e.g. --only 3 --only 3b --search-min 5; the
+language-model step (TRL's SFT script on a 134M Llama: its search, then its winner
+beside the hand-tuned recipe) is --only 3c --only 3d.
 
 The last line of stdout is one JSON object (the steps' statuses, or with --dry-run
 the plan and its checks).
@@ -46,6 +48,7 @@ MEASUREMENTS = ROOT / "scripts" / "measurements"  # where the days' results are 
 LIVE = Path("/tmp/gpu_day")  # where a running day writes (a folder per day, as in MEASUREMENTS)
 PY = sys.executable
 SEARCH_BUDGET_S = 900  # the issue's 15 minutes; --search-min fits it to a shorter loan
+LM_SEARCH_S = 240  # the language-model search's (3c): with its model made and two rows measured, an 8-minute step
 
 
 def search_spec(budget_s: float = SEARCH_BUDGET_S) -> dict:
@@ -90,9 +93,9 @@ def landscape_of(gpu: str) -> Path:
     return ROOT / "scripts" / "bench" / "landscapes" / f"{gpu.split('-')[0]}_resnet18_gpunorm.csv"
 
 
-def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
+def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S, lm_search_s: float = LM_SEARCH_S) -> list[Step]:
     """The plan, its files in `day` (the landscape's copy too, beside the results); the search's
-    budget `search_s` seconds."""
+    budget `search_s` seconds, the language-model search's `lm_search_s`."""
     rel = show(day)
     landscape = f"{rel}/{landscape_of(gpu).name}"
     run = f"{rel}/run"  # the search's run dir (traces, per-trial files): not collected
@@ -152,6 +155,32 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
             [PY, "scripts/gpu/classic_case.py", "--found", f"{rel}/search/best_config.yaml"],
         ),
         Step(
+            "3c-lm-search",
+            f"the language-model search: TRL's SFT script on a random-init 134M Llama, the `lm` preset "
+            f"({lm_search_s / 60:g}-minute budget, keep_effective_batch), its winner measured beside the baseline",
+            lm_search_s + 240,
+            [
+                PY,
+                "scripts/bench/bench_llm.py",
+                "--size",
+                "gpu",
+                "--parts",
+                "search",
+                "--search-min",
+                f"{lm_search_s / 60:g}",
+            ]
+            + ["--work", f"{rel}/lm"],
+            ["lm-search/trials.csv", "lm-search/search.json", "lm-search/best_config.yaml"],
+        ),
+        Step(
+            "3d-lm-found",
+            "the language-model search's winner side by side with the hand-tuned recipe (bf16, flash or sdpa, "
+            "Liger, fused AdamW, padding-free, compile) and the baseline",
+            270,
+            [PY, "scripts/bench/bench_llm.py", "--size", "gpu", "--parts", "found,recipe"]
+            + ["--found", f"{rel}/lm-search/best_config.yaml", "--work", f"{rel}/lm"],
+        ),
+        Step(
             "4-parity",
             "loss parity's GPU rows on ResNet-18 at 224 px (tf32, bf16, fp16, channels_last, cudnn, ...)",
             180,
@@ -179,6 +208,14 @@ def steps(day: Path, gpu: str, search_s: float = SEARCH_BUDGET_S) -> list[Step]:
                 "--set",
                 "pin_memory=true",
             ],
+        ),
+        Step(
+            "6b-lm-knobs",
+            "each language-model knob alone against the baseline on TRL's SFT script (the 134M Llama): attention "
+            "kernels, padding-free, packing, Liger, checkpointing off/selective, float8, expandable_segments, "
+            "micro-batch x accumulation",
+            900,
+            [PY, "scripts/bench/bench_llm.py", "--size", "gpu", "--parts", "knobs", "--work", f"{rel}/lm"],
         ),
         Step(
             "7-landscape",
@@ -340,12 +377,15 @@ def prepare(step: Step, day: Path) -> None:
 
 
 def finish(step: Step, day: Path) -> None:
-    if step.key == "3-search":  # the run dir's small files beside the results; traces stay behind
-        run = Path(step.argv[-1])
-        (day / "search").mkdir(exist_ok=True)
+    """The run dir's small files beside the results (traces, trials, the LM step's model and data stay behind):
+    the classic search's in search/, the language-model search's in lm-search/ (3d reads its best_config.yaml)."""
+    runs = {"3-search": (Path(step.argv[-1]), "search"), "3c-lm-search": (day / "lm" / "run", "lm-search")}
+    if step.key in runs:
+        run, kept = runs[step.key]
+        (day / kept).mkdir(exist_ok=True)
         for name in ("trials.csv", "search.json", "best_config.yaml"):
             if (run / name).exists():
-                (day / "search" / name).write_bytes((run / name).read_bytes())
+                (day / kept / name).write_bytes((run / name).read_bytes())
 
 
 def write_readme(day: Path, gpu: str, plan: list[Step]) -> None:
@@ -473,7 +513,7 @@ def collect(day: Path, gpu: str) -> None:
     out = os.environ.get("OUT")
     if not out:
         return
-    landscape, skip = day / landscape_of(gpu).name, {"day.pid", "run", landscape_of(gpu).name}
+    landscape, skip = day / landscape_of(gpu).name, {"day.pid", "run", "lm", landscape_of(gpu).name}
     with tarfile.open(Path(out) / "gpu_day.tar.gz", "w:gz") as tar:
         for f in sorted(day.iterdir()):
             if f.name not in skip:
@@ -518,7 +558,7 @@ def wait(day: Path, seconds: float) -> None:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--budget-min", type=float, default=40, help="the day's total time (default 40)")
+    p.add_argument("--budget-min", type=float, default=70, help="the day's total time (default 70)")
     p.add_argument("--dry-run", action="store_true", help="list each step: cap, command, files; check it parses")
     p.add_argument("--detach", action="store_true", help="run the day in its own session (setsid), log to day.log")
     p.add_argument("--wait", type=float, metavar="S", help="follow a detached day up to S seconds, then collect")

@@ -1,8 +1,11 @@
 """The model and the data trl_sft.py (TRL's own `trl/scripts/sft.py`, as it ships) trains on here, made offline:
 
-- `tiny_llama/`: a Llama causal LM at random init (2 layers, hidden 128) and its tokenizer, a byte-level BPE
-  trained here with the `tokenizers` library on the generated text, saved as a `PreTrainedTokenizerFast` with
-  its pad and end-of-sequence tokens; `--model_name_or_path tiny_llama` loads both;
+- `tiny_llama/`: a Llama causal LM at random init (2 layers, hidden 128; `--layers`, `--hidden`, `--heads` size it
+  up, as scripts/bench/bench_llm.py does) and its tokenizer, a byte-level BPE trained here with the `tokenizers`
+  library on the generated text, saved as a `PreTrainedTokenizerFast` with its pad and end-of-sequence tokens;
+  `--model_name_or_path tiny_llama` loads both. `--model_vocab`: the model's vocabulary, larger than the
+  tokenizer's (its rows past the tokenizer's never seen), so that its output layer costs what a real model's does
+  (Llama 2's 32000);
 - `tiny_text/train.jsonl`: rows with a `text` field, sentences of made-up words (a Zipf draw from a syllable
   vocabulary), 8 to 160 words long, most of them short (as an SFT set's are); `--dataset_name tiny_text`.
 
@@ -53,18 +56,18 @@ def tokenizer(corpus: list[str], vocab_size: int):
     )
 
 
-def model(tok, hidden: int, layers: int):
+def model(tok, hidden: int, layers: int, heads: int = 4, vocab: int | None = None):
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     torch.manual_seed(0)
     config = LlamaConfig(
-        vocab_size=len(tok),
+        vocab_size=max(len(tok), vocab or 0),
         hidden_size=hidden,
         intermediate_size=4 * hidden,
         num_hidden_layers=layers,
-        num_attention_heads=4,
-        num_key_value_heads=4,
+        num_attention_heads=heads,
+        num_key_value_heads=heads,
         max_position_embeddings=512,
         pad_token_id=tok.pad_token_id,
         bos_token_id=tok.bos_token_id,
@@ -81,6 +84,8 @@ def main(argv=None) -> None:
     p.add_argument("--vocab_size", type=int, default=1024)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--model_vocab", type=int, default=None, help="the model's vocabulary (default: the tokenizer's)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args(argv)
     out = Path(a.dir)
@@ -92,7 +97,7 @@ def main(argv=None) -> None:
             f.write(json.dumps({"text": text}) + "\n")
     tok = tokenizer(corpus, a.vocab_size)
     tok.save_pretrained(out / "tiny_llama")
-    model(tok, a.hidden, a.layers).save_pretrained(out / "tiny_llama")
+    model(tok, a.hidden, a.layers, a.heads, a.model_vocab).save_pretrained(out / "tiny_llama")
 
 
 if __name__ == "__main__":

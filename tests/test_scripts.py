@@ -234,7 +234,7 @@ def test_bench_llm_smoke_runs_trls_script_as_trials_and_ends_with_its_json_line(
     for row in rows.values():
         assert row["status"] == "ok" and row["tokens_per_s"] > 0 and row["mfu"] is None and row["mem_peak_gib"] > 0
     assert rows["baseline"]["speedup_x"] == 1.0 and len(report["load_avg"]["before"]) == 3
-    assert "| config | tokens/s | vs baseline | MFU | peak RSS (GiB) | note |" in proc.stdout
+    assert "| config | tokens/s | vs baseline | MFU | peak RSS (GiB) | host busy | note |" in proc.stdout
     assert "| baseline |" in proc.stdout and "| unknown |" in proc.stdout
     refused = subprocess.run(
         [sys.executable, "scripts/bench/bench_llm.py", "--parts", "found"], capture_output=True, text=True, timeout=60
@@ -632,6 +632,7 @@ ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_search.py": "test_bench_search_replays_the_committed_landscapes",
     "bench/bench_program.py": "bench_programs.py's smoke run, on the search it makes",
     "bench/builtin_program.py": "test_builtin_program_runs_as_a_program_trial",  # a program, not a benchmark
+    "bench/bench_llm.py": "test_bench_llm_smoke_runs_trls_script_as_trials_and_ends_with_its_json_line",
 }
 # a search's trial at its floor: no profile, no diagnosis (search_phases' search)
 SMOKE_TRIAL = {"warmup_steps": 2, "min_window_s": 0.2, "max_window_s": 0.3, "profile_steps": 0, "diagnose": False}

@@ -17,7 +17,9 @@ A row this device or install cannot run says why (autotune's registry: "not run:
 
 MFU: against the device's peak for the precision (unknown on a CPU: no peak, never a guess). Peak memory: on CUDA
 the allocator's peak allocated bytes, on a CPU the process's peak RSS over the window (libraries included: only
-differences between rows say something there). tokens/s: the trained (non-padding) tokens per second.
+differences between rows say something there). tokens/s: the trained (non-padding) tokens per second. host busy:
+the other processes' share of the host's CPUs during each run's window (autotune's `host_other_cpu_frac`): on a
+shared host, a row measured beside others' work reads slow.
 
     python scripts/bench/bench_llm.py --size cpu --reps 2 --search-min 5      # the committed CPU table
     python scripts/bench/bench_llm.py --size gpu --parts search               # GPU day: the search, its winner
@@ -219,6 +221,7 @@ def measure(row: Row, work: Path, a, device, label: str) -> dict:
         "mfu": m.get("mfu"),
         "mem_peak_gib": memory,
         "seq_len_mean": m.get("seq_len_mean"),
+        "host_busy": m.get("host_other_cpu_frac"),  # other processes' share of the host's CPUs in the window
         "trial_s": round(time.perf_counter() - started, 1),
         "error": None if result.status == "ok" else f"{result.error_type}: {str(result.error)[-600:]}",
     }
@@ -235,6 +238,7 @@ def summary(row: Row, base: float | None) -> dict:
     tps = statistics.median(r["tokens_per_s"] for r in ok)
     mfus = [r["mfu"] for r in ok if r["mfu"] is not None]
     mems = [r["mem_peak_gib"] for r in ok if r["mem_peak_gib"] is not None]
+    busy = [r["host_busy"] for r in ok if r.get("host_busy") is not None]
     return {
         **out,
         "status": "ok",
@@ -244,18 +248,19 @@ def summary(row: Row, base: float | None) -> dict:
         "mfu": round(statistics.median(mfus), 4) if mfus else None,
         "mem_peak_gib": round(max(mems), 3) if mems else None,
         "samples_per_s": round(statistics.median(r["samples_per_s"] for r in ok), 2),
+        "host_busy": [round(b, 2) for b in busy],
     }
 
 
 def table(rows: list[dict], device) -> str:
     mem = "peak allocated" if device.type == "cuda" else "peak RSS"
     lines = [
-        f"| config | tokens/s | vs baseline | MFU | {mem} (GiB) | note |",
-        "|---|---:|---:|---:|---:|---|",
+        f"| config | tokens/s | vs baseline | MFU | {mem} (GiB) | host busy | note |",
+        "|---|---:|---:|---:|---:|---:|---|",
     ]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"| {r['name']} | | | | | {r['status']}: {r['reason']} |")
+            lines.append(f"| {r['name']} | | | | | | {r['status']}: {r['reason']} |")
             continue
         mfu = f"{r['mfu']:.1%}" if r["mfu"] is not None else "unknown"
         runs = ", ".join(f"{t:,.0f}" for t in r["tokens_per_s_runs"])
@@ -263,8 +268,9 @@ def table(rows: list[dict], device) -> str:
         if r["name"].startswith(("search", "recipe")):
             note = f"{', '.join(f'{k}={v}' for k, v in r['knobs'].items())}; {note}"
         mem_cell = f"{r['mem_peak_gib']:.2f}" if r["mem_peak_gib"] is not None else ""
+        busy = "/".join(f"{b:.0%}" for b in r["host_busy"])
         lines.append(
-            f"| {r['name']} | {r['tokens_per_s']:,.0f} | {r['speedup_x']:.2f}x | {mfu} | {mem_cell} | {note} |"
+            f"| {r['name']} | {r['tokens_per_s']:,.0f} | {r['speedup_x']:.2f}x | {mfu} | {mem_cell} | {busy} | {note} |"
         )
     return "\n".join(lines)
 

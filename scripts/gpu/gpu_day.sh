@@ -4,15 +4,16 @@
 # scripts/measurements/<gpu>-<date>/ (JSON/CSV and the step's log; a README there
 # says what ran, with the commands and the commit):
 #   1 fidelity   2 classic case   3 live search (15 min) + 3b classic --found
-#   3c the language-model search (TRL's SFT script on a 134M Llama, 4 min) + 3d its
-#      winner beside the hand-tuned recipe (scripts/bench/bench_llm.py)
+#   3c the language-model search (TRL's SFT script on a 134M Llama, 4 min; 12 with its
+#      parity and re-measurement) + 3d its winner beside the hand-tuned recipe
+#      (scripts/bench/bench_llm.py)
 #   4 parity rows at 224 px   5 fused optimizers   6 first-step overhead
 #   6b each language-model knob alone (bench_llm.py --parts knobs)
 #   7 the realistic GPU landscape, with whatever time is left (appended point by point
 #     to scripts/bench/landscapes/<gpu>_resnet18_gpunorm.csv, so the next GPU continues it)
 # A failed step is recorded and the rest still run; a step with a result is skipped,
 # so the day spans several 10-minute device commands. Total time: --budget-min
-# (default 70). The steps' logic is in scripts/gpu/gpu_day.py.
+# (default 75). The steps' logic is in scripts/gpu/gpu_day.py.
 #
 # Here, before lending (downloads the wheels the GPU host lacks into .whl/, git-ignored):
 #     bash scripts/gpu/gpu_day.sh --stage
@@ -24,8 +25,10 @@
 #     bash scripts/gpu/gpu_day.sh --wait 540          # the next commands, same machine
 # A 15-minute loan fits the search (5 minutes) and its side-by-side, in one command:
 #     bash scripts/gpu/gpu_day.sh --detach --only 3 --only 3b --search-min 5 --budget-min 12 --wait 565
-# the next loan the language-model step (the LM wheels below staged), then the parity rows:
-#     bash scripts/gpu/gpu_day.sh --detach --only 3c --only 3d --budget-min 13 --wait 565
+# the next loan the language-model search (the LM wheels below staged; 4 minutes, then its winner's parity and
+# re-measurement), the one after its winner beside the recipe, then the parity rows:
+#     bash scripts/gpu/gpu_day.sh --detach --only 3c --budget-min 13 --wait 565
+#     bash scripts/gpu/gpu_day.sh --detach --only 3d --only 4 --budget-min 13 --wait 565
 # A warm machine goes back after about 30 s idle: start the next --wait at once, and
 # unpack the last tarball while it runs (the day writes in /tmp/gpu_day/, outside the
 # tree each command copies, so the order does not matter). Back here, unpack each

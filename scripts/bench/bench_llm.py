@@ -280,6 +280,8 @@ def search(work: Path, a, device) -> tuple[Path, dict]:
     numerics knobs, `--search-min` minutes. Returns best_config.yaml's path and the search's summary."""
     import yaml
 
+    from autotune.export.load import read
+
     spec = {
         "name": f"bench-llm-{a.size}",
         "workload": {"command": " ".join(command(a.size, device.type == "cuda"))},
@@ -296,12 +298,13 @@ def search(work: Path, a, device) -> tuple[Path, dict]:
         + ["--backend", "local", "--quiet", "--budget", f"{a.search_min}m"],
         capture_output=True,
         text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT), "HF_DATASETS_CACHE": str(work / "hf_datasets")},
+        # the repo first, the rest kept (on the GPU host, the staged wheels: gpu_day.sh's /tmp/site)
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH")) if p)},
     )
     (work / "search.log").write_text(proc.stdout + proc.stderr)
     if proc.returncode != 0 or not (run / "best_config.yaml").exists():
         raise SystemExit(f"the search failed (exit {proc.returncode}): {proc.stderr[-2000:]}")
-    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    best = read(run / "best_config.yaml")
     return run / "best_config.yaml", {
         "wall_s": round(time.perf_counter() - started, 1),
         "budget_min": a.search_min,

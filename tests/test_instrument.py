@@ -188,7 +188,18 @@ def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
     # its Trainer could flatten padded batches, but its model classifies whole rows: padding_free is not run
     assert "flatten" in result.used and "packing" not in result.used  # no `packing` argument: TRL's
     assert result.cannot["padding_free"].startswith("BertForSequenceClassification is not a causal language model")
-    assert result.own_knobs == {"activation_checkpointing": "off", "liger_kernels": False, "attention": "sdpa"}
+    # what the script runs with, read by the probe (the baseline of a search with no spec): its model's and its
+    # TrainingArguments' own (transformers' defaults: pinned memory, the fused AdamW)
+    assert result.own_knobs == {
+        "activation_checkpointing": "off",
+        "liger_kernels": False,
+        "attention": "sdpa",
+        "pin_memory": True,
+        "persistent_workers": False,
+        "precision": "32-true",
+        "compile": "none",
+        "fused_optimizer": True,
+    }
 
 
 @pytest.mark.timeout(600)

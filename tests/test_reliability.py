@@ -286,7 +286,8 @@ def test_resume_needs_a_search(tmp_path):
     result = runner.invoke(app, ["search"])
     assert (
         result.stderr
-        == "error: give a spec (`autotune search spec.yaml`) or a search to continue (`--resume RUN_DIR`)\n"
+        == "error: give a spec (`autotune search spec.yaml`), a training command after `--` (`autotune search -- "
+        "python train.py`) or a search to continue (`--resume RUN_DIR`)\n"
     )
 
 

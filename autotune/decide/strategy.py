@@ -30,6 +30,7 @@ from autotune.decide import model
 from autotune.decide.bar import Incumbent, incumbent_bar
 from autotune.decide.limits import LOADER_KNOBS, Limits, MemoryLadder, counts, key, loader_held, taken
 from autotune.decide.naming import space
+from autotune.decide.reference import Raw
 from autotune.decide.samplers import kind
 from autotune.knobs import KNOBS
 from autotune.safety.parity import needs_parity
@@ -54,8 +55,9 @@ def told(result, baseline: dict) -> dict:
     value: `unchecked` (its loss parity skipped but needed: the climb does not
     build on it), `tie_kept` (its window tied with a safer incumbent, which
     stayed: `incumbent_bar`), the `rates` the model predicts from and what its diagnosis
-    measured `apart` (a diagnosed trial), and `ci`, its throughput's relative
-    95% CI (`incumbent_ci`, once it leads)."""
+    measured `apart` (a diagnosed trial), `ci`, its throughput's relative
+    95% CI (`incumbent_ci`, once it leads), and `window_unix`, when its window ran
+    (the reference it is judged against is read there: `reference.Judge`)."""
     knobs = result.knobs or {}  # an autotune.trial.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
     metrics = result.metrics or {}
@@ -63,7 +65,9 @@ def told(result, baseline: dict) -> dict:
     apart = {k: metrics[k] for k in APART if k in metrics} if result.diagnosis else None
     ci = metrics.get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
     wait = metrics.get("data_wait_frac")  # the baseline's decides the loader knobs' probes (`loader_held`)
+    at = metrics.get("window_mid_unix")  # when it was read: its ratio is to the reference then (decide.reference)
     return {
+        **({"window_unix": at} if at else {}),
         **({"unchecked": True} if needed else {}),
         **({"tie_kept": True} if metrics.get("tie_kept") else {}),
         **({"data_wait": wait} if wait is not None else {}),
@@ -88,6 +92,7 @@ class Strategy:
         seed: int = 0,
         cuda: bool | None = None,
         listed=(),
+        judge=None,
     ):
         row = kind(sampler)
         self.study, self.search = study, search
@@ -103,6 +108,10 @@ class Strategy:
         self.limits = self._limits(lambda params: True)  # what may run now: made again before each ask
         self.sources: dict[int, str] = {}  # trial number -> what named its config (`named`); else the sampler drew it
         study.sampler = self.sampler = row.make(self, seed)
+        # how a measured trial is judged: its figure and CI (`reference.Judge`: against the baseline read near its
+        # window's time, an incumbent by its fresh reads too; `reference.Raw`: its own window). The one place the
+        # strategy reads a trial's value: the incumbent, the climb's values, the bar and pruning go through it
+        self.judge = judge or Raw()
 
     # --- what the study says ---------------------------------------------------
 
@@ -135,13 +144,13 @@ class Strategy:
         return t.state == TrialState.COMPLETE and bool(t.values) and not t.user_attrs.get("tie_kept")
 
     def _best(self):
-        """The fastest trial that can lead (`_contends`) so far: the incumbent, or None."""
+        """The fastest trial that can lead (`_contends`) so far, as judged (`judge`): the incumbent, or None."""
         done = [t for t in self._trials() if self._contends(t)]
-        return max(done, key=lambda t: t.values[0]) if done else None
+        return max(done, key=self.judge.value) if done else None
 
     def best_value(self) -> float | None:
         best = self._best()
-        return best.values[0] if best else None
+        return self.judge.value(best) if best else None
 
     def measured(self) -> dict[tuple, float | None]:
         """Each measured config's key -> its value (None: failed, unsafe, or its loss parity unknown: the search
@@ -150,7 +159,7 @@ class Strategy:
         for t in self._trials():
             if t.state in (TrialState.COMPLETE, TrialState.FAIL) and self._counts(t):
                 good = self._contends(t) and not t.user_attrs.get("unchecked")
-                values.setdefault(key(t.params, self.names), t.values[0] if good else None)
+                values.setdefault(key(t.params, self.names), self.judge.value(t) if good else None)
         return values
 
     def bottleneck(self) -> str | None:
@@ -320,9 +329,9 @@ class Strategy:
             self.study.tell(trial, state=TrialState.FAIL)
 
     def incumbent(self) -> Incumbent | None:
-        """The incumbent as the bar reads it (`bar.Incumbent`), or None before any."""
+        """The incumbent as the bar reads it (`bar.Incumbent`: its value and CI as judged), or None before any."""
         best = self._best()
-        return Incumbent(best.number, best.params, best.values[0], best.user_attrs.get("ci", 0.0)) if best else None
+        return Incumbent(best.number, best.params, self.judge.value(best), self.judge.ci(best)) if best else None
 
     def incumbent_bar(self, point: dict | None = None) -> dict:
         """What a trial of `point` must beat to become the incumbent (`bar.incumbent_bar`), with, for `point`,

@@ -303,6 +303,9 @@ class Window:
             "data_wait_frac": sum(self.waits) / window,
             "cpu_main_cores": cpu / window,  # CPU-seconds per second of the training process (not its workers)
             "window_s": window,
+            # when the window ran (its middle, Unix seconds): where the search reads its reference for this trial
+            # (autotune.decide.reference: the host's speed drifts, and a ratio is taken against the baseline then)
+            "window_mid_unix": time.time() - window / 2,
             "window_steps": steps,
             "mem_rss_peak_gib": peak_rss_gib(),  # the training process's, over the window (not its loader workers)
             **disturbed,  # host_other_cpu_frac

@@ -1,0 +1,152 @@
+"""The reference a search weighs trials against (autotune.decide.reference), on synthetic drifts whose truth is known:
+a host whose speed moves over time, reads of the baseline with the spread of fresh processes, trials of known
+ratios; and the strategy judging through it, on a real Optuna study."""
+
+import math
+import random
+import warnings
+
+import optuna
+import pytest
+
+from autotune.decide.reference import (
+    CONFIRMS_KEY,
+    READS_KEY,
+    Judge,
+    Read,
+    Reference,
+    Schedule,
+    confirmed,
+    figures,
+)
+from autotune.decide.strategy import Strategy
+
+warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+optuna.logging.set_verbosity(optuna.logging.ERROR)
+
+
+def level(t: float) -> float:
+    """The host's speed: 1000 samples/s at t=0, 40% slower by t=300 s, and a swing of +-20% over three minutes."""
+    return 1000 * math.exp(-0.5 * t / 300) * (1 + 0.2 * math.sin(t / 30))
+
+
+def drifting_search(seed: int, every_s: int = 30):
+    """Reads of the baseline every `every_s` from 0 to 300 s (a fresh process each: 5% off the level, its window
+    +-3%), and 30 trials at random times between, with true ratios of 0.8-2.0, each 4% off (its process) with a
+    +-3% window."""
+    rng = random.Random(seed)
+    reads = [Read(t, level(t) * rng.gauss(1, 0.05), 0.03) for t in range(0, 301, every_s)]
+    trials = []
+    for _ in range(30):
+        t, true = rng.uniform(0, 300), rng.choice([0.8, 1.0, 1.3, 1.6, 2.0])
+        trials.append((t, true, true * level(t) * rng.gauss(1, 0.04)))
+    return reads, trials
+
+
+def log_errors(pairs):
+    return [abs(math.log(x / true)) for x, true in pairs]
+
+
+def test_ratios_against_the_drifting_reference_come_out_right_where_the_first_read_does_not():
+    corrected, first, covered = [], [], 0
+    for seed in range(5):
+        reads, trials = drifting_search(seed)
+        reference = Reference(reads, "cpu")
+        for t, true, value in trials:
+            r = reference.ratio(value, t, 0.03)
+            corrected.append((r.x, true))
+            first.append((value / reads[0].value, true))  # every trial against the search's first read
+            covered += r.low <= true <= r.high
+    ours, theirs = sorted(log_errors(corrected)), sorted(log_errors(first))
+    # measured: median 4.6%, 90% within 10%, worst 18% (against 33%, 55% and 67% from the first read alone)
+    assert ours[len(ours) // 2] < 0.06 and ours[int(0.9 * len(ours))] < 0.12
+    assert theirs[len(theirs) // 2] > 0.2 and theirs[int(0.9 * len(theirs))] > 0.4
+    assert covered >= 0.9 * len(corrected)  # the interval: where a side by side lands
+
+
+def test_the_reference_between_reads_is_interpolated_and_beyond_them_less_known():
+    reads = [Read(0, 100, 0.02), Read(60, 200, 0.02)]
+    reference = Reference(reads, "cpu")
+    middle, after, far = reference.at(30), reference.at(60), reference.at(600)
+    assert middle.value == pytest.approx(math.sqrt(100 * 200), rel=0.05)  # linear in log, pulled a little together
+    assert middle.between > 0 and after.between == 0  # the drift since the nearest reads: none at a read
+    assert far.value == pytest.approx(after.value) and far.sd > 3 * after.sd  # extrapolated: known less and less
+    assert reference.q > Reference(reads[:1], "cpu").q  # a doubling in a minute: faster drift than the prior
+    assert Reference([], "cpu").at(0) is None
+
+
+def test_a_best_of_many_reads_high_and_its_fresh_reads_do_not():
+    """The winner's curse and its correction: 12 configs, all truly 1.2x, each trial read once (7% off, its process
+    and the host), the best picked by its trial; its trial reads high, its fresh read does not."""
+    reference = Reference([Read(0, 1000, 0.0), Read(1000, 1000, 0.0)], "cpu")
+    trial_bias, fresh_bias = [], []
+    rng = random.Random(0)
+    for _ in range(200):
+        reads = [(1.2 * 1000 * rng.gauss(1, 0.07), i) for i in range(12)]
+        value, i = max(reads)
+        best = reference.ratio(value, 500)
+        fresh = confirmed(reference, [Read(600, 1.2 * 1000 * rng.gauss(1, 0.07), 0.0)])
+        trial_bias.append(best.x / 1.2 - 1)
+        fresh_bias.append(fresh.x / 1.2 - 1)
+    assert sum(trial_bias) / 200 > 0.09  # E[max of 12 normals] = 1.63 sd: +11%
+    assert abs(sum(fresh_bias) / 200) < 0.015
+    assert confirmed(reference, []) is None
+
+
+def test_figures_name_the_ratio_its_interval_and_the_fresh_reads():
+    reference = Reference([Read(0, 100, 0.02), Read(100, 50, 0.02)], "cpu")
+    mine = figures(reference, 100.0, Read(50, 105, 0.03), [], "samples_per_s")
+    assert mine["reference_samples_per_s"] == pytest.approx(70.7, rel=0.05)
+    assert mine["speedup_x"] == pytest.approx(105 / mine["reference_samples_per_s"])
+    assert mine["speedup_low"] < mine["speedup_x"] < mine["speedup_high"]
+    assert mine["judged_samples_per_s"] == pytest.approx(100 * mine["speedup_x"]) and "confirmed_speedup_x" not in mine
+    again = figures(reference, 100.0, Read(50, 105, 0.03), [Read(100, 60, 0.03)], "samples_per_s")
+    fresh = 60 / reference.at(100).value
+    assert again["confirmed_speedup_x"] == pytest.approx(fresh) and again["confirm_reads"] == 1
+    assert again["judged_samples_per_s"] == pytest.approx(100 * math.sqrt(mine["speedup_x"] * fresh))
+
+
+def test_the_schedule_keeps_the_reads_within_their_share():
+    schedule = Schedule(started=0.0, share=0.1)
+    assert not schedule.due(1000.0)  # no read's cost known yet
+    schedule.cost_s = 2.0
+    assert not schedule.due(19.0) and schedule.due(20.0) and not schedule.due(20.0, 2)
+    schedule.done(3.0)  # that read cost 3 s
+    assert not schedule.due(59.0) and schedule.due(60.0)  # 3 s spent and 3 more: within 10% of 60 s
+    assert schedule.spent_s == 3.0 and schedule.reads == 1
+
+
+SPACE = {"batch_size": [32, 64, 128], "channels_last": [False, True]}
+BASE = {"batch_size": 32, "channels_last": False}
+
+
+def told(strategy, params, value, at, source=None):
+    """A measured trial, told as the search tells it (its window's time among its attributes)."""
+    strategy.study.enqueue_trial(params, user_attrs={"source": source or "plan"})
+    trial = strategy.study.ask()
+    strategy._suggest(trial)
+    strategy.tell(trial, "ok", value, attrs={"window_unix": at, "ci": 0.02})
+    return trial
+
+
+def test_the_strategy_judges_each_trial_against_the_reference_at_its_time():
+    """The host got 1.5x faster (another job stopped) between the baseline and the trials: batch 64 (truly 1.3x)
+    read early, batch 128 (truly 1.2x) late. Against the baseline's one read batch 128 leads; against the reference
+    read near each, batch 64 does, and the bar a new trial must beat is the incumbent's in today's host's units."""
+    study = optuna.create_study(direction="maximize")  # the strategy installs its sampler
+    strategy = Strategy(study, SPACE, BASE, "autotune", judge=Judge(study, "cpu"))
+    host = {1000: 100.0, 1010: 100.0, 1060: 150.0, 1070: 150.0}  # Unix seconds: the host's speed
+    told(strategy, BASE, host[1000], 1000, "baseline")
+    b64 = told(strategy, {**BASE, "batch_size": 64}, 1.3 * host[1010], 1010)
+    b128 = told(strategy, {**BASE, "batch_size": 128}, 1.2 * host[1070], 1070)
+    assert strategy.incumbent().number == b128.number  # no reads yet: the raw figures (180 against 130)
+    study.set_user_attr(READS_KEY, [Read(t, host[t], 0.02).as_dict() for t in (1010, 1060, 1070)])
+    strategy.judge.refresh()
+    assert strategy.incumbent().number == b64.number
+    assert strategy.best_value() == pytest.approx(130, rel=0.05)  # 1.3x the baseline trial's 100
+    scale, ci = strategy.judge.now_scale(1070)
+    assert scale == pytest.approx(1.5, rel=0.05) and ci == pytest.approx(0, abs=1e-9)  # read just now
+    # a fresh read of batch 64 at 1.0x (its trial read high): the mean of its reads judges it, now behind 128
+    study.set_user_attr(CONFIRMS_KEY, {str(b64.number): [Read(1070, 1.0 * host[1070], 0.02).as_dict()]})
+    strategy.judge.refresh()
+    assert strategy.incumbent().number == b128.number and strategy.judge.confirmed(b64.number)

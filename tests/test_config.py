@@ -75,6 +75,22 @@ def run_trial(tmp_path, request, args=(), program="loader_loop.py"):
     return proc, trial
 
 
+def test_a_programs_window_starts_once_its_loaders_queue_has_turned_over(tmp_path):
+    """The program's DataLoader makes 2 workers x 3 batches ahead: its warm-up takes them before the window."""
+    request = {
+        "workload": {"command": ["python", "loader_loop.py"]},
+        "knobs": {"num_workers": 2, "prefetch_factor": 3},
+        "warmup_steps": 2,
+        "warmup_min_s": 0.0,
+        "measure_steps": 5,
+        "min_window_s": 0.2,
+        "max_window_s": 1.0,
+    }
+    proc, trial = run_trial(tmp_path, request, ["--steps", "3000", "--batch_size", "4"])
+    assert proc.returncode == 0, proc.stderr
+    assert TrialResult.read(trial / "result.json").metrics["warmup_steps_run"] == 6
+
+
 @pytest.mark.slow  # CI tier: test_program's DataLoader program search times and ends every trial after its window
 def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
     request = {

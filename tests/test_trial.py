@@ -123,6 +123,26 @@ def test_on_a_cpu_an_eager_warm_up_ends_by_time_after_two_steps():
     assert run_trial({**config, "warmup_min_s": 60.0}).metrics["warmup_steps_run"] == 5  # never more than the steps
 
 
+def test_a_loader_fed_window_starts_once_the_loaders_queue_has_turned_over():
+    """2 workers x 4 batches made ahead while the first step takes 0.5 s: a window that started after 2 warm-up
+    steps took 6 ready batches at once and read more than the loader can make (at most 2 workers / (4 samples x
+    10 ms) = 200 samples/s; measured 267-278 in a 20-step window). The warm-up takes the queue first, and the
+    window reads the loader's rate (194-202)."""
+    config = {
+        **TINY,
+        "workload": {"factory": "tests.workloads:make_slow_reads", "args": {"read_s": 0.01, "first_step_s": 0.5}},
+        "knobs": {"batch_size": 4, "num_workers": 2, "prefetch_factor": 4, "num_threads": 1},
+        "warmup_min_s": 0.0,  # warm by time after 2 steps, were it not for the queue
+        "target_ci": 0.5,  # a short window: 20 steps
+        "diagnose": False,
+        "profile_steps": 0,
+    }
+    m = run_trial(config).metrics
+    assert m["warmup_steps_run"] == 8  # = M.loader_queue: 2 workers x 4
+    assert m["samples_per_s"] <= 1.15 * 200, m
+    assert M.queue_batches(2, None) == 4 and M.queue_batches(0, 4) == 0  # torch's default prefetch: 2
+
+
 def test_the_trace_is_saved_where_asked(tmp_path):
     result = run_trial({**TINY, "trace_path": str(tmp_path / "trace.json"), "diagnose": False})
     trace = json.loads((tmp_path / "trace.json").read_text())

@@ -158,6 +158,35 @@ def make_drifting(batch_size: int = 16, sleep_s: float = 0.2) -> Workload:
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
 
 
+class SlowReads(WorkerTagged):
+    """Each sample waits `read_s` (storage) before it is made: a loader whose rate is known, 1 / read_s samples/s a
+    worker at most."""
+
+    def __init__(self, read_s: float):
+        self.read_s = read_s
+
+    def __getitem__(self, i):
+        import time
+
+        time.sleep(self.read_s)
+        return super().__getitem__(i)
+
+
+def make_slow_reads(batch_size: int = 4, read_s: float = 0.01, first_step_s: float = 0.0) -> Workload:
+    """Input-bound: a tiny model fed by samples that each wait `read_s` (tests.workloads.SlowReads); its first step
+    takes `first_step_s` more (a compile, an allocator growing), while the loader's workers fill their queue."""
+    import time
+
+    first = []
+
+    def loss(model, batch):
+        if not first:
+            first.append(time.sleep(first_step_s))
+        return recorder_loss(model, batch)
+
+    return Workload(model=Recorder, dataset=SlowReads(read_s), loss=loss, batch_size=batch_size)
+
+
 def make_sleepy(batch_size: int = 8, sleep_s: float = 0.02) -> Workload:
     """A fixed cost per step (`sleep_s`, a launch or a sync) over a tiny model:
     overhead-bound, and steady on a loaded host (a sleep does not wait for a CPU)."""

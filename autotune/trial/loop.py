@@ -160,8 +160,24 @@ class TrialLoop:
         self.random = False  # the watched model draws random numbers in training (program_parity.draws_random)
         if self.parity_run is not None:
             self._seed()
+        self.queue = 0  # the batches its loaders' workers make ahead (measure.loader_queue): the warm-up's floor
+        self._watch_loaders()
         atexit.register(self._ended_early)
         sys.excepthook = self._raised
+
+    def _watch_loaders(self) -> None:
+        """Each DataLoader this trial's program iterates (its own loop's, a Trainer's): the largest queue of
+        batches its workers make ahead, which the warm-up takes before the window starts (`_warm`): a window on
+        them reads the queue, not the loader."""
+        from torch.utils.data import DataLoader
+
+        loop, iterate = self, DataLoader.__iter__
+
+        def __iter__(loader):
+            loop.queue = max(loop.queue, M.loader_queue(loader))
+            return iterate(loader)
+
+        DataLoader.__iter__ = __iter__
 
     # --- what the program calls ---------------------------------------------------
 
@@ -324,6 +340,8 @@ class TrialLoop:
 
     def _warm(self) -> bool:
         cfg = self.cfg
+        if self.warm < self.queue:  # its loader's queue has not turned over once (measure.loader_queue)
+            return False
         if self.warm >= cfg["warmup_steps"]:
             return True
         short = (

@@ -378,6 +378,20 @@ def _still_warming(times: list[float]) -> bool:
     return drift > max(WARM_DRIFT, math.hypot(t_rel_ci95(first), t_rel_ci95(second)))
 
 
+def loader_queue(loader) -> int:
+    """The batches a DataLoader has in flight once its iterator starts: num_workers x prefetch_factor (torch's
+    default 2), 0 without workers. Those batches are made before the first step asks for them, so a window that
+    starts before the warm-up has taken them reads its queue, not its loader: a loader-fed window starts once the
+    queue has turned over once (the warm-up runs at least this many steps). Issue 40: two loader-fed configs'
+    order flipped between short and long windows; issue 53: 2 workers x 2 batches are 4 of a 10-step window."""
+    return queue_batches(getattr(loader, "num_workers", 0), getattr(loader, "prefetch_factor", None))
+
+
+def queue_batches(num_workers: int | None, prefetch_factor: int | None) -> int:
+    """`loader_queue` of a loader with these settings."""
+    return num_workers * (prefetch_factor or 2) if num_workers and num_workers > 0 else 0
+
+
 def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
     """Time steps of a built-in session (`Window`): each pulls its batch (the
     wait at `next()` is data wait) and runs `session.step`; its samples, and a language model's tokens, are

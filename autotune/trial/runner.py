@@ -192,7 +192,11 @@ def _measure(workload, knobs, device, cfg, result: TrialResult, started: float) 
     if device.ranks > 1:  # every rank runs the same steps (a collective waits for all), sized after warm-up
         rule = R.fixed_rule(max_steps(cfg))
     steps = (
-        cfg["warmup_steps"] + rule.max_steps * (1 + (device.ranks > 1)) + cfg["profile_steps"] + 3 + memory.MEMORY_STEPS
+        max(cfg["warmup_steps"], M.queue_batches(knobs["num_workers"], knobs["prefetch_factor"]))
+        + rule.max_steps * (1 + (device.ranks > 1))
+        + cfg["profile_steps"]
+        + 3
+        + memory.MEMORY_STEPS
     )
     phase = M.phase_clock(result, started)  # where the trial's seconds go: setup (workload, session), warm-up, ...
     session = prepare(
@@ -239,7 +243,8 @@ class _Measurement:
 
     def warm_up(self, batches) -> tuple[float, float, int, float | None, float | None]:
         """The untimed steps: `warmup_steps` (on one CPU rank without compile, `warmup_min_s` may end them
-        sooner). Returns when they began, their seconds, their count, the time to the first step and its end."""
+        sooner), and never fewer than the loader's queue (`measure.loader_queue`: a window that starts on the
+        batches its workers made ahead over-reads its loader). Returns when they began, their seconds, their count, the time to the first step and its end."""
         session, cfg, device, knobs = self.session, self.cfg, self.device, self.knobs
         t = time.perf_counter()
         first_step_s = first_step_done = None
@@ -250,7 +255,8 @@ class _Measurement:
             and knobs["compile"] == "none"
             and device.ranks == 1
         )
-        while warmed < cfg["warmup_steps"]:
+        queue = M.loader_queue(session.loader)  # the batches its workers made ahead: the window starts past them
+        while warmed < max(cfg["warmup_steps"], queue):
             batch = next(batches)
             counted = W.count_tokens(self.workload, batch)  # a language model's: the rule's thresholds are in tokens
             warm_tokens = None if counted is None or warm_tokens is None else warm_tokens + counted[0]
@@ -260,8 +266,8 @@ class _Measurement:
                 session.sync()
                 first_step_s = time.perf_counter() - self.started
                 first_step_done = time.perf_counter()
-            elif short and time.perf_counter() - t >= cfg["warmup_min_s"]:  # warm by time (request.WARMUP_MIN_S)
-                break
+            elif short and warmed >= queue and time.perf_counter() - t >= cfg["warmup_min_s"]:  # warm by time
+                break  # (request.WARMUP_MIN_S)
         session.sync()
         warmup_s = time.perf_counter() - t
         if device.ranks > 1:  # min_window_s at the warm-up's step time (its first step, which builds, left out)

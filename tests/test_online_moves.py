@@ -68,3 +68,42 @@ def test_no_move_down_below_what_a_workers_measured_pace_says_the_step_rate_need
     assert online.moves.down_moves(at_eight) == []
     online.moves.pace.windows += BATCH_TIME_TTL_WINDOWS + 1  # a pace gone stale
     assert [s.num_workers for s in online.moves.down_moves(at_eight)] == [3, 4, 7]
+
+
+def steady(rate, wall=2.0):
+    return window(rate, [rate * 0.99, rate * 1.01, rate, rate], wall=wall)
+
+
+def judged_move(candidate: Window, reread: Window | None):
+    """0 -> 1 worker on a real OnlineLoader, its old setting's history two windows at 10 steps/s: the move's window
+    (`candidate`), then, where the move asks for it, the old setting read again (`reread`). Returns the loader,
+    its move record and whether the old setting was read again."""
+    online = OnlineLoader(DataLoader(Cached(), batch_size=4), log=[].append)
+    it = iter(online)
+    next(it)  # the epoch begun: a move rebuilds from where it is
+    online.windows = [steady(10.0), steady(10.0)]
+    before = online.windows[0].merged(online.windows[1])
+    online.moves._start_trial(replace(online.setting, num_workers=1), before, "up", "a test's move")
+    online.moves.observe(candidate)
+    online.moves.decide(None)
+    asked = online.moves.trial is not None  # still on trial: the old setting read again first
+    if asked:
+        assert online.setting.num_workers == 0  # back on the old setting, for one window
+        online.moves.observe(reread)
+        online.moves.decide(None)
+    online.close()
+    return online, online.moves.changes[-1], asked
+
+
+def test_a_move_that_could_be_the_hosts_drift_is_judged_against_the_old_setting_read_again_beside_it():
+    """+20% after a move up, which is the host speeding up (the old setting, read again, runs as fast): reverted,
+    where against its windows before alone it was kept. A real +40% over a re-read at +5%: kept. A 2x gain is no
+    drift: settled at once."""
+    online, record, asked = judged_move(steady(12.0), steady(12.0))
+    assert asked and not record["kept"] and record["reread"]["steps_per_s"] == 12.0 and online.setting.num_workers == 0
+    assert record["judged_against"]["steps_per_s"] == 11.0  # the old setting midway between its two reads
+    assert online.moves.verdict("up", steady(10.0).merged(steady(10.0)), steady(12.0), False)[0]  # alone: kept
+    online, record, asked = judged_move(steady(14.0), steady(10.5))
+    assert asked and record["kept"] and online.setting.num_workers == 1
+    online, record, asked = judged_move(steady(20.0), None)
+    assert not asked and record["kept"] and "reread" not in record

@@ -21,6 +21,7 @@ from typing import Any
 
 from autotune.online.window import (
     Window,
+    between,
     host_available_gib,
     local_ranks,
     t95,
@@ -28,6 +29,13 @@ from autotune.online.window import (
     window_se,
     WorkerPace,
 )
+
+
+# A move whose rate changed by less than this factor either way could be the host's drift (this 2-core VM: a fixed
+# loader read 2473 -> 3880 samples/s over 25 s, scripts/measurements/cpu-2026-11-27d-online-drift): before it is
+# settled, the old setting is read again beside it, and the move judged against the old setting's reads on both sides
+# (issue 53: start_wrong ended at 0.817-0.926 of the best fixed config where drift was read as gains)
+REREAD_BAND = 1.5
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,8 @@ class Setting:
 @dataclass
 class _Move:
     """A move on trial: from `old` to `new`, why, the windows before it (`before` merged, `before_windows` to go on
-    from if it is reverted), what it is judged against (`ref`), when it began, and the windows after it so far."""
+    from if it is reverted), what it is judged against (`ref`), when it began, and the windows after it so far
+    (while the old setting is re-read beside it: the re-read's, the move's own in `candidate`)."""
 
     old: Setting
     new: Setting
@@ -75,6 +84,9 @@ class _Move:
     step: int
     windows: list[Window] = field(default_factory=list)
     after: Window | None = None
+    # the re-read (`Moves._judge`): the move's own windows, kept while the old setting is read again beside them
+    candidate: Window | None = None
+    candidate_windows: list[Window] = field(default_factory=list)
 
 
 class Moves:
@@ -344,14 +356,35 @@ class Moves:
         return None, margin
 
     def _judge(self, trial: _Move, after: Window):
-        old, new = trial.old, trial.new
+        """The move's verdict once it is clear of the noise; where the rates' change could be the host's drift
+        (within REREAD_BAND either way), only after the old setting is read again beside it (`_reread`)."""
+        if trial.candidate is not None:
+            return self._reread(trial, after)
         drift = math.hypot(
             window_se(trial.before_windows) if trial.ref is trial.before else 0.0, window_se(trial.windows)
         )
         keep, margin = self.verdict(trial.direction, trial.ref, after, after.wall >= self.settle_s, drift)
         if keep is None:
             return  # the windows after the move go on
-        before, ref = trial.before, trial.ref
+        if trial.ref.rate > 0 and 1 / REREAD_BAND < after.rate / trial.ref.rate < REREAD_BAND:
+            trial.candidate, trial.candidate_windows = after, trial.windows
+            trial.windows, trial.after = [], None
+            self.host.switch(trial.old, [], self._warmup(trial.old))  # its windows now: the old setting's again
+            return
+        self._settle(trial, keep, margin, after, trial.ref)
+
+    def _reread(self, trial: _Move, again: Window):
+        """The old setting read again after the move (one window): the move is judged against the old setting's
+        reads on both sides of it (`between`: the mean of their rates, the old setting as the host ran at the move's
+        time), the spread of those reads and of the move's own windows as the drift (`verdict`), and settled."""
+        ref = between(trial.ref, again)
+        drift = math.hypot(window_se([*trial.before_windows, *trial.windows]), window_se(trial.candidate_windows))
+        keep, margin = self.verdict(trial.direction, ref, trial.candidate, True, drift)
+        self._settle(trial, keep, margin, trial.candidate, ref, again)
+
+    def _settle(self, trial: _Move, keep: bool, margin: float, after: Window, ref: Window, again=None):
+        old, new = trial.old, trial.new
+        before = trial.before
         self.host.read_pss(after)
         over = self.ram_budget_gib is not None and after.pss_gib > self.ram_budget_gib
         over_cpu = (
@@ -374,7 +407,9 @@ class Moves:
         line = (
             f"{old.short()} -> {new.short()} {verdict}{reason} ({trial.why}): "
             f"{before.describe()} -> {after.describe()} (noise ±{margin:.2f}"
-            f"{'' if ref is before else f'; against {ref.rate:.2f} steps/s where the moves down began'}), workers' CPU "
+            f"{'' if trial.ref is before else f'; against {trial.ref.rate:.2f} steps/s where the moves down began'}"
+            f"{'' if again is None else f'; {old.short()} read again beside it: {again.rate:.2f} steps/s'}), "
+            "workers' CPU "
             f"{before.data_cpu:.2f} -> {after.data_cpu:.2f} cores, PSS {before.pss_gib:.2f} -> "
             f"{after.pss_gib:.2f} GiB; move cost {cost:.2f} s (shutdown, start-up, warm-up); "
             f"{loser.short()} not retried for {back:.0f} s"
@@ -389,18 +424,24 @@ class Moves:
             "before": window_dict(before),
             "after": window_dict(after),
             "judged_against": window_dict(ref),
+            **({"reread": window_dict(again)} if again is not None else {}),
             "margin": round(margin, 3),
             "move_cost_s": round(cost, 3),
             "backoff_s": back,
         }
         self.changes.append(record)
-        self._down_ref = trial.ref if keep and trial.direction == "down" else None
+        self._down_ref = ref if keep and trial.direction == "down" else None
         if trial.direction == "up":
             shortened = after.wait_share < 0.8 * before.wait_share
             self._wait_floor = 0.0 if keep or shortened else min(before.wait_share, after.wait_share)
             if self._wait_floor:  # those settings' wait was the hand-over, not their workers: no pace of theirs
                 self.pace.forget(old.num_workers, new.num_workers)
-        if keep:
+        if again is not None:  # the old setting runs: back to the move where it is kept
+            if keep:
+                self.host.switch(new, trial.candidate_windows, self._warmup(new))
+            else:
+                self.host.switch(old, [*trial.before_windows, *trial.windows])
+        elif keep:
             self.host.switch(self.host.setting, trial.windows)  # they measured the setting kept
         else:
             self.host.switch(old, trial.before_windows, self._warmup(old))

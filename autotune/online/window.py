@@ -84,6 +84,16 @@ class Window:
         return f"{self.rate:.2f}±{self.noise:.2f} steps/s, wait {100 * self.wait_share:.0f}%{idle}"
 
 
+def between(before: Window, after: Window) -> Window:
+    """A setting's window midway in time between two reads of it (`before` and `after` another setting's windows):
+    the mean of their rates (the host's speed interpolated to the other setting's time, as a search's reference is,
+    autotune.decide.reference), the noise from all their chunks (a drift between the two widens it), their walls."""
+    merged = before.merged(after)
+    wall = before.wall + after.wall
+    merged.steps = round((before.rate + after.rate) / 2 * wall)
+    return merged
+
+
 def window_se(windows: list[Window]) -> float:
     """Standard error of a setting's rate from its windows' rates (0 with fewer than two): the drift from window to
     window, which the chunks inside one window do not show (this 2-core host: a fixed config read 2,200-5,000

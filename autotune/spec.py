@@ -325,6 +325,15 @@ class SearchSettings(_Strict):
         description="stop after this many trials in a row without a gain above min_improvement (grid: never)",
     )
     min_improvement: float = Field(0.02, ge=0, description="a gain below this fraction is noise: it moves nothing")
+    reference_share: float = Field(
+        0.10,
+        ge=0,
+        lt=0.5,
+        description="the baseline is read again between trials (a fresh process, its timed window alone), its "
+        "reads taking at most this share of the search's time, and each trial's speedup is taken against the "
+        "baseline read near its own time (the host's speed drifts), the incumbent read afresh beside it (its "
+        "figure is then not the best of many noisy reads); 0: every trial against the baseline's first read",
+    )
     confirm_rounds: StrictInt = Field(
         3,
         ge=0,

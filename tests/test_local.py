@@ -30,6 +30,14 @@ def hidden_env(tmp_path) -> dict:
     return {**os.environ, "PYTHONPATH": os.pathsep.join([str(block), str(ROOT)])}
 
 
+def trial_rows(run_dir: Path) -> list:
+    """The trials' numbers in trials.csv, not its reference reads' rows (`read`: autotune.execution.reads)."""
+    import pandas as pd
+
+    rows = pd.read_csv(run_dir / "trials.csv")
+    return sorted((rows[rows["read"].isna()] if "read" in rows else rows)["trial"])
+
+
 def autotune(env, *args, timeout=120):
     return subprocess.run(
         [sys.executable, "-m", "autotune.cli", *args],
@@ -132,7 +140,6 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     """The local backend's Ctrl-C stopper (SIGTERM as Ctrl-C): the running trial stopped, what finished saved,
     `--resume` runs the rest with nothing lost or repeated; Ray and MLflow hidden throughout."""
     import optuna
-    import pandas as pd
 
     from tests.test_reliability import processes_in, wait_for_rows, write_spec as stop_spec
 
@@ -158,12 +165,12 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     assert f"continue with `autotune search --resume {run_dir}`" in " ".join(out.split())  # wrapped at 80 columns
     assert SearchState.read(run_dir).ended == "interrupted"
     assert processes_in(run_dir) == []  # the running trial was stopped
-    first = sorted(pd.read_csv(run_dir / "trials.csv")["trial"])
+    first = trial_rows(run_dir)
 
     proc = start("--resume", str(run_dir))
     out, _ = proc.communicate(timeout=300)
     assert proc.returncode == 0, out
-    rows = sorted(pd.read_csv(run_dir / "trials.csv")["trial"])
+    rows = trial_rows(run_dir)
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{run_dir / 'optuna.db'}")
     ran = sorted(
         t.number

@@ -114,8 +114,10 @@ def wait_for_rows(csv: Path, n: int, proc, timeout=180):
 
 
 def count(run_dir: Path) -> dict:
-    """What each store holds: CSV rows, MLflow trial runs, Optuna finished trials."""
+    """What each store holds: CSV rows, MLflow trial runs, Optuna finished trials (the reference reads' rows and
+    runs are not trials: autotune.execution.reads)."""
     rows = pd.read_csv(run_dir / "trials.csv")
+    rows = rows[rows["read"].isna()] if "read" in rows else rows
     runs = MlflowClient(f"sqlite:///{run_dir / 'mlflow.db'}").search_runs(["1"])
     study = optuna.load_study(study_name="stop", storage=f"sqlite:///{run_dir / 'optuna.db'}")
     done = [

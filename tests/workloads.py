@@ -158,6 +158,32 @@ def make_drifting(batch_size: int = 16, sleep_s: float = 0.2) -> Workload:
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
 
 
+def make_slowing(batch_size: int = 16, sleep_s: float = 0.02, clock: str = "", per_s: float = 0.0) -> Workload:
+    """A host whose speed drifts, known exactly: each step sleeps `sleep_s` x (1 + `per_s` x the seconds since the
+    search's first step, whose Unix time the first step of any process writes to the file `clock`), whatever its
+    batch. So half the sleep is 2x the samples/s at any one time (a known ratio), and every config slows down
+    alike as wall time passes (a sleep waits for no CPU: steady on a loaded host)."""
+    import os
+    import time
+
+    since = []
+
+    def loss(model, batch):
+        if not since:
+            try:
+                with open(clock, "x") as f:
+                    f.write(str(time.time()))
+            except FileExistsError:
+                pass
+            since.append(float(open(clock).read() or time.time()))
+        time.sleep(sleep_s * (1 + per_s * max(0.0, time.time() - since[0])))
+        return recorder_loss(model, batch)
+
+    assert os.path.isabs(clock), "clock: an absolute path (trials run in their own dirs)"
+    torch.set_num_threads(1)  # its compute: one thread, no pool to wait for on a loaded host
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)
+
+
 class SlowReads(WorkerTagged):
     """Each sample waits `read_s` (storage) before it is made: a loader whose rate is known, 1 / read_s samples/s a
     worker at most."""

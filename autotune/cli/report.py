@@ -78,6 +78,29 @@ def _perf(r) -> str:
     return f"{value:.1f}" if value else (r.error_type or "")
 
 
+def reads_line(reads: dict) -> str:
+    """The reference reads' cost, one line (`SearchResult.reads_share`)."""
+    confirms = f" and {reads['confirm_reads']} fresh read(s) of an incumbent" if reads["confirm_reads"] else ""
+    share = f", {reads['share']:.0%} of the search" if reads.get("share") is not None else ""
+    return (
+        f"reference reads: the baseline read again {reads['reference_reads']} time(s){confirms}, "
+        f"{reads['reads_s']:.0f} s{share} (each trial's speedup is against the baseline read near its time)"
+    )
+
+
+def _figure(best, base) -> str:
+    """The incumbent's speedup as the search states it (`TrialRecord.figure`), with its 95% interval: from its fresh
+    reads once it was read again (what the side by side should reproduce), else its trial's own ratio."""
+    if best is base:
+        return "1.00x the baseline"
+    figure = best.figure
+    if not figure:
+        return f"{best.throughput / base.throughput:.2f}x the baseline"
+    interval = f"{figure['low']:.2f}-{figure['high']:.2f}" if figure.get("low") else ""
+    said = "read again" if figure["confirmed"] else "its trial's; not read again yet"
+    return f"{figure['x']:.2f}x the baseline ({interval}{', ' if interval else ''}{said})"
+
+
 class LiveView:
     """A table of trials that grows as they finish, with a row for each running
     trial (its knobs and how long it has run); a plain line per finished trial
@@ -124,10 +147,10 @@ class LiveView:
             self.live.update(self._view())
 
     def trial(self, record) -> None:
-        if record.contends and (not self.best or record.throughput > self.best.throughput):
-            self.best = record
         self.running.pop(record.number, None)
         self.rows.append(record)
+        # as the search judges (against the reference read near each trial's time: the figures move as it reads)
+        self.best = max((r for r in self.rows if r.contends), key=lambda r: r.judged, default=None)
         if self.live:
             self.live.update(self._view())
         else:
@@ -159,8 +182,7 @@ class LiveView:
         base = next((r for r in self.rows if r.is_baseline), None)
         if self.best is None or base is None or not base.throughput:
             return "incumbent: none yet"
-        gain = self.best.throughput / base.throughput
-        return f"incumbent: trial #{self.best.number}, {gain:.2f}x the baseline, {status(self.best, base)}"
+        return f"incumbent: trial #{self.best.number}, {_figure(self.best, base)}, {status(self.best, base)}"
 
     def stop(self) -> None:
         if self.live:
@@ -331,7 +353,10 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "tie": best.tie if best else None,
         "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
         "speedup_unknown": result.speedup_unknown if compared else None,  # why a re-measurement could not say
-        "search_speedup_x": best.throughput / base.throughput if compared else None,  # the two trials' ratio
+        # the search's own figure of the best: its fresh reads' or its ratio to the reference read near its time
+        # (autotune.decide.reference), else the two trials' ratio
+        "search_speedup_x": result.search_speedup if compared else None,
+        "reads": result.reads_share,  # the reference reads: how many, their seconds, their share of the search
         "confirm": result.confirm,
         "break_even": result.break_even if compared else None,
         "batch": _batch(result),
@@ -504,9 +529,9 @@ def details(d: dict) -> list:
     out: list = []
     c, unit = d["confirm"], _unit(d)
     if d["speedup_unknown"]:
-        out.append(f"re-measurement: the trials' ratio was {d['search_speedup_x']:.2f}x; " + describe(c))
+        out.append(f"re-measurement: the search's figure was {d['search_speedup_x']:.2f}x; " + describe(c))
     elif c and d["speedup_x"] is not None:
-        out.append(f"re-measurement: the trials' ratio was {d['search_speedup_x']:.2f}x; " + describe(c))
+        out.append(f"re-measurement: the search's figure was {d['search_speedup_x']:.2f}x; " + describe(c))
     if d["tie"]:
         out.append(Text.assemble(("tie", "yellow"), f": {d['tie']['note']}"))
     for flag in d["safety"]:
@@ -603,6 +628,8 @@ def _search_notes(d: dict) -> list[str]:
         )
     if d["break_even"]:
         notes.append(f"break-even: {d['break_even']['note']}")
+    if d.get("reads"):
+        notes.append(reads_line(d["reads"]))
     p = d["pruning"]
     if p.get("trials_pruned"):
         saved = f", saving about {sig(p['pruning_saved_s'])} s" if "pruning_saved_s" in p else ""
@@ -667,7 +694,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
     if notes:
         lines += ["", "Convergence safety:", *notes]
     if d["confirm"] and (d["speedup_x"] is not None or d["speedup_unknown"]):
-        lines += ["", f"Re-measured: the trials' ratio was {d['search_speedup_x']:.2f}x; {describe(d['confirm'])}"]
+        lines += ["", f"Re-measured: the search's figure was {d['search_speedup_x']:.2f}x; {describe(d['confirm'])}"]
     for u in d["unsafe"]:
         lines += ["", f"**Not exported:** trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}"]
     for label, t in (("baseline", d["baseline"]), ("best", d["best"])):

@@ -109,7 +109,7 @@ def confirm_candidates(
         reopened = reopen_ties(records, best)
         nxt = pick_checked(records, check, announce, exclude={c["best_trial"] for c in rejected + [confirm]})
         save_parity(records)
-        if nxt is None or nxt is baseline or nxt.throughput <= baseline.throughput * (1 + min_improvement):
+        if nxt is None or nxt is baseline or nxt.judged <= baseline.judged * (1 + min_improvement):
             break  # nothing left that could beat the baseline: the last word stays
         if announce:
             opened = f"; the ties it kept are open again: {', '.join(f'#{n}' for n in reopened)}" if reopened else ""

@@ -74,6 +74,9 @@ def reread_anchor(
                 unit.key(ANCHOR_READS[0]): first,
                 unit.key(ANCHOR_READS[1]): second,
                 "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second)),
+                # what a read of the baseline costs: the search's first reference read is timed by it
+                # (autotune.execution.reads)
+                **({"anchor_reread_s": again.trial_wall_s} if again.trial_wall_s else {}),
             }
         )
     return result
@@ -109,7 +112,8 @@ def confirm_best(
             f"re-measuring the best against the baseline: {'up to ' if rounds > 1 else ''}{rounds} "
             "interleaved round(s), a fresh process each"
         )
-    trials = best.throughput / baseline.throughput if best.throughput else None
+    # the search's figure of the best (its fresh reads', or its ratio to the reference near its time), else the trials'
+    trials = ((best.figure or {}).get("x") or best.throughput / baseline.throughput) if best.throughput else None
     unit = baseline.unit
     out = {
         "baseline_trial": baseline.number,

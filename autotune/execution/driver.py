@@ -44,7 +44,6 @@ from autotune.records.run_dir import (
     pruning_savings,
     read_run,
     same_device,
-    write_csv,
 )
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import settle
@@ -56,6 +55,8 @@ from autotune.decide.confirm import confirm_best, window_ci
 from autotune.decide.stoppers import Combined, search_stoppers
 from autotune.decide.samplers import kind
 from autotune.decide.strategy import Strategy
+from autotune.execution.reads import Reads
+from autotune.decide.reference import read_ci
 from autotune.spec import SearchPlan, Spec, SpecError
 from autotune.trial import ranks as R
 from autotune.trial.measure import FLOPS_FILE
@@ -298,8 +299,9 @@ def _search(
     )
     state.program = program
     state.write(run_dir)
-    records: list[TrialRecord] = read_run(run_dir).records if (run_dir / "trials.csv").exists() else []
-    recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline)
+    earlier = read_run(run_dir) if (run_dir / "trials.csv").exists() else None
+    records: list[TrialRecord] = earlier.records if earlier else []
+    recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline, earlier.reads if earlier else ())
     study = optuna.create_study(
         study_name=state.optuna_study,
         storage=storage_url,
@@ -360,12 +362,29 @@ def _search(
         started=started,
         wall_before=opened.wall_before,
     )
+    # the baseline read again between trials (autotune.decide.reference), where trials run one at a time here
+    reader = backend.reader(settings, cuda=cuda, target_ci=read_ci(plan.trial.target_ci, device.type))
+    reads = (
+        Reads(
+            study,
+            strategy,
+            recorder,
+            reader,
+            dict(space.baseline),
+            started=time.time() - (time.perf_counter() - started) - opened.wall_before,
+            device=device.type,
+            share=search.reference_share,
+        )
+        if reader and search.reference_share
+        else None
+    )
     proposer = loop.Proposer(
         strategy,
         {k: v for k, v in space.baseline.items() if k not in space.search},
         plan.trial.prune_margin,
         fits,
         exhausted,
+        reads,
     )
     backend.run_trials(
         proposer,
@@ -379,6 +398,12 @@ def _search(
         time_budget_s=budget,
         cuda=cuda,
     )
+    if reads is not None and not interrupted.set:
+        try:  # the incumbent read afresh where it is not yet, and the reference once more (Ctrl-C: as it stands)
+            reads.at_end()
+        except KeyboardInterrupt:
+            interrupted.set = True
+        recorder.rejudge()  # every trial's figures with every read
 
     with backend.remeasurers(settings) as runner:  # the late checks and the re-measurements
 
@@ -460,7 +485,7 @@ def _finish(
             if r.throughput and r.speedup is None and same_device(baseline, r):
                 r.add_derived(speedup_x=r.throughput / baseline.throughput)
                 tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
-        write_csv(records, paths["trials_csv"])
+        recorder.write()
     ok = [r for r in records if r.throughput]
     best = pick_best(records)
     wall = time.perf_counter() - started + opened.wall_before  # a resumed search counts all its runs
@@ -493,7 +518,7 @@ def _finish(
     except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
         stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
         best = pick_best(records)
-    write_csv(records, paths["trials_csv"])  # late parity verdicts
+    recorder.write()  # late parity verdicts
     if confirm:
         state.confirm = confirm
         wall = time.perf_counter() - started + opened.wall_before
@@ -511,10 +536,13 @@ def _finish(
         ended,
         confirm,
         skipped=state.skipped_predicted,
+        reads=recorder.reads,
     )
     settle(result)  # a best that did not beat the baseline in every pair ties with it
     best = result.best
     summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
+    if result.reads_share:  # what the reference reads cost (autotune.decide.reference)
+        summary.update({f"reads_{k}" if k == "share" else k: v for k, v in result.reads_share.items() if v is not None})
     if baseline and baseline.throughput and best:
         export.write_best_config(
             result,
@@ -530,7 +558,8 @@ def _finish(
         summary.update(
             {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},
             speedup_x=result.speedup,
-            trials_speedup_x=best.throughput / baseline.throughput,
+            # the search's own figure of the best (its fresh reads', or its ratio to the reference at its time)
+            trials_speedup_x=result.search_speedup,
         )
         if confirm and confirm.get("speedup_x"):
             summary.update(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from autotune import knobs as K
 from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm
-from autotune.execution.trials import remeasure_settings, run_trial
+from autotune.execution.trials import reader, remeasure_settings, run_trial
 from autotune.records.run_dir import trial_dir_of
 from autotune.decide.stoppers import Flag, Stopper
 from autotune.spec import Resources
@@ -33,6 +33,10 @@ class LocalBackend:
 
     def trial_settings(self) -> dict:
         return {}
+
+    def reader(self, settings: dict, *, cuda: bool, target_ci: float):
+        """The reference reads (`autotune.execution.reads`): here, between trials, which run one at a time."""
+        return reader(settings, target_ci)
 
     def run_trials(
         self,

@@ -3,13 +3,15 @@ became of them (`Proposer`), the live view's knobs of a running trial, and SIGTE
 
 from __future__ import annotations
 
+import math
 import os
 import signal
+import time
 from typing import Callable
 
 from autotune import knobs as K
 from autotune.decide.stoppers import Flag
-from autotune.decide.strategy import Strategy, told
+from autotune.decide.strategy import MAX_INCUMBENT_CI, Strategy, told
 from autotune.trial.result import TrialResult
 
 
@@ -20,13 +22,21 @@ class Proposer:
     holds all state."""
 
     def __init__(
-        self, strategy: Strategy, fixed: dict, prune_margin: float, fits: Callable[[dict], bool], exhausted: Flag
+        self,
+        strategy: Strategy,
+        fixed: dict,
+        prune_margin: float,
+        fits: Callable[[dict], bool],
+        exhausted: Flag,
+        reads=None,
     ):
         self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
-        self.exhausted = exhausted
+        self.exhausted, self.reads = exhausted, reads  # reads: the reference reads (execution.reads), or None
         self.live: dict = {}  # the backend's key -> the Optuna trial
 
     def suggest(self, key) -> dict | None:
+        if self.reads is not None:  # the reference read again here where it is due: trials run one at a time
+            self.reads.before_trial()
         proposal = self.strategy.ask(self.fits)
         if proposal is None:
             self.exhausted.set = True  # every point measured, or known infeasible / over the budget
@@ -37,9 +47,21 @@ class Proposer:
             **proposal.params,
             "trial_number": proposal.trial.number,
             "source": proposal.source,
-            "prune_below": self.strategy.prune_below(self.prune_margin),
-            **self.strategy.incumbent_bar(proposal.params),
+            **self.now(self.strategy.prune_below(self.prune_margin), self.strategy.incumbent_bar(proposal.params)),
             "predicted": proposal.predicted,
+        }
+
+    def now(self, prune_below: float | None, bar: dict) -> dict:
+        """The strategy's thresholds (its judge's figures: in the baseline trial's units at its own time) as a
+        trial starting now reads them: scaled by the reference's level now over the baseline trial's, and the
+        incumbent's CI widened by the drift since the reference's last read (`reference.Judge.now_scale`)."""
+        scale, ci = self.strategy.judge.now_scale(time.time())
+        above = bar.get("incumbent_above")
+        return {
+            "prune_below": prune_below * scale if prune_below else prune_below,
+            **bar,
+            "incumbent_above": above * scale if above else above,
+            "incumbent_ci": min(math.hypot(bar.get("incumbent_ci") or 0.0, ci), MAX_INCUMBENT_CI),
         }
 
     def complete(self, key, result: TrialResult | None, error: bool = False) -> None:

@@ -33,7 +33,7 @@ from autotune import knobs as K  # noqa: E402
 from autotune.execution import reaper  # noqa: E402
 from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
-from autotune.execution.trials import remeasure_settings, run_trial  # noqa: E402
+from autotune.execution.trials import reader, remeasure_settings, run_trial  # noqa: E402
 from autotune.records.run_dir import TUNE_METRIC, received, transport, trial_dir_of  # noqa: E402
 from autotune.decide.stoppers import Flag, Stopper  # noqa: E402
 from autotune.spec import Resources, SpecError  # noqa: E402
@@ -397,6 +397,12 @@ class RayBackend:
         import ray
 
         return {"driver_node": ray.get_runtime_context().get_node_id()}
+
+    def reader(self, settings: dict, *, cuda: bool, target_ci: float):
+        """The reference reads (`autotune.execution.reads`), in the driver between trials, through its fork
+        server: where the trials run one at a time on this host (a local Ray on a CPU host, `run_trials`); None
+        elsewhere (a cluster's trials run on its nodes, GPU trials side by side): each trial's own figure stands."""
+        return reader(settings, target_ci) if settings.get("fork_socket") and not cuda else None
 
     def run_trials(
         self,

@@ -64,6 +64,14 @@ def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
         return failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
 
 
+def reader(settings: dict, target_ci: float):
+    """`read(knobs, label, trial_dir) -> TrialResult`: a reference read here, between trials
+    (`autotune.execution.reads`): a timed window of `knobs` alone in a fresh process (through the search's fork
+    server where it has one), its window's mean to `target_ci`."""
+    again = remeasure_settings(settings, target_ci=target_ci)
+    return lambda knobs, label, trial_dir: run_trial(knobs, again, trial_dir)
+
+
 def remeasure_settings(
     settings: dict, parity_only: bool = False, target_ci: float | None = None, noise: dict | None = None
 ) -> dict:

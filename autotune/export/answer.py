@@ -41,11 +41,13 @@ class Answer:
 
     verdict: str
     changes: tuple[Change, ...] = ()
-    speedup: float | None = None  # the claim: re-measured side by side where it was, else the trials' ratio
+    speedup: float | None = None  # the claim: re-measured side by side where it was, else the search's figure
     low: float | None = None  # the pairs' range (re-measured with two or more pairs)
     high: float | None = None
     pairs: int = 0  # side-by-side pairs counted (0: not re-measured)
-    trials_speedup: float | None = None  # the two trials' ratio
+    # the search's figure of its best: its fresh reads' ratio to the baseline read beside them, or its trial's to
+    # the baseline read near its time (autotune.decide.reference); the two trials' ratio without reads
+    trials_speedup: float | None = None
     unit: str = "samples/s"  # the search's (trial.result.unit_of): a language model's tokens/s
     safety: str = "baseline"  # decide.checked.status of the best
     lr_factor: float | None = None  # a larger batch's learning-rate scaling (best_config.yaml's batch advice)
@@ -101,7 +103,7 @@ class Answer:
             return f"{head} ({_range(self.low, self.high)}, {self.pairs} pairs side by side)"
         if self.pairs == 1:
             return f"{head} (one pair side by side)"
-        return f"{head} (the two trials' ratio, not re-measured)"
+        return f"{head} (the search's figure, not re-measured)"
 
     def _safety(self) -> str:
         return f"; {safety_words(self.safety, self.changes)}" if self.safety != "baseline" else ""
@@ -202,7 +204,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         low=confirmed.get("speedup_low") if confirmed else None,
         high=confirmed.get("speedup_high") if confirmed else None,
         pairs=pairs,
-        trials_speedup=best.throughput / base.throughput,
+        trials_speedup=result.search_speedup,
         unit=result.unit.label,
         safety=status(best, base),
         lr_factor=lr if lr and lr != 1 else None,
@@ -221,7 +223,10 @@ def _tied(result) -> dict[str, Any]:
         pairs = _range(confirm["speedup_low"], confirm["speedup_high"])
         figure, why = f"{_x(confirm['speedup_x'])} side by side", f"but not faster in every pair ({pairs})"
     else:  # a tie of the trials' windows (records.pick_best)
-        figure, why = f"{_x(faster.throughput / base.throughput)} in its trial", "inside the measured noise"
+        figure, why = (
+            f"{_x((faster.figure or {}).get('x') or faster.throughput / base.throughput)} in its trial",
+            "inside the measured noise",
+        )
     return {"trial": faster.number, "changes": changes_of(faster.knobs, base.knobs), "speedup": figure, "why": why}
 
 

@@ -175,6 +175,13 @@ def write_best_config(
     ]
     if rejected:
         data["rejected_faster_but_unsafe"] = rejected
+    figure = best.figure if best is not base else None
+    if figure:  # the search's own figure, with its 95% interval: its fresh reads' against the reference read beside
+        # them, or its trial's against the reference at its time (autotune.decide.reference)
+        data["measured"]["search_speedup_x"] = round(figure["x"], 3)
+        if figure.get("low"):
+            data["measured"]["search_speedup_interval"] = [round(figure["low"], 3), round(figure["high"], 3)]
+        data["measured"]["search_speedup_read_again"] = figure["confirmed"]
     if result.confirm:
         data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)
         data["confirmed"] = {**result.confirm, "note": describe(result.confirm)}

@@ -140,7 +140,8 @@ def trials_view(parent_run_id: str, knobs) -> dict:
         for m in ("samples_per_s", "tokens_per_s", "speedup_x")
     ]
     return {
-        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}'",
+        # its trials: not the search's reference reads (autotune.role reference or confirm, Tracker.log_read)
+        "searchFilter": f"tags.`mlflow.parentRunId` = '{parent_run_id}' and tags.`autotune.role` = 'trial'",
         "orderByKey": "metrics.`samples_per_s`",
         "orderByAsc": False,
         "selectedColumns": cols,
@@ -208,6 +209,9 @@ class NoTracker:
         pass
 
     def log_trial(self, record, baseline_knobs: dict | None = None) -> None:
+        return None
+
+    def log_read(self, record) -> None:
         return None
 
     def log_metrics(self, run_id: str, metrics: dict[str, float]) -> None:
@@ -307,6 +311,30 @@ class Tracker:
         self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)
         if record.trial_dir and Path(record.trial_dir).is_dir():
             self.client.log_artifacts(run_id, str(record.trial_dir), artifact_path="trial")
+        self.client.set_terminated(
+            run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"), end_time=_ms(record.info.get("ended_unix"))
+        )
+        return run_id
+
+    def log_read(self, record) -> str:
+        """A nested run for one reference read (autotune.decide.reference): tagged `autotune.role` = `reference`
+        or `confirm` (and `confirms_trial`), `read_number`; not a trial (the trials' view leaves it out)."""
+        tags = {
+            "mlflow.parentRunId": self.parent_run_id,
+            "autotune.role": record.read,
+            "read_number": str(record.number),
+            "status": record.status,
+            **({"confirms_trial": str(record.info["confirms_trial"])} if "confirms_trial" in record.info else {}),
+        }
+        if record.error:
+            tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
+        name = f"{record.read}-{record.number:02d}" + (
+            f" (trial {record.info['confirms_trial']})" if "confirms_trial" in record.info else ""
+        )
+        run_id = self.client.create_run(
+            self.experiment_id, run_name=name, tags=tags, start_time=_ms(record.info.get("started_unix"))
+        ).info.run_id
+        self._log(run_id, params=record.knobs, metrics=record.metrics)
         self.client.set_terminated(
             run_id, status=STATUS_TO_MLFLOW.get(record.status, "FAILED"), end_time=_ms(record.info.get("ended_unix"))
         )

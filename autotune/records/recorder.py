@@ -1,6 +1,8 @@
 """The recorder: each finished trial becomes a record, written everywhere at once
 (MLflow, trials.csv, the caller's view), and `reconcile` makes a resumed search
-whole again (trials Optuna saw finish but nobody recorded; trials cut short)."""
+whole again (trials Optuna saw finish but nobody recorded; trials cut short).
+A reference read (autotune.decide.reference) becomes a record of its own, tagged,
+never counted as a trial (`add_read`)."""
 
 from __future__ import annotations
 
@@ -19,11 +21,15 @@ class Recorder:
     """Turns each finished trial (its `TrialResult`, as a backend or a resume hands it over)
     into a record, writes it everywhere at once, and tells the caller."""
 
-    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs):
+    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs, reads=()):
         self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
         self.csv_path, self.on_trial = csv_path, on_trial
         self.on_trial_start: Callable | None = None
         self.baseline_failed: TrialRecord | None = None
+        self.reads: list[TrialRecord] = list(reads)  # the reference reads (TrialRecord.read), in order
+        # a record's figures against the reference read near its time (autotune.execution.reads), where the
+        # search reads one: merged into its metrics over `add_speedup`'s ratio to the baseline trial
+        self.judge: Callable[[TrialRecord], dict] | None = None
 
     def baseline(self) -> TrialRecord | None:
         return next((r for r in self.records if r.is_baseline), None)
@@ -57,14 +63,52 @@ class Recorder:
             if record.status != "ok":
                 self.baseline_failed = record
         add_speedup(record, base)
+        if self.judge and record.measured:
+            record.add_derived(**self.judge(record))
         add_efficiency(record, base)
         self.records.append(record)
         record.mlflow_run_id = self.tracker.log_trial(record, self.baseline_knobs)
         if record.is_baseline:  # trials that finished before it (in parallel on a cluster)
             self._late_efficiency(record)
-        write_csv(self.records, self.csv_path)
+        self.write()
         if self.on_trial:
             self.on_trial(record)
+
+    def write(self) -> None:
+        """trials.csv: the trials, then the reads."""
+        write_csv(self.records, self.csv_path, self.reads)
+
+    def add_read(
+        self, kind: str, knobs: dict, result: TrialResult, *, trial_dir, launch: dict, confirms: int | None = None
+    ) -> TrialRecord:
+        """A reference read (`kind`: "reference", the baseline config read again; "confirm", trial `confirms`
+        read afresh), recorded as its own row and MLflow run, tagged, numbered apart from the trials."""
+        record = record_of(
+            len(self.reads) + 1,
+            {k: knobs[k] for k in self.baseline_knobs},
+            result,
+            trial_dir,
+            info={k: launch.get(k) for k in LAUNCH_INFO},
+        )
+        record.read = kind
+        if confirms is not None:
+            record.info["confirms_trial"] = confirms
+        self.reads.append(record)
+        record.mlflow_run_id = self.tracker.log_read(record)
+        self.write()
+        return record
+
+    def rejudge(self, final: bool = True) -> None:
+        """Every measured trial's figures again, with every read so far (a trial's reference was extrapolated from
+        the reads before it when it was recorded): the records (what the live view shows), trials.csv, and with
+        `final` (the search's end; not after each read, where it would cost a write per trial) MLflow."""
+        for r in self.records if self.judge else ():
+            figures = self.judge(r) if r.measured else {}
+            if figures:
+                r.add_derived(**figures)
+                if final and r.mlflow_run_id:
+                    self.tracker.log_metrics(r.mlflow_run_id, figures)
+        self.write()
 
     def _late_efficiency(self, baseline: TrialRecord) -> None:
         for r in self.records:

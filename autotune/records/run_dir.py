@@ -42,6 +42,9 @@ NOT_METRICS = {
     "error",
     "mlflow_run_id",
     "trial_dir",
+    "read",
+    "read_number",
+    "confirms_trial",
     *INFO,
     *K.KNOBS,
 }
@@ -64,6 +67,9 @@ class TrialRecord:
     diagnosis: dict[str, Any] | None = None  # bottleneck, evidence, recommendations
     parity: dict[str, Any] | None = None  # loss parity against the baseline (None: no numerics knob changed)
     tie: dict[str, Any] | None = None  # set by pick_best on the best: a faster, riskier trial it tied with
+    # a read, not a trial (autotune.decide.reference): "reference" (the baseline config read again as the search
+    # went) or "confirm" (an incumbent read afresh, `info["confirms_trial"]`); its `number` counts the reads
+    read: str | None = None
 
     @property
     def unit(self) -> Unit:
@@ -101,6 +107,8 @@ class TrialRecord:
 
     @property
     def speedup(self) -> float | None:
+        """Its ratio to the baseline: against the baseline read near its window's time where the search read it
+        again (autotune.decide.reference), else against the baseline trial."""
         return self.metrics.get("speedup_x")
 
     def add_derived(self, **metrics: float) -> None:
@@ -108,9 +116,34 @@ class TrialRecord:
         scaling efficiency): added here, the one way (as `TrialResult.add_derived`), beside what it measured."""
         self.metrics.update(metrics)
 
+    @property
+    def judged(self) -> float | None:
+        """Its throughput as the search judged it (a complete trial's): all its reads against the reference at
+        their times, in the baseline trial's units (`judged_samples_per_s`, or tokens, autotune.decide.reference),
+        where the search read a reference; else its own."""
+        return (self.metrics.get(self.unit.key("judged")) or self.throughput) if self.throughput else None
+
+    @property
+    def figure(self) -> dict[str, Any] | None:
+        """Its speedup as the search states it, with its 95% interval: the fresh reads' (`confirmed`: freed of
+        its selection as the incumbent, what the side by side is expected to reproduce) where it was read again,
+        else its own ratio to the reference; None without one."""
+        m = self.metrics
+        if m.get("confirmed_speedup_x"):
+            return {
+                "x": m["confirmed_speedup_x"],
+                "low": m.get("confirmed_speedup_low"),
+                "high": m.get("confirmed_speedup_high"),
+                "confirmed": True,
+            }
+        if m.get("speedup_x"):
+            return {"x": m["speedup_x"], "low": m.get("speedup_low"), "high": m.get("speedup_high"), "confirmed": False}
+        return None
+
     def row(self) -> dict[str, Any]:
         return {
-            "trial": self.number,
+            "trial": None if self.read else self.number,
+            **({"read": self.read, "read_number": self.number} if self.read else {}),
             "status": self.status,
             "baseline": self.is_baseline,
             **self.knobs,
@@ -144,6 +177,7 @@ class SearchResult:
     reused: bool = False  # an earlier search's result, returned without running a trial (autotune.records.cache)
     skipped: list[dict] = field(default_factory=list)  # configs the rate model kept from running (search.json)
     importance: dict[str, float] | None = None  # each knob's share of the variation, once the plots are drawn
+    reads: list[TrialRecord] = field(default_factory=list)  # the reference reads (TrialRecord.read), in order
 
     @property
     def unit(self) -> Unit:
@@ -170,11 +204,40 @@ class SearchResult:
     @property
     def speedup(self) -> float | None:
         """The best's speedup over the baseline: the re-measured one where the
-        search re-measured this best (autotune.decide.confirm), else the trials' ratio;
-        None where there is none, or it is unknown (`speedup_unknown`)."""
+        search re-measured this best (autotune.decide.confirm), else the search's figure
+        (`TrialRecord.figure`: its fresh reads', or its ratio to the reference at its
+        time), else the trials' ratio; None where there is none, or it is unknown
+        (`speedup_unknown`)."""
         if not (self.best and self.baseline and self.baseline.throughput) or self.speedup_unknown:
             return None
-        return self.confirmed["speedup_x"] if self.confirmed else self.best.throughput / self.baseline.throughput
+        return self.confirmed["speedup_x"] if self.confirmed else self.search_speedup
+
+    @property
+    def search_speedup(self) -> float | None:
+        """The search's own figure of its best (`TrialRecord.figure`: its fresh reads' ratio to the reference
+        read beside them, or its trial's to the reference at its time), else its trial's ratio to the baseline
+        trial's; None without a measured baseline and best."""
+        best, base = self.best, self.baseline
+        if not (best and base and base.throughput and best.throughput):
+            return None
+        if best is base:
+            return 1.0
+        figure = best.figure
+        return figure["x"] if figure else best.throughput / base.throughput
+
+    @property
+    def reads_share(self) -> dict[str, Any] | None:
+        """What the reference reads cost (autotune.decide.reference): their count (the baseline's, the
+        incumbents' fresh ones), their seconds, and their share of the search's wall time; None without reads."""
+        if not self.reads:
+            return None
+        spent = sum(r.info.get("trial_wall_s") or 0.0 for r in self.reads)
+        return {
+            "reference_reads": sum(r.read == "reference" for r in self.reads),
+            "confirm_reads": sum(r.read == "confirm" for r in self.reads),
+            "reads_s": round(spent, 2),
+            "share": round(spent / self.wall_s, 4) if self.wall_s else None,
+        }
 
     @property
     def break_even(self) -> dict[str, Any] | None:
@@ -334,16 +397,21 @@ def _ci(record: TrialRecord) -> float:
 
 
 def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
-    """The two throughputs' 95% CIs overlap (a throughput's relative CI is its
-    step-time mean's: samples/s = batch / step time)."""
-    lo, hi = sorted((a, b), key=lambda r: r.throughput)
-    return lo.throughput * (1 + _ci(lo)) >= hi.throughput * (1 - _ci(hi))
+    """The two judged throughputs' windows' 95% CIs overlap (a throughput's relative CI is its
+    step-time mean's: samples/s = batch / step time). Their reference's uncertainty is left out: a tie
+    goes to the safer config, and on a drifting host the reference's would tie nearly every
+    pair (a search read 150 -> 3378 samples/s for the baseline within 30 s while another job
+    stopped: every trial tied with the baseline, and nothing was re-measured); the side by
+    side settles what drift leaves open."""
+    lo, hi = sorted((a, b), key=lambda r: r.judged)
+    return lo.judged * (1 + _ci(lo)) >= hi.judged * (1 - _ci(hi))
 
 
 def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     """The fastest trial that can be the best (`TrialRecord.contends`), on the
-    baseline's device type; a faster one that failed loss parity is never the
-    one exported.
+    baseline's device type, as the search judged it (`TrialRecord.judged`: against
+    the reference read near its time, where the search read one); a faster one that
+    failed loss parity is never the one exported.
 
     Ties are ties: among the trials whose 95% CI overlaps the fastest's (its
     advantage is inside the measured uncertainty), the safer config wins
@@ -366,15 +434,13 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
         r.tie = None
     if not ok:
         return None
-    fastest = max(ok, key=lambda r: r.throughput)
+    fastest = max(ok, key=lambda r: r.judged)
     if base is None:
         return fastest
     tied = [r for r in ok if _overlap(r, fastest)]
-    best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.throughput))
+    best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.judged))
     kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
-    faster = max(
-        [r for r in [fastest, *kept] if r.throughput > best.throughput], key=lambda r: r.throughput, default=None
-    )
+    faster = max([r for r in [fastest, *kept] if r.judged > best.judged], key=lambda r: r.judged, default=None)
     if faster is not None:
         how = (
             "its window tied with a safer incumbent, within the spread between processes"
@@ -384,17 +450,17 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
         unit = best.unit
         best.tie = {
             "faster_trial": faster.number,
-            unit.key("faster"): round(faster.throughput, 2),
+            unit.key("faster"): round(faster.judged, 2),
             "faster_ci95": round(_ci(faster), 4),
             "faster_risk": _risk_name(faster, base.knobs),
             "chosen_trial": best.number,
-            unit.key("chosen"): round(best.throughput, 2),
+            unit.key("chosen"): round(best.judged, 2),
             "chosen_ci95": round(_ci(best), 4),
             "chosen_risk": _risk_name(best, base.knobs),
             "note": (
-                f"trial #{faster.number} ({sig(faster.throughput)} {unit.label} +-{_ci(faster):.1%}) is "
-                f"{faster.throughput / best.throughput - 1:.1%} faster than #{best.number} "
-                f"({sig(best.throughput)} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
+                f"trial #{faster.number} ({sig(faster.judged)} {unit.label} +-{_ci(faster):.1%}) is "
+                f"{faster.judged / best.judged - 1:.1%} faster than #{best.number} "
+                f"({sig(best.judged)} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
                 f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"
             ),
         }
@@ -409,16 +475,18 @@ def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
     return f"{cls}, {n or 'no'} changed knob{'' if n == 1 else 's'} above the safe class"
 
 
-def trials_frame(records: list[TrialRecord]):
-    """One row per trial, in trial order: knobs, metrics, status, error."""
+def trials_frame(records: list[TrialRecord], reads: list[TrialRecord] = ()):
+    """One row per trial, in trial order: knobs, metrics, status, error; then one per reference read
+    (`TrialRecord.read`: its kind in `read`, its number in `read_number`, `trial` empty: not a trial)."""
     import pandas as pd
 
-    return pd.DataFrame([r.row() for r in sorted(records, key=lambda r: r.number)])
+    rows = [r.row() for r in sorted(records, key=lambda r: r.number)] + [r.row() for r in reads]
+    return pd.DataFrame(rows)
 
 
-def write_csv(records: list[TrialRecord], path: Path) -> None:
+def write_csv(records: list[TrialRecord], path: Path, reads: list[TrialRecord] = ()) -> None:
     tmp = path.with_suffix(".csv.tmp")
-    trials_frame(records).to_csv(tmp, index=False)
+    trials_frame(records, reads).to_csv(tmp, index=False)
     tmp.replace(path)  # atomic: a reader never sees half a file
 
 
@@ -441,16 +509,18 @@ def read_run(run_dir: Path) -> SearchResult:
     # a run dir written before a knob existed (the LM knobs, issue 52): its trials ran with it as PyTorch leaves it
     space.baseline = {**K.pytorch_defaults(space.baseline.get("batch_size")), **space.baseline}
     K.declare(space.user)
-    records = []
+    records, reads = [], []
     rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []
     for row in rows:
         row = {k: _clean(v) for k, v in row.items()}
         trial_dir = row.get("trial_dir")
         result_file = Path(trial_dir) / "result.json" if trial_dir else None
         trial_result = TrialResult.read(result_file) if result_file and result_file.exists() else TrialResult("error")
-        records.append(
+        read = row.get("read")  # a reference read's row, not a trial's
+        (reads if read else records).append(
             TrialRecord(
-                number=int(row["trial"]),
+                number=int(row["read_number"] if read else row["trial"]),
+                read=read,
                 status=row["status"],
                 is_baseline=bool(row["baseline"]),
                 knobs={k: K.from_cell(k, row.get(k)) if k in K.KNOBS else row.get(k) for k in space.baseline},
@@ -465,7 +535,7 @@ def read_run(run_dir: Path) -> SearchResult:
                 error_type=row.get("error_type"),
                 error=row.get("error"),
                 trial_dir=trial_dir,
-                info={k: row[k] for k in INFO if row.get(k) is not None},
+                info={k: row[k] for k in (*INFO, "confirms_trial") if row.get(k) is not None},
                 mlflow_run_id=row.get("mlflow_run_id"),
                 diagnosis=trial_result.diagnosis,
                 parity=trial_result.parity,
@@ -496,6 +566,7 @@ def read_run(run_dir: Path) -> SearchResult:
         state.ended,
         state.confirm,
         skipped=state.skipped_predicted or [],
+        reads=reads,
     )
     settle(result)
     return result

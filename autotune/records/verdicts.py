@@ -107,7 +107,7 @@ def settle(result) -> None:
         "chosen_trial": base.number,
         unit.key("chosen"): round(base.throughput, 2),
         "note": (
-            f"trial #{best.number} measured {best.throughput / base.throughput:.2f}x the baseline in the "
+            f"trial #{best.number} measured {result.search_speedup:.2f}x the baseline in the "
             f"search, but {describe(confirm).removeprefix('re-measured ')}"
         ),
     }

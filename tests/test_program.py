@@ -309,3 +309,49 @@ def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_pat
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "trl_sft.py"] and best["measured"]["speedup_x"] > 0
     assert not (tmp_path / "out").exists()  # every trial ended after its window: no final save
+
+
+@pytest.mark.slow  # in CI: the no-spec search of tiny_steps (the command form, end to end), the TRL probe's own
+# settings (test_instrument), the asked-for LM knob's refusal (test_cli)
+@pytest.mark.timeout(1500)  # ~4 min alone; a search measuring on this CPU holds it longer (the device lock)
+def test_trls_own_sft_script_is_searched_with_no_spec_in_tokens_with_the_lm_knobs(tmp_path, monkeypatch):
+    """Issue 52's one-line form on TRL's SFT script as it ships: `autotune search -- python trl_sft.py ARGS`,
+    trl_sft.yaml's arguments and no spec; the space is what the probe finds the script takes."""
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))  # datasets' cache: not the user's
+    made = subprocess.run(
+        [sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(tmp_path), "--rows", "1000"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert made.returncode == 0, made.stderr[-2000:]
+    (tmp_path / "trl_sft.py").write_text((PROGRAMS / "trl_sft.py").read_text())
+    command = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())["workload"]["command"]
+    command = command.replace("--max_length 256", "--max_length 128")
+    cli = Path(sys.executable).parent / "autotune"
+    proc = subprocess.run(
+        [str(cli), "search", "--budget", "2m", "--n-trials", "3", "-q", "--backend", "local", "-o", "run", "--"]
+        + command.split(),
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "300"},
+        capture_output=True,
+        text=True,
+        timeout=1200,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    assert run.unit is TOKENS and run.records[0].throughput == run.records[0].metrics["tokens_per_s"]
+    # its own settings, as the probe read them: its flags' batch, TRL's checkpointing of every layer, sdpa
+    base = run.space.baseline
+    assert (base["batch_size"], base["activation_checkpointing"], base["attention"]) == (4, "full", "sdpa")
+    search = run.space.search
+    assert search["batch_size"] == [1, 2, 4]  # micro-batches, accumulated up to its own 4
+    assert search["attention"] == ["eager", "sdpa"] and search["padding_free"] == [False, True]
+    assert search["activation_checkpointing"] == ["off", "full", "selective"]
+    for knob in ("liger_kernels", "float8"):  # not run here, with the reason
+        assert "CUDA only" in run.space.fixed[knob]
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["production"]["command"].startswith("autotune run run/best_config.yaml -- python trl_sft.py ")
+    assert f"run it: {best['production']['command']}" in proc.stdout.splitlines()
+    assert not (tmp_path / "out").exists()  # every trial ended after its window: no final save

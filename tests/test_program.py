@@ -134,6 +134,16 @@ def test_a_command_with_no_spec_is_searched_in_its_time_budget_and_says_the_prod
     assert again.returncode == 0
 
 
+def test_an_own_value_the_device_cannot_run_is_no_baseline_to_replace():
+    from autotune import knobs as K
+    from autotune.execution.program import inert
+
+    cpu, h100 = K.Device("cpu", 2), K.Device("cuda", 8, "H100", (9, 0))
+    own = {"pin_memory": True, "num_workers": 2}  # a Trainer's defaults: pinned memory, which a CPU ignores
+    assert inert(own, cpu, {}) == {"pin_memory": False} and inert(own, h100, {}) == {}
+    assert inert(own, cpu, {"pin_memory": True}) == {}  # a spec's baseline says what it says (and is replaced)
+
+
 @pytest.mark.parametrize(
     "command,says",
     [

@@ -187,6 +187,9 @@ def run(
         why = why or K.asked(plan.space.knobs.given(), device)  # a language model's knob asked for must run
         if why:
             raise SpecError(why)
+        if program:  # an own value the device cannot run (a Trainer's pinned memory on a CPU) does nothing there:
+            # PyTorch's default stands for it, no baseline replaced (the program keeps its own; no trial sets it)
+            baseline.update(PG.inert(workload.baseline or {}, device, given))
         space = K.resolve_space(
             lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, user
         )

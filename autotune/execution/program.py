@@ -15,6 +15,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from autotune import knobs as K
 from autotune.config import unused
 from autotune.execution.launcher import run_in_process, user_thread_env
 from autotune.spec import SpecError, UserKnob, WorkloadSpec
@@ -105,6 +106,17 @@ def not_found(command: list[str], dir: str | Path) -> str | None:
         elif not arg.startswith("-"):
             return None if Path(dir, arg).is_file() else f"`{arg}` not found in {dir}"
     return None
+
+
+def inert(own: dict, device, given: dict) -> dict:
+    """The program's own knob values that `device` cannot run (a Trainer's default pinned memory on a CPU: torch
+    ignores it there), as PyTorch's defaults, which its baseline says instead: a trial never sets them, so the
+    program keeps its own, to the same effect. A spec's `given` baseline stays as it says."""
+    return {
+        k: K.KNOBS[k].pytorch_default
+        for k, v in own.items()
+        if k in K.KNOBS and k not in given and K.KNOBS[k].unavailable(v, device)
+    }
 
 
 def fix_unused(space, used: list[str], cannot: dict[str, str] | None = None) -> None:

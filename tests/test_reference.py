@@ -150,3 +150,12 @@ def test_the_strategy_judges_each_trial_against_the_reference_at_its_time():
     study.set_user_attr(CONFIRMS_KEY, {str(b64.number): [Read(1070, 1.0 * host[1070], 0.02).as_dict()]})
     strategy.judge.refresh()
     assert strategy.incumbent().number == b128.number and strategy.judge.confirmed(b64.number)
+    # a config drawn again is told its measured value (a virtual repeat): judged as the trial that measured it
+    study.enqueue_trial({**BASE, "batch_size": 64}, user_attrs={"virtual": True, "repeat_of": b64.number})
+    again = study.ask()
+    strategy._suggest(again)
+    study.tell(again, 1.3 * host[1010])
+    strategy.judge.refresh()
+    judged = {t.number: strategy.judge.value(t) for t in study.trials}
+    assert judged[again.number] == pytest.approx(judged[b64.number]) and judged[again.number] < 1.3 * host[1010]
+    assert strategy.incumbent().number == b128.number

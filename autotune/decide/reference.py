@@ -283,33 +283,34 @@ class Judge:
         self.reference: Reference | None = None
         self.base: Read | None = None
         self.base_number: int | None = None  # the baseline trial's number
+        self.own: dict[int, Read] = {}  # each measured trial's own read (its window's time and figure)
         self.timed: set[int] = set()  # the trials with their window's time: those the reads judge
         self.confirms: dict[int, list[Read]] = {}
 
     def refresh(self) -> None:
         attrs = self.study.user_attrs
         trials = self.study.get_trials(deepcopy=False)
-        self.timed = {t.number for t in trials if t.values and t.user_attrs.get("window_unix")}  # judged by reads
-        baseline = next(
-            (t for t in trials if t.user_attrs.get("source") == "baseline" and t.number in self.timed), None
-        )
+        self.own = {  # each measured trial's own read: what the reads judge
+            t.number: Read(t.user_attrs["window_unix"], t.values[0], t.user_attrs.get("ci", 0.0))
+            for t in trials
+            if t.values and t.user_attrs.get("window_unix")
+        }
+        self.timed = set(self.own)
+        baseline = next((t for t in trials if t.user_attrs.get("source") == "baseline" and t.number in self.own), None)
         self.base_number = baseline.number if baseline else None
-        self.base = (
-            Read(baseline.user_attrs["window_unix"], baseline.values[0], baseline.user_attrs.get("ci", 0.0))
-            if baseline
-            else None
-        )
+        self.base = self.own[baseline.number] if baseline else None
         self.confirms = {int(k): [Read.of(x) for x in v] for k, v in (attrs.get(CONFIRMS_KEY) or {}).items()}
         reads = [Read.of(r) for r in attrs.get(READS_KEY) or []]
         self.reference = Reference([self.base, *reads], self.device) if self.base else None
 
     def ratio(self, t) -> Ratio | None:
-        """The trial's ratio over the reference (its fresh reads beside its own where it has them)."""
-        at = t.user_attrs.get("window_unix")
-        if self.reference is None or not at or not t.values:
+        """The trial's ratio over the reference (its fresh reads beside its own where it has them); a virtual
+        repeat's (`repeat_of`: a config drawn again, told its measured value) is the measured trial's."""
+        number = t.user_attrs.get("repeat_of", t.number)
+        own = self.own.get(number)
+        if self.reference is None or own is None:
             return None
-        own = Read(at, t.values[0], t.user_attrs.get("ci", 0.0))
-        return self.reference.mean_ratio([own, *self.confirms.get(t.number, [])])
+        return self.reference.mean_ratio([own, *self.confirms.get(number, [])])
 
     def value(self, t) -> float:
         r = self.ratio(t)

@@ -124,10 +124,6 @@ class Strategy:
     def _counts(self, t) -> bool:
         return counts(t, self.names)
 
-    def taken(self) -> set[tuple]:
-        """Configs measured, running, or queued: never proposed again."""
-        return taken(self._trials(), self.names)
-
     def predicted_oom(self, params) -> int | None:
         """The batch size that ran out of memory at or below `params`' (the memory ladder), or None."""
         return MemoryLadder(self._trials(), self.names).predicted_oom(params)

@@ -285,19 +285,24 @@ def test_a_two_rank_torchrun_program_is_searched_with_both_ranks_measured(tmp_pa
     assert not (tmp_path / "model.pt").exists()  # both ranks ended after their window
 
 
-@pytest.mark.slow  # in CI: test_instrument's TRL tests (TrlParser reads the knobs, an SFTTrainer is a trial, a
-# packed batch counts its texts), and test_instrument's HF trial for the rest of a Trainer script's path
-def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_path, monkeypatch):
-    pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))  # datasets' cache: not the user's
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two threads on a shared 2-core host: windows 20x apart
+def trl_data(where, monkeypatch):
+    """TRL's SFT script's tiny Llama and texts made in `where`, datasets' cache there too (not the user's)."""
+    monkeypatch.setenv("HF_DATASETS_CACHE", str(where / "hf_datasets"))
     made = subprocess.run(
-        [sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(tmp_path), "--rows", "1000"],
+        [sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(where), "--rows", "1000"],
         capture_output=True,
         text=True,
         timeout=300,
     )
     assert made.returncode == 0, made.stderr[-2000:]
+
+
+@pytest.mark.slow  # in CI: test_instrument's TRL tests (TrlParser reads the knobs, an SFTTrainer is a trial, a
+# packed batch counts its texts), and test_instrument's HF trial for the rest of a Trainer script's path
+def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_path, monkeypatch):
+    pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
+    trl_data(tmp_path, monkeypatch)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # two threads on a shared 2-core host: windows 20x apart
     spec = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())  # its command, as bench_programs runs it
     command = spec["workload"]["command"].replace("--max_length 256", "--max_length 128")
     # packing: TRL's own flag, a knob the probe finds the script can take (no spec says how to pass it)
@@ -328,14 +333,7 @@ def test_trls_own_sft_script_is_searched_with_no_spec_in_tokens_with_the_lm_knob
     """Issue 52's one-line form on TRL's SFT script as it ships: `autotune search -- python trl_sft.py ARGS`,
     trl_sft.yaml's arguments and no spec; the space is what the probe finds the script takes."""
     pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
-    monkeypatch.setenv("HF_DATASETS_CACHE", str(tmp_path / "hf_datasets"))  # datasets' cache: not the user's
-    made = subprocess.run(
-        [sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(tmp_path), "--rows", "1000"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert made.returncode == 0, made.stderr[-2000:]
+    trl_data(tmp_path, monkeypatch)
     (tmp_path / "trl_sft.py").write_text((PROGRAMS / "trl_sft.py").read_text())
     command = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())["workload"]["command"]
     command = command.replace("--max_length 256", "--max_length 128")

@@ -474,3 +474,27 @@ def test_configs_the_rate_model_kept_from_running_are_named_with_their_predictio
     report(result)
     out = " ".join(capsys.readouterr().out.split())
     assert f"not run: {short('batch_size')}=64, {why}" in out  # its changes from the baseline, and why
+
+
+def test_a_command_wider_than_the_terminal_is_lines_a_shell_reads_as_the_same_command():
+    """The last screen's `run it:` line at a narrow width: broken between words with ` \\` (never inside a quoted
+    word), so that what a user copies runs as printed; a Python line or a command that fits stays one line."""
+    import subprocess
+
+    from autotune.cli.report import command_lines
+
+    command = (
+        "cd / && printf '<%s>' autotune run 'a dir/best_config.yaml' -- python train.py "
+        "--data 'x y.bin' --max_iters 400 --batch_size 16"
+    )
+    lines = command_lines(command, 30)
+    assert len(lines) > 2 and all(line.endswith(" \\") for line in lines[:-1])
+    assert all(len(line) <= 30 for line in lines)
+    ran = [
+        subprocess.run(["bash", "-c", text], capture_output=True, text=True).stdout
+        for text in (command, "\n".join(lines))
+    ]
+    assert ran[0] == ran[1] and "<a dir/best_config.yaml>" in ran[0] and "<x y.bin>" in ran[0]
+    assert command_lines(command, 500) == [command]
+    python = 'cfg = autotune.load_config("a long way to a run dir/best_config.yaml")'
+    assert command_lines(python, 20) == [python]

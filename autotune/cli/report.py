@@ -5,6 +5,7 @@ it) and `autotune report` (that screen, then everything else the search found), 
 from __future__ import annotations
 
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -464,9 +465,13 @@ def _table(d: dict, rows=ROWS) -> Table:
 
 
 def _print(*items) -> None:
-    """Lines that wrap at the terminal's width (a word that fits is never cut), unlike the trials' log lines."""
+    """Lines that wrap at the terminal's width (a word that fits is never cut), unlike the trials' log lines; a
+    line a user copies (a command, a path: a Text with `no_wrap`) is printed whole, never cut at the width, so that
+    what the terminal shows over two rows still copies as one line."""
     for item in items:
-        console.print(Text(item) if isinstance(item, str) else item, soft_wrap=False, overflow="fold")
+        item = Text(item) if isinstance(item, str) else item
+        whole = isinstance(item, Text) and bool(item.no_wrap)
+        console.print(item, soft_wrap=whole, overflow=None if whole else "fold")
 
 
 def _stopped(d: dict) -> None:
@@ -487,13 +492,33 @@ def screen(result, d: dict | None = None, rows=SCREEN_ROWS) -> list:
     head = answer.headline()
     out: list = [Text(head[0], style="bold"), Text(head[1])]
     if answer.command:
-        out.append(Text.assemble(("run it: ", "bold"), (answer.command, "bold cyan")))
+        first, *more = command_lines(answer.command, console.width - len("run it: "))
+        out.append(Text.assemble(("run it: ", "bold"), (first, "bold cyan"), no_wrap=True))
+        out += [Text(line, style="bold cyan", no_wrap=True) for line in more]
         if answer.adds:
             out.append(Text(f"  it adds: {answer.adds}"))
     if d["baseline"] and d["best"]:
         out.append(_table(d, rows))
     out += [Text(line, style="yellow") for line in answer.trust]
     return out
+
+
+def command_lines(command: str, width: int) -> list[str]:
+    """A shell command wider than `width` as lines a shell reads as one command (each but the last ends in ` \\`),
+    broken only between its words, quoted ones kept whole: what a user copies from a narrow terminal still runs.
+    A Python line (the `load_config` one) and a command that fits stay one line."""
+    if len(command) <= width or command.startswith("cfg = "):
+        return [command]
+    words = shlex.shlex(command, posix=False)  # quotes kept: each word is pasted as it was quoted
+    words.whitespace_split, words.commenters = True, ""
+    lines = [""]
+    for word in words:
+        if lines[-1] and len(lines[-1]) + 1 + len(word) + 2 > width:
+            lines[-1] += " \\"
+            lines.append("  " + word)  # a continuation line, indented
+        else:
+            lines[-1] = f"{lines[-1]} {word}" if lines[-1] else word
+    return lines
 
 
 def summary(result, importance: dict | None = None) -> None:
@@ -510,7 +535,7 @@ def summary(result, importance: dict | None = None) -> None:
     more = f"details: autotune report {run}"
     if "mlflow_uri" in result.paths:  # none where MLflow is not installed (the local backend on a GPU host)
         more += f"  ·  trials: autotune ui {run}"
-    _print(Text(more, style="dim"))
+    _print(Text(more, style="dim", no_wrap=True))
 
 
 def report(result, importance: dict | None = None, plots=()) -> None:
@@ -521,7 +546,7 @@ def report(result, importance: dict | None = None, plots=()) -> None:
     for item in details(d):
         _print(item)
     for path in plots:
-        _print(f"plot: {path}")
+        _print(Text(f"plot: {path}", no_wrap=True))
 
 
 def details(d: dict) -> list:

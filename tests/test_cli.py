@@ -305,15 +305,17 @@ def test_ui_first_screen_in_chromium_shows_the_trials_by_throughput(finished_run
             assert re.search(rf'id="cell-tags.`{key}`-\d+" class="ag-cell-value">{re.escape(value)}<', dom), value
 
 
-def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path, ray_local):
+def test_a_baseline_the_device_cannot_run_is_replaced_loudly(tmp_path):
+    # the baseline alone, on the local backend: the replacement is the plan's, said before any trial and on the
+    # last screen whatever runs the trials
     spec = write_spec(
         tmp_path / "s.yaml",
         baseline={"precision": "16-mixed"},
         output_dir=str(tmp_path / "run"),
         search_space={"preset": None, "knobs": {"batch_size": [16, 32]}},
-        search={"n_trials": 2, "confirm_rounds": 0},
+        search={"n_trials": 1, "confirm_rounds": 0},
     )
-    result = runner.invoke(app, ["search", str(spec), "--quiet"])
+    result = runner.invoke(app, ["search", str(spec), "--quiet", "--backend", "local"])
     assert result.exit_code == 0, result.output
     line = "precision='16-mixed': fp16 mixed precision with GradScaler needs a CUDA device; using '32-true'"
     assert f"not run: baseline {line}" in result.stdout  # when the search starts

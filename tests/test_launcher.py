@@ -105,6 +105,8 @@ def test_a_shared_server_that_is_not_there_falls_back_to_this_process_own(tmp_pa
     assert (result.status, result.launcher) == ("ok", "fork"), result
 
 
+@pytest.mark.slow  # in CI: the CLI's local searches through the shared fork server (test_program's no-spec search,
+# test_local's), and a trial's text in its log (the failed and timed-out trials' tests here)
 @pytest.mark.timeout(300)
 def test_a_search_of_a_program_that_prints_runs_to_the_end_with_its_text_in_each_trial_log(tmp_path):
     """As a user runs it (the CLI: no Ray of the caller's, so the search's shared

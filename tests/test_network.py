@@ -10,9 +10,12 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autotune.host import procfs
 from autotune.records.run_dir import read_run
+from autotune.records.state import SearchState
+from autotune.trial.result import TrialResult
 from tests.conftest import write_spec
 
 PROGRAMS = Path(__file__).parent / "programs"
@@ -52,13 +55,15 @@ def _sockets_of(pids) -> set[tuple[str, str]]:
 )
 @pytest.mark.timeout(240)
 def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
-    """A program's search through Ray (the one test_program leaves to this one: a Ray start is ~10 s here)."""
+    """A program's search through Ray (the one test_program leaves to this one: a Ray start is ~10 s here): its
+    sockets, and the program searched to the end (a DataLoader program's knobs, its own settings the baseline)."""
     (tmp_path / "loader_loop.py").write_text((PROGRAMS / "loader_loop.py").read_text())
     spec = write_spec(
         tmp_path / "s.yaml",
         output_dir=str(tmp_path / "run"),
         workload={"command": "python loader_loop.py --steps 400 --batch_size 16"},
-        search_space={"preset": None, "knobs": {"num_workers": [0, 1]}},
+        # channels_last: asked for, and fixed, since the program never calls cfg.prepare
+        search_space={"preset": None, "knobs": {"num_workers": [0, 1], "channels_last": [False, True]}},
         search={"n_trials": 2, "confirm_rounds": 0},
         trial={
             "warmup_steps": 2,
@@ -100,3 +105,11 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
         0,
         1,
     }
+    space = SearchState.read(tmp_path / "run").space
+    assert space["search"] == {"num_workers": [0, 1]}
+    assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
+    first = TrialResult.read(tmp_path / "run" / "trials" / "0000" / "result.json")
+    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
+    assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
+    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
+    assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)

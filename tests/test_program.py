@@ -70,6 +70,8 @@ def bench_program(run_dir, *args: str) -> dict:
     return json.loads(bench.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.slow  # in CI: test_network searches this program through Ray to the end (its space, its baseline, its
+# best's command), and bench_programs' smoke runs bench_program.py on a program's search
 def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     proc = search(
         tmp_path,

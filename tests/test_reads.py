@@ -16,6 +16,8 @@ from autotune.records.run_dir import read_run
 pytestmark = pytest.mark.timeout(400)
 
 
+@pytest.mark.slow  # ~25 s of sleeping steps: in CI, the correction on a synthetic drift (test_reference) and a
+# search with reference reads to its JSON line (bench_drift.py's smoke run, test_scripts)
 def test_a_search_on_a_slowing_host_takes_each_ratio_against_the_reference_at_its_time(tmp_path):
     # each step 4% longer for every second since the search's first (3x after 50 s), and mostly sleep: 100 ms at the
     # start, one torch thread (on a host loaded ~9 by other work, a 40-ms step took 80-160 ms, whatever its sleep)

@@ -214,28 +214,7 @@ def test_bench_llm_rows_say_what_a_device_cannot_run_and_read_a_searchs_winner(t
     assert (winner.knobs, winner.accum) == ({"batch_size": 2, "padding_free": True}, 4)  # the effective batch kept
 
 
-@pytest.mark.timeout(600)
-def test_bench_llm_smoke_runs_trls_script_as_trials_and_ends_with_its_json_line(tmp_path):
-    """The smallest bench_llm run: TRL's SFT script on a 0.1M-parameter Llama, the baseline and padding-free rows
-    (each a trial process), no search; its table in tokens/s, MFU unknown on a CPU, peak memory."""
-    proc = subprocess.run(
-        [sys.executable, "scripts/bench/bench_llm.py", "--smoke", "--work", str(tmp_path / "work")],
-        capture_output=True,
-        text=True,
-        timeout=560,
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    report = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert (report["size"], report["device"]["type"], report["search"]) == ("smoke", "cpu", None)
-    assert report["model"]["layers"] == 2 and 0 < report["model"]["non_embedding_params"] < 1e6
-    rows = {r["name"]: r for r in report["rows"]}
-    assert list(rows) == ["baseline", "padding_free=True"]
-    for row in rows.values():
-        assert row["status"] == "ok" and row["tokens_per_s"] > 0 and row["mfu"] is None and row["mem_peak_gib"] > 0
-    assert rows["baseline"]["speedup_x"] == 1.0 and len(report["load_avg"]["before"]) == 3
-    assert "| config | tokens/s | vs baseline | MFU | peak RSS (GiB) | host busy | note |" in proc.stdout
-    assert "| baseline |" in proc.stdout and "| unknown |" in proc.stdout
+def test_bench_llm_refuses_a_found_row_without_its_best_config():
     refused = subprocess.run(
         [sys.executable, "scripts/bench/bench_llm.py", "--parts", "found"], capture_output=True, text=True, timeout=60
     )
@@ -611,6 +590,9 @@ def test_bench_online_same_batches_ends_with_its_json_line():
 # search (the session's); {tmp}: a temp dir; {spec}: a small search spec there. In the order they start, the
 # longest first, two at a time: they measure nothing, so they may share the 2-core host.
 SMOKE = {
+    # TRL's SFT script on a 0.1M-parameter Llama: the baseline and padding-free rows, each a trial process, no search
+    # (no device lock: it runs beside the searches below, which take it in turn)
+    "bench/bench_llm.py": "--smoke --work {tmp}/llm",
     "dev/search_phases.py": "{spec} --trials 1 --out {tmp}/run --backend local",
     "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
     "bench/bench_programs.py": "--only memmap_loop --smoke --pairs 1 --steps 12 --warmup 2 --out {tmp}/programs",
@@ -634,7 +616,6 @@ ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_search.py": "test_bench_search_replays_the_committed_landscapes",
     "bench/bench_program.py": "bench_programs.py's smoke run, on the search it makes",
     "bench/builtin_program.py": "test_builtin_program_runs_as_a_program_trial",  # a program, not a benchmark
-    "bench/bench_llm.py": "test_bench_llm_smoke_runs_trls_script_as_trials_and_ends_with_its_json_line",
 }
 # a search's trial at its floor: no profile, no diagnosis (search_phases' search)
 SMOKE_TRIAL = {"warmup_steps": 2, "min_window_s": 0.2, "max_window_s": 0.3, "profile_steps": 0, "diagnose": False}
@@ -698,6 +679,16 @@ def test_each_script_runs_at_its_smallest_setting_to_its_json_line(script, smoke
         assert [r["program"] for r in out["programs"]] == ["memmap_loop"] and "error" not in out["programs"][0]
     if script == "dev/search_phases.py":  # it reports a failed search too
         assert [t["status"] for t in out["trials"]] == ["ok"], out["trials"]
+    if script == "bench/bench_llm.py":  # its table in tokens/s, MFU unknown on a CPU, peak memory
+        assert (out["size"], out["device"]["type"], out["search"]) == ("smoke", "cpu", None)
+        assert out["model"]["layers"] == 2 and 0 < out["model"]["non_embedding_params"] < 1e6
+        rows = {r["name"]: r for r in out["rows"]}
+        assert list(rows) == ["baseline", "padding_free=True"]
+        for row in rows.values():
+            assert row["status"] == "ok" and row["tokens_per_s"] > 0 and row["mfu"] is None and row["mem_peak_gib"] > 0
+        assert rows["baseline"]["speedup_x"] == 1.0 and len(out["load_avg"]["before"]) == 3
+        assert "| config | tokens/s | vs baseline | MFU | peak RSS (GiB) | host busy | note |" in proc.stdout
+        assert "| baseline |" in proc.stdout and "| unknown |" in proc.stdout
 
 
 def test_builtin_program_runs_as_a_program_trial(tmp_path):

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install with the test tools, then run the test suite (CPU; real Ray, MLflow, Optuna).
-#     bash scripts/test.sh          # what CI runs: every test but those marked slow (10-14 min on 2 cores)
+#     bash scripts/test.sh          # what CI runs: every test but those marked slow (13-15 min on 2 cores)
 #     bash scripts/test.sh --all    # the slow end-to-end runs too (~35 min on 2 cores): before a release
 # Further arguments go to pytest (bash scripts/test.sh tests/test_trial.py -k window).
 set -euo pipefail

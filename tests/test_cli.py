@@ -249,6 +249,8 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
     assert json.loads(client.get_experiment(exp.experiment_id).tags[key]) == view
 
 
+@pytest.mark.slow  # in CI: the same first screen read from the store (test_tracking: its columns, 4 figures, the
+# winner's row with its re-measured speedup), and the served API (test_ui_serves_the_search_runs_on_loopback)
 @pytest.mark.skipif(
     shutil.which("chromium") is None,
     reason="chromium is not installed (apt-get install chromium): the UI's first screen is not checked",

@@ -49,6 +49,8 @@ def autotune(env, *args, timeout=120):
     )
 
 
+@pytest.mark.slow  # in CI: the local backend with Ray and MLflow hidden, stopped, resumed and finished (the SIGTERM
+# test below), the anchor re-read and the re-measurement (test_confirm), `report --format json` (test_report)
 @pytest.mark.timeout(330)
 def test_a_search_without_ray_or_mlflow_writes_a_run_dir_the_report_reads(tmp_path):
     env = hidden_env(tmp_path)

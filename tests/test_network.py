@@ -10,13 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-import yaml
 
 from autotune.host import procfs
-from autotune.records.run_dir import read_run
-from autotune.records.state import SearchState
-from autotune.trial.result import TrialResult
 from tests.conftest import write_spec
+from tests.test_program import loader_loop_searched
 
 PROGRAMS = Path(__file__).parent / "programs"
 
@@ -100,16 +97,4 @@ def test_a_local_search_listens_on_loopback_only(tmp_path, ray_first):
     assert any("gcs_server" in cmd for _, cmd in seen), f"no Ray server socket seen: {seen}"
     exposed = sorted(s for s in seen if not _is_loopback(s[0]))
     assert not exposed, f"listening beyond loopback: {exposed}"
-    run = read_run(tmp_path / "run")  # the program's trials, through Ray, each measured
-    assert {r.status for r in run.records} <= {"ok", "pruned"} and {r.knobs["num_workers"] for r in run.records} == {
-        0,
-        1,
-    }
-    space = SearchState.read(tmp_path / "run").space
-    assert space["search"] == {"num_workers": [0, 1]}
-    assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
-    first = TrialResult.read(tmp_path / "run" / "trials" / "0000" / "result.json")
-    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
-    assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
-    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
-    assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
+    loader_loop_searched(tmp_path)  # the program's trials, through Ray, each measured

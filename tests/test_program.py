@@ -70,6 +70,24 @@ def bench_program(run_dir, *args: str) -> dict:
     return json.loads(bench.stdout.strip().splitlines()[-1])
 
 
+def loader_loop_searched(where: Path) -> dict:
+    """What a search of `python loader_loop.py ...` over num_workers and channels_last (from `where`, its run dir
+    `where/run`) must have done: every trial ran, both worker counts; channels_last fixed, the program never calls
+    cfg.prepare; the baseline its own settings; no trial saved a model. Its best_config.yaml."""
+    run = read_run(where / "run")
+    assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
+    assert {r.knobs["num_workers"] for r in run.records} == {0, 1}
+    space = SearchState.read(where / "run").space
+    assert space["search"] == {"num_workers": [0, 1]}
+    assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
+    first = TrialResult.read(where / "run" / "trials" / "0000" / "result.json")
+    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
+    assert not (where / "model.pt").exists()  # every trial ended after its window: no final save
+    best = yaml.safe_load((where / "run" / "best_config.yaml").read_text())
+    assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(where)
+    return best
+
+
 @pytest.mark.slow  # in CI: test_network searches this program through Ray to the end (its space, its baseline, its
 # best's command), and bench_programs' smoke runs bench_program.py on a program's search
 def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
@@ -79,17 +97,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
         {"num_workers": [0, 1], "channels_last": [False, True]},
     )  # a program through Ray: test_network's search
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    run = read_run(tmp_path / "run")
-    assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
-    assert {r.knobs["num_workers"] for r in run.records} == {0, 1}
-    space = SearchState.read(tmp_path / "run").space
-    assert space["search"] == {"num_workers": [0, 1]}
-    assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
-    first = TrialResult.read(tmp_path / "run" / "trials" / "0000" / "result.json")
-    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
-    assert not (tmp_path / "model.pt").exists()  # every trial ended after its window: no final save
-    best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
-    assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(tmp_path)
+    best = loader_loop_searched(tmp_path)
     # measured = exported: the program itself in production mode, baseline and best (scripts/bench/bench_program.py)
     last = bench_program(tmp_path / "run", "--pairs", "1", "--steps", "8", "--warmup", "2")
     assert last["claimed_speedup_x"] == best["measured"]["speedup_x"] and len(last["pairs"]) == 1

@@ -177,6 +177,8 @@ def test_a_two_rank_trial_leaves_every_rank_output_and_the_failing_rank_tracebac
     assert "Traceback (most recent call last):" in log and "RuntimeError: rank 1 cannot build its model" in log, log
 
 
+@pytest.mark.slow  # ~8 s of waiting for timeout_s: in CI, a hung trial killed at its timeout and recorded so in a
+# search (test_reliability's every fault), and a trial's output and traceback in its log (the failed trials' here)
 @pytest.mark.timeout(120)
 def test_a_timed_out_trial_leaves_its_output_and_where_it_hung_in_its_log(tmp_path):
     config = {**CONFIG, "workload": {"factory": "tests.workloads:make_talking", "args": {"hang": True}}}

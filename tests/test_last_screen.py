@@ -2,7 +2,8 @@
 finished run dirs (real searches on this 2-core CPU, kept in tests/fixtures/runs: the quickstart's, its re-run
 whose pairs all ran under load, a program's, a tie, a failed baseline), rendered at 80 and 120 columns and
 compared with the text stored in tests/snapshots; the issue's bars on it at 100 columns; `autotune report`
-holding everything that left the screen; the live view's lines.
+holding everything that left the screen; the live view's lines (autotune.cli.live, printing through the last
+screen's console).
 
 A change to the wording is a change to a snapshot: `AUTOTUNE_SNAPSHOTS=update pytest tests/test_last_screen.py`
 writes them again, for review."""
@@ -16,6 +17,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from autotune.cli import live as L
 from autotune.cli import report as R
 from autotune.records.run_dir import read_run
 from tests.conftest import fixture_run
@@ -184,7 +186,7 @@ def test_failed_trials_are_in_the_report(tmp_path, monkeypatch):
 def test_a_ten_trial_live_view_is_ten_lines_and_the_incumbents_changes(tmp_path, monkeypatch):
     """-q (and a log): one line per trial; the incumbent on the line of the trial that made it the incumbent."""
     result = read_run(fixture_run("quickstart", tmp_path, monkeypatch))
-    view = R.LiveView(quiet=True)
+    view = L.LiveView(quiet=True)
 
     def search():
         view.start(result.device, result.space, result.run_dir, n_trials=10)

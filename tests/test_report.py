@@ -1,7 +1,6 @@
 """`autotune report` and `autotune export` on a finished search, and the export
 formats round-tripping into code that runs."""
 
-import dataclasses
 import json
 import re
 
@@ -271,38 +270,6 @@ def test_per_knob_effects_count_pruned_trials_and_say_so(tmp_path):
     assert "64: 40 (1, 1 pruned)" in text
 
 
-def test_the_live_table_shows_the_running_trial():
-    from rich.console import Console
-
-    from autotune.cli.report import LiveView
-
-    view = LiveView(quiet=True)
-    view.searched = ["batch_size", "channels_last"]
-    records = _records()
-    view.trial(records[0])
-    view.trial_started(1, records[1].knobs)
-    render = Console(width=200, record=True)
-    render.print(view._table())
-    lines = render.export_text().splitlines()
-    assert "│  1 │ running 0:00 │ 32    │ on      │           │" in lines[-2], lines
-    assert view._incumbent() == "incumbent: trial #0, 1.00x the baseline, baseline"
-    view.trial(records[1])  # finished: its row is the result, no longer a running row
-    render.print(view._table())
-    assert "running" not in render.export_text()
-    # the incumbent at every moment: its gain, and its safety status (channels_last: no parity verdict yet)
-    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, unchecked"
-    records[1].parity = {"passed": True}
-    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
-    # a faster window that tied with it, of a riskier config, left it the incumbent (Strategy._best): so says the view
-    tied = dataclasses.replace(
-        records[1],
-        number=2,
-        metrics={**records[1].metrics, "samples_per_s": 2.0 * records[1].throughput, "tie_kept": 1.0},
-    )
-    view.trial(tied)
-    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
-
-
 def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
     # the issue's search: bf16 ran 7-9x slower (its trials pruned, told with their measured throughput);
     # Optuna's default evaluator (PedANOVA: what sets the top 10% apart) gave precision 0.03
@@ -444,24 +411,6 @@ def test_a_search_writes_its_break_even_to_best_config_and_its_report(finished_r
     assert f"break-even: {be['note']}" not in " ".join(cli.stdout.split())  # not on the search's last screen ...
     report = runner.invoke(app, ["report", str(run_dir), "--no-plots"])
     assert f"break-even: {be['note']}" in " ".join(report.stdout.split())  # ... in `autotune report`
-
-
-def test_with_a_time_budget_the_live_view_counts_down_the_budget_and_the_trials():
-    from rich.console import Console
-
-    from autotune.cli.report import LiveView
-
-    view = LiveView(quiet=True)
-    view.searched = ["batch_size", "channels_last"]
-    view.n_trials, view.budget_s = 384, 300.0  # a budget and a trial count: the first reached ends the search
-    view.started -= 60.5  # a minute into the search
-    view.trial(_records()[0])
-    assert view._count() == "1/384" and view._eta() == "1:00 elapsed, ~3:59 left"
-    render = Console(width=200, record=True)
-    render.print(view._view())
-    assert "1/384 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
-    view.budget_s = None  # no budget: the trials left at the pace so far (383 more at a minute each)
-    assert view._count() == "1/384" and view._eta().startswith("1:00 elapsed, ~38")
 
 
 def test_configs_the_rate_model_kept_from_running_are_named_with_their_prediction(tmp_path, capsys):

@@ -185,9 +185,9 @@ def search(
         if tracking_uri is not None and resume is None:
             spec.tracking.uri = tracking_uri
         from autotune import api
-        from autotune.cli import report
+        from autotune.cli import live, report
 
-        view = report.LiveView(quiet=quiet)
+        view = live.LiveView(quiet=quiet)
         try:
             result = api.search(
                 spec,

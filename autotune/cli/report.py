@@ -1,19 +1,16 @@
-"""Everything the terminal shows: the live view of the trials (one line per trial, the incumbent when it
-changes), the search's last screen (the answer, its command, the baseline-vs-best table, what limits the trust in
-it) and `autotune report` (that screen, then everything else the search found), in text, markdown and JSON."""
+"""What the terminal shows of a search but its live view (autotune.cli.live): the search's last screen (the
+answer, its command, the baseline-vs-best table, what limits the trust in it) and `autotune report` (that screen,
+then everything else the search found), in text, markdown and JSON; the lines before and between trials (an error,
+a wait, a note); and the console all of it prints through, the live view's too."""
 
 from __future__ import annotations
 
 import re
 import shlex
-import time
 from pathlib import Path
 
-from rich.columns import Columns
-from rich.console import Console, Group
-from rich.live import Live
+from rich.console import Console
 from rich.markup import escape
-from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
@@ -60,25 +57,6 @@ def _fmt(value) -> str:
     return str(value)
 
 
-def _clock(seconds: float) -> str:
-    return f"{int(seconds // 60)}:{int(seconds % 60):02d}"
-
-
-def _status(record) -> str:
-    return {
-        "ok": "[green]ok[/]",
-        "pruned": "[cyan]pruned[/]",
-        "oom": "[yellow]oom[/]",
-        "timeout": "[yellow]timeout[/]",
-    }.get(record.status, "[red]error[/]")
-
-
-def _perf(r) -> str:
-    """Throughput in its unit (a language model's tokens/s), also a pruned trial's (over its shortened window)."""
-    value = r.measured
-    return f"{value:.1f}" if value else (r.error_type or "")
-
-
 def reads_line(reads: dict) -> str:
     """The reference reads' cost, one line (`SearchResult.reads_share`)."""
     confirms = f" and {reads['confirm_reads']} fresh read(s) of an incumbent" if reads["confirm_reads"] else ""
@@ -87,176 +65,6 @@ def reads_line(reads: dict) -> str:
         f"reference reads: the baseline read again {reads['reference_reads']} time(s){confirms}, "
         f"{reads['reads_s']:.0f} s{share} (each trial's speedup is against the baseline read near its time)"
     )
-
-
-def _figure(best, base) -> str:
-    """The incumbent's speedup as the search states it (`TrialRecord.figure`), with its 95% interval: from its fresh
-    reads once it was read again (what the side by side should reproduce), else its trial's own ratio."""
-    if best is base:
-        return "1.00x the baseline"
-    figure = best.figure
-    if not figure:
-        return f"{best.throughput / base.throughput:.2f}x the baseline"
-    interval = f"{figure['low']:.2f}-{figure['high']:.2f}" if figure.get("low") else ""
-    said = "read again" if figure["confirmed"] else "its trial's; not read again yet"
-    return f"{figure['x']:.2f}x the baseline ({interval}{', ' if interval else ''}{said})"
-
-
-class LiveView:
-    """A table of trials that grows as they finish, with a row for each running
-    trial (its knobs and how long it has run); a plain line per finished trial
-    when quiet or when the output is not a terminal (CI logs): the knobs it changes from
-    the baseline, its rate and gain, and the incumbent where it changed with this trial."""
-
-    def __init__(self, quiet: bool = False):
-        self.quiet = quiet
-        self.rows = []
-        self.running: dict[int, tuple[dict, float]] = {}  # trial number -> knobs, start (monotonic)
-        self.live: Live | None = None
-        self.searched: list[str] = []
-        self.best = None
-        self.baseline: dict = {}  # the baseline's knobs: a trial's line names what it changes
-        self.shown: tuple | None = None  # the incumbent the lines last named
-        self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
-
-    def start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
-        self.searched = list(space.search)
-        self.baseline = dict(space.baseline)
-        self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
-        console.print(
-            f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}"
-        )
-        console.print("searching: " + ", ".join(f"{k} {space.search[k]}" for k in self.searched))
-        unsearched = [n for n, why in space.fixed.items() if why == K.NOT_SEARCHED]
-        if unsearched:
-            console.print(
-                "  [dim]not searched: " + ", ".join(f"{n}={_fmt(space.baseline[n])}" for n in unsearched) + "[/]"
-            )
-        for name, why in space.fixed.items():
-            if name not in unsearched:
-                console.print(f"  [dim]fixed {name}={_fmt(space.baseline[name])}: {why}[/]")
-        for line in space.dropped:  # values of searched knobs left out, and a replaced baseline value
-            if line.startswith("baseline ") or line.split("=", 1)[0] in space.search:
-                console.print(f"  [yellow]not run: {line}[/]")
-        if console.is_terminal and not self.quiet:
-            self.live = Live(get_renderable=self._view, console=console, refresh_per_second=2)
-            self.live.start()
-
-    def trial_started(self, number: int, knobs: dict) -> None:
-        self.running[number] = dict(knobs), time.monotonic()
-        if self.live:
-            self.live.update(self._view())
-
-    def trial(self, record) -> None:
-        self.running.pop(record.number, None)
-        self.rows.append(record)
-        # as the search judges (against the reference read near each trial's time: the figures move as it reads)
-        self.best = max((r for r in self.rows if r.contends), key=lambda r: r.judged, default=None)
-        if self.live:
-            self.live.update(self._view())
-        else:
-            news = self._news(record)
-            console.print(Text(f"[{self._count()}] {self._line(record)}{news}  ({self._eta()})"))
-
-    def _news(self, record) -> str:
-        """The incumbent, where it changed since the last line named it: on the trial's own line."""
-        from autotune.decide.checked import status
-        from autotune.export.answer import changes_of, safety_words
-
-        base = next((r for r in self.rows if r.is_baseline and r.throughput), None)
-        if self.best is None or base is None:
-            return ""
-        key = (self.best.number, base.number)
-        if key == self.shown:
-            return ""
-        self.shown = key
-        words = safety_words(status(self.best, base), changes_of(self.best.knobs, base.knobs))
-        if self.best is record:
-            return "" if record.is_baseline else f"  best so far, {words}"
-        return f"  best so far: trial #{self.best.number}, {sig(self.best.throughput / base.throughput)}x, {words}"
-
-    def _incumbent(self) -> str:
-        """The incumbent at this moment: its trial, gain and safety status
-        (`autotune.decide.checked.status`: unchecked until its loss parity has run)."""
-        from autotune.decide.checked import status
-
-        base = next((r for r in self.rows if r.is_baseline), None)
-        if self.best is None or base is None or not base.throughput:
-            return "incumbent: none yet"
-        return f"incumbent: trial #{self.best.number}, {_figure(self.best, base)}, {status(self.best, base)}"
-
-    def stop(self) -> None:
-        if self.live:
-            self.live.stop()
-            self.live = None
-
-    def _count(self) -> str:  # the trial count is a limit, with a time budget too (the first reached ends it)
-        return f"{len(self.rows)}/{self.n_trials}"
-
-    def _eta(self) -> str:
-        """Elapsed, and time left: of the time budget, else the trials still
-        to run at the pace so far."""
-        elapsed = time.monotonic() - self.started
-        left = None
-        if self.budget_s:
-            left = max(self.budget_s - elapsed, 0)
-        elif self.rows and self.n_trials:
-            left = elapsed / len(self.rows) * (self.n_trials - len(self.rows))
-        return f"{_clock(elapsed)} elapsed" + (f", ~{_clock(left)} left" if left is not None else "")
-
-    def _view(self):
-        done, elapsed = len(self.rows), time.monotonic() - self.started
-        bar = (
-            ProgressBar(total=self.budget_s, completed=min(elapsed, self.budget_s), width=40)
-            if self.budget_s
-            else ProgressBar(total=self.n_trials or 1, completed=done, width=40)
-        )
-        running = f", {len(self.running)} running" if self.running else ""
-        status = Text(f" {self._count()} trials{running}, {self._eta()}")
-        return Group(self._table(), Columns([bar, status]), Text(self._incumbent()))
-
-    def _line(self, r) -> str:
-        """A finished trial in one line: what it changes from the baseline, its rate, its gain."""
-        changed = [k for k in self.searched if not self.baseline or r.knobs[k] != self.baseline.get(k)]
-        knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in changed) or "the baseline's knobs"
-        value = r.measured  # in its unit (trial.result.unit_of: a language model's tokens/s)
-        perf = f"{sig(value)} {r.unit.label}" if value else f"{r.error_type}: {r.error}"
-        speed = f" {sig(r.speedup)}x" if r.speedup and not r.is_baseline else ""
-        return f"trial {r.number:3d} {r.status} " + ("baseline" if r.is_baseline else knobs) + f"  {perf}{speed}"
-
-    def _table(self) -> Table:
-        table = Table(title="trials", title_justify="left")
-        table.add_column("#", justify="right")
-        table.add_column("status")
-        for k in self.searched:
-            table.add_column(short(k))
-        # the search's unit, as its first measured trial says (trial.result.unit_of): a language model's tokens/s
-        table.add_column(next((r.unit.label for r in self.rows if r.measured), "samples/s"), justify="right")
-        table.add_column("speedup", justify="right")
-        table.add_column("best so far", justify="right")
-        best = None
-        for r in self.rows:
-            if r.throughput and (best is None or r.throughput > best):
-                best = r.throughput
-            table.add_row(
-                f"{r.number}" + ("*" if r.is_baseline else ""),
-                _status(r),
-                *(_fmt(r.knobs[k]) for k in self.searched),
-                _perf(r),
-                f"{r.speedup:.2f}x" if r.speedup else "",
-                f"{best:.1f}" if best else "",
-            )
-        now = time.monotonic()
-        for number, (knobs, started) in sorted(self.running.items()):
-            table.add_row(
-                f"{number}",
-                f"[blue]running {_clock(now - started)}[/]",
-                *(_fmt(knobs.get(k, "")) for k in self.searched),
-                "",
-                "",
-                "",
-            )
-        return table
 
 
 ROWS = (

@@ -1,0 +1,52 @@
+"""The live view of a search (autotune.cli.live): the table's row for a running trial, the incumbent under the
+table at each moment, and the count of trials and the time left against a budget. Its lines over a real search's
+trials (`-q`, a log) are test_last_screen's."""
+
+import dataclasses
+
+from rich.console import Console
+
+from autotune.cli.live import LiveView
+from tests.test_report import _records
+
+
+def test_the_live_table_shows_the_running_trial():
+    view = LiveView(quiet=True)
+    view.searched = ["batch_size", "channels_last"]
+    records = _records()
+    view.trial(records[0])
+    view.trial_started(1, records[1].knobs)
+    render = Console(width=200, record=True)
+    render.print(view._table())
+    lines = render.export_text().splitlines()
+    assert "│  1 │ running 0:00 │ 32    │ on      │           │" in lines[-2], lines
+    assert view._incumbent() == "incumbent: trial #0, 1.00x the baseline, baseline"
+    view.trial(records[1])  # finished: its row is the result, no longer a running row
+    render.print(view._table())
+    assert "running" not in render.export_text()
+    # the incumbent at every moment: its gain, and its safety status (channels_last: no parity verdict yet)
+    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, unchecked"
+    records[1].parity = {"passed": True}
+    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
+    # a faster window that tied with it, of a riskier config, left it the incumbent (Strategy._best): so says the view
+    tied = dataclasses.replace(
+        records[1],
+        number=2,
+        metrics={**records[1].metrics, "samples_per_s": 2.0 * records[1].throughput, "tie_kept": 1.0},
+    )
+    view.trial(tied)
+    assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
+
+
+def test_with_a_time_budget_the_live_view_counts_down_the_budget_and_the_trials():
+    view = LiveView(quiet=True)
+    view.searched = ["batch_size", "channels_last"]
+    view.n_trials, view.budget_s = 384, 300.0  # a budget and a trial count: the first reached ends the search
+    view.started -= 60.5  # a minute into the search
+    view.trial(_records()[0])
+    assert view._count() == "1/384" and view._eta() == "1:00 elapsed, ~3:59 left"
+    render = Console(width=200, record=True)
+    render.print(view._view())
+    assert "1/384 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
+    view.budget_s = None  # no budget: the trials left at the pace so far (383 more at a minute each)
+    assert view._count() == "1/384" and view._eta().startswith("1:00 elapsed, ~38")

@@ -447,3 +447,27 @@ def test_a_command_wider_than_the_terminal_is_lines_a_shell_reads_as_the_same_co
     assert command_lines(command, 500) == [command]
     python = 'cfg = autotune.load_config("a long way to a run dir/best_config.yaml")'
     assert command_lines(python, 20) == [python]
+
+
+def test_the_search_figure_is_reported_with_its_interval(tmp_path):
+    """The search's figure of its best comes with its 95% interval (decide.reference: where the side by side was
+    expected to land) beside the re-measurement, in the report's text, markdown and JSON."""
+    from autotune.cli.report import as_dict, as_markdown, console, report
+    from autotune.decide import confirm as C
+    from autotune.trial.result import TrialResult
+
+    records = _records()
+    records[1].metrics.update(confirmed_speedup_x=1.45, confirmed_speedup_low=1.21, confirmed_speedup_high=1.74)
+    result = _result(records, tmp_path)
+    reads = iter([100.0, 140.0, 150.0, 100.0])
+    pairs = C.remeasure(lambda knobs, label: TrialResult("ok", metrics={"samples_per_s": next(reads)}), {}, {}, 2)
+    result.confirm = {**pairs, "baseline_trial": 0, "best_trial": 1}
+    says = "the search's figure was 1.45x (95%: 1.21-1.74x); re-measured side by side, 2 interleaved rounds"
+    assert as_dict(result)["search_speedup_interval"] == [1.21, 1.74]
+    with console.capture() as out:
+        report(result)
+    assert says in " ".join(out.get().split()) and says in " ".join(as_markdown(result).split())
+    records[1].metrics = {"samples_per_s": 150.0}  # a search without reads: the trials' ratio, no interval
+    plain = _result(records, tmp_path)
+    plain.confirm = result.confirm
+    assert "the search's figure was 1.50x; re-measured" in " ".join(as_markdown(plain).split())

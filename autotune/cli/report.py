@@ -165,6 +165,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         # the search's own figure of the best: its fresh reads' or its ratio to the reference read near its time
         # (autotune.decide.reference), else the two trials' ratio
         "search_speedup_x": result.search_speedup if compared else None,
+        "search_speedup_interval": _interval(best, base) if compared else None,  # its 95% interval, where it has one
         "reads": result.reads_share,  # the reference reads: how many, their seconds, their share of the search
         "confirm": result.confirm,
         "break_even": result.break_even if compared else None,
@@ -357,14 +358,24 @@ def report(result, importance: dict | None = None, plots=()) -> None:
         _print(Text(f"plot: {path}", no_wrap=True))
 
 
+def _interval(best, base) -> list[float] | None:
+    """The search's figure's 95% interval (`TrialRecord.figure`: where the side by side is expected to land)."""
+    figure = best.figure if best is not None and best is not base else None
+    return [figure["low"], figure["high"]] if figure and figure.get("low") else None
+
+
+def _search_figure(d: dict) -> str:
+    interval = d.get("search_speedup_interval")
+    within = f" (95%: {interval[0]:.2f}-{interval[1]:.2f}x)" if interval else ""
+    return f"the search's figure was {d['search_speedup_x']:.2f}x{within}"
+
+
 def details(d: dict) -> list:
     """What the last screen leaves to `autotune report`, as renderables."""
     out: list = []
     c, unit = d["confirm"], _unit(d)
-    if d["speedup_unknown"]:
-        out.append(f"re-measurement: the search's figure was {d['search_speedup_x']:.2f}x; " + describe(c))
-    elif c and d["speedup_x"] is not None:
-        out.append(f"re-measurement: the search's figure was {d['search_speedup_x']:.2f}x; " + describe(c))
+    if d["speedup_unknown"] or (c and d["speedup_x"] is not None):
+        out.append(f"re-measurement: {_search_figure(d)}; " + describe(c))
     if d["tie"]:
         out.append(Text.assemble(("tie", "yellow"), f": {d['tie']['note']}"))
     for flag in d["safety"]:
@@ -527,7 +538,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
     if notes:
         lines += ["", "Convergence safety:", *notes]
     if d["confirm"] and (d["speedup_x"] is not None or d["speedup_unknown"]):
-        lines += ["", f"Re-measured: the search's figure was {d['search_speedup_x']:.2f}x; {describe(d['confirm'])}"]
+        lines += ["", f"Re-measured: {_search_figure(d)}; {describe(d['confirm'])}"]
     for u in d["unsafe"]:
         lines += ["", f"**Not exported:** trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}"]
     for label, t in (("baseline", d["baseline"]), ("best", d["best"])):

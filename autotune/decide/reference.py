@@ -17,7 +17,8 @@ The model (this module; the standard library only, no Optuna, no torch):
   growing by q a second. `at(t)`: the level, its log standard deviation, and the part of it no other trial shares.
 - `Ratio`: a trial's throughput over the level at its own window's time: `x`, `ci` (95%, relative: the trial's
   window and the drift since the nearest reads, what the search compares trials with) and `interval` (95%: the
-  whole reference's uncertainty and the spread between fresh processes added, where a side by side should land).
+  whole reference's uncertainty and the spread between fresh processes added, that spread as this search's reads
+  show it, `Reference.spread`: where a side by side should land).
 - `confirmed`: the selection's correction. A trial that becomes the incumbent is read again in a fresh process
   beside a reference read (`Schedule`); those fresh reads were not selected, so their ratios, and not the trial's,
   are its figure: the live "xN" and the one the final pairs are expected to reproduce.

@@ -10,7 +10,8 @@ each knob is applied. Importable without torch (the CLI and the spec use it).
     K.wrap(model, knobs, device, world_size)  # the LM knobs (checkpointing among them), compile, DDP/FSDP
     from autotune.knobs import _lm            # a language model's: attention, Liger, float8, padding-free rows
 
-May import: nothing else of autotune (everything else derives from it).
+May import: nothing else of autotune (everything else derives from it; `autotune._imports`, below every part,
+asks whether a package is installed).
 """
 
 from autotune.knobs._apply import (

@@ -136,7 +136,7 @@ def what_it_takes(model, blocks: list[str] | None = None) -> tuple[dict[str, str
     if hf is None:
         cannot["liger_kernels"] = f"{type(model).__name__} is not a transformers model: Liger patches those"
     else:
-        from autotune.knobs._registry import installed
+        from autotune._imports import installed
 
         if installed("liger_kernel"):
             from liger_kernel.transformers.monkey_patch import MODEL_TYPE_TO_APPLY_LIGER_FN

@@ -25,6 +25,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from autotune._imports import installed
+
 PRECISIONS = ("32-true", "tf32", "bf16-mixed", "16-mixed")
 COMPILE_MODES = ("none", "default", "reduce-overhead", "max-autotune")
 SAFETY_CLASSES = ("safe", "reproducibility", "numerics", "dynamics")  # from least to most risky
@@ -233,16 +235,6 @@ def _ddp_only(default):
         return None
 
     return check
-
-
-def installed(module: str) -> bool:
-    """Whether `module` can be imported here (found, not imported: nothing heavy loads)."""
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(module) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 # the package each value needs: (import name, what `pip install` takes)

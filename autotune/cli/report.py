@@ -165,7 +165,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         # the search's own figure of the best: its fresh reads' or its ratio to the reference read near its time
         # (autotune.decide.reference), else the two trials' ratio
         "search_speedup_x": result.search_speedup if compared else None,
-        "search_speedup_interval": _interval(best, base) if compared else None,  # its 95% interval, where it has one
+        "search_speedup_interval": result.search_interval if compared else None,  # its 95% interval, where it has one
         "reads": result.reads_share,  # the reference reads: how many, their seconds, their share of the search
         "confirm": result.confirm,
         "break_even": result.break_even if compared else None,
@@ -356,12 +356,6 @@ def report(result, importance: dict | None = None, plots=()) -> None:
         _print(item)
     for path in plots:
         _print(Text(f"plot: {path}", no_wrap=True))
-
-
-def _interval(best, base) -> list[float] | None:
-    """The search's figure's 95% interval (`TrialRecord.figure`: where the side by side is expected to land)."""
-    figure = best.figure if best is not None and best is not base else None
-    return [figure["low"], figure["high"]] if figure and figure.get("low") else None
 
 
 def _search_figure(d: dict) -> str:

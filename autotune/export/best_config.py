@@ -179,8 +179,8 @@ def write_best_config(
     if figure:  # the search's own figure, with its 95% interval: its fresh reads' against the reference read beside
         # them, or its trial's against the reference at its time (autotune.decide.reference)
         data["measured"]["search_speedup_x"] = round(figure["x"], 3)
-        if figure.get("low"):
-            data["measured"]["search_speedup_interval"] = [round(figure["low"], 3), round(figure["high"], 3)]
+        if result.search_interval:
+            data["measured"]["search_speedup_interval"] = [round(v, 3) for v in result.search_interval]
         data["measured"]["search_speedup_read_again"] = figure["confirmed"]
     if result.confirm:
         data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)

@@ -226,6 +226,14 @@ class SearchResult:
         return figure["x"] if figure else best.throughput / base.throughput
 
     @property
+    def search_interval(self) -> list[float] | None:
+        """The search's figure's 95% interval (`TrialRecord.figure`: where the side by side is expected to land);
+        None where the best is the baseline or its figure has none (a search without reads)."""
+        best, base = self.best, self.baseline
+        figure = best.figure if best is not None and best is not base else None
+        return [figure["low"], figure["high"]] if figure and figure.get("low") else None
+
+    @property
     def reads_share(self) -> dict[str, Any] | None:
         """What the reference reads cost (autotune.decide.reference): their count (the baseline's, the
         incumbents' fresh ones), their seconds, and their share of the search's wall time; None without reads."""

@@ -42,9 +42,8 @@ from autotune.stats import PROCESS_CV, Z95, promote_floor
 # 300 s: 0.2^2 / 300 (6% over 30 s). A GPU host: not measured (0: the reads alone say).
 DRIFT_PER_S = {"cpu": 0.2**2 / 300}
 PRIOR_S = 60.0  # the prior weighs as much as this many seconds of reads (`Reference.q`)
-PRIOR_PAIRS = (
-    1  # the process spread's prior weighs as much as this many pairs of consecutive reads (`Reference.process`)
-)
+# the spread between processes: its prior weighs as much as this many pairs of consecutive reads (`Reference.spread`)
+PRIOR_PAIRS = 1
 SHARE = 0.10  # the reads' share of the search the schedule keeps to (issue 53's target: at most 15%)
 READS_KEY, CONFIRMS_KEY = "reference_reads", "confirm_reads"  # the study's user attributes (`Judge`)
 
@@ -138,22 +137,23 @@ class Reference:
         (`_noise`, `_drift`), and the search's comparisons keep their floor (stats.PROCESS_SPREAD)."""
         prior, drift = PROCESS_CV.get(self.device, 0.0), DRIFT_PER_S.get(self.device, 0.0)
         total, n = PRIOR_PAIRS * prior**2, PRIOR_PAIRS
-        for a, b in zip(self.reads, self.reads[1:]):
-            moved = math.log(b.value / a.value) ** 2 - _sd(a.ci) ** 2 - _sd(b.ci) ** 2 - drift * max(b.at - a.at, 0.0)
-            total, n = total + max(moved, 0.0) / 2, n + 1
+        for a, b, dt, moved in self._steps():
+            total, n = total + max(moved - _sd(a.ci) ** 2 - _sd(b.ci) ** 2 - drift * dt, 0.0) / 2, n + 1
         return math.sqrt(total / n)
+
+    def _steps(self):
+        """Consecutive reads: the earlier, the later, the seconds between them, and the square of their log-ratio."""
+        for a, b in zip(self.reads, self.reads[1:]):
+            yield a, b, b.at - a.at, math.log(b.value / a.value) ** 2
 
     def _drift(self) -> float:
         """The random walk's variance per second: the prior (DRIFT_PER_S, worth PRIOR_S seconds) and what
         consecutive reads moved beyond their own noise."""
         prior = DRIFT_PER_S.get(self.device, 0.0)
         moved, span = prior * PRIOR_S, PRIOR_S
-        for a, b in zip(self.reads, self.reads[1:]):
-            dt = b.at - a.at
-            if dt <= 0:
-                continue
-            moved += max(0.0, math.log(b.value / a.value) ** 2 - self._noise(a) - self._noise(b))
-            span += dt
+        for a, b, dt, step in self._steps():
+            if dt > 0:
+                moved, span = moved + max(0.0, step - self._noise(a) - self._noise(b)), span + dt
         return moved / span
 
     def _smooth(self) -> None:

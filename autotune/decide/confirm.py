@@ -64,13 +64,12 @@ def reread_anchor(
     first = metrics.get(unit.metric)
     if not result.ok or not first or again.get("ranks", 1) > 1:
         return result
-    config, where = again, Path(trial_dir) / REREAD_DIR
-    again = run(config, where)
-    result.trial_wall_s = (result.trial_wall_s or 0.0) + (again.trial_wall_s or 0.0)
-    if again.ok and again.disturbed:  # load from outside in its window: read once more, else the first stands
-        again = run(config, where)
-        result.trial_wall_s += again.trial_wall_s or 0.0
-    second = again.metric(unit.metric) if again.ok and not again.disturbed else None
+    for _ in range(2):  # a read under load from outside (its window's `disturbed`): once more, else the first stands
+        reread = run(again, Path(trial_dir) / REREAD_DIR)
+        result.trial_wall_s = (result.trial_wall_s or 0.0) + (reread.trial_wall_s or 0.0)
+        if not (reread.ok and reread.disturbed):
+            break
+    second = reread.metric(unit.metric) if reread.ok and not reread.disturbed else None
     if second:
         scale = (first + second) / 2 / first
         metrics.update({k: metrics[k] * scale for k in RATES if metrics.get(k) is not None})
@@ -84,7 +83,7 @@ def reread_anchor(
                 "step_mean_ci95": max(metrics.get("step_mean_ci95") or 0.0, abs(first - second) / (first + second)),
                 # what a read of the baseline costs: the search's first reference read is timed by it
                 # (autotune.execution.reads)
-                **({"anchor_reread_s": again.trial_wall_s} if again.trial_wall_s else {}),
+                **({"anchor_reread_s": reread.trial_wall_s} if reread.trial_wall_s else {}),
             }
         )
     return result

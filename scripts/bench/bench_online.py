@@ -160,6 +160,26 @@ def ci95(ratios: list[float]) -> list[float]:
     return [round(m - half, 3), round(m + half, 3)]
 
 
+def side_by_side(batches, job: "Job", knobs: dict, a) -> dict:
+    """The online run against a fixed config, side by side: the online run goes on (its pauses left out of its
+    windows) in turn with `knobs` as a fixed loader, --pairs pairs of 8 s, each side first in turn (the first of a
+    pair read ~15% slower here, in nothing_to_do), each timed after the same 2 s, so the host's drift falls on
+    both. The online/fixed ratio of the pairs' sums, its range and its 95% interval."""
+    skip = min(2.0, 8 * a.scale / 3)
+    pairs = interleaved(
+        lambda: train(batches, job.model, job.opt, 8 * a.scale, skip_s=skip)["rate"],
+        lambda: job.fixed(8 * a.scale, **knobs),
+        a.pairs,
+    )
+    ratios = [on / f for on, f in pairs]
+    return {
+        "pairs": [[round(x, 1) for x in pair] for pair in pairs],
+        "vs_best_fixed": round(sum(on for on, _ in pairs) / sum(f for _, f in pairs), 3),
+        "vs_best_fixed_range": [round(min(ratios), 3), round(max(ratios), 3)],
+        "vs_best_fixed_ci95": ci95(ratios),
+    }
+
+
 def changes(lines: list) -> list[dict]:
     return [json.loads(line.rsplit(" | ", 1)[1]) for line in lines if '"event": "change"' in line]
 
@@ -174,16 +194,11 @@ def start_wrong(a) -> dict:
     run = train(batches, job.model, job.opt, 70 * a.scale)
     end = run["trace"][-1][0]
     final = trailing(run["trace"], end, 10 * a.scale)
-    # where it ended, side by side (as busy_host): the online run goes on in turn with the best fixed config, each
-    # side first in turn, each timed after the same 2 s. The trailing 10 s against the grid's read (~80 s before)
-    # and one read after it is kept too: on this host one fixed config's reads 80 s apart differed by up to 10%
-    skip = min(2.0, 8 * a.scale / 3)
-    pairs = interleaved(
-        lambda: train(batches, job.model, job.opt, 8 * a.scale, skip_s=skip)["rate"],
-        lambda: job.fixed(8 * a.scale, **knobs_of(best_n)),
-        a.pairs,
-    )
-    best_side = statistics.mean([best_rate, *(f for _, f in pairs)])
+    # where it ended, side by side with the best fixed config. The trailing 10 s against the grid's read (~80 s
+    # before) and the first fixed read after it is kept too: on this host one fixed config's reads 80 s apart
+    # differed by up to 10%
+    ended = side_by_side(batches, job, knobs_of(best_n), a)
+    best_side = statistics.mean([best_rate, *(f for _, f in ended["pairs"])])
     return {
         "best_fixed": {
             "num_workers": best_n,
@@ -194,11 +209,8 @@ def start_wrong(a) -> dict:
         "online_last_10s": round(final, 1),
         "online_ended_at": online.summary()["settings"],
         "changes": changes(lines),
-        "pairs": [[round(x, 1) for x in pair] for pair in pairs],
-        "vs_best_fixed": round(sum(on for on, _ in pairs) / sum(f for _, f in pairs), 3),
-        "vs_best_fixed_range": [round(min(on / f for on, f in pairs), 3), round(max(on / f for on, f in pairs), 3)],
-        "vs_best_fixed_ci95": ci95([on / f for on, f in pairs]),
-        "last_10s_vs_best_fixed": round(final / statistics.mean([best_rate, pairs[0][1]]), 3),
+        **ended,
+        "last_10s_vs_best_fixed": round(final / statistics.mean([best_rate, ended["pairs"][0][1]]), 3),
         "pauses_left_out": online.pauses,
         "vs_start": round(final / start, 2) if start else None,
         "seconds_to_5pct": first_within(run["trace"], best_side),
@@ -220,15 +232,7 @@ def busy_host(a, best_n: int) -> dict:
         after = train(batches, job.model, job.opt, 40 * a.scale)
         second = trailing(after["trace"], after["trace"][-1][0], 15 * a.scale)
         best_n_hog, best_hog, grid = search_best(job, sorted({2, 4, 8, best_n}), 8 * a.scale)
-        # side by side under the same hog: the online run goes on (its pauses left out of its windows) in turn
-        # with the best fixed config, each side first in turn (the first of a pair read ~15% slower here, in
-        # nothing_to_do), each timed after the same 2 s, so the host's drift falls on both
-        skip = min(2.0, 8 * a.scale / 3)
-        pairs = interleaved(
-            lambda: train(batches, job.model, job.opt, 8 * a.scale, skip_s=skip)["rate"],
-            lambda: job.fixed(8 * a.scale, **knobs_of(best_n_hog)),
-            a.pairs,
-        )
+        hogged = side_by_side(batches, job, knobs_of(best_n_hog), a)  # under the same hog
     finally:
         h.kill()
         h.wait()
@@ -243,10 +247,7 @@ def busy_host(a, best_n: int) -> dict:
         "online_ended_at": online.summary()["settings"],
         "changes": changes(lines),
         "second_window_vs_grid": round(second / best_hog, 3) if best_hog else None,
-        "pairs": [[round(x, 1) for x in pair] for pair in pairs],
-        "vs_best_fixed": round(sum(on for on, _ in pairs) / sum(f for _, f in pairs), 3),
-        "vs_best_fixed_range": [round(min(on / f for on, f in pairs), 3), round(max(on / f for on, f in pairs), 3)],
-        "vs_best_fixed_ci95": ci95([on / f for on, f in pairs]),
+        **hogged,
         "pauses_left_out": online.pauses,
     }
 

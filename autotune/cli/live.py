@@ -20,7 +20,7 @@ from rich.text import Text
 
 from autotune import knobs as K
 from autotune.cli import report
-from autotune.cli.report import _fmt, short
+from autotune.cli.report import short
 from autotune.records.verdicts import sig
 
 
@@ -84,11 +84,11 @@ class LiveView:
         unsearched = [n for n, why in space.fixed.items() if why == K.NOT_SEARCHED]
         if unsearched:
             report.console.print(
-                "  [dim]not searched: " + ", ".join(f"{n}={_fmt(space.baseline[n])}" for n in unsearched) + "[/]"
+                "  [dim]not searched: " + ", ".join(f"{n}={K.shown(space.baseline[n])}" for n in unsearched) + "[/]"
             )
         for name, why in space.fixed.items():
             if name not in unsearched:
-                report.console.print(f"  [dim]fixed {name}={_fmt(space.baseline[name])}: {why}[/]")
+                report.console.print(f"  [dim]fixed {name}={K.shown(space.baseline[name])}: {why}[/]")
         for line in space.dropped:  # values of searched knobs left out, and a replaced baseline value
             if line.startswith("baseline ") or line.split("=", 1)[0] in space.search:
                 report.console.print(f"  [yellow]not run: {line}[/]")
@@ -172,7 +172,7 @@ class LiveView:
     def _line(self, r) -> str:
         """A finished trial in one line: what it changes from the baseline, its rate, its gain."""
         changed = [k for k in self.searched if not self.baseline or r.knobs[k] != self.baseline.get(k)]
-        knobs = " ".join(f"{short(k)}={_fmt(r.knobs[k])}" for k in changed) or "the baseline's knobs"
+        knobs = " ".join(f"{short(k)}={K.shown(r.knobs[k])}" for k in changed) or "the baseline's knobs"
         value = r.measured  # in its unit (trial.result.unit_of: a language model's tokens/s)
         perf = f"{sig(value)} {r.unit.label}" if value else f"{r.error_type}: {r.error}"
         speed = f" {sig(r.speedup)}x" if r.speedup and not r.is_baseline else ""
@@ -195,7 +195,7 @@ class LiveView:
             table.add_row(
                 f"{r.number}" + ("*" if r.is_baseline else ""),
                 _status(r),
-                *(_fmt(r.knobs[k]) for k in self.searched),
+                *(K.shown(r.knobs[k]) for k in self.searched),
                 _perf(r),
                 f"{r.speedup:.2f}x" if r.speedup else "",
                 f"{best:.1f}" if best else "",
@@ -205,7 +205,7 @@ class LiveView:
             table.add_row(
                 f"{number}",
                 f"[blue]running {_clock(now - started)}[/]",
-                *(_fmt(knobs.get(k, "")) for k in self.searched),
+                *(K.shown(knobs.get(k, "")) for k in self.searched),
                 "",
                 "",
                 "",

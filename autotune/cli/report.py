@@ -49,14 +49,6 @@ def remembered(message: str) -> None:
     err_console.print(f"[cyan]note:[/] {escape(message)}")
 
 
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    if value is None:
-        return "default"
-    return str(value)
-
-
 def reads_line(reads: dict) -> str:
     """The reference reads' cost, one line (`SearchResult.reads_share`)."""
     confirms = f" and {reads['confirm_reads']} fresh read(s) of an incumbent" if reads["confirm_reads"] else ""
@@ -266,7 +258,9 @@ def _table(d: dict, rows=ROWS) -> Table:
         flags = safety_flags(other["knobs"], base["knobs"])
     for flag in flags:
         table.add_row(
-            f"{flag['knob']} [dim]({flag['safety']})[/]", _fmt(flag["baseline"]), f"[bold]{_fmt(flag['tuned'])}[/]"
+            f"{flag['knob']} [dim]({flag['safety']})[/]",
+            K.shown(flag["baseline"]),
+            f"[bold]{K.shown(flag['tuned'])}[/]",
         )
     table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, other)))
     table.add_row("[bold]speedup[/]", "1.00x", _speedup_cell(d))
@@ -379,7 +373,7 @@ def details(d: dict) -> list:
             out.append(
                 Text.assemble(
                     (flag["safety"], "yellow"),
-                    f": {flag['knob']} {_fmt(flag['baseline'])} -> {_fmt(flag['tuned'])}: {flag['note']}{measured}",
+                    f": {flag['knob']} {K.shown(flag['baseline'])} -> {K.shown(flag['tuned'])}: {flag['note']}{measured}",
                 )
             )
     if d["batch"] and d["batch"].get("note"):
@@ -437,7 +431,9 @@ def _effects(d: dict) -> Table:
 def _effect_cells(rows: list[dict], unit) -> str:
     """A knob's values with the median rate of their trials: "32: 4447 (3), 64: 2726 (6, 5 pruned), 256: -"."""
     return ", ".join(
-        f"{_fmt(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})" if e["trials"] else f"{_fmt(e['value'])}: -"
+        f"{K.shown(e['value'])}: {e[unit.key('median')]:.0f} ({_count(e)})"
+        if e["trials"]
+        else f"{K.shown(e['value'])}: -"
         for e in rows
     )
 
@@ -480,7 +476,7 @@ def _search_notes(d: dict) -> list[str]:
         )
     base = (d["baseline"] or {}).get("knobs", {})  # a config the rate model kept from running, by its changes
     notes += [
-        " ".join(["not run:"] + [f"{short(k)}={_fmt(v)}" for k, v in s["config"].items() if base.get(k) != v])
+        " ".join(["not run:"] + [f"{short(k)}={K.shown(v)}" for k, v in s["config"].items() if base.get(k) != v])
         + f", {s['error']}"
         for s in d["skipped_predicted"]
     ]
@@ -511,7 +507,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
                 lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
         for flag in d["safety"]:
             lines.append(
-                f"| `{flag['knob']}` ({flag['safety']}) | {_fmt(flag['baseline'])} | **{_fmt(flag['tuned'])}** |"
+                f"| `{flag['knob']}` ({flag['safety']}) | {K.shown(flag['baseline'])} | **{K.shown(flag['tuned'])}** |"
             )
         lines.append(
             f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
@@ -522,7 +518,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
     if d["tie"]:
         lines += ["", f"**Tie:** {d['tie']['note']}"]
     notes = [
-        f"- **{f['safety']}**: `{f['knob']}` {_fmt(f['baseline'])} -> {_fmt(f['tuned'])}: {f['note']}"
+        f"- **{f['safety']}**: `{f['knob']}` {K.shown(f['baseline'])} -> {K.shown(f['tuned'])}: {f['note']}"
         + (f" ({S.describe(f['parity'])})" if f.get("parity") else "")
         for f in d["safety"]
         if f["safety"] != "safe"

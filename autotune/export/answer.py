@@ -94,7 +94,7 @@ class Answer:
             why = safety
             if self.lr_factor and any(c.knob == "batch_size" for c in group):  # what the dynamics class asks
                 why += f": learning rate x{self.lr_factor:.3g}"
-            groups.append(", ".join(f"{c.knob}={_fmt(c.tuned)}" for c in group) + f" ({why})")
+            groups.append(", ".join(f"{c.knob}={K.shown(c.tuned)}" for c in group) + f" ({why})")
         return ", ".join(groups)
 
     def _speedup(self) -> str:
@@ -115,12 +115,6 @@ def _x(value: float | None) -> str:
 
 def _range(low: float, high: float) -> str:
     return f"{sig(low)}-{sig(high)}x"
-
-
-def _fmt(value) -> str:
-    if isinstance(value, bool):
-        return "on" if value else "off"
-    return "default" if value is None else str(value)
 
 
 def safety_words(safety: str, changes) -> str:
@@ -170,7 +164,7 @@ def adds(production: dict[str, Any] | None) -> str | None:
     if not production:
         return None
     parts = [shlex.join(production["adds"])] if production.get("adds") else []
-    parts += [f"{k}={_fmt(v)} through autotune.config()" for k, v in (production.get("applies") or {}).items()]
+    parts += [f"{k}={K.shown(v)} through autotune.config()" for k, v in (production.get("applies") or {}).items()]
     return "; ".join(parts) or None
 
 

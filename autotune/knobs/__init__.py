@@ -64,6 +64,7 @@ from autotune.knobs._registry import (
     lookup,
     pytorch_defaults,
     registry,
+    shown,
     to_cell,
     user_knob,
 )
@@ -121,6 +122,7 @@ __all__ = [
     "registry",
     "resolve_space",
     "seeded_loader",
+    "shown",
     "to_cell",
     "to_channels_last",
     "to_device",

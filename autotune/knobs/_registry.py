@@ -735,6 +735,13 @@ def to_cell(value) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
+def shown(value) -> str:
+    """A knob value as a person reads it: a switch on or off, None as the default, else as it is."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "default" if value is None else str(value)
+
+
 def from_cell(name: str, raw) -> Any:
     """A knob value from a CSV cell: a landscape's (true, 32, null) or a trials.csv's (True, empty).
     A column an older file lacks (None) is the knob's PyTorch default."""

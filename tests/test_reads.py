@@ -4,6 +4,8 @@ the sleep is 2x the samples/s at any one time and channels_last changes nothing.
 read near their time come out right where their ratios to the baseline's one read do not; the reads are their own
 rows in trials.csv and their own MLflow runs, tagged, never counted as trials."""
 
+import json
+
 import pandas as pd
 import pytest
 from mlflow.tracking import MlflowClient
@@ -67,6 +69,16 @@ def test_a_search_on_a_slowing_host_takes_each_ratio_against_the_reference_at_it
     assert max(late) > 0.25, late  # the host slowed down under the later trials: their raw ratios are far off
     share = result.reads_share
     assert share["reference_reads"] >= 2 and 0 < share["share"] < 0.6
+    # every slot of reads (a reference read, and the incumbent's fresh read after it where it had none), those after
+    # the trials too, came when the reads before it and its own (each costing what the read before it did) fitted
+    # within the share of the search's time so far (decide.reference.Schedule)
+    state = result.run_dir / "search.json"  # written as the search ends, with its wall time since its clock started
+    started = state.stat().st_mtime - json.loads(state.read_text())["wall_s"]
+    spent = [r.info["trial_wall_s"] for r in reads]
+    slots = [i for i, r in enumerate(reads) if r.read == "reference"]
+    for j in slots[1:]:
+        n = 2 if j + 1 < len(reads) and reads[j + 1].read == "confirm" else 1
+        assert sum(spent[:j]) + n * spent[j - 1] <= 0.45 * (reads[j].info["started_unix"] - started) + 1e-6, (j, spent)
 
     # trials.csv: the reads as their own rows, after the trials, `trial` empty; read back apart from the trials
     table = pd.read_csv(result.run_dir / "trials.csv")
@@ -88,3 +100,35 @@ def test_a_search_on_a_slowing_host_takes_each_ratio_against_the_reference_at_it
     view = client.search_runs([exp.experiment_id], trials_view(parent.info.run_id, [])["searchFilter"])
     assert len(view) == 4
     assert parent.data.metrics["reference_reads"] == share["reference_reads"]
+
+
+@pytest.mark.slow  # ~20 s: in CI, the report's line (test_report) and the schedule's share (test_reference)
+def test_a_search_too_short_for_its_reads_share_keeps_its_best_s_trial_figure_and_says_so(tmp_path):
+    """The reads after the trials keep to the share like the others (they came on top of it, and a 30-s search paid
+    up to 30% more: issue 53): a share too small to afford the best's fresh read and a reference beside it reads
+    nothing, and the best's figure is its trial's, which the report says."""
+    from autotune.cli.report import as_dict, as_markdown
+
+    spec = S.parse(
+        {
+            "name": "short",
+            "workload": {
+                "factory": "tests.workloads:make_slowing",
+                "args": {"batch_size": 16, "sleep_s": 0.04, "clock": str(tmp_path / "clock")},
+            },
+            "search_space": {
+                "preset": None,
+                "knobs": {},
+                "workload_args": {"sleep_s": {"values": [0.04, 0.02], "safety": "safe"}},  # 2x, a sleep
+            },
+            "trial": {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.3, "profile_steps": 0},
+            "search": {"sampler": "grid", "n_trials": 2, "confirm_rounds": 1, "reference_share": 0.01},
+            "output_dir": str(tmp_path / "run"),
+        },
+        "short.yaml",
+    )
+    result = run(spec, backend="local")
+    assert len(result.records) == 2 and result.best is not result.baseline, [r.speedup for r in result.records]
+    assert result.reads == [] and result.reads_share is None
+    assert result.search_figure["confirmed"] is False and as_dict(result)["search_speedup_read_again"] is False
+    assert "its trial's: not read again within the reads' share" in " ".join(as_markdown(result).split())

@@ -471,3 +471,9 @@ def test_the_search_figure_is_reported_with_its_interval(tmp_path):
     plain = _result(records, tmp_path)
     plain.confirm = result.confirm
     assert "the search's figure was 1.50x; re-measured" in " ".join(as_markdown(plain).split())
+    # a search with reads too short to afford the best's fresh read: its trial's figure, and the report says so
+    records[1].metrics = {"samples_per_s": 150.0, "speedup_x": 1.52, "speedup_low": 1.2, "speedup_high": 1.9}
+    unread = _result(records, tmp_path)
+    unread.confirm = result.confirm
+    says = "the search's figure was 1.52x (95%: 1.20-1.90x), its trial's: not read again within the reads' share"
+    assert says in " ".join(as_markdown(unread).split()) and as_dict(unread)["search_speedup_read_again"] is False

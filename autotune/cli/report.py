@@ -158,6 +158,8 @@ def as_dict(result, importance: dict | None = None) -> dict:
         # (autotune.decide.reference), else the two trials' ratio
         "search_speedup_x": result.search_speedup if compared else None,
         "search_speedup_interval": result.search_interval if compared else None,  # its 95% interval, where it has one
+        # whether the best was read again afresh (its figure freed of its selection); None: a search without reads
+        "search_speedup_read_again": (result.search_figure or {}).get("confirmed") if compared else None,
         "reads": result.reads_share,  # the reference reads: how many, their seconds, their share of the search
         "confirm": result.confirm,
         "break_even": result.break_even if compared else None,
@@ -355,7 +357,11 @@ def report(result, importance: dict | None = None, plots=()) -> None:
 def _search_figure(d: dict) -> str:
     interval = d.get("search_speedup_interval")
     within = f" (95%: {interval[0]:.2f}-{interval[1]:.2f}x)" if interval else ""
-    return f"the search's figure was {d['search_speedup_x']:.2f}x{within}"
+    # a search with reads whose share could not afford the best's fresh read: its figure is its trial's, selected
+    again = (
+        ", its trial's: not read again within the reads' share" if d.get("search_speedup_read_again") is False else ""
+    )
+    return f"the search's figure was {d['search_speedup_x']:.2f}x{within}{again}"
 
 
 def details(d: dict) -> list:

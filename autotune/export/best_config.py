@@ -175,7 +175,7 @@ def write_best_config(
     ]
     if rejected:
         data["rejected_faster_but_unsafe"] = rejected
-    figure = best.figure if best is not base else None
+    figure = result.search_figure
     if figure:  # the search's own figure, with its 95% interval: its fresh reads' against the reference read beside
         # them, or its trial's against the reference at its time (autotune.decide.reference)
         data["measured"]["search_speedup_x"] = round(figure["x"], 3)

@@ -226,11 +226,17 @@ class SearchResult:
         return figure["x"] if figure else best.throughput / base.throughput
 
     @property
+    def search_figure(self) -> dict[str, Any] | None:
+        """The best's `TrialRecord.figure` (x, its 95% interval, whether it was read again); None where the best is
+        the baseline or has no figure (a search without reads)."""
+        best = self.best
+        return best.figure if best is not None and best is not self.baseline else None
+
+    @property
     def search_interval(self) -> list[float] | None:
-        """The search's figure's 95% interval (`TrialRecord.figure`: where the side by side is expected to land);
-        None where the best is the baseline or its figure has none (a search without reads)."""
-        best, base = self.best, self.baseline
-        figure = best.figure if best is not None and best is not base else None
+        """The search's figure's 95% interval (`search_figure`: where the side by side is expected to land); None
+        where it has none."""
+        figure = self.search_figure
         return [figure["low"], figure["high"]] if figure and figure.get("low") else None
 
     @property

@@ -214,15 +214,15 @@ class SearchResult:
 
     @property
     def search_speedup(self) -> float | None:
-        """The search's own figure of its best (`TrialRecord.figure`: its fresh reads' ratio to the reference
-        read beside them, or its trial's to the reference at its time), else its trial's ratio to the baseline
-        trial's; None without a measured baseline and best."""
+        """The search's own figure of its best (`search_figure`: its fresh reads' ratio to the reference read
+        beside them, or its trial's to the reference at its time), else its trial's ratio to the baseline trial's;
+        None without a measured baseline and best."""
         best, base = self.best, self.baseline
         if not (best and base and base.throughput and best.throughput):
             return None
         if best is base:
             return 1.0
-        figure = best.figure
+        figure = self.search_figure
         return figure["x"] if figure else best.throughput / base.throughput
 
     @property

@@ -69,7 +69,7 @@ HF_REACHES = ("dataloader_kwargs", "autocast", "prepare", "wrap", "training_argu
 
 # the reaches that are no method of the config: what the program lacks where a knob never reached it
 REACHES = {
-    "flatten": "trains no transformers Trainer (its padded batches are flattened, autotune.integrations.instrument)",
+    "flatten": "trains no transformers Trainer (its padded batches are flattened, autotune.instrument)",
     "packing": "has no `packing` argument (TRL's SFTConfig has one)",
 }
 
@@ -123,7 +123,7 @@ class Config:
         self.cannot: dict[str, str] = {}
         self.own: dict[str, Any] = {}
         self._found = False  # a model was handed over (`found`)
-        self.carried: set[str] = set()  # knobs a script's own flags carried (autotune.integrations.instrument)
+        self.carried: set[str] = set()  # knobs a script's own flags carried (autotune.instrument)
         self.loop = (
             TrialLoop(request, trial_dir, self.used, device_type, self.cannot, self.own)
             if mode == "trial"
@@ -299,7 +299,7 @@ class Config:
         """`TrainingArguments(**cfg.training_arguments(output_dir=..., ...))`, for a script that builds them
         without HfArgumentParser: your arguments with this config's knobs over them (autotune.export.hf_args),
         and in a trial its side-effect settings (`hf_fields`; the instrumentation appends the same to a script's
-        own flags, autotune.integrations.instrument)."""
+        own flags, autotune.instrument)."""
         from autotune.export import hf_args
 
         self.used.update(HF_REACHES)

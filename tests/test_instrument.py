@@ -1,5 +1,5 @@
 """Zero code for the Trainers (issue 42): an HfArgumentParser + Trainer script and a lightning.Trainer script,
-not a line changed, run as trials through autotune's sitecustomize (autotune.integrations.instrument), and
+not a line changed, run as trials through autotune's sitecustomize (autotune.instrument), and
 the knobs as the HF script's own flags (autotune.export.hf_args)."""
 
 import json
@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from autotune.export import hf_args
-from autotune.integrations import instrument
+from autotune import instrument
 from autotune.trial.result import TrialResult
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -468,7 +468,7 @@ def test_a_padding_free_batch_counts_its_sequences():
     needs_trl()
     from trl.trainer.sft_trainer import DataCollatorForLanguageModeling
 
-    from autotune.integrations.huggingface_callback import count_samples
+    from autotune.instrument._hf_callback import count_samples
 
     texts = [{"input_ids": [5, 6, 7]}, {"input_ids": [8, 9]}, {"input_ids": [3, 4, 5, 6, 7]}]
     flat = DataCollatorForLanguageModeling(pad_token_id=0, padding_free=True)(texts)
@@ -481,7 +481,7 @@ def test_a_tokenizers_padded_batch_counts_its_rows():
     from tokenizers import Tokenizer, models, pre_tokenizers
     from transformers import DataCollatorWithPadding, PreTrainedTokenizerFast
 
-    from autotune.integrations.huggingface_callback import count_samples
+    from autotune.instrument._hf_callback import count_samples
 
     words = Tokenizer(models.WordLevel({"[PAD]": 0, "[UNK]": 1, "a": 2}, unk_token="[UNK]"))
     words.pre_tokenizer = pre_tokenizers.Whitespace()
@@ -539,7 +539,7 @@ script_args, training_args, model_args, dataset_args = make_parser().parse_args_
 fields = ("dataloader_num_workers", "per_device_train_batch_size", "bf16", "use_cpu", "packing", "output_dir",
           "report_to", "push_to_hub", "save_strategy", "eval_strategy")
 got = {k: str(getattr(getattr(training_args, k), "value", getattr(training_args, k))) for k in fields}
-from autotune.integrations import instrument
+from autotune import instrument
 print(json.dumps({**got, "own": instrument.config().own}))
 """
 

@@ -39,7 +39,7 @@ def imports(path: Path, package: Path, modules: set[str]) -> set[str]:
 def graph(package: Path = PACKAGE) -> dict[str, set[str]]:
     """Each module's imports. A package is a module too (its `__init__`), whose imports are its face: `import
     autotune` or `from autotune import search` is an edge to `autotune`, so a circle through a package's face is a
-    circle here (`config -> integrations.instrument -> autotune -> config` was one). Importing `a.b.c` runs `a.b`'s
+    circle here (`config -> instrument -> autotune -> config` was one). Importing `a.b.c` runs `a.b`'s
     `__init__` first: an edge to each package on the way, but those the importer is inside (already running)."""
     files = sorted(package.rglob("*.py"))
     modules = {module_name(p, package) for p in files}

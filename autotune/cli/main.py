@@ -370,7 +370,7 @@ def run(
             raise UserError(f"`{command[0]}` is not a command on PATH")
     except _user_errors() as e:
         _fail(e, debug)
-    from autotune.integrations import instrument
+    from autotune import instrument
 
     from autotune.config import _set_knobs
     from autotune.knobs import environment

@@ -3,5 +3,5 @@ on this host without Ray; `ray`, Ray Tune placing trials on this host or a clust
 warm fork server, ranks spread over nodes), the device lock, and the reaper that cleans up after a killed driver.
 
 May import every part below it: `autotune.spec`, `workload`, `config`, `knobs`, `trial`, `safety`, `decide`,
-`records`, `export`, `integrations`, `host`.
+`records`, `export`, `integrations`, `instrument`, `host`.
 """

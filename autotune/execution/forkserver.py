@@ -110,7 +110,7 @@ def _program(argv: list[str], cwd: str) -> int:
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # its stacks in trial.log at a timeout
     os.chdir(cwd)
     if os.environ.get("AUTOTUNE_TRIAL"):  # what the instrumentation's sitecustomize does at a fresh start
-        from autotune.integrations import instrument
+        from autotune import instrument
 
         instrument.install()
     module = argv[1] if argv[0] == "-m" else None

@@ -334,7 +334,7 @@ def _program(
     (one thread each unless OMP_NUM_THREADS is set), all killed once one fails; their
     rank<R>.json merged into result.json (`ranks.merge`). `server`: a warm fork server
     to fork a Python program from (`forks_program`)."""
-    from autotune.integrations import instrument  # a Trainer script's zero-code instrumentation on its path
+    from autotune import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial import ranks as R
     from autotune.trial.disturbance import TRIAL_PID
     from autotune.trial.loop import FIRST_STEP_FILE
@@ -342,7 +342,7 @@ def _program(
     command = program_command(workload["command"])
     env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last
     env = instrument.with_env({k: v for k, v in env.items() if v != ""})  # '': left unset; a Trainer script's
-    # zero-code instrumentation first on its path (autotune.integrations.instrument)
+    # zero-code instrumentation first on its path (autotune.instrument)
     envs = [env]
     if ranks:
         port = R.free_port()

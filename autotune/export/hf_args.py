@@ -1,5 +1,5 @@
 """autotune's knobs as a Hugging Face `TrainingArguments` script's own flags: what a zero-code trial appends
-to the script's `HfArgumentParser` (autotune.integrations.instrument), and what
+to the script's `HfArgumentParser` (autotune.instrument), and what
 `autotune export RUN -f hf-args` prints for production (`render`). Plain data (no transformers imported).
 
 A knob the config does not set (absent or None) adds no flag: the script keeps its own value. Fields that
@@ -10,7 +10,7 @@ The language-model knobs: `use_liger_kernel`, `activation_checkpointing` (select
 `SELECTIVE_EVERY`-th layer, `activation_checkpointing_kwargs.every_n_layers`); `attn_implementation` and
 `packing` where the script's parser has those fields (`known`: TRL's ModelConfig and SFTConfig), the
 attention kernel otherwise set on the Trainer's model, and padding-free batches made from the Trainer's own,
-by the instrumented Trainer (autotune.integrations.instrument).
+by the instrumented Trainer (autotune.instrument).
 
     fields({"precision": "bf16-mixed", "num_workers": 2})  # {"bf16": True, "fp16": False, "dataloader_num_workers": 2}
     flags(fields(...))                                     # ["--bf16", "true", "--fp16", "false", ...]
@@ -144,7 +144,7 @@ def carried(knobs: dict[str, Any], known: set[str]) -> set[str]:
 def knobs_of(args: Any) -> dict[str, Any]:
     """The knob values a `TrainingArguments` (or a mapping of its fields) runs with: `fields` read the other way
     for the loader's, the batch, precision, compile and the fused optimizer (the language-model knobs:
-    autotune.integrations.instrument.own_of), the script's own settings that a search takes as its baseline
+    autotune.instrument.own_of), the script's own settings that a search takes as its baseline
     (autotune.execution.program). A field the arguments leave unset (None) gives no value: PyTorch's default
     stands."""
     get = args.get if isinstance(args, dict) else lambda name: getattr(args, name, None)

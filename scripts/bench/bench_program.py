@@ -41,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import program_command  # noqa: E402
 from autotune.export import load as best_config  # noqa: E402
-from autotune.integrations import instrument  # noqa: E402
+from autotune import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.stats import T95, Z95  # noqa: E402
 

@@ -1,5 +1,5 @@
 """A `lightning.Trainer` script measured and tuned with no line changed: what
-`autotune.integrations.instrument` does to every Trainer the script (or its `LightningCLI`) makes.
+`autotune.instrument` does to every Trainer the script (or its `LightningCLI`) makes.
 
 - `trainer_kwargs`: the Trainer's own arguments, with the `precision` knob (Lightning's own names; tf32 is
   "32-true" with TF32 matmuls), the batch's accumulation (`accumulate_grad_batches`: the micro-batches a step
@@ -31,7 +31,7 @@ from lightning.pytorch import Callback
 from autotune.trial.loop import batch_samples
 from autotune.trial.tokens import count as count_tokens
 
-# the config's methods whose knobs reach a Lightning script (the usage record, autotune.integrations.instrument):
+# the config's methods whose knobs reach a Lightning script (the usage record, autotune.instrument):
 # precision here, the language-model knobs, channels_last and compile in `AutotuneCallback.setup` (the loaders
 # call cfg.dataloader_kwargs)
 REACHES = ("autocast", "wrap")

@@ -1,4 +1,4 @@
-"""autotune's zero-code instrumentation (autotune.integrations.instrument), loaded by Python at start-up from
+"""autotune's zero-code instrumentation (autotune.instrument), loaded by Python at start-up from
 the child's PYTHONPATH, as `opentelemetry-instrument` loads its own. Then the `sitecustomize` this one hides
 (the next on sys.path), if any, runs as it would have."""
 
@@ -9,7 +9,7 @@ import sys
 
 try:
     if os.environ.get("AUTOTUNE_TRIAL") or os.environ.get("AUTOTUNE_CONFIG"):  # else nothing imported
-        from autotune.integrations import instrument
+        from autotune import instrument
 
         instrument.install()
 finally:

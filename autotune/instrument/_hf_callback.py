@@ -1,5 +1,5 @@
 """A `transformers.Trainer` measured with no line of its script changed: the callback that
-`autotune.integrations.sitecustomize` attaches to every Trainer when the process is a trial (or runs under
+`autotune.instrument.sitecustomize` attaches to every Trainer when the process is a trial (or runs under
 `autotune run`).
 
 - data wait: the Trainer takes an optimizer step's batches with `get_batch_samples` (its `next()` on the

@@ -337,7 +337,7 @@ def _program(
     from autotune import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial import ranks as R
     from autotune.trial.disturbance import TRIAL_PID
-    from autotune.trial.loop import FIRST_STEP_FILE
+    from autotune.trial.progress import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
     env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last

@@ -46,9 +46,9 @@ from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import DeviceInfo, TrialResult
 from autotune.trial.tokens import count as count_tokens
 from autotune.trial.tokens import flop_metrics
+from autotune.trial.progress import FIRST_STEP_FILE  # written at the program's first step
 
 STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
-FIRST_STEP_FILE = "first_step"  # written at the program's first step (the launcher's "it reached a step")
 LOSSES_KEPT = 200  # the loss trajectory reported: the first steps (parity compares the first `parity.steps`)
 
 

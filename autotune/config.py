@@ -60,6 +60,14 @@ USES = {
     "autocast": ("precision",),
     "to_device": ("channels_last",),
     "zero_grad": ("set_to_none",),
+    # torch itself, instrumented (autotune.instrument._torch): where a program that calls no method takes them
+    "torch:loader": ("num_workers", "pin_memory", "prefetch_factor", "persistent_workers", "batch_size"),
+    "torch:model": ("channels_last", "compile", *LM_MODEL),
+    "torch:optimizer": ("fused_optimizer",),
+    "torch:autocast": ("precision",),
+    "torch:zero_grad": ("set_to_none",),
+    "torch:ddp": ("ddp_bucket_cap_mb", "ddp_gradient_as_bucket_view", "ddp_static_graph"),
+    "torch:fsdp": ("fsdp_reshard_after_forward",),
 }
 # the methods whose knobs a Trainer script's TrainingArguments carry (`training_arguments`, and the flags the
 # instrumentation appends): the loader's and the batch, precision, compile and the fused optimizer, activation
@@ -69,8 +77,15 @@ HF_REACHES = ("dataloader_kwargs", "autocast", "prepare", "wrap", "training_argu
 
 # the reaches that are no method of the config: what the program lacks where a knob never reached it
 REACHES = {
-    "flatten": "trains no transformers Trainer (its padded batches are flattened, autotune.instrument)",
+    "flatten": "iterates no padded batches (`input_ids` with an `attention_mask`: they are flattened)",
     "packing": "has no `packing` argument (TRL's SFTConfig has one)",
+    "torch:loader": "builds no DataLoader",
+    "torch:model": "runs no module with trainable parameters in grad mode",
+    "torch:optimizer": "builds no torch optimizer that has a fused implementation",
+    "torch:autocast": "runs no module with trainable parameters in grad mode",
+    "torch:zero_grad": "never calls zero_grad()",
+    "torch:ddp": "builds no DistributedDataParallel",
+    "torch:fsdp": "never calls fully_shard()",
 }
 
 
@@ -81,8 +96,10 @@ def unused(knob: str, used: list[str]) -> str | None:
     methods = [m for m, knobs in USES.items() if knob in knobs]
     if not methods or set(methods) & set(used):
         return None
-    calls = [f"cfg.{m}()" for m in methods if m not in REACHES]
-    lacks = [REACHES[m] for m in methods if m in REACHES]
+    # the config's methods it could call, where it calls any (a program that calls none: what it lacks alone)
+    methods_used = any(not u.startswith("torch:") and u not in REACHES for u in used)
+    calls = [f"cfg.{m}()" for m in methods if m not in REACHES] if methods_used else []
+    lacks = list(dict.fromkeys(REACHES[m] for m in methods if m in REACHES))
     return "not used by your program: it " + " and ".join(
         ([f"never calls {' or '.join(calls)}"] if calls else []) + lacks
     )
@@ -124,6 +141,7 @@ class Config:
         self.own: dict[str, Any] = {}
         self._found = False  # a model was handed over (`found`)
         self.carried: set[str] = set()  # knobs a script's own flags carried (autotune.instrument)
+        self.framework: str | None = None  # a framework whose instrumentation reports the steps (`claim`)
         self.loop = (
             TrialLoop(request, trial_dir, self.used, device_type, self.cannot, self.own)
             if mode == "trial"
@@ -142,6 +160,12 @@ class Config:
         if self.knobs.get("precision") == "tf32":
             torch.set_float32_matmul_precision("high")
             torch.backends.cudnn.allow_tf32 = True
+
+    def claim(self, framework: str) -> None:
+        """`framework`'s instrumentation (a Trainer's callback) reports the steps and applies the knobs: torch's
+        own (autotune.instrument._torch) stand down."""
+        self.framework = framework
+        self.loop.claim()
 
     @property
     def in_trial(self) -> bool:
@@ -367,9 +391,22 @@ def _device(requested: str) -> str:
     return requested
 
 
+_made: dict[tuple, Config] = {}
+
+
 def config(path: str | os.PathLike | None = None, *, online: bool | None = None) -> Config:
     """The program's config: the trial's (AUTOTUNE_TRIAL), else `path`'s or
-    AUTOTUNE_CONFIG's best_config.yaml, else none (see the module doc)."""
+    AUTOTUNE_CONFIG's best_config.yaml, else none (see the module doc). One per process for each: the program's
+    call and the instrumentation's (autotune.instrument) get the same object (plain: a new one each call)."""
+    key = (os.environ.get(TRIAL_ENV), str(path or os.environ.get(CONFIG_ENV) or ""), online)
+    if key[:2] == (None, ""):  # plain: nothing to share
+        return _config(path, online=online)
+    if key not in _made:
+        _made[key] = _config(path, online=online)
+    return _made[key]
+
+
+def _config(path: str | os.PathLike | None = None, *, online: bool | None = None) -> Config:
     trial = os.environ.get(TRIAL_ENV)
     if trial:
         request = json.loads(Path(trial).read_text())

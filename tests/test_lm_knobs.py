@@ -249,7 +249,7 @@ def test_the_probes_findings_shape_the_space():
     assert "attention='flex_attention': MyLM has no flex_attention" in space.dropped[-1]
     assert space.fixed["packing"] == "not used by your program: it has no `packing` argument (TRL's SFTConfig has one)"
     fix_unused(space, ["prepare"], {"padding_free": "BertForSequenceClassification is not a causal language model"})
-    assert space.fixed["padding_free"].startswith("not used by your program: it trains no transformers Trainer")
+    assert space.fixed["padding_free"].startswith("not used by your program: it iterates no padded batches")
 
 
 # --- the HF/TRL flags ----------------------------------------------------------------------------------------

@@ -124,11 +124,16 @@ def test_a_command_with_no_spec_is_searched_in_its_time_budget_and_says_the_prod
     assert spec["workload"] == {**spec["workload"], "command": ["python", "tiny_steps.py"], "dir": str(tmp_path)}
     assert spec["search"]["time_budget_s"] == 30 and spec["safety"]["keep_effective_batch"]
     state = SearchState.read(run_dir)
-    assert state.program["used"] == ["data", "dataloader_kwargs", "step"]  # its probe
+    # its probe: the methods it calls, and what torch's hooks reach beside them (autotune.instrument._torch)
+    assert state.program["used"] == [
+        *("data", "dataloader_kwargs", "step"),
+        *("torch:autocast", "torch:model", "torch:optimizer", "torch:zero_grad"),
+    ]
     assert state.program["own"]["batch_size"] == 8  # its own batch, `cfg.dataloader_kwargs(batch_size=8)`: the
     assert state.space["baseline"]["batch_size"] == 8  # baseline's
     assert "num_threads" in state.space["search"]  # the default preset's knobs it takes
-    assert state.space["fixed"]["compile"].startswith("not used by your program")
+    assert "compile" in state.space["search"]  # through its model's first forward (torch's hooks)
+    assert state.space["fixed"]["padding_free"].startswith("not used by your program: it iterates no padded")
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
     production = f"autotune run runs/{run_dir.name}/best_config.yaml -- python tiny_steps.py"
     assert best["production"]["command"] == production and best["production"]["adds"] == []  # no flag: cfg's

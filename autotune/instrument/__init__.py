@@ -6,10 +6,15 @@ trial (`AUTOTUNE_TRIAL`) or runs a best config (`AUTOTUNE_CONFIG`). Nothing heav
 framework's patch is applied when the program imports the module it patches (or at once, where that module is
 already imported: the fork server imports torch before the program runs), one module per framework:
 
+- `_torch`: torch itself (its optimizers, modules, DataLoader, autograd, GradScaler, DDP, FSDP2): a loop of the
+  program's own, measured and tuned with no line changed;
+- `_accelerate` (`Accelerator`): its precision and dynamo backend;
 - `_transformers` (`HfArgumentParser`, TRL's copy of it, `Trainer`; the Trainer's callback in `_hf_callback`);
 - `_lightning` (`lightning.pytorch`'s and `pytorch_lightning`'s `Trainer`; the callback in `_lightning_callback`).
 
-A framework's callback that reports steps claims them (`Config.claim`).
+A framework's callback that reports steps claims them (`Config.claim`): torch's hooks then stand down, so no
+step is counted twice; so do they where the program reports its own (`cfg.steps`, `cfg.step`, `cfg.data`). Every
+patch of torch's can be undone (`_torch.uninstall`).
 
 May import: `autotune.config` (the object the instrumentation reports to), `autotune.knobs`, `autotune.export`
 (the forms the instrumentation applies, so a trial runs what is exported), `autotune.spec`, `autotune.trial` (the
@@ -61,6 +66,9 @@ def reached(cfg, *methods: str) -> None:
 
 # module the program imports -> "autotune.instrument.<module>:<function>", the patch applied once it has run
 PATCHES: dict[str, str] = {
+    "torch": "_torch:install",
+    "torch.distributed.fsdp._fully_shard._fully_shard": "_torch:fully_shard",
+    "accelerate.accelerator": "_accelerate:accelerator",
     "transformers.hf_argparser": "_transformers:hf_argparser",
     "trl.scripts._hf_argparser": "_transformers:hf_argparser",
     "transformers.trainer": "_transformers:trainer",
@@ -101,6 +109,20 @@ class _Finder(importlib.abc.MetaPathFinder):
 
 
 def install() -> None:
-    """The patches, applied as the script imports their modules (once; nothing when not `active()`)."""
-    if active() and not any(isinstance(f, _Finder) for f in sys.meta_path):
-        sys.meta_path.insert(0, _Finder())
+    """The patches, applied as the program imports their modules, or at once to those already imported (a forked
+    trial's torch); once, and nothing when not `active()`. In a trial, every thread's stack goes to its log on
+    SIGUSR1 (the launcher's, before it ends a trial that is stuck)."""
+    if not active() or any(isinstance(f, _Finder) for f in sys.meta_path):
+        return
+    from autotune.trial import progress
+
+    progress.reset()
+    if os.environ.get("AUTOTUNE_TRIAL"):
+        import faulthandler
+        import signal
+
+        faulthandler.register(signal.SIGUSR1, all_threads=True)
+    sys.meta_path.insert(0, _Finder())
+    for name in PATCHES:
+        if name in sys.modules:
+            patch(name, sys.modules[name])

@@ -17,6 +17,7 @@ def trainer(module) -> None:
         from autotune.instrument import _lightning_callback as lightning_callback
 
         cfg = config()
+        cfg.claim("lightning")  # its callback reports the steps: torch's hooks stand down
         reached(cfg, *lightning_callback.REACHES)
         init(self, *args, **lightning_callback.trainer_kwargs(kwargs, cfg, trial_dir()))
 

@@ -36,7 +36,6 @@ import sys
 import time
 import traceback
 import types
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Iterable
 
@@ -44,22 +43,13 @@ from autotune.trial import measure as M
 from autotune.trial import ranks as R
 from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import DeviceInfo, TrialResult
+from autotune.trial.tokens import batch_samples
 from autotune.trial.tokens import count as count_tokens
 from autotune.trial.tokens import flop_metrics
 from autotune.trial.progress import FIRST_STEP_FILE  # written at the program's first step
 
 STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
 LOSSES_KEPT = 200  # the loss trajectory reported: the first steps (parity compares the first `parity.steps`)
-
-
-def batch_samples(batch) -> int | None:
-    """Samples in a batch: the first dimension of its first tensor (None: no tensor). A mapping may be no dict
-    (transformers' `BatchEncoding`, what a tokenizer's padding collator returns, is a `UserDict`)."""
-    first = batch
-    while isinstance(first, (tuple, list, Mapping)) and len(first):
-        first = next(iter(first.values())) if isinstance(first, Mapping) else first[0]
-    shape = getattr(first, "shape", None)
-    return int(shape[0]) if shape is not None and len(shape) else None
 
 
 class PassThrough:
@@ -75,10 +65,15 @@ class PassThrough:
         self.samples: list[int] = []
         self.tokens: list = []  # a language model's (None: a step without them)
         self.explicit = False
+        self.claimed = False  # the program or a framework reports its own steps: torch's hooks stand down
         if self.log:
             atexit.register(self._write)
 
+    def claim(self) -> None:
+        self.claimed = True
+
     def steps(self, iterable: Iterable):
+        self.claim()
         if not self.log:
             return iter(iterable)
         return self._steps(iterable)
@@ -92,9 +87,17 @@ class PassThrough:
             yield batch
 
     def step(self, samples: int | None = None, loss=None, tokens=None) -> None:
-        self.explicit = True
+        self.explicit = self.claimed = True
         if self.log:
             self._mark(samples, tokens)  # a device tensor is read when the log is written
+
+    def hooked_step(self, samples, loss=None, tokens=None, sequences=None) -> None:
+        """An optimizer step as torch's hooks saw it (autotune.instrument._torch), where nothing claims them."""
+        if self.log and not self.claimed:
+            self._mark(samples, tokens)
+
+    def hooked_wait(self, seconds: float) -> None:
+        pass
 
     def data(self):
         return contextlib.nullcontext()
@@ -142,6 +145,7 @@ class TrialLoop:
         self.started = self.clock()
         self.knobs = dict(request.get("knobs") or {})  # the knobs this trial sets (the rest: the program's own)
         self.warm, self.warm_samples, self.warm_started, self.loop_started = 0, 0, None, None
+        self.warm_known = 0  # warm-up steps whose samples are known (their pace sets the window's rule)
         self.warm_tokens = 0  # a language model's tokens in the warm-up (None: a step without them)
         self.fetched = None  # (samples, tokens, sequences) of the batches steps() gave since the last step
         self.window: M.Window | None = None
@@ -149,6 +153,9 @@ class TrialLoop:
         self.losses: list = []
         self.last_loss = None
         self.explicit = False  # the program calls step() itself: steps() adds none
+        self.claimed = False  # the program or a framework reports its steps: torch's hooks stand down (claim)
+        self.hooked = 0  # steps torch's hooks reported (autotune.instrument._torch)
+        self.timed_by_program = False  # the program times its data wait itself (`data`)
         self.ended = False
         self.ended_by_program = False  # the program ended with a window that had met its floors (_ended_early)
         self.ranks = self.cfg["ranks"] if R.launched(self.cfg["ranks"]) and self.cfg["ranks"] > 1 else 1
@@ -181,9 +188,37 @@ class TrialLoop:
 
     # --- what the program calls ---------------------------------------------------
 
+    def claim(self) -> None:
+        """The program (`steps`, `step`, `data`) or a framework's callback reports the steps from here: what torch's
+        hooks reported before (the first step, at most: an explicit `step()` comes after the optimizer's) is
+        forgotten, and the warm-up starts again."""
+        if self.claimed:
+            return
+        self.claimed = True
+        if self.hooked and self.window is None and self.parity_run is None:
+            self.warm, self.warm_samples, self.warm_tokens, self.warm_known = 0, 0, 0, 0
+            self.losses.clear()
+            self.wait, self.wait_measured = 0.0, False
+        self.hooked = 0
+
+    def hooked_step(self, samples, loss=None, tokens=None, sequences=None) -> None:
+        """An optimizer step as torch's hooks saw it (autotune.instrument._torch): its samples, loss, a language
+        model's tokens and sequences (None each: unknown); nothing where the steps are claimed."""
+        if self.claimed:
+            return
+        self.hooked += 1
+        self._step(samples, tokens, sequences, loss, known=samples is not None)
+
+    def hooked_wait(self, seconds: float) -> None:
+        """Time in a DataLoader iterator's `next()`, as torch's hooks saw it: data wait, where nothing claims it."""
+        if not self.claimed and not self.timed_by_program:
+            self.wait += seconds
+            self.wait_measured = True
+
     def steps(self, iterable: Iterable):
         """Each batch of `iterable`, the wait at `next()` as data wait; a step ends
         at the next batch unless the program calls `step()` itself."""
+        self.claim()
         self.wait_measured = True
         if self.loop_started is None:  # the warm-up starts with the loader, as the built-in trial's does
             self.loop_started = self.clock()
@@ -218,8 +253,9 @@ class TrialLoop:
         return fetched
 
     def data(self):
-        """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""
-        self.wait_measured = True
+        """`with cfg.data(): batch = get_batch()`: the time inside is data wait (a DataLoader's `next()` that
+        torch's hooks time is then not counted again: the program times its own)."""
+        self.timed_by_program = self.wait_measured = True
         return self._waiting()
 
     @contextlib.contextmanager
@@ -233,6 +269,7 @@ class TrialLoop:
     def step(self, samples: int | None = None, loss=None, tokens=None) -> None:
         """The end of one optimizer step: `samples` it trained on, a language model's `tokens`, its `loss`. A count
         left out is the batches' that `steps()` gave since the last step, where it gave any."""
+        self.claim()
         self.explicit = True
         fetched, sequences = self._take(), None
         if tokens is None:
@@ -302,7 +339,9 @@ class TrialLoop:
 
     # --- the measurement ------------------------------------------------------------
 
-    def _step(self, samples, tokens, sequences, loss) -> None:
+    def _step(self, samples, tokens, sequences, loss, known: bool = True) -> None:
+        """One step done; `known`: its counts are (a step torch's hooks saw before they found the model is not:
+        the warm-up's pace leaves it out)."""
         if samples is None:
             samples = 1
         elif getattr(samples, "device", None) is None or samples.device.type == "cpu":
@@ -326,8 +365,10 @@ class TrialLoop:
                 self._finish()
             return
         self.warm += 1
-        self.warm_samples += samples
-        self.warm_tokens = None if tokens is None or self.warm_tokens is None else self.warm_tokens + tokens
+        if known:
+            self.warm_known += 1
+            self.warm_samples += samples
+            self.warm_tokens = None if tokens is None or self.warm_tokens is None else self.warm_tokens + tokens
         self._first_step()
         if self._warm():
             self._start_window()
@@ -355,7 +396,7 @@ class TrialLoop:
         import torch
 
         # the rule's thresholds are in the search's unit (result.unit_of): a language model's tokens/s, else samples/s
-        per_step = float(self.warm_samples if self.warm_tokens is None else self.warm_tokens) / self.warm
+        per_step = float(self.warm_samples if self.warm_tokens is None else self.warm_tokens) / max(1, self.warm_known)
         # the warm-up's time: from the loader's start (steps()), else from the first step's end (step())
         self.warmup_s = self.clock() - (self.loop_started or self.warm_started)
         rule = window_rule(self.cfg, per_step, self.device_type)
@@ -418,7 +459,8 @@ class TrialLoop:
         if not self.wait_measured:
             metrics.pop("data_wait_frac")
             extra["data_wait"] = (
-                "not measured: the program fetches its batches outside cfg.steps() and `with cfg.data():`"
+                "unknown: the program iterates no DataLoader (its batches come from its own code; "
+                "`with cfg.data():` around it times it)"
             )
         if self.ended_by_program:
             metrics["window_ended_by_program"] = 1.0

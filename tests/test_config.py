@@ -63,7 +63,10 @@ def run_trial(tmp_path, request, args=(), program="loader_loop.py"):
     trial = tmp_path / "trial"
     trial.mkdir()
     (trial / "config.json").write_text(json.dumps(request))
-    env = {**os.environ, "AUTOTUNE_TRIAL": str(trial / "config.json"), "PYTHONPATH": str(ROOT)}
+    from autotune import instrument
+
+    # as the launcher starts it: the instrumentation's sitecustomize first on its path (a program with no line)
+    env = instrument.with_env({**os.environ, "AUTOTUNE_TRIAL": str(trial / "config.json"), "PYTHONPATH": str(ROOT)})
     proc = subprocess.run(
         [sys.executable, str(PROGRAMS / program), *args],
         cwd=trial,
@@ -110,8 +113,9 @@ def test_a_program_in_a_trial_is_timed_and_ended_after_its_window(tmp_path):
     m = result.metrics
     assert m["window_steps"] >= 5 and m["warmup_steps_run"] == 2
     assert m["samples_per_s"] == pytest.approx(8 * m["steps_per_s"])  # samples counted from the batches
-    assert 0 <= m["data_wait_frac"] < 1  # measured at next()
-    assert result.used == ["dataloader_kwargs", "steps"]
+    assert 0 <= m["data_wait_frac"] < 1  # measured at the DataLoader iterator's next()
+    # no line of autotune: torch's hooks reach its loader, model, optimizer and zero_grad (autotune.instrument._torch)
+    assert result.used == ["torch:autocast", "torch:loader", "torch:model", "torch:optimizer", "torch:zero_grad"]
     assert not (trial / "model.pt").exists()  # the process ended after the window: no final save
     assert (trial / "first_step").exists()
 

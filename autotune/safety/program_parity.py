@@ -121,8 +121,8 @@ def verdict(
             "passed": False,
             "verdict": "not measured",
             "max_rel_dev": math.nan,
-            "reason": f"not measured: the program reported {short} of {steps} losses "
-            "(report each step's loss: cfg.step(samples=..., loss=loss))",
+            "reason": f"not measured: the program reported {short} of {steps} losses (autotune reads the scalar "
+            "each backward() runs on; a loop without one reports it: cfg.step(loss=loss))",
         }
     cand, ref = candidate[:steps], reference[:steps]
     dev = _dev(cand, ref)
@@ -166,8 +166,9 @@ def verdict(
         return {**out, "passed": False, "verdict": "failed", "failed": failed, "reason": "; ".join(reasons)}
     if not judged:
         why = (
-            f"not judged: the program's model was not handed to autotune (cfg.prepare or cfg.wrap), so the noise "
-            f"of its trajectory could not be measured; the loss deviates {dev:.1%} over {steps} steps"
+            f"not judged: autotune found no model in the program (no module with trainable parameters ran forward "
+            f"in grad mode; cfg.watch(model) hands one over), so the noise of its trajectory could not be measured; "
+            f"the loss deviates {dev:.1%} over {steps} steps"
             if noise_dev is None
             else f"not judged: chaotic (rounding noise alone moves the loss {noise_dev:.1%} over {steps} steps, past "
             f"the tolerance {tolerance:.1%}); the candidate deviates {dev:.1%}"

@@ -1,5 +1,4 @@
-"""A DataLoader training loop, written as its author would; the lines added
-for autotune are marked `# autotune` (4 of them). Its dataset does real work
+"""A DataLoader training loop, written as its author would, with no line for autotune. Its dataset does real work
 per sample (a random crop and a spectral blur of each image, in numpy), after
 waiting `--read_ms` on storage (a network file system), so loader workers have
 something to take off the training process: on 2 cores the CPU work alone
@@ -15,8 +14,6 @@ import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
-
-import autotune  # autotune
 
 
 class Blurred(Dataset):
@@ -53,17 +50,8 @@ def main():
     p.add_argument("--lr", type=float, default=0.05)
     args = p.parse_args()
     torch.manual_seed(0)
-    cfg = autotune.config()  # autotune
     data = Blurred(args.batch_size * args.steps, read_ms=args.read_ms)
-    loader = DataLoader(
-        data,
-        **cfg.dataloader_kwargs(
-            batch_size=args.batch_size,
-            shuffle=True,  # autotune
-            num_workers=args.num_workers,
-            drop_last=True,
-        ),
-    )
+    loader = DataLoader(data, batch_size=args.batch_size, shuffle=True, num_workers=args.num_workers, drop_last=True)
     model = nn.Sequential(
         nn.Conv2d(3, 32, 3, padding=1),
         nn.ReLU(),
@@ -74,7 +62,7 @@ def main():
         nn.Linear(1024, 10),
     )
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    for step, (x, y) in enumerate(cfg.steps(loader)):  # autotune
+    for step, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -55,7 +55,7 @@ DDP_KNOBS = {
     "ddp_gradient_as_bucket_view": "gradient_as_bucket_view",
     "ddp_static_graph": "static_graph",
 }
-NO_SCALER = "your loop has no GradScaler: fp16 needs one to scale its loss (bf16 does not)"
+NO_SCALER = "your loop scales its loss with no enabled GradScaler: fp16 needs one (bf16 does not)"
 
 
 class TorchHooks:

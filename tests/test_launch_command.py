@@ -1,0 +1,141 @@
+"""A launcher's command line as the workload (autotune.launch_command, autotune.spec.launched): torchrun,
+`python -m torch.distributed.run` and `accelerate launch` read into the command each rank runs, the ranks and the
+environment the launcher gives them; a multi-node line refused in one line; searched and run in production as
+the user gave it."""
+
+import shlex
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune import launch_command as L
+
+ROOT = Path(__file__).parent.parent
+PROGRAMS = Path(__file__).parent / "programs"
+CLI = Path(sys.executable).parent / "autotune"
+
+
+def launch(line: str) -> L.Launch:
+    found = L.of(shlex.split(line))
+    assert found is not None, line
+    return found
+
+
+def refusal(line: str) -> str:
+    with pytest.raises(L.LaunchError) as e:
+        L.of(shlex.split(line))
+    return str(e.value)
+
+
+@pytest.mark.parametrize(
+    "line, launcher, command, ranks",
+    [
+        ("torchrun --nproc-per-node 2 ddp_loop.py --steps 10", "torchrun --nproc-per-node 2", "ddp_loop.py --steps 10", 2),
+        ("torchrun --nproc_per_node=3 --standalone t.py", "torchrun --nproc_per_node=3 --standalone", "t.py", 3),
+        ("torchrun t.py --nproc-per-node 4", "torchrun", "t.py --nproc-per-node 4", 1),  # the script's own flag
+        ("torchrun -m --nproc-per-node 2 pkg.train --lr 1", "torchrun -m --nproc-per-node 2", "-m pkg.train --lr 1", 2),
+        ("python -m torch.distributed.run --nproc-per-node 2 t.py", "python -m torch.distributed.run --nproc-per-node 2", "t.py", 2),
+        ("python -m torch.distributed.launch --use-env --nproc_per_node 2 t.py", "python -m torch.distributed.launch --use-env --nproc_per_node 2", "t.py", 2),
+        ("torchrun --nnodes 1:1 --rdzv-endpoint localhost:29400 t.py", "torchrun --nnodes 1:1 --rdzv-endpoint localhost:29400", "t.py", 1),
+    ],
+)  # fmt: skip
+def test_a_torchrun_line_is_its_ranks_command_and_count(line, launcher, command, ranks):
+    found = launch(line)
+    assert (found.launcher, found.command, found.ranks) == (
+        shlex.split(launcher),
+        ["python", *shlex.split(command)],
+        ranks,
+    )
+    assert found.rank_env and found.env == {}
+    assert L.line(found.launcher, found.command) == shlex.split(line)  # the user's own line, back
+
+
+def test_auto_and_cpu_ranks_are_the_cpus_as_torchrun_counts_them():
+    import torch
+
+    assert launch("torchrun --nproc-per-node cpu t.py").ranks == torch._utils.cpu_count()
+    if not torch.accelerator.is_available():
+        assert launch("torchrun --nproc-per-node auto t.py").ranks == torch._utils.cpu_count()
+
+
+def test_another_command_is_no_launchers():
+    assert L.of(["python", "train.py"]) is None and L.of(["python", "-m", "pkg.train"]) is None
+    assert L.of(["accelerate", "config"]) is None and L.of(["./train.sh"]) is None
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("torchrun --nnodes 2 --nproc-per-node 2 t.py",
+         "`--nnodes 2`: a trial's ranks run on one node; allowed: --nnodes 1 (the ranks come from --nproc-per-node)"),
+        ("torchrun --nnodes 1:4 t.py",
+         "`--nnodes 1:4`: a trial's ranks run on one node; allowed: --nnodes 1 (the ranks come from --nproc-per-node)"),
+        ("torchrun --rdzv-endpoint node7.cluster:29400 t.py",
+         "`--rdzv-endpoint node7.cluster:29400`: another host; a trial's ranks run on this one; allowed: this host "
+         "(localhost, 127.0.0.1) or the option left out"),
+        ("torchrun --no-python train.sh",
+         "`--no-python`: each rank's program runs under Python in a trial; allowed: a Python script or `-m MODULE`"),
+        ("python -m torch.distributed.launch --nproc-per-node 2 t.py",
+         "`python -m torch.distributed.launch` passes `--local-rank` to each rank's script; allowed: add "
+         "`--use-env` (the script reads LOCAL_RANK), or run `torchrun`"),
+        ("torchrun --nproc-per-node 2",
+         "torchrun: the following arguments are required: training_script, training_script_args; "
+         "give `torchrun [OPTIONS] script.py ARGS`"),
+        ("torchrun --bogus 2 t.py", "torchrun: unrecognized arguments: --bogus; give `torchrun [OPTIONS] script.py ARGS`"),
+        ("torchrun --nproc-per-node 0 t.py", "`--nproc-per-node 0`: allowed: 1 or more"),
+    ],
+)  # fmt: skip
+def test_a_torchrun_line_no_trial_can_run_is_refused_in_one_line(line, message):
+    assert refusal(line) == message
+
+
+def test_accelerate_launch_gives_its_ranks_and_the_environment_it_sets():
+    pytest.importorskip("accelerate")
+    found = launch(
+        "accelerate launch --num_processes 2 --multi_gpu --mixed_precision bf16 --dynamo_backend inductor "
+        "train.py --lr 1"
+    )
+    assert found.ranks == 2 and found.rank_env and found.command == ["python", "train.py", "--lr", "1"]
+    assert found.launcher == shlex.split(
+        "accelerate launch --num_processes 2 --multi_gpu --mixed_precision bf16 --dynamo_backend inductor"
+    )
+    assert found.env["ACCELERATE_MIXED_PRECISION"] == "bf16" and found.env["ACCELERATE_DYNAMO_BACKEND"] == "INDUCTOR"
+    assert "MASTER_PORT" not in found.env  # torchrun's environment is the trial's own (a free port each)
+    assert L.own_knobs(found.env) == {"precision": "bf16-mixed", "compile": "default"}
+    # hyphens as underscores, a module, accelerate-launch and its module: the same launcher
+    module = launch("accelerate launch --num-processes 2 --multi-gpu -m pkg.train --lr 1")
+    assert module.command == ["python", "-m", "pkg.train", "--lr", "1"] and module.ranks == 2
+    assert L.line(module.launcher, module.command) == shlex.split(
+        "accelerate launch --num-processes 2 --multi-gpu -m pkg.train --lr 1"
+    )
+    assert launch("python -m accelerate.commands.launch --num_processes 2 --multi_gpu t.py").ranks == 2
+
+
+def test_accelerate_on_the_cpu_is_one_process_as_its_own_launcher_starts_it():
+    """`--cpu` goes through accelerate's simple launcher: one process (its CPU ranks need mpirun), with its
+    ACCELERATE_USE_CPU and threads; no torchrun environment."""
+    pytest.importorskip("accelerate")
+    found = launch("accelerate launch --num_processes 2 --cpu --mixed_precision fp16 t.py")
+    assert found.ranks == 1 and not found.rank_env
+    assert found.env["ACCELERATE_USE_CPU"] == "True" and found.env["ACCELERATE_MIXED_PRECISION"] == "fp16"
+    assert L.own_knobs(found.env) == {"precision": "16-mixed", "compile": "none"}
+
+
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("accelerate launch --num_machines 2 --num_processes 4 --multi_gpu t.py",
+         "`--num_machines 2`: a trial's ranks run on one machine; allowed: --num_machines 1 (the ranks come from "
+         "--num_processes)"),
+        ("accelerate launch --use_deepspeed t.py",
+         "`--use_deepspeed`: DeepSpeed's launcher starts the ranks, which a trial cannot; allowed: accelerate's own "
+         "launcher (one process, or --multi_gpu/--use_fsdp ranks under torchrun's environment)"),
+        ("accelerate launch --mixed_precision fp17 t.py",
+         "accelerate launch: argument --mixed_precision/--mixed-precision: invalid choice: 'fp17' (choose from "
+         "'no', 'fp16', 'bf16', 'fp8'); give `accelerate launch [OPTIONS] script.py ARGS`"),
+    ],
+)  # fmt: skip
+def test_an_accelerate_line_no_trial_can_run_is_refused_in_one_line(line, message):
+    pytest.importorskip("accelerate")
+    assert refusal(line) == message

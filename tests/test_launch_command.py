@@ -3,13 +3,17 @@
 environment the launcher gives them; a multi-node line refused in one line; searched and run in production as
 the user gave it."""
 
+import os
 import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from autotune import launch_command as L
+from autotune import spec as S
 
 ROOT = Path(__file__).parent.parent
 PROGRAMS = Path(__file__).parent / "programs"
@@ -139,3 +143,58 @@ def test_accelerate_on_the_cpu_is_one_process_as_its_own_launcher_starts_it():
 def test_an_accelerate_line_no_trial_can_run_is_refused_in_one_line(line, message):
     pytest.importorskip("accelerate")
     assert refusal(line) == message
+
+
+# --- the spec it stands for -------------------------------------------------------------------------------------
+
+
+def test_the_command_with_no_spec_gets_the_launchers_ranks_and_its_ranks_command(tmp_path):
+    spec = S.for_command(shlex.split("torchrun --nproc-per-node 2 ddp_loop.py --steps 9"), tmp_path)
+    assert spec.workload.command == ["python", "ddp_loop.py", "--steps", "9"]
+    assert spec.resources.ranks_per_trial == 2 and spec.name == "ddp_loop"
+    assert spec.workload.launcher.command == ["torchrun", "--nproc-per-node", "2"]
+    assert spec.workload.ref == "torchrun --nproc-per-node 2 ddp_loop.py --steps 9"  # records name the user's line
+    # its run dir's spec.yaml reads back as it is (--resume): no launcher's line left to read
+    plan = S.SearchPlan.of(spec.model_copy(update={"output_dir": tmp_path / "run"}))
+    (tmp_path / "spec.yaml").write_text(plan.to_yaml())
+    again = S.load(tmp_path / "spec.yaml")
+    assert again.workload == spec.workload and again.resources.ranks_per_trial == 2
+
+
+def test_a_spec_files_launcher_line_and_its_ranks_per_trial(tmp_path):
+    (tmp_path / "s.yaml").write_text(
+        yaml.safe_dump(
+            {"workload": {"command": "torchrun --nproc-per-node 2 t.py"}, "resources": {"ranks_per_trial": 2}}
+        )
+    )
+    spec = S.load(tmp_path / "s.yaml")
+    assert spec.resources.ranks_per_trial == 2 and spec.workload.dir == str(tmp_path)
+    with pytest.raises(S.SpecError) as e:
+        S.parse(
+            {"workload": {"command": "torchrun --nproc-per-node 2 t.py"}, "resources": {"ranks_per_trial": 3}}, "s.yaml"
+        )
+    assert str(e.value) == (
+        "s.yaml: resources.ranks_per_trial: 3, but `torchrun --nproc-per-node 2` starts 2 ranks; leave "
+        "ranks_per_trial out (the command's count is the trials') or give the same number"
+    )
+    with pytest.raises(S.SpecError) as e:
+        S.parse({"workload": {"command": "torchrun --nnodes 2 t.py"}}, "s.yaml")
+    assert str(e.value).startswith("s.yaml: workload.command: `--nnodes 2`: a trial's ranks run on one node")
+
+
+def test_a_multi_node_command_is_refused_on_the_command_line_with_exit_2(tmp_path):
+    (tmp_path / "t.py").write_text("")
+    proc = subprocess.run(
+        [str(CLI), "search", "--", "torchrun", "--nnodes", "2", "t.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = (proc.stdout + proc.stderr).strip().splitlines()
+    assert lines == [
+        "error: the command: workload.command: `--nnodes 2`: a trial's ranks run on one node; allowed: --nnodes 1 "
+        "(the ranks come from --nproc-per-node)"
+    ]

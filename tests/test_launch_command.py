@@ -3,6 +3,7 @@
 environment the launcher gives them; a multi-node line refused in one line; searched and run in production as
 the user gave it."""
 
+import json
 import os
 import shlex
 import subprocess
@@ -14,6 +15,8 @@ import yaml
 
 from autotune import launch_command as L
 from autotune import spec as S
+from autotune.records.run_dir import read_run
+from autotune.trial.result import TrialResult
 
 ROOT = Path(__file__).parent.parent
 PROGRAMS = Path(__file__).parent / "programs"
@@ -198,3 +201,150 @@ def test_a_multi_node_command_is_refused_on_the_command_line_with_exit_2(tmp_pat
         "error: the command: workload.command: `--nnodes 2`: a trial's ranks run on one node; allowed: --nnodes 1 "
         "(the ranks come from --nproc-per-node)"
     ]
+
+
+# --- searched and run in production as the user gave it (real processes, gloo on 127.0.0.1) -----------------------
+
+TRIAL = {"warmup_steps": 2, "measure_steps": 5, "min_window_s": 0.2, "max_window_s": 1.0, "profile_steps": 0}
+
+
+def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(CLI), *args],
+        cwd=cwd,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200", **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def spec_search(where: Path, command: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`autotune search spec.yaml` of `command` (a launcher's line) over num_workers, 2 trials, from `where`."""
+    spec = {
+        "workload": {"command": command},
+        "search_space": {"preset": None, "knobs": {"num_workers": [0, 1]}},
+        "trial": TRIAL,
+        "search": {"n_trials": 2, "seed": 1, "confirm_rounds": 0},
+        "output_dir": str(where / "run"),
+    }
+    (where / "spec.yaml").write_text(yaml.safe_dump(spec))
+    return cli("search", "spec.yaml", "-q", "--backend", "local", cwd=where, env=env)
+
+
+def two_ranks_measured(run: Path) -> list[TrialResult]:
+    """Every trial of `run` ok on both ranks, the same window's steps on each: their results."""
+    records = read_run(run).records
+    assert len(records) == 2 and {r.status for r in records} == {"ok"}
+    results = [TrialResult.read(run / "trials" / f"{r.number:04d}" / "result.json") for r in records]
+    for result in results:
+        assert result.metrics["ranks"] == 2 and [(x.rank, x.status) for x in result.ranks] == [(0, "ok"), (1, "ok")]
+        steps = {x.metrics["steps_per_s"] * x.metrics["window_s"] for x in result.ranks}
+        assert max(steps) == pytest.approx(min(steps))  # the window ended on the same step on both ranks
+    return results
+
+
+@pytest.mark.timeout(300)
+def test_a_torchrun_command_is_searched_on_its_ranks_and_run_in_production_as_given(tmp_path):
+    (tmp_path / "ddp_loop.py").write_text((PROGRAMS / "ddp_loop.py").read_text())
+    line = "torchrun --nproc-per-node 2 ddp_loop.py --steps 3000 --batch_size 16"
+    proc = cli("search", "--backend", "local", "--n-trials", "2", "--budget", "60s", "-q", "--", *shlex.split(line),
+               cwd=tmp_path)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = next((tmp_path / "runs").iterdir())
+    for result in two_ranks_measured(run):
+        assert result.launcher is None or result.launcher.startswith("program")
+    assert not (tmp_path / "model.pt").exists()  # every rank ended after its window
+    spec = yaml.safe_load((run / "spec.yaml").read_text())  # what --resume reads: the ranks' command, its launcher
+    assert spec["workload"]["command"][:2] == ["python", "ddp_loop.py"] and spec["resources"]["ranks_per_trial"] == 2
+    assert spec["workload"]["launcher"]["command"] == ["torchrun", "--nproc-per-node", "2"]
+    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    assert best["workload"]["command"] == shlex.split(line) and best["parallel"]["ranks"] == 2
+    assert f"-- {line}" in " ".join(proc.stdout.split())  # the last screen's production command: the user's line
+    # production with no command: the search's own line, torchrun's two ranks to the end (rank 0 saves model.pt)
+    done = cli("run", str(run / "best_config.yaml"), cwd=tmp_path, timeout=200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    assert (tmp_path / "model.pt").exists() and "step 0 loss" in done.stdout
+
+
+@pytest.mark.timeout(300)
+def test_a_torch_distributed_run_command_in_a_spec_is_searched_on_its_ranks(tmp_path):
+    (tmp_path / "ddp_loop.py").write_text((PROGRAMS / "ddp_loop.py").read_text())
+    proc = spec_search(tmp_path, "python -m torch.distributed.run --nproc-per-node 2 ddp_loop.py --steps 3000")
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    two_ranks_measured(tmp_path / "run")
+    config = json.loads((tmp_path / "run" / "trials" / "0000" / "config.json").read_text())
+    assert config["ranks"] == 2 and config["workload"]["command"][:2] == ["python", "ddp_loop.py"]
+
+
+ACCELERATE_LOOP = """
+import argparse, json, os
+import torch
+from torch import nn
+from torch.utils.data import DataLoader, TensorDataset
+from accelerate import Accelerator
+import autotune
+
+p = argparse.ArgumentParser()
+p.add_argument("--steps", type=int, default=3000)
+args = p.parse_args()
+acc = Accelerator()
+cfg = autotune.config()
+seen = {"ranks": acc.num_processes, "type": str(acc.distributed_type), "precision": acc.mixed_precision,
+        "threads": torch.get_num_threads()}
+with open(os.path.join(os.environ.get("AUTOTUNE_TRIAL_DIR", "."), f"accelerate{acc.process_index}.json"), "w") as f:
+    json.dump(seen, f)
+data = TensorDataset(torch.randn(16 * args.steps, 32), torch.randint(0, 4, (16 * args.steps,)))
+loader = DataLoader(data, **cfg.dataloader_kwargs(batch_size=16, shuffle=True))
+model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.05)
+model, opt, loader = acc.prepare(model, opt, loader)
+for x, y in cfg.steps(loader):
+    loss = nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    acc.backward(loss)
+    opt.step()
+"""
+
+
+@pytest.mark.timeout(300)
+def test_an_accelerate_command_is_searched_on_its_ranks_with_the_environment_it_sets(tmp_path):
+    """`accelerate launch --multi_gpu --num_processes 2` on CPUs (ACCELERATE_USE_CPU=1: accelerate's MULTI_CPU on
+    gloo; its `--cpu` starts one process, its CPU ranks needing mpirun): each rank sees accelerate's 2 processes and
+    the bf16 its flag sets, the program's own precision in the baseline."""
+    pytest.importorskip("accelerate")
+    (tmp_path / "acc_loop.py").write_text(ACCELERATE_LOOP)
+    line = "accelerate launch --multi_gpu --num_processes 2 --mixed_precision bf16 acc_loop.py --steps 3000"
+    proc = spec_search(tmp_path, line, env={"ACCELERATE_USE_CPU": "1"})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    two_ranks_measured(tmp_path / "run")
+    for rank in (0, 1):
+        seen = json.loads((tmp_path / "run" / "trials" / "0000" / f"accelerate{rank}.json").read_text())
+        assert seen == {"ranks": 2, "type": "DistributedType.MULTI_CPU", "precision": "bf16", "threads": 1}
+    assert read_run(tmp_path / "run").space.baseline["precision"] == "bf16-mixed"  # its own: the baseline's
+
+
+RANK_CONFIG = """
+import json, os, sys
+import torch
+import torch.distributed as dist
+import autotune
+
+dist.init_process_group("gloo")
+cfg = autotune.config()
+loader = torch.utils.data.DataLoader(list(range(8)), **cfg.dataloader_kwargs(batch_size=2))
+print(json.dumps({"rank": dist.get_rank(), "threads": torch.get_num_threads(), "workers": loader.num_workers,
+                  "instrumented": "autotune.instrument" in sys.modules}), flush=True)
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(200)
+def test_autotune_run_of_a_torchrun_line_applies_the_config_on_every_rank(tmp_path):
+    (tmp_path / "ranks.py").write_text(RANK_CONFIG)
+    (tmp_path / "best_config.yaml").write_text(yaml.safe_dump({"knobs": {"num_threads": 2, "num_workers": 1}}))
+    proc = cli("run", "best_config.yaml", "--", "torchrun", "--nproc-per-node", "2", "ranks.py", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    seen = sorted((json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")), key=lambda x: x["rank"])
+    # torchrun gives each rank one thread; the config's two and its loader worker reached both
+    assert seen == [{"rank": r, "threads": 2, "workers": 1, "instrumented": True} for r in (0, 1)]

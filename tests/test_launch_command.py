@@ -247,7 +247,7 @@ def two_ranks_measured(run: Path) -> list[TrialResult]:
 @pytest.mark.timeout(300)
 def test_a_torchrun_command_is_searched_on_its_ranks_and_run_in_production_as_given(tmp_path):
     (tmp_path / "ddp_loop.py").write_text((PROGRAMS / "ddp_loop.py").read_text())
-    line = "torchrun --nproc-per-node 2 ddp_loop.py --steps 3000 --batch_size 16"
+    line = "torchrun --standalone --nproc-per-node 2 ddp_loop.py --steps 3000 --batch_size 16"  # a free port
     proc = cli("search", "--backend", "local", "--n-trials", "2", "--budget", "60s", "-q", "--", *shlex.split(line),
                cwd=tmp_path)  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
@@ -257,7 +257,7 @@ def test_a_torchrun_command_is_searched_on_its_ranks_and_run_in_production_as_gi
     assert not (tmp_path / "model.pt").exists()  # every rank ended after its window
     spec = yaml.safe_load((run / "spec.yaml").read_text())  # what --resume reads: the ranks' command, its launcher
     assert spec["workload"]["command"][:2] == ["python", "ddp_loop.py"] and spec["resources"]["ranks_per_trial"] == 2
-    assert spec["workload"]["launcher"]["command"] == ["torchrun", "--nproc-per-node", "2"]
+    assert spec["workload"]["launcher"]["command"] == ["torchrun", "--standalone", "--nproc-per-node", "2"]
     best = yaml.safe_load((run / "best_config.yaml").read_text())
     assert best["workload"]["command"] == shlex.split(line) and best["parallel"]["ranks"] == 2
     assert f"-- {line}" in " ".join(proc.stdout.split())  # the last screen's production command: the user's line
@@ -343,7 +343,8 @@ dist.destroy_process_group()
 def test_autotune_run_of_a_torchrun_line_applies_the_config_on_every_rank(tmp_path):
     (tmp_path / "ranks.py").write_text(RANK_CONFIG)
     (tmp_path / "best_config.yaml").write_text(yaml.safe_dump({"knobs": {"num_threads": 2, "num_workers": 1}}))
-    proc = cli("run", "best_config.yaml", "--", "torchrun", "--nproc-per-node", "2", "ranks.py", cwd=tmp_path)
+    line = ["torchrun", "--standalone", "--nproc-per-node", "2", "ranks.py"]
+    proc = cli("run", "best_config.yaml", "--", *line, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     seen = sorted((json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")), key=lambda x: x["rank"])
     # torchrun gives each rank one thread; the config's two and its loader worker reached both

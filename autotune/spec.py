@@ -51,6 +51,21 @@ class _Strict(BaseModel):
         return data
 
 
+class Launcher(_Strict):
+    """How a launcher's line (`torchrun ...`, `accelerate launch ...`) starts the ranks of `workload.command`."""
+
+    command: list[str] = Field(
+        ..., description="the launcher's part of your command line, up to the script (`torchrun --nproc-per-node 2`)"
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict,
+        description="what it sets for each rank beyond torchrun's environment (accelerate's ACCELERATE_*)",
+    )
+    rank_env: StrictBool = Field(
+        True, description="its ranks get torchrun's environment (RANK, WORLD_SIZE, MASTER_ADDR...), one rank too"
+    )
+
+
 class WorkloadSpec(_Strict):
     name: Optional[str] = Field(None, description=f"a built-in workload: {', '.join(BUILTINS)}")
     factory: Optional[str] = Field(None, description="a user factory `pkg.module:function` returning autotune.Workload")
@@ -64,7 +79,12 @@ class WorkloadSpec(_Strict):
         None,
         description="your own training program, e.g. `python train.py --config small.yaml` (a list, or a string "
         "split as a shell would): each trial runs it with AUTOTUNE_TRIAL set; it measures itself "
-        "through autotune.config()",
+        "through autotune.config(). A launcher's line (`torchrun --nproc-per-node 2 train.py`, `python -m "
+        "torch.distributed.run ...`, `accelerate launch ...`) becomes what each rank runs (`python train.py`), "
+        "its ranks resources.ranks_per_trial, the rest `launcher`",
+    )
+    launcher: Optional[Launcher] = Field(
+        None, description="set from a launcher's line in `command`: the launcher's part, its ranks' environment"
     )
     dir: Optional[str] = Field(None, description="where `command` runs (default: the spec file's directory)")
 
@@ -100,14 +120,24 @@ class WorkloadSpec(_Strict):
             raise ValueError(
                 "give exactly one of `name` (built-in), `factory` (pkg.module:function) or `command` (your own program)"
             )
+        if self.launcher and not self.command:
+            raise ValueError("`launcher` goes with `command` (what each rank runs), not alone")
         return self
 
     @property
     def ref(self) -> str:
         """How records name the factory: the built-in, the factory path, the pickled callable's name, or the command."""
         if self.command:
-            return shlex.join(self.command)
+            return shlex.join(self.line())
         return self.factory or self.name or self.pickled  # type: ignore[return-value]
+
+    def line(self, command: list[str] | None = None) -> list[str]:
+        """Your own command line: `command` (default: the workload's, what each rank runs; a trial's, its flags
+        written) under its launcher as you gave it (`torchrun --nproc-per-node 2 train.py ...`), else itself."""
+        from autotune.launch_command import line
+
+        command = list(command or self.command or [])
+        return line(self.launcher.command, command) if self.launcher else command
 
 
 def _value_type(knob: Knob):
@@ -586,9 +616,11 @@ def _describe(err: dict) -> str:
     return f"{path}: {msg}, got {err['input']!r}"
 
 
-def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> Spec:
+def parse(data: Any, source: str = "spec", factory_name: str | None = None, *, where: str | Path | None = None) -> Spec:
     """`factory_name`: a factory callable comes with the spec (`autotune.search(spec,
-    workload=fn)`); the spec must not name another, and records it as `workload.pickled`."""
+    workload=fn)`); the spec must not name another, and records it as `workload.pickled`. `where`: the directory a
+    program runs from where the spec names none (a spec file's own). A launcher's line as the command is read into
+    what it stands for (`launched`)."""
     if not isinstance(data, dict):
         raise SpecError(
             f"{source}: the spec must be a YAML mapping with at least `workload`, got {type(data).__name__}"
@@ -617,6 +649,38 @@ def parse(data: Any, source: str = "spec", factory_name: str | None = None) -> S
             if source != "spec"
             else re.sub(r"\W", "", (factory_name or "").rsplit(".", 1)[-1]) or "search"
         )
+    if spec.workload.command and spec.workload.dir is None and where is not None:
+        spec.workload.dir = str(Path(where).resolve())
+    return launched(spec, source)
+
+
+def launched(spec: Spec, source: str = "spec") -> Spec:
+    """`spec` with a launcher's line as its command (`torchrun --nproc-per-node 2 train.py`, `python -m
+    torch.distributed.run ...`, `accelerate launch ...`: autotune.launch_command) read into what it stands for: the
+    command each rank runs (`python train.py`), as a trial forks it; the ranks its flags start as
+    `resources.ranks_per_trial` (a different number given there is refused); the launcher's part of the line and
+    the environment it gives each rank as `workload.launcher`. Another spec is returned as it is."""
+    from autotune import launch_command as L
+
+    wl = spec.workload
+    if not wl.command or wl.launcher is not None:
+        return spec
+    try:
+        launch = L.of(wl.command, wl.dir or os.getcwd())
+    except L.LaunchError as e:
+        raise SpecError(f"{source}: workload.command: {e}") from None
+    if launch is None:
+        return spec
+    res = spec.resources
+    if "ranks_per_trial" in res.model_fields_set and res.ranks_per_trial != launch.ranks:
+        raise SpecError(
+            f"{source}: resources.ranks_per_trial: {res.ranks_per_trial}, but `{shlex.join(launch.launcher)}` "
+            f"starts {launch.ranks} rank{'s' if launch.ranks > 1 else ''}; leave ranks_per_trial out (the command's "
+            "count is the trials') or give the same number"
+        )
+    wl.command = launch.command
+    wl.launcher = Launcher(command=launch.launcher, env=launch.env, rank_env=launch.rank_env)
+    res.ranks_per_trial = launch.ranks
     return spec
 
 
@@ -647,7 +711,8 @@ def for_command(command: list[str], dir: str | Path) -> Spec:
     changes only as micro-batches with gradient accumulation at its own batch (`keep_effective_batch`), so the
     optimization it runs stays the same and the `numerics` level checks each change for loss parity; a time
     budget (COMMAND_BUDGET_S) ends it. Its name: the script's (`train` for `python train.py`), else the
-    program's."""
+    program's. A launcher's line (`torchrun --nproc-per-node 2 train.py`, `accelerate launch ...`) stands for its
+    ranks, each running the script (`launched`)."""
     script = next((a for a in command[1:] if a.endswith(".py")), None)
     name = re.sub(r"[^\w.-]", "_", Path(script or command[0]).stem) or "search"
     return parse(
@@ -673,10 +738,7 @@ def load(path: str | Path, factory_name: str | None = None) -> Spec:
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
         problem = getattr(e, "problem", None) or str(e).splitlines()[0]
         raise SpecError(f"{where}: not valid YAML: {problem}") from e
-    spec = parse(data, str(path), factory_name)
-    if spec.workload.command and spec.workload.dir is None:  # a program runs from its spec's directory
-        spec.workload.dir = str(path.resolve().parent)
-    return spec
+    return parse(data, str(path), factory_name, where=path.resolve().parent)  # a program runs from its spec's directory
 
 
 def as_spec(spec: Any, factory_name: str | None = None) -> Spec:
@@ -685,7 +747,7 @@ def as_spec(spec: Any, factory_name: str | None = None) -> Spec:
     if isinstance(spec, (str, Path)):
         return load(spec, factory_name)
     if isinstance(spec, Spec):
-        return parse(spec.model_dump(mode="json"), "spec", factory_name) if factory_name else spec
+        return parse(spec.model_dump(mode="json"), "spec", factory_name) if factory_name else launched(spec)
     if isinstance(spec, dict):
         return parse(spec, "spec", factory_name)
     raise SpecError(f"spec: expected a spec file's path, a dict or an autotune.spec.Spec, got {type(spec).__name__}")

@@ -59,6 +59,11 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
             "`autotune search -- python train.py`",
         ),
         (
+            ["--", "torchrun", "--nproc-per-node", "2", "train.py"],  # a launcher's: each rank's script must be there
+            "`train.py` not found in {cwd}: give the command that runs your training, e.g. "
+            "`autotune search -- python train.py`",
+        ),
+        (
             ["s.yaml", "--", "python", "tiny_steps.py"],
             "give a spec or a command after `--`, not both: `s.yaml` names its own program (workload.command)",
         ),

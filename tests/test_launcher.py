@@ -261,3 +261,46 @@ def test_an_environment_knob_starts_its_trial_fresh_with_the_variable_set(tmp_pa
         seen[on] = (result.launcher, (trial / "alloc.txt").read_text())
     assert seen[False] == ("program-fork", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "unset"))
     assert seen[True] == ("program", "expandable_segments:True")
+
+
+LAUNCHED_STEPS = """
+import json, os
+import torch
+import autotune
+
+cfg = autotune.config()
+names = ("ACCELERATE_MIXED_PRECISION", "RANK", "WORLD_SIZE", "MASTER_ADDR")
+seen = {"threads": torch.get_num_threads(), **{k: os.environ.get(k) for k in names}}
+with open(os.path.join(os.environ["AUTOTUNE_TRIAL_DIR"], "seen.json"), "w") as f:
+    json.dump(seen, f)
+for _ in range(100000):
+    cfg.step(samples=1)
+"""
+
+
+@pytest.mark.timeout(200)
+def test_a_launchers_one_rank_is_forked_warm_with_the_environment_the_launcher_gives_it(tmp_path):
+    """`torchrun --nproc-per-node 1` / `accelerate launch --multi_gpu`'s rank (workload.launcher, autotune.spec
+    .launched): forked from the warm server with the launcher's environment, torchrun's at one rank, and the
+    launcher's OMP_NUM_THREADS as torch's threads (the server read its own at import)."""
+    (tmp_path / "launched.py").write_text(LAUNCHED_STEPS)
+    launcher = {"command": ["torchrun"], "env": {"OMP_NUM_THREADS": "1", "ACCELERATE_MIXED_PRECISION": "bf16"}}
+    config = {
+        "workload": {
+            "command": ["python", "launched.py"],
+            "dir": str(tmp_path),
+            "launcher": {**launcher, "rank_env": True},
+        },
+        "knobs": {},
+        "warmup_steps": 1,
+        "measure_steps": 2,
+        "min_window_s": 0.0,
+        "max_window_s": 0.2,
+        "profile_steps": 0,
+        "diagnose": False,
+    }
+    result = run_in_process(config, tmp_path / "t", 120, ROOT, {"OMP_NUM_THREADS": None}, launcher="fork")
+    assert (result.status, result.launcher) == ("ok", "program-fork"), result.error
+    seen = json.loads((tmp_path / "t" / "seen.json").read_text())
+    assert seen == {"threads": 1, "ACCELERATE_MIXED_PRECISION": "bf16", "RANK": "0", "WORLD_SIZE": "1",
+                    "MASTER_ADDR": "127.0.0.1"}  # fmt: skip

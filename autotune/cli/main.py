@@ -83,10 +83,11 @@ def _command_spec(command: list[str], extra: list[str], spec_path: Optional[Path
         )
     from autotune.execution.program import not_found
 
-    why = not_found(command, os.getcwd())
+    spec = S.for_command(command, os.getcwd())  # a launcher's line read first: what each rank runs must start
+    why = not_found(spec.workload.command, os.getcwd())
     if why:
         raise UserError(f"{why}: give the command that runs your training, e.g. `autotune search -- python train.py`")
-    return S.for_command(command, os.getcwd())
+    return spec
 
 
 @app.command(cls=_WithCommand, context_settings={"allow_extra_args": True})

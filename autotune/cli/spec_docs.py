@@ -40,6 +40,14 @@ def _is_model(annotation: Any) -> bool:
     return isinstance(annotation, type) and issubclass(annotation, BaseModel)
 
 
+def _optional_model(annotation: Any) -> type[BaseModel] | None:
+    """The section an `Optional[Section]` field holds (`workload.launcher`); None for another field."""
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args:
+        return next((a for a in args if _is_model(a)), None)
+    return None
+
+
 def _type(annotation: Any) -> str:
     """A field's type in words: `int`, `list of int`, `one of a, b`, `... or null`."""
     origin, args = typing.get_origin(annotation), typing.get_args(annotation)
@@ -114,6 +122,10 @@ def render() -> str:
         if name in top or model in (S.KnobSettings,):
             continue
         out += _section(f"`{name}`", field.description, _table(model, f"{name}."))
+        for inner, f in model.model_fields.items():  # a section inside it (`workload.launcher`)
+            sub = _optional_model(f.annotation)
+            if sub is not None:
+                out += _section(f"`{name}.{inner}`", sub.__doc__, _table(sub, f"{name}.{inner}."))
     out += _section("`search_space.workload_args.NAME`", S.UserKnob.__doc__, _table(S.UserKnob, ""))
     knobs = ["| knob | a value | PyTorch's | safety class | what |", "|---|---|---|---|---|"]
     for name, field in S.KnobSettings.model_fields.items():

@@ -2,6 +2,6 @@
 on this host without Ray; `ray`, Ray Tune placing trials on this host or a cluster), trial processes (launcher,
 warm fork server, ranks spread over nodes), the device lock, and the reaper that cleans up after a killed driver.
 
-May import every part below it: `autotune.spec`, `workload`, `config`, `knobs`, `trial`, `safety`, `decide`,
-`records`, `export`, `integrations`, `instrument`, `host`.
+May import every part below it: `autotune.spec`, `launch_command` (a launcher's flags), `workload`, `config`,
+`knobs`, `trial`, `safety`, `decide`, `records`, `export`, `integrations`, `instrument`, `host`.
 """

@@ -33,6 +33,7 @@ from autotune.execution import backends, loop, startup
 from autotune.execution import spread as SP
 from autotune.execution.launcher import start_shared, user_thread_env
 from autotune.execution.lock import device_lock
+from autotune.launch_command import own_knobs as launched_knobs
 from autotune.export import best_config as export
 from autotune.integrations import tracking
 from autotune.records import cache, plots
@@ -165,7 +166,12 @@ def run(
         found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
         if found and on_match:
             on_match(cache.describe(found, reused=False))
-        baseline = {**K.pytorch_defaults(workload.batch_size), **(workload.baseline or {}), **given}
+        # a program's own settings: its launcher's flags (accelerate's --mixed_precision), then what its probe found
+        own = {
+            **(launched_knobs(plan.workload.launcher.env) if plan.workload.launcher else {}),
+            **(workload.baseline or {}),
+        }
+        baseline = {**K.pytorch_defaults(workload.batch_size), **own, **given}
         lists, too_big = (
             (plan.space.lists(), [])
             if program
@@ -189,7 +195,7 @@ def run(
             raise SpecError(why)
         if program:  # an own value the device cannot run (a Trainer's pinned memory on a CPU) does nothing there:
             # PyTorch's default stands for it, no baseline replaced (the program keeps its own; no trial sets it)
-            baseline.update(PG.inert(workload.baseline or {}, device, given))
+            baseline.update(PG.inert(own, device, given))
         space = K.resolve_space(
             lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, user
         )

@@ -69,7 +69,8 @@ def _child(request: dict, rank: bool = False) -> None:
     """In the forked child: own session (so a timeout kills its loader workers
     too), the trial dir, its log on stdout/stderr, the request's environment;
     then the trial. `rank`: one of several, appending to the log the server
-    emptied, its threads from its OMP_NUM_THREADS."""
+    emptied, its threads from its OMP_NUM_THREADS (so too a child whose
+    OMP_NUM_THREADS is not the server's: a launcher's, accelerate's)."""
     try:
         os.setsid()
         os.chdir(request["dir"])
@@ -78,10 +79,12 @@ def _child(request: dict, rank: bool = False) -> None:
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
         sys.stderr = open(2, "w", buffering=1, closefd=False)
+        server_threads = os.environ.get("OMP_NUM_THREADS")
         os.environ.clear()
         os.environ.update(request["env"])
-        if rank and os.environ.get("OMP_NUM_THREADS", "").isdigit() and "torch" in sys.modules:
-            sys.modules["torch"].set_num_threads(int(os.environ["OMP_NUM_THREADS"]))  # torch read the server's
+        threads = os.environ.get("OMP_NUM_THREADS", "")
+        if (rank or threads != server_threads) and threads.isdigit() and "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(int(threads))  # torch read the server's
         signal.signal(signal.SIGINT, signal.default_int_handler)
         if "program" in request:
             code = _program(**request["program"])

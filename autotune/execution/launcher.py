@@ -17,7 +17,11 @@ Set AUTOTUNE_LAUNCHER=spawn to force the second.
 A user's program (`workload.command`) is forked from the same server where it is
 Python (`python FILE ...`, `python -m MODULE ...`; `forks_program`) with no
 environment knob of its own, a process per rank where it has several; otherwise
-(another command, an environment knob, spawn) it runs as plain processes.
+(another command, an environment knob, spawn) it runs as plain processes. A
+launcher's line (`torchrun ...`, `accelerate launch ...`) is its ranks' command
+(autotune.spec.launched), forked the same way: the environment the launcher gives
+a rank (accelerate's ACCELERATE_*, read by the program when it runs) is in the
+child's, its OMP_NUM_THREADS as torch's intra-op threads (`forkserver`).
 
 A trial with a built-in environment knob on (`expandable_segments`: its
 PYTORCH_CUDA_ALLOC_CONF, `autotune.knobs.environment`) is never forked, program or
@@ -305,10 +309,21 @@ def program_env(trial_dir: Path) -> dict[str, str]:
     }
 
 
+# launchers run as modules of the interpreter autotune runs in: what they start is what the trials ran
+LAUNCHER_MODULES = {"torchrun": "torch.distributed.run", "accelerate-launch": "accelerate.commands.launch"}
+
+
 def program_command(command: list[str]) -> list[str]:
     """The program's command, `python`/`python3` as the interpreter autotune runs in
-    (the one that has torch and autotune; `sys.executable`)."""
-    return [sys.executable, *command[1:]] if command[0] in ("python", "python3") else list(command)
+    (the one that has torch and autotune; `sys.executable`), and so `torchrun` and
+    `accelerate launch` (as `python -m` their modules), whose ranks the trials ran there."""
+    if command[0] in ("python", "python3"):
+        return [sys.executable, *command[1:]]
+    if command[0] == "accelerate" and command[1:2] == ["launch"]:
+        return [sys.executable, "-m", LAUNCHER_MODULES["accelerate-launch"], *command[2:]]
+    if command[0] in LAUNCHER_MODULES:
+        return [sys.executable, "-m", LAUNCHER_MODULES[command[0]], *command[1:]]
+    return list(command)
 
 
 NO_STEP = (
@@ -332,18 +347,21 @@ def _program(
     `ranks` (a multi-rank search's trials, its scaling reference's 1 too): one process
     a rank under torchrun's environment, as `torchrun --nproc-per-node` starts them
     (one thread each unless OMP_NUM_THREADS is set), all killed once one fails; their
-    rank<R>.json merged into result.json (`ranks.merge`). `server`: a warm fork server
-    to fork a Python program from (`forks_program`)."""
+    rank<R>.json merged into result.json (`ranks.merge`); a launcher's line (`workload.launcher`,
+    autotune.spec.launched) gives each rank its environment (accelerate's), and torchrun's at one rank
+    too. `server`: a warm fork server to fork a Python program from (`forks_program`)."""
     from autotune import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial import ranks as R
     from autotune.trial.disturbance import TRIAL_PID
     from autotune.trial.progress import FIRST_STEP_FILE
 
     command = program_command(workload["command"])
-    env = {**env, **program_env(trial_dir), **(workload.get("env") or {})}  # its searched environment last
+    launcher = workload.get("launcher") or {}  # a launcher's line: the environment it gives each rank
+    env = {**env, **program_env(trial_dir), **launcher.get("env", {}), **(workload.get("env") or {})}  # searched last
     env = instrument.with_env({k: v for k, v in env.items() if v != ""})  # '': left unset; a Trainer script's
     # zero-code instrumentation first on its path (autotune.instrument)
     envs = [env]
+    ranks = ranks or (1 if launcher.get("rank_env") else None)  # `torchrun --nproc-per-node 1`: its one rank's too
     if ranks:
         port = R.free_port()
         # one thread a rank, as torchrun sets; the ranks' CPU is the trial's own (autotune.trial.disturbance)

@@ -58,7 +58,8 @@ def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict |
 
 
 def _program(workload, flags: dict[str, dict], knobs: dict[str, Any]) -> dict[str, Any]:
-    """A program's (workload.command) production command: its own, with the best's searched flags;
+    """A program's (workload.command) production command: its own, with the best's searched flags (a
+    launcher's line as the user gave it, `torchrun ... train.py`, the flags on its script's);
     run it with AUTOTUNE_CONFIG=best_config.yaml for the knobs autotune.config() applies."""
     if not workload.command:
         return {}
@@ -66,7 +67,7 @@ def _program(workload, flags: dict[str, dict], knobs: dict[str, Any]) -> dict[st
 
     args = K.workload_args(knobs)
     return {
-        "command": with_flags(workload.command, args, flags),
+        "command": workload.line(with_flags(workload.command, args, flags)),
         "dir": workload.dir,
         **({"env": env_of(args, flags)} if env_of(args, flags) else {}),
     }

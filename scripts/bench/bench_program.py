@@ -41,6 +41,7 @@ sys.path.insert(0, str(ROOT))
 
 from autotune.execution.launcher import program_command  # noqa: E402
 from autotune.export import load as best_config  # noqa: E402
+from autotune.spec import WorkloadSpec  # noqa: E402
 from autotune import instrument  # noqa: E402
 from autotune.trial.loop import STEP_LOG_ENV, STOP_AFTER_ENV  # noqa: E402
 from autotune.stats import T95, Z95  # noqa: E402
@@ -130,13 +131,14 @@ def main(argv=None) -> int:
         )
         return 2
     cwd = wl.get("dir") or "."
+    own = WorkloadSpec.model_validate(wl).line()  # the user's own line: a launcher's (`torchrun ...`) as given
     with tempfile.TemporaryDirectory() as tmp:
         nothing = Path(tmp) / "baseline.yaml"
         nothing.write_text(yaml.safe_dump({"knobs": {}, "device": best.get("device") or {}}))
         sides = {
-            "baseline": (wl["command"], nothing, {}),
+            "baseline": (own, nothing, {}),
             "best": (
-                best["workload"].get("command") or wl["command"],
+                best["workload"].get("command") or own,
                 (run / "best_config.yaml").resolve(),
                 best["workload"].get("env") or {},
             ),

@@ -144,7 +144,7 @@ def carried(knobs: dict[str, Any], known: set[str]) -> set[str]:
 def knobs_of(args: Any) -> dict[str, Any]:
     """The knob values a `TrainingArguments` (or a mapping of its fields) runs with: `fields` read the other way
     for the loader's, the batch, precision, compile and the fused optimizer (the language-model knobs:
-    autotune.instrument.own_of), the script's own settings that a search takes as its baseline
+    autotune.instrument._transformers.own_of), the script's own settings that a search takes as its baseline
     (autotune.execution.program). A field the arguments leave unset (None) gives no value: PyTorch's default
     stands."""
     get = args.get if isinstance(args, dict) else lambda name: getattr(args, name, None)

@@ -1,5 +1,5 @@
-"""A data-parallel training loop for torchrun, written as its author would; the
-lines added for autotune are marked `# autotune` (4 of them).
+"""A data-parallel training loop for torchrun, written as its author would, with no
+line for autotune (gloo: it runs on CPUs).
 
     torchrun --nproc-per-node 2 ddp_loop.py --steps 300 --batch_size 32
 """
@@ -12,8 +12,6 @@ from torch import nn
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
-import autotune  # autotune
-
 
 def main():
     p = argparse.ArgumentParser()
@@ -23,18 +21,19 @@ def main():
     args = p.parse_args()
     dist.init_process_group("gloo")  # RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT from torchrun
     torch.manual_seed(0)
-    cfg = autotune.config()  # autotune
     data = TensorDataset(
         torch.randn(args.batch_size * args.steps, 32), torch.randint(0, 4, (args.batch_size * args.steps,))
     )
     sampler = DistributedSampler(data, shuffle=True, drop_last=True)
     loader = DataLoader(
         data,
-        **cfg.dataloader_kwargs(batch_size=args.batch_size, sampler=sampler, num_workers=args.num_workers),  # autotune
+        batch_size=args.batch_size,
+        sampler=sampler,
+        num_workers=args.num_workers,
     )
     model = DDP(nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4)))
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
-    for step, (x, y) in enumerate(cfg.steps(loader)):  # autotune
+    for step, (x, y) in enumerate(loader):
         loss = nn.functional.cross_entropy(model(x), y)
         opt.zero_grad()
         loss.backward()

@@ -134,6 +134,9 @@ def run(
     )
 
     def probe() -> PG.Program:
+        # its first-step limit never past the budget: what this run has left of it (a resumed search's earlier runs
+        # not counted, so one stopped near its budget can still be probed, and finish)
+        limits = PG.probe_limits(plan.trial.first_step_s, plan.search.time_budget_s, time.perf_counter() - started)
         return PG.probe(
             plan.workload,
             run_dir,
@@ -141,6 +144,7 @@ def run(
             ranks=plan.resources.ranks_per_trial,
             timeout_s=plan.trial.timeout_s,
             shared=forks.path if forks else None,
+            limits=limits,
         )
 
     try:
@@ -345,6 +349,7 @@ def _search(
             pickled=pickled,  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
         ),
         "timeout_s": plan.trial.timeout_s,
+        "first_step_s": plan.trial.first_step_s if plan.program else None,  # a program's (autotune.execution.watch)
         "run_dir": str(run_dir),
         "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own

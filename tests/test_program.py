@@ -236,6 +236,10 @@ def test_a_program_with_no_first_step_in_its_limit_is_refused_saying_what_it_did
         f"(`--first-step-limit` or trial.first_step_s sets it): {SAW}; {WHERE}; see {run_dir}/probe/trial.log\n"
     )
     assert wall < 30
+    # the probe as a phase of the search, a line as it starts and as it ends (-q)
+    start, end = proc.stdout.splitlines()
+    assert start == "probe: running your program once at its own settings (a first step due within 0:05)"
+    assert re.fullmatch(r"probe: ended after 0:(0[5-9]|[12]\d)", end), end  # the fork server's imports before it
 
 
 def test_the_probe_of_a_program_with_no_first_step_never_waits_past_the_budget(tmp_path):

@@ -210,6 +210,7 @@ def search(
                 on_wait=report.waiting,
                 on_remeasure=report.note,
                 backend=backend,
+                on_probe=view.probe,
             )
         except KeyboardInterrupt:
             from autotune.cli.report import error

@@ -76,6 +76,7 @@ def run(
     refresh: bool = False,
     on_match: Callable[[str], None] | None = None,
     backend="auto",
+    on_probe: Callable[[bool, float], None] | None = None,
 ) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM) on `backend` (a backend object, or its name for
@@ -88,7 +89,8 @@ def run(
     hears why). `factory`: the callable a spec's `workload.pickled` names.
     A finished search of the same question on this machine (`autotune.records.cache`) is
     named to `on_match` before the trials start (with `refresh`, it is not looked
-    for); `autotune.search(reuse=True)` returns it before this driver is imported."""
+    for); `autotune.search(reuse=True)` returns it before this driver is imported. A program's probe
+    (autotune.execution.program) is told to `on_probe(running, first_step_limit_s)` as it starts and ends."""
     started = time.perf_counter()
     plan = SearchPlan.of(spec)
     if isinstance(backend, str):
@@ -137,15 +139,21 @@ def run(
         # its first-step limit never past the budget: what this run has left of it (a resumed search's earlier runs
         # not counted, so one stopped near its budget can still be probed, and finish)
         limits = PG.probe_limits(plan.trial.first_step_s, plan.search.time_budget_s, time.perf_counter() - started)
-        return PG.probe(
-            plan.workload,
-            run_dir,
-            user_path,
-            ranks=plan.resources.ranks_per_trial,
-            timeout_s=plan.trial.timeout_s,
-            shared=forks.path if forks else None,
-            limits=limits,
-        )
+        if on_probe:
+            on_probe(True, limits.first_step_s)
+        try:
+            return PG.probe(
+                plan.workload,
+                run_dir,
+                user_path,
+                ranks=plan.resources.ranks_per_trial,
+                timeout_s=plan.trial.timeout_s,
+                shared=forks.path if forks else None,
+                limits=limits,
+            )
+        finally:
+            if on_probe:
+                on_probe(False, limits.first_step_s)
 
     try:
         with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)

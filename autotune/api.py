@@ -39,6 +39,7 @@ def search(
     on_wait: Callable[[str], None] | None = None,
     on_remeasure: Callable[[str], None] | None = None,
     backend: str = "auto",
+    on_probe: Callable[[bool, float], None] | None = None,
 ) -> "SearchResult":
     """Run a search (see README "The spec") and return its result.
 
@@ -52,7 +53,8 @@ def search(
     refresh: search even when an earlier one matches, and say nothing of it.
     resume: continue the stopped search in the spec's output_dir.
     on_match: hears the line naming a matching earlier search (default: printed).
-    on_start, on_trial, on_trial_start, on_wait, on_remeasure: progress callbacks (the CLI's live view).
+    on_start, on_trial, on_trial_start, on_wait, on_remeasure: progress callbacks (the CLI's live view);
+        on_probe(running, first_step_limit_s): a program's probe starts (True) and ends (False).
     backend: where trials run (`autotune.execution.backends`): "local" (one at a
         time on this host, without Ray), "ray", or "auto" (Ray where installed).
     """
@@ -90,4 +92,5 @@ def search(
         refresh=refresh,
         on_match=on_match,
         backend=backend,
+        on_probe=on_probe,
     )

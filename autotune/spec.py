@@ -323,6 +323,13 @@ class TrialSpec(_Strict):
     profile_steps: StrictInt = Field(5, ge=0, description="steps in the separate profiled window (0: no profile)")
     diagnose: StrictBool = Field(True, description="count FLOPs, probe 2x the batch, and diagnose the bottleneck")
     timeout_s: float = Field(600, gt=0, description="a trial running longer is killed and recorded as timed out")
+    first_step_s: float = Field(
+        120,
+        gt=0,
+        description="a trial of your own program (workload.command; its probe first) that has finished no "
+        "optimizer step this long after it started is ended, its stacks in its trial.log, and recorded as failed "
+        "(NoStep); a probe that is refused, the search with it. The probe's never waits past search.time_budget_s",
+    )
     prune_margin: float = Field(
         0.2,
         ge=0,

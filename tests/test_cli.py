@@ -82,6 +82,11 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
             "`tiny_steps.py` is a program, not a spec: run it after `--`, `autotune search -- python tiny_steps.py`",
         ),
         (
+            ["--first-step-limit", "soon", "--", "python", "tiny_steps.py"],
+            "--first-step-limit: 'soon' is not a duration; give a positive number of seconds, or with a unit: 90s, "
+            "5m, 1h",
+        ),
+        (
             ["--n-trials", "0", "--", "python", "tiny_steps.py"],
             "--n-trials: give 1 or more (the baseline is the first trial), got 0",
         ),

@@ -306,3 +306,35 @@ def test_a_launchers_one_rank_is_forked_warm_with_the_environment_the_launcher_g
     seen = json.loads((tmp_path / "t" / "seen.json").read_text())
     assert seen == {"threads": 1, "ACCELERATE_MIXED_PRECISION": "bf16", "RANK": "0", "WORLD_SIZE": "1",
                     "MASTER_ADDR": "127.0.0.1"}  # fmt: skip
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("launcher", ["fork", "spawn"])  # forked warm (run_ranks), or plain processes (_wait_procs)
+def test_a_program_with_no_first_step_in_its_limit_is_ended_with_its_stacks_and_says_what_it_did(tmp_path, launcher):
+    """Two ranks of a program that builds its model and optimizer, then waits forever: ended at its first-step
+    limit (autotune.execution.watch), not at its timeout, every rank's stacks in its log, one line that says
+    what it did and where its main thread was (forked: the server's faulthandler; a plain process registers none
+    of its own yet, so its line has no place)."""
+    from autotune.execution.watch import Limits
+    from tests.test_program import NO_STEP, NO_STEP_LINE
+
+    (tmp_path / "prog.py").write_text(NO_STEP)
+    config = {**CONFIG, "workload": {"command": ["python", "prog.py"], "dir": str(tmp_path)}, "ranks": 2}
+    trial = tmp_path / "trial"
+    limit = 3 if launcher == "fork" else 10  # a fresh process imports torch in it: 2-3 s here, more under load
+    result = run_in_process(config, trial, 120, ROOT, {}, launcher=launcher, limits=Limits(limit))
+    assert (result.status, result.error_type) == ("error", "NoStep"), result
+    assert result.launcher == ("program-fork" if launcher == "fork" else "program")
+    said = (
+        f"the program finished no optimizer step within its first-step limit of 0:{limit:02d} (`--first-step-limit` "
+        "or trial.first_step_s sets it): it imported torch and made an optimizer, but iterated no DataLoader"
+    )
+    where = f"; its main thread was in `wait_forever` (prog.py:{NO_STEP_LINE})"
+    log = (trial / "trial.log").read_text()
+    if launcher == "fork":
+        assert result.error == f"{said}{where}; see {trial / 'trial.log'}"
+        assert log.count("Current thread") == 2, log  # each rank's stacks
+    else:
+        assert result.error in (f"{said}{where}; see {trial / 'trial.log'}", f"{said}; see {trial / 'trial.log'}")
+    assert log.endswith(f"autotune: ended: {result.error}\n"), log
+    assert limit <= result.trial_wall_s < limit + 15, result.trial_wall_s

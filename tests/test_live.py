@@ -50,3 +50,23 @@ def test_with_a_time_budget_the_live_view_counts_down_the_budget_and_the_trials(
     assert "1/384 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
     view.budget_s = None  # no budget: the trials left at the pace so far (383 more at a minute each)
     assert view._count() == "1/384" and view._eta().startswith("1:00 elapsed, ~38")
+
+
+def test_a_programs_probe_is_a_phase_with_its_elapsed_time_before_the_trials(monkeypatch):
+    import io
+
+    from autotune.cli import report
+
+    out = io.StringIO()
+    monkeypatch.setattr(report, "console", Console(file=out, width=200, color_system=None))
+    view = LiveView(quiet=True)  # -q, a log: a line as it starts and as it ends
+    view.probe(True, 120.0)
+    view.probing = (view.probing[0] - 65.2, 120.0)  # a minute into it
+    # a terminal's live line instead, counting up (within 80 columns)
+    assert view._probe_line().plain == "probe: running your program once, 1:05 (a first step due within 2:00)"
+    view.probe(False, 120.0)
+    assert out.getvalue().splitlines() == [
+        "probe: running your program once at its own settings (a first step due within 2:00)",
+        "probe: ended after 1:05",
+    ]
+    assert view.probing is None and view.live is None

@@ -3,8 +3,10 @@ launcher's program path), searched by `autotune search` as a user runs it."""
 
 import json
 import os
+import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import optuna
@@ -27,6 +29,31 @@ TRIAL = {
     "profile_steps": 0,
     "timeout_s": 120,
 }
+
+
+# a program that builds its model and optimizer, then waits forever: no optimizer step, ever
+NO_STEP = """\
+import os
+import time
+
+import torch
+
+from autotune.trial import progress  # what the torch hooks note (autotune.instrument), noted here as they would
+
+progress.note(os.environ.get("AUTOTUNE_TRIAL_DIR"), "torch imported")
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+progress.note(os.environ.get("AUTOTUNE_TRIAL_DIR"), "an optimizer made")
+
+
+def wait_forever():
+    while True:
+        time.sleep(1)
+
+
+wait_forever()
+"""
+NO_STEP_LINE = NO_STEP.splitlines().index("        time.sleep(1)") + 1  # where its main thread waits
 
 
 def search(tmp_path, command, knobs, n_trials=3, trial=None, spec_extra=None, backend="local"):
@@ -180,6 +207,126 @@ def test_a_program_that_cannot_be_a_trial_is_refused_in_one_line_before_any_tria
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and says in lines[0]
     assert not (tmp_path / "run" / "trials").exists()  # no trial ran
+
+
+def refused(tmp_path, *options: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    """`autotune search OPTIONS --backend local -- python prog.py` on NO_STEP, as a user runs it from its
+    directory: the finished command and its wall time."""
+    (tmp_path / "prog.py").write_text(NO_STEP)
+    started = time.monotonic()
+    proc = subprocess.run(
+        [str(Path(sys.executable).parent / "autotune"), "search", *options, "--backend", "local", "--"]
+        + ["python", "prog.py"],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert (run_dir / "probe" / "trial.log").exists() and not (run_dir / "trials").exists()  # its log kept
+    return proc, time.monotonic() - started
+
+
+SAW = "it imported torch and made an optimizer, but iterated no DataLoader"
+WHERE = f"its main thread was in `wait_forever` (prog.py:{NO_STEP_LINE})"
+
+
+def test_a_program_with_no_first_step_in_its_limit_is_refused_saying_what_it_did_and_where_it_was(tmp_path):
+    proc, wall = refused(tmp_path, "--first-step-limit", "5s", "-q")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert proc.stderr == (
+        "error: workload.command: the program finished no optimizer step within its first-step limit of 0:05 "
+        f"(`--first-step-limit` or trial.first_step_s sets it): {SAW}; {WHERE}; see {run_dir}/probe/trial.log\n"
+    )
+    assert wall < 30
+    # the probe as a phase of the search, a line as it starts and as it ends (-q)
+    start, end = proc.stdout.splitlines()
+    assert start == "probe: running your program once at its own settings (a first step due within 0:05)"
+    assert re.fullmatch(r"probe: ended after 0:(0[5-9]|[12]\d)", end), end  # the fork server's imports before it
+
+
+def test_the_probe_of_a_program_with_no_first_step_never_waits_past_the_budget(tmp_path):
+    proc, wall = refused(tmp_path, "--budget", "20s", "-q")  # the first-step limit left at its 2 minutes
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert re.fullmatch(
+        r"error: workload\.command: the program finished no optimizer step within its first-step limit of "
+        r"0:(19|20) \(what was left of the time budget; `--budget` sets it\): "
+        + re.escape(f"{SAW}; {WHERE}; see {run_dir}/probe/trial.log\n"),
+        proc.stderr,
+    ), proc.stderr
+    assert wall < 75
+
+
+def test_a_program_started_as_a_plain_process_has_the_same_first_step_limit(tmp_path):
+    # a fresh process imports torch in its limit: 2-3 s here, more under load
+    proc, wall = refused(tmp_path, "--first-step-limit", "10s", env={"AUTOTUNE_LAUNCHER": "spawn"})
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    said = (
+        "error: workload.command: the program finished no optimizer step within its first-step limit of 0:10 "
+        f"(`--first-step-limit` or trial.first_step_s sets it): {SAW}"
+    )
+    # where its main thread was: where the fresh process's instrumentation registers faulthandler (forked: the server)
+    assert proc.stderr in (
+        f"{said}; {WHERE}; see {run_dir}/probe/trial.log\n",
+        f"{said}; see {run_dir}/probe/trial.log\n",
+    )
+    assert wall < 30
+
+
+@pytest.mark.slow  # the default limit's 2 minutes: in CI, the same refusal at a limit of 5 s, and under a budget
+def test_a_program_with_no_first_step_is_refused_at_the_default_limit(tmp_path):
+    proc, wall = refused(tmp_path, "-q")
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert proc.stderr == (
+        "error: workload.command: the program finished no optimizer step within its first-step limit of 2:00 "
+        f"(`--first-step-limit` or trial.first_step_s sets it): {SAW}; {WHERE}; see {run_dir}/probe/trial.log\n"
+    )
+    assert 120 <= wall < 150
+
+
+# a program whose trials with loader workers never reach a step (its probe, at its own 0 workers, does)
+HANGS_WITH_WORKERS = """\
+import time
+
+import torch
+
+import autotune
+
+cfg = autotune.config()
+kwargs = cfg.dataloader_kwargs(batch_size=8, num_workers=0)
+model = torch.nn.Linear(16, 1)
+optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+while kwargs["num_workers"]:
+    time.sleep(1)
+for step in range(100000):
+    with cfg.data():
+        x = torch.randn(kwargs["batch_size"], 16)
+    loss = model(x).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    cfg.step(samples=len(x), loss=loss)
+"""
+
+
+def test_a_trial_with_no_first_step_in_its_limit_is_an_error_trial_and_the_search_goes_on(tmp_path):
+    (tmp_path / "hangs.py").write_text(HANGS_WITH_WORKERS)
+    proc = search(tmp_path, "python hangs.py", {"num_workers": [0, 1]}, n_trials=2, trial={"first_step_s": 5})
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    run = read_run(tmp_path / "run")
+    hung = next(r for r in run.records if r.knobs["num_workers"] == 1)
+    assert (hung.status, hung.error_type) == ("error", "NoStep")
+    line = HANGS_WITH_WORKERS.splitlines().index("    time.sleep(1)") + 1
+    log = tmp_path / "run" / "trials" / f"{hung.number:04d}" / "trial.log"
+    assert re.fullmatch(
+        r"the program finished no optimizer step within its first-step limit of 0:05 \(`--first-step-limit` or "
+        rf"trial\.first_step_s sets it\): it [^;]+; its main thread was in `<module>` \(hangs\.py:{line}\); "
+        + re.escape(f"see {log}"),
+        hung.error,
+    ), hung.error  # what it did on the way: the torch hooks' (autotune.instrument) to note
+    assert [r.status for r in run.records if r is not hung] == ["ok"]
 
 
 @pytest.mark.slow  # in CI: test_reliability's faults (error trials, the search goes on), test_launcher's failed

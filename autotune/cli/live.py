@@ -1,7 +1,8 @@
-"""The live view of a search while it runs: a table of the trials that grows as they finish, a row for each
-running trial and the incumbent under it; where the output is no terminal (`-q`, a CI log), one line per finished
-trial, with the incumbent on the line of the trial that made it the incumbent. The search's last screen is
-autotune.cli.report's.
+"""The live view of a search while it runs: a program's probe first (its one run before the trials: a phase with
+its elapsed time), then a table of the trials that grows as they finish, a row for each running trial and the
+incumbent under it; where the output is no terminal (`-q`, a CI log), a line as the probe starts and ends, and one
+per finished trial, with the incumbent on the line of the trial that made it the incumbent. The search's last
+screen is autotune.cli.report's.
 
 It prints through the console the rest of the terminal's output goes through (`autotune.cli.report.console`, read
 at each print): Rich's live display keeps what is printed between trials (`report.note`) above it, and whatever
@@ -72,6 +73,31 @@ class LiveView:
         self.baseline: dict = {}  # the baseline's knobs: a trial's line names what it changes
         self.shown: tuple | None = None  # the incumbent the lines last named
         self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
+        self.probing: tuple[float, float] | None = None  # a program's probe: its start (monotonic), first-step limit
+
+    def probe(self, running: bool, first_step_s: float) -> None:
+        """A program's probe starts (`running`) or ends: its phase, its elapsed time, before the trials."""
+        if running:
+            self.probing = time.monotonic(), first_step_s
+            if report.console.is_terminal and not self.quiet:
+                self.live = Live(
+                    get_renderable=self._probe_line, console=report.console, refresh_per_second=2, transient=True
+                )
+                self.live.start()
+            else:
+                report.console.print(self._probe_line(elapsed=False))
+            return
+        self.stop()
+        report.console.print(f"probe: ended after {_clock(time.monotonic() - self.probing[0])}")
+        self.probing = None
+
+    def _probe_line(self, elapsed: bool = True) -> Text:
+        started, limit = self.probing
+        return Text(  # within 80 columns (a wider live line is cut)
+            "probe: running your program once"
+            + (f", {_clock(time.monotonic() - started)}" if elapsed else " at its own settings")
+            + f" (a first step due within {_clock(round(limit))})"
+        )
 
     def start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
         self.searched = list(space.search)

@@ -115,6 +115,13 @@ def search(
     n_trials: Optional[int] = typer.Option(
         None, "--n-trials", metavar="N", help="trials in all, the baseline included (overrides search.n_trials)"
     ),
+    first_step_limit: Optional[str] = typer.Option(
+        None,
+        "--first-step-limit",
+        metavar="DURATION",
+        help="end a trial of your program (its probe first) that finishes no optimizer step within this long: "
+        "90s, 5m (overrides trial.first_step_s, 2m; the probe's never past --budget)",
+    ),
     seed: Optional[int] = typer.Option(None, "--seed", help="the sampler's seed (overrides search.seed)"),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     reuse: bool = typer.Option(
@@ -170,13 +177,15 @@ def search(
             spec.output_dir = output_dir
         if address is not None:
             spec.resources.ray_address = address
-        if budget is not None:
-            from autotune.decide.budget import parse_duration
+        from autotune.decide.budget import parse_duration
 
-            try:
+        try:
+            if budget is not None:
                 spec.search.time_budget_s = parse_duration(budget)
-            except ValueError as e:
-                raise UserError(str(e)) from None
+            if first_step_limit is not None:
+                spec.trial.first_step_s = parse_duration(first_step_limit, "--first-step-limit")
+        except ValueError as e:
+            raise UserError(str(e)) from None
         if n_trials is not None:
             if n_trials < 1:
                 raise UserError(f"--n-trials: give 1 or more (the baseline is the first trial), got {n_trials}")
@@ -202,6 +211,7 @@ def search(
                 on_wait=report.waiting,
                 on_remeasure=report.note,
                 backend=backend,
+                on_probe=view.probe,
             )
         except KeyboardInterrupt:
             from autotune.cli.report import error

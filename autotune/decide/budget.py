@@ -14,8 +14,9 @@ from autotune.decide.samplers import kind
 UNITS = {"": 1, "s": 1, "m": 60, "min": 60, "h": 3600}
 
 
-def parse_duration(text: str) -> float:
-    """`--budget`: seconds from 300, 90s, 5m, 1.5h; a ValueError names what is allowed."""
+def parse_duration(text: str, option: str = "--budget") -> float:
+    """`--budget` (or another `option` of a duration): seconds from 300, 90s, 5m, 1.5h; a ValueError names what
+    is allowed."""
     number = text.strip().rstrip("abcdefghijklmnopqrstuvwxyz")
     unit = text.strip()[len(number) :]
     try:
@@ -24,7 +25,7 @@ def parse_duration(text: str) -> float:
         seconds = None
     if seconds is None or not math.isfinite(seconds) or seconds <= 0:
         raise ValueError(
-            f"--budget: {text!r} is not a duration; give a positive number of seconds, or with a unit: 90s, 5m, 1h"
+            f"{option}: {text!r} is not a duration; give a positive number of seconds, or with a unit: 90s, 5m, 1h"
         )
     return seconds
 

@@ -77,6 +77,7 @@ def run(
     refresh: bool = False,
     on_match: Callable[[str], None] | None = None,
     backend="auto",
+    on_probe: Callable[[bool, float], None] | None = None,
 ) -> SearchResult:
     """Run a search to its end (trial count, time budget, a failed baseline, or
     Ctrl-C / SIGTERM) on `backend` (a backend object, or its name for
@@ -89,7 +90,8 @@ def run(
     hears why). `factory`: the callable a spec's `workload.pickled` names.
     A finished search of the same question on this machine (`autotune.records.cache`) is
     named to `on_match` before the trials start (with `refresh`, it is not looked
-    for); `autotune.search(reuse=True)` returns it before this driver is imported."""
+    for); `autotune.search(reuse=True)` returns it before this driver is imported. A program's probe
+    (autotune.execution.program) is told to `on_probe(running, first_step_limit_s)` as it starts and ends."""
     started = time.perf_counter()
     plan = SearchPlan.of(spec)
     if isinstance(backend, str):
@@ -135,14 +137,24 @@ def run(
     )
 
     def probe() -> PG.Program:
-        return PG.probe(
-            plan.workload,
-            run_dir,
-            user_path,
-            ranks=plan.resources.ranks_per_trial,
-            timeout_s=plan.trial.timeout_s,
-            shared=forks.path if forks else None,
-        )
+        # its first-step limit never past the budget: what this run has left of it (a resumed search's earlier runs
+        # not counted, so one stopped near its budget can still be probed, and finish)
+        limits = PG.probe_limits(plan.trial.first_step_s, plan.search.time_budget_s, time.perf_counter() - started)
+        if on_probe:
+            on_probe(True, limits.first_step_s)
+        try:
+            return PG.probe(
+                plan.workload,
+                run_dir,
+                user_path,
+                ranks=plan.resources.ranks_per_trial,
+                timeout_s=plan.trial.timeout_s,
+                shared=forks.path if forks else None,
+                limits=limits,
+            )
+        finally:
+            if on_probe:
+                on_probe(False, limits.first_step_s)
 
     try:
         with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
@@ -351,6 +363,7 @@ def _search(
             pickled=pickled,  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
         ),
         "timeout_s": plan.trial.timeout_s,
+        "first_step_s": plan.trial.first_step_s if plan.program else None,  # a program's (autotune.execution.watch)
         "run_dir": str(run_dir),
         "user_path": user_path,
         # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.execution.forkserver import kill_group
+from autotune.execution.watch import WATCH_S, Limits, Watch
 from autotune.trial.result import TrialResult, failed as failed_result
 
 # thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
@@ -122,23 +123,30 @@ class _Stream:
     def send(self, data: bytes) -> None:
         raise NotImplementedError
 
-    def run(self, trial_dir: Path, env: dict[str, str], timeout_s: float, program: dict | None = None) -> int:
+    def run(
+        self,
+        trial_dir: Path,
+        env: dict[str, str],
+        timeout_s: float,
+        program: dict | None = None,
+        watch: Watch | None = None,
+    ) -> int:
         """Fork a trial with exactly `env` (`program`: a user's Python program's {"argv", "cwd"}
-        instead of the runner); wait for it, killing its process group at the timeout.
-        Returns its exit code (negative: killed by that signal)."""
+        instead of the runner); wait for it, killing its process group at the timeout, or
+        where `watch` says so. Returns its exit code (negative: killed by that signal)."""
         request = {"dir": str(trial_dir), "env": env}
         request.update({"program": program} if program else {"argv": ["config.json", "-o", "result.json"]})
-        done = self._request(request, timeout_s, lambda answer: [answer["pid"]])
+        done = self._request(request, timeout_s, lambda answer: [answer["pid"]], watch)
         return os.waitstatus_to_exitcode(done["status"])
 
     def run_ranks(
-        self, trial_dir: Path, envs: list[dict[str, str]], timeout_s: float, program: dict
+        self, trial_dir: Path, envs: list[dict[str, str]], timeout_s: float, program: dict, watch: Watch | None = None
     ) -> tuple[int, dict[int, str]]:
-        """Fork a program once per rank (`envs`, a rank's each), all killed once one fails
-        or at the timeout: (the first nonzero exit code, rank -> why it ended badly), as
-        `_processes` gives for ranks started fresh."""
+        """Fork a program once per rank (`envs`, a rank's each), all killed once one fails,
+        at the timeout, or where `watch` says so: (the first nonzero exit code, rank -> why it
+        ended badly), as `_processes` gives for ranks started fresh."""
         request = {"dir": str(trial_dir), "env": envs[0], "ranks": envs, "program": program}
-        done = self._request(request, timeout_s, lambda answer: answer["pids"])
+        done = self._request(request, timeout_s, lambda answer: answer["pids"], watch)
         codes = [os.waitstatus_to_exitcode(s) for s in done["statuses"]]
         died = {
             r: f"rank {r} exited with code {c}" + (" (killed: another rank failed)" if r in done["killed"] else "")
@@ -147,18 +155,26 @@ class _Stream:
         }
         return next((c for c in codes if c), 0), died
 
-    def _request(self, request: dict, timeout_s: float, pids_of) -> dict:
-        """Send one request; wait for its end, killing its process groups at the timeout."""
+    def _request(self, request: dict, timeout_s: float, pids_of, watch: Watch | None = None) -> dict:
+        """Send one request; wait for its end, killing its process groups at the timeout, or
+        where `watch` (checked every WATCH_S) says so."""
         self.send((json.dumps(request) + "\n").encode())
         answer = self.lines.read(timeout=self.first_answer_s)
         if answer is None:
             raise RuntimeError("the fork server did not answer")
-        pids = pids_of(answer)
+        pids, deadline = pids_of(answer), time.monotonic() + timeout_s
+        if watch:  # forked: its program has started
+            watch.start()
         try:
-            done = self.lines.read(timeout=timeout_s)
-            if done is None:
-                _time_out(*pids)
-                done = self.lines.read(timeout=60)
+            while True:
+                left = deadline - time.monotonic()
+                done = self.lines.read(timeout=max(0.0, min(left, WATCH_S) if watch else left))
+                if done is not None:
+                    break
+                if time.monotonic() >= deadline or (watch and watch.check()):
+                    _time_out(*pids)
+                    done = self.lines.read(timeout=60)
+                    break
         except BaseException:  # the caller was cancelled: take the process groups along
             for pid in pids:
                 kill_group(pid)
@@ -339,10 +355,13 @@ def _program(
     workload: dict[str, Any],
     ranks: int | None = None,
     server: _Stream | None = None,
+    *,
+    limits: Limits | None = None,
 ) -> tuple[int | None, TrialResult | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
-    step (what to add, in one line); otherwise its measured loop wrote result.json
+    step (what to add, in one line), or was ended by its `limits` (its first step
+    too late: `autotune.execution.watch`); otherwise its measured loop wrote result.json
     (autotune.trial.loop), or it died, and the trial is classified as any other.
     `ranks` (a multi-rank search's trials, its scaling reference's 1 too): one process
     a rank under torchrun's environment, as `torchrun --nproc-per-node` starts them
@@ -353,8 +372,11 @@ def _program(
     from autotune import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial import ranks as R
     from autotune.trial.disturbance import TRIAL_PID
-    from autotune.trial.progress import FIRST_STEP_FILE
+    from autotune.trial.progress import FIRST_STEP_FILE, SEEN_FILE
 
+    for left in (FIRST_STEP_FILE, SEEN_FILE):  # an earlier run's in this dir (a resumed search's probe)
+        (trial_dir / left).unlink(missing_ok=True)
+    watch = Watch(trial_dir, limits)
     command = program_command(workload["command"])
     launcher = workload.get("launcher") or {}  # a launcher's line: the environment it gives each rank
     env = {**env, **program_env(trial_dir), **launcher.get("env", {}), **(workload.get("env") or {})}  # searched last
@@ -371,13 +393,13 @@ def _program(
     if server is not None:  # forked warm (`forkserver._program`), a process per rank
         started, program = time.monotonic(), {"argv": command[1:], "cwd": cwd}
         if len(envs) > 1:
-            code, died = server.run_ranks(trial_dir, envs, timeout_s, program)
+            code, died = server.run_ranks(trial_dir, envs, timeout_s, program, watch)
         else:
-            code, died = server.run(trial_dir, envs[0], timeout_s, program), {}
+            code, died = server.run(trial_dir, envs[0], timeout_s, program, watch), {}
         timed_out = code == -signal.SIGKILL and time.monotonic() - started >= timeout_s
     else:
         try:
-            code, timed_out, died = _processes(command, envs, cwd, trial_dir / "trial.log", timeout_s)
+            code, timed_out, died = _processes(command, envs, cwd, trial_dir / "trial.log", timeout_s, watch)
         except OSError as e:
             return None, failed_result(
                 "error",
@@ -385,6 +407,11 @@ def _program(
                 f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
                 "runs your training program, e.g. `python train.py`",
             )
+    if watch.ended:  # its limits ended it: what it did, and where it was (its stacks, in its log)
+        failed = failed_result("error", "NoStep", watch.why(cwd))
+        with open(trial_dir / "trial.log", "a") as log:
+            print(f"autotune: ended: {failed.error}", file=log)
+        return code, failed
     if (ranks or 1) > 1 and any((trial_dir / R.RANK_FILE.format(r)).exists() for r in range(ranks)):
         R.collect(str(trial_dir), ranks, died).write(trial_dir / "result.json")
     if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
@@ -403,14 +430,21 @@ def _program(
 
 
 def _processes(
-    command: list[str], envs: list[dict[str, str]], cwd: str, log_path: Path, timeout_s: float
+    command: list[str],
+    envs: list[dict[str, str]],
+    cwd: str,
+    log_path: Path,
+    timeout_s: float,
+    watch: Watch | None = None,
 ) -> tuple[int, bool, dict[int, str]]:
     """`command` once per environment in `envs` (a rank each), each in a session of its own, all
-    writing to one log (as torchrun's ranks do to its output): (the first nonzero exit code,
-    timed out, rank -> why it ended badly)."""
+    writing to one log (as torchrun's ranks do to its output), ended at the timeout or where
+    `watch` says so: (the first nonzero exit code, timed out, rank -> why it ended badly)."""
     procs: list[subprocess.Popen] = []
     with open(log_path, "w") as log:
         try:
+            if watch:
+                watch.start()
             for env in envs:
                 procs.append(
                     subprocess.Popen(
@@ -423,19 +457,26 @@ def _processes(
                         start_new_session=True,
                     )
                 )
-            timed_out, died = _wait_procs(procs, timeout_s)
+            timed_out, died = _wait_procs(procs, timeout_s, watch)
         finally:  # its loader workers, or anything else it started, go with it (and all of it when cancelled)
             _kill(procs)
-    return next((p.returncode for p in procs if p.returncode), 0), timed_out, died
+    # timed out: killed, as a forked trial is (its stacks' SIGUSR1 may have ended it first, where nothing caught it)
+    return -signal.SIGKILL if timed_out else next((p.returncode for p in procs if p.returncode), 0), timed_out, died
 
 
-def _wait_procs(procs: list[subprocess.Popen], timeout_s: float) -> tuple[bool, dict[int, str]]:
+def _wait_procs(
+    procs: list[subprocess.Popen], timeout_s: float, watch: Watch | None = None
+) -> tuple[bool, dict[int, str]]:
     """Wait for every process (a rank each); once one fails, kill the others (they would
-    wait in a collective until the group's timeout). (timed out, rank -> why it ended badly)."""
+    wait in a collective until the group's timeout). At the timeout, or where `watch` says
+    so, their stacks go to the log and they are killed (`_time_out`). (timed out, rank ->
+    why it ended badly)."""
     deadline, died = time.monotonic() + timeout_s, {}
     while any(p.poll() is None for p in procs):
-        if time.monotonic() > deadline:
-            return True, died
+        timed_out = time.monotonic() > deadline
+        if timed_out or (watch and watch.check()):
+            _time_out(*(p.pid for p in procs))
+            return timed_out, died
         for r, p in enumerate(procs):
             if p.poll() not in (None, 0) and r not in died:
                 died[r] = f"rank {r} exited with code {p.returncode}" + (
@@ -486,13 +527,15 @@ def run_in_process(
     launcher: str | None = None,
     env: dict[str, str] | None = None,
     shared: str | None = None,
+    limits: Limits | None = None,
 ) -> TrialResult:
     """Run one trial in a fresh process (see the module doc); the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
     start-up included) and `launcher`. `env`: this trial's own variables (a
     rank's RANK, MASTER_ADDR...; the fork server stays the search's). `shared`:
     the socket of the search's shared fork server (`SharedForkServer`), forked
-    from when it answers; otherwise this process's own."""
+    from when it answers; otherwise this process's own. `limits`: a user's program's
+    (`autotune.execution.watch`: its first step in time)."""
     launcher = launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork")
     if launcher not in LAUNCHERS:
         raise ValueError(f"AUTOTUNE_LAUNCHER={launcher!r}; allowed: {', '.join(LAUNCHERS)}")
@@ -528,7 +571,9 @@ def run_in_process(
         launcher = launcher if server else "spawn"
         if program:
             launcher = f"program-{launcher}" if server else "program"
-            code, failed = _program(trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server)
+            code, failed = _program(
+                trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server, limits=limits
+            )
         else:
             code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:

@@ -6,18 +6,21 @@ take, a knob or one of its values, with the reason), the knob values it runs wit
 on its own (its attention kernel, TRL's checkpointing and packing, its DataLoader's
 arguments, a Trainer script's batch, loader, precision and optimizer: the baseline's),
 and its samples per step (the baseline batch size); a program that cannot be a trial (the command
-does not run, it exits before its first step, or never calls steps/step) is
-refused in one line before any trial runs (the probe's trial.log kept)."""
+does not run, it exits before its first step, or finishes no optimizer step within its first-step
+limit, which never runs past the search's time budget: `probe_limits`) is refused in one line before
+any trial runs, saying what it did and where it was (the probe's trial.log kept)."""
 
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from autotune import knobs as K
 from autotune.config import unused
 from autotune.execution.launcher import run_in_process, user_thread_env
+from autotune.execution.watch import Limits
 from autotune.spec import SpecError, UserKnob, WorkloadSpec
 from autotune.trial.result import TrialResult
 
@@ -45,10 +48,11 @@ def probe(
     ranks: int = 1,
     timeout_s: float,
     shared: str | None = None,
+    limits: Limits | None = None,
 ) -> Program:
     """Run the program once at its own settings (see the module doc), on `ranks` processes, killed after
-    `timeout_s` (the trial's); `shared`: the search's fork server's socket (the probe's wait for its imports
-    is the later trials' gain)."""
+    `timeout_s` (the trial's), or without a first step within `limits` (`probe_limits`); `shared`: the search's
+    fork server's socket (the probe's wait for its imports is the later trials' gain)."""
     wl = workload.model_dump(mode="json")
     wl["dir"] = wl.get("dir") or os.getcwd()
     config = {
@@ -63,7 +67,7 @@ def probe(
         **({"ranks": ranks} if ranks > 1 else {}),
     }
     where = run_dir / PROBE_DIR
-    result = run_in_process(config, where, timeout_s, user_path, user_thread_env(), shared=shared)
+    result = run_in_process(config, where, timeout_s, user_path, user_thread_env(), shared=shared, limits=limits)
     if result.status not in ("ok", "pruned"):
         why = result.error or result.status
         if result.error_type not in ("NoStep", "CommandNotFound"):
@@ -78,6 +82,19 @@ def probe(
 
     own = canonical(result.own_knobs or {})
     return Program(result.used or [], max(1, round(per_rank)), result, own or None, result.cannot or {})
+
+
+def probe_limits(first_step_s: float, budget_s: float | None, spent_s: float) -> Limits:
+    """The probe's first-step limit: `first_step_s` (trial.first_step_s), or what is left of the search's time
+    budget (`budget_s`, `spent_s` of it gone) where that is less: the probe never waits past the budget (its
+    wait for the fork server's imports included)."""
+    if budget_s is None:
+        return Limits(first_step_s)
+    left = max(0.0, budget_s - spent_s)
+    by = time.monotonic() + left
+    if left < first_step_s:
+        return Limits(left, "what was left of the time budget; `--budget` sets it", by)
+    return Limits(first_step_s, first_step_by=by)
 
 
 def not_found(command: list[str], dir: str | Path) -> str | None:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from autotune.trial import ranks as R
 from autotune.execution.launcher import run_in_process
+from autotune.execution.watch import Limits
 from autotune.trial.result import TrialResult, failed
 from autotune.workload import PICKLE_FILE
 
@@ -105,7 +106,13 @@ def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, st
         if settings.get("workload_pickle"):
             (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
         result = run_in_process(
-            request, work, settings["timeout_s"], settings["user_path"], settings["thread_env"], env=env
+            request,
+            work,
+            settings["timeout_s"],
+            settings["user_path"],
+            settings["thread_env"],
+            env=env,
+            limits=Limits(settings.get("first_step_s")),
         )
         log = work / "trial.log"
         text = log.read_text(errors="replace") if log.exists() else ""

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from autotune.execution.launcher import run_in_process
 from autotune.execution.spread import run_spread, spreads
+from autotune.execution.watch import Limits
 from autotune.records.scaling import with_reference
 from autotune.decide.confirm import reread_anchor
 from autotune.decide.playbook import advise
@@ -29,6 +30,7 @@ def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
             settings["user_path"],
             settings["thread_env"],
             shared=settings.get("fork_socket"),
+            limits=Limits(settings.get("first_step_s")),  # a program's first step in time
         )
 
     spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node

@@ -51,7 +51,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.execution.forkserver import kill_group
-from autotune.execution.watch import WATCH_S, Limits, Watch
+from autotune.execution.watch import WATCH_S, Limits, Watch, saw
+from autotune.trial import progress
 from autotune.trial.result import TrialResult, failed as failed_result
 
 # thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
@@ -82,11 +83,11 @@ def _time_out(*pids: int) -> None:
     """A trial past its timeout: every process of its groups (a rank each) writes
     its threads' stacks to trial.log (the SIGUSR1 of autotune.trial's
     faulthandler), then the groups are killed."""
-    for sig in (signal.SIGUSR1, signal.SIGKILL):
-        for pid in pids:
-            kill_group(pid, sig)
-        if sig == signal.SIGUSR1:
-            time.sleep(STACKS_S)
+    for pid in pids:  # one group at a time: ranks dumping at once into one log interleave their lines
+        kill_group(pid, signal.SIGUSR1)
+        time.sleep(STACKS_S if len(pids) == 1 else STACKS_S / 2)
+    for pid in pids:
+        kill_group(pid, signal.SIGKILL)
 
 
 STACKS_S = 0.5  # the dump is a few ms; a loaded host's scheduler may take longer
@@ -343,8 +344,8 @@ def program_command(command: list[str]) -> list[str]:
 
 
 NO_STEP = (
-    "add `cfg = autotune.config()` and `for batch in cfg.steps(loader):` around its loop (or `cfg.step("
-    "samples=n, loss=loss)` at the end of each optimizer step)"
+    "a trial measures a torch optimizer's steps (a loop that steps none reports its own: `cfg = "
+    "autotune.config()`, then `cfg.step(samples=n, loss=loss)` at the end of each step)"
 )
 
 
@@ -425,7 +426,8 @@ def _program(
     return code, failed_result(
         "error",
         "NoStep",
-        f"the program {how} without reaching a measured step: {NO_STEP}; see {trial_dir / 'trial.log'}",
+        f"the program {how} before its first optimizer step ({saw(progress.seen(trial_dir))}): {NO_STEP}; "
+        f"see {trial_dir / 'trial.log'}",
     )
 
 

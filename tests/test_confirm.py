@@ -361,3 +361,13 @@ def test_a_pair_measured_while_a_cpu_hog_runs_is_measured_again_and_does_not_cou
         assert out["speedup_x"] == pytest.approx(statistics.median(p["ratio"] for p in out["pairs"]), abs=1e-3)
     else:
         assert out["verdict"] == "unknown" and "speedup_x" not in out and "fewer than 2" in out["unknown"]
+
+
+def test_no_round_after_the_first_starts_once_the_time_budget_is_spent():
+    """`--budget` bounds the re-measurement too: the first pair runs, the next ones only while time is left."""
+    run, calls = fake_runs([100.0, 150.0, 150.0, 100.0, 100.0, 150.0])  # the order alternates: best first in round 2
+    left = iter([5.0, -1.0])
+    out = C.remeasure(run, {"id": "A"}, {"id": "B"}, 3, budget_left=lambda: next(left))
+    assert out["rounds"] == 2 and out["cut_by_budget"] and out["verdict"] == "faster" and len(calls) == 4
+    run, calls = fake_runs([100.0, 150.0] * 3)
+    assert "cut_by_budget" not in C.remeasure(run, {"id": "A"}, {"id": "B"}, 3, budget_left=lambda: None)

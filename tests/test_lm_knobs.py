@@ -307,3 +307,15 @@ def test_the_lm_knobs_become_the_scripts_own_flags():
     ]
     old = hf_args.fields({"activation_checkpointing": "full"}, known={"gradient_checkpointing"})
     assert old == {"gradient_checkpointing": True}  # transformers before 5
+
+
+def test_a_batch_only_a_plain_loops_dataloader_carries_is_not_searched_where_the_effective_batch_is_kept():
+    from autotune.execution.program import NO_ACCUMULATION, fix_unused
+
+    lists = {"batch_size": [4, 8], "num_workers": [0, 1]}
+    space = K.resolve_space(lists, K.pytorch_defaults(8), K.Device("cpu", 2))
+    fix_unused(space, ["torch:loader", "torch:model"], {}, keep_effective_batch=True)
+    assert space.fixed["batch_size"] == NO_ACCUMULATION and "num_workers" in space.search
+    space = K.resolve_space(lists, K.pytorch_defaults(8), K.Device("cpu", 2))
+    fix_unused(space, ["torch:loader", "torch:model"], {}, keep_effective_batch=False)  # dynamics: its DataLoader's
+    assert space.search["batch_size"] == [4, 8]

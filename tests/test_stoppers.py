@@ -49,3 +49,17 @@ def test_the_first_limit_reached_ends_the_search():
     space = {"a": [1, 2], "b": [1, 2, 3]}
     assert trial_cap(space, 20, 600.0, "autotune") == 20 and trial_cap(space, 20, None, "grid") == 6
     assert trial_cap(space, 4, 600.0, "grid") == 4
+
+
+def test_the_budget_keeps_the_remeasurements_time_aside():
+    from autotune.decide.budget import remeasure_cost
+
+    trials = [
+        SimpleNamespace(info={"trial_wall_s": 10.0}, throughput=1.0, is_baseline=True),
+        SimpleNamespace(info={"trial_wall_s": 6.0}, throughput=2.0, is_baseline=False),
+        SimpleNamespace(info={"trial_wall_s": 8.0}, throughput=None, is_baseline=False),  # failed: no read
+    ]
+    assert remeasure_cost(trials, 3) == 3 * (10.0 + 8.0) and remeasure_cost(trials, 0) == remeasure_cost([], 3) == 0
+    records = [record(1.0)]
+    assert not Budget(100.0, lambda: 40.0, records, lambda: 54.0).stop()
+    assert Budget(100.0, lambda: 50.0, records, lambda: 54.0).stop()  # 46 s left: the re-measurement's 54 s

@@ -79,15 +79,32 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
 NOTHING_LEFT = "no config left to try: every point measured, known infeasible, or estimated to overrun the time budget"
 
 
+def remeasure_cost(records: list, rounds: int) -> float:
+    """Seconds the re-measurement after the trials will take (`rounds` pairs, each the baseline and the best in a
+    fresh process), from the trials so far: the baseline's wall time and the median of the others' (the best is
+    not known yet). A budget keeps this much aside, so `--budget` bounds the whole search. 0 before any trial."""
+    walls = [r.info["trial_wall_s"] for r in records if r.info.get("trial_wall_s") and r.throughput]
+    if not rounds or not walls:
+        return 0.0
+    base = next((r.info["trial_wall_s"] for r in records if r.is_baseline and r.info.get("trial_wall_s")), walls[0])
+    return rounds * (base + statistics.median(walls))
+
+
 def budget_fits(
-    records: list, baseline: dict, budget: float | None, started: float, conflicts: Callable[[dict], list] | None = None
+    records: list,
+    baseline: dict,
+    budget: float | None,
+    started: float,
+    conflicts: Callable[[dict], list] | None = None,
+    reserve: Callable[[], float] = lambda: 0.0,
 ) -> Callable[[dict], bool]:
     """`fits(params)` for `Strategy.ask`: can this config run (no two knobs in
     `conflicts`, e.g. prefetch_factor without workers), and will it finish within
     the time budget (`budget` s from `started`, a perf_counter time)? Estimated
     from the finished trials (`records`: their `knobs` and `info["trial_wall_s"]`
     less a parity reference built inside, read at each call) with its compile mode, or scaled from another compile
-    mode's: the compile modes the budget affords."""
+    mode's: the compile modes the budget affords. `reserve()`: seconds kept aside at the budget's end (the
+    re-measurement's, `remeasure_cost`)."""
     import time
 
     def fits(params: dict) -> bool:
@@ -101,6 +118,6 @@ def budget_fits(
                 cost = r.info["trial_wall_s"] - (r.metrics.get("parity_reference_s") or 0.0)
                 costs.setdefault(r.knobs["compile"], []).append(cost)
         cost = estimate_cost({**baseline, **params}["compile"], costs)
-        return cost is None or cost <= budget - (time.perf_counter() - started)
+        return cost is None or cost <= budget - reserve() - (time.perf_counter() - started)
 
     return fits

@@ -106,6 +106,7 @@ def confirm_best(
     best,
     rounds: int,
     announce: Callable[[str], None] | None = None,
+    budget_left: Callable[[], float | None] = lambda: None,
 ) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the
     baseline's: the `remeasure` summary with the two trial numbers, in the baseline's unit (its `unit`); None where
@@ -125,7 +126,7 @@ def confirm_best(
     out = {
         "baseline_trial": baseline.number,
         "best_trial": best.number,
-        **remeasure(run, baseline.knobs, best.knobs, rounds, trials, unit),
+        **remeasure(run, baseline.knobs, best.knobs, rounds, trials, unit, budget_left),
     }
     if out.get(unit.key("baseline")):  # how far the anchor every trial was compared with was off
         out.update(
@@ -171,6 +172,7 @@ def remeasure(
     rounds: int,
     trials: float | None = None,
     unit: Unit = SAMPLES,
+    budget_left: Callable[[], float | None] = lambda: None,
 ) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,
     interleaved, each read in `unit` (a language model's search: tokens/s); the summary of `summarize`. A pair either side of which was
@@ -179,13 +181,18 @@ def remeasure(
     run that does not finish ends the re-measurement with its error: the
     figures up to there are kept. `trials`: the trials' ratio, best over
     baseline: with it, the rounds stop once they settle the verdict (`settles`)
-    and no pair was disturbed; the summary's `settled` is then that ratio."""
+    and no pair was disturbed; the summary's `settled` is then that ratio. No round after the first starts once
+    the time budget is spent (`budget_left()` <= 0; None: no budget): the summary says `cut_by_budget`."""
     pairs: list[dict[str, float]] = []
     aside: list[dict[str, Any]] = []  # the disturbed pairs
-    error, settled = None, False
+    error, settled, cut = None, False, False
     for i in range(rounds):
         if i > 0 and not aside and settles(pairs, trials):
             settled = True
+            break
+        left = budget_left() if i > 0 else None
+        if left is not None and left <= 0:
+            cut = True
             break
         while error is None:
             again = sum(1 for d in aside if d["round"] == i)
@@ -208,7 +215,8 @@ def remeasure(
                 break
         if error:
             break
-    out = summarize(pairs, error, aside, min(rounds, 2), unit)
+    out = summarize(pairs, error, aside, min(rounds, 2, max(1, len(pairs)) if cut else 2), unit)
+    out = {**out, "cut_by_budget": True} if cut else out
     return {**out, "settled": round(trials, 4)} if settled else out
 
 

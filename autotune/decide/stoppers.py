@@ -76,17 +76,24 @@ class Budget(Stopper):
     """`budget_s` seconds of searching spent (`elapsed`: the search's own clock, a resumed search's earlier runs
     and a wait for the device lock accounted); never before the first trial (`records`, where given, empty): a
     start-up that spent the budget (a program's probe on a loaded host) still runs the baseline, the one trial
-    every answer needs."""
+    every answer needs. `reserve()`: seconds kept for what follows the trials (the re-measurement), so the budget
+    bounds the whole search."""
 
     reason = "the time budget"
 
-    def __init__(self, budget_s: float | None, elapsed: Callable[[], float], records: list | None = None):
-        self.budget_s, self.elapsed, self.records = budget_s, elapsed, records
+    def __init__(
+        self,
+        budget_s: float | None,
+        elapsed: Callable[[], float],
+        records: list | None = None,
+        reserve: Callable[[], float] = lambda: 0.0,
+    ):
+        self.budget_s, self.elapsed, self.records, self.reserve = budget_s, elapsed, records, reserve
 
     def stop(self) -> bool:
         if self.records is not None and not self.records:
             return False
-        return bool(self.budget_s) and self.elapsed() >= self.budget_s
+        return bool(self.budget_s) and self.elapsed() >= self.budget_s - self.reserve()
 
 
 class Combined(Stopper):
@@ -116,6 +123,7 @@ def search_stoppers(
     min_improvement: float,
     started: float,
     wall_before: float = 0.0,
+    reserve: Callable[[], float] = lambda: 0.0,
 ) -> tuple[Combined, Flag, Flag]:
     """The search's stop rules, combined in their order, with the two flags the loop sets (`interrupted`,
     `exhausted`). `started`: `time.perf_counter()` when this run of the search began."""
@@ -126,6 +134,6 @@ def search_stoppers(
         Patience(recorder.records, patience, min_improvement),
         exhausted,
         TrialCount(recorder.records, n_trials),
-        Budget(budget_s, lambda: time.perf_counter() - started + wall_before, recorder.records),
+        Budget(budget_s, lambda: time.perf_counter() - started + wall_before, recorder.records, reserve),
     )
     return combined, interrupted, exhausted

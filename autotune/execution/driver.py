@@ -51,7 +51,7 @@ from autotune.records.verdicts import settle
 from autotune.safety import program_parity
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
 from autotune.decide import checked
-from autotune.decide.budget import budget_fits
+from autotune.decide.budget import budget_fits, remeasure_cost
 from autotune.decide.confirm import confirm_best, window_ci
 from autotune.decide.stoppers import Combined, search_stoppers
 from autotune.decide.samplers import kind
@@ -213,7 +213,7 @@ def run(
         )
         space.dropped += too_big
         if program:  # what it never calls, it cannot take
-            PG.fix_unused(space, workload.used, workload.cannot)
+            PG.fix_unused(space, workload.used, workload.cannot, keep_effective_batch=plan.safety.keep_effective_batch)
         if not space.search:
             raise SpecError(space.nothing_to_search())
         if state and state.space["search"] != space.search:
@@ -374,7 +374,14 @@ def _search(
         **backend.trial_settings(),
     }
     budget = search.time_budget_s
-    fits = budget_fits(records, space.baseline, budget, started, space.conflicts)  # what can run, and in time
+
+    def budget_left() -> float | None:  # the whole search's: the re-measurement too stops at its end
+        return budget - (time.perf_counter() - started + opened.wall_before) if budget else None
+
+    def reserve() -> float:  # kept aside at the budget's end for the re-measurement
+        return remeasure_cost(recorder.records, search.confirm_rounds)
+
+    fits = budget_fits(records, space.baseline, budget, started, space.conflicts, reserve)  # what runs in time
     stop, interrupted, exhausted = search_stoppers(
         recorder,
         n_trials=n_trials,
@@ -383,6 +390,7 @@ def _search(
         min_improvement=search.min_improvement,
         started=started,
         wall_before=opened.wall_before,
+        reserve=reserve,
     )
     # the baseline read again between trials (autotune.decide.reference), where trials run one at a time here
     reader = backend.reader(settings, cuda=cuda, target_ci=read_ci(plan.trial.target_ci, device.type))
@@ -434,7 +442,9 @@ def _search(
                 (resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={}
             )
             ci = window_ci(baseline, best, plan.trial.target_ci)
-            return confirm_best(runner(need, target_ci=ci), baseline, best, search.confirm_rounds, on_remeasure)
+            return confirm_best(
+                runner(need, target_ci=ci), baseline, best, search.confirm_rounds, on_remeasure, budget_left
+            )
 
         def check(knobs: dict, label: str) -> TrialResult:  # a late loss-parity check (autotune.decide.checked)
             if not plan.program:

@@ -136,11 +136,22 @@ def inert(own: dict, device, given: dict) -> dict:
     }
 
 
-def fix_unused(space, used: list[str], cannot: dict[str, str] | None = None) -> None:
+# the batch of a loop whose DataLoader alone carries it, where the search keeps the effective batch
+NO_ACCUMULATION = (
+    "your loop's batch reaches autotune only through its DataLoader, and its gradient accumulation is its own code: "
+    "a smaller micro-batch would change the optimization (safety.level: dynamics without keep_effective_batch "
+    "searches the batch itself)"
+)
+
+
+def fix_unused(space, used: list[str], cannot: dict[str, str] | None = None, *, keep_effective_batch=False) -> None:
     """Knobs the program cannot take (`autotune.config.unused`, or its model cannot: `cannot`) out of the
     space, with the reason; a value its model cannot take ("knob=value") out of the knob's values, and the
-    knob fixed where one value is left."""
-    cannot = cannot or {}
+    knob fixed where one value is left. Where the search keeps the effective batch, a batch that only its
+    DataLoader carries (torch's hooks: no method, no Trainer argument sets the accumulation) is fixed too."""
+    cannot = dict(cannot or {})
+    if keep_effective_batch and "torch:loader" in used and "dataloader_kwargs" not in used:
+        cannot.setdefault("batch_size", NO_ACCUMULATION)
     for name in list(space.search):
         why = unused(name, used) or cannot.get(name)
         refused = [v for v in space.search[name] if f"{name}={v}" in cannot and v != space.baseline.get(name)]

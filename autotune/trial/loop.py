@@ -115,6 +115,10 @@ class PassThrough:
             os._exit(0)
 
     def _write(self) -> None:
+        # ranks step together: rank 0's log is the job's (each rank stops); a process that stepped nothing (a
+        # launcher's agent: torchrun's imports torch too) leaves it alone
+        if os.environ.get("RANK", "0") != "0" or not self.marks:
+            return
         samples = [int(s) or 1 for s in self.samples]
         log = {"marks": self.marks, "samples": samples}
         if self.tokens and all(t is not None for t in self.tokens):  # a language model's, every step counted

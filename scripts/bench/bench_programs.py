@@ -1,5 +1,6 @@
-"""The five programs of tests/programs/ searched with their specs beside them, and each search's claim checked
-against the program itself in production mode (bench_program.py): issue 42's table.
+"""The programs of tests/programs/ searched with their specs beside them, and each search's claim checked
+against the program itself in production mode (bench_program.py): issue 42's table, and issue 60's (`--only
+plain_lm,nanogpt_loop,accelerate_lm,ddp_loop --no-spec --budget 4m`: a program of each style with no autotune line).
 
 For each of memmap_loop, loader_loop, hf_bert, lightning_clip and trl_sft: a copy of tests/programs/ in a fresh
 directory under `--out` (the spec's directory holds the program, as a user's does; memmap_loop's data.bin is made
@@ -42,6 +43,9 @@ from autotune.trial.result import TrialResult  # noqa: E402
 
 PROGRAMS = ROOT / "tests" / "programs"
 NAMES = ("memmap_loop", "loader_loop", "hf_bert", "lightning_clip", "trl_sft")
+# with no autotune line, one of each style: a plain DataLoader loop, nanoGPT's get_batch loop, an Accelerate loop and
+# a torchrun DDP loop (issue 60: each searched with --no-spec --budget 4m)
+ZERO_CODE = ("plain_lm", "nanogpt_loop", "accelerate_lm", "ddp_loop")
 ROOM = 1.3
 # --smoke: the baseline's trial at its floor (no profile, no diagnosis)
 SMOKE_TRIAL = dict(warmup_steps=2, measure_steps=3, min_window_s=0.2, max_window_s=0.5, profile_steps=0, diagnose=False)
@@ -98,9 +102,16 @@ def one(name: str, work: Path, a) -> dict:
     if bench.returncode != 0:
         return {"program": name, "error": f"bench_program exit {bench.returncode}: {bench.stderr.strip()[-400:]}"}
     b = last_json(bench.stdout)
+    import csv
+
+    with open(run / "trials.csv") as f:
+        statuses = [row["status"] for row in csv.DictReader(f)]
     return {
         "program": name,
         "search_s": round(search_s, 1),
+        "trials": len(statuses),
+        "trials_ok": statuses.count("ok"),
+        "unit": best["measured"].get("unit", "samples"),
         "baseline_command": " ".join(baseline),
         "best_command": b["best_command"],
         "best_env": best["workload"].get("env") or {},
@@ -128,22 +139,25 @@ def main(argv=None) -> int:
     p.add_argument("--out", default=f"runs/bench-programs-{time.strftime('%Y%m%d-%H%M%S')}", help="where runs stay")
     a = p.parse_args(argv)
     names = [n for n in a.only.split(",") if n]
-    unknown = sorted(set(names) - set(NAMES))
+    unknown = sorted(set(names) - set(NAMES) - set(ZERO_CODE))
     if unknown:
-        print(f"error: --only {','.join(unknown)}: not one of {', '.join(NAMES)}", file=sys.stderr)
+        print(f"error: --only {','.join(unknown)}: not one of {', '.join(NAMES + ZERO_CODE)}", file=sys.stderr)
         return 2
     rows = []
     out = Path(a.out).resolve()
     for name in names:
         rows.append(one(name, out / name, a))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print(f"{'program':<15} {'claimed':>8} {'program':>14} {'agrees':>6} {'>=1.3x':>6} {'search s':>8}  best")
+    print(
+        f"{'program':<15} {'unit':>7} {'ok':>5} {'claimed':>8} {'program':>14} {'agrees':>6} {'>=1.3x':>6} {'search s':>8}  best"
+    )
     for r in rows:
         if "error" in r:
             print(f"{r['program']:<15} error: {r['error']}")
             continue
         print(
-            f"{r['program']:<15} {r['claimed_x']:>7.2f}x {r['program_x']:>6.2f}x +-{r['program_ci95']:.2f} "
+            f"{r['program']:<15} {r['unit']:>7} {r['trials_ok']:>2}/{r['trials']:<2} {r['claimed_x']:>7.2f}x "
+            f"{r['program_x']:>6.2f}x +-{r['program_ci95']:.2f} "
             f"{'yes' if r['agrees'] else 'NO':>6} {'yes' if r['room'] else 'NO':>6} {r['search_s']:>8.0f}  "
             f"{r['best_sets'] or 'its own settings'}"
         )

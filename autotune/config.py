@@ -397,9 +397,10 @@ _made: dict[tuple, Config] = {}
 def config(path: str | os.PathLike | None = None, *, online: bool | None = None) -> Config:
     """The program's config: the trial's (AUTOTUNE_TRIAL), else `path`'s or
     AUTOTUNE_CONFIG's best_config.yaml, else none (see the module doc). One per process for each: the program's
-    call and the instrumentation's (autotune.instrument) get the same object (plain: a new one each call)."""
-    key = (os.environ.get(TRIAL_ENV), str(path or os.environ.get(CONFIG_ENV) or ""), online)
-    if key[:2] == (None, ""):  # plain: nothing to share
+    call and the instrumentation's (autotune.instrument) get the same object, where the environment names it (a
+    `path` given, or none at all: a new one each call)."""
+    key = (os.environ.get(TRIAL_ENV), os.environ.get(CONFIG_ENV), online)
+    if path is not None or key[:2] == (None, None):  # a file of the program's own choosing, or plain: its own
         return _config(path, online=online)
     if key not in _made:
         _made[key] = _config(path, online=online)

@@ -148,6 +148,7 @@ def test_a_callable_is_keyed_by_its_name_and_its_parameter_shapes(tmp_path):
         "args": {},
         "command": None,
         "dir": None,
+        "launcher": None,
     }
     device = plan.resources.device
     shapes = cache.machine(device, make())

@@ -84,11 +84,13 @@ def test_a_skipped_gradscaler_step_is_a_step_and_a_second_optimizer_is_not(tmp_p
     result, steps, where = trial(tmp_path, "observed_loop.py", {}, args, warmup_steps=4, measure_steps=9)
     assert result.status == "ok", result.error
     m = result.metrics
-    # one measured step an iteration, none lost: the last one ends the process in its optimizer step (before its line)
-    assert m["warmup_steps_run"] + m["window_steps"] == len(steps) + 1
+    # one measured step an iteration, none lost: the last one ends the process in its optimizer step (before its
+    # line); the window may have taken its first steps as more warm-up (measure.Window: warmup_extended_steps)
+    ran = m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
+    assert ran == len(steps) + 1
     assert m["samples_per_s"] == pytest.approx(16 * m["steps_per_s"])  # 2 micro-batches of 8 a step
     assert "precision=16-mixed" not in (result.cannot or {})  # it scales its loss itself: fp16 can run
-    assert m["loss_last"] == pytest.approx(1.39, abs=0.3)  # the unscaled loss, summed over the micro-batches
+    assert 0.3 < m["loss_last"] < 1.7  # the unscaled loss (ln 4 at first), summed over the micro-batches
 
 
 def test_a_program_that_reports_its_own_steps_is_counted_once(tmp_path):

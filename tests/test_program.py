@@ -93,17 +93,19 @@ def bench_program(run_dir, *args: str) -> dict:
 
 
 def loader_loop_searched(where: Path) -> dict:
-    """What a search of `python loader_loop.py ...` over num_workers and channels_last (from `where`, its run dir
-    `where/run`) must have done: every trial ran, both worker counts; channels_last fixed, the program never calls
-    cfg.prepare; the baseline its own settings; no trial saved a model. Its best_config.yaml."""
+    """What a search of `python loader_loop.py ...` over num_workers and the attention kernel (from `where`, its
+    run dir `where/run`) must have done: every trial ran, both worker counts; the attention kernel fixed, its model
+    is no transformers model; the baseline its own settings, found by torch's hooks (no line of autotune in it); no
+    trial saved a model. Its best_config.yaml."""
     run = read_run(where / "run")
     assert {r.status for r in run.records} <= {"ok", "pruned"} and len(run.records) >= 2
     assert {r.knobs["num_workers"] for r in run.records} == {0, 1}
     space = SearchState.read(where / "run").space
     assert space["search"] == {"num_workers": [0, 1]}
-    assert space["fixed"]["channels_last"].startswith("not used by your program")  # it never calls prepare
+    assert space["fixed"]["attention"].startswith("Sequential is not a transformers model")
     first = TrialResult.read(where / "run" / "trials" / "0000" / "result.json")
-    assert first.used == ["dataloader_kwargs", "steps"] and first.knobs == {}  # the baseline: its own settings
+    assert first.knobs == {} and first.own_knobs["batch_size"] == 16  # the baseline: its own settings
+    assert first.used == ["torch:autocast", "torch:loader", "torch:model", "torch:optimizer", "torch:zero_grad"]
     assert not (where / "model.pt").exists()  # every trial ended after its window: no final save
     best = yaml.safe_load((where / "run" / "best_config.yaml").read_text())
     assert best["workload"]["command"][:2] == ["python", "loader_loop.py"] and best["workload"]["dir"] == str(where)
@@ -116,7 +118,7 @@ def test_a_dataloader_program_is_searched_to_the_end(tmp_path):
     proc = search(
         tmp_path,
         "python loader_loop.py --steps 400 --batch_size 16",
-        {"num_workers": [0, 1], "channels_last": [False, True]},
+        {"num_workers": [0, 1], "attention": ["sdpa", "eager"]},
     )  # a program through Ray: test_network's search
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     best = loader_loop_searched(tmp_path)

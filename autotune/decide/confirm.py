@@ -126,7 +126,7 @@ def confirm_best(
     out = {
         "baseline_trial": baseline.number,
         "best_trial": best.number,
-        **remeasure(run, baseline.knobs, best.knobs, rounds, trials, unit, budget_left),
+        **remeasure(run, baseline.knobs, best.knobs, rounds, trials, unit, budget_left=budget_left),
     }
     if out.get(unit.key("baseline")):  # how far the anchor every trial was compared with was off
         out.update(
@@ -172,6 +172,7 @@ def remeasure(
     rounds: int,
     trials: float | None = None,
     unit: Unit = SAMPLES,
+    *,
     budget_left: Callable[[], float | None] = lambda: None,
 ) -> dict[str, Any]:
     """Measure `baseline` and `best` (knob dicts) `rounds` times each,

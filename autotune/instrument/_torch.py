@@ -13,7 +13,8 @@ What it reports to the process's config (`autotune.config()`), where neither the
   its own counts from there on (no hook on any other module: no cost per module call);
 - the data wait: the time in a DataLoader iterator's `next()` (none: "unknown");
 - the loss: the scalar each `backward()` runs on (a GradScaler's scaled loss unscaled), summed over a step's
-  micro-batches on the device: read at the window's end, no sync inside it;
+  micro-batches on the device (those before another optimizer's step are its own, left out): read at the
+  window's end, no sync inside it;
 - the model: the outermost module, handed over for FLOPs, MFU and parity's noise runs (`cfg.watch`).
 
 The knobs reach such a program each the way torch lets it, where the program does not take them itself through
@@ -155,6 +156,8 @@ class TorchHooks:
         if self._main(optimizer):
             self.stepped = True
             self._guard(self._report)
+        else:  # another optimizer's step (a GAN's critic): the losses since were its own
+            self.loss = None
 
     def _scaler_step(self, step, scaler, optimizer, *args, **kwargs):
         self.stepped = False

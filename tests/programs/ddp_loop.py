@@ -42,6 +42,7 @@ def main():
             print(f"step {step} loss {loss.item():.3f}")
     if dist.get_rank() == 0:
         torch.save(model.module.state_dict(), "model.pt")
+    dist.barrier()  # no rank leaves the group while another still uses it (gloo aborts on a closed peer)
     dist.destroy_process_group()
 
 

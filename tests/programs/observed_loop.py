@@ -53,7 +53,8 @@ model = Net()
 optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
 critic = nn.Linear(4, 1) if args.critic else None
 critic_opt = torch.optim.SGD(critic.parameters(), lr=1e-3) if critic else None
-scaler = torch.amp.GradScaler("cpu", enabled=args.scaler)
+# a skip halves the scale, two steps in a row double it: with an inf every 3rd step it stays where it is
+scaler = torch.amp.GradScaler("cpu", enabled=args.scaler, growth_interval=2)
 step = 0
 with open("observed.jsonl", "w") as log:
     while step < args.steps:
@@ -69,7 +70,7 @@ with open("observed.jsonl", "w") as log:
             scaler.update()
             optimizer.zero_grad()
             if critic is not None:
-                critic_loss = critic(out.detach()).mean()
+                critic_loss = critic(out.detach()).pow(2).mean()
                 critic_loss.backward()
                 critic_opt.step()
                 critic_opt.zero_grad()

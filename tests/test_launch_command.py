@@ -267,6 +267,7 @@ def test_a_torchrun_command_is_searched_on_its_ranks_and_run_in_production_as_gi
     assert (tmp_path / "model.pt").exists() and "step 0 loss" in done.stdout
 
 
+@pytest.mark.slow  # in CI: the torch.distributed.run line's parse (its ranks, its command), and torchrun's search
 @pytest.mark.timeout(300)
 def test_a_torch_distributed_run_command_in_a_spec_is_searched_on_its_ranks(tmp_path):
     (tmp_path / "ddp_loop.py").write_text((PROGRAMS / "ddp_loop.py").read_text())

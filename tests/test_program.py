@@ -252,6 +252,7 @@ def test_the_probe_of_a_program_with_no_first_step_never_waits_past_the_budget(t
     assert wall < 75
 
 
+@pytest.mark.slow  # in CI: test_launcher's plain-process ranks ended at their first-step limit (the same watch)
 def test_a_program_started_as_a_plain_process_has_the_same_first_step_limit(tmp_path):
     # a fresh process imports torch in its limit: 2-3 s here, more under load
     proc, wall = refused(tmp_path, "--first-step-limit", "10s", env={"AUTOTUNE_LAUNCHER": "spawn"})

@@ -219,11 +219,12 @@ def cli(*args: str, cwd: Path, env: dict | None = None, timeout: float = 300) ->
     )
 
 
-def spec_search(where: Path, command: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    """`autotune search spec.yaml` of `command` (a launcher's line) over num_workers, 2 trials, from `where`."""
+def spec_search(where: Path, command: str, env: dict | None = None, knobs=None) -> subprocess.CompletedProcess:
+    """`autotune search spec.yaml` of `command` (a launcher's line) over `knobs` (num_workers), 2 trials, from
+    `where`."""
     spec = {
         "workload": {"command": command},
-        "search_space": {"preset": None, "knobs": {"num_workers": [0, 1]}},
+        "search_space": {"preset": None, "knobs": knobs or {"num_workers": [0, 1]}},
         "trial": TRIAL,
         "search": {"n_trials": 2, "seed": 1, "confirm_rounds": 0},
         "output_dir": str(where / "run"),
@@ -284,23 +285,21 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 from accelerate import Accelerator
-import autotune
 
 p = argparse.ArgumentParser()
 p.add_argument("--steps", type=int, default=3000)
 args = p.parse_args()
 acc = Accelerator()
-cfg = autotune.config()
 seen = {"ranks": acc.num_processes, "type": str(acc.distributed_type), "precision": acc.mixed_precision,
         "threads": torch.get_num_threads()}
 with open(os.path.join(os.environ.get("AUTOTUNE_TRIAL_DIR", "."), f"accelerate{acc.process_index}.json"), "w") as f:
     json.dump(seen, f)
 data = TensorDataset(torch.randn(16 * args.steps, 32), torch.randint(0, 4, (16 * args.steps,)))
-loader = DataLoader(data, **cfg.dataloader_kwargs(batch_size=16, shuffle=True))
+loader = DataLoader(data, batch_size=16, shuffle=True)
 model = nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 4))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 model, opt, loader = acc.prepare(model, opt, loader)
-for x, y in cfg.steps(loader):
+for x, y in loader:
     loss = nn.functional.cross_entropy(model(x), y)
     opt.zero_grad()
     acc.backward(loss)
@@ -312,16 +311,19 @@ for x, y in cfg.steps(loader):
 def test_an_accelerate_command_is_searched_on_its_ranks_with_the_environment_it_sets(tmp_path):
     """`accelerate launch --multi_gpu --num_processes 2` on CPUs (ACCELERATE_USE_CPU=1: accelerate's MULTI_CPU on
     gloo; its `--cpu` starts one process, its CPU ranks needing mpirun): each rank sees accelerate's 2 processes and
-    the bf16 its flag sets, the program's own precision in the baseline."""
+    the bf16 its flag sets, the program's own precision in the baseline; a trial's precision reaches its
+    Accelerator through the environment accelerate launch sets (autotune.instrument._accelerate). The program has
+    no autotune line: torch's hooks count its steps."""
     pytest.importorskip("accelerate")
     (tmp_path / "acc_loop.py").write_text(ACCELERATE_LOOP)
     line = "accelerate launch --multi_gpu --num_processes 2 --mixed_precision bf16 acc_loop.py --steps 3000"
-    proc = spec_search(tmp_path, line, env={"ACCELERATE_USE_CPU": "1"})
+    proc = spec_search(tmp_path, line, env={"ACCELERATE_USE_CPU": "1"}, knobs={"precision": ["bf16-mixed", "32-true"]})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     two_ranks_measured(tmp_path / "run")
-    for rank in (0, 1):
-        seen = json.loads((tmp_path / "run" / "trials" / "0000" / f"accelerate{rank}.json").read_text())
-        assert seen == {"ranks": 2, "type": "DistributedType.MULTI_CPU", "precision": "bf16", "threads": 1}
+    for trial, precision in (("0000", "bf16"), ("0001", "no")):
+        for rank in (0, 1):
+            seen = json.loads((tmp_path / "run" / "trials" / trial / f"accelerate{rank}.json").read_text())
+            assert seen == {"ranks": 2, "type": "DistributedType.MULTI_CPU", "precision": precision, "threads": 1}
     assert read_run(tmp_path / "run").space.baseline["precision"] == "bf16-mixed"  # its own: the baseline's
 
 

@@ -608,7 +608,7 @@ SMOKE = {
     "dev/record_landscape.py": "-o {tmp}/landscape.csv --grid batch_size=8 --cpus 1 --trial min_window_s=0.2"
     " --trial max_window_s=0.3 --trial profile_steps=0",
     "bench/bench_online.py": "--only same_batches",
-    "bench/bench_instrument_cost.py": "--pairs 1 --short 2 --long 4",
+    "bench/bench_instrument_cost.py": "--inproc-pairs 1 --pairs 1 --short 2 --long 4",
     "bench/bench_drift.py": "--kinds quickstart --runs 1 --sides after --smoke --out {tmp}/drift",
     "dev/coverage_moves.py": "{tmp}/before.json {tmp}/after.json",
 }

@@ -74,6 +74,7 @@ class TorchHooks:
         self.autocasts: list = []  # the autocast each forward of the outermost module entered (None: none)
         self.cast = None  # (device type, dtype) the outermost module's forward runs under (precision)
         self.nested = 0  # inside a DataLoader's next() or a backward already timed or read
+        self.uncounted = False  # the model's first call, by keywords: counted when it ends
         self.steps = 0
         self.building = False  # inside an optimizer class's __init__ (a subclass's runs its base's)
 
@@ -227,7 +228,7 @@ class TorchHooks:
 
     def _adopt(self, module, args):
         """`module` is the outermost: the model. Its own values recorded, the model knobs applied, its hooks
-        registered; this first call counted (its positional inputs: a call by keywords is counted from the next)."""
+        registered; this first call counted (by keywords: at its end, by the post-hook, which sees them)."""
         import torch
 
         self.model = module
@@ -260,16 +261,20 @@ class TorchHooks:
         hooks = module.register_forward_pre_hook(_eager(self._forward_pre), with_kwargs=True)
         post = module.register_forward_hook(_eager(self._forward_post), with_kwargs=True, always_call=True)
         self.undo += [hooks.remove, post.remove]
-        out = self._forward_pre(module, tuple(args), {})  # this call's: its own hooks run from the next
+        # this call: its own pre-hook runs from the next, its post-hook from this one (it sees its keywords: a
+        # call by keywords alone is counted there)
+        self.uncounted = not args
+        out = self._forward_pre(module, tuple(args), {}, count=bool(args))
         return None if out is None else out[0]
 
-    def _forward_pre(self, module, args, kwargs):
+    def _forward_pre(self, module, args, kwargs, count: bool = True):
         import torch
 
         if not torch.is_grad_enabled():
             self.autocasts.append(None)
             return None
-        self._count(args, kwargs)
+        if count:
+            self._count(args, kwargs)
         changed = None
         if self.cfg.knobs.get("channels_last") and self._takes("prepare"):
             from autotune.knobs import to_channels_last
@@ -283,6 +288,9 @@ class TorchHooks:
         return changed
 
     def _forward_post(self, module, args, kwargs, output):
+        if self.uncounted:  # the first call, by keywords: counted now
+            self.uncounted = False
+            self._count(args, kwargs)
         cast = self.autocasts.pop() if self.autocasts else None
         if cast is None:
             return None

@@ -121,8 +121,9 @@ class PassThrough:
             return
         samples = [int(s) or 1 for s in self.samples]
         log = {"marks": self.marks, "samples": samples}
-        if self.tokens and all(t is not None for t in self.tokens):  # a language model's, every step counted
-            log["tokens"] = [int(t) for t in self.tokens]
+        # a language model's, every step counted (but the first, where torch's hooks found the model in its forward)
+        if self.tokens and all(t is not None for t in self.tokens[1:]):
+            log["tokens"] = [None if t is None else int(t) for t in self.tokens]
         Path(self.log).write_text(json.dumps(log))
 
 

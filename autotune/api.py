@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, Union
+from typing import TYPE_CHECKING, Callable, Iterable, Union
 
 if TYPE_CHECKING:
+    from autotune.execution.callbacks import SearchCallback
     from autotune.records.run_dir import SearchResult
     from autotune.spec import Spec
 
@@ -32,14 +33,8 @@ def search(
     reuse: bool = False,
     refresh: bool = False,
     resume: bool = False,
-    on_match: Callable[[str], None] | None = None,
-    on_start: Callable | None = None,
-    on_trial: Callable | None = None,
-    on_trial_start: Callable | None = None,
-    on_wait: Callable[[str], None] | None = None,
-    on_remeasure: Callable[[str], None] | None = None,
+    callbacks: Iterable["SearchCallback"] | None = None,
     backend: str = "auto",
-    on_probe: Callable[[bool, float], None] | None = None,
 ) -> "SearchResult":
     """Run a search (see README "The spec") and return its result.
 
@@ -52,14 +47,14 @@ def search(
         (README "Winners are remembered") without running a trial; else search.
     refresh: search even when an earlier one matches, and say nothing of it.
     resume: continue the stopped search in the spec's output_dir.
-    on_match: hears the line naming a matching earlier search (default: printed).
-    on_start, on_trial, on_trial_start, on_wait, on_remeasure: progress callbacks (the CLI's live view);
-        on_probe(running, first_step_limit_s): a program's probe starts (True) and ends (False).
+    callbacks: what hears the search's progress (`autotune.execution.callbacks.SearchCallback` objects: the CLI's
+        live view, a notebook's progress); default: the line naming a matching earlier search printed.
     backend: where trials run (`autotune.execution.backends`): "local" (one at a
         time on this host, without Ray), "ray", or "auto" (Ray where installed).
     """
-    from autotune.records import cache
     from autotune import workload as W
+    from autotune.execution.callbacks import Callbacks, Printing
+    from autotune.records import cache
     from autotune.records.run_dir import read_run
     from autotune.spec import SearchPlan, SpecError, as_spec
 
@@ -68,7 +63,7 @@ def search(
     if workload is not None:
         W.check_factory(workload)
     spec = as_spec(spec, W.name_of(workload) if workload is not None else None)
-    on_match = on_match or print
+    callbacks = [Printing()] if callbacks is None else list(callbacks)
     if reuse and (workload is not None or not spec.workload.pickled):
         plan = SearchPlan.of(spec)  # the driver reads it again, to the same output dir
         try:
@@ -76,21 +71,8 @@ def search(
         except W.WorkloadError as e:
             raise SpecError(f"workload: {e}") from e
         if found:
-            on_match(cache.describe(found, reused=True))
+            Callbacks(callbacks).on_match(cache.describe(found, reused=True))
             return dataclasses.replace(read_run(found), reused=True)
     from autotune.execution import driver
 
-    return driver.run(
-        spec,
-        on_start=on_start,
-        on_trial=on_trial,
-        resume=resume,
-        on_trial_start=on_trial_start,
-        on_wait=on_wait,
-        on_remeasure=on_remeasure,
-        factory=workload,
-        refresh=refresh,
-        on_match=on_match,
-        backend=backend,
-        on_probe=on_probe,
-    )
+    return driver.run(spec, backend=backend, callbacks=callbacks, resume=resume, refresh=refresh, factory=workload)

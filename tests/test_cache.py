@@ -18,6 +18,18 @@ from autotune.safety import parity
 from autotune.spec import as_spec
 from autotune.spec import SearchPlan
 from tests import api_workloads as AW
+from autotune.execution.callbacks import SearchCallback
+
+
+class Notes(SearchCallback):
+    """The lines naming a matching earlier search, kept in `notes`."""
+
+    def __init__(self, notes: list):
+        self.notes = notes
+
+    def on_match(self, line):
+        self.notes.append(line)
+
 
 ROOT = Path(__file__).resolve().parent.parent
 WORKLOAD = {"factory": "tests.api_workloads:make_cnn", "args": {"width": 8}}
@@ -28,7 +40,7 @@ def first(tmp_path_factory, ray_local):
     """One finished search in a runs dir."""
     runs = tmp_path_factory.mktemp("runs")
     notes = []
-    result = autotune.search(AW.spec(runs / "first", workload=WORKLOAD), on_match=notes.append)
+    result = autotune.search(AW.spec(runs / "first", workload=WORKLOAD), callbacks=[Notes(notes)])
     assert [r.status for r in result.records] == ["ok", "ok"] and notes == []  # nothing earlier to name
     return result
 
@@ -46,8 +58,12 @@ REUSE = """
 import json, sys, time
 started = time.perf_counter()
 import autotune
+from autotune.execution.callbacks import SearchCallback
 notes = []
-result = autotune.search(json.loads(sys.argv[1]), reuse=True, on_match=notes.append)
+class Notes(SearchCallback):
+    def on_match(self, line):
+        notes.append(line)
+result = autotune.search(json.loads(sys.argv[1]), reuse=True, callbacks=[Notes()])
 print(json.dumps({"s": time.perf_counter() - started, "run_dir": str(result.run_dir), "reused": result.reused,
                   "best": result.best.number, "knobs": autotune.load_config(result.best_config_path).knobs, "notes": notes,
                   "started": sorted(m for m in ("ray", "mlflow", "optuna") if m in sys.modules)}))
@@ -84,7 +100,7 @@ def test_a_changed_spec_searches_again(first):
     changed = AW.spec(
         runs / "changed", workload=WORKLOAD, search_space={"preset": None, "knobs": {"batch_size": [16, 32]}}
     )
-    result = autotune.search(changed, reuse=True, on_match=notes.append)
+    result = autotune.search(changed, reuse=True, callbacks=[Notes(notes)])
     assert not result.reused and result.run_dir == (runs / "changed").resolve() and notes == []
     assert trials_run(result) == 2 and result.records[1].knobs["batch_size"] == 32
 
@@ -94,7 +110,7 @@ def test_a_changed_spec_searches_again(first):
 def test_a_matching_search_says_so_and_refresh_says_nothing(first):
     runs = first.run_dir.parent
     notes = []
-    again = autotune.search(AW.spec(runs / "again", workload=WORKLOAD), on_match=notes.append)
+    again = autotune.search(AW.spec(runs / "again", workload=WORKLOAD), callbacks=[Notes(notes)])
     assert not again.reused and trials_run(again) == 2
     # the matching finished search is named (the changed one asked another question)
     assert notes == [cache.describe(first.run_dir, reused=False)]
@@ -102,7 +118,7 @@ def test_a_matching_search_says_so_and_refresh_says_nothing(first):
         f"an earlier search asked the same on this device, torch and autotune: `{first.run_dir}`"
     )
     notes.clear()
-    fresh = autotune.search(AW.spec(runs / "fresh", workload=WORKLOAD), refresh=True, on_match=notes.append)
+    fresh = autotune.search(AW.spec(runs / "fresh", workload=WORKLOAD), refresh=True, callbacks=[Notes(notes)])
     assert not fresh.reused and trials_run(fresh) == 2 and notes == []
 
 

@@ -189,9 +189,9 @@ def test_a_ten_trial_live_view_is_ten_lines_and_the_incumbents_changes(tmp_path,
     view = L.LiveView(quiet=True)
 
     def search():
-        view.start(result.device, result.space, result.run_dir, n_trials=10)
+        view.on_start(result.device, result.space, result.run_dir, n_trials=10)
         for record in sorted(result.records, key=lambda r: r.number):
-            view.trial(record)
+            view.on_trial(record)
 
     lines = rendered(monkeypatch, 100, search).splitlines()
     trials = [line for line in lines if re.match(r"\[\d+/10\] trial ", line)]

@@ -14,14 +14,14 @@ def test_the_live_table_shows_the_running_trial():
     view = LiveView(quiet=True)
     view.searched = ["batch_size", "channels_last"]
     records = _records()
-    view.trial(records[0])
-    view.trial_started(1, records[1].knobs)
+    view.on_trial(records[0])
+    view.on_trial_start(1, records[1].knobs)
     render = Console(width=200, record=True)
     render.print(view._table())
     lines = render.export_text().splitlines()
     assert "│  1 │ running 0:00 │ 32    │ on      │           │" in lines[-2], lines
     assert view._incumbent() == "incumbent: trial #0, 1.00x the baseline, baseline"
-    view.trial(records[1])  # finished: its row is the result, no longer a running row
+    view.on_trial(records[1])  # finished: its row is the result, no longer a running row
     render.print(view._table())
     assert "running" not in render.export_text()
     # the incumbent at every moment: its gain, and its safety status (channels_last: no parity verdict yet)
@@ -34,7 +34,7 @@ def test_the_live_table_shows_the_running_trial():
         number=2,
         metrics={**records[1].metrics, "samples_per_s": 2.0 * records[1].throughput, "tie_kept": 1.0},
     )
-    view.trial(tied)
+    view.on_trial(tied)
     assert view._incumbent() == "incumbent: trial #1, 1.50x the baseline, parity passed"
 
 
@@ -43,7 +43,7 @@ def test_with_a_time_budget_the_live_view_counts_down_the_budget_and_the_trials(
     view.searched = ["batch_size", "channels_last"]
     view.n_trials, view.budget_s = 384, 300.0  # a budget and a trial count: the first reached ends the search
     view.started -= 60.5  # a minute into the search
-    view.trial(_records()[0])
+    view.on_trial(_records()[0])
     assert view._count() == "1/384" and view._eta() == "1:00 elapsed, ~3:59 left"
     render = Console(width=200, record=True)
     render.print(view._view())
@@ -60,11 +60,11 @@ def test_a_programs_probe_is_a_phase_with_its_elapsed_time_before_the_trials(mon
     out = io.StringIO()
     monkeypatch.setattr(report, "console", Console(file=out, width=200, color_system=None))
     view = LiveView(quiet=True)  # -q, a log: a line as it starts and as it ends
-    view.probe(True, 120.0)
+    view.on_probe(True, 120.0)
     view.probing = (view.probing[0] - 65.2, 120.0)  # a minute into it
     # a terminal's live line instead, counting up (within 80 columns)
     assert view._probe_line().plain == "probe: running your program once, 1:05 (a first step due within 2:00)"
-    view.probe(False, 120.0)
+    view.on_probe(False, 120.0)
     assert out.getvalue().splitlines() == [
         "probe: running your program once at its own settings (a first step due within 2:00)",
         "probe: ended after 1:05",

@@ -352,3 +352,54 @@ def test_the_yaml_check_sees_a_second_reader(tmp_path):
         "autotune/records/x.py:4 parses yaml",
         "scripts/y.py:2 reads best_config.yaml",
     ]
+
+
+# --- the third floor (issue 61): one interface for the backends, one place that tells a program from a factory ---
+
+
+def test_both_backends_implement_the_backend_protocol_with_no_parameter_left_out():
+    import inspect
+
+    from autotune.execution.local import LocalBackend
+    from autotune.execution.protocol import Backend
+    from autotune.execution.raytune import RayBackend
+
+    wanted = {n: inspect.signature(f) for n, f in vars(Backend).items() if inspect.isfunction(f) and n[0] != "_"}
+    assert set(wanted) >= {"start", "close", "detect_device", "placed", "reader", "run_trials", "remeasurers"}
+    for backend in (LocalBackend, RayBackend):
+        for name, signature in wanted.items():
+            theirs = inspect.signature(getattr(backend, name))
+            assert list(theirs.parameters) == list(signature.parameters), (backend.__name__, name, theirs)
+
+
+def branches_on_the_workload_kind(package: Path = PACKAGE) -> list[str]:
+    """The modules with a condition (if, a ternary, a comprehension's filter) on whether the workload is the user's
+    program or a factory: the plan's or state's `program`, or a workload's `command`."""
+
+    def kind(node) -> bool:
+        for n in ast.walk(node):
+            if isinstance(n, ast.Attribute) and n.attr == "program":
+                return True
+            if isinstance(n, ast.Attribute) and n.attr == "command" and "workload" in ast.unparse(n.value):
+                return True
+            literal = (
+                n.slice if isinstance(n, ast.Subscript) else (n.args[0] if isinstance(n, ast.Call) and n.args else None)
+            )
+            if isinstance(literal, ast.Constant) and literal.value == "command" and "workload" in ast.unparse(n):
+                return True
+        return False
+
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        tests = []
+        for n in ast.walk(ast.parse(path.read_text())):
+            tests += [n.test] if isinstance(n, (ast.If, ast.IfExp, ast.While)) else getattr(n, "ifs", [])
+        if any(kind(t) for t in tests):
+            out.append(str(path.relative_to(package.parent)))
+    return out
+
+
+def test_at_most_four_modules_tell_a_program_from_a_factory():
+    """The plan (which it is), the source that stands for it (autotune.execution.source), the launcher (a program
+    runs itself; a factory's trial runs the runner) and the export (a program's production command)."""
+    assert len(branches_on_the_workload_kind()) <= 4, branches_on_the_workload_kind()

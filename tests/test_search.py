@@ -12,6 +12,7 @@ from mlflow.tracking import MlflowClient
 from autotune import load_config
 from autotune import spec as S
 from autotune.decide.budget import NOTHING_LEFT
+from autotune.execution.callbacks import SearchCallback
 from autotune.execution.driver import run
 from autotune.trial.result import TrialResult
 
@@ -44,25 +45,25 @@ def make_spec(tmp_path, **overrides):
     return S.parse(data, "t.yaml")
 
 
-class Collector:
-    """Holds a lock, like the rich live view: callbacks need not be picklable."""
+class Collector(SearchCallback):
+    """Hears each trial as it starts and as it finishes (the search's callbacks)."""
 
     def __init__(self):
         self.lock = threading.RLock()
-        self.records = []
+        self.records, self.started = [], []
 
-    def __call__(self, record):
+    def on_trial(self, record):
         with self.lock:
             self.records.append(record)
 
+    def on_trial_start(self, number, knobs):
+        self.started.append((number, knobs, len(self.records)))
+
 
 def test_search_records_every_trial_everywhere(tmp_path):
-    collector, started = Collector(), []
-    result = run(
-        make_spec(tmp_path, trial={**TRIAL, "prune_margin": 0}),
-        on_trial=collector,
-        on_trial_start=lambda number, knobs: started.append((number, knobs, len(collector.records))),
-    )
+    collector = Collector()
+    result = run(make_spec(tmp_path, trial={**TRIAL, "prune_margin": 0}), callbacks=[collector])
+    started = collector.started
     seen = collector.records
     run_dir = result.run_dir
     numbers = [r.number for r in seen]
@@ -211,7 +212,12 @@ def test_with_a_time_budget_and_n_trials_the_first_limit_reached_ends_the_search
         search={"n_trials": 2, "time_budget_s": 600, "seed": 1, "confirm_rounds": 0},
     )
     seen = {}
-    result = run(spec, on_start=lambda device, space, run_dir, n, budget: seen.update(n=n, budget=budget))
+
+    class Start(SearchCallback):
+        def on_start(self, device, space, run_dir, n, budget):
+            seen.update(n=n, budget=budget)
+
+    result = run(spec, callbacks=[Start()])
     assert seen == {"n": 2, "budget": 600}
     assert len(result.records) == 2 and result.ended == "2 trials" and result.stopped_reason is None
     assert result.wall_s < 600

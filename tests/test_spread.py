@@ -29,7 +29,10 @@ def test_a_failing_rank_stops_the_other_and_the_trial_names_it(tmp_path):
         "ranks": 2,
         "dist_timeout_s": 200,
     }
-    settings = {"timeout_s": 240, "user_path": os.getcwd(), "thread_env": {}, "workload_pickle": None}
+    from autotune.execution.settings import RunSettings
+
+    # the request is the one given here (run_spread is handed it built): no request builder needed
+    settings = RunSettings(request=None, timeout_s=240, run_dir=str(tmp_path), user_path=os.getcwd())
     pg = placement_group([{"CPU": 0.5}] * 2, strategy="PACK")  # one node here: the group, not the spread, is tested
     ray.get(pg.ready())
     trial_dir = tmp_path / "trials" / "0000"

@@ -22,6 +22,7 @@ from rich.text import Text
 from autotune import knobs as K
 from autotune.cli import report
 from autotune.cli.report import short
+from autotune.execution.callbacks import SearchCallback
 from autotune.records.verdicts import sig
 
 
@@ -57,7 +58,7 @@ def _figure(best, base) -> str:
     return f"{figure['x']:.2f}x the baseline ({interval}{', ' if interval else ''}{said})"
 
 
-class LiveView:
+class LiveView(SearchCallback):
     """A table of trials that grows as they finish, with a row for each running
     trial (its knobs and how long it has run); a plain line per finished trial
     when quiet or when the output is not a terminal (CI logs): the knobs it changes from
@@ -75,7 +76,7 @@ class LiveView:
         self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
         self.probing: tuple[float, float] | None = None  # a program's probe: its start (monotonic), first-step limit
 
-    def probe(self, running: bool, first_step_s: float) -> None:
+    def on_probe(self, running: bool, first_step_s: float) -> None:
         """A program's probe starts (`running`) or ends: its phase, its elapsed time, before the trials."""
         if running:
             self.probing = time.monotonic(), first_step_s
@@ -99,7 +100,7 @@ class LiveView:
             + f" (a first step due within {_clock(round(limit))})"
         )
 
-    def start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
+    def on_start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
         self.searched = list(space.search)
         self.baseline = dict(space.baseline)
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
@@ -122,12 +123,12 @@ class LiveView:
             self.live = Live(get_renderable=self._view, console=report.console, refresh_per_second=2)
             self.live.start()
 
-    def trial_started(self, number: int, knobs: dict) -> None:
+    def on_trial_start(self, number: int, knobs: dict) -> None:
         self.running[number] = dict(knobs), time.monotonic()
         if self.live:
             self.live.update(self._view())
 
-    def trial(self, record) -> None:
+    def on_trial(self, record) -> None:
         self.running.pop(record.number, None)
         self.rows.append(record)
         # as the search judges (against the reference read near each trial's time: the figures move as it reads)
@@ -164,6 +165,15 @@ class LiveView:
         if self.best is None or base is None or not base.throughput:
             return "incumbent: none yet"
         return f"incumbent: trial #{self.best.number}, {_figure(self.best, base)}, {status(self.best, base)}"
+
+    def on_match(self, line: str) -> None:
+        report.remembered(line)
+
+    def on_wait(self, why: str) -> None:
+        report.waiting(why)
+
+    def on_remeasure(self, note: str) -> None:
+        report.note(note)
 
     def stop(self) -> None:
         if self.live:

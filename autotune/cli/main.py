@@ -200,18 +200,7 @@ def search(
         view = live.LiveView(quiet=quiet)
         try:
             result = api.search(
-                spec,
-                reuse=reuse,
-                refresh=refresh,
-                resume=resume is not None,
-                on_match=report.remembered,
-                on_start=view.start,
-                on_trial=view.trial,
-                on_trial_start=view.trial_started,
-                on_wait=report.waiting,
-                on_remeasure=report.note,
-                backend=backend,
-                on_probe=view.probe,
+                spec, reuse=reuse, refresh=refresh, resume=resume is not None, callbacks=[view], backend=backend
             )
         except KeyboardInterrupt:
             from autotune.cli.report import error

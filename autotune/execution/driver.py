@@ -1,19 +1,26 @@
-"""The search's one loop: `autotune.decide.strategy` chooses, on an Optuna study
-(RDB storage in the run dir, resumable); a backend runs each trial
-(`autotune.execution.backends`: `local`, one at a time on this host, or `ray`,
-Ray Tune on this host or any node of a cluster); each trial runs in a fresh
-process (`autotune.execution.launcher`); `autotune.records.recorder` writes each
-result everywhere; the stoppers (`autotune.decide.stoppers`) end it, the same
-for both backends.
+"""The search: one object (`Search`, the shape of Ray Tune's TuneController: its state as fields, each phase a
+method), from its plan to its result. `autotune.decide.strategy` chooses, on an Optuna study (RDB storage in the
+run dir, resumable); a backend runs each trial (`autotune.execution.backends`: `local`, one at a time on this host,
+or `ray`, Ray Tune on this host or any node of a cluster); each trial runs in a fresh process
+(`autotune.execution.launcher`); `autotune.records.recorder` writes each result everywhere; the stoppers
+(`autotune.decide.stoppers`) end it, the same for both backends. Its phases, in order:
 
-Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and
-the CUDA allocator are process state, and a reused process would carry them from
-one trial into the next. With Ray, the actor is the trial's resource reservation;
-the child process is its clean room, killed with its loader workers on timeout.
+- `open`: the plan checked (what needs no torch first), the workload built or probed beside the backend's start
+  (`autotune.execution.source`: a factory or the user's program, asked, never branched on), the device found and
+  the space resolved; a resumed search's search.json read back;
+- `start`: the MLflow parent run and search.json, the recorder, the study, the strategy and the stoppers; the
+  trials' settings (`RunSettings`);
+- `run_trials`: the trials on the backend until a stopper says stop, the reference reads between them;
+- `remeasure`: the late loss-parity checks, and the best re-measured against the baseline (the next candidate where
+  it loses), within the time budget;
+- `finish`: the verdicts, best_config.yaml, the summary, the parent run closed (beside the backend's close).
 
-Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml,
-as each trial's result arrives, so what finished is on disk at once; a trial on
-another node sends its files back with its result.
+Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and the CUDA allocator are process
+state, and a reused process would carry them from one trial into the next. With Ray, the actor is the trial's
+resource reservation; the child process is its clean room, killed with its loader workers on timeout.
+
+Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml, as each trial's result
+arrives, so what finished is on disk at once; a trial on another node sends its files back with its result.
 """
 
 from __future__ import annotations
@@ -21,571 +28,544 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import time
-from typing import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Iterable
 
 import optuna
 
-from autotune.execution import program as PG
 from autotune import knobs as K
 from autotune import workload as W
 from autotune._imports import installed
+from autotune.decide import checked
+from autotune.decide.budget import budget_fits, remeasure_cost
+from autotune.decide.confirm import confirm_best, window_ci
+from autotune.decide.reference import read_ci
+from autotune.decide.samplers import kind
+from autotune.decide.stoppers import search_stoppers
+from autotune.decide.strategy import Strategy
 from autotune.execution import backends, loop, startup
 from autotune.execution import spread as SP
+from autotune.execution.callbacks import Callbacks, SearchCallback
 from autotune.execution.launcher import start_shared, user_thread_env
 from autotune.execution.lock import device_lock
-from autotune.launch_command import own_knobs as launched_knobs
+from autotune.execution.protocol import TrialRun
+from autotune.execution.reads import Reads
+from autotune.execution.settings import RunSettings
+from autotune.execution.source import source_of
 from autotune.export import best_config as export
 from autotune.integrations import tracking
 from autotune.records import cache, plots
 from autotune.records.recorder import Recorder, reconcile
-from autotune.records.run_dir import (
-    SearchResult,
-    TrialRecord,
-    pick_best,
-    pruning_savings,
-    read_run,
-    same_device,
-)
+from autotune.records.run_dir import SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import settle
-from autotune.safety import program_parity
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
-from autotune.decide import checked
-from autotune.decide.budget import budget_fits, remeasure_cost
-from autotune.decide.confirm import confirm_best, window_ci
-from autotune.decide.stoppers import Combined, search_stoppers
-from autotune.decide.samplers import kind
-from autotune.decide.strategy import Strategy
-from autotune.execution.reads import Reads
-from autotune.decide.reference import read_ci
-from autotune.spec import SearchPlan, Spec, SpecError
-from autotune.trial import ranks as R
+from autotune.spec import Resources, SearchPlan, Spec, SpecError
 from autotune.trial.measure import FLOPS_FILE
 from autotune.trial.result import TrialResult
 
 
-def run(
-    spec: Spec,
-    *,
-    on_start: Callable | None = None,
-    on_trial: Callable | None = None,
-    resume: bool = False,
-    on_trial_start: Callable | None = None,
-    on_wait: Callable[[str], None] | None = None,
-    on_remeasure: Callable[[str], None] | None = None,
-    factory: Callable | None = None,
-    refresh: bool = False,
-    on_match: Callable[[str], None] | None = None,
-    backend="auto",
-    on_probe: Callable[[bool, float], None] | None = None,
-) -> SearchResult:
-    """Run a search to its end (trial count, time budget, a failed baseline, or
-    Ctrl-C / SIGTERM) on `backend` (a backend object, or its name for
-    `backends.choose`: auto, local, ray). The spec is read once, here, into the
-    search's plan (`SearchPlan.of`); every part below takes its section of the plan.
-    With `resume`, continue the search in `spec.output_dir`
-    from its Optuna storage: finished trials are neither lost nor repeated.
-    Everything that can be checked is checked before anything is written. A
-    local search waits while another one measures on the same device (`on_wait`
-    hears why). `factory`: the callable a spec's `workload.pickled` names.
-    A finished search of the same question on this machine (`autotune.records.cache`) is
-    named to `on_match` before the trials start (with `refresh`, it is not looked
-    for); `autotune.search(reuse=True)` returns it before this driver is imported. A program's probe
-    (autotune.execution.program) is told to `on_probe(running, first_step_limit_s)` as it starts and ends."""
-    started = time.perf_counter()
-    plan = SearchPlan.of(spec)
-    if isinstance(backend, str):
-        backend = backends.choose(backend, resources=plan.resources, tracking=plan.tracking)
-    run_dir = plan.run_dir
-    state = None
-    if resume:
-        if not SearchState.exists(run_dir):
-            raise SpecError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
-        state = SearchState.read(run_dir)
-    user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
-    user = plan.space.user()
-    program = plan.program  # the user's own program (autotune.execution.program)
-    source, pickled = (
-        (None, None) if program else startup.source(plan.workload, factory=factory, run_dir=run_dir, resume=resume)
-    )
-    try:  # what needs no torch is checked before anything starts
-        user_base = (
-            PG.flag_baseline(plan.workload.command, plan.space.workload_args)
-            if program
-            else W.user_knob_baseline(source, plan.workload.args, user)
+@dataclasses.dataclass(frozen=True)
+class Reservation:
+    """A config's Ray resources (what Ray pickles with the trainable: plain data only): the spec's CPUs a trial,
+    else with a GPU its loader workers and the main process, on a CPU host all but one core (one trial at a
+    time); its GPUs (one a rank with CUDA); the spec's custom resources."""
+
+    resources: Resources
+    device: K.Device
+
+    def __call__(self, config: dict) -> dict:
+        res, device = self.resources, self.device
+        cuda = device.type == "cuda"
+        gpus = res.gpus_per_trial if res.gpus_per_trial is not None else (res.ranks_per_trial if cuda else 0)
+        # Ray's reservation, not the trial's threads (those are torch's default or the num_threads knob)
+        cpus = res.cpus_per_trial or (min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1))
+        return {"CPU": cpus, "GPU": gpus, **res.custom}
+
+
+@dataclasses.dataclass
+class Options:
+    """How a search is run beside its spec: `resume` the one in the spec's output_dir (its Optuna storage:
+    finished trials neither lost nor repeated); `refresh`: search even where an earlier identical search is
+    remembered (autotune.records.cache), and name none; `factory`: the callable a spec's `workload.pickled`
+    names."""
+
+    resume: bool = False
+    refresh: bool = False
+    factory: Callable | None = None
+
+
+class Search:
+    """One search (see the module doc). `backend`: a backend object, or its name for `backends.choose` (auto,
+    local, ray); `callbacks`: what hears its progress (autotune.execution.callbacks)."""
+
+    def __init__(
+        self,
+        spec: Spec,
+        *,
+        backend="auto",
+        callbacks: Iterable[SearchCallback] = (),
+        options: Options | None = None,
+    ):
+        self.started = time.perf_counter()  # the search's clock; a wait for the device lock is taken off it
+        self.plan = SearchPlan.of(spec)
+        self.options = options or Options()
+        self.tell = Callbacks(callbacks)
+        self.backend = (
+            backends.choose(backend, resources=self.plan.resources, tracking=self.plan.tracking)
+            if isinstance(backend, str)
+            else backend
         )
-    except W.WorkloadError as e:
-        raise SpecError(f"workload: {e}") from e
-    given = plan.given()
-    given.update({K.USER_PREFIX + n: v for n, v in user_base.items()})
-    clash = K.conflicts({**K.pytorch_defaults(None), **given})
-    if clash:
-        raise SpecError(f"baseline: {'; '.join(clash)}")
-    K.declare(user)
-    if plan.tracking.uri:
-        tracking.check_uri(plan.tracking.uri)
-    from concurrent.futures import ThreadPoolExecutor
+        self.run_dir = self.plan.run_dir
+        self.state: SearchState | None = None
+        self.closing: list[Callable[[], None]] = []  # what ends the search beside the backend's close
+        self.forks = self.store = self.backend_started = None
 
-    asked = None if resume or refresh or program else cache.question(plan)
-    local_store = not plan.tracking.uri and not resume and not (run_dir / "mlflow.db").exists() and installed("mlflow")
-    # a local search's one fork server imports torch while Ray starts (autotune.execution.launcher.SharedForkServer);
-    # not with a Ray of the caller's own, whose nodes may be anywhere
-    forks = (
-        None
-        if not backend.shares_forks(plan.resources)
-        else start_shared(plan.workload.model_dump(mode="json"), user_path, user_thread_env())
-    )
+    # --- the phases -------------------------------------------------------------------------------------------
 
-    def probe() -> PG.Program:
-        # its first-step limit never past the budget: what this run has left of it (a resumed search's earlier runs
-        # not counted, so one stopped near its budget can still be probed, and finish)
-        limits = PG.probe_limits(plan.trial.first_step_s, plan.search.time_budget_s, time.perf_counter() - started)
-        if on_probe:
-            on_probe(True, limits.first_step_s)
+    def run(self) -> SearchResult:
+        """Run the search to its end (trial count, time budget, a failed baseline, or Ctrl-C / SIGTERM). Everything
+        that can be checked is checked before anything is written. A local search waits while another one measures
+        on the same device (`on_wait` hears why)."""
         try:
-            return PG.probe(
-                plan.workload,
-                run_dir,
-                user_path,
-                ranks=plan.resources.ranks_per_trial,
-                timeout_s=plan.trial.timeout_s,
-                shared=forks.path if forks else None,
-                limits=limits,
+            self.open()
+            # a cluster's scheduler places trials; on this host, one search per device at a time
+            lock = (
+                contextlib.nullcontext()
+                if self.plan.resources.ray_address
+                else device_lock(self.device.type, self.run_dir, self.tell.on_wait)
             )
+            with lock as waited:
+                self.started += waited or 0.0  # waiting is not searching (time budget, wall time)
+                self.start()
+                self.run_trials()
+                with self.backend.remeasurers(self.settings) as runner:
+                    self.remeasure(runner)
+                return self.finish()
         finally:
-            if on_probe:
-                on_probe(False, limits.first_step_s)
+            self.close()
 
-    try:
-        with ThreadPoolExecutor(1) as pool:  # start-up: the workload builds while Ray starts (see startup.prepare)
-            preparing = pool.submit(
-                startup.prepare,
-                source,
-                args=plan.workload.args,
-                run_dir=run_dir,
-                local_store=local_store,
-                probe=probe if program else None,
-            )
-            started_backend = backend.start(plan.resources)
-    except BaseException:
-        if forks:
-            forks.close()
-        raise
-    store, closing = None, []  # closing: what ends the search beside Ray's shutdown (_finish)
-    try:
-        workload, store, optimizer = preparing.result()
-        remembered = cache.key(asked, cache.machine(plan.resources.device, workload) if asked else None)
-        found = remembered and cache.Lookup(run_dir.parent, asked).match(remembered["machine"])
-        if found and on_match:
-            on_match(cache.describe(found, reused=False))
-        # a program's own settings: its launcher's flags (accelerate's --mixed_precision), then what its probe found
-        own = {
-            **(launched_knobs(plan.workload.launcher.env) if plan.workload.launcher else {}),
-            **(workload.baseline or {}),
-        }
-        baseline = {**K.pytorch_defaults(workload.batch_size), **own, **given}
-        lists, too_big = (
-            (plan.space.lists(), [])
-            if program
-            else startup.fit_batches(plan.space.lists(), baseline["batch_size"], len(workload.dataset))
+    def open(self) -> None:
+        """The plan checked, the workload built (or a program probed) beside the backend's start, the device found
+        and the space resolved (a resumed search's must be the one it searched)."""
+        plan, options = self.plan, self.options
+        if options.resume:
+            if not SearchState.exists(self.run_dir):
+                raise SpecError(f"`{self.run_dir}` is not a search's output dir (no {STATE_FILE}); nothing to resume")
+            self.state = SearchState.read(self.run_dir)
+        self.user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
+        self.source = source_of(plan, factory=options.factory, resume=options.resume, user_path=self.user_path)
+        self.given = self._given()  # what needs no torch is checked before anything starts
+        K.declare(plan.space.user())
+        if plan.tracking.uri:
+            tracking.check_uri(plan.tracking.uri)
+        asked = None if options.resume or options.refresh else self.source.cache_question()
+        workload, optimizer = self._build()
+        self.remembered = cache.key(asked, cache.machine(plan.resources.device, workload) if asked else None)
+        found = self.remembered and cache.Lookup(self.run_dir.parent, asked).match(self.remembered["machine"])
+        if found:
+            self.tell.on_match(cache.describe(found, reused=False))
+        self.workload = workload
+        self.device = dataclasses.replace(
+            self.backend.detect_device(plan.resources), optimizer=optimizer, ranks=plan.resources.ranks_per_trial
+        )  # the fused optimizer's class, the DDP/FSDP knobs
+        self.reservation = Reservation(plan.resources, self.device)
+        self.space = self._space(workload)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if not options.resume:
+            (self.run_dir / "spec.yaml").write_text(plan.to_yaml())
+            if self.source.pickled:  # what --resume and `python -m autotune.trial` load
+                (self.run_dir / W.PICKLE_FILE).write_bytes(self.source.pickled)
+        tracking.adopt_store(self.store, self.run_dir)
+
+    def start(self) -> None:
+        """The search's records opened (MLflow's parent run, search.json), the study, the strategy, the stoppers
+        and the trials' settings; a resumed search's finished trials told to the callbacks."""
+        plan, space, search = self.plan, self.space, self.plan.search
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.opened = opened = startup.open_search(
+            self.device,
+            space,
+            self.state,
+            run_dir=self.run_dir,
+            name=plan.name,
+            workload_ref=plan.workload.ref,
+            search=search,
+            tracking=plan.tracking,
+            remembered=self.remembered,
         )
+        self.state = opened.state
+        self.state.program = self.source.record(self.workload)
+        self.state.write(self.run_dir)
+        earlier = read_run(self.run_dir) if (self.run_dir / "trials.csv").exists() else None
+        records: list[TrialRecord] = earlier.records if earlier else []
+        self.recorder = Recorder(
+            opened.tracker,
+            records,
+            opened.paths["trials_csv"],
+            self.tell,
+            space.baseline,
+            earlier.reads if earlier else (),
+        )
+        self.study = optuna.create_study(
+            study_name=self.state.optuna_study, storage=opened.storage_url, direction="maximize", load_if_exists=True
+        )  # the strategy installs the spec's sampler on it
+        reconcile(self.study, self.recorder, space, self.run_dir)  # interrupted trials are proposed again first
+        self.strategy = Strategy(
+            self.study,
+            space.search,
+            space.baseline,
+            search.sampler,
+            min_improvement=search.min_improvement,
+            seed=search.seed,
+            cuda=self.device.type == "cuda",
+            listed=tuple(plan.space.knobs.given()),
+        )
+        self.settings = self._settings()
+        self.tell.on_start(self.device, space, self.run_dir, opened.n_trials, search.time_budget_s)
+        for record in sorted(records, key=lambda r: r.number):
+            self.tell.on_trial(record)  # what an earlier run of this search finished
+
+    def run_trials(self) -> None:
+        """The trials on the backend until a stopper says stop; the reference reads between them (where trials run
+        one at a time here), and the incumbent read afresh at the end."""
+        search, opened, recorder = self.plan.search, self.opened, self.recorder
+        budget = search.time_budget_s
+        fits = budget_fits(
+            recorder.records, self.space.baseline, budget, self.started, self.space.conflicts, self.reserve
+        )
+        self.stop, self.interrupted, exhausted = search_stoppers(
+            recorder,
+            n_trials=opened.n_trials,
+            budget_s=budget,
+            patience=None if kind(search.sampler).exhaustive else search.patience,  # a grid maps every point
+            min_improvement=search.min_improvement,
+            started=self.started,
+            wall_before=opened.wall_before,
+            reserve=self.reserve,
+        )
+        reads = self._reads()
+        proposer = loop.Proposer(
+            self.strategy,
+            {k: v for k, v in self.space.baseline.items() if k not in self.space.search},
+            self.plan.trial.prune_margin,
+            fits,
+            exhausted,
+            reads,
+        )
+        self.backend.run_trials(
+            TrialRun(
+                proposer,
+                recorder,
+                self.stop,
+                self.interrupted,
+                settings=self.settings,
+                reserve=self.reservation,
+                remaining=opened.n_trials - len(recorder.records),
+                resources=self.plan.resources,
+                time_budget_s=budget,
+                cuda=self.device.type == "cuda",
+                on_trial_start=self.tell.on_trial_start,
+            )
+        )
+        if reads is not None and not self.interrupted.set:
+            try:  # the incumbent read afresh where it is not yet, and the reference once more (Ctrl-C: as it stands)
+                reads.at_end()
+            except KeyboardInterrupt:
+                self.interrupted.set = True
+            recorder.rejudge()  # every trial's figures with every read
+
+    def remeasure(self, runner) -> None:
+        """The best's loss parity checked late where its trial did not run it, the best re-measured against the
+        baseline (a best the re-measurement rejects hands over to the next candidates: `checked.confirm_candidates`),
+        within the time budget. Ctrl-C here keeps what is known."""
+        records, search = self.recorder.records, self.plan.search
+        self.baseline = self.recorder.baseline()
+        self._late_speedups()
+        self.ended, self.stopped, self.confirm = self.stop.reason or "interrupted", self._stopped(), None
+        self.best = pick_best(records)
+        if self.stopped:
+            return
+        try:
+            self.best, self.confirm, rejected = checked.confirm_candidates(
+                records,
+                self.baseline,
+                lambda baseline, best: self._confirm(runner, baseline, best),
+                lambda knobs, label: self._check(runner, knobs, label),
+                self.tell.on_remeasure,
+                min_improvement=search.min_improvement,
+                budget_left=self.budget_left,
+            )
+            if rejected:
+                self.state.confirm_rejected = rejected
+        except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
+            self.stopped, self.ended, self.confirm = (
+                "interrupted while checking and re-measuring the best",
+                "interrupted",
+                None,
+            )
+            self.best = pick_best(records)
+
+    def finish(self) -> SearchResult:
+        """The verdicts (a best that did not beat the baseline in every pair ties with it), best_config.yaml, the
+        summary, search.json and the parent run closed (its plots and last writes beside the backend's close)."""
+        state, records, opened = self.state, self.recorder.records, self.opened
+        self.recorder.write()  # late parity verdicts
+        if self.confirm:
+            state.confirm = self.confirm
+        state.skipped_predicted = self.strategy.skipped_predicted()
+        wall = self.elapsed()  # a resumed search counts all its runs
+        result = SearchResult(
+            self.run_dir,
+            self.space,
+            self.device,
+            records,
+            self.baseline,
+            self.best,
+            wall,
+            opened.paths,
+            self.stopped,
+            self.ended,
+            self.confirm,
+            skipped=state.skipped_predicted,
+            reads=self.recorder.reads,
+        )
+        settle(result)
+        summary = self._summary(result, wall)
+        dataclasses.replace(state, wall_s=wall, stopped_reason=self.stopped, ended=self.ended).write(self.run_dir)
+        opened.tracker.tag_search({"ended": self.ended})
+        ok = any(r.throughput for r in records)
+
+        def close() -> None:  # the plots (where matplotlib is installed), then the parent run closed with them
+            plot_files = (
+                plots.write_all(result, opened.storage_url, state.optuna_study)
+                if ok and installed("matplotlib")
+                else []
+            )
+            opened.tracker.finish(
+                summary,
+                [
+                    opened.paths["best_config"],
+                    opened.paths["trials_csv"],
+                    self.run_dir / "spec.yaml",
+                    SearchState.path(self.run_dir),
+                ],
+                status="FAILED" if self.stopped else "FINISHED",
+                plots=plot_files,
+                result=result,  # its answer on MLflow's first screen (tracking.Tracker.tell)
+            )
+
+        self.closing.append(close)
+        return result
+
+    def close(self) -> None:
+        """The store let go where the search never adopted it, what `finish` left to close (the plots and MLflow's
+        last writes, 1-2 s each) beside the backend's close, and the fork server. What failed there is raised."""
+        tracking.adopt_store(self.store, None)  # not adopted (a check failed): removed
+        with ThreadPoolExecutor(1) as pool:
+            closed = [pool.submit(fn) for fn in self.closing]
+            if self.backend_started is not None:
+                self.backend.close(self.backend_started)
+        if self.forks:
+            self.forks.close()
+        for done in closed:
+            done.result()
+
+    # --- the clock ---------------------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        """Seconds this search has searched, a resumed search's earlier runs included."""
+        return time.perf_counter() - self.started + (self.opened.wall_before if hasattr(self, "opened") else 0.0)
+
+    def budget_left(self) -> float | None:
+        """Seconds left of the time budget (None: no budget): the whole search's, the re-measurement's too."""
+        budget = self.plan.search.time_budget_s
+        return budget - self.elapsed() if budget else None
+
+    def reserve(self) -> float:
+        """Seconds kept aside at the budget's end for the re-measurement (autotune.decide.budget.remeasure_cost)."""
+        return remeasure_cost(self.recorder.records, self.plan.search.confirm_rounds)
+
+    # --- the steps of the phases -------------------------------------------------------------------------------
+
+    def _given(self) -> dict:
+        """The baseline's stated values: the spec's and the searched user arguments' own (checked: no two knobs
+        that conflict)."""
+        given = self.plan.given()
+        given.update({K.USER_PREFIX + n: v for n, v in self.source.user_baseline().items()})
+        clash = K.conflicts({**K.pytorch_defaults(None), **given})
+        if clash:
+            raise SpecError(f"baseline: {'; '.join(clash)}")
+        return given
+
+    def _build(self):
+        """The workload built (or the program probed) while the backend starts, and an empty local MLflow store
+        made to adopt (startup.prepare): (the workload, its optimizer's class). A local search's one fork server
+        imports torch meanwhile (not with a Ray of the caller's own, whose nodes may be anywhere)."""
+        plan = self.plan
+        local_store = (
+            not plan.tracking.uri
+            and not self.options.resume
+            and not (self.run_dir / "mlflow.db").exists()
+            and installed("mlflow")
+        )
+        if self.backend.shares_forks(plan.resources):
+            self.forks = start_shared(plan.workload.model_dump(mode="json"), self.user_path, user_thread_env())
+
+        def build():
+            return self.source.build(self.forks, self.started, self.tell.on_probe)
+
+        with ThreadPoolExecutor(1) as pool:
+            preparing = pool.submit(startup.prepare, build, run_dir=self.run_dir, local_store=local_store)
+            self.backend_started = self.backend.start(plan.resources)
+        workload, self.store, optimizer = preparing.result()
+        return workload, optimizer
+
+    def _space(self, workload) -> K.Space:
+        """The space this device and workload resolve to, from the baseline (PyTorch's defaults, the workload's own
+        values, the spec's), less what the workload cannot take."""
+        plan, device, source = self.plan, self.device, self.source
+        own = source.own(workload)
+        baseline = {**K.pytorch_defaults(workload.batch_size), **own, **self.given}
+        lists, dropped = source.lists(plan.space.lists(), baseline, workload)
         resources = plan.resources
-        device = dataclasses.replace(
-            backend.detect_device(resources),
-            optimizer=optimizer,  # fused_optimizer
-            ranks=resources.ranks_per_trial,
-        )  # the DDP/FSDP knobs
-        why = SP.problem(resources.rank_placement, device) or (
-            None
-            if program
-            else R.search_problem(
-                SP.one_node(device, resources.rank_placement), workload, resources.blocks, lists, baseline
-            )
-        )
+        why = SP.problem(resources.rank_placement, device) or source.problem(device, workload, lists, baseline)
         why = why or K.asked(plan.space.knobs.given(), device)  # a language model's knob asked for must run
         if why:
             raise SpecError(why)
-        if program:  # an own value the device cannot run (a Trainer's pinned memory on a CPU) does nothing there:
-            # PyTorch's default stands for it, no baseline replaced (the program keeps its own; no trial sets it)
-            baseline.update(PG.inert(own, device, given))
+        source.settle_baseline(baseline, own, device, self.given)
         space = K.resolve_space(
-            lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, user
+            lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, plan.space.user()
         )
-        space.dropped += too_big
-        if program:  # what it never calls, it cannot take
-            PG.fix_unused(space, workload.used, workload.cannot, keep_effective_batch=plan.safety.keep_effective_batch)
+        space.dropped += dropped
+        source.settle_space(space, workload)
         if not space.search:
             raise SpecError(space.nothing_to_search())
-        if state and state.space["search"] != space.search:
+        if self.state and self.state.space["search"] != space.search:
             raise SpecError(
-                f"`{run_dir}` searched {state.space['search']}; this machine resolves the space to "
+                f"`{self.run_dir}` searched {self.state.space['search']}; this machine resolves the space to "
                 f"{space.search}: resume on the same kind of device"
             )
-        run_dir.mkdir(parents=True, exist_ok=True)
-        if not resume:
-            (run_dir / "spec.yaml").write_text(plan.to_yaml())
-            if pickled:  # what --resume and `python -m autotune.trial` load
-                (run_dir / W.PICKLE_FILE).write_bytes(pickled)
-        tracking.adopt_store(store, run_dir)
-        # a cluster's scheduler places trials; on this host, one search per device at a time
-        lock = contextlib.nullcontext() if resources.ray_address else device_lock(device.type, run_dir, on_wait)
-        with lock as waited:
-            started += waited or 0.0  # waiting is not searching (time budget, wall time)
-            return _search(
-                plan,
-                backend,
-                device=device,
-                space=space,
-                started=started,
-                state=state,
-                user_path=user_path,
-                pickled=pickled,
-                remembered=remembered,
-                fork_socket=forks.path if forks else None,
-                closing=closing,
-                on_start=on_start,
-                on_trial=on_trial,
-                on_trial_start=on_trial_start,
-                on_remeasure=on_remeasure,
-                program=workload.record() if program else None,
-            )
-    finally:
-        tracking.adopt_store(store, None)  # not adopted (a check failed): removed
-        with ThreadPoolExecutor(1) as pool:  # the plots and MLflow's last writes while Ray stops (1-2 s each)
-            closed = [pool.submit(fn) for fn in closing]
-            backend.close(started_backend)
-        if forks:
-            forks.close()
-        for done in closed:
-            done.result()  # what failed there is raised here
+        return space
 
-
-def _search(
-    plan: SearchPlan,
-    backend,
-    *,
-    device: K.Device,
-    space: K.Space,
-    started: float,
-    state: SearchState | None,
-    user_path: str | None,
-    pickled: bytes | None = None,
-    remembered: dict | None = None,
-    fork_socket: str | None = None,
-    closing: list[Callable[[], None]] | None = None,
-    on_start: Callable | None = None,
-    on_trial: Callable | None = None,
-    on_trial_start: Callable | None = None,
-    on_remeasure: Callable[[str], None] | None = None,
-    program: dict | None = None,
-) -> SearchResult:
-    """The trials on `backend`, then the late checks and re-measurements (`_finish`): `device` and `space` as
-    `run` resolved them, `started` its clock (`time.perf_counter()`), `state` a resumed search's search.json."""
-    run_dir, resources_, search = plan.run_dir, plan.resources, plan.search
-    cuda = device.type == "cuda"
-    cpus_per_trial = resources_.cpus_per_trial
-    gpus_per_trial = resources_.gpus_per_trial  # default: one a rank with CUDA
-    if gpus_per_trial is None:
-        gpus_per_trial = resources_.ranks_per_trial if cuda else 0
-
-    def cpus_fn(config) -> int:
-        # Ray's reservation, not the trial's threads (those are torch's default or
-        # the num_threads knob: what the user will run). With a GPU: the loader
-        # workers + the main process; a CPU host runs one trial at a time
-        if cpus_per_trial:
-            return cpus_per_trial
-        return min(config["num_workers"] + 1, device.cpus) if cuda else max(1, device.cpus - 1)
-
-    def resources(config) -> dict:
-        return {"CPU": cpus_fn(config), "GPU": gpus_per_trial, **resources_.custom}
-
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    opened = startup.open_search(
-        device,
-        space,
-        state,
-        run_dir=run_dir,
-        name=plan.name,
-        workload_ref=plan.workload.ref,
-        search=search,
-        tracking=plan.tracking,
-        remembered=remembered,
-    )
-    tracker, paths, state, n_trials, storage_url = (
-        opened.tracker,
-        opened.paths,
-        opened.state,
-        opened.n_trials,
-        opened.storage_url,
-    )
-    state.program = program
-    state.write(run_dir)
-    earlier = read_run(run_dir) if (run_dir / "trials.csv").exists() else None
-    records: list[TrialRecord] = earlier.records if earlier else []
-    recorder = Recorder(tracker, records, paths["trials_csv"], None, space.baseline, earlier.reads if earlier else ())
-    study = optuna.create_study(
-        study_name=state.optuna_study,
-        storage=storage_url,
-        direction="maximize",
-        load_if_exists=True,
-    )  # the strategy installs the spec's sampler on it
-    reconcile(study, recorder, space, run_dir)  # interrupted trials are proposed again first
-    recorder.on_trial, recorder.on_trial_start = on_trial, on_trial_start
-    strategy = Strategy(
-        study,
-        space.search,
-        space.baseline,
-        search.sampler,
-        min_improvement=search.min_improvement,
-        seed=search.seed,
-        cuda=device.type == "cuda",
-        listed=tuple(plan.space.knobs.given()),
-    )
-    remaining = n_trials - len(records)
-    if on_start:
-        on_start(device, space, run_dir, n_trials, search.time_budget_s)
-    for record in sorted(records, key=lambda r: r.number) if on_trial else ():
-        on_trial(record)  # what an earlier run of this search finished
-
-    base_knobs = {k: v for k, v in space.baseline.items() if k in K.KNOBS}
-    settings = {
-        "request": plan.trial_settings(
-            device.type,
+    def _settings(self) -> RunSettings:
+        plan, space = self.plan, self.space
+        base_knobs = {k: v for k, v in space.baseline.items() if k in K.KNOBS}
+        parity = {
+            # the baseline's parity reference: computed by the first trial that needs it, then reused
+            "baseline": base_knobs,
+            "steps": plan.safety.parity_steps,
+            "tolerance": plan.safety.tolerance,
+            "reference": str(self.run_dir / REFERENCE_FILE),
+        }
+        request = plan.trial_settings(
+            self.device.type,
             space.baseline,
-            parity={
-                # the baseline's parity reference: computed by the first trial that needs it, then reused
-                "baseline": base_knobs,
-                "steps": plan.safety.parity_steps,
-                "tolerance": plan.safety.tolerance,
-                "reference": str(run_dir / REFERENCE_FILE),
-            },
-            flops_cache=str(run_dir / FLOPS_FILE),
-            pickled=pickled,  # trials load the run dir's workload.pkl (bytes in `settings` for other nodes)
-        ),
-        "timeout_s": plan.trial.timeout_s,
-        "first_step_s": plan.trial.first_step_s if plan.program else None,  # a program's (autotune.execution.watch)
-        "run_dir": str(run_dir),
-        "user_path": user_path,
-        # Ray sets OMP_NUM_THREADS in its workers; a trial runs with the user's own
-        "thread_env": user_thread_env(),
-        "workload_pickle": pickled,
-        "rank_placement": resources_.rank_placement,
-        "fork_socket": fork_socket,  # a local search's shared fork server
-        **backend.trial_settings(),
-    }
-    budget = search.time_budget_s
+            parity=parity,
+            flops_cache=str(self.run_dir / FLOPS_FILE),
+            pickled=self.source.pickled,  # trials load the run dir's workload.pkl (bytes below for other nodes)
+        )
+        return self.backend.placed(
+            RunSettings(
+                request=request,
+                timeout_s=plan.trial.timeout_s,
+                first_step_s=plan.trial.first_step_s,  # a program's trials: each first step in its limit too
+                run_dir=str(self.run_dir),
+                user_path=self.user_path,
+                thread_env=user_thread_env(),  # Ray sets OMP_NUM_THREADS in its workers; a trial runs the user's
+                workload_pickle=self.source.pickled,
+                rank_placement=plan.resources.rank_placement,
+                fork_socket=self.forks.path if self.forks else None,  # a local search's shared fork server
+            )
+        )
 
-    def budget_left() -> float | None:  # the whole search's: the re-measurement too stops at its end
-        return budget - (time.perf_counter() - started + opened.wall_before) if budget else None
-
-    def reserve() -> float:  # kept aside at the budget's end for the re-measurement
-        return remeasure_cost(recorder.records, search.confirm_rounds)
-
-    fits = budget_fits(records, space.baseline, budget, started, space.conflicts, reserve)  # what runs in time
-    stop, interrupted, exhausted = search_stoppers(
-        recorder,
-        n_trials=n_trials,
-        budget_s=budget,
-        patience=None if kind(search.sampler).exhaustive else search.patience,  # a grid maps every point
-        min_improvement=search.min_improvement,
-        started=started,
-        wall_before=opened.wall_before,
-        reserve=reserve,
-    )
-    # the baseline read again between trials (autotune.decide.reference), where trials run one at a time here
-    reader = backend.reader(settings, cuda=cuda, target_ci=read_ci(plan.trial.target_ci, device.type))
-    reads = (
-        Reads(
-            study,
-            strategy,
-            recorder,
+    def _reads(self) -> Reads | None:
+        """The baseline read again between trials (autotune.decide.reference), where trials run one at a time
+        here and the spec gives the reads a share of the search."""
+        search = self.plan.search
+        reader = self.backend.reader(
+            self.settings,
+            cuda=self.device.type == "cuda",
+            target_ci=read_ci(self.plan.trial.target_ci, self.device.type),
+        )
+        if not reader or not search.reference_share:
+            return None
+        return Reads(
+            self.study,
+            self.strategy,
+            self.recorder,
             reader,
-            dict(space.baseline),
-            started=time.time() - (time.perf_counter() - started) - opened.wall_before,
-            device=device.type,
+            dict(self.space.baseline),
+            started=time.time() - (time.perf_counter() - self.started) - self.opened.wall_before,
+            device=self.device.type,
             share=search.reference_share,
         )
-        if reader and search.reference_share
-        else None
-    )
-    proposer = loop.Proposer(
-        strategy,
-        {k: v for k, v in space.baseline.items() if k not in space.search},
-        plan.trial.prune_margin,
-        fits,
-        exhausted,
-        reads,
-    )
-    backend.run_trials(
-        proposer,
-        recorder,
-        stop,
-        interrupted,
-        settings=settings,
-        reserve=resources,
-        remaining=remaining,
-        resources=resources_,
-        time_budget_s=budget,
-        cuda=cuda,
-    )
-    if reads is not None and not interrupted.set:
-        try:  # the incumbent read afresh where it is not yet, and the reference once more (Ctrl-C: as it stands)
-            reads.at_end()
-        except KeyboardInterrupt:
-            interrupted.set = True
-        recorder.rejudge()  # every trial's figures with every read
 
-    with backend.remeasurers(settings) as runner:  # the late checks and the re-measurements
-
-        def remeasure(baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
-            need = max(
-                (resources(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={}
-            )
-            ci = window_ci(baseline, best, plan.trial.target_ci)
-            return confirm_best(
-                runner(need, target_ci=ci), baseline, best, search.confirm_rounds, on_remeasure, budget_left
-            )
-
-        def check(knobs: dict, label: str) -> TrialResult:  # a late loss-parity check (autotune.decide.checked)
-            if not plan.program:
-                return runner(resources(knobs), parity_only=True)(knobs, label)
-
-            def run(k: dict, lab: str, noise: dict | None = None) -> TrialResult:
-                return runner(resources(k), parity_only=True, noise=noise)(k, lab)
-
-            base = dict(space.baseline)
-            parity, failed = program_parity.check(
-                run,
-                knobs,
-                base,
-                settings["request"].parity,
-                device_type=device.type,
-                path=run_dir / program_parity.REFERENCE_FILE,
-                label=label,
-                seed=search.seed,
-            )
-            return failed or TrialResult(status="ok", knobs=knobs, parity=parity)
-
-        return _finish(
-            plan,
-            device=device,
-            space=space,
-            started=started,
-            opened=opened,
-            recorder=recorder,
-            stop=stop,
-            strategy=strategy,
-            remeasure=remeasure,
-            check=check,
-            announce=on_remeasure,
-            closing=closing,
+    def _confirm(self, runner, baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
+        """The best re-measured against the baseline, side by side, each pair's windows sized by the gap
+        (autotune.decide.confirm)."""
+        need = max(
+            (self.reservation(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={}
+        )
+        ci = window_ci(baseline, best, self.plan.trial.target_ci)
+        rounds = self.plan.search.confirm_rounds
+        return confirm_best(
+            runner(need, target_ci=ci), baseline, best, rounds, self.tell.on_remeasure, self.budget_left
         )
 
+    def _check(self, runner, knobs: dict, label: str) -> TrialResult:
+        """A late loss-parity check (autotune.decide.checked), as the workload's source runs one."""
+        context = {
+            "baseline": self.space.baseline,
+            "parity": self.settings.request.parity,
+            "device_type": self.device.type,
+            "run_dir": self.run_dir,
+            "seed": self.plan.search.seed,
+        }
+        return self.source.check(runner, self.reservation, knobs, label, context)
 
-def _finish(
-    plan: SearchPlan,
-    *,
-    device: K.Device,
-    space: K.Space,
-    started: float,
-    opened: startup.Opened,
-    recorder: Recorder,
-    stop: Combined,
-    strategy: Strategy,
-    remeasure: Callable[[TrialRecord, TrialRecord], dict | None],
-    check: Callable[[dict, str], dict],
-    announce: Callable[[str], None] | None = None,
-    closing: list[Callable[[], None]] | None = None,
-) -> SearchResult:
-    """Speedups of trials that finished before the baseline, the best
-    re-measured against the baseline (autotune.decide.confirm), the best config, why
-    the search ended, the plots, and the parent run closed. The best's loss
-    parity is checked late where its trial did not run it (autotune.decide.checked),
-    and a best the re-measurement rejects hands over to the next candidates
-    (`checked.confirm_candidates`)."""
-    run_dir, search = plan.run_dir, plan.search
-    tracker, paths, state, n_trials, records = (
-        opened.tracker,
-        opened.paths,
-        opened.state,
-        opened.n_trials,
-        recorder.records,
-    )
-    baseline = recorder.baseline()
-    if baseline and baseline.throughput:  # trials that finished before the baseline did
-        for r in records:
+    def _late_speedups(self) -> None:
+        """Speedups of the trials that finished before the baseline did."""
+        baseline, tracker = self.baseline, self.opened.tracker
+        if not (baseline and baseline.throughput):
+            return
+        for r in self.recorder.records:
             if r.throughput and r.speedup is None and same_device(baseline, r):
                 r.add_derived(speedup_x=r.throughput / baseline.throughput)
                 tracker.log_metrics(r.mlflow_run_id, {"speedup_x": r.speedup})
-        recorder.write()
-    ok = [r for r in records if r.throughput]
-    best = pick_best(records)
-    wall = time.perf_counter() - started + opened.wall_before  # a resumed search counts all its runs
-    ended, stopped = stop.reason or "interrupted", None
-    if recorder.baseline_failed:
-        stopped = f"the baseline failed ({baseline.error_type}: {baseline.error}); nothing can be compared"
-    elif ended == "interrupted":
-        stopped = (
-            f"interrupted after {len(records)} of {n_trials} trials; continue with `autotune search --resume {run_dir}`"
-        )
-    confirm = None
-    try:
-        if not stopped:
-            budget_left = (
-                (lambda: search.time_budget_s - (time.perf_counter() - started + opened.wall_before))
-                if search.time_budget_s
-                else (lambda: None)
+        self.recorder.write()
+
+    def _stopped(self) -> str | None:
+        """Why the search stopped short of an answer (None: it did not)."""
+        if self.recorder.baseline_failed:
+            b = self.baseline
+            return f"the baseline failed ({b.error_type}: {b.error}); nothing can be compared"
+        if (self.stop.reason or "interrupted") == "interrupted":
+            n = len(self.recorder.records)
+            return f"interrupted after {n} of {self.opened.n_trials} trials; continue with `autotune search --resume {self.run_dir}`"
+        return None
+
+    def _summary(self, result: SearchResult, wall: float) -> dict:
+        """The parent run's summary metrics; best_config.yaml written where there is a best to compare."""
+        plan, records, best, baseline = self.plan, self.recorder.records, result.best, self.baseline
+        ok = [r for r in records if r.throughput]
+        summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
+        if result.reads_share:  # what the reference reads cost (autotune.decide.reference)
+            summary.update(
+                {f"reads_{k}" if k == "share" else k: v for k, v in result.reads_share.items() if v is not None}
             )
-            best, confirm, rejected = checked.confirm_candidates(
-                records,
-                baseline,
-                remeasure,
-                check,
-                announce,
-                min_improvement=search.min_improvement,
-                budget_left=budget_left,
-            )
-            if rejected:
-                state.confirm_rejected = rejected
-    except KeyboardInterrupt:  # Ctrl-C while checking or re-measuring: what is known is still exported
-        stopped, ended, confirm = "interrupted while checking and re-measuring the best", "interrupted", None
-        best = pick_best(records)
-    recorder.write()  # late parity verdicts
-    if confirm:
-        state.confirm = confirm
-        wall = time.perf_counter() - started + opened.wall_before
-    state.skipped_predicted = strategy.skipped_predicted()
-    result = SearchResult(
-        run_dir,
-        space,
-        device,
-        records,
-        baseline,
-        best,
-        wall,
-        paths,
-        stopped,
-        ended,
-        confirm,
-        skipped=state.skipped_predicted,
-        reads=recorder.reads,
-    )
-    settle(result)  # a best that did not beat the baseline in every pair ties with it
-    best = result.best
-    summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
-    if result.reads_share:  # what the reference reads cost (autotune.decide.reference)
-        summary.update({f"reads_{k}" if k == "share" else k: v for k, v in result.reads_share.items() if v is not None})
-    if baseline and baseline.throughput and best:
+        if not (baseline and baseline.throughput and best):
+            return summary
         export.write_best_config(
             result,
-            paths["best_config"],
+            self.opened.paths["best_config"],
             name=plan.name,
             workload=plan.workload,
             flags=plan.space.flags(),
             ranks=plan.resources.ranks_per_trial,
             blocks=plan.resources.blocks,
             keep_effective_batch=plan.safety.keep_effective_batch,
-            program=state.program,
+            program=self.state.program,
         )
         summary.update(
             {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},
@@ -593,29 +573,25 @@ def _finish(
             # the search's own figure of the best (its fresh reads', or its ratio to the reference at its time)
             trials_speedup_x=result.search_speedup,
         )
+        confirm = self.confirm
         if confirm and confirm.get("speedup_x"):
             summary.update(
                 confirm_rounds=confirm["rounds"],
                 confirm_speedup_low=confirm["speedup_low"],
                 confirm_speedup_high=confirm["speedup_high"],
             )
-    dataclasses.replace(state, wall_s=wall, stopped_reason=stopped, ended=ended).write(run_dir)
-    tracker.tag_search({"ended": ended})
+        return summary
 
-    def close() -> None:  # the plots (where matplotlib is installed), then the parent run closed with them
-        plot_files = (
-            plots.write_all(result, opened.storage_url, state.optuna_study) if ok and installed("matplotlib") else []
-        )
-        tracker.finish(
-            summary,
-            [paths["best_config"], paths["trials_csv"], run_dir / "spec.yaml", SearchState.path(run_dir)],
-            status="FAILED" if stopped else "FINISHED",
-            plots=plot_files,
-            result=result,  # its answer on MLflow's first screen (tracking.Tracker.tell)
-        )
 
-    if closing is None:
-        close()
-    else:  # the caller runs it beside Ray's shutdown (run)
-        closing.append(close)
-    return result
+def run(
+    spec: Spec,
+    *,
+    backend="auto",
+    callbacks: Iterable[SearchCallback] = (),
+    resume: bool = False,
+    refresh: bool = False,
+    factory: Callable | None = None,
+) -> SearchResult:
+    """A search of `spec` run to its end (`Search`)."""
+    options = Options(resume=resume, refresh=refresh, factory=factory)
+    return Search(spec, backend=backend, callbacks=callbacks, options=options).run()

@@ -1,6 +1,7 @@
 """The local backend: a search's trials one at a time on this host, each in a fresh process (through the
 search's shared fork server), with neither Ray nor MLflow (`--backend local`; automatic where Ray is not
-installed). The driver gives it the same strategy (`Proposer`), recorder and stoppers as the Ray backend."""
+installed). The driver gives it the same strategy (`Proposer`), recorder and stoppers as the Ray backend
+(`autotune.execution.protocol.TrialRun`); it implements `protocol.Backend`."""
 
 from __future__ import annotations
 
@@ -9,10 +10,11 @@ import time
 from pathlib import Path
 
 from autotune import knobs as K
-from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm
-from autotune.execution.trials import reader, remeasure_settings, run_trial
+from autotune.execution.loop import knobs_of, stop_on_sigterm
+from autotune.execution.protocol import TrialRun
+from autotune.execution.settings import RunSettings
+from autotune.execution.trials import reader, run_trial
 from autotune.records.run_dir import trial_dir_of
-from autotune.decide.stoppers import Flag, Stopper
 from autotune.spec import Resources
 
 
@@ -31,57 +33,43 @@ class LocalBackend:
 
         return detect_device(resources.device)
 
-    def trial_settings(self) -> dict:
-        return {}
+    def placed(self, settings: RunSettings) -> RunSettings:
+        return settings  # every trial runs here: nothing to add
 
-    def reader(self, settings: dict, *, cuda: bool, target_ci: float):
+    def reader(self, settings: RunSettings, *, cuda: bool, target_ci: float):
         """The reference reads (`autotune.execution.reads`): here, between trials, which run one at a time."""
         return reader(settings, target_ci)
 
-    def run_trials(
-        self,
-        proposer: Proposer,
-        recorder,
-        stop: Stopper,
-        interrupted: Flag,
-        *,
-        settings: dict,
-        reserve,
-        remaining: int,
-        resources: Resources,
-        time_budget_s: float | None,
-        cuda: bool,
-    ) -> None:
-        """Trials until a stopper says stop (the trial count and the budget among them); Ctrl-C ends the running
-        trial and sets `interrupted`. One at a time, here: `reserve` (a config's Ray resources), `resources`,
-        `time_budget_s` and `cuda` are the Ray backend's to place trials by."""
+    def run_trials(self, run: TrialRun) -> None:
+        """Trials until a stopper says stop (the trial count and the budget among them), one at a time, here;
+        Ctrl-C ends the running trial and sets `run.interrupted`."""
         try:
-            while not stop.stop():
-                config = proposer.suggest(None)
+            while not run.stop.stop():
+                config = run.proposer.suggest(None)
                 if config is None:
                     return
                 number = config["trial_number"]
-                if recorder.on_trial_start:  # the live view's row for the running trial
-                    recorder.on_trial_start(number, knobs_of(config))
-                trial_dir = trial_dir_of(settings["run_dir"], number)
+                run.on_trial_start(number, knobs_of(config))
+                trial_dir = trial_dir_of(run.settings.run_dir, number)
                 started = time.time()
-                result = run_trial(config, settings, trial_dir)
+                result = run_trial(config, run.settings, trial_dir)
                 launch = {"started_unix": started, "ended_unix": time.time()}
                 # the study first: a stop in between leaves a trial Optuna saw finish, which a resume records
                 # from its result.json (`records.recorder.reconcile`); the other way round it would run again
-                proposer.complete(None, result)
-                recorder.add(config, result, trial_dir=trial_dir, launch=launch)
+                run.proposer.complete(None, result)
+                run.recorder.add(config, result, trial_dir=trial_dir, launch=launch)
         except KeyboardInterrupt:
-            interrupted.set = True
+            run.interrupted.set = True
 
     @contextlib.contextmanager
-    def remeasurers(self, settings: dict):
+    def remeasurers(self, settings: RunSettings):
         """`runner(resources, parity_only=False, target_ci=None, noise=None)` -> `run(knobs, label) ->
-        TrialResult`: the late checks and re-measurements, here, one at a time (`trials.remeasure_settings`)."""
+        TrialResult`: the late checks and re-measurements, here, one at a time (`RunSettings.again`); a trial's
+        resources place nothing here."""
 
         def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None, noise=None):
-            again = remeasure_settings(settings, parity_only, target_ci, noise)
-            return lambda knobs, label: run_trial(knobs, again, Path(settings["run_dir"]) / "confirm" / label)
+            again = settings.again(parity_only=parity_only, target_ci=target_ci, noise=noise)
+            return lambda knobs, label: run_trial(knobs, again, Path(settings.run_dir) / "confirm" / label)
 
         yield runner
 

@@ -18,7 +18,6 @@ import shutil
 import tarfile
 import time
 from pathlib import Path
-from typing import Callable
 
 # Ray reads this when it is imported (docs/design.md, the facts): set before `import ray`, the
 # local node's address is 127.0.0.1 and every Ray server binds there, so a local
@@ -33,9 +32,10 @@ from autotune import knobs as K  # noqa: E402
 from autotune.execution import reaper  # noqa: E402
 from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
-from autotune.execution.trials import reader, remeasure_settings, run_trial  # noqa: E402
+from autotune.execution.trials import reader, run_trial  # noqa: E402
+from autotune.execution.protocol import TrialRun  # noqa: E402
+from autotune.execution.settings import RunSettings  # noqa: E402
 from autotune.records.run_dir import TUNE_METRIC, received, transport, trial_dir_of  # noqa: E402
-from autotune.decide.stoppers import Flag, Stopper  # noqa: E402
 from autotune.spec import Resources, SpecError  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
@@ -43,7 +43,7 @@ from autotune.workload import PICKLE_FILE  # noqa: E402
 # --- the trial, inside a Ray worker ---------------------------------------------
 
 
-def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialResult, str | None]:
+def run_on_node(config: dict, settings: RunSettings, local_dir: Path) -> tuple[TrialResult, str | None]:
     """Run the trial where Ray placed this call. Never raises: whatever goes
     wrong is the trial's error. On the driver's node the trial writes
     `local_dir`; on another node a temporary copy of the run dir's layout (with
@@ -53,12 +53,12 @@ def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialRes
 
     import ray
 
-    remote = ray.get_runtime_context().get_node_id() != settings["driver_node"]
+    remote = ray.get_runtime_context().get_node_id() != settings.driver_node
     root = Path(tempfile.mkdtemp(prefix=f"autotune-{local_dir.name}-")) if remote else None
     # the run dir's last two levels (trials/NNNN, confirm/LABEL): a trial config's relative `file` finds the factory
     work_dir = root / local_dir.parent.name / local_dir.name if remote else local_dir
-    if remote and settings.get("workload_pickle"):
-        (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
+    if remote and settings.workload_pickle:
+        (root / PICKLE_FILE).write_bytes(settings.workload_pickle)
     result = run_trial(config, settings, work_dir)
     if not remote:
         return result, None
@@ -67,12 +67,12 @@ def run_on_node(config: dict, settings: dict, local_dir: Path) -> tuple[TrialRes
     return result, packed
 
 
-def trainable(config: dict, settings: dict) -> None:
+def trainable(config: dict, settings: RunSettings) -> None:
     """Ray Tune's function trainable: one trial process, one report."""
     import ray
 
     number = config["trial_number"]
-    trial_dir = trial_dir_of(settings["run_dir"], number)
+    trial_dir = trial_dir_of(settings.run_dir, number)
     started = time.time()
     result, packed = run_on_node(config, settings, trial_dir)
     flat = transport(number, trial_dir, result)
@@ -92,12 +92,12 @@ class _Remeasurer:
     again or checked late (autotune.decide.confirm, autotune.decide.checked); its fork server
     stays warm from one run to the next."""
 
-    def run(self, knobs: dict, label: str, settings: dict) -> tuple[dict, str | None]:
-        return run_on_node(knobs, settings, Path(settings["run_dir"]) / "confirm" / label)
+    def run(self, knobs: dict, label: str, settings: RunSettings) -> tuple[dict, str | None]:
+        return run_on_node(knobs, settings, Path(settings.run_dir) / "confirm" / label)
 
 
 @contextlib.contextmanager
-def remeasurers(settings: dict, local: bool = False):
+def remeasurers(settings: RunSettings, local: bool = False):
     """`runner(resources, parity_only=False, target_ci=None, noise=None)` ->
     `run(knobs, label) -> result`, through Ray, for the block (the search's
     end: late parity checks, each candidate's re-measurement): each run placed
@@ -115,16 +115,14 @@ def remeasurers(settings: dict, local: bool = False):
     held: dict = {}  # the one actor: {"key": its resources, "actor": ...}
 
     def runner(resources: dict, parity_only: bool = False, target_ci: float | None = None, noise=None):
-        request, again = settings["request"], remeasure_settings(settings, parity_only, target_ci, noise)
-        if spreads(
-            settings.get("rank_placement", "pack"), request.ranks
-        ):  # the actor holds nothing; the ranks' group does
-            again["rank_bundles"], resources = rank_bundles(resources, request.ranks), {"CPU": 0}
+        request, again = settings.request, settings.again(parity_only=parity_only, target_ci=target_ci, noise=noise)
+        if spreads(settings.rank_placement, request.ranks):  # the actor holds nothing; the ranks' group does
+            again, resources = again.placed(rank_bundles=rank_bundles(resources, request.ranks)), {"CPU": 0}
         key = json.dumps(resources, sort_keys=True)
 
         def run(knobs: dict, label: str) -> dict:
             if local:
-                return run_on_node(knobs, again, Path(settings["run_dir"]) / "confirm" / label)[0]
+                return run_on_node(knobs, again, Path(settings.run_dir) / "confirm" / label)[0]
             if held.get("key") != key:  # started by the first run: none when there is nothing to re-measure
                 if held:
                     ray.kill(held["actor"])
@@ -140,7 +138,7 @@ def remeasurers(settings: dict, local: bool = False):
                 )
             result, packed = ray.get(held["actor"].run.remote(knobs, label, again))
             if packed:
-                unpack_dir(packed, Path(settings["run_dir"]) / "confirm" / label)
+                unpack_dir(packed, Path(settings.run_dir) / "confirm" / label)
             return result
 
         return run
@@ -317,13 +315,12 @@ class RecordTrials(DriverOnly, tune.Callback):
     `TrialResult` parsed from what Ray Tune carried (`records.run_dir.received`, once), told to the strategy
     (`Proposer.complete`), then recorded (`Recorder.add`): the study first, as the local backend does."""
 
-    def __init__(self, proposer: Proposer, recorder):
-        super().__init__(recorder)
-        self.proposer = proposer
+    def __init__(self, run: TrialRun):
+        super().__init__(run.recorder)
+        self.proposer, self.started = run.proposer, run.on_trial_start
 
     def on_trial_start(self, iteration, trials, trial, **info):
-        if self.held.on_trial_start:  # the live view's row for the running trial
-            self.held.on_trial_start(trial.config["trial_number"], knobs_of(trial.config))
+        self.started(trial.config["trial_number"], knobs_of(trial.config))  # the live view's running row
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         carried = _landed(trial.last_result)
@@ -393,33 +390,22 @@ class RayBackend:
     def detect_device(self, resources: Resources) -> K.Device:
         return detect_device(resources)
 
-    def trial_settings(self) -> dict:
+    def placed(self, settings: RunSettings) -> RunSettings:
+        """The trials' settings with the driver's node (a trial elsewhere sends its files back)."""
         import ray
 
-        return {"driver_node": ray.get_runtime_context().get_node_id()}
+        return settings.placed(driver_node=ray.get_runtime_context().get_node_id())
 
-    def reader(self, settings: dict, *, cuda: bool, target_ci: float):
+    def reader(self, settings: RunSettings, *, cuda: bool, target_ci: float):
         """The reference reads (`autotune.execution.reads`), in the driver between trials, through its fork
         server: where the trials run one at a time on this host (a local Ray on a CPU host, `run_trials`); None
         elsewhere (a cluster's trials run on its nodes, GPU trials side by side): each trial's own figure stands."""
-        return reader(settings, target_ci) if settings.get("fork_socket") and not cuda else None
+        return reader(settings, target_ci) if settings.fork_socket and not cuda else None
 
-    def run_trials(
-        self,
-        proposer: Proposer,
-        recorder,
-        stop: Stopper,
-        interrupted: Flag,
-        *,
-        settings: dict,
-        reserve: Callable[[dict], dict],
-        remaining: int,
-        resources: Resources,
-        time_budget_s: float | None,
-        cuda: bool,
-    ) -> None:
-        """The trials through Ray Tune, each placed by `reserve(config)` (its CPUs, GPUs and custom resources) and
-        `resources`' rank placement, until a stopper says stop or `time_budget_s` runs out."""
+    def run_trials(self, run: TrialRun) -> None:
+        """The trials through Ray Tune, each placed by `run.reserve(config)` (its CPUs, GPUs and custom resources)
+        and the resources' rank placement, until a stopper says stop or the time budget runs out."""
+        resources, settings, reserve = run.resources, run.settings, run.reserve  # what Ray pickles: no `run`
         # failed trials report no throughput; Optuna records them as FAIL (see Searcher)
         os.environ["TUNE_DISABLE_STRICT_METRIC_CHECKING"] = "1"
         # Tune's own per-trial result files would duplicate trials.csv (and the trial
@@ -432,12 +418,12 @@ class RayBackend:
         tuner = tune.Tuner(
             trainable_,
             tune_config=tune.TuneConfig(
-                search_alg=Searcher(proposer),
-                num_samples=max(remaining, 1),
+                search_alg=Searcher(run.proposer),
+                num_samples=max(run.remaining, 1),
                 # a local CPU host runs one trial at a time (two at once disturb each
                 # other's numbers); GPUs and cluster nodes are placed by resources
-                max_concurrent_trials=None if cuda or resources.ray_address else 1,
-                time_budget_s=time_budget_s,
+                max_concurrent_trials=None if run.cuda or resources.ray_address else 1,
+                time_budget_s=run.time_budget_s,
                 # the Ray actor only reserves resources and starts the trial process,
                 # which is fresh every time: reusing actors saves ~3 s a trial and
                 # carries no torch state from one trial to the next
@@ -445,20 +431,20 @@ class RayBackend:
             ),
             run_config=tune.RunConfig(
                 name="ray",
-                storage_path=settings["run_dir"],
+                storage_path=settings.run_dir,
                 verbose=0,
-                callbacks=[RecordTrials(proposer, recorder)],
-                stop=Stop(stop),
+                callbacks=[RecordTrials(run)],
+                stop=Stop(run.stop),
                 failure_config=tune.FailureConfig(max_failures=0),
             ),
         )
-        if remaining > 0:
+        if run.remaining > 0:
             tuner.fit()
-        if not stop.stop():  # Tune ended before any stopper did: Ctrl-C or SIGTERM
-            interrupted.set = True
+        if not run.stop.stop():  # Tune ended before any stopper did: Ctrl-C or SIGTERM
+            run.interrupted.set = True
 
-    def remeasurers(self, settings: dict):
-        return remeasurers(settings, local=bool(settings.get("fork_socket")))
+    def remeasurers(self, settings: RunSettings):
+        return remeasurers(settings, local=bool(settings.fork_socket))
 
     def close(self, started: bool) -> None:
         if started:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from autotune.trial import ranks as R
 from autotune.execution.launcher import run_in_process
+from autotune.execution.settings import RunSettings
 from autotune.execution.watch import Limits
 from autotune.trial.result import TrialResult, failed
 from autotune.workload import PICKLE_FILE
@@ -94,7 +95,7 @@ def node_env(r: int, ranks: int, addr: str, port: int) -> dict[str, str]:
     }
 
 
-def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, str]) -> tuple[TrialResult, str]:
+def _rank(r: int, request: dict, settings: RunSettings, env: dict, where: tuple[str, str]) -> tuple[TrialResult, str]:
     """A Ray task on rank `r`'s bundle: the runner as that rank in a fresh process,
     in a temporary copy of the run dir's layout (`where`: its last two levels, so
     a pickled factory's relative path resolves); its result and its log."""
@@ -103,16 +104,16 @@ def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, st
     root = Path(tempfile.mkdtemp(prefix=f"autotune-{where[1]}-r{r}-"))
     work = root / where[0] / where[1]
     try:
-        if settings.get("workload_pickle"):
-            (root / PICKLE_FILE).write_bytes(settings["workload_pickle"])
+        if settings.workload_pickle:
+            (root / PICKLE_FILE).write_bytes(settings.workload_pickle)
         result = run_in_process(
             request,
             work,
-            settings["timeout_s"],
-            settings["user_path"],
-            settings["thread_env"],
+            settings.timeout_s,
+            settings.user_path,
+            settings.thread_env,
             env=env,
-            limits=Limits(settings.get("first_step_s")),
+            limits=Limits(settings.first_step_s),
         )
         log = work / "trial.log"
         text = log.read_text(errors="replace") if log.exists() else ""
@@ -123,7 +124,7 @@ def _rank(r: int, request: dict, settings: dict, env: dict, where: tuple[str, st
     return result, text
 
 
-def run_spread(request: dict, settings: dict, trial_dir: Path) -> TrialResult:
+def run_spread(request: dict, settings: RunSettings, trial_dir: Path) -> TrialResult:
     """In the Tune trial, on rank 0's node: run request["ranks"] ranks, one per
     bundle of the trial's placement group; write config.json, result.json (the
     merged result), trial.log (rank 0's) and rank<R>.log into `trial_dir`."""
@@ -141,16 +142,16 @@ def run_spread(request: dict, settings: dict, trial_dir: Path) -> TrialResult:
 
 
 @contextlib.contextmanager
-def _group(settings: dict):
+def _group(settings: RunSettings):
     """The trial's placement group; outside a Tune trial (a re-measurement's
-    actor, autotune.decide.confirm), one of its own from settings["rank_bundles"]."""
+    actor, autotune.decide.confirm), one of its own from settings.rank_bundles."""
     import ray
 
     pg = ray.util.get_current_placement_group()
     if pg is not None:
         yield pg
         return
-    pg = ray.util.placement_group(settings["rank_bundles"], strategy=SPREAD)
+    pg = ray.util.placement_group(settings.rank_bundles, strategy=SPREAD)
     try:
         ray.get(pg.ready())
         yield pg
@@ -173,7 +174,7 @@ def _master(pg) -> tuple[str, int]:
     )
 
 
-def _start(pg, ranks: int, request: dict, settings: dict, *, addr: str, port: int, trial_dir: Path) -> dict:
+def _start(pg, ranks: int, request: dict, settings: RunSettings, *, addr: str, port: int, trial_dir: Path) -> dict:
     """One Ray task per rank on its bundle; {ref: rank}."""
     import ray
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy

@@ -58,21 +58,13 @@ def source(
         raise SpecError(str(e)) from e
 
 
-def prepare(
-    source: W.Source, *, args: dict, run_dir: Path, local_store: bool, probe: Callable | None = None
-) -> tuple[W.Workload, Path | None, str | None]:
-    """The user's workload (`source` called with `args`), checked (imports torch and the factory), its
-    optimizer's class (`K.optimizer_of`: its first optimizer imports
-    torch._dynamo, 17 s on 2 cores under load ~8), and an empty local MLflow
-    store to adopt (`T.empty_store`, which imports MLflow). Runs while
-    Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart
-    started after 7.6-10.7 s instead of 10.5-13.6 s. `probe`: a user's program
-    (workload.command) is probed instead (autotune.execution.program.Program)."""
-    try:
-        workload = probe() if probe else W.load(source, args)
-    except W.WorkloadError as e:
-        raise SpecError(f"workload: {e}") from e
-    optimizer = None if probe else K.optimizer_of(workload)
+def prepare(build: Callable, *, run_dir: Path, local_store: bool) -> tuple[object, Path | None, str | None]:
+    """The user's workload built (`build()`: (the workload, its optimizer's class); its factory imports torch,
+    and `K.optimizer_of`'s first optimizer torch._dynamo, 17 s on 2 cores under load ~8), or a program probed
+    (autotune.execution.source), and an empty local MLflow store to adopt (`T.empty_store`, which imports MLflow).
+    Runs while Ray starts: on 2 shared cores (load ~3) the first trial of the quickstart started after 7.6-10.7 s
+    instead of 10.5-13.6 s. Returns (the workload, the store, the optimizer's class)."""
+    workload, optimizer = build()
     try:
         return workload, T.empty_store(run_dir) if local_store else None, optimizer
     except Exception:  # no head start: the Tracker creates the store itself

@@ -9,6 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.execution.launcher import run_in_process
+from autotune.execution.settings import RunSettings
 from autotune.execution.spread import run_spread, spreads
 from autotune.execution.watch import Limits
 from autotune.records.scaling import with_reference
@@ -18,28 +19,28 @@ from autotune.trial.request import TrialSettings
 from autotune.trial.result import TrialResult, failed
 
 
-def run_trial_in(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
+def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialResult:
     """The trial config for this search config (the one request builder), run in a fresh process."""
-    request = settings["request"].config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
+    request = settings.request.config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
 
     def run(request: dict, trial_dir: Path) -> TrialResult:
         return run_in_process(
             request,
             trial_dir,
-            settings["timeout_s"],
-            settings["user_path"],
-            settings["thread_env"],
-            shared=settings.get("fork_socket"),
-            limits=Limits(settings.get("first_step_s")),  # a program's first step in time
+            settings.timeout_s,
+            settings.user_path,
+            settings.thread_env,
+            shared=settings.fork_socket,
+            limits=Limits(settings.first_step_s),  # a program's first step in time
         )
 
-    spread = spreads(settings.get("rank_placement", "pack"), request.get("ranks", 1))  # one rank per node
+    spread = spreads(settings.rank_placement, request.get("ranks", 1))  # one rank per node
     result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
     if config.get("anchor") and not spread:  # the search's first incumbent: read twice
-        result = reread_anchor(result, settings["request"].timed_only().config(config, anchor=True), run, trial_dir)
+        result = reread_anchor(result, settings.request.timed_only().config(config, anchor=True), run, trial_dir)
     if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.records.scaling)
         # one thread a rank where the ranks shared a node and the user set none (autotune.trial.ranks)
-        threads = None if spread or (settings["thread_env"] or {}).get("OMP_NUM_THREADS") else 1
+        threads = None if spread or (settings.thread_env or {}).get("OMP_NUM_THREADS") else 1
         result = with_reference(result, request, run, trial_dir, threads)
     return advised(result, trial_dir)
 
@@ -58,7 +59,7 @@ def advised(result: TrialResult, trial_dir: Path) -> TrialResult:
     return result
 
 
-def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
+def run_trial(config: dict, settings: RunSettings, trial_dir: Path) -> TrialResult:
     """`run_trial_in`, never raising: whatever goes wrong is the trial's error."""
     try:
         return run_trial_in(config, settings, trial_dir)
@@ -66,19 +67,9 @@ def run_trial(config: dict, settings: dict, trial_dir: Path) -> TrialResult:
         return failed("error", type(e).__name__, str(e), trial_wall_s=0.0)
 
 
-def reader(settings: dict, target_ci: float):
+def reader(settings: RunSettings, target_ci: float):
     """`read(knobs, label, trial_dir) -> TrialResult`: a reference read here, between trials
     (`autotune.execution.reads`): a timed window of `knobs` alone in a fresh process (through the search's fork
     server where it has one), its window's mean to `target_ci`."""
-    again = remeasure_settings(settings, target_ci=target_ci)
+    again = settings.again(target_ci=target_ci)
     return lambda knobs, label, trial_dir: run_trial(knobs, again, trial_dir)
-
-
-def remeasure_settings(
-    settings: dict, parity_only: bool = False, target_ci: float | None = None, noise: dict | None = None
-) -> dict:
-    """The trial settings of a late check or a re-measurement: less profiling, diagnosis and parity, windows to
-    `target_ci` where given (`parity_only`: loss parity alone, the late check of `autotune.decide.checked`;
-    `noise`: a program's noise run, `safety.program_parity`)."""
-    request = settings["request"]
-    return {**settings, "request": request.parity_check(noise) if parity_only else request.timed_only(target_ci)}

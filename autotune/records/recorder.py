@@ -21,10 +21,9 @@ class Recorder:
     """Turns each finished trial (its `TrialResult`, as a backend or a resume hands it over)
     into a record, writes it everywhere at once, and tells the caller."""
 
-    def __init__(self, tracker, records, csv_path, on_trial, baseline_knobs, reads=()):
+    def __init__(self, tracker, records, csv_path, tell, baseline_knobs, reads=()):
         self.tracker, self.records, self.baseline_knobs = tracker, records, baseline_knobs
-        self.csv_path, self.on_trial = csv_path, on_trial
-        self.on_trial_start: Callable | None = None
+        self.csv_path, self.tell = csv_path, tell  # tell: hears each record (a search callback's `on_trial`)
         self.baseline_failed: TrialRecord | None = None
         self.reads: list[TrialRecord] = list(reads)  # the reference reads (TrialRecord.read), in order
         # a record's figures against the reference read near its time (autotune.execution.reads), where the
@@ -71,8 +70,8 @@ class Recorder:
         if record.is_baseline:  # trials that finished before it (in parallel on a cluster)
             self._late_efficiency(record)
         self.write()
-        if self.on_trial:
-            self.on_trial(record)
+        if self.tell is not None:
+            self.tell.on_trial(record)
 
     def write(self) -> None:
         """trials.csv: the trials, then the reads."""

@@ -61,7 +61,8 @@ class TrialSettings:
     ):
         """From the search plan's sections as plain data (`autotune.spec.SearchPlan.trial_settings`): `window`, the
         trial section's TRIAL_KEYS; `parity` (default: against `baseline`'s knobs, `parity_steps` long, within
-        `tolerance`); `flags`: a program's searched flags (its baseline is then its own settings)."""
+        `tolerance`); `flags`: a program's searched flags, None for a factory (a program's baseline is then its own
+        settings)."""
         return cls(
             workload=workload,
             trial={
@@ -83,8 +84,8 @@ class TrialSettings:
             blocks=blocks,
             memory_limit_gib=memory_limit_gib,
             flops_cache=flops_cache,
-            program_baseline=dict(baseline) if workload.get("command") else None,
-            flags=flags if workload.get("command") else None,
+            program_baseline=None if flags is None else dict(baseline),
+            flags=flags,
         )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":

@@ -69,6 +69,7 @@ def test_the_knobs_reach_a_plain_loop_each_the_way_torch_lets_it(tmp_path):
     assert result.metrics["samples_per_s"] == pytest.approx(4 * result.metrics["steps_per_s"])
 
 
+@pytest.mark.slow  # in CI: the baseline's own values read back (the plain language model's trial above)
 def test_without_knobs_a_program_runs_as_it_wrote_itself(tmp_path):
     result, steps, _ = trial(tmp_path, "observed_loop.py", {})
     assert result.status == "ok", result.error
@@ -156,6 +157,7 @@ def test_autotune_run_applies_a_best_config_to_a_plain_loop(tmp_path):
     assert len(steps) == 3 and steps[-1]["workers"] == 2 and steps[-1]["channels_last_input"]
 
 
+@pytest.mark.slow  # in CI: bench_programs' smoke times memmap_loop's steps in production through the same log
 def test_production_step_log_times_a_plain_loops_steps(tmp_path):
     """bench_program's step log (AUTOTUNE_STEP_LOG) under `autotune run`: torch's hooks mark each step."""
     from tests.test_instrument import best_config

@@ -59,7 +59,9 @@ def test_the_budget_keeps_the_remeasurements_time_aside():
         SimpleNamespace(info={"trial_wall_s": 6.0}, throughput=2.0, is_baseline=False),
         SimpleNamespace(info={"trial_wall_s": 8.0}, throughput=None, is_baseline=False),  # failed: no read
     ]
-    assert remeasure_cost(trials, 3) == 3 * (10.0 + 8.0) and remeasure_cost(trials, 0) == remeasure_cost([], 3) == 0
+    # the pairs that settle a verdict (2 of the 3 rounds), at most a quarter of the budget
+    assert remeasure_cost(trials, 3) == 2 * (10.0 + 8.0) and remeasure_cost(trials, 0) == remeasure_cost([], 3) == 0
+    assert remeasure_cost(trials, 1) == 18.0 and remeasure_cost(trials, 3, budget=100.0) == 25.0
     records = [record(1.0)]
     assert not Budget(100.0, lambda: 40.0, records, lambda: 54.0).stop()
     assert Budget(100.0, lambda: 50.0, records, lambda: 54.0).stop()  # 46 s left: the re-measurement's 54 s

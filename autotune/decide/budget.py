@@ -79,15 +79,21 @@ def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
 NOTHING_LEFT = "no config left to try: every point measured, known infeasible, or estimated to overrun the time budget"
 
 
-def remeasure_cost(records: list, rounds: int) -> float:
-    """Seconds the re-measurement after the trials will take (`rounds` pairs, each the baseline and the best in a
-    fresh process), from the trials so far: the baseline's wall time and the median of the others' (the best is
-    not known yet). A budget keeps this much aside, so `--budget` bounds the whole search. 0 before any trial."""
+RESERVE_SHARE = 0.25  # at most this share of a time budget is kept aside for the re-measurement
+
+
+def remeasure_cost(records: list, rounds: int, budget: float | None = None) -> float:
+    """Seconds to keep aside at the budget's end for the re-measurement after the trials, from the trials so far:
+    the pairs that settle a verdict (min(`rounds`, 2); each the baseline and the best in a fresh process, costed
+    at the baseline's wall time and the median of the others': the best is not known yet), at most RESERVE_SHARE
+    of `budget`, so a short budget of slow trials still runs trials; what does not fit in it is cut at the
+    budget's end (no round after the first starts past it). 0 before any trial."""
     walls = [r.info["trial_wall_s"] for r in records if r.info.get("trial_wall_s") and r.throughput]
     if not rounds or not walls:
         return 0.0
     base = next((r.info["trial_wall_s"] for r in records if r.is_baseline and r.info.get("trial_wall_s")), walls[0])
-    return rounds * (base + statistics.median(walls))
+    cost = min(rounds, 2) * (base + statistics.median(walls))
+    return min(cost, RESERVE_SHARE * budget) if budget else cost
 
 
 def budget_fits(

@@ -384,7 +384,8 @@ class Search:
 
     def reserve(self) -> float:
         """Seconds kept aside at the budget's end for the re-measurement (autotune.decide.budget.remeasure_cost)."""
-        return remeasure_cost(self.recorder.records, self.plan.search.confirm_rounds)
+        search = self.plan.search
+        return remeasure_cost(self.recorder.records, search.confirm_rounds, search.time_budget_s)
 
     # --- the steps of the phases -------------------------------------------------------------------------------
 

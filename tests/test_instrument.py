@@ -149,10 +149,12 @@ def test_without_a_trial_or_a_config_nothing_is_patched_and_the_hidden_sitecusto
 
 
 def run_trial(tmp_path, program, knobs, args):
+    """`program` (a file of tests/programs, or TRL_SFT: a module, `-m ...`) as a trial's process."""
     trial = tmp_path / "trial"
     trial.mkdir()
+    program = [program] if isinstance(program, str) else list(program)
     request = {
-        "workload": {"command": ["python", program]},
+        "workload": {"command": ["python", *program]},
         "knobs": knobs,
         "warmup_steps": 2,
         "measure_steps": 4,
@@ -160,9 +162,8 @@ def run_trial(tmp_path, program, knobs, args):
         "max_window_s": 3.0,
     }
     (trial / "config.json").write_text(json.dumps(request))
-    proc = run(
-        [sys.executable, str(PROGRAMS / program), *args], child_env(AUTOTUNE_TRIAL=str(trial / "config.json")), tmp_path
-    )
+    where = [str(PROGRAMS / program[0])] if program[0].endswith(".py") else program
+    proc = run([sys.executable, *where, *args], child_env(AUTOTUNE_TRIAL=str(trial / "config.json")), tmp_path)
     return proc, trial
 
 
@@ -188,6 +189,8 @@ def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
     # its Trainer could flatten padded batches, but its model classifies whole rows: padding_free is not run
     assert "flatten" in result.used and "packing" not in result.used  # no `packing` argument: TRL's
     assert result.cannot["padding_free"].startswith("BertForSequenceClassification is not a causal language model")
+    # the Trainer's own Accelerator is the Trainer's: its arguments carry precision and compile (not "cannot")
+    assert not {"precision", "compile"} & set(result.cannot)
     # what the script runs with, read by the probe (the baseline of a search with no spec): its model's and its
     # TrainingArguments' own (transformers' defaults: pinned memory, the fused AdamW)
     assert result.own_knobs == {
@@ -493,12 +496,13 @@ def test_a_tokenizers_padded_batch_counts_its_rows():
 
 # --- TRL's own SFT script (trl/scripts/sft.py of trl 1.13.0), as it ships ------------------------------------
 
-TRL_SFT_SHA256 = "04b2ece6e1a197d5c930dd4f6813020f2ad32e28cf95d96757e456b1c968b163"  # the wheel's trl/scripts/sft.py
+TRL_SFT = ["-m", "trl.scripts.sft"]  # TRL's own SFT script, run from the installed package as it ships
 
 
 @pytest.fixture(scope="module")
 def trl_data(tmp_path_factory):
-    """trl_sft.py's model (a random-init Llama and a BPE tokenizer trained here) and texts, made offline."""
+    """The model TRL's SFT script trains here (a random-init Llama and a BPE tokenizer trained here) and its texts,
+    made offline (tests/programs/trl_sft_data.py)."""
     needs_trl()
     where = tmp_path_factory.mktemp("trl")
     proc = run([sys.executable, str(PROGRAMS / "trl_sft_data.py"), str(where), "--rows", "600"], None, where)
@@ -524,16 +528,9 @@ def trl_args(data: Path, *extra: str) -> list[str]:
     ]
 
 
-def test_trl_sft_is_trls_own_script_with_no_line_changed():
-    import hashlib
-
-    assert hashlib.sha256((PROGRAMS / "trl_sft.py").read_bytes()).hexdigest() == TRL_SFT_SHA256
-
-
 TRL_PARSE = """
 import json, sys
-sys.path.insert(0, sys.argv.pop(1))
-from trl_sft import make_parser  # the script's own parser: TrlParser over its four dataclasses
+from trl.scripts.sft import make_parser  # the script's own parser: TrlParser over its four dataclasses
 
 script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(fail_with_unknown_args=False)
 fields = ("dataloader_num_workers", "per_device_train_batch_size", "bf16", "use_cpu", "packing", "output_dir",
@@ -551,7 +548,7 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
     needs_trl()
     knobs = {"batch_size": 8, "num_workers": 1, "precision": "bf16-mixed"}
     if mode == "trial":
-        request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": knobs, "device": "cpu"}
+        request = {"workload": {"command": ["python", *TRL_SFT]}, "knobs": knobs, "device": "cpu"}
         (tmp_path / "config.json").write_text(json.dumps(request))
         env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
     else:
@@ -559,7 +556,7 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
         env = child_env(AUTOTUNE_CONFIG=str(best_config(tmp_path, changes)))
     mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--packing", "true"]
     mine += ["--per_device_train_batch_size", "4", "--bf16", "false"]  # fp32 on a CPU: SFTConfig's default is bf16
-    proc = run([sys.executable, "-c", TRL_PARSE, str(PROGRAMS), *mine], env, tmp_path)
+    proc = run([sys.executable, "-c", TRL_PARSE, *mine], env, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert (got["dataloader_num_workers"], got["per_device_train_batch_size"]) == ("1", "8")
@@ -579,8 +576,7 @@ def test_trls_parser_reads_the_knobs_flags_and_a_trials_own(tmp_path, mode):
 
 TRL_PARSE_LM = """
 import json, sys
-sys.path.insert(0, sys.argv.pop(1))
-from trl_sft import make_parser
+from trl.scripts.sft import make_parser
 
 script_args, training_args, model_args, dataset_args = make_parser().parse_args_and_config(fail_with_unknown_args=False)
 fields = ("per_device_train_batch_size", "gradient_accumulation_steps", "activation_checkpointing",
@@ -597,12 +593,12 @@ def test_trls_parser_reads_the_lm_knobs_as_its_own_flags(tmp_path):
     needs_trl()
     knobs = {"attention": "eager", "packing": True, "activation_checkpointing": "selective", "batch_size": 2}
     knobs["padding_free"] = True
-    request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": knobs, "device": "cpu", "accum_steps": 4}
+    request = {"workload": {"command": ["python", *TRL_SFT]}, "knobs": knobs, "device": "cpu", "accum_steps": 4}
     (tmp_path / "config.json").write_text(json.dumps(request))
     mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--bf16", "false"]
     mine += ["--per_device_train_batch_size", "8", "--activation_checkpointing_kwargs", '{"use_reentrant": false}']
     env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
-    proc = run([sys.executable, "-c", TRL_PARSE_LM, str(PROGRAMS), *mine], env, tmp_path)
+    proc = run([sys.executable, "-c", TRL_PARSE_LM, *mine], env, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
     assert got == {
@@ -660,12 +656,12 @@ def test_a_probe_reads_a_trl_scripts_own_settings_its_flags_and_trls_defaults(tm
     """A trial that sets no knob (the search's probe run) reads the knob values the script runs with: the search's
     baseline (autotune.execution.program)."""
     needs_trl()
-    request = {"workload": {"command": ["python", "trl_sft.py"]}, "knobs": {}, "device": "cpu"}
+    request = {"workload": {"command": ["python", *TRL_SFT]}, "knobs": {}, "device": "cpu"}
     (tmp_path / "config.json").write_text(json.dumps(request))
     mine = ["--model_name_or_path", "m", "--dataset_name", "d", "--output_dir", "mine", "--packing", "false"]
     mine += ["--per_device_train_batch_size", "4", "--bf16", "false", "--dataloader_num_workers", "1"]
     env = child_env(AUTOTUNE_TRIAL=str(tmp_path / "config.json"))
-    proc = run([sys.executable, "-c", TRL_PARSE, str(PROGRAMS), *mine], env, tmp_path)
+    proc = run([sys.executable, "-c", TRL_PARSE, *mine], env, tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1])["own"] == {
         "num_workers": 1,  # its flags
@@ -694,7 +690,7 @@ def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, mo
     lm = {"attention": "eager", "activation_checkpointing": "selective", "padding_free": True}
     proc, trial = run_trial(
         tmp_path,
-        "trl_sft.py",
+        TRL_SFT,
         {"batch_size": 4, "num_workers": 1, **lm},
         trl_args(trl_data, "--output_dir", "mine", "--max_steps", "60", "--per_device_train_batch_size", "2"),
     )
@@ -711,5 +707,8 @@ def test_a_trl_sft_script_is_a_trial_with_no_line_changed(tmp_path, trl_data, mo
     assert m["flops_per_token"] > 0 and "mfu" not in m
     assert len(result.losses) == m["warmup_steps_run"] + m.get("warmup_extended_steps", 0) + m["window_steps"]
     assert {"dataloader_kwargs", "autocast", "step", "data", "flatten", "packing"} <= set(result.used)
-    assert result.own_knobs == {"liger_kernels": False, "packing": False} and not result.cannot  # the rest: set here
+    # its own values of the knobs this trial does not set (a knob it sets is not its own)
+    own = result.own_knobs
+    assert (own["liger_kernels"], own["packing"], own["precision"]) == (False, False, "32-true") and not result.cannot
+    assert not set(own) & {"batch_size", "num_workers", "attention", "activation_checkpointing", "padding_free"}
     assert not (tmp_path / "mine").exists()

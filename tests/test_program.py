@@ -482,7 +482,7 @@ def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_pat
         else:
             assert per_step == pytest.approx(r.knobs["batch_size"])
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
-    assert best["workload"]["command"][:2] == ["python", "trl_sft.py"] and best["measured"]["speedup_x"] > 0
+    assert best["workload"]["command"][:3] == ["python", "-m", "trl.scripts.sft"] and best["measured"]["speedup_x"] > 0
     assert not (tmp_path / "out").exists()  # every trial ended after its window: no final save
 
 
@@ -490,11 +490,11 @@ def test_trls_own_sft_script_is_searched_to_the_end_with_no_line_changed(tmp_pat
 # settings (test_instrument), the asked-for LM knob's refusal (test_cli)
 @pytest.mark.timeout(1500)  # ~4 min alone; a search measuring on this CPU holds it longer (the device lock)
 def test_trls_own_sft_script_is_searched_with_no_spec_in_tokens_with_the_lm_knobs(tmp_path, monkeypatch):
-    """Issue 52's one-line form on TRL's SFT script as it ships: `autotune search -- python trl_sft.py ARGS`,
-    trl_sft.yaml's arguments and no spec; the space is what the probe finds the script takes."""
+    """Issue 52's one-line form on TRL's SFT script as it ships, from the installed package: `autotune search --
+    python -m trl.scripts.sft ARGS`, trl_sft.yaml's arguments and no spec; the space is what the probe finds the
+    script takes."""
     pytest.importorskip("trl", reason="trl is not installed (pip install 'autotune[test]'): TRL's SFT script")
     trl_data(tmp_path, monkeypatch)
-    (tmp_path / "trl_sft.py").write_text((PROGRAMS / "trl_sft.py").read_text())
     command = yaml.safe_load((PROGRAMS / "trl_sft.yaml").read_text())["workload"]["command"]
     command = command.replace("--max_length 256", "--max_length 128")
     cli = Path(sys.executable).parent / "autotune"
@@ -520,6 +520,6 @@ def test_trls_own_sft_script_is_searched_with_no_spec_in_tokens_with_the_lm_knob
     for knob in ("liger_kernels", "float8"):  # not run here, with the reason
         assert "CUDA only" in run.space.fixed[knob]
     best = yaml.safe_load((tmp_path / "run" / "best_config.yaml").read_text())
-    assert best["production"]["command"].startswith("autotune run run/best_config.yaml -- python trl_sft.py ")
+    assert best["production"]["command"].startswith("autotune run run/best_config.yaml -- python -m trl.scripts.sft ")
     assert f"run it: {best['production']['command']}" in proc.stdout.splitlines()
     assert not (tmp_path / "out").exists()  # every trial ended after its window: no final save

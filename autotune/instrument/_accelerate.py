@@ -4,7 +4,9 @@ environment that `accelerate launch` sets for them (`ACCELERATE_MIXED_PRECISION`
 What the Accelerator then runs with is the program's own value (its baseline), and a value the program passes in
 code cannot be changed from outside (`cannot`). Its steps, samples, loss and model reach the measured loop
 through torch's own hooks (autotune.instrument._torch: an `AcceleratedOptimizer` steps the torch optimizer
-inside it), which leave the precision to the Accelerator (it autocasts the model it prepares).
+inside it), which leave the precision to the Accelerator (it autocasts the model it prepares). An Accelerator
+a Trainer makes itself (transformers' Trainer, which claims the program first) is left as it is: the Trainer's
+arguments carry those knobs.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ def accelerator(module) -> None:
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         cfg = config()
+        if cfg.framework is not None:  # a Trainer's own Accelerator: its precision is the Trainer's arguments'
+            return init(self, *args, **kwargs)
         given = signature.bind(self, *args, **kwargs).arguments
         env = environment(cfg.knobs)
         if given.get("mixed_precision") is not None:

@@ -110,6 +110,7 @@ def trainer(module) -> None:
 
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
+        config().claim("transformers")  # before its own Accelerator is made: that one is the Trainer's (its flags)
         init(self, *args, **kwargs)
         from autotune.instrument import _hf_callback as huggingface_callback
 

@@ -1,4 +1,5 @@
-"""A language model's knobs on TRL's own SFT script (tests/programs/trl_sft.py, as it ships: no line changed), a
+"""A language model's knobs on TRL's own SFT script (`python -m trl.scripts.sft`, the installed package's, as it
+ships: no line changed), a
 random-init Llama trained on generated texts (tests/programs/trl_sft_data.py): tokens/s, MFU and peak memory, as
 torchtitan's benchmark files give them (benchmarks/llama3_h100_202412_torchtitan.md).
 
@@ -104,7 +105,7 @@ class Row:
 def command(size: str, cuda: bool) -> list[str]:
     """TRL's script as trl_sft.yaml runs it, at this size (fp32 on a CPU: SFTConfig's bf16 is refused there)."""
     s = SIZES[size]
-    cmd = ["python", "trl_sft.py", "--model_name_or_path", "tiny_llama", "--dataset_name", "tiny_text"]
+    cmd = ["python", "-m", "trl.scripts.sft", "--model_name_or_path", "tiny_llama", "--dataset_name", "tiny_text"]
     cmd += ["--output_dir", "out", "--max_steps", "100000", "--per_device_train_batch_size", str(s["batch"])]
     cmd += ["--max_length", str(s["max_length"]), "--packing", "false", "--report_to", "none"]
     cmd += ["--logging_steps", "100000", "--disable_tqdm", "true"]
@@ -165,10 +166,10 @@ def found_row(path: Path) -> Row:
 
 
 def prepare(work: Path, size: str) -> None:
-    """The script and its model and texts in `work` (as a user's directory holds them)."""
+    """The script's model and texts in `work` (as a user's directory holds them; the script is the installed
+    package's)."""
     work.mkdir(parents=True, exist_ok=True)
-    for name in ("trl_sft.py", "trl_sft_data.py"):
-        shutil.copy2(PROGRAMS / name, work / name)
+    shutil.copy2(PROGRAMS / "trl_sft_data.py", work / "trl_sft_data.py")
     if not (work / "tiny_llama").exists():
         made = subprocess.run(
             [sys.executable, "trl_sft_data.py", ".", *SIZES[size]["data"]], cwd=work, capture_output=True, text=True
@@ -342,7 +343,7 @@ def main(argv=None) -> int:
     os.environ["HF_DATASETS_CACHE"] = str(work / "hf_datasets")  # the trials' datasets cache: not the user's
     model = model_size(work)
     print(
-        f"TRL's SFT script (tests/programs/trl_sft.py) on a random-init Llama: {model['non_embedding_params'] / 1e6:.1f}M "
+        f"TRL's SFT script (trl.scripts.sft) on a random-init Llama: {model['non_embedding_params'] / 1e6:.1f}M "
         f"non-embedding parameters ({model['layers']} layers, hidden {model['hidden']}, vocab {model['vocab']}); "
         f"{device.type} ({device.name}); batch {SIZES[a.size]['batch']}, max_length {SIZES[a.size]['max_length']}; "
         f"work dir {work}",

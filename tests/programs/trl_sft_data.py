@@ -1,4 +1,5 @@
-"""The model and the data trl_sft.py (TRL's own `trl/scripts/sft.py`, as it ships) trains on here, made offline:
+"""The model and the data TRL's own SFT script (`python -m trl.scripts.sft`, the installed package's, as it ships)
+trains on here, made offline:
 
 - `tiny_llama/`: a Llama causal LM at random init (2 layers, hidden 128; `--layers`, `--hidden`, `--heads` size it
   up, as scripts/bench/bench_llm.py does) and its tokenizer, a byte-level BPE trained here with the `tokenizers`
@@ -10,7 +11,7 @@
   vocabulary), 8 to 160 words long, most of them short (as an SFT set's are); `--dataset_name tiny_text`.
 
     python trl_sft_data.py [DIR]         # writes DIR/tiny_llama and DIR/tiny_text (DIR: here)
-    python trl_sft.py --model_name_or_path tiny_llama --dataset_name tiny_text --output_dir out --max_steps 50 \\
+    python -m trl.scripts.sft --model_name_or_path tiny_llama --dataset_name tiny_text --output_dir out --max_steps 50 \\
         --per_device_train_batch_size 4 --max_length 256 --report_to none
 """
 

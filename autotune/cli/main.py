@@ -253,8 +253,9 @@ def report(
         _fail(e, debug)
     import json
 
-    from autotune.records import plots as P
     from autotune.cli import report as R
+    from autotune.export import analysis
+    from autotune.records import plots as P
 
     drawn, importance = [], None
     if (run_dir / "optuna.db").exists():  # a run dir copied without its databases (*.db) reads without them
@@ -262,7 +263,8 @@ def report(
         drawn = P.write_all(result, storage, study) if plots and result.best else []
         importance = result.importance if drawn else P.knob_importance(storage, study)
     if fmt == "json":
-        print(json.dumps({**R.as_dict(result, importance), "plots": [str(p) for p in drawn]}, indent=2, default=str))
+        data = {**analysis.as_dict(result, importance), "plots": [str(p) for p in drawn]}
+        print(json.dumps(data, indent=2, default=str))
     elif fmt == "markdown":
         print(R.as_markdown(result, importance), end="")
     else:

@@ -54,7 +54,7 @@ def test_report_json_matches_the_csv(finished_run):
     assert sum(e["pruned"] for e in data["knob_effects"]["batch_size"]) == pruned
     assert data["fixed"]["pin_memory"] == "pinned memory only speeds host-to-GPU copies; no CUDA device"
     assert data["baseline"]["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
-    from autotune.cli.main import _study
+    from autotune.cli.report import _study
     from autotune.records.plots import knob_importance
 
     assert data["importance"] == knob_importance(*_study(run_dir))  # no plots drawn: computed for the report

@@ -1,4 +1,5 @@
-"""What the terminal shows of a search but its live view (autotune.cli.live): the search's last screen (the answer, its command, the baseline-vs-best table, what limits the trust in it) and the
+"""`autotune report`, and what the terminal shows of a search but its live view (autotune.cli.live): the
+search's last screen (the answer, its command, the baseline-vs-best table, what limits the trust in it) and the
 report (that screen, then everything else the search found), in text, markdown and JSON, each printed from the
 report's data (autotune.export.analysis); the lines before and between trials (an error, a wait, a note); and the
 console all of it prints through, the live view's too."""
@@ -9,12 +10,14 @@ import re
 import shlex
 from pathlib import Path
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from autotune import knobs as K
+from autotune.cli._common import UserError, user_errors
 from autotune.export import analysis
 from autotune.records.verdicts import confirmed_unit, describe, sig
 
@@ -30,6 +33,14 @@ def short(name: str) -> str:
 def error(message: str) -> None:
     """One line for the user, verbatim (square brackets in it are text, not markup)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}")
+
+
+def fail(e: Exception, debug: bool) -> None:
+    """The one exit for a user's mistake: its line (`error`), exit code 2; with `--debug`, raised whole."""
+    if debug:
+        raise e
+    error(str(e))
+    raise typer.Exit(2)
 
 
 def waiting(message: str) -> None:
@@ -459,3 +470,62 @@ def _markdown_effects(d: dict) -> list[str]:
         cells = _effect_cells(rows, unit)
         lines.append(f"| `{knob}` | {cells} |" + (f" {imp.get(knob, 0):.2f} |" if imp else ""))
     return lines
+
+
+# --- the command ---
+
+FORMATS = ("text", "json", "markdown")
+
+
+def command(
+    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
+    plots: bool = typer.Option(True, help="(re)draw the plots into RUN_DIR/plots"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Summarize a finished or interrupted search (and draw its plots)."""
+    try:
+        if fmt not in FORMATS:
+            raise UserError(f"--format `{fmt}` is not one of: {', '.join(FORMATS)}")
+        result = _read_run(run_dir)
+    except user_errors() as e:
+        fail(e, debug)
+    import json
+
+    drawn, importance = _plots(run_dir, result, plots)
+    if fmt == "json":
+        data = {**analysis.as_dict(result, importance), "plots": [str(p) for p in drawn]}
+        print(json.dumps(data, indent=2, default=str))
+    elif fmt == "markdown":
+        print(as_markdown(result, importance), end="")
+    else:
+        report(result, importance, drawn)
+
+
+def _read_run(run_dir: Path):
+    from autotune.records.run_dir import read_run
+
+    try:
+        return read_run(run_dir)
+    except FileNotFoundError as e:
+        raise UserError(f"{e}; run `autotune search spec.yaml` first, or pass its output dir") from None
+
+
+def _plots(run_dir: Path, result, plots: bool) -> tuple[list, dict | None]:
+    """The plots drawn into the run dir (`plots`: where there is a best) and the knobs' importance: the plots',
+    else computed from the study. A run dir copied without its databases (*.db) has neither."""
+    from autotune.records import plots as P
+
+    if not (run_dir / "optuna.db").exists():
+        return [], None
+    storage, study = _study(run_dir)
+    drawn = P.write_all(result, storage, study) if plots and result.best else []
+    return drawn, result.importance if drawn else P.knob_importance(storage, study)
+
+
+def _study(run_dir: Path) -> tuple[str, str]:
+    """The search's Optuna storage and its study."""
+    from autotune.records.state import SearchState
+
+    study = SearchState.read(run_dir).optuna_study
+    return f"sqlite:///{(run_dir / 'optuna.db').resolve()}", study

@@ -214,7 +214,7 @@ def test_ui_link_opens_the_trials_fastest_first_with_their_columns(finished_run,
     from mlflow.tracking import MlflowClient
 
     from autotune.integrations import tracking
-    from autotune.cli.main import _trials_url
+    from autotune.cli.ui import _trials_url
 
     run_dir = tmp_path / "run"
     run_dir.mkdir()

@@ -19,6 +19,7 @@ from rich.console import Console
 
 from autotune.cli import live as L
 from autotune.cli import report as R
+from autotune.export import analysis
 from autotune.records.run_dir import read_run
 from tests.conftest import fixture_run
 
@@ -155,7 +156,7 @@ def reported(result, monkeypatch) -> tuple[str, str, dict]:
     """`autotune report`'s three forms (text at 100 columns, whitespace folded; markdown; JSON)."""
     text = " ".join(rendered(monkeypatch, 100, lambda: R.report(result)).split())
     markdown = " ".join(re.sub(r"\*\*|`", "", R.as_markdown(result)).split())  # as read, not as marked up
-    return text, markdown, json.loads(json.dumps(R.as_dict(result), default=str))
+    return text, markdown, json.loads(json.dumps(analysis.as_dict(result), default=str))
 
 
 def test_autotune_report_shows_everything_that_left_the_screen(tmp_path, monkeypatch):

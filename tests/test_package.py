@@ -403,3 +403,54 @@ def test_at_most_four_modules_tell_a_program_from_a_factory():
     """The plan (which it is), the source that stands for it (autotune.execution.source), the launcher (a program
     runs itself; a factory's trial runs the runner) and the export (a program's production command)."""
     assert len(branches_on_the_workload_kind()) <= 4, branches_on_the_workload_kind()
+
+
+# --- the CLI (issue 61): one module per command, the root only wires them (hatch) ---
+
+MAX_COMMAND_LINES = 80
+
+
+def commands_out_of_place(app, package: Path = PACKAGE) -> list[str]:
+    """Each command of the typer `app` that is not the function `command` of a module named after it
+    (`autotune search`: autotune/cli/search.py's `command`), or whose function is over MAX_COMMAND_LINES lines."""
+    import inspect
+
+    out = []
+    for c in app.registered_commands:
+        name = c.name or c.callback.__name__
+        where = f"{c.callback.__module__}.{c.callback.__name__}"
+        if where != f"{package.name}.cli.{name}.command":
+            out.append(f"{name}: {where}")
+        elif len(inspect.getsource(c.callback).splitlines()) > MAX_COMMAND_LINES:
+            out.append(f"{name}: {len(inspect.getsource(c.callback).splitlines())} lines")
+    return out
+
+
+def test_each_command_is_a_module_of_its_own_and_main_only_wires_them():
+    from autotune.cli.main import app
+
+    assert {c.name for c in app.registered_commands} >= {"search", "report", "export", "run", "ui"}
+    assert commands_out_of_place(app) == [], "a command is autotune/cli/<name>.py's `command`, wired in main.py"
+    main = ast.parse((PACKAGE / "cli" / "main.py").read_text())
+    bodies = [n for n in ast.walk(main) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))]
+    assert [n.name for n in bodies if n.name != "main" and n.end_lineno - n.lineno >= 5] == []
+
+
+def test_the_command_check_sees_a_command_out_of_its_module_or_too_long(tmp_path, monkeypatch):
+    import importlib
+
+    import typer
+
+    app = typer.Typer()
+
+    def report(run_dir: str) -> None:
+        """A command defined where the app is."""
+
+    (tmp_path / "planted" / "cli").mkdir(parents=True)
+    (tmp_path / "planted" / "cli" / "ui.py").write_text(
+        'def command(port: int = 5000) -> None:\n    """Serve."""\n' + "    port += 1\n" * 79
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    app.command()(report)
+    app.command("ui")(importlib.import_module("planted.cli.ui").command)
+    assert commands_out_of_place(app, tmp_path / "planted") == ["report: tests.test_package.report", "ui: 81 lines"]

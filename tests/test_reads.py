@@ -107,7 +107,8 @@ def test_a_search_too_short_for_its_reads_share_keeps_its_best_s_trial_figure_an
     """The reads after the trials keep to the share like the others (they came on top of it, and a 30-s search paid
     up to 30% more: issue 53): a share too small to afford the best's fresh read and a reference beside it reads
     nothing, and the best's figure is its trial's, which the report says."""
-    from autotune.cli.report import as_dict, as_markdown
+    from autotune.cli.report import as_markdown
+    from autotune.export.analysis import as_dict
 
     spec = S.parse(
         {

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from autotune import knobs as K
 from autotune.records.run_dir import SearchResult, TrialRecord, pick_best, pruning_savings, risk
-from autotune.cli.report import as_dict
+from autotune.export.analysis import as_dict
 
 
 def record(number, samples_per_s, device="NVIDIA H100 80GB HBM3", status="ok", wall=10.0, **knobs):

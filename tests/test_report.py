@@ -54,7 +54,7 @@ def test_report_json_matches_the_csv(finished_run):
     assert sum(e["pruned"] for e in data["knob_effects"]["batch_size"]) == pruned
     assert data["fixed"]["pin_memory"] == "pinned memory only speeds host-to-GPU copies; no CUDA device"
     assert data["baseline"]["diagnosis"]["bottleneck"] in {"input", "overhead", "memory", "compute"}
-    from autotune.cli.main import _study
+    from autotune.cli.report import _study
     from autotune.records.plots import knob_importance
 
     assert data["importance"] == knob_importance(*_study(run_dir))  # no plots drawn: computed for the report
@@ -255,7 +255,8 @@ def test_pruned_trials_are_drawn_at_their_measured_throughput_and_the_legend_hid
 
 
 def test_per_knob_effects_count_pruned_trials_and_say_so(tmp_path):
-    from autotune.cli.report import as_dict, console, report
+    from autotune.cli.report import console, report
+    from autotune.export.analysis import as_dict
 
     result = _result(_records(), tmp_path)
     d = as_dict(result)
@@ -307,7 +308,8 @@ def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
 
 
 def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
-    from autotune.cli.report import as_dict, as_markdown, console, report
+    from autotune.cli.report import as_markdown, console, report
+    from autotune.export.analysis import as_dict
 
     records = _records()[:2] + [_records()[1]]
     records[2].number, records[2].knobs = 2, {**records[1].knobs, "batch_size": 256}
@@ -328,7 +330,8 @@ def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):
 
 
 def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
-    from autotune.cli.report import as_dict, as_markdown, report
+    from autotune.cli.report import as_markdown, report
+    from autotune.export.analysis import as_dict
 
     records = _records()
     records[1].info["disturbed"] = "other processes used 48% of the host's CPU time during the window"
@@ -344,7 +347,8 @@ def test_disturbed_trials_are_named_in_every_report(tmp_path, capsys):
 
 
 def test_break_even_is_in_the_summary_markdown_and_json(tmp_path):
-    from autotune.cli.report import as_dict, as_markdown, console, report
+    from autotune.cli.report import as_markdown, console, report
+    from autotune.export.analysis import as_dict
 
     result = _result(_records(), tmp_path)  # 10 s of search; best 150 samples/s at batch 32, 1.5x the baseline
     note = (
@@ -366,7 +370,8 @@ def test_a_language_models_search_leads_with_tokens_per_s(tmp_path):
     import matplotlib
 
     matplotlib.use("Agg")
-    from autotune.cli.report import as_dict, console, report
+    from autotune.cli.report import console, report
+    from autotune.export.analysis import as_dict
     from autotune.records.plots import per_trial_figure
     from autotune.trial.result import TOKENS
 
@@ -414,7 +419,8 @@ def test_a_search_writes_its_break_even_to_best_config_and_its_report(finished_r
 
 
 def test_configs_the_rate_model_kept_from_running_are_named_with_their_prediction(tmp_path, capsys):
-    from autotune.cli.report import as_dict, short, report
+    from autotune.cli.report import short, report
+    from autotune.export.analysis import as_dict
 
     result = _result(_records(), tmp_path)
     why = "skipped: predicted 80.0 samples/s, below 85% of the best (150.0)"
@@ -452,7 +458,8 @@ def test_a_command_wider_than_the_terminal_is_lines_a_shell_reads_as_the_same_co
 def test_the_search_figure_is_reported_with_its_interval(tmp_path):
     """The search's figure of its best comes with its 95% interval (decide.reference: where the side by side was
     expected to land) beside the re-measurement, in the report's text, markdown and JSON."""
-    from autotune.cli.report import as_dict, as_markdown, console, report
+    from autotune.cli.report import as_markdown, console, report
+    from autotune.export.analysis import as_dict
     from autotune.decide import confirm as C
     from autotune.trial.result import TrialResult
 

@@ -1,7 +1,8 @@
-"""What the terminal shows of a search but its live view (autotune.cli.live): the search's last screen (the
-answer, its command, the baseline-vs-best table, what limits the trust in it) and `autotune report` (that screen,
-then everything else the search found), in text, markdown and JSON; the lines before and between trials (an error,
-a wait, a note); and the console all of it prints through, the live view's too."""
+"""`autotune report`, and what the terminal shows of a search but its live view (autotune.cli.live): the
+search's last screen (the answer, its command, the baseline-vs-best table, what limits the trust in it) and the
+report (that screen, then everything else the search found), in text, markdown and JSON, each printed from the
+report's data (autotune.export.analysis); the lines before and between trials (an error, a wait, a note); and the
+console all of it prints through, the live view's too."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ import re
 import shlex
 from pathlib import Path
 
+import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
 from autotune import knobs as K
-from autotune.decide import model as M
+from autotune.cli._common import UserError, user_errors
+from autotune.export import analysis
 from autotune.records.verdicts import confirmed_unit, describe, sig
-from autotune.trial.result import SAMPLES, TOKENS
-from autotune.safety import levels as S
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -32,6 +33,14 @@ def short(name: str) -> str:
 def error(message: str) -> None:
     """One line for the user, verbatim (square brackets in it are text, not markup)."""
     err_console.print(f"[bold red]error:[/] {escape(message)}")
+
+
+def fail(e: Exception, debug: bool) -> None:
+    """The one exit for a user's mistake: its line (`error`), exit code 2; with `--debug`, raised whole."""
+    if debug:
+        raise e
+    error(str(e))
+    raise typer.Exit(2)
 
 
 def waiting(message: str) -> None:
@@ -78,137 +87,6 @@ ROWS = (
 )
 
 
-def _unit(d: dict):
-    """The search's unit (trial.result.Unit) of a report's data (`as_dict`'s `unit`, its name)."""
-    return TOKENS if d["unit"] == TOKENS.name else SAMPLES
-
-
-def _trial(r) -> dict | None:
-    if r is None:
-        return None
-    return {"trial": r.number, "status": r.status, "knobs": r.knobs, "metrics": r.metrics, "diagnosis": r.diagnosis}
-
-
-def as_dict(result, importance: dict | None = None) -> dict:
-    """Everything the report says, as plain data (the JSON format; the text and
-    markdown formats render this)."""
-    from autotune.export import answer as A
-    from autotune.export.best_config import safety_flags
-    from autotune.records.run_dir import pruning_savings, same_device
-
-    base, best, unit = result.baseline, result.best, result.unit
-    measured = [r for r in result.records if r.throughput]
-    ok = [r for r in measured if same_device(base, r)]  # comparisons never mix device types
-    # per-knob effects count pruned trials too, at the throughput of their shortened window
-    seen = [r for r in result.records if r.measured and same_device(base, r)]
-    effects = {}
-    for knob, values in result.space.search.items():
-        effects[knob] = []
-        for value in values:
-            group = [r for r in seen if r.knobs[knob] == value]
-            ys = sorted(r.measured for r in group)
-            effects[knob].append(
-                {
-                    "value": value,
-                    "trials": len(ys),
-                    "pruned": sum(r.status == "pruned" for r in group),
-                    unit.key("median"): ys[len(ys) // 2] if ys else None,
-                }
-            )
-    compared = base is not None and base.throughput and best is not None
-    eager_first = base.metrics.get("first_step_s") if base else None
-    compiled = [
-        {
-            "trial": r.number,
-            "compile": r.knobs["compile"],
-            "first_step_s": r.metrics.get("first_step_s"),
-            "eager_first_step_s": eager_first,
-            unit.metric: r.throughput,
-        }
-        for r in ok
-        if r.knobs["compile"] != "none"
-    ]
-    answer = A.of(result)
-    tied = next((r for r in result.records if best and best.tie and r.number == best.tie["faster_trial"]), None)
-    return {
-        "run_dir": str(result.run_dir),
-        "unit": unit.name,  # what the throughputs below count (trial.result.unit_of): tokens, samples
-        "device": {"type": result.device.type, "name": result.device.name, "cpus": result.device.cpus},
-        "answer": {
-            "verdict": answer.verdict,
-            "headline": answer.headline(),
-            "command": answer.command,
-            "trust": list(answer.trust),
-            "unit": answer.unit,
-        },
-        "trials": len(result.records),
-        "trials_ok": len(ok),
-        "wall_s": result.wall_s,
-        "stopped_reason": result.stopped_reason,
-        "ended": result.ended,
-        "pruning": pruning_savings(result.records),
-        "compile": compiled,
-        "baseline": _trial(base),
-        "best": _trial(best),
-        "tied": _trial(tied) if tied is not None and best is base else None,  # the faster config the baseline kept
-        "tie": best.tie if best else None,
-        "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
-        "speedup_unknown": result.speedup_unknown if compared else None,  # why a re-measurement could not say
-        # the search's own figure of the best: its fresh reads' or its ratio to the reference read near its time
-        # (autotune.decide.reference), else the two trials' ratio
-        "search_speedup_x": result.search_speedup if compared else None,
-        "search_speedup_interval": result.search_interval if compared else None,  # its 95% interval, where it has one
-        # whether the best was read again afresh (its figure freed of its selection); None: a search without reads
-        "search_speedup_read_again": (result.search_figure or {}).get("confirmed") if compared else None,
-        "reads": result.reads_share,  # the reference reads: how many, their seconds, their share of the search
-        "confirm": result.confirm,
-        "break_even": result.break_even if compared else None,
-        "batch": _batch(result),
-        "knob_effects": effects,
-        "importance": importance,
-        "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
-        "unsafe": [
-            {"trial": r.number, unit.metric: r.throughput, "reason": r.parity.get("reason")}
-            for r in result.records
-            if r.throughput and not r.safe
-        ],
-        "fixed": result.space.fixed,
-        "other_devices": [
-            {
-                "trial": r.number,
-                "device_name": r.info.get("device_name"),
-                "host": r.info.get("host"),
-                unit.metric: r.throughput,
-            }
-            for r in measured
-            if not same_device(base, r)
-        ],
-        "failed": [
-            {"trial": r.number, "status": r.status, "error_type": r.error_type, "error": r.error}
-            for r in result.records
-            if r.status not in ("ok", "pruned")
-        ],
-        "disturbed": [
-            {"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")
-        ],
-        "rate_model": M.error((r.number, r.metrics.get(unit.key("predicted")), r.measured) for r in result.records),
-        "skipped_predicted": result.skipped,
-        "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
-        "files": {
-            label: str(path)
-            for label, path in result.paths.items()
-            if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists())
-        },
-    }
-
-
-def _batch(result) -> dict | None:
-    """best_config.yaml's advice for a batch-size change (the learning rate, accumulation)."""
-    from autotune.export import load
-
-    return load.read(result.best_config_path).get("batch") if result.best_config_path else None
-
-
 def _cells(d: dict, key: str, fmt: str, sides: tuple[str, str] = ("baseline", "best")) -> list[str] | None:
     trials = tuple(d[s] for s in sides)
     if not any(key in t["metrics"] for t in trials):
@@ -226,11 +104,7 @@ def _speedup_cell(d: dict) -> str:
     if d["speedup_unknown"]:
         return "[bold yellow]unknown[/]"
     if d["tied"]:
-        c = d["confirm"] or {}
-        ratio = c["speedup_x"] if c.get("best_trial") == d["tied"]["trial"] and c.get("speedup_x") else None
-        metric = _unit(d).metric
-        ratio = ratio or d["tied"]["metrics"][metric] / d["baseline"]["metrics"][metric]
-        return f"[yellow]{ratio:.2f}x, a tie[/]"
+        return f"[yellow]{analysis.tied_speedup(d):.2f}x, a tie[/]"
     return f"[bold green]{d['speedup_x']:.2f}x[/]"
 
 
@@ -253,12 +127,7 @@ def _table(d: dict, rows=ROWS) -> Table:
     unit = confirmed_unit(c)
     if c.get("best_trial") == other["trial"] and c.get(unit.key("best")):  # the pairs' figures, beside the trials'
         table.add_row(f"{unit.label}, side by side", f"{c[unit.key('baseline')]:.1f}", f"{c[unit.key('best')]:.1f}")
-    flags = d["safety"]
-    if d["tied"]:
-        from autotune.export.best_config import safety_flags
-
-        flags = safety_flags(other["knobs"], base["knobs"])
-    for flag in flags:
+    for flag in analysis.table_flags(d):
         table.add_row(
             f"{flag['knob']} [dim]({flag['safety']})[/]",
             K.shown(flag["baseline"]),
@@ -292,7 +161,7 @@ def screen(result, d: dict | None = None, rows=SCREEN_ROWS) -> list:
     min and max are the report's), and a line for each fact that changes how far to trust the answer."""
     from autotune.export import answer as A
 
-    d = d or as_dict(result)
+    d = d or analysis.as_dict(result)
     answer = A.of(result)
     head = answer.headline()
     out: list = [Text(head[0], style="bold"), Text(head[1])]
@@ -332,7 +201,7 @@ def summary(result, importance: dict | None = None) -> None:
     the MLflow view of the trials."""
     from autotune.export.answer import shown
 
-    d = as_dict(result, importance)
+    d = analysis.as_dict(result, importance)
     console.print()
     _stopped(d)
     _print(*screen(result, d))
@@ -345,7 +214,7 @@ def summary(result, importance: dict | None = None) -> None:
 
 def report(result, importance: dict | None = None, plots=()) -> None:
     """`autotune report RUN`: the last screen, then everything else the search found."""
-    d = as_dict(result, importance)
+    d = analysis.as_dict(result, importance)
     _stopped(d)
     _print(*screen(result, d, ROWS))
     for item in details(d):
@@ -366,8 +235,10 @@ def _search_figure(d: dict) -> str:
 
 def details(d: dict) -> list:
     """What the last screen leaves to `autotune report`, as renderables."""
+    from autotune.safety import levels as S
+
     out: list = []
-    c, unit = d["confirm"], _unit(d)
+    c, unit = d["confirm"], analysis.data_unit(d)
     if d["speedup_unknown"] or (c and d["speedup_x"] is not None):
         out.append(f"re-measurement: {_search_figure(d)}; " + describe(c))
     if d["tie"]:
@@ -419,7 +290,7 @@ def details(d: dict) -> list:
 
 
 def _effects(d: dict) -> Table:
-    importance, unit = d["importance"], _unit(d)
+    importance, unit = d["importance"], analysis.data_unit(d)
     effects = Table(
         title=f"per-knob effect (median {unit.label} over the trials with that value, pruned ones included "
         "at their measured throughput)",
@@ -451,7 +322,7 @@ def _count(effect: dict) -> str:
 
 def _search_notes(d: dict) -> list[str]:
     """Compile trials (time to first step vs steady state), pruning, the rate model, why the search ended."""
-    unit = _unit(d)
+    unit = analysis.data_unit(d)
     notes = []  # (a baseline replaced is on the screen: autotune.export.answer.trust)
     for c in d["compile"]:
         if c["first_step_s"] is not None:
@@ -493,8 +364,16 @@ def _search_notes(d: dict) -> list[str]:
 
 def as_markdown(result, importance: dict | None = None) -> str:
     """The report for a pull request or a wiki page: the answer and its command, the table, then the rest."""
-    d = as_dict(result, importance)
-    a, unit = d["answer"], _unit(d)
+    d = analysis.as_dict(result, importance)
+    lines = _markdown_answer(d)
+    if d["baseline"] and d["best"]:
+        lines += _markdown_table(d)
+    return "\n".join(lines + _markdown_findings(d)) + "\n"
+
+
+def _markdown_answer(d: dict) -> list[str]:
+    """The heading, why the search stopped, the answer's two lines, its command and what limits the trust in it."""
+    a = d["answer"]
     lines = [f"## autotune: {d['trials']} trials on {d['device']['type']} ({d['device']['name']})", ""]
     if d["stopped_reason"]:
         lines += [f"**Stopped:** {d['stopped_reason']}", ""]
@@ -503,24 +382,37 @@ def as_markdown(result, importance: dict | None = None) -> str:
         lines += ["", "```", a["command"], "```"]
     if a["trust"]:
         lines += ["", *(f"- {t}" for t in a["trust"])]
-    if d["baseline"] and d["best"]:
-        sides = _sides(d)
-        base, other = (d[s] for s in sides)
-        lines += ["", f"| | baseline (#{base['trial']}) | {sides[1]} (#{other['trial']}) |", "|---|---:|---:|"]
-        for label, key, fmt in ROWS:
-            cells = _cells(d, key, fmt, sides)
-            if cells:
-                lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
-        for flag in d["safety"]:
-            lines.append(
-                f"| `{flag['knob']}` ({flag['safety']}) | {K.shown(flag['baseline'])} | **{K.shown(flag['tuned'])}** |"
-            )
+    return lines
+
+
+def _markdown_table(d: dict) -> list[str]:
+    """The baseline against the best (or the config it tied with), as a markdown table."""
+    sides = _sides(d)
+    base, other = (d[s] for s in sides)
+    lines = ["", f"| | baseline (#{base['trial']}) | {sides[1]} (#{other['trial']}) |", "|---|---:|---:|"]
+    for label, key, fmt in ROWS:
+        cells = _cells(d, key, fmt, sides)
+        if cells:
+            lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
+    for flag in d["safety"]:
         lines.append(
-            f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
-            f"{(other['diagnosis'] or {}).get('bottleneck', '-')} |"
+            f"| `{flag['knob']}` ({flag['safety']}) | {K.shown(flag['baseline'])} | **{K.shown(flag['tuned'])}** |"
         )
-        speedup = re.sub(r"\[/?[a-z ]*\]", "", _speedup_cell(d))  # the cell without its colour
-        lines.append(f"| **speedup** | 1.00x | **{speedup}** |")
+    lines.append(
+        f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
+        f"{(other['diagnosis'] or {}).get('bottleneck', '-')} |"
+    )
+    speedup = re.sub(r"\[/?[a-z ]*\]", "", _speedup_cell(d))  # the cell without its colour
+    lines.append(f"| **speedup** | 1.00x | **{speedup}** |")
+    return lines
+
+
+def _markdown_findings(d: dict) -> list[str]:
+    """What the table leaves out: the tie, convergence safety, the re-measurement, the trials not exported, the
+    diagnoses, the per-knob effects, the search's notes, disturbed and failed trials, the files."""
+    from autotune.safety import levels as S
+
+    unit, lines = analysis.data_unit(d), []
     if d["tie"]:
         lines += ["", f"**Tie:** {d['tie']['note']}"]
     notes = [
@@ -543,17 +435,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
             lines += ["", f"{label}: {diag['bottleneck']}-bound", "", *(f"- {e}" for e in diag["evidence"])]
             lines += [f"- try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
-        imp = d["importance"]
-        lines += [
-            "",
-            f"Per-knob effect (median {unit.label} over the trials with that value, pruned ones included):",
-            "",
-            "| knob | values |" + (" importance |" if imp else ""),
-            "|---|---|" + ("---:|" if imp else ""),
-        ]
-        for knob, rows in d["knob_effects"].items():
-            cells = _effect_cells(rows, unit)
-            lines.append(f"| `{knob}` | {cells} |" + (f" {imp.get(knob, 0):.2f} |" if imp else ""))
+        lines += _markdown_effects(d)
     notes = _search_notes(d)
     if notes:
         lines += ["", *(f"- {n}" for n in notes)]
@@ -571,4 +453,79 @@ def as_markdown(result, importance: dict | None = None) -> str:
         ]
     if d["files"]:
         lines += ["", "Files:", *(f"- {label}: `{path}`" for label, path in d["files"].items())]
-    return "\n".join(lines) + "\n"
+    return lines
+
+
+def _markdown_effects(d: dict) -> list[str]:
+    """The per-knob effects (and the knobs' importance, where computed), as a markdown table."""
+    unit, imp = analysis.data_unit(d), d["importance"]
+    lines = [
+        "",
+        f"Per-knob effect (median {unit.label} over the trials with that value, pruned ones included):",
+        "",
+        "| knob | values |" + (" importance |" if imp else ""),
+        "|---|---|" + ("---:|" if imp else ""),
+    ]
+    for knob, rows in d["knob_effects"].items():
+        cells = _effect_cells(rows, unit)
+        lines.append(f"| `{knob}` | {cells} |" + (f" {imp.get(knob, 0):.2f} |" if imp else ""))
+    return lines
+
+
+# --- the command ---
+
+FORMATS = ("text", "json", "markdown")
+
+
+def command(
+    run_dir: Path = typer.Argument(..., help="a search's output dir"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text | json | markdown"),
+    plots: bool = typer.Option(True, help="(re)draw the plots into RUN_DIR/plots"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+) -> None:
+    """Summarize a finished or interrupted search (and draw its plots)."""
+    try:
+        if fmt not in FORMATS:
+            raise UserError(f"--format `{fmt}` is not one of: {', '.join(FORMATS)}")
+        result = _read_run(run_dir)
+    except user_errors() as e:
+        fail(e, debug)
+    import json
+
+    drawn, importance = _plots(run_dir, result, plots)
+    if fmt == "json":
+        data = {**analysis.as_dict(result, importance), "plots": [str(p) for p in drawn]}
+        print(json.dumps(data, indent=2, default=str))
+    elif fmt == "markdown":
+        print(as_markdown(result, importance), end="")
+    else:
+        report(result, importance, drawn)
+
+
+def _read_run(run_dir: Path):
+    from autotune.records.run_dir import read_run
+
+    try:
+        return read_run(run_dir)
+    except FileNotFoundError as e:
+        raise UserError(f"{e}; run `autotune search spec.yaml` first, or pass its output dir") from None
+
+
+def _plots(run_dir: Path, result, plots: bool) -> tuple[list, dict | None]:
+    """The plots drawn into the run dir (`plots`: where there is a best) and the knobs' importance: the plots',
+    else computed from the study. A run dir copied without its databases (*.db) has neither."""
+    from autotune.records import plots as P
+
+    if not (run_dir / "optuna.db").exists():
+        return [], None
+    storage, study = _study(run_dir)
+    drawn = P.write_all(result, storage, study) if plots and result.best else []
+    return drawn, result.importance if drawn else P.knob_importance(storage, study)
+
+
+def _study(run_dir: Path) -> tuple[str, str]:
+    """The search's Optuna storage and its study."""
+    from autotune.records.state import SearchState
+
+    study = SearchState.read(run_dir).optuna_study
+    return f"sqlite:///{(run_dir / 'optuna.db').resolve()}", study

@@ -239,21 +239,24 @@ for _ in range(100000):
 """
 
 
+# a program trial's shortest window: a step of warm-up, two timed, no profile or diagnosis
+ONE_STEP_WINDOW = {
+    "warmup_steps": 1,
+    "measure_steps": 2,
+    "min_window_s": 0.0,
+    "max_window_s": 0.2,
+    "profile_steps": 0,
+    "diagnose": False,
+}
+
+
 @pytest.mark.timeout(200)
 def test_an_environment_knob_starts_its_trial_fresh_with_the_variable_set(tmp_path):
     """expandable_segments is read when torch's CUDA allocator starts: its trial is a process started with
     PYTORCH_CUDA_ALLOC_CONF (the user's own setting kept beside it), never a fork of the warm server. (On this
     CPU the variable does nothing: the launch is what is checked.)"""
     (tmp_path / "env_steps.py").write_text(ENV_STEPS)
-    config = {
-        "workload": {"command": ["python", "env_steps.py"], "dir": str(tmp_path)},
-        "warmup_steps": 1,
-        "measure_steps": 2,
-        "min_window_s": 0.0,
-        "max_window_s": 0.2,
-        "profile_steps": 0,
-        "diagnose": False,
-    }
+    config = {"workload": {"command": ["python", "env_steps.py"], "dir": str(tmp_path)}, **ONE_STEP_WINDOW}
     seen = {}
     for on in (False, True):
         trial = tmp_path / str(on)
@@ -294,12 +297,7 @@ def test_a_launchers_one_rank_is_forked_warm_with_the_environment_the_launcher_g
             "launcher": {**launcher, "rank_env": True},
         },
         "knobs": {},
-        "warmup_steps": 1,
-        "measure_steps": 2,
-        "min_window_s": 0.0,
-        "max_window_s": 0.2,
-        "profile_steps": 0,
-        "diagnose": False,
+        **ONE_STEP_WINDOW,
     }
     result = run_in_process(config, tmp_path / "t", 120, ROOT, {"OMP_NUM_THREADS": None}, launcher="fork")
     assert (result.status, result.launcher) == ("ok", "program-fork"), result.error

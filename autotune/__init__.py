@@ -7,14 +7,7 @@ command or function needs them.
 from autotune import adapters
 from autotune._version import __version__
 from autotune.api import search
-from autotune.config import config
+from autotune.config import config, load_config
 from autotune.workload import Workload
 
 __all__ = ["Workload", "search", "config", "adapters", "load_config", "__version__"]
-
-
-def load_config(path):
-    """Load an exported best_config.yaml as a `TunedConfig` for production code."""
-    from autotune.export.load import load_config as _load
-
-    return _load(path)

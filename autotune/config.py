@@ -1,5 +1,5 @@
-"""`cfg = autotune.config()`: one object for a training program, the same in a
-trial and in production (issue 42).
+"""The config a training program applies: one class, `Config`, the same in a trial and in production (issue 42),
+and the same for `autotune.config()` and `autotune.load_config()` (issue 61).
 
     cfg = autotune.config()
     loader = DataLoader(dataset, **cfg.dataloader_kwargs(batch_size=64, num_workers=2))
@@ -9,18 +9,30 @@ trial and in production (issue 42).
         with cfg.autocast():
             loss = ...
 
-Three modes:
-- trial: `AUTOTUNE_TRIAL=<trial dir>/config.json` (the launcher sets it): the
-  trial's knobs; `steps`/`step` are the measured loop (`autotune.trial.loop`),
-  which writes the trial's result and ends the process once its window is done;
-- production: `autotune.config("best_config.yaml")` or `AUTOTUNE_CONFIG=path`:
-  the exported knobs, the loop passes through (`online`: issue 43's loader tuner);
-- plain: neither: every method returns the program's own values (a no-op).
-Only the knobs the config sets override the program's own values. The methods
-the program calls are recorded (`used`): a knob whose method it never calls is
-"not used by your program" and not searched (`unused`); so are the program's own
-values of the knobs (`own`: its DataLoader arguments, its TrainingArguments, its model's),
-which a search takes as its baseline.
+What a config is given, not a mode, makes the difference:
+- a trial's request (`AUTOTUNE_TRIAL=<trial dir>/config.json`: the launcher sets it): the trial's knobs, and its
+  measured loop (`autotune.trial.loop.TrialLoop`): `steps`/`step` write the trial's result and end the process
+  once its window is done;
+- a best_config.yaml (`autotune.config("best_config.yaml")` or `AUTOTUNE_CONFIG=path`): the knobs the search
+  changed, the program's own values standing for the rest; the loop passes through (`PassThrough`; `online`:
+  issue 43's loader tuner);
+- neither: no knob, every method returns the program's own values (a no-op).
+`load_config(path)` gives the same class with every knob of the file set (torch's defaults for those it leaves
+out), for production code that passes nothing of its own: `cfg.dataloader_kwargs()` gives the tuned batch size.
+
+One behaviour per method, however the config came: `dataloader_kwargs(**yours)`: yours, the set loader knobs over
+them; `prepare(model, optimizer)`: the process-wide knobs (once: `apply_process_knobs`), the set language-model
+knobs, the config's device, the memory format, compile, the optimizer fused; `wrap(model)`: the same on this
+rank's device, then DDP or FSDP2 with ranks; `autocast()`; `grad_scaler(yours)`: enabled for fp16, else disabled
+(its calls pass through); `to_device(batch, preprocess)`; `zero_grad(optimizer)`; `grad_accumulation_steps`
+(`accumulation_steps`: its deprecated name). Each knob reaches a model in one place, which the instrumentation's
+ways in use too: autotune.knobs.prepare_model (device, layout, compile), autotune.knobs._lm.prepare_lm,
+autotune.knobs.over_loader_kwargs, autotune.knobs.prepare_optimizer.
+
+The ways the knobs reach the program are recorded (`used`: the methods it calls, and the instrumentation's ways
+in): a knob whose way it never takes is "not used by your program" and not searched (`unused`); so are the
+program's own values of the knobs (`own`: its DataLoader arguments, its TrainingArguments, its model's), which a
+search takes as its baseline.
 
 Cheap to import: torch loads when `config()` is called.
 """
@@ -115,51 +127,88 @@ def _set_knobs(data: dict[str, Any]) -> dict[str, Any]:
     return knobs
 
 
+def _beyond_knobs(file: dict[str, Any], request: dict[str, Any] | None) -> tuple[dict[str, Any], int, Any]:
+    """What a config applies beyond its knobs: the searched workload arguments, the micro-batches an optimizer
+    step takes, the model's repeated block classes; a trial's `request`'s (as its loop checked it), else its
+    best_config.yaml's (`file`; {}: none of them)."""
+    if request is not None:
+        return (
+            dict((request.get("workload") or {}).get("args") or {}),
+            int(request.get("accum_steps") or 1),
+            request.get("blocks"),
+        )
+    return (
+        dict(file.get("workload_args") or {}),
+        int((file.get("batch") or {}).get("grad_accumulation_steps") or 1),
+        (file.get("parallel") or {}).get("blocks"),
+    )
+
+
 class Config:
-    """See the module doc. `knobs`: the knobs this config sets (the rest stay the program's)."""
+    """The config a training program applies (see the module doc): `autotune.config()`'s and `load_config`'s.
+
+    `knobs`: the knobs it sets (the rest stay the program's own); `device_type`: where the model and batches go;
+    `file`: the best_config.yaml it applies ({}: none); `request`: a trial's (its loop is then the measured one,
+    `autotune.trial.loop.TrialLoop`; else the loop passes through, `PassThrough`), with its `trial_dir`;
+    `online`: a file's loaders re-tuned as they run (`steps`)."""
 
     def __init__(
         self,
-        mode: str,
         knobs: dict[str, Any],
         device_type: str,
         *,
-        data: dict[str, Any] | None = None,
-        trial_dir: Path | None = None,
+        file: dict[str, Any] | None = None,
         request: dict[str, Any] | None = None,
+        trial_dir: Path | None = None,
         online: bool = False,
     ):
         from autotune.trial.loop import PassThrough, TrialLoop
 
-        self.mode, self.knobs, self.device_type, self.file = mode, dict(knobs), device_type, data or {}
+        self.knobs, self.device_type, self.file = dict(knobs), device_type, dict(file or {})
         self.trial_dir = trial_dir  # a trial's dir (its program's outputs go under it); None outside a trial
         self.online = online
-        self.used: set[str] = set()
+        self.used: set[str] = set()  # the ways the knobs reach the program (`record_reach`)
         # what the program's model cannot take ("knob" or "knob=value" -> why), and the knob values it runs with
-        # on its own: found where a model reaches autotune (prepare, the instrumented Trainer), read off the probe
+        # on its own: recorded where a model reaches autotune (prepare, the instrumented Trainer), read off the probe
         self.cannot: dict[str, str] = {}
         self.own: dict[str, Any] = {}
-        self._found = False  # a model was handed over (`found`)
-        self.carried: set[str] = set()  # knobs a script's own flags carried (autotune.instrument)
+        self._model_recorded = False  # a model was handed over (`record_model`)
+        self._process_applied = False  # the process-wide knobs are in effect (`apply_process_knobs`)
+        self.flag_knobs: set[str] = set()  # knobs a script's own flags set (autotune.instrument._transformers)
         self.framework: str | None = None  # a framework whose instrumentation reports the steps (`claim`)
         self.loop = (
-            TrialLoop(request, trial_dir, self.used, device_type, self.cannot, self.own)
-            if mode == "trial"
-            else PassThrough()
+            PassThrough()
+            if request is None
+            else TrialLoop(request, trial_dir, self.used, device_type, self.cannot, self.own)
         )
+        given = None if request is None else self.loop.cfg
+        self._args, self._accumulation, self._blocks = _beyond_knobs(self.file, given)
+
+    def __eq__(self, other) -> bool:
+        """The same knobs on the same device, from the same file (a best_config.yaml read twice is one config)."""
+        if not isinstance(other, Config):
+            return NotImplemented
+        mine = (self.knobs, self.device_type, self.file, self.trial_dir)
+        return mine == (other.knobs, other.device_type, other.file, other.trial_dir)
+
+    __hash__ = None  # equal by value, and mutable
+
+    def apply_process_knobs(self) -> None:
+        """The process-wide knobs this config sets, once: the allocator's environment (where CUDA has not
+        started), intra-op threads, cuDNN's autotuning, the fp32 matmul precision. `autotune.config()` applies
+        them as it makes the config, before the program's own code runs on; `load_config`'s config, at its first
+        `prepare` or `wrap` (loading a file changes nothing of the process)."""
+        if self._process_applied:
+            return
+        self._process_applied = True
         import torch
 
-        from autotune.knobs import environment
+        from autotune.knobs import apply_backend_flags, apply_process_flags, environment
 
-        if mode == "production" and not torch.cuda.is_initialized():  # a trial's process started with them
+        if not torch.cuda.is_initialized():  # a trial's process started with them (the launcher's): the same
             os.environ.update(environment(self.knobs, dict(os.environ)))
-        if self.knobs.get("num_threads") is not None:
-            torch.set_num_threads(self.knobs["num_threads"])
-        if "cudnn_benchmark" in self.knobs:
-            torch.backends.cudnn.benchmark = bool(self.knobs["cudnn_benchmark"])
-        if self.knobs.get("precision") == "tf32":
-            torch.set_float32_matmul_precision("high")
-            torch.backends.cudnn.allow_tf32 = True
+        apply_process_flags(self.knobs)
+        apply_backend_flags(self.knobs)
 
     def claim(self, framework: str) -> None:
         """`framework`'s instrumentation (a Trainer's callback) reports the steps and applies the knobs: torch's
@@ -170,112 +219,119 @@ class Config:
     @property
     def in_trial(self) -> bool:
         """True while autotune measures this process (leave out what a trial need not run)."""
-        return self.mode == "trial"
+        return self.trial_dir is not None
 
     @property
     def workload_args(self) -> dict[str, Any]:
         """The searched arguments (`search_space.workload_args`) as this config sets them ({}: none)."""
-        if self.mode == "trial":
-            return dict(self.request_args)
-        return dict(self.file.get("workload_args") or {})
+        return dict(self._args)
+
+    @property
+    def trial_workload_args(self) -> dict[str, Any]:
+        """Every argument the search's best trial gave your factory: the spec's `workload.args`, the searched
+        ones over them (to reproduce its numbers)."""
+        return {**((self.file.get("workload") or {}).get("args") or {}), **self.workload_args}
 
     @property
     def grad_accumulation_steps(self) -> int:
-        """Micro-batches per optimizer step this config asks for (the search's keep_effective_batch; 1: step
-        every batch), with its `batch_size` knob as the micro-batch."""
-        if self.mode == "trial":
-            return int(self.loop.cfg.get("accum_steps") or 1)
-        return int((self.file.get("batch") or {}).get("grad_accumulation_steps") or 1)
+        """Micro-batches per optimizer step this config asks for (the search's keep_effective_batch, which keeps
+        the baseline's effective batch; 1: step every batch), with its `batch_size` knob as the micro-batch."""
+        return self._accumulation
+
+    @property
+    def accumulation_steps(self) -> int:
+        """Deprecated: `grad_accumulation_steps`."""
+        import warnings
+
+        warnings.warn("`accumulation_steps` is `grad_accumulation_steps`", DeprecationWarning, stacklevel=2)
+        return self.grad_accumulation_steps
+
+    @property
+    def num_threads(self) -> int | None:
+        """Intra-op threads this config sets (None: torch's default, or the program's own)."""
+        return self.knobs.get("num_threads")
 
     @property
     def blocks(self) -> list[str] | None:
         """The model's repeated block classes, where the search named them (resources.blocks)."""
-        if self.mode == "trial":
-            return self.loop.cfg.get("blocks")
-        return (self.file.get("parallel") or {}).get("blocks")
+        return self._blocks
 
-    def found(self, model) -> None:
+    # --- what the program hands over and how the knobs reach it ----------------------------------------------
+
+    def record_model(self, model) -> None:
         """Records what `model` cannot take and runs with on its own (autotune.knobs._lm.what_it_takes),
         before any knob changes it; the first model a program hands over is the one recorded."""
-        if self._found:
+        if self._model_recorded:
             return
         from autotune.knobs._lm import what_it_takes
 
-        self._found = True
+        self._model_recorded = True
         cannot, own = what_it_takes(model, self.blocks)
         self.cannot.update(cannot)
-        self.found_own(own)
+        self.record_own(own)
 
-    def found_own(self, values: dict[str, Any]) -> None:
+    def record_own(self, values: dict[str, Any]) -> None:
         """Records knob values the program runs with on its own; one this config sets is not its own."""
         self.own.update({k: v for k, v in values.items() if k not in self.knobs})
 
-    @property
-    def request_args(self) -> dict[str, Any]:
-        return ((self.loop.cfg.get("workload") or {}).get("args") or {}) if self.mode == "trial" else {}
-
-    def _full(self) -> dict[str, Any]:
-        """Every knob: this config's over PyTorch's defaults (for the appliers that need all)."""
-        from autotune.knobs import pytorch_defaults
-
-        return {**pytorch_defaults(None), **self.knobs}
+    def record_reach(self, *ways: str) -> None:
+        """Records in `used` that the knobs of these ways reach the program: a method of this config it calls,
+        or the instrumentation's own way in (`torch:loader`...: `USES`)."""
+        self.used.update(ways)
 
     # --- the methods ----------------------------------------------------------------
 
     def dataloader_kwargs(self, **yours) -> dict[str, Any]:
-        """Your DataLoader arguments with this config's loader knobs over them."""
-        from autotune.knobs import loader_kwargs
+        """Your DataLoader arguments with this config's loader knobs over them (autotune.knobs.over_loader_kwargs);
+        with none of yours, a `load_config` config's alone (its batch size, workers, pinning, prefetch)."""
+        from autotune.knobs import loader_kwargs, over_loader_kwargs
 
-        self.used.add("dataloader_kwargs")
+        self.record_reach("dataloader_kwargs")
         # its own loader arguments; the first loader's (the one it trains on, before an evaluation's)
         own = {name: yours[k.kwarg] for name, k in KNOBS.items() if k.stage == "loader" and k.kwarg in yours}
-        self.found_own({k: v for k, v in own.items() if v is not None and k not in self.own})
-        out = {**yours, **loader_kwargs(self.knobs)}
-        if not out.get("num_workers"):  # without workers DataLoader refuses these
-            for name in ("prefetch_factor", "persistent_workers"):
-                if name not in yours:
-                    out.pop(name, None)
-        return out
+        self.record_own({k: v for k, v in own.items() if v is not None and k not in self.own})
+        return over_loader_kwargs(yours, loader_kwargs(self.knobs))
 
     def prepare(self, model, optimizer=None):
-        """The model with the set language-model knobs (float8, Liger, attention kernel, activation checkpointing:
-        autotune.knobs._lm.prepare_lm), in the set memory format, compiled if set (on its own device); the
-        optimizer fused if set (use the one returned). Returns (model, optimizer)."""
-        import torch
-
-        from autotune.knobs import prepare_optimizer
+        """The process-wide knobs (`apply_process_knobs`), then the model with the set language-model knobs
+        (float8, Liger, attention kernel, activation checkpointing: autotune.knobs._lm.prepare_lm), on this
+        config's device, in the set memory format, compiled if set (autotune.knobs.prepare_model); the optimizer
+        fused if set, rebuilt with the same class, groups and state (use the one returned). Parameters stay the
+        same objects, so an optimizer built before stays valid. Returns (model, optimizer)."""
+        from autotune.knobs import prepare_model, prepare_optimizer
         from autotune.knobs._lm import prepare_lm
 
-        self.used.add("prepare")
+        self.apply_process_knobs()
+        self.record_reach("prepare")
         self.loop.watch(model)
-        self.found(model)
+        self.record_model(model)
         prepare_lm(model, self.knobs, self.blocks)
-        if self.knobs.get("channels_last"):
-            model = model.to(memory_format=torch.channels_last)
-        if self.knobs.get("compile", "none") != "none":
-            mode = None if self.knobs["compile"] == "default" else self.knobs["compile"]
-            model = torch.compile(model, mode=mode)
+        model = prepare_model(model, self.knobs, self.device_type)
         return model, None if optimizer is None else prepare_optimizer(optimizer, self.knobs)
 
     def wrap(self, model):
-        """As `TunedConfig.wrap`: checkpointing, device, layout, compile, then DDP/FSDP with ranks."""
+        """The model as a trial's ranks run it, in torchtitan's order (autotune.knobs.wrap): the set
+        language-model knobs (activation checkpointing per repeated block among them), then this rank's device,
+        the memory format and compile (`prepare`'s), then, in a process group of two or more ranks (torchrun),
+        DDP with the set bucket size, gradient views and static graph, or FSDP2 `fully_shard` per block. Call it
+        instead of `prepare`'s model part, after `dist.init_process_group()`, and build the optimizer after it
+        (FSDP replaces the parameters by shards)."""
         import torch
         import torch.distributed as dist
 
         from autotune.knobs import wrap
 
-        self.used.add("wrap")
+        self.apply_process_knobs()
+        self.record_reach("wrap")
         self.loop.watch(model)
-        self.found(model)
+        self.record_model(model)
         world = dist.get_world_size() if dist.is_available() and dist.is_initialized() else 1
         device = (
             torch.device(self.device_type, int(os.environ.get("LOCAL_RANK", 0)))
             if self.device_type == "cuda"
             else torch.device("cpu")
         )
-        # the language-model knobs where this config sets them (else the model's own, as it came)
-        knobs = {k: v for k, v in self._full().items() if k not in LM_MODEL or k in self.knobs}
-        return wrap(model, knobs, device, world, self.blocks)
+        return wrap(model, self.knobs, device, world, self.blocks)
 
     def watch(self, model):
         """Hand autotune your model where you call neither `prepare` nor `wrap`: loss parity's noise runs
@@ -289,34 +345,40 @@ class Config:
 
         from autotune.knobs import autocast
 
-        self.used.add("autocast")
+        self.record_reach("autocast")
         if "precision" not in self.knobs:
             return contextlib.nullcontext()
         return autocast(self.knobs, self.device_type)
 
     def grad_scaler(self, yours=None):
-        """A GradScaler enabled for fp16 when a precision is set; else `yours`
-        (default: a disabled one, whose calls pass through)."""
+        """A GradScaler enabled for fp16; for another set precision a disabled one (its calls pass through, so
+        one loop serves every precision); with no precision set, `yours` (default: a disabled one)."""
         import torch
 
-        self.used.add("grad_scaler")
-        if "precision" in self.knobs:
-            return torch.amp.GradScaler(self.device_type, enabled=self.knobs["precision"] == "16-mixed")
-        return yours if yours is not None else torch.amp.GradScaler(self.device_type, enabled=False)
+        from autotune.knobs import grad_scaler
 
-    def to_device(self, batch, device=None, preprocess=None):
-        """A batch on `device` (default: the config's), non_blocking when pinned, your
-        `preprocess`, then channels_last 4-D inputs when set."""
+        self.record_reach("grad_scaler")
+        scaler = grad_scaler(self.knobs, self.device_type)  # fp16's, else None
+        if scaler is not None:
+            return scaler
+        if yours is not None and "precision" not in self.knobs:
+            return yours
+        return torch.amp.GradScaler(self.device_type, enabled=False)
+
+    def to_device(self, batch, preprocess=None, *, device=None):
+        """A batch on `device` (default: the config's), non_blocking when pinned, your on-device `preprocess`,
+        then channels_last 4-D inputs when set."""
         from autotune.knobs import to_channels_last, to_device
 
-        self.used.add("to_device")
+        self.record_reach("to_device")
         batch = to_device(batch, device or self.device_type, non_blocking=bool(self.knobs.get("pin_memory")))
         if preprocess is not None:
             batch = preprocess(batch)
         return to_channels_last(batch) if self.knobs.get("channels_last") else batch
 
     def zero_grad(self, optimizer, set_to_none: bool = True) -> None:
-        self.used.add("zero_grad")
+        """`optimizer.zero_grad` with the set `set_to_none` (else yours)."""
+        self.record_reach("zero_grad")
         optimizer.zero_grad(set_to_none=self.knobs.get("set_to_none", set_to_none))
 
     def training_arguments(self, **yours) -> dict[str, Any]:
@@ -326,18 +388,18 @@ class Config:
         own flags, autotune.instrument)."""
         from autotune.export import hf_args
 
-        self.used.update(HF_REACHES)
-        self.found_own(hf_args.knobs_of(yours))
+        self.record_reach(*HF_REACHES)
+        self.record_own(hf_args.knobs_of(yours))
         return {**yours, **hf_fields(self)}
 
     # --- the measured loop (autotune.trial.loop) ------------------------------------------
 
     def steps(self, iterable, *, online: bool | None = None):
-        """`for batch in cfg.steps(loader):` each batch; in a trial, the measured loop. In production with
-        `online` on (the config's, or this loader's own `online=`), a DataLoader is re-tuned while it runs: the
-        same `OnlineLoader` (autotune.online) for this loader across epochs."""
-        self.used.add("steps")
-        if self.mode == "production" and (self.online if online is None else online):
+        """`for batch in cfg.steps(loader):` each batch; in a trial, the measured loop. Where a best_config.yaml
+        is applied with `online` on (the config's, or this loader's own `online=`), a DataLoader is re-tuned
+        while it runs: the same `OnlineLoader` (autotune.online) for this loader across epochs."""
+        self.record_reach("steps")
+        if self.file and (self.online if online is None else online):
             iterable = self._online_loader(iterable)
         return self.loop.steps(iterable)
 
@@ -362,13 +424,16 @@ class Config:
         language model's loop says the `tokens` the step trained on (its non-padding tokens, an int or a device
         tensor: it is read at the window's end): its throughput is then tokens/s, and its MFU is counted. Left
         out in a `steps` loop: the batches' own (autotune.trial.tokens: `input_ids` and an attention mask)."""
-        self.used.add("step")
+        self.record_reach("step")
         self.loop.step(samples, loss, tokens)
 
     def data(self):
         """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""
-        self.used.add("data")
+        self.record_reach("data")
         return self.loop.data()
+
+
+TunedConfig = Config  # the name `load_config`'s config had (one class: `autotune.config()`'s too)
 
 
 def hf_fields(cfg: Config, known: set[str] | None = None, own_kwargs: dict | None = None) -> dict[str, Any]:
@@ -408,25 +473,54 @@ def config(path: str | os.PathLike | None = None, *, online: bool | None = None)
 
 
 def _config(path: str | os.PathLike | None = None, *, online: bool | None = None) -> Config:
+    """The config this process is given (see `config`), its process-wide knobs applied."""
     trial = os.environ.get(TRIAL_ENV)
+    path = path or os.environ.get(CONFIG_ENV)
     if trial:
         request = json.loads(Path(trial).read_text())
-        return Config(
-            "trial",
-            canonical(request.get("knobs") or {}),
-            _device(request.get("device", "auto")),
-            trial_dir=Path(trial).resolve().parent,
-            request=request,
+        device = _device(request.get("device", "auto"))
+        cfg = Config(
+            canonical(request.get("knobs") or {}), device, request=request, trial_dir=Path(trial).resolve().parent
         )
-    path = path or os.environ.get(CONFIG_ENV)
-    if path:
+    elif path:
         from autotune.export import load
 
         data = load.read(path)
-        if online is None:
-            online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"  # `online: {cpu_budget: ..}` too
-        device = (data.get("device") or {}).get("type", "cpu")
-        return Config(
-            "production", _set_knobs(data), _device("auto") if device == "cuda" else device, data=data, online=online
+        cfg = _of_file(data, _set_knobs(data), online)
+    else:
+        cfg = Config({}, _device("auto"), online=bool(online))
+    cfg.apply_process_knobs()
+    return cfg
+
+
+def _of_file(data: dict[str, Any], knobs: dict[str, Any], online: bool | None = None) -> Config:
+    """The config of best_config.yaml's content `data` that sets `knobs`, its loaders re-tuned as they run where
+    `online` says (None: the file's `online`, `{cpu_budget: ..}` too, or AUTOTUNE_ONLINE=1)."""
+    if online is None:
+        online = bool(data.get("online")) or os.environ.get(ONLINE_ENV) == "1"
+    device = (data.get("device") or {}).get("type", "cpu")
+    return Config(knobs, _device("auto") if device == "cuda" else device, file=data, online=online)
+
+
+def load_config(path: str | os.PathLike) -> Config:
+    """best_config.yaml for production code: the config that sets every knob the file holds (torch's defaults
+    for those it leaves out), so `cfg.dataloader_kwargs()` alone gives its batch size and loader settings. Warns
+    where the file was tuned on CUDA and none is here (the config then runs on the CPU), or with another major
+    version of torch. (`autotune.config(path)` reads the same file and sets only the knobs the search changed.)"""
+    import warnings
+
+    import torch
+
+    from autotune.export import load
+    from autotune.knobs import pytorch_defaults
+
+    data = load.read(path)
+    device = data.get("device") or {}
+    if device.get("type", "cpu") == "cuda" and not torch.cuda.is_available():
+        warnings.warn(
+            f"{path} was tuned on CUDA ({device.get('name')}) but no CUDA device is available here; its numbers do not apply"
         )
-    return Config("plain", {}, _device("auto"), online=bool(online))
+    made_with = str(device.get("torch") or "")
+    if made_with and made_with.split(".")[0] != torch.__version__.split(".")[0]:
+        warnings.warn(f"{path} was tuned with torch {made_with}; this is torch {torch.__version__}")
+    return _of_file(data, {**pytorch_defaults(None), **canonical(data["knobs"])})

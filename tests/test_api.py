@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 import autotune
 from autotune.records.state import SearchState
 from autotune.cli.main import app
-from autotune.export.best_config import TunedConfig
+from autotune.config import TunedConfig
 from autotune import spec as S
 from autotune.spec import SpecError
 from autotune.workload import WorkloadError

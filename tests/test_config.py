@@ -52,6 +52,47 @@ def test_production_sets_only_the_knobs_the_search_changed(tmp_path):
     assert list(cfg.steps(range(3))) == [0, 1, 2]
 
 
+def test_config_and_load_config_are_one_class_that_differ_in_the_knobs_they_set(tmp_path):
+    """`autotune.config(path)` sets the knobs the search changed, `load_config(path)` every knob of the file; the
+    methods are the same ones, with one behaviour."""
+    from autotune.config import Config
+
+    path = tmp_path / "best_config.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "knobs": {"num_workers": 2, "batch_size": 64, "precision": "bf16-mixed", "channels_last": True},
+                "device": {"type": "cpu"},
+                "batch": {"grad_accumulation_steps": 2},
+                "safety": [{"knob": "num_workers", "baseline": 0, "tuned": 2}, {"knob": "channels_last"}],
+            }
+        )
+    )
+    mine, loaded = autotune.config(path), autotune.load_config(path)
+    assert type(mine) is type(loaded) is Config and not mine.in_trial and not loaded.in_trial
+    assert mine.knobs == {"num_workers": 2, "channels_last": True} and loaded.knobs["batch_size"] == 64
+    assert mine.dataloader_kwargs(batch_size=16) == {"batch_size": 16, "num_workers": 2}
+    assert loaded.dataloader_kwargs() == {
+        "batch_size": 64,
+        "num_workers": 2,
+        "pin_memory": False,
+        "persistent_workers": False,
+    }
+    for cfg in (mine, loaded):  # bf16 set, or no precision: a disabled scaler, whose calls pass through
+        scaler, loss = cfg.grad_scaler(), torch.tensor(2.0)
+        assert not scaler.is_enabled() and scaler.scale(loss) is loss
+        model, optimizer = cfg.prepare(torch.nn.Conv2d(3, 4, 1))
+        assert model.weight.is_contiguous(memory_format=torch.channels_last) and optimizer is None
+        double = cfg.to_device(torch.ones(2, 3, 4, 4), lambda b: b * 2)  # your preprocess, then the layout
+        assert double.sum() == 2 * 96 and double.is_contiguous(memory_format=torch.channels_last)
+        assert cfg.grad_accumulation_steps == 2
+    with pytest.warns(DeprecationWarning, match="grad_accumulation_steps"):
+        assert loaded.accumulation_steps == 2
+    fp16 = autotune.load_config(path)
+    fp16.knobs["precision"] = "16-mixed"
+    assert fp16.grad_scaler().is_enabled()
+
+
 def test_a_knob_whose_method_is_never_called_is_not_used():
     assert unused("num_workers", ["steps", "prepare"]).startswith("not used by your program")
     assert unused("num_workers", ["dataloader_kwargs"]) is None

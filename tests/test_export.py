@@ -1,4 +1,5 @@
-"""best_config.yaml -> load_config -> a TunedConfig that applies the knobs."""
+"""best_config.yaml -> load_config -> the config (autotune.config.Config) that applies the knobs; the export's
+code templates checked against it."""
 
 import pytest
 import torch
@@ -45,7 +46,7 @@ def test_load_config_applies_the_knobs(tmp_path):
     cfg.zero_grad(optimizer)
     assert model.seen[0]["autocast_dtype"] == torch.bfloat16 and model.seen[0]["channels_last"]
     assert all(p.grad is not None for p in model.parameters())  # set_to_none: False
-    assert cfg.grad_scaler() is None
+    assert not cfg.grad_scaler().is_enabled()  # bf16: no scaling (a disabled GradScaler passes its calls through)
 
 
 def test_a_config_from_another_device_or_torch_warns(tmp_path):
@@ -75,6 +76,101 @@ def test_load_config_builds_the_fused_optimizer(tmp_path):
     assert fused.state[model.conv.weight]["step"].dtype == torch.float32  # the fused kernel's own step counter
     off = load_config(write(tmp_path / "off.yaml", {}))
     assert off.prepare(model, optimizer)[1] is optimizer  # not tuned: your optimizer as it is
+
+
+# -- -f python and -f lightning apply what the config applies -------------------------------------------------------
+
+
+TEMPLATE_KNOBS = {
+    "num_workers": 2,
+    "batch_size": 16,
+    "channels_last": True,
+    "precision": "bf16-mixed",
+    "set_to_none": False,
+    "cudnn_benchmark": True,
+    "fused_optimizer": True,
+}
+
+
+def _flags():
+    return torch.backends.cudnn.benchmark, torch.get_float32_matmul_precision(), torch.get_num_threads()
+
+
+@pytest.mark.parametrize("compile_mode", ["none", "default"])
+def test_the_python_template_applies_what_load_config_prepare_applies(tmp_path, compile_mode):
+    """`autotune export -f python` run on a real tiny model beside `load_config(...).prepare`: the same loader
+    arguments, process flags, model (device, layout, compiled or not), fused optimizer, batch, precision, scaler
+    and zero_grad."""
+    from autotune.export.best_config import render
+
+    knobs = {**TEMPLATE_KNOBS, "compile": compile_mode, "num_threads": torch.get_num_threads()}
+    data = {"knobs": knobs, "device": {"type": "cpu", "name": "cpu", "torch": str(torch.__version__)}}
+    before = _flags()
+    try:
+        ns = {}
+        exec(render(data, "python"), ns)
+        template_flags = _flags()
+        torch.backends.cudnn.benchmark, _, _ = before
+        torch.set_float32_matmul_precision(before[1])
+        cfg = load_config(write(tmp_path / "best.yaml", knobs, data["device"]))
+        torch.manual_seed(0)
+        theirs = Recorder()
+        mine = Recorder()
+        mine.load_state_dict(theirs.state_dict())
+        theirs = ns["prepare"](theirs)
+        their_opt = ns["prepare_optimizer"](torch.optim.AdamW(theirs.parameters(), lr=1e-2))
+        mine, my_opt = cfg.prepare(mine, torch.optim.AdamW(mine.parameters(), lr=1e-2))
+        assert _flags() == template_flags  # cuDNN, matmul precision, threads
+    finally:
+        torch.backends.cudnn.benchmark = before[0]
+        torch.set_float32_matmul_precision(before[1])
+    assert ns["LOADER_KWARGS"] == cfg.dataloader_kwargs()
+    assert type(theirs) is type(mine)  # compiled (torch.compile's wrapper) or not, alike
+    assert [p.device for p in theirs.parameters()] == [p.device for p in mine.parameters()]
+    layout = [p.is_contiguous(memory_format=torch.channels_last) for p in theirs.parameters() if p.dim() == 4]
+    assert layout == [p.is_contiguous(memory_format=torch.channels_last) for p in mine.parameters() if p.dim() == 4]
+    assert layout == [True]
+    assert type(their_opt) is type(my_opt) and [g["fused"] for g in their_opt.param_groups] == [
+        g["fused"] for g in my_opt.param_groups
+    ]
+    assert (ns["SCALER"] is not None) == cfg.grad_scaler().is_enabled()
+    x = torch.randn(4, 3, 8, 8)
+    assert ns["to_device"](x).stride() == cfg.to_device(x).stride()
+    if compile_mode != "none":  # compiled alike: inductor's build is not run here (test_knobs' slow test runs it)
+        return
+    ns["train_step"](theirs, their_opt, x, lambda model, batch: model(batch).float().sum())
+    with cfg.autocast():
+        loss = mine(cfg.to_device(x)).float().sum()
+    loss.backward()
+    my_opt.step()
+    cfg.zero_grad(my_opt)
+    assert theirs.seen == mine.seen  # the batch's layout and the autocast's dtype
+    assert [p.grad is None for p in theirs.parameters()] == [p.grad is None for p in mine.parameters()]
+    for a, b in zip(theirs.parameters(), mine.parameters()):
+        torch.testing.assert_close(a, b)
+
+
+def test_the_lightning_template_is_what_the_instrumented_trainer_takes(tmp_path):
+    """`autotune export -f lightning`'s trainer and loader arguments are those the config gives a Lightning script
+    run under `autotune run` (autotune.instrument._lightning_callback.trainer_kwargs, cfg.dataloader_kwargs)."""
+    import autotune
+    from autotune.export.best_config import render
+    from autotune.instrument._lightning_callback import trainer_kwargs
+
+    data = {
+        "knobs": {**TEMPLATE_KNOBS, "cudnn_benchmark": False, "compile": "none"},
+        "device": {"type": "cpu", "name": "cpu"},
+        "measured": {"speedup_x": 1.5, "baseline_samples_per_s": 100.0, "best_samples_per_s": 150.0},
+        "safety": [flag("batch_size", 8, 16), flag("num_workers", 0, 2), flag("precision", "32-true", "bf16-mixed")],
+    }
+    path = tmp_path / "best_config.yaml"
+    path.write_text(yaml.safe_dump(data))
+    ns = {}
+    exec(render(data, "lightning"), ns)
+    cfg = autotune.config(path)
+    given = trainer_kwargs({}, cfg, None)
+    assert {k: given[k] for k in ns["trainer_kwargs"]} == ns["trainer_kwargs"] == {"precision": "bf16-mixed"}
+    assert cfg.dataloader_kwargs() == ns["dataloader_kwargs"] == {"batch_size": 16, "num_workers": 2}
 
 
 # -- -f hf and -f lightning: what changed from the baseline, merged over the user's own arguments --------------------

@@ -454,3 +454,20 @@ def test_the_command_check_sees_a_command_out_of_its_module_or_too_long(tmp_path
     app.command()(report)
     app.command("ui")(importlib.import_module("planted.cli.ui").command)
     assert commands_out_of_place(app, tmp_path / "planted") == ["report: tests.test_package.report", "ui: 81 lines"]
+
+
+def classes_defining(package: Path, *methods: str) -> list[str]:
+    """`path Class` for each class in the package whose own body defines every one of `methods`."""
+    out = []
+    for path in sorted(package.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                defined = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+                if set(methods) <= defined:
+                    out.append(f"{path.relative_to(package.parent)} {node.name}")
+    return out
+
+
+def test_one_class_is_the_config_a_program_applies():
+    """`autotune.config()` and `autotune.load_config()` return one class, with one set of methods (issue 61)."""
+    assert classes_defining(PACKAGE, "prepare", "grad_scaler") == ["autotune/config.py Config"]

@@ -11,7 +11,8 @@ from typer.testing import CliRunner
 
 from autotune import load_config
 from autotune.cli.main import app
-from autotune.export.best_config import TunedConfig, render
+from autotune.config import TunedConfig
+from autotune.export.best_config import render
 from autotune.records.state import SearchState
 
 runner = CliRunner()

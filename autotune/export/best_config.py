@@ -1,4 +1,4 @@
-"""best_config.yaml, the production contract, and `load_config` to apply it.
+"""best_config.yaml, the production contract, written; `autotune.load_config` applies it (autotune.config.Config).
 
     cfg = autotune.load_config("best_config.yaml")
     workload = make_workload(**cfg.workload_args)     # your searched factory arguments, if any
@@ -27,7 +27,6 @@ import yaml
 from autotune._version import __version__
 from autotune import knobs as K
 from autotune.export import formats as scale_out
-from autotune.export.load import TunedConfig, load_config  # noqa: F401  (production imports them from here too)
 from autotune.decide.checked import status
 from autotune.records.verdicts import describe
 from autotune.safety.levels import batch_advice

@@ -13,8 +13,9 @@ already imported: the fork server imports torch before the program runs), one mo
 - `_lightning` (`lightning.pytorch`'s and `pytorch_lightning`'s `Trainer`; the callback in `_lightning_callback`).
 
 A framework's callback that reports steps claims them (`Config.claim`): torch's hooks then stand down, so no
-step is counted twice; so do they where the program reports its own (`cfg.steps`, `cfg.step`, `cfg.data`). Every
-patch of torch's can be undone (`_torch.uninstall`).
+step is counted twice; so do they where the program reports its own (`cfg.steps`, `cfg.step`, `cfg.data`). Each
+module records the ways its knobs reach the program (`Config.record_reach`). Every patch of torch's can be undone
+(`_torch.uninstall`).
 
 May import: `autotune.config` (the object the instrumentation reports to), `autotune.knobs`, `autotune.export`
 (the forms the instrumentation applies, so a trial runs what is exported), `autotune.spec`, `autotune.trial` (the
@@ -57,11 +58,6 @@ def with_env(env: dict[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if env is None else env)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(SITE_DIR), env.get("PYTHONPATH")) if p)
     return env
-
-
-def reached(cfg, *methods: str) -> None:
-    """Records in `cfg`'s usage record that the instrumentation applies these methods' knobs."""
-    cfg.used.update(methods)
 
 
 # module the program imports -> "autotune.instrument.<module>:<function>", the patch applied once it has run

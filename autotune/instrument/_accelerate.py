@@ -15,7 +15,7 @@ import functools
 import inspect
 import os
 
-from autotune.instrument import config, reached
+from autotune.instrument import config
 
 MIXED = {"32-true": "no", "tf32": "no", "bf16-mixed": "bf16", "16-mixed": "fp16"}
 OWN = {"no": "32-true", "bf16": "bf16-mixed", "fp16": "16-mixed"}
@@ -54,9 +54,9 @@ def accelerator(module) -> None:
             cfg.cannot.setdefault("compile", "your Accelerator's dynamo_backend or dynamo_plugin sets it in code")
         os.environ.update(env)
         init(self, *args, **kwargs)
-        reached(cfg, "autocast", "accelerate")  # its precision is the Accelerator's: torch's autocast stands down
+        cfg.record_reach("autocast", "accelerate")  # its precision is the Accelerator's: torch's autocast stands down
         backend = str(getattr(self.state.dynamo_plugin.backend, "value", "no")).lower()
-        cfg.found_own(
+        cfg.record_own(
             {
                 "precision": OWN.get(str(self.mixed_precision), "32-true"),
                 "compile": "none" if backend == "no" else (self.state.dynamo_plugin.mode or "default"),

@@ -58,19 +58,19 @@ class AutotuneCallback(TrainerCallback):
 
 
 def apply_lm(trainer, cfg) -> None:
-    """The language-model knobs no flag of the script carried (`cfg.carried`), on the Trainer as its __init__
+    """The language-model knobs no flag of the script sets (`cfg.flag_knobs`), on the Trainer as its __init__
     left it (its optimizer is built in train(), after them); first, what its model cannot take and runs with
-    on its own is recorded (`cfg.found`: the probe's), and `flatten` as reached (padding-free batches reach any
+    on its own is recorded (`cfg.record_model`: the probe's), and `flatten` as a way in (padding-free batches reach any
     Trainer; whether its model can take them is in `cfg.cannot`)."""
     from autotune.knobs import _lm
 
     model = trainer.model
-    cfg.found(model)
-    cfg.used.add("flatten")
+    cfg.record_model(model)
+    cfg.record_reach("flatten")
     knobs = cfg.knobs
     if knobs.get("float8") not in (None, "off"):
         _lm.to_float8(model, knobs["float8"])
-    if knobs.get("attention") is not None and "attention" not in cfg.carried:
+    if knobs.get("attention") is not None and "attention" not in cfg.flag_knobs:
         _lm.set_attention(model, knobs["attention"])
     if knobs.get("padding_free") and not getattr(trainer.data_collator, "padding_free", False):
         why = _lm.padding_free_cannot(model)

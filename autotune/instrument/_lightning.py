@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 
-from autotune.instrument import config, reached, trial_dir
+from autotune.instrument import config, trial_dir
 
 
 def trainer(module) -> None:
@@ -18,7 +18,7 @@ def trainer(module) -> None:
 
         cfg = config()
         cfg.claim("lightning")  # its callback reports the steps: torch's hooks stand down
-        reached(cfg, *lightning_callback.REACHES)
+        cfg.record_reach(*lightning_callback.REACHES)
         init(self, *args, **lightning_callback.trainer_kwargs(kwargs, cfg, trial_dir()))
 
     module.Trainer.__init__ = __init__

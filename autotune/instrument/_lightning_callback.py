@@ -107,17 +107,12 @@ class AutotuneCallback(Callback):
 
         source.train_dataloader = train_dataloader
         self.cfg.watch(pl_module)  # loss parity's noise runs perturb it (autotune.safety.program_parity)
+        from autotune.knobs import prepare_model
         from autotune.knobs._lm import prepare_lm
 
-        self.cfg.found(pl_module)
+        self.cfg.record_model(pl_module)
         prepare_lm(pl_module, self.cfg.knobs, self.cfg.blocks)
-        if self.cfg.knobs.get("channels_last"):
-            import torch
-
-            pl_module.to(memory_format=torch.channels_last)
-        mode = self.cfg.knobs.get("compile")
-        if mode not in (None, "none"):
-            pl_module.compile(**({} if mode == "default" else {"mode": mode}))
+        prepare_model(pl_module, self.cfg.knobs, in_place=True)  # Lightning holds the module: compiled in place
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if self.waiting is not None:

@@ -30,7 +30,7 @@ instrumentation applies them:
 - a transformers model's language-model knobs (autotune.knobs._lm.prepare_lm) on it, there too;
 - the fused optimizer at the optimizer's construction; `set_to_none` at `zero_grad`;
 - DDP's bucket and graph knobs at `DistributedDataParallel.__init__`, FSDP2's resharding at `fully_shard`.
-What the program does itself is recorded as its own value (`cfg.found_own`): the baseline.
+What the program does itself is recorded as its own value (`cfg.record_own`): the baseline.
 
 A patch changes nothing but the knob it applies. In production a failure of the instrumentation prints one line
 and uninstalls it: it never stops the user's job.
@@ -45,7 +45,6 @@ import time
 import weakref
 from collections.abc import Mapping
 
-from autotune.instrument import reached
 from autotune.trial import progress
 from autotune.trial.tokens import count as count_tokens
 from autotune.trial.tokens import count_samples
@@ -130,7 +129,7 @@ class TorchHooks:
         try:
             return fn(*args)
         except Exception as e:
-            if self.cfg.mode != "production":
+            if self.cfg.in_trial:
                 raise
             print(f"autotune: the instrumentation of torch stepped aside ({type(e).__name__}: {e})", file=sys.stderr)
             self.uninstall()
@@ -210,7 +209,7 @@ class TorchHooks:
             self.nested -= 1
             self.loop.hooked_wait(time.perf_counter() - started)
         if isinstance(batch, Mapping) and "input_ids" in batch and "attention_mask" in batch:
-            reached(self.cfg, "flatten")  # a padded batch: padding-free reaches it (its collate)
+            self.cfg.record_reach("flatten")  # a padded batch: padding-free reaches it (its collate)
         return batch
 
     # --- the outermost module ---------------------------------------------------------------------------------
@@ -233,7 +232,7 @@ class TorchHooks:
 
         self.model = module
         cfg, knobs = self.cfg, self.cfg.knobs
-        cfg.found(module)
+        cfg.record_model(module)
         cfg.watch(module)
         compiled = isinstance(module, torch._dynamo.eval_frame.OptimizedModule) or getattr(
             module, "_compiled_call_impl", None
@@ -244,19 +243,20 @@ class TorchHooks:
             dtype = torch.get_autocast_dtype(device)
             own["precision"] = {torch.bfloat16: "bf16-mixed", torch.float16: "16-mixed"}.get(dtype, "32")
             cfg.cannot.setdefault("precision", f"your program autocasts its forward itself ({dtype})")
-        cfg.found_own(own)
+        cfg.record_own(own)
         if self._takes("prepare") and self._takes("wrap"):
+            from autotune.knobs import prepare_model
             from autotune.knobs._lm import prepare_lm
 
-            reached(cfg, "torch:model")
+            cfg.record_reach("torch:model")
             prepare_lm(module, knobs, cfg.blocks)
-            if knobs.get("channels_last"):
-                module.to(memory_format=torch.channels_last)
-            if knobs.get("compile", "none") != "none" and not compiled:  # from its next call (this one is eager)
-                module.compile(**({} if knobs["compile"] == "default" else {"mode": knobs["compile"]}))
+            # in place (the program holds the module); compiled from its next call (this one is eager)
+            prepare_model(module, {**knobs, "compile": "none"} if compiled else knobs, in_place=True)
         if self._takes("autocast") and "precision" not in own:
-            reached(cfg, "torch:autocast")
-            dtype = {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(knobs.get("precision"))
+            cfg.record_reach("torch:autocast")
+            from autotune.knobs import autocast_dtype
+
+            dtype = autocast_dtype(knobs)
             self.cast = (device, dtype) if dtype is not None else None
         hooks = module.register_forward_pre_hook(_eager(self._forward_pre), with_kwargs=True)
         post = module.register_forward_hook(_eager(self._forward_post), with_kwargs=True, always_call=True)
@@ -328,7 +328,7 @@ class TorchHooks:
         return init(loader, **out) if out is not None else init(loader, *args, **kwargs)
 
     def _loader_kwargs(self, init, loader, args, kwargs) -> dict:
-        from autotune.knobs import loader_kwargs
+        from autotune.knobs import loader_kwargs, over_loader_kwargs
 
         bound = inspect.signature(init).bind(loader, *args, **kwargs)
         yours = {k: v for k, v in bound.arguments.items() if k != "self"}
@@ -340,15 +340,11 @@ class TorchHooks:
                 own["batch_size"] = yours.get("batch_size", 1)
             else:
                 cfg.cannot.setdefault("batch_size", "your DataLoader takes a batch_sampler: it makes the batches")
-            cfg.found_own(own)
-        reached(cfg, "torch:loader")
+            cfg.record_own(own)
+        cfg.record_reach("torch:loader")
         if yours.get("batch_sampler") is not None:
             knobs.pop("batch_size", None)
-        out = {**yours, **loader_kwargs(knobs)}
-        if not out.get("num_workers"):  # without workers DataLoader refuses these
-            for name in ("prefetch_factor", "persistent_workers"):
-                if name not in yours:
-                    out.pop(name, None)
+        out = over_loader_kwargs(yours, loader_kwargs(knobs))
         if knobs.get("padding_free"):
             from torch.utils.data import default_collate
 
@@ -370,8 +366,8 @@ class TorchHooks:
         bound = inspect.signature(init).bind(optimizer, *args, **kwargs)
         own_fused = bool(bound.arguments.get("fused"))
         if not self.sizes:  # the first optimizer's own value (before its base __init__ records it)
-            self.cfg.found_own({"fused_optimizer": own_fused})
-        reached(self.cfg, "torch:optimizer")
+            self.cfg.record_own({"fused_optimizer": own_fused})
+        self.cfg.record_reach("torch:optimizer")
         if bound.arguments.get("fused") is not None:
             self.cfg.cannot.setdefault("fused_optimizer", "your optimizer sets `fused=` itself")
         fused = self.cfg.knobs.get("fused_optimizer")
@@ -383,8 +379,8 @@ class TorchHooks:
         if not self._takes("zero_grad"):
             return zero_grad(owner, set_to_none)
         if "set_to_none" not in self.cfg.own:
-            self.cfg.found_own({"set_to_none": bool(set_to_none)})
-            reached(self.cfg, "torch:zero_grad")
+            self.cfg.record_own({"set_to_none": bool(set_to_none)})
+            self.cfg.record_reach("torch:zero_grad")
         return zero_grad(owner, self.cfg.knobs.get("set_to_none", set_to_none))
 
     def _ddp_init(self, init, ddp, *args, **kwargs):
@@ -395,8 +391,8 @@ class TorchHooks:
             n: p.default for n, p in inspect.signature(init).parameters.items() if p.default is not inspect._empty
         }
         own = {k: bound.arguments.get(kw, defaults.get(kw)) for k, kw in DDP_KNOBS.items()}
-        self.cfg.found_own({k: v for k, v in own.items() if v is not None})
-        reached(self.cfg, "torch:ddp")
+        self.cfg.record_own({k: v for k, v in own.items() if v is not None})
+        self.cfg.record_reach("torch:ddp")
         kwargs = {**kwargs, **{kw: self.cfg.knobs[k] for k, kw in DDP_KNOBS.items() if k in self.cfg.knobs}}
         return init(ddp, *args, **kwargs)
 
@@ -404,8 +400,8 @@ class TorchHooks:
         if self._takes("wrap"):
             own = kwargs.get("reshard_after_forward", True)
             if "fsdp_reshard_after_forward" not in self.cfg.own:
-                self.cfg.found_own({"fsdp_reshard_after_forward": own})
-            reached(self.cfg, "torch:fsdp")
+                self.cfg.record_own({"fsdp_reshard_after_forward": own})
+            self.cfg.record_reach("torch:fsdp")
             if "fsdp_reshard_after_forward" in self.cfg.knobs:
                 kwargs = {**kwargs, "reshard_after_forward": self.cfg.knobs["fsdp_reshard_after_forward"]}
         return fully_shard(module, *args, **kwargs)

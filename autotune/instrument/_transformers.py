@@ -21,7 +21,7 @@ import functools
 import sys
 from typing import Any
 
-from autotune.instrument import config, reached
+from autotune.instrument import config
 
 
 def hf_argparser(module) -> None:
@@ -46,10 +46,10 @@ def hf_argparser(module) -> None:
         cfg = config()
         known = {f.name for t in self.dataclass_types if dataclasses.is_dataclass(t) for f in dataclasses.fields(t)}
         mine = list(sys.argv[1:] if args is None else args)
-        cfg.carried = hf_args.carried(cfg.knobs, known)  # the rest reach the Trainer (huggingface_callback.apply_lm)
+        cfg.flag_knobs = hf_args.carried(cfg.knobs, known)  # the rest reach the Trainer (_hf_callback.apply_lm)
         own_kwargs = own_json(mine, ("activation_checkpointing_kwargs", "gradient_checkpointing_kwargs"))
         args = [*mine, *hf_args.flags(hf_fields(cfg, known, own_kwargs))]
-        reached(cfg, *HF_REACHES, *(["packing"] if "packing" in known else []))
+        cfg.record_reach(*HF_REACHES, *(["packing"] if "packing" in known else []))
         out = parse(self, args, *rest, **kwargs)
         for parsed in out if isinstance(out, tuple) else ():
             if isinstance(parsed, TrainingArguments):
@@ -102,7 +102,7 @@ def own_of(cfg, args) -> None:
         # TRL's best-fit packing makes its rows padding-free (SFTTrainer: padding_free or bfd packing)
         bfd = args.packing and getattr(args, "packing_strategy", "bfd") in ("bfd", "bfd_split")
         own["padding_free"] = bool(getattr(args, "padding_free", False) or bfd)
-    cfg.found_own(own)
+    cfg.record_own(own)
 
 
 def trainer(module) -> None:

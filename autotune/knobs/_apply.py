@@ -16,6 +16,18 @@ def loader_kwargs(knobs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in out.items() if v is not None}
 
 
+def over_loader_kwargs(yours: dict[str, Any], tuned: dict[str, Any]) -> dict[str, Any]:
+    """A DataLoader's own arguments `yours` with the `tuned` ones (`loader_kwargs` of the knobs set) over them,
+    for `cfg.dataloader_kwargs` and the torch hooks' DataLoader: without workers, the arguments only workers take
+    (`prefetch_factor`, `persistent_workers`) are left out unless they are yours (DataLoader refuses them)."""
+    out = {**yours, **tuned}
+    if not out.get("num_workers"):
+        for name in ("prefetch_factor", "persistent_workers"):
+            if name not in yours:
+                out.pop(name, None)
+    return out
+
+
 def build_loader(dataset, knobs: dict[str, Any], **kwargs):
     """The one DataLoader builder (the trial, the 2x-batch probe, loss parity and
     production code): the loader knobs, then the caller's own arguments (sampler,
@@ -38,7 +50,7 @@ def seeded_loader(workload, knobs: dict[str, Any], steps: int, seed: int = 0):
 
 
 def apply_process_flags(knobs: dict[str, Any]) -> None:
-    """Process-wide settings: intra-op threads (None: torch's default, untouched)."""
+    """Process-wide settings: intra-op threads (None or absent: torch's default, untouched)."""
     import torch
 
     if knobs.get("num_threads") is not None:
@@ -46,10 +58,14 @@ def apply_process_flags(knobs: dict[str, Any]) -> None:
 
 
 def apply_backend_flags(knobs: dict[str, Any]) -> None:
-    """Process-wide flags: cuDNN autotuning and fp32 matmul precision."""
+    """Process-wide flags: cuDNN autotuning and fp32 matmul precision (tf32: TF32 matmuls and convolutions;
+    another precision: full fp32 matmuls); a knob absent is left as the process has it."""
     import torch
 
-    torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
+    if "cudnn_benchmark" in knobs:
+        torch.backends.cudnn.benchmark = bool(knobs["cudnn_benchmark"])
+    if "precision" not in knobs:
+        return
     if knobs["precision"] == "tf32":
         torch.set_float32_matmul_precision("high")
         torch.backends.cudnn.allow_tf32 = True
@@ -62,24 +78,33 @@ def workload_args(knobs: dict[str, Any]) -> dict[str, Any]:
     return {k[len(USER_PREFIX) :]: v for k, v in knobs.items() if k.startswith(USER_PREFIX)}
 
 
-def prepare_model(model, knobs: dict[str, Any], device):
-    """Move to the device, then memory format, then compile (compile last: it
-    traces the model as it will run)."""
+def prepare_model(model, knobs: dict[str, Any], device=None, *, in_place: bool = False):
+    """The model on `device` (None: where it is), then in the memory format, then compiled (compile last: it
+    traces the model as it will run); a knob absent is left as the model has it. The one place these knobs reach
+    a model: `cfg.prepare` and `cfg.wrap` (through `wrap`), the trial's (`wrap`), and, `in_place` (the caller
+    keeps its own reference: `Module.compile()` instead of the `torch.compile` wrapper), the Lightning callback
+    and the torch hooks (autotune.instrument). A language model's knobs come first (`_lm.prepare_lm`)."""
     import torch
 
-    model = model.to(device)
-    if knobs["channels_last"]:
+    if device is not None:
+        model = model.to(device)
+    if knobs.get("channels_last"):
         model = model.to(memory_format=torch.channels_last)
-    if knobs["compile"] != "none":
-        mode = None if knobs["compile"] == "default" else knobs["compile"]
-        model = torch.compile(model, mode=mode)
+    mode = knobs.get("compile", "none")
+    if mode not in (None, "none"):
+        options = {} if mode == "default" else {"mode": mode}
+        if in_place:
+            model.compile(**options)
+        else:
+            model = torch.compile(model, **options)
     return model
 
 
 def autocast_dtype(knobs: dict[str, Any]):
+    """The dtype the precision autocasts to (None: no autocast; absent: none)."""
     import torch
 
-    return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(knobs["precision"])
+    return {"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(knobs.get("precision"))
 
 
 def autocast(knobs: dict[str, Any], device_type: str):
@@ -96,7 +121,7 @@ def grad_scaler(knobs: dict[str, Any], device_type: str):
     """A GradScaler for fp16 (as production needs one), else None."""
     import torch
 
-    if knobs["precision"] != "16-mixed":
+    if knobs.get("precision") != "16-mixed":
         return None
     return torch.amp.GradScaler(device_type)
 
@@ -181,7 +206,7 @@ def prepare_optimizer(optimizer, knobs: dict[str, Any]):
 
 def build_optimizer(workload, model, knobs: dict[str, Any]):
     """The workload's optimizer over the prepared model's parameters, with the
-    knobs applied (the trial and loss parity; production: `TunedConfig.prepare`)."""
+    knobs applied (the trial and loss parity; production: `autotune.config.Config.prepare`)."""
     return prepare_optimizer(workload.build_optimizer(model.parameters()), knobs)
 
 

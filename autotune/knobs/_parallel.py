@@ -1,7 +1,7 @@
 """The multi-rank knobs applied to a model: its repeated blocks (autotune.knobs._blocks),
 the language-model knobs (activation checkpointing per block among
 them: autotune.knobs._lm), then DDP or FSDP2 `fully_shard` per block (torch imported on
-call). One function, `wrap`, for the trial's ranks and for `TunedConfig.wrap`, so what is
+call). One function, `wrap`, for the trial's ranks and for `Config.wrap` (autotune.config), so what is
 exported is what was measured.
 """
 

@@ -16,7 +16,7 @@ Stages, in the order they act on a training job:
 
 This module is imported by the CLI and the spec, so it must not import torch at
 load time; the `apply_*` functions import it when called (inside a trial, or in
-production code through `autotune.export.load.TunedConfig`).
+production code through `autotune.config.Config`).
 
 Why one module of over 600 lines: it is one definition. The `KNOBS` table is ~350 lines of data, its entries name
 the availability and conflict rules above it as their fields, and the rest are the lookups over the table (canonical,

@@ -40,11 +40,11 @@ def cases(workers: int, found: Path | None) -> dict[str, tuple[dict, dict]]:
     }
     if found:
         del out["defaults, gpu_normalize"], out[f"{workers} workers + pinned"]
-        from autotune.export.best_config import load_config
+        from autotune import load_config
 
         best = load_config(found)  # as production reads it: the searched workload args too
-        if best.data["workload"]["ref"] != "resnet18_cifar":
-            raise SystemExit(f"{found}: a search of `{best.data['workload']['ref']}`, not resnet18_cifar")
+        if best.file["workload"]["ref"] != "resnet18_cifar":
+            raise SystemExit(f"{found}: a search of `{best.file['workload']['ref']}`, not resnet18_cifar")
         out["found by autotune"] = (best.trial_workload_args, best.knobs)
     return out
 

@@ -54,7 +54,9 @@ def _type(annotation: Any) -> str:
     if origin is typing.Annotated:
         return _type(args[0])
     if origin in (typing.Union, types.UnionType):
-        return " or ".join(_type(a) for a in args if a is not type(None)) + (" or null" if type(None) in args else "")
+        # in a fixed order: Python's typing cache may hand back an equal union made elsewhere in the other order
+        words = sorted(_type(a) for a in args if a is not type(None))
+        return " or ".join(words) + (" or null" if type(None) in args else "")
     if origin is typing.Literal:
         return "one of " + ", ".join(f"`{a}`" for a in args)
     if origin is list:
@@ -72,7 +74,7 @@ def _kind(annotation: Any, metadata: list) -> str:
     nullable = typing.get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in args
     kinds = [a for a in args if a is not type(None)] if nullable else [annotation]
     bounds = [f"{word} {getattr(m, attr)}" for m in metadata for kind, attr, word in _BOUNDS if isinstance(m, kind)]
-    text = " or ".join(_type(a) for a in kinds)
+    text = " or ".join(sorted(_type(a) for a in kinds))  # a fixed order (see _type)
     return " ".join([text, ", ".join(bounds)]).strip() + (" or null" if nullable else "")
 
 

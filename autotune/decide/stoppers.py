@@ -1,5 +1,5 @@
 """Why a search stops: each cause a stopper with its reason, joined by `Combined` (Ray Tune's
-`CombinedStopper` shape). Both backends of `autotune.execution.loop` ask the same objects: the local loop
+`CombinedStopper` shape). Both backends of `autotune.execution.proposer` ask the same objects: the local loop
 before each trial, the Ray backend through a `tune.Stopper` adapter (Ray Tune also holds the trial count and the
 budget itself). A stopper reads what the search has recorded; it decides nothing else.
 

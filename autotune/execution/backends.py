@@ -11,7 +11,7 @@ one asked for, else Ray where it is installed. A backend's methods take the `res
 of the host and the host lacks (a cluster without Ray, an MLflow server without MLflow) is the user's to fix: one line
 (`SpecError`), never a quiet fallback.
 
-What both backends run of the loop is in `autotune.execution.loop`.
+What both backends run of the loop is in `autotune.execution.proposer`.
 """
 
 from __future__ import annotations

@@ -43,7 +43,8 @@ from autotune.decide.reference import read_ci
 from autotune.decide.samplers import kind
 from autotune.decide.stoppers import search_stoppers
 from autotune.decide.strategy import Strategy
-from autotune.execution import backends, loop, startup
+from autotune.execution import backends, startup
+from autotune.execution.proposer import Proposer
 from autotune.execution import spread as SP
 from autotune.execution.callbacks import Callbacks, SearchCallback
 from autotune.execution.launcher import start_shared, user_thread_env
@@ -245,7 +246,7 @@ class Search:
             reserve=self.reserve,
         )
         reads = self._reads()
-        proposer = loop.Proposer(
+        proposer = Proposer(
             self.strategy,
             {k: v for k, v in self.space.baseline.items() if k not in self.space.search},
             self.plan.trial.prune_margin,

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from autotune import knobs as K
-from autotune.execution.loop import knobs_of, stop_on_sigterm
+from autotune.execution.proposer import knobs_of, stop_on_sigterm
 from autotune.execution.protocol import TrialRun
 from autotune.execution.settings import RunSettings
 from autotune.execution.trials import reader, run_trial

@@ -19,7 +19,7 @@ class TrialRun:
     """A search's trials, as the driver hands them to its backend."""
 
     proposer: object
-    """The strategy's side (autotune.execution.loop.Proposer): the next config, and each one's end."""
+    """The strategy's side (autotune.execution.proposer.Proposer): the next config, and each one's end."""
     recorder: object
     """Each finished trial written everywhere (autotune.records.recorder.Recorder)."""
     stop: Stopper

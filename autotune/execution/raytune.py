@@ -30,7 +30,7 @@ from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
 from autotune.execution import reaper  # noqa: E402
-from autotune.execution.loop import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
+from autotune.execution.proposer import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
 from autotune.execution.trials import reader, run_trial  # noqa: E402
 from autotune.execution.protocol import TrialRun  # noqa: E402
@@ -170,7 +170,7 @@ def unpack_dir(data: str, path: Path) -> None:
 
 
 class Searcher(TuneSearcher):
-    """Ray Tune's view of the strategy (`loop.Proposer`): each suggestion is the
+    """Ray Tune's view of the strategy (`proposer.Proposer`): each suggestion is the
     strategy's next proposal. Each finished trial is told back where its result lands,
     parsed once (`RecordTrials`: Ray Tune asks this searcher first, then the callbacks,
     in the same call). The study holds all state, so save/restore have nothing to add."""

@@ -61,7 +61,8 @@ import math
 import os
 import statistics
 import time
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 from autotune import knobs as K
 from autotune.safety.stepping import (
@@ -187,7 +188,7 @@ def build_reference(
 ) -> dict[str, Any]:
     """The baseline's side of parity: its trajectory over `steps` batches and
     its state at the per-step points; the noise reference at each of `levels`
-    (`add_levels`: none by default, as `loss_parity` adds what a verdict needs).
+    (`add_levels`: none by default, as `check_parity` adds what a verdict needs).
     `batches`: the seeded batches, where the caller has them."""
     started = time.perf_counter()
     base = {**baseline, "num_workers": 0, "pin_memory": False}
@@ -284,7 +285,7 @@ def add_levels(
     """The noise reference at each of `levels`, its `parts` that `ref` lacks,
     added to it: "step", per point, NOISE_SEEDS steps from perturbed weights
     against the clean step; "multi", from the initial state, NOISE_SEEDS runs
-    perturbed before every step. `loss_parity` asks for a part only where a
+    perturbed before every step. `check_parity` asks for a part only where a
     verdict depends on it (a search that never tries fp16 never pays for fp16's;
     a candidate inside the dtype's rtol and the tolerance needs none). Returns
     the seconds it took."""
@@ -327,6 +328,17 @@ def _band(values: list, factor: float, floor: float) -> float:
     return max(floor, factor * max(finite)) if finite else floor
 
 
+@dataclass(frozen=True)
+class Ranks:
+    """How a candidate on several ranks runs its side of parity (autotune.safety.rank_parity); the baseline's
+    run steps on the whole batches, on one rank."""
+
+    build: Callable[..., Any]
+    """builds the candidate's run, as `build_run` does (its parameters), wrapped as the trial's ranks are"""
+    shard: Callable[[list], list]
+    """the batches this rank steps on: its shard of every one of the seeded batches"""
+
+
 def loss_parity(
     workload,
     baseline: dict[str, Any],
@@ -337,49 +349,121 @@ def loss_parity(
     tolerance: float = 0.05,
     seed: int = 0,
     reference: dict[str, Any] | None = None,
-    build=build_run,
-    shard=None,
-    batches=None,
 ) -> dict[str, Any]:
     """Parity of `candidate` with `baseline` (module doc): the per-step errors
     against the knob's band, then the multi-step checks; at the baseline's batch
     size, so only numerics differ. `reference`: the baseline's side from
-    `build_reference` (computed here when missing).
-    `tolerance`: multi-step deviations below it always pass. `build` builds the
-    candidate's run and `shard(batches)` gives the batches it steps on (several
-    ranks: autotune.safety.rank_parity); the baseline's run steps on the whole batches.
-    `batches`: the seeded batches, where the caller decoded them already.
+    `build_reference` (computed here when missing, `steps` long).
+    `tolerance`: multi-step deviations below it always pass. The check itself is
+    `check_parity`'s."""
+    if reference is not None:
+        return check_parity(workload, reference, candidate, device, tolerance=tolerance, seed=seed)
+    parity = {"baseline": baseline, "steps": steps, "tolerance": tolerance}
+    return _check_computed(workload, parity, candidate, device, seed=seed)
+
+
+def _check_computed(workload, parity: dict, candidate: dict, device: K.Device, *, seed: int, ranks=None) -> dict:
+    """`check_parity` against a reference computed here (and not kept), as `parity` says ({"baseline": knobs,
+    "steps", "tolerance"}): its time is the verdict's."""
+    started = time.perf_counter()
+    reference = build_reference(workload, parity["baseline"], device.type, steps=parity["steps"], seed=seed)
+    tolerance = parity["tolerance"]
+    out = check_parity(workload, reference, candidate, device, tolerance=tolerance, seed=seed, ranks=ranks)
+    out.update(reference="computed", parity_s=time.perf_counter() - started)
+    return out
+
+
+def check_parity(
+    workload,
+    reference: dict[str, Any],
+    candidate: dict[str, Any],
+    device: K.Device,
+    *,
+    tolerance: float,
+    seed: int,
+    batches=None,
+    ranks: Ranks | None = None,
+) -> dict[str, Any]:
+    """Parity of `candidate` with the baseline of `reference` (`build_reference`),
+    over its steps (module doc). `ranks`: the candidate on several ranks; its
+    run is built and fed as `Ranks` says. `batches`: the seeded batches, where the
+    caller decoded them already.
     The noise reference at the candidate's level is added to `reference` only
     where the verdict depends on it: the per-step noise where an error exceeds
     the dtype's rtol, the multi-step noise where a deviation exceeds
     `tolerance` (either band is at least those); `noise`
     says which were computed, cached or not needed, `noise_s` what they cost."""
     started = time.perf_counter()
-    level = roundoff(baseline, candidate, device.type)
-    cached = reference is not None
-    if not cached:
-        reference = build_reference(workload, baseline, device.type, steps=steps, seed=seed)
-    steps = reference["steps"]
-    batch = reference["baseline"]["batch_size"]
-    batches = batches or seeded_batches(workload, batch, steps, seed)
-    run = build(workload, {**candidate, "batch_size": batch, "num_workers": 0, "pin_memory": False}, device.type, seed)
-    own = shard(batches) if shard else batches  # what the candidate steps on
-    initial_scale = None
-    if run.scaler is not None:
-        # start the GradScaler at the scale its back-off from 2^16 would reach on the first
-        # batch: those first skipped steps only delay training, and one step behind, the
-        # multi-step deviations would measure the delay. Skips after that are counted.
-        first = reset_and_step(run, reference["states"][0], own[0], seed)
-        initial_scale = run.scaler.get_scale() if first["grads_finite"] else None
-        load_state(run, reference["states"][0], initial_scale)
+    baseline, steps = reference["baseline"], reference["steps"]
+    level, tol = roundoff(baseline, candidate, device.type), rtol(baseline, candidate, device.type)
+    batches = batches or seeded_batches(workload, baseline["batch_size"], steps, seed)
+    own_knobs = {**candidate, "batch_size": baseline["batch_size"], "num_workers": 0, "pin_memory": False}
+    run = (ranks.build if ranks else build_run)(workload, own_knobs, device.type, seed)
+    own = ranks.shard(batches) if ranks else batches  # what the candidate steps on
+    initial_scale = _initial_scale(run, reference, own[0], seed)
     end = run_trajectory(run, own, seed)
     multi = multi_errors(end, reference)
-    base_run = build_run(workload, reference["baseline"], device.type, seed)
+    base_run = build_run(workload, baseline, device.type, seed)
     falls = _does_it_train(run, base_run, reference, own[0], batches[0], seed=seed, initial_scale=initial_scale)
+    per_point = _per_point(run, base_run, reference, batches, own, seed=seed, scale=end["scale"])
+    del run
+    had = dict(reference["noise"].get(repr(level), {}))
+    needed = _noise_needed(per_point, multi, tol, tolerance)
+    noise_s = add_levels(workload, reference, device.type, [level], run=base_run, batches=batches, parts=needed)
+    del base_run
+    noise = reference["noise"].get(repr(level), {})
+    runs = noise.get("multi", [])
+    moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in runs])
+    nonfinite = not end["finite"] or not all(p["finite"] for p in per_point)
+    out = {
+        "steps": steps,
+        "tolerance": tolerance,
+        "max_rel_dev": multi["loss_dev"] if not nonfinite else math.inf,
+        "mean_rel_dev": multi["mean_loss_dev"],
+        "final_rel_dev": multi["final_loss_dev"],
+        "noise_floor": max(s["loss_dev"] for s in runs) if runs else None,  # the noise runs' largest loss deviation
+        "noise": {p: "cached" if p in had else "computed" if p in noise else "not needed" for p in ("step", "multi")},
+        "noise_s": noise_s,
+        "nonfinite": nonfinite,
+        "skipped_steps": end["skipped"],
+        "per_step": _per_step(per_point, noise, level, tol, reference["points"]),
+        "multi_step": _multi_step(multi, runs, tolerance),
+        "moved": {"candidate": multi["moved"], "baseline": moved_ref},  # reported: over fresh batches
+        "overfit": falls,
+        "rule": RULE,
+    }
+    if end["scale"] is not None:
+        out["initial_scale"], out["final_scale"] = initial_scale, end["scale"]
+    failures = _failures(out, candidate["precision"], tol)
+    out["passed"] = not failures
+    out["failed"] = [check for check, _ in failures]
+    out["reason"] = "; ".join(reason for _, reason in failures) or None
+    out["reference"] = "cached"
+    out["parity_s"] = time.perf_counter() - started
+    return out
+
+
+def _initial_scale(run, reference: dict, batch, seed: int) -> float | None:
+    """Under a GradScaler: the scale its back-off from 2^16 reaches on the first
+    batch, the run left at it (those first skipped steps only delay training,
+    and one step behind, the multi-step deviations would measure the delay;
+    skips after that are counted). None without a scaler, or where no scale
+    gives finite gradients."""
+    if run.scaler is None:
+        return None
+    first = reset_and_step(run, reference["states"][0], batch, seed)
+    initial_scale = run.scaler.get_scale() if first["grads_finite"] else None
+    load_state(run, reference["states"][0], initial_scale)
+    return initial_scale
+
+
+def _per_point(run, base_run, reference: dict, batches: list, own: list, *, seed: int, scale) -> list[dict]:
+    """At each of the reference's points, one step of each side from the
+    baseline's state there, and the candidate's errors against the baseline's."""
     per_point = []
     for t in reference["points"]:
         b = reset_and_step(base_run, reference["states"][t], batches[t], seed + t)
-        c = reset_and_step(run, reference["states"][t], own[t], seed + t, end["scale"])
+        c = reset_and_step(run, reference["states"][t], own[t], seed + t, scale)
         # the update against the baseline's optimizer stepping on the candidate's own gradient: what
         # the knob does to the step (unscaling, skipping); the gradient's error is the grad row.
         # (Against the baseline's update, Adam turns rounding noise in gradients that should be
@@ -394,22 +478,23 @@ def loss_parity(
                 "backoffs": c["backoffs"],
             }
         )
-    del run
-    tol = rtol(baseline, candidate, device.type)
-    had = dict(reference["noise"].get(repr(level), {}))
-    needed = (("step",) if any(p[m] > tol for p in per_point for m in ("loss", "grad")) else ()) + (
+    return per_point
+
+
+def _noise_needed(per_point: list[dict], multi: dict, tol: float, tolerance: float) -> tuple[str, ...]:
+    """The parts of the noise reference a verdict depends on: "step" where a
+    per-step error exceeds the dtype's rtol, "multi" where a multi-step deviation
+    exceeds the tolerance (the bands never go below those)."""
+    return (("step",) if any(p[m] > tol for p in per_point for m in ("loss", "grad")) else ()) + (
         ("multi",) if any(v is not None and v > tolerance for v in (multi[m] for m in MULTI_METRICS)) else ()
     )
-    noise_s = add_levels(workload, reference, device.type, [level], run=base_run, batches=batches, parts=needed)
-    del base_run
-    noise = reference["noise"].get(repr(level), {})
-    states = {
-        part: "cached" if part in had else "computed" if part in noise else "not needed" for part in ("step", "multi")
-    }
 
-    # per point: its own band (the noise there; late points of a chaotic run are ill-conditioned,
-    # the first is not), and the worst ratio of error to band decides
-    per_step: dict[str, Any] = {"points": reference["points"], "roundoff": level, "rtol": tol, "factor": FACTOR}
+
+def _per_step(per_point: list[dict], noise: dict, level: float, tol: float, points: list) -> dict[str, Any]:
+    """The per-step errors against their bands: per point its own band (the
+    noise there; late points of a chaotic run are ill-conditioned, the first is
+    not), and the worst ratio of error to band decides."""
+    per_step: dict[str, Any] = {"points": points, "roundoff": level, "rtol": tol, "factor": FACTOR}
     for p in per_point:  # (no step noise: every error is inside rtol, which the band never goes below)
         noise_at = noise["step"][p["step"]] if "step" in noise else [{}]
         for m in STEP_METRICS:  # (the update from the same gradient and state has no noise: rtol alone)
@@ -420,11 +505,15 @@ def loss_parity(
         per_step[m] = {"max": worst[m], "band": worst[m + "_band"], "noise": worst[m + "_noise"], "at": worst["step"]}
     per_step["grad"]["cos_min"] = min(p["grad_cos"] for p in per_point)
     per_step["at"] = per_point
-    # multi-step deviations are judged only where rounding noise alone stays below the
-    # tolerance; where it does not, training is chaotic and the deviation says nothing about
-    # the knob (measured: ResNet-18 at lr 0.1, compile 352% against noise runs' 112%)
-    # (no multi-step noise: every deviation is inside the tolerance, which the band never goes below)
-    runs = noise.get("multi", [])
+    return per_step
+
+
+def _multi_step(multi: dict, runs: list[dict], tolerance: float) -> dict[str, Any]:
+    """The multi-step deviations against their bands, judged only where rounding
+    noise alone stays below the tolerance; where it does not, training is chaotic
+    and the deviation says nothing about the knob (measured: ResNet-18 at lr 0.1,
+    compile 352% against noise runs' 112%). (No multi-step noise: every deviation
+    is inside the tolerance, which the band never goes below.)"""
     multi_step = {}
     for m in MULTI_METRICS:
         if multi[m] is not None:
@@ -435,71 +524,55 @@ def loss_parity(
                 "noise": noise_m,
                 "judged": noise_m is None or noise_m <= tolerance,
             }
-    moved_ref = statistics.median([reference["moved"]] + [s["moved"] for s in runs])
-    nonfinite = not end["finite"] or not all(p["finite"] for p in per_point)
-    out = {
-        "steps": steps,
-        "tolerance": tolerance,
-        "max_rel_dev": multi["loss_dev"] if not nonfinite else math.inf,
-        "mean_rel_dev": multi["mean_loss_dev"],
-        "final_rel_dev": multi["final_loss_dev"],
-        "noise_floor": max(s["loss_dev"] for s in runs) if runs else None,  # the noise runs' largest loss deviation
-        "noise": states,
-        "noise_s": noise_s,
-        "nonfinite": nonfinite,
-        "skipped_steps": end["skipped"],
-        "per_step": per_step,
-        "multi_step": multi_step,
-        "moved": {"candidate": multi["moved"], "baseline": moved_ref},  # reported: over fresh batches
-        "overfit": falls,
-        "rule": RULE,
-    }
-    if end["scale"] is not None:
-        out["initial_scale"], out["final_scale"] = initial_scale, end["scale"]
-    reasons, failed = [], []  # failed: which checks caught it
-    if nonfinite:
-        failed.append("nonfinite")
-        reasons.append(
-            "NaN/inf in the loss, gradients or weights"
-            + (" (fp16 overflow)" if candidate["precision"] == "16-mixed" else "")
-        )
-    if end["skipped"] > MAX_SKIPPED * steps:
-        failed.append("skipped steps")
-        reasons.append(f"the GradScaler skipped {end['skipped']} of {steps} steps (fp16 overflow)")
-    if not nonfinite:
-        for m in STEP_METRICS:
-            e = per_step[m]
-            if e["max"] > e["band"]:
-                failed.append(f"per-step {m}")
-                reasons.append(
+    return multi_step
+
+
+def _failures(out: dict[str, Any], precision: str, tol: float) -> list[tuple[str, str]]:
+    """The checks a verdict's numbers (`check_parity`'s) fail, each with its reason."""
+    steps, skipped, falls = out["steps"], out["skipped_steps"], out["overfit"]
+    failures = []
+    if out["nonfinite"]:
+        overflow = " (fp16 overflow)" if precision == "16-mixed" else ""
+        failures.append(("nonfinite", "NaN/inf in the loss, gradients or weights" + overflow))
+    if skipped > MAX_SKIPPED * steps:
+        failures.append(("skipped steps", f"the GradScaler skipped {skipped} of {steps} steps (fp16 overflow)"))
+    if out["nonfinite"]:
+        return failures
+    for m in STEP_METRICS:
+        e = out["per_step"][m]
+        if e["max"] > e["band"]:
+            failures.append(
+                (
+                    f"per-step {m}",
                     f"per-step {m} error {e['max']:.2e} above its band {e['band']:.2e} at step {e['at']} "
-                    f"(rtol {tol:g}; rounding noise alone: {e['noise']:.2e})"
-                )
-        for m, e in multi_step.items():
-            if e["judged"] and e["value"] > e["band"]:
-                failed.append(f"multi-step {m.replace('_dev', '')}")
-                reasons.append(
-                    f"{m.replace('_dev', '')} deviates {e['value']:.1%} from the baseline over {steps} steps "
-                    f"(band {e['band']:.1%})"
-                )
-        if falls["judged"] and not falls["trains"]:
-            failed.append("does not train")
-            first, *lower = [t for t in falls["tried"] if t["judged"]]
-            reasons.append(
-                f"does not train: on one fixed batch its loss fell {first['candidate']:.2%} in "
-                f"{OVERFIT_STEPS} steps, the baseline's {first['baseline']:.2%}"
-                + (f" (at {first['lr_scale']:g} x the learning rate)" if first["lr_scale"] != 1 else "")
-                + "".join(
-                    f"; at {t['lr_scale']:g} x the learning rate {t['candidate']:.2%}, the baseline's {t['baseline']:.2%}"
-                    for t in lower
+                    f"(rtol {tol:g}; rounding noise alone: {e['noise']:.2e})",
                 )
             )
-    out["passed"] = not reasons
-    out["failed"] = failed
-    out["reason"] = "; ".join(reasons) or None
-    out["reference"] = "cached" if cached else "computed"
-    out["parity_s"] = time.perf_counter() - started
-    return out
+    for m, e in out["multi_step"].items():
+        if e["judged"] and e["value"] > e["band"]:
+            name = m.replace("_dev", "")
+            failures.append(
+                (
+                    f"multi-step {name}",
+                    f"{name} deviates {e['value']:.1%} from the baseline over {steps} steps (band {e['band']:.1%})",
+                )
+            )
+    if falls["judged"] and not falls["trains"]:
+        failures.append(("does not train", _does_not_train(falls)))
+    return failures
+
+
+def _does_not_train(falls: dict[str, Any]) -> str:
+    first, *lower = [t for t in falls["tried"] if t["judged"]]
+    return (
+        f"does not train: on one fixed batch its loss fell {first['candidate']:.2%} in "
+        f"{OVERFIT_STEPS} steps, the baseline's {first['baseline']:.2%}"
+        + (f" (at {first['lr_scale']:g} x the learning rate)" if first["lr_scale"] != 1 else "")
+        + "".join(
+            f"; at {t['lr_scale']:g} x the learning rate {t['candidate']:.2%}, the baseline's {t['baseline']:.2%}"
+            for t in lower
+        )
+    )
 
 
 def reference_key(workload_ref: dict, baseline: dict[str, Any], steps: int, seed: int, device: K.Device) -> dict:
@@ -526,18 +599,19 @@ def trial_parity(
     candidate: dict[str, Any],
     device: K.Device,
     seed: int = 0,
-    **candidate_run,
+    *,
+    ranks: Ranks | None = None,
 ) -> dict[str, Any]:
     """A trial's parity. `parity`: {"baseline": knobs, "steps", "tolerance",
     "reference": path}. The reference at `path` is reused when it matches; the
     first trial that needs it computes it (the baseline's trajectory) and stores
     it there, and a trial whose verdict needs noise the reference lacks (its
-    level, the per-step or the multi-step part: `loss_parity`) adds it and
+    level, the per-step or the multi-step part: `check_parity`) adds it and
     stores it again, when `path`'s directory exists (a trial on another node, or
     run alone, computes its own). Each verdict is stored beside it, under its
     `verdict_key`: a later trial with the same numerics knobs (one rank) takes
-    it instead of computing it again. `candidate_run`: loss_parity's `build` and
-    `shard` (several ranks)."""
+    it instead of computing it again. `ranks`: the candidate on several ranks
+    (`Ranks`)."""
     import torch
 
     steps, path = parity.get("steps", 20), parity.get("reference")
@@ -552,7 +626,7 @@ def trial_parity(
                 reference, verdicts = saved["reference"], saved.get("verdicts", {})
         except Exception:  # a partial or foreign file: compute instead
             reference = None
-    same = None if candidate_run else verdict_key(candidate, tolerance)  # several ranks: their own sharding
+    same = None if ranks else verdict_key(candidate, tolerance)  # several ranks: their own sharding
     if same in verdicts:  # the same numerics knobs were checked in this search: the same computation, not rerun
         return {
             **verdicts[same],
@@ -574,18 +648,13 @@ def trial_parity(
 
     if paid:  # stored before the check too: a check that raises must not cost the next trial the reference
         store()
-    out = loss_parity(
-        workload,
-        parity["baseline"],
-        candidate,
-        device,
-        steps=steps,
-        tolerance=tolerance,
-        seed=seed,
-        reference=reference,
-        batches=batches,
-        **candidate_run,
-    )
+    if reference is None:
+        asked = {"baseline": parity["baseline"], "steps": steps, "tolerance": tolerance}
+        out = _check_computed(workload, asked, candidate, device, seed=seed, ranks=ranks)
+    else:
+        out = check_parity(
+            workload, reference, candidate, device, tolerance=tolerance, seed=seed, batches=batches, ranks=ranks
+        )
     if writable and reference is not None and (same is not None or out["noise_s"]):  # a verdict, noise added
         verdicts = {**verdicts, same: out} if same is not None else verdicts
         store()

@@ -27,7 +27,7 @@ import os
 from typing import Any
 
 from autotune import knobs as K
-from autotune.safety.parity import trial_parity
+from autotune.safety.parity import Ranks, trial_parity
 from autotune.safety.stepping import build_run
 
 
@@ -83,8 +83,10 @@ def rank_parity(
         candidate,
         device,
         seed,
-        build=functools.partial(_build, world=world, blocks=blocks),
-        shard=functools.partial(_shard, rank=rank, world=world),
+        ranks=Ranks(
+            build=functools.partial(_build, world=world, blocks=blocks),
+            shard=functools.partial(_shard, rank=rank, world=world),
+        ),
     )
     out["ranks"], out["global_batch"] = world, parity["baseline"]["batch_size"]
     return out

@@ -53,53 +53,15 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     intra-op threads oversubscribe a CPU host: the threads that leave each worker a core), `memory_near_full`."""
     cuda = device.type == "cuda"
     evidence: list[str] = []
-    wait = m.get("data_wait_frac")  # timed window
-    reader = m.get("dataloader_frac")  # profiled window
-    util = m.get("gpu_util_frac")
-    ratio = m.get("batch2x_step_ratio")
-    compute = m.get("gpu_compute_kernel_frac" if cuda else "cpu_compute_op_frac")
-    ceiling = m.get("compute_ceiling_samples_per_s")
-    per_worker = m.get("loader_samples_per_s_per_worker")
-
-    judged = wait if wait is not None else reader
+    cores = int(m.get("host_cpus_per_gpu") or device.cpus)
     if m.get("apart_from_trial") is not None:
         evidence.append(
             f"two sides, 2x probe and op mix: trial #{int(m['apart_from_trial'])}'s, which differs from "
             "this config in loader knobs alone (not measured again)"
         )
-    input_bound = judged is not None and judged > READER_RATIO_LIMIT
-    if wait is not None:
-        evidence.append(
-            f"timed window: waiting on data {wait:.1%} of the step"
-            f" ({'>' if input_bound else '<='} {READER_RATIO_LIMIT:.0%})"
-        )
-    if reader is not None:
-        line = f"profiled window: data loading {reader:.1%} of the step"
-        if wait is not None and wait > READER_RATIO_LIMIT >= reader:
-            line += " (the profiler slows each step, so there the loader keeps up)"
-        evidence.append(line)
-    need = None
-    workers, cores = knobs.get("num_workers") or 0, int(m.get("host_cpus_per_gpu") or device.cpus)
-    if ceiling and per_worker:
-        capacity = per_worker * max(workers, 1)
-        need = min(cores, max(1, math.ceil(ceiling * LOADER_HEADROOM / per_worker)))
-        evidence.append(
-            f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
-            f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
-            f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs{' per GPU' if cuda else ''})"
-        )
-        if wait is None and capacity < ceiling / LOADER_HEADROOM:
-            input_bound = True  # no timed wait to read: the two rates decide
-    overhead_bound = False
-    if ratio is not None:
-        evidence.append(f"2x the batch takes {ratio:.2f}x the compute step (cached batches, no loader)")
-        overhead_bound = ratio < BATCH2X_OVERHEAD
-    if m.get("batch2x_oom"):
-        evidence.append("2x the batch runs out of memory: the batch is at the memory limit")
-    if util is not None:
-        evidence.append(f"profiled window: GPU busy {util:.0%} of the step")
-        if util < GPU_UTIL_LOW and not input_bound:
-            overhead_bound = True
+    input_bound, need = _input_bound(m, knobs, cores, cuda, evidence)
+    overhead_bound = _overhead_bound(m, input_bound, evidence)
+    compute = m.get("gpu_compute_kernel_frac" if cuda else "cpu_compute_op_frac")
     if compute is not None:
         evidence.append(
             f"profiled window: matmul/convolution {compute:.0%} of {'GPU kernel' if cuda else 'CPU op'} time"
@@ -134,6 +96,68 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
         facts["workers_needed"] = need  # the loader sized from the two rates
     if m.get("batch2x_oom"):
         facts["batch2x_oom"] = True  # capacity-bound too
+    _host_and_memory(m, knobs, cores, cuda, evidence, facts)
+    return {"bottleneck": bottleneck, "evidence": evidence, "facts": facts}
+
+
+def _input_bound(m: dict[str, float], knobs: dict[str, Any], cores: int, cuda: bool, evidence: list[str]):
+    """Whether the loader bounds the step (the timed window's wait; without one, the two sides' rates), and the
+    loader workers the two rates say are needed (None: not measured); the evidence for both appended."""
+    wait = m.get("data_wait_frac")  # timed window
+    reader = m.get("dataloader_frac")  # profiled window
+    judged = wait if wait is not None else reader
+    input_bound = judged is not None and judged > READER_RATIO_LIMIT
+    if wait is not None:
+        evidence.append(
+            f"timed window: waiting on data {wait:.1%} of the step"
+            f" ({'>' if input_bound else '<='} {READER_RATIO_LIMIT:.0%})"
+        )
+    if reader is not None:
+        line = f"profiled window: data loading {reader:.1%} of the step"
+        if wait is not None and wait > READER_RATIO_LIMIT >= reader:
+            line += " (the profiler slows each step, so there the loader keeps up)"
+        evidence.append(line)
+    need = None
+    ceiling = m.get("compute_ceiling_samples_per_s")
+    per_worker = m.get("loader_samples_per_s_per_worker")
+    workers = knobs.get("num_workers") or 0
+    if ceiling and per_worker:
+        capacity = per_worker * max(workers, 1)
+        need = min(cores, max(1, math.ceil(ceiling * LOADER_HEADROOM / per_worker)))
+        evidence.append(
+            f"two sides apart: compute ceiling {ceiling:.0f} samples/s on a cached batch; the loader "
+            f"{per_worker:.0f} samples/s per worker, {capacity:.0f} with {max(workers, 1)} "
+            f"(about {need} {'worker' if need == 1 else 'workers'} needed, of {cores} CPUs{' per GPU' if cuda else ''})"
+        )
+        if wait is None and capacity < ceiling / LOADER_HEADROOM:
+            input_bound = True  # no timed wait to read: the two rates decide
+    return input_bound, need
+
+
+def _overhead_bound(m: dict[str, float], input_bound: bool, evidence: list[str]) -> bool:
+    """Whether a fixed per-step cost dominates (the 2x-batch probe; a GPU mostly idle with the loader keeping up);
+    the evidence appended."""
+    overhead_bound = False
+    ratio = m.get("batch2x_step_ratio")
+    if ratio is not None:
+        evidence.append(f"2x the batch takes {ratio:.2f}x the compute step (cached batches, no loader)")
+        overhead_bound = ratio < BATCH2X_OVERHEAD
+    if m.get("batch2x_oom"):
+        evidence.append("2x the batch runs out of memory: the batch is at the memory limit")
+    util = m.get("gpu_util_frac")
+    if util is not None:
+        evidence.append(f"profiled window: GPU busy {util:.0%} of the step")
+        if util < GPU_UTIL_LOW and not input_bound:
+            overhead_bound = True
+    return overhead_bound
+
+
+def _host_and_memory(
+    m: dict[str, float], knobs: dict[str, Any], cores: int, cuda: bool, evidence: list[str], facts: dict[str, Any]
+) -> None:
+    """A CPU host oversubscribed (loader workers beside more intra-op threads than the cores left) and memory near
+    full: the evidence and the facts appended."""
+    workers = knobs.get("num_workers") or 0
     threads = knobs.get("num_threads") or cores  # torch's default: every core
     if not cuda and workers and threads > (spare := max(1, cores - workers)):  # more threads than cores left
         evidence.append(
@@ -145,4 +169,3 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     if peak and total and peak / total > MEMORY_HIGH:
         evidence.append(f"peak memory {peak:.1f} of {total:.1f} GiB (> {MEMORY_HIGH:.0%})")
         facts["memory_near_full"] = True
-    return {"bottleneck": bottleneck, "evidence": evidence, "facts": facts}

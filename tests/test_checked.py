@@ -11,7 +11,7 @@ from autotune.decide import checked
 from autotune import knobs as K
 from autotune import spec as S
 from autotune.decide.confirm import confirm_best
-from autotune.export.best_config import write_best_config
+from autotune.export.best_config import ExportSettings, write_best_config
 from autotune.records.run_dir import SearchResult, pick_best, record_of
 from autotune.trial.result import TrialResult
 from autotune.trial.runner import run_trial
@@ -99,7 +99,9 @@ def _export(tmp_path, records, best, stopped):
     space = K.Space(baseline=records[0].knobs, search={}, fixed={}, dropped=[])
     result = SearchResult(tmp_path, space, K.Device("cpu", 2, "cpu"), records, records[0], best, 10.0, {}, stopped)
     write_best_config(
-        result, tmp_path / "best_config.yaml", name=spec.name, workload=spec.workload, flags=spec.search_space.flags()
+        result,
+        tmp_path / "best_config.yaml",
+        ExportSettings(name=spec.name, workload=spec.workload, flags=spec.search_space.flags()),
     )
     return yaml.safe_load((tmp_path / "best_config.yaml").read_text())
 

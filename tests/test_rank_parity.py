@@ -11,7 +11,7 @@ from autotune import knobs as K
 from autotune import spec as S
 from autotune.decide import checked
 from autotune.execution.launcher import run_in_process
-from autotune.export.best_config import write_best_config
+from autotune.export.best_config import ExportSettings, write_best_config
 from autotune.records.run_dir import SearchResult, record_of
 from autotune.trial.result import TrialResult
 
@@ -95,10 +95,12 @@ def test_an_fsdp_winner_is_checked_on_two_ranks_and_exported_as_parity_passed(tm
     write_best_config(
         result,
         tmp_path / "best_config.yaml",
-        name=spec.name,
-        workload=spec.workload,
-        flags=spec.search_space.flags(),
-        ranks=spec.resources.ranks_per_trial,
+        ExportSettings(
+            name=spec.name,
+            workload=spec.workload,
+            flags=spec.search_space.flags(),
+            ranks=spec.resources.ranks_per_trial,
+        ),
     )
     data = yaml.safe_load((tmp_path / "best_config.yaml").read_text())
     assert data["safety_status"] == "parity passed" and data["knobs"]["sharding"] == "fsdp"

@@ -559,15 +559,7 @@ class Search:
         if not (baseline and baseline.throughput and best):
             return summary
         export.write_best_config(
-            result,
-            self.opened.paths["best_config"],
-            name=plan.name,
-            workload=plan.workload,
-            flags=plan.space.flags(),
-            ranks=plan.resources.ranks_per_trial,
-            blocks=plan.resources.blocks,
-            keep_effective_batch=plan.safety.keep_effective_batch,
-            program=self.state.program,
+            result, self.opened.paths["best_config"], export.ExportSettings.of(plan), program=self.state.program
         )
         summary.update(
             {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},

@@ -18,6 +18,7 @@ measured is what production runs.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -114,32 +115,50 @@ def production(
     return {"command": command(path, data, where), "dir": str(where), "adds": adds, "applies": applies}
 
 
-def write_best_config(
-    result,
-    path: Path,
-    *,
-    name: str | None,
-    workload,
-    flags: dict[str, dict],
-    ranks: int = 1,
-    blocks: list[str] | None = None,
-    keep_effective_batch: bool = False,
-    program: dict | None = None,
-) -> dict[str, Any]:
-    """best_config.yaml for `result` (a `SearchResult`), written to `path`: `name`, the search's; `workload`, its
-    plan's section (`autotune.spec.WorkloadSpec`: ref, args, a program's command and dir); `flags`, a program's
-    searched flags (`SearchSpaceSpec.flags`); `ranks` and `blocks`, the trials' (what cfg.wrap, torchrun and
-    -f hf need); `keep_effective_batch`, the safety setting (the batch advice's accumulation); `program`, a
-    program's probe record (SearchState.program), for its `production` command (`production`)."""
-    best, base, unit = result.best, result.baseline, result.unit
+@dataclass(frozen=True)
+class ExportSettings:
+    """What best_config.yaml records of the search beside its result (`write_best_config`): its plan's settings
+    (`ExportSettings.of(plan)`, an `autotune.spec.SearchPlan`)."""
+
+    workload: Any
+    """the plan's workload section (`autotune.spec.WorkloadSpec`: ref, args, a program's command and dir)"""
+    name: str | None = None
+    """the search's name"""
+    flags: dict[str, dict] = field(default_factory=dict)
+    """a program's searched flags (`SearchSpaceSpec.flags`)"""
+    ranks: int = 1
+    """the trials' ranks (what cfg.wrap, torchrun and -f hf need)"""
+    blocks: list[str] | None = None
+    """the trials' repeated blocks (FSDP, checkpointing)"""
+    keep_effective_batch: bool = False
+    """the safety setting: the batch advice's gradient accumulation keeps the baseline's effective batch"""
+
+    @classmethod
+    def of(cls, plan) -> "ExportSettings":
+        """A search plan's (`autotune.spec.SearchPlan`)."""
+        return cls(
+            workload=plan.workload,
+            name=plan.name,
+            flags=plan.space.flags(),
+            ranks=plan.resources.ranks_per_trial,
+            blocks=plan.resources.blocks,
+            keep_effective_batch=plan.safety.keep_effective_batch,
+        )
+
+
+def write_best_config(result, path: Path, settings: ExportSettings, *, program: dict | None = None) -> dict[str, Any]:
+    """best_config.yaml for `result` (a `SearchResult`), written to `path`, with what `settings` records of the
+    search; `program`, a program's probe record (SearchState.program), for its `production` command
+    (`production`)."""
+    best, base, unit, workload = result.best, result.baseline, result.unit, settings.workload
     data = {
         "autotune": {
             "version": __version__,
-            "search": name,
+            "search": settings.name,
             "run_dir": str(result.run_dir),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         },
-        "workload": {"ref": workload.ref, "args": workload.args, **_program(workload, flags, best.knobs)},
+        "workload": {"ref": workload.ref, "args": workload.args, **_program(workload, settings.flags, best.knobs)},
         "device": {"type": result.device.type, "name": result.device.name, "torch": best.info.get("torch")},
         "knobs": {k: v for k, v in best.knobs.items() if k in K.KNOBS},
         "workload_args": K.workload_args(best.knobs),
@@ -156,8 +175,20 @@ def write_best_config(
         "safety": safety_flags(best.knobs, base.knobs, best.parity),
         "fixed": result.space.fixed,
     }
-    if ranks > 1 or blocks:  # what cfg.wrap, torchrun and -f hf need
-        data["parallel"] = {"ranks": ranks, "blocks": blocks}
+    if settings.ranks > 1 or settings.blocks:  # what cfg.wrap, torchrun and -f hf need
+        data["parallel"] = {"ranks": settings.ranks, "blocks": settings.blocks}
+    _add_verdicts(data, result, settings.keep_effective_batch)
+    if workload.command:
+        data["production"] = production(data, path, settings.flags, program)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return data
+
+
+def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> None:
+    """best_config.yaml's sections past the measured config, each where it applies, in their order: the batch
+    advice, the faster configs rejected as unsafe, the search's own figure and the re-measurement, the break-even,
+    the tie, and the safety status."""
+    best, base, unit = result.best, result.baseline, result.unit
     accum = base.knobs["batch_size"] // best.knobs["batch_size"] if keep_effective_batch else 1
     advice = batch_advice(
         base.knobs["batch_size"],
@@ -197,10 +228,6 @@ def write_best_config(
             "loss parity was not run for this config (the search stopped before checking it): "
             "its training numerics are unknown; resume the search to check it before adopting it"
         )
-    if workload.command:
-        data["production"] = production(data, path, flags, program)
-    path.write_text(yaml.safe_dump(data, sort_keys=False))
-    return data
 
 
 # --- other forms of the same config ----------------------------------------------------
@@ -313,7 +340,12 @@ def prepare_optimizer(optimizer):
 SCALER = {"torch.amp.GradScaler(DEVICE)" if k["precision"] == "16-mixed" else "None"}
 
 
-def to_device(batch, preprocess=None):
+{_python_step(k, dtype)}'''
+
+
+def _python_step(k: dict[str, Any], dtype: str | None) -> str:
+    """The snippet's step: `to_device` and `train_step`, with the tuned knobs written in."""
+    return f'''def to_device(batch, preprocess=None):
     """A batch (tensors, tuples, lists, dicts) on the device, then your on-device
     preprocessing, then 4-D float inputs in channels_last."""
     def move(x, fn):

@@ -549,27 +549,28 @@ class SearchPlan:
         """What every trial of the search shares (`autotune.trial.request.TrialSettings`), on `device` from
         `baseline` (every knob's value); `pickled`: a factory given in Python, which trials load from the run dir's
         workload.pkl (the bytes travel in the backend's settings to other nodes)."""
-        from autotune.trial.request import TRIAL_KEYS, TrialSettings
+        from autotune.trial.request import TRIAL_KEYS, TrialSettings, parity_against, trial_window
         from autotune.workload import pickled_ref
 
         workload = {k: v for k, v in self.workload.model_dump(mode="json").items() if v is not None}
         if pickled:
             workload.update(pickled_ref(pickled))
         trial = self.trial  # the runner takes its window (TRIAL_KEYS); timeout_s and prune_margin are the driver's
-        return TrialSettings.of(
-            device,
-            baseline,
+        return TrialSettings(
             workload=workload,
-            window={k: getattr(trial, k) for k in TRIAL_KEYS},
+            trial=trial_window({k: getattr(trial, k) for k in TRIAL_KEYS}),
+            device=device,
             seed=self.search.seed,
+            base_batch=baseline["batch_size"],
             keep_effective_batch=self.safety.keep_effective_batch,
-            parity=parity,
-            parity_steps=self.safety.parity_steps,
-            tolerance=self.safety.tolerance,
+            # default: against `baseline`'s knobs, as long and within the tolerance the safety section says
+            parity=parity or parity_against(baseline, self.safety.parity_steps, self.safety.tolerance),
             ranks=self.resources.ranks_per_trial,
             blocks=self.resources.blocks,
             memory_limit_gib=self.resources.memory_limit_gib,
             flops_cache=flops_cache,
+            # a program's baseline is its own settings; it takes its searched arguments as flags
+            program_baseline=dict(baseline) if self.program else None,
             flags=self.space.flags() if self.program else None,
         )
 

@@ -41,7 +41,7 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
 
     from autotune import knobs as K
     from autotune.stats import promote_floor
-    from autotune.trial.request import TrialSettings
+    from autotune.trial.request import PerTrial, TrialSettings
 
     settings = TrialSettings(
         {"name": "tiny_cnn"},
@@ -60,7 +60,7 @@ def test_the_anchor_is_read_again_in_a_fresh_process_and_known_no_better_than_th
         False,
         {"baseline": K.pytorch_defaults(32), "steps": 20, "tolerance": 0.05},
     )
-    request = settings.timed_only().config(K.pytorch_defaults(32), anchor=True)  # as both drivers build it
+    request = settings.timed_only().config(K.pytorch_defaults(32), PerTrial(anchor=True))  # as both drivers build it
     first = TrialResult(
         "ok",
         metrics={

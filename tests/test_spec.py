@@ -7,6 +7,7 @@ import yaml
 
 from autotune import knobs as K
 from autotune import spec as S
+from autotune.trial.request import PerTrial
 
 WL = {"workload": {"name": "tiny_cnn"}}
 
@@ -75,11 +76,13 @@ def test_the_anchor_of_a_v2_search_is_measured_to_the_promoted_windows_floor(tmp
     knobs = {**K.pytorch_defaults(None), "batch_size": 32}
     settings = plan(tmp_path, trial={"target_ci": 0.06}).trial_settings("cpu", knobs)
     assert settings.config(knobs)["target_ci"] == 0.06
-    assert settings.config(knobs, anchor=True)["target_ci"] == pytest.approx(PROMOTE_FACTOR * 0.06)
+    assert settings.config(knobs, PerTrial(anchor=True))["target_ci"] == pytest.approx(PROMOTE_FACTOR * 0.06)
     # a tight target: never tighter than the spread between fresh processes on a CPU (none assumed on a GPU)
     tight = plan(tmp_path, trial={"target_ci": 0.01})
-    assert tight.trial_settings("cpu", knobs).config(knobs, anchor=True)["target_ci"] == PROCESS_SPREAD["cpu"]
-    assert tight.trial_settings("cuda", knobs).config(knobs, anchor=True)["target_ci"] == PROMOTE_FACTOR * 0.01
+    assert tight.trial_settings("cpu", knobs).config(knobs, PerTrial(anchor=True))["target_ci"] == PROCESS_SPREAD["cpu"]
+    assert (
+        tight.trial_settings("cuda", knobs).config(knobs, PerTrial(anchor=True))["target_ci"] == PROMOTE_FACTOR * 0.01
+    )
 
 
 def test_inline_knobs_override_the_preset():

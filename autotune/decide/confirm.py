@@ -45,7 +45,7 @@ def reread_anchor(
 ) -> TrialResult:
     """The search's anchor (the baseline: every early trial's bar) read a
     second time, in a fresh process, its timed window alone: `again`, the runner's
-    config for that (`TrialSettings.timed_only().config(knobs, anchor=True)`), run
+    config for that (`TrialSettings.timed_only().config(knobs, PerTrial(anchor=True))`), run
     by `run(config, dir)`. Two processes of one config differ by more than a
     window's CI: jpeg_pipeline's baseline read 104.9 samples/s in its trial and
     86.5 and 81.2 in the confirm's, and the climb, judged against 104.9, missed

@@ -15,13 +15,13 @@ from autotune.execution.watch import Limits
 from autotune.records.scaling import with_reference
 from autotune.decide.confirm import reread_anchor
 from autotune.decide.playbook import advise
-from autotune.trial.request import TrialSettings
+from autotune.trial.request import PerTrial
 from autotune.trial.result import TrialResult, failed
 
 
 def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialResult:
     """The trial config for this search config (the one request builder), run in a fresh process."""
-    request = settings.request.config(config, **{k: config[k] for k in TrialSettings.PER_TRIAL if k in config})
+    request = settings.request.config(config, PerTrial.of(config))
 
     def run(request: dict, trial_dir: Path) -> TrialResult:
         return run_in_process(
@@ -37,7 +37,9 @@ def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialR
     spread = spreads(settings.rank_placement, request.get("ranks", 1))  # one rank per node
     result = run_spread(request, settings, trial_dir) if spread else run(request, trial_dir)
     if config.get("anchor") and not spread:  # the search's first incumbent: read twice
-        result = reread_anchor(result, settings.request.timed_only().config(config, anchor=True), run, trial_dir)
+        result = reread_anchor(
+            result, settings.request.timed_only().config(config, PerTrial(anchor=True)), run, trial_dir
+        )
     if config.get("source") == "baseline":  # a multi-rank search's one-rank reference (autotune.records.scaling)
         # one thread a rank where the ranks shared a node and the user set none (autotune.trial.ranks)
         threads = None if spread or (settings.thread_env or {}).get("OMP_NUM_THREADS") else 1

@@ -5,13 +5,13 @@ the runner's side of it, the trial config's defaults and check (`check_config`,
 what `python -m autotune.trial` accepts). Needs neither torch nor Ray.
 
     settings = plan.trial_settings(device_type, baseline)   # autotune.spec.SearchPlan
-    config = settings.config(knobs, prune_below, incumbent_above)   # -> python -m autotune.trial's JSON
+    config = settings.config(knobs, PerTrial(prune_below, incumbent_above))   # -> python -m autotune.trial's JSON
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from autotune import knobs as K
@@ -23,8 +23,55 @@ TRIAL_KEYS = ("warmup_steps", "measure_steps", "min_window_s", "target_ci", "max
 
 
 @dataclass(frozen=True)
+class PerTrial:
+    """What a driver decides for one trial beside its knobs (`TrialSettings.config`); the Ray driver carries them
+    in each trial's Ray config under these names (`PerTrial.of`, autotune.execution.trials.run_trial_in)."""
+
+    prune_below: float | None = None
+    """the search's unit (samples/s; a language model's tokens/s): clearly below it, the window stops early"""
+    incumbent_above: float | None = None
+    """what the trial must beat to become the incumbent: at or below it, the window alone (`autotune.decide.bar`)"""
+    predicted: float | None = None
+    """the rate model's samples/s (autotune.decide.model), recorded beside the measured"""
+    incumbent_ci: float = 0.0
+    """how well the incumbent's throughput is known (95%, relative)"""
+    carry: dict | None = None
+    """diagnosed from another trial's numbers measured apart (`Strategy.carried`)"""
+    anchor: bool = False
+    """the first incumbent of a search (its baseline), which every later trial is weighed against: its window
+    stops at a promoted window's precision (`stats.promote_floor`), since no window length removes the spread
+    between fresh processes (5-18%, scripts/bench/bench_window.py) and the confirm re-measures the baseline side by
+    side with the best anyway"""
+    tie_keeps_incumbent: bool = False
+    """riskier than the incumbent: a window that ties with it leaves it (`Strategy`)"""
+    incumbent_trial: int | None = None
+    """the incumbent's trial number (the trial a kept tie goes to)"""
+
+    @classmethod
+    def of(cls, config: dict[str, Any]) -> "PerTrial":
+        """The decisions a search config carries (a proposal's: `autotune.execution.proposer.Proposer.suggest`)."""
+        return cls(**{f.name: config[f.name] for f in fields(cls) if f.name in config})
+
+
+def trial_window(window: dict[str, Any]) -> dict[str, Any]:
+    """The runner's window from the plan's trial section (TRIAL_KEYS): the step floor's default filled, a
+    search's warm-up by time (WARMUP_MIN_S)."""
+    return {
+        **window,
+        "measure_steps": window["measure_steps"] or DEFAULTS["measure_steps"],
+        "warmup_min_s": WARMUP_MIN_S,
+    }
+
+
+def parity_against(baseline: dict[str, Any], steps: int, tolerance: float) -> dict[str, Any]:
+    """A trial's loss parity against `baseline`'s built-in knobs, `steps` long, within `tolerance`."""
+    return {"baseline": {k: v for k, v in baseline.items() if k in K.KNOBS}, "steps": steps, "tolerance": tolerance}
+
+
+@dataclass(frozen=True)
 class TrialSettings:
-    """What every trial of a search shares."""
+    """What every trial of a search shares (`autotune.spec.SearchPlan.trial_settings` builds it from the plan's
+    sections)."""
 
     workload: dict[str, Any]  # {"name" | "factory", "args"}
     trial: dict[str, Any]  # the spec's trial settings the runner takes (TRIAL_KEYS)
@@ -39,54 +86,6 @@ class TrialSettings:
     flops_cache: str | None = None  # the search's FLOPs per model and shape (measure.flops_per_sample)
     program_baseline: dict[str, Any] | None = None  # a program's (workload.command) baseline knobs: its own settings
     flags: dict[str, dict] | None = None  # a program's searched flags: name -> syntax (spec.UserKnob.syntax)
-
-    @classmethod
-    def of(
-        cls,
-        device: str,
-        baseline: dict[str, Any],
-        *,
-        workload: dict[str, Any],
-        window: dict[str, Any],
-        seed: int,
-        keep_effective_batch: bool,
-        parity_steps: int,
-        tolerance: float,
-        parity: dict | None = None,
-        ranks: int = 1,
-        blocks: list[str] | None = None,
-        memory_limit_gib: float | None = None,
-        flops_cache: str | None = None,
-        flags: dict[str, dict] | None = None,
-    ):
-        """From the search plan's sections as plain data (`autotune.spec.SearchPlan.trial_settings`): `window`, the
-        trial section's TRIAL_KEYS; `parity` (default: against `baseline`'s knobs, `parity_steps` long, within
-        `tolerance`); `flags`: a program's searched flags, None for a factory (a program's baseline is then its own
-        settings)."""
-        return cls(
-            workload=workload,
-            trial={
-                **window,
-                "measure_steps": window["measure_steps"] or DEFAULTS["measure_steps"],
-                "warmup_min_s": WARMUP_MIN_S,
-            },
-            device=device,
-            seed=seed,
-            base_batch=baseline["batch_size"],
-            keep_effective_batch=keep_effective_batch,
-            parity=parity
-            or {
-                "baseline": {k: v for k, v in baseline.items() if k in K.KNOBS},
-                "steps": parity_steps,
-                "tolerance": tolerance,
-            },
-            ranks=ranks,
-            blocks=blocks,
-            memory_limit_gib=memory_limit_gib,
-            flops_cache=flops_cache,
-            program_baseline=None if flags is None else dict(baseline),
-            flags=flags,
-        )
 
     def timed_only(self, target_ci: float | None = None) -> "TrialSettings":
         """The same trials with the window only: no profiled window, diagnosis or
@@ -113,37 +112,10 @@ class TrialSettings:
             self, trial={**self.trial, "profile_steps": 0, "diagnose": False, "parity_only": True}, parity=parity
         )
 
-    # what a driver decides per trial beside its knobs (the keyword arguments of `config`): the Ray driver
-    # carries them in each trial's Ray config under these names (autotune.execution.trials.run_trial_in)
-    PER_TRIAL = (
-        "prune_below",
-        "incumbent_above",
-        "predicted",
-        "incumbent_ci",
-        "carry",
-        "anchor",
-        "tie_keeps_incumbent",
-        "incumbent_trial",
-    )
-
-    def config(
-        self,
-        knobs: dict[str, Any],
-        *,
-        prune_below: float | None = None,
-        incumbent_above: float | None = None,
-        predicted: float | None = None,
-        incumbent_ci: float = 0.0,
-        carry: dict | None = None,
-        anchor: bool = False,
-        tie_keeps_incumbent: bool = False,
-        incumbent_trial: int | None = None,
-    ) -> dict[str, Any]:
-        """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs). `anchor`: the
-        first incumbent of a search (its baseline), which every later trial is weighed
-        against: its window stops at a promoted window's precision (`stats.promote_floor`), since no
-        window length removes the spread between fresh processes (5-18%, scripts/bench/bench_window.py) and the
-        confirm re-measures the baseline side by side with the best anyway."""
+    def config(self, knobs: dict[str, Any], per_trial: PerTrial | None = None) -> dict[str, Any]:
+        """The runner's config for these knobs (built-in knobs and `args.NAME` user knobs), with what the driver
+        decided for this trial (`PerTrial`)."""
+        per_trial = per_trial or PerTrial()
         base, args = self.program_baseline, K.workload_args(knobs)
         workload = {**self.workload, "args": {**self.workload.get("args", {}), **args}}
         if base is not None and self.flags:  # a program takes its searched arguments as its flags or environment
@@ -154,24 +126,24 @@ class TrialSettings:
             # a program keeps its own settings but for the knobs this trial changes (autotune.config)
             "knobs": {k: knobs[k] for k in K.KNOBS if base is None or knobs[k] != base.get(k)},
             **self.trial,
-            **({"target_ci": stats.promote_floor(self.trial["target_ci"], self.device)} if anchor else {}),
+            **({"target_ci": stats.promote_floor(self.trial["target_ci"], self.device)} if per_trial.anchor else {}),
             "trace_path": "trace.json" if self.trial["profile_steps"] else None,
             "device": self.device,
             # keep_effective_batch: micro-batches per optimizer step
             "accum_steps": self.base_batch // knobs["batch_size"] if self.keep_effective_batch else 1,
             "parity": self.parity,
             "seed": self.seed,
-            "prune_below": prune_below,
+            "prune_below": per_trial.prune_below,
             # several ranks: a fixed window on every rank, no pruning (autotune.trial.ranks)
             **({"ranks": self.ranks, "prune_below": None} if self.ranks > 1 else {}),
             **({"blocks": self.blocks} if self.blocks else {}),
             **({"memory_limit_gib": self.memory_limit_gib} if self.memory_limit_gib else {}),
-            "incumbent_above": incumbent_above,  # below it: the window alone
-            "incumbent_ci": incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
-            "predicted": predicted,  # the rate model's samples/s (autotune.decide.model), recorded beside the measured
-            "carry": carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
-            "tie_keeps_incumbent": tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it (Strategy)
-            "incumbent_trial": incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
+            "incumbent_above": per_trial.incumbent_above,  # below it: the window alone
+            "incumbent_ci": per_trial.incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
+            "predicted": per_trial.predicted,  # the rate model's samples/s (autotune.decide.model), beside the measured
+            "carry": per_trial.carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
+            "tie_keeps_incumbent": per_trial.tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it
+            "incumbent_trial": per_trial.incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),
         }
 

@@ -31,11 +31,12 @@ import sys
 import time
 import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from autotune.online.moves import Moves, Setting
+from autotune.online.options import Options
 from autotune.online.window import Window, cpu_seconds, host_idle_cores
 
 KNOBS = ("num_workers", "prefetch_factor", "pin_memory", "persistent_workers")
@@ -61,41 +62,21 @@ class _Remaining:
 
 
 class OnlineLoader:
-    """Iterate it like the loader. `cpu_budget`: cores of CPU time the workers may use (default: none set, the host's
-    idle cores measured in each window, shared by the node's ranks, bound a move up); `ram_budget_gib`: the
-    job's PSS (main + workers) it may reach (default: no limit beyond the host's available memory); `threshold`:
-    data wait share of the step above which it moves up; `log`: a path (lines appended), a callable (given each
-    line) or None (stderr); `tracker`: anything with `log_metric(key, value, step=...)`, e.g. the `mlflow`
-    module inside a run. Windows: at least `window_s` and `window_steps`; a move is weighed on the setting's last
-    `settle_s` (4 windows) against windows after it that go on, up to `settle_s`, until the difference is clear of
-    their noise."""
+    """Iterate it like the loader. Its keyword options (`cpu_budget`, `ram_budget_gib`, `threshold`, `log`,
+    `tracker`, `window_s`, `window_steps`, `settle_s`, `warmup_steps`, `backoff_s`, `min_gain`, `max_workers`,
+    `max_prefetch`) are `autotune.online.options.Options`'s fields: a budget of CPU and memory for its workers, the
+    data wait that moves it, where its log goes, and its windows."""
 
-    def __init__(
-        self,
-        loader,
-        *,
-        cpu_budget: float | None = None,
-        ram_budget_gib: float | None = None,
-        threshold: float = 0.05,
-        log: str | Path | Callable[[str], None] | None = None,
-        tracker=None,
-        window_s: float = 2.0,
-        window_steps: int = 8,
-        settle_s: float | None = None,
-        warmup_steps: int = 2,
-        backoff_s: float = 30.0,
-        min_gain: float = 0.03,
-        max_workers: int | None = None,
-        max_prefetch: int = 8,
-    ):
+    def __init__(self, loader, **options):
         from torch.utils.data import IterableDataset
 
+        self.options = opts = Options.of(options)
         self.loader = loader
-        self.tracker = tracker
-        self.window_s, self.window_steps, self.warmup_steps = window_s, window_steps, warmup_steps
-        self.settle_s = 4 * window_s if settle_s is None else settle_s
+        self.tracker = opts.tracker
+        self.window_s, self.window_steps, self.warmup_steps = opts.window_s, opts.window_steps, opts.warmup_steps
+        self.settle_s = opts.settle
         self.windows: list[Window] = []  # the windows of the present setting since it was built (the last settle_s)
-        self._sink = log
+        self._sink = opts.log
         self.setting = Setting(
             loader.num_workers, loader.prefetch_factor, bool(loader.pin_memory), bool(loader.persistent_workers)
         )
@@ -112,23 +93,12 @@ class OnlineLoader:
         self._live = [None]  # the live torch iterator, in a box that the finalizer holds (close())
         weakref.finalize(self, _shut_down, self._live)
         self._accel = _accelerator_available()
-        self.moves = Moves(
-            self,
-            cpu_budget=cpu_budget,
-            ram_budget_gib=ram_budget_gib,
-            threshold=threshold,
-            settle_s=self.settle_s,
-            warmup_steps=warmup_steps,
-            backoff_s=backoff_s,
-            min_gain=min_gain,
-            max_workers=max_workers,
-            max_prefetch=max_prefetch,
-            accel=self._accel,
-        )
+        self.moves = Moves(self, opts, accel=self._accel)
+        ram = opts.ram_budget_gib
         self.emit(
-            f"watching {self.setting.short()} (threshold {100 * threshold:.0f}% data wait, cpu budget "
+            f"watching {self.setting.short()} (threshold {100 * opts.threshold:.0f}% data wait, cpu budget "
             f"{self.moves.budget_text()}, ram budget "
-            f"{'none' if ram_budget_gib is None else f'{ram_budget_gib:.2f} GiB PSS'}); re-tunes "
+            f"{'none' if ram is None else f'{ram:.2f} GiB PSS'}); re-tunes "
             f"{', '.join(KNOBS)} only: {NEVER}",
             event="start",
             setting=self.setting.kwargs(),

@@ -8,7 +8,8 @@ the noise of both sides (`verdict`), and the setting that lost is backed off. Th
 through `host.switch(setting, windows, warmup)` and reads the host's `setting`, `step`, `windows` and `read_pss`; it reports
 through `host.emit` and `host.metric`. It never touches the loader itself.
 
-May import: `autotune.online.window` (the measurements) and the standard library.
+May import: `autotune.online.window` (the measurements), `autotune.online.options` (the options) and the standard
+library.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from autotune.online.options import Options
 from autotune.online.window import (
     Window,
     between,
@@ -90,29 +92,17 @@ class _Move:
 
 
 class Moves:
-    """The move policy of one `OnlineLoader` (its arguments of the same names)."""
+    """The move policy of one `OnlineLoader`, under its `options` (`autotune.online.options.Options`); `accel`:
+    an accelerator is there (pinned memory can help)."""
 
-    def __init__(
-        self,
-        host,
-        *,
-        cpu_budget: float | None,
-        ram_budget_gib: float | None,
-        threshold: float,
-        settle_s: float,
-        warmup_steps: int,
-        backoff_s: float,
-        min_gain: float,
-        max_workers: int | None,
-        max_prefetch: int,
-        accel: bool,
-    ):
+    def __init__(self, host, options: Options, *, accel: bool):
         self.host = host
-        self.cpu_budget = None if cpu_budget is None else float(cpu_budget)
-        self.ram_budget_gib = ram_budget_gib
-        self.threshold, self.settle_s, self.warmup_steps = threshold, settle_s, warmup_steps
-        self.backoff_s, self.min_gain, self.max_prefetch = backoff_s, min_gain, max_prefetch
-        self.max_workers = max_workers if max_workers is not None else max(4 * (os.cpu_count() or 1), 8)
+        self.cpu_budget = None if options.cpu_budget is None else float(options.cpu_budget)
+        self.ram_budget_gib = options.ram_budget_gib
+        self.threshold, self.settle_s, self.warmup_steps = options.threshold, options.settle, options.warmup_steps
+        self.backoff_s, self.min_gain, self.max_prefetch = options.backoff_s, options.min_gain, options.max_prefetch
+        mw = options.max_workers
+        self.max_workers = mw if mw is not None else max(4 * (os.cpu_count() or 1), 8)
         self.accel = accel
         self.changes: list[dict] = []
         self.banned: dict[tuple, tuple[float, float]] = {}  # setting key -> (until, back-off seconds)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.execution.launcher import SharedForkServer, _servers, run_in_process, trial_env
+from autotune.execution.launcher import Launch, SharedForkServer, _servers, run_in_process, trial_env
 from autotune.host import procfs
 from autotune.trial.result import TrialResult
 
@@ -31,7 +31,7 @@ CONFIG = {
 def test_each_trial_starts_from_a_clean_process(tmp_path, launcher):
     seen = []
     for i in range(3):
-        result = run_in_process(CONFIG, tmp_path / str(i), 120, str(tmp_path.cwd()), {}, launcher=launcher)
+        result = run_in_process(CONFIG, tmp_path / str(i), 120, str(tmp_path.cwd()), {}, launch=Launch(launcher))
         assert result.status == "ok" and result.launcher == launcher, result
         seen.append(json.loads((tmp_path / str(i) / "seen.json").read_text()))
     assert len({s["pid"] for s in seen}) == 3  # a process per trial
@@ -58,7 +58,7 @@ def test_a_hung_trial_is_killed_at_its_timeout_with_the_fork_server(tmp_path):
         "profile_steps": 0,
         "diagnose": False,
     }
-    result = run_in_process(config, tmp_path, 8, str(tmp_path.cwd()), {}, launcher="fork")
+    result = run_in_process(config, tmp_path, 8, str(tmp_path.cwd()), {}, launch=Launch("fork"))
     assert (result.status, result.error) == ("timeout", "trial ran past timeout_s=8 and was killed")
     assert 8 <= result.trial_wall_s < 30
 
@@ -74,15 +74,21 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
     try:
         results = [
             run_in_process(
-                CONFIG, tmp_path / str(i), 120, cwd, {}, env={"AUTOTUNE_TEST_MARK": str(i)}, shared=server.path
+                CONFIG,
+                tmp_path / str(i),
+                120,
+                cwd,
+                {},
+                env={"AUTOTUNE_TEST_MARK": str(i)},
+                launch=Launch(shared=server.path),
             )
             for i in range(2)
         ]
         # another process of the search (a Ray actor's, in a search)
         script = (
-            f"from autotune.execution.launcher import run_in_process; import json; print(json.dumps(run_in_process("
+            f"from autotune.execution.launcher import Launch, run_in_process; import json; print(json.dumps(run_in_process("
             f"{CONFIG!r}, {str(tmp_path / '2')!r}, 120, {cwd!r}, {{}}, env={{'AUTOTUNE_TEST_MARK': '2'}}, "
-            f"shared={server.path!r}).to_dict()))"
+            f"launch=Launch(shared={server.path!r})).to_dict()))"
         )
         out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True, cwd=cwd)
         results.append(TrialResult.from_dict(json.loads(out.stdout.strip().splitlines()[-1])))
@@ -101,7 +107,9 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
 
 
 def test_a_shared_server_that_is_not_there_falls_back_to_this_process_own(tmp_path):
-    result = run_in_process(CONFIG, tmp_path, 120, str(tmp_path.cwd()), {}, shared=str(tmp_path / "no-socket"))
+    result = run_in_process(
+        CONFIG, tmp_path, 120, str(tmp_path.cwd()), {}, launch=Launch(shared=str(tmp_path / "no-socket"))
+    )
     assert (result.status, result.launcher) == ("ok", "fork"), result
 
 
@@ -147,7 +155,7 @@ def in_shared_server(config: dict, tmp_path, timeout_s: float = 120) -> tuple[Tr
     """A trial forked by a search's shared fork server; its result and its trial.log."""
     server = SharedForkServer(trial_env(ROOT, {}), ("tests.workloads",))
     try:
-        result = run_in_process(config, tmp_path, timeout_s, ROOT, {}, shared=server.path)
+        result = run_in_process(config, tmp_path, timeout_s, ROOT, {}, launch=Launch(shared=server.path))
     finally:
         server.close()
     assert result.launcher in ("shared", "program-shared"), result
@@ -261,7 +269,7 @@ def test_an_environment_knob_starts_its_trial_fresh_with_the_variable_set(tmp_pa
     for on in (False, True):
         trial = tmp_path / str(on)
         knobs = {"expandable_segments": True} if on else {}
-        result = run_in_process({**config, "knobs": knobs}, trial, 120, ROOT, {}, launcher="fork")
+        result = run_in_process({**config, "knobs": knobs}, trial, 120, ROOT, {}, launch=Launch("fork"))
         assert result.status == "ok", result.error
         seen[on] = (result.launcher, (trial / "alloc.txt").read_text())
     assert seen[False] == ("program-fork", os.environ.get("PYTORCH_CUDA_ALLOC_CONF", "unset"))
@@ -299,7 +307,7 @@ def test_a_launchers_one_rank_is_forked_warm_with_the_environment_the_launcher_g
         "knobs": {},
         **ONE_STEP_WINDOW,
     }
-    result = run_in_process(config, tmp_path / "t", 120, ROOT, {"OMP_NUM_THREADS": None}, launcher="fork")
+    result = run_in_process(config, tmp_path / "t", 120, ROOT, {"OMP_NUM_THREADS": None}, launch=Launch("fork"))
     assert (result.status, result.launcher) == ("ok", "program-fork"), result.error
     seen = json.loads((tmp_path / "t" / "seen.json").read_text())
     assert seen == {"threads": 1, "ACCELERATE_MIXED_PRECISION": "bf16", "RANK": "0", "WORLD_SIZE": "1",
@@ -322,7 +330,7 @@ def test_a_program_with_no_first_step_in_its_limit_is_ended_with_its_stacks_and_
     config = {**CONFIG, "workload": {"command": ["python", "prog.py"], "dir": str(tmp_path)}, "ranks": 2}
     trial = tmp_path / "trial"
     limit = 3 if launcher == "fork" else 10  # a fresh process imports torch in it: 2-3 s here, more under load
-    result = run_in_process(config, trial, 120, ROOT, {}, launcher=launcher, limits=Limits(limit))
+    result = run_in_process(config, trial, 120, ROOT, {}, launch=Launch(launcher), limits=Limits(limit))
     assert (result.status, result.error_type) == ("error", "NoStep"), result
     assert result.launcher == ("program-fork" if launcher == "fork" else "program")
     said = (

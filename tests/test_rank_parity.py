@@ -10,7 +10,7 @@ import yaml
 from autotune import knobs as K
 from autotune import spec as S
 from autotune.decide import checked
-from autotune.execution.launcher import run_in_process
+from autotune.execution.launcher import Launch, run_in_process
 from autotune.export.best_config import ExportSettings, write_best_config
 from autotune.records.run_dir import SearchResult, record_of
 from autotune.trial.result import TrialResult
@@ -38,7 +38,7 @@ def late_check(tmp_path, workload, knobs):
     config = settings.parity_check().config({**BASE, **knobs})
     assert config["ranks"] == 2 and config["parity_only"]
     # spawned: a fork server preloading tests.workloads is test_launcher's to count
-    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launcher="spawn")
+    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launch=Launch("spawn"))
 
 
 def test_a_two_rank_bf16_ddp_config_passes_against_one_rank_at_the_global_batch(tmp_path):

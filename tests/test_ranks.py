@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from autotune.execution.launcher import run_in_process
+from autotune.execution.launcher import Launch, run_in_process
 from autotune.trial.result import TrialResult
 
 pytestmark = pytest.mark.timeout(300)
@@ -31,7 +31,7 @@ def trial(tmp_path, knobs, workload=None, launcher="fork", **extra):
         **SHORT,
         **extra,
     }
-    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launcher=launcher)
+    return run_in_process(config, tmp_path, timeout_s=240, pythonpath=os.getcwd(), launch=Launch(launcher))
 
 
 def test_a_two_rank_ddp_trial_is_one_result_with_its_ranks(tmp_path):

@@ -695,7 +695,7 @@ def test_each_script_runs_at_its_smallest_setting_to_its_json_line(script, smoke
 def test_builtin_program_runs_as_a_program_trial(tmp_path):
     """builtin_program.py is the built-in workload written as a program (bench_overhead.py --program runs it):
     one trial of it through the launcher, as that benchmark's program side runs it."""
-    from autotune.execution.launcher import run_in_process
+    from autotune.execution.launcher import Launch, run_in_process
 
     root = os.path.dirname(SCRIPTS)
     config = {
@@ -706,6 +706,6 @@ def test_builtin_program_runs_as_a_program_trial(tmp_path):
         **{"warmup_steps": 2, "measure_steps": 3, "min_window_s": 0.2, "max_window_s": 0.3, "profile_steps": 0},
         "diagnose": False,
     }
-    result = run_in_process(config, tmp_path / "trial", 120, root, {}, launcher="spawn")
+    result = run_in_process(config, tmp_path / "trial", 120, root, {}, launch=Launch("spawn"))
     assert result.status == "ok", result.error
     assert result.metrics["samples_per_s"] > 0 and result.metrics["window_steps"] >= 1

@@ -47,6 +47,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -519,6 +520,17 @@ def preload_for(config: dict[str, Any]) -> tuple[str, ...]:
     return (ref.partition(":")[0],) if ":" in ref else ()
 
 
+@dataclass(frozen=True)
+class Launch:
+    """How a trial's process starts (the module doc's two ways)."""
+
+    launcher: str | None = None
+    """`fork` or `spawn` (LAUNCHERS; None: AUTOTUNE_LAUNCHER, else fork)"""
+    shared: str | None = None
+    """the socket of the search's shared fork server (`SharedForkServer`), forked from when it answers; otherwise
+    this process's own"""
+
+
 def run_in_process(
     config: dict[str, Any],
     trial_dir,
@@ -526,19 +538,17 @@ def run_in_process(
     pythonpath: str | None = None,
     thread_env: dict[str, str | None] | None = None,
     *,
-    launcher: str | None = None,
+    launch: Launch | None = None,
     env: dict[str, str] | None = None,
-    shared: str | None = None,
     limits: Limits | None = None,
 ) -> TrialResult:
-    """Run one trial in a fresh process (see the module doc); the result is its
+    """Run one trial in a fresh process (see the module doc), started as `launch` says; the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
     start-up included) and `launcher`. `env`: this trial's own variables (a
-    rank's RANK, MASTER_ADDR...; the fork server stays the search's). `shared`:
-    the socket of the search's shared fork server (`SharedForkServer`), forked
-    from when it answers; otherwise this process's own. `limits`: a user's program's
+    rank's RANK, MASTER_ADDR...; the fork server stays the search's). `limits`: a user's program's
     (`autotune.execution.watch`: its first step in time)."""
-    launcher = launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork")
+    launch = launch or Launch()
+    launcher, shared = launch.launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork"), launch.shared
     if launcher not in LAUNCHERS:
         raise ValueError(f"AUTOTUNE_LAUNCHER={launcher!r}; allowed: {', '.join(LAUNCHERS)}")
     trial_dir = Path(trial_dir).resolve()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from autotune.execution.launcher import run_in_process
+from autotune.execution.launcher import Launch, run_in_process
 from autotune.execution.settings import RunSettings
 from autotune.execution.spread import run_spread, spreads
 from autotune.execution.watch import Limits
@@ -30,7 +30,7 @@ def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialR
             settings.timeout_s,
             settings.user_path,
             settings.thread_env,
-            shared=settings.fork_socket,
+            launch=Launch(shared=settings.fork_socket),
             limits=Limits(settings.first_step_s),  # a program's first step in time
         )
 

@@ -35,7 +35,7 @@ COLUMNS = (
 
 
 def measure(args, ac: bool, batch: int, tmp: Path, cap: float | None = None) -> dict:
-    from autotune.execution.launcher import run_in_process
+    from autotune.execution.launcher import Launch, run_in_process
 
     # a ladder rung (cap): one warm-up step, a one-step window, the memory window; else a 10-step window
     window = {"warmup_steps": 1, "max_window_s": 1e-3} if cap else {"warmup_steps": 2, "max_window_s": 600}
@@ -54,7 +54,7 @@ def measure(args, ac: bool, batch: int, tmp: Path, cap: float | None = None) -> 
         "device": "cpu",
         "memory_limit_gib": cap,
     }
-    result = run_in_process(config, tmp / f"ac{int(ac)}-b{batch}", 900, str(ROOT), launcher="spawn")
+    result = run_in_process(config, tmp / f"ac{int(ac)}-b{batch}", 900, str(ROOT), launch=Launch("spawn"))
     m = result.metrics or {}
     return {"status": result.status, **{name: m.get(key) for name, key in COLUMNS}}
 

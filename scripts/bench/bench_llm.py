@@ -199,7 +199,7 @@ def model_size(work: Path) -> dict:
 
 
 def measure(row: Row, work: Path, a, device, label: str) -> dict:
-    from autotune.execution.launcher import run_in_process
+    from autotune.execution.launcher import Launch, run_in_process
 
     config = {
         "workload": {"command": command(a.size, device.type == "cuda"), "dir": str(work)},
@@ -212,7 +212,7 @@ def measure(row: Row, work: Path, a, device, label: str) -> dict:
         "seed": 0,
     }
     started = time.perf_counter()
-    result = run_in_process(config, work / "trials" / label, TIMEOUT_S[a.size], str(ROOT), launcher="spawn")
+    result = run_in_process(config, work / "trials" / label, TIMEOUT_S[a.size], str(ROOT), launch=Launch("spawn"))
     m = result.metrics or {}
     memory = m.get("mem_peak_allocated_gib") if device.type == "cuda" else m.get("mem_rss_peak_gib")
     return {

@@ -43,7 +43,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from autotune.execution.launcher import preload_for, run_in_process  # noqa: E402
+from autotune.execution.launcher import Launch, preload_for, run_in_process  # noqa: E402
 from autotune.trial.runner import parse_set  # noqa: E402
 
 
@@ -96,7 +96,7 @@ def main() -> None:
             if launcher == "fork":  # a spawned trial starts no server: the fork side's first trial is still fresh
                 started.add(server)
             t = time.perf_counter()
-            r = run_in_process(trial, tmp / f"{i:03d}-{side}", 600, str(ROOT), {}, launcher=launcher)
+            r = run_in_process(trial, tmp / f"{i:03d}-{side}", 600, str(ROOT), {}, launch=Launch(launcher))
             if r.status != "ok":
                 raise SystemExit(f"trial failed: {r.error_type}: {r.error}")
             m = r.metrics

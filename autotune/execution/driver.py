@@ -184,17 +184,7 @@ class Search:
         and the trials' settings; a resumed search's finished trials told to the callbacks."""
         plan, space, search = self.plan, self.space, self.plan.search
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        self.opened = opened = startup.open_search(
-            self.device,
-            space,
-            self.state,
-            run_dir=self.run_dir,
-            name=plan.name,
-            workload_ref=plan.workload.ref,
-            search=search,
-            tracking=plan.tracking,
-            remembered=self.remembered,
-        )
+        self.opened = opened = startup.open_search(plan, self.device, space, self.state, remembered=self.remembered)
         self.state = opened.state
         self.state.program = self.source.record(self.workload)
         self.state.write(self.run_dir)

@@ -19,7 +19,7 @@ from autotune import workload as W
 from autotune.decide.budget import trial_cap
 from autotune.records.run_dir import run_paths
 from autotune.records.state import SearchState
-from autotune.spec import SearchSettings, SpecError, Tracking, WorkloadSpec
+from autotune.spec import SearchPlan, SpecError, WorkloadSpec
 
 
 def fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:
@@ -82,19 +82,12 @@ class Opened:
 
 
 def open_search(
-    device: K.Device,
-    space: K.Space,
-    state: SearchState | None,
-    *,
-    run_dir: Path,
-    name: str | None,
-    workload_ref: str,
-    search: SearchSettings,
-    tracking: Tracking,
-    remembered: dict | None = None,
+    plan: SearchPlan, device: K.Device, space: K.Space, state: SearchState | None, *, remembered: dict | None = None
 ) -> Opened:
-    """The search's MLflow parent run and search.json: new, or reopened to resume (`state`). `name`, `workload_ref`
-    and the `search` settings are what the parent run and search.json record; `tracking` where MLflow is."""
+    """The search's MLflow parent run and search.json: new, or reopened to resume (`state`), in the plan's run dir.
+    The plan's name, workload and `search` settings are what the parent run and search.json record; its `tracking`
+    where MLflow is."""
+    run_dir, name, search, tracking = plan.run_dir, plan.name, plan.search, plan.tracking
     storage_url = f"sqlite:///{run_dir / 'optuna.db'}"
     # without MLflow installed (the local backend on a GPU host), the run dir is the search's only record
     uri = state.mlflow_uri if state else tracking.uri or (T.default_uri(run_dir) if installed("mlflow") else None)
@@ -115,7 +108,7 @@ def open_search(
             params={
                 **{f"baseline.{k}": v for k, v in space.baseline.items()},
                 **{f"space.{k}": json.dumps(v) for k, v in space.search.items()},
-                "workload": workload_ref,
+                "workload": plan.workload.ref,
                 "sampler": search.sampler,
                 "n_trials": search.n_trials,
             },

@@ -28,7 +28,7 @@ from pydantic import (
     model_validator,
 )
 
-from autotune.knobs import KNOBS, SAFETY_CLASSES, STAGES, USER_PREFIX, Knob
+from autotune.knobs import KNOBS, SAFETY_CLASSES, STAGES, USER_PREFIX, Knob, UserKnobs
 from autotune.workload import BUILTINS
 
 FACTORY_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
@@ -512,6 +512,12 @@ class SearchPlan:
             space=spec.search_space.model_copy(deep=True),
             **copy,
         )
+
+    @property
+    def user_knobs(self) -> UserKnobs:
+        """The search's user knobs (the workload arguments its space declares searchable), as a registry: what the
+        playbook's moves, a config's risk and its safety flags read of them."""
+        return UserKnobs.of(self.space.user())
 
     @property
     def program(self) -> bool:

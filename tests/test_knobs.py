@@ -235,8 +235,10 @@ def test_user_knobs_resolve_with_their_declared_class():
     )
     assert space.search == {"args.gpu_normalize": [False, True]}  # `size` is dynamics (the default): not at this level
     assert "a dynamics knob" in space.fixed["args.size"]
-    K.declare(space.user)
-    assert K.lookup("args.gpu_normalize").safety == "safe" and K.lookup("args.gpu_normalize").bottlenecks == ("input",)
+    user = K.UserKnobs.of(space.user)
+    assert user.lookup("args.gpu_normalize").safety == "safe" and user.lookup("args.gpu_normalize").bottlenecks == (
+        "input",
+    )
     assert K.workload_args({"num_workers": 0, "args.gpu_normalize": True}) == {"gpu_normalize": True}
 
 

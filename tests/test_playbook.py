@@ -197,20 +197,17 @@ def test_user_knobs_declared_for_the_loader_are_moves_when_input_bound():
     from autotune import knobs as K
     from autotune.decide.playbook import user_moves
 
-    K.declare(
+    user = K.UserKnobs.of(
         {"gpu_normalize": {"safety": "safe", "stage": "loader"}, "depth": {"safety": "dynamics", "stage": "model"}}
     )
-    try:
-        assert [m["knob"] for m in user_moves("input")] == ["args.gpu_normalize"]
-        assert [m["knob"] for m in user_moves("compute")] == ["args.depth"]
-        moves = playbook_moves("input", {**KNOBS, "args.gpu_normalize": False}, cuda=True)
-        assert moves[-1] == {
-            "knob": "args.gpu_normalize",
-            "to": "other",
-            "why": "your workload argument `gpu_normalize` (declared to act on what bounds a input-bound step)",
-        }
-    finally:
-        K.declare(None)
+    assert [m["knob"] for m in user_moves("input", user)] == ["args.gpu_normalize"]
+    assert [m["knob"] for m in user_moves("compute", user)] == ["args.depth"]
+    moves = playbook_moves("input", {**KNOBS, "args.gpu_normalize": False}, cuda=True, user_knobs=user)
+    assert moves[-1] == {
+        "knob": "args.gpu_normalize",
+        "to": "other",
+        "why": "your workload argument `gpu_normalize` (declared to act on what bounds a input-bound step)",
+    }
 
 
 def test_communication_bound_when_the_gradient_sync_is_exposed():

@@ -12,7 +12,7 @@ import pytest
 from autotune.knobs import Device, pytorch_defaults
 from autotune.decide.budget import budget_fits, estimate_cost, no_improvement_for, trial_cap
 from autotune.decide.playbook import advise
-from autotune.decide.strategy import Strategy
+from autotune.decide.strategy import Facts, Strategy
 from autotune.trial.diagnose import diagnose
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -54,7 +54,12 @@ def drive(strategy, landscape, n, bottleneck="input"):
         if p is None:
             break
         status, value = landscape(p.params)
-        strategy.tell(p.trial, status, value, bottleneck=bottleneck if p.source == "baseline" else None)
+        strategy.tell(
+            p.trial,
+            status,
+            value,
+            diagnosis={"bottleneck": bottleneck} if bottleneck and p.source == "baseline" else None,
+        )
         seen.append((p.source, p.params, status, value))
     return seen
 
@@ -146,7 +151,7 @@ def test_resume_continues_from_the_storage_and_reruns_interrupted_trials(tmp_pat
 def test_unsafe_and_failed_trials_are_failures_for_the_sampler():
     strategy = make()
     p = strategy.ask()
-    strategy.tell(p.trial, "ok", 100.0, bottleneck="compute")
+    strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "compute"})
     q = strategy.ask()
     assert q.params["precision"] == "bf16-mixed"  # compute-bound: precision first
     strategy.tell(q.trial, "ok", 500.0, safe=False, error="loss parity failed")
@@ -157,20 +162,20 @@ def test_unsafe_and_failed_trials_are_failures_for_the_sampler():
 
 def test_the_incumbents_interval_goes_with_its_threshold():
     from autotune.trial.result import TrialResult
-    from autotune.decide.strategy import told
+    from autotune.decide.strategy import trial_attrs
 
     strategy = make()
     assert strategy.incumbent_bar() == {"incumbent_above": None, "incumbent_ci": 0.0, "anchor": True}
     p = strategy.ask()
-    strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
+    strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "input"}, attrs={"ci": 0.05})
     q = strategy.ask()
-    strategy.tell(q.trial, "ok", 90.0, bottleneck="input", attrs={"ci": 0.01})  # not the incumbent
+    strategy.tell(q.trial, "ok", 90.0, diagnosis={"bottleneck": "input"}, attrs={"ci": 0.01})  # not the incumbent
     bar = strategy.incumbent_bar()
     assert bar["incumbent_above"] == pytest.approx(102.0) and bar["incumbent_ci"] == 0.05
     measured = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": 0.031}})
-    assert told(measured, BASE)["ci"] == 0.031
+    assert trial_attrs(measured, BASE)["ci"] == 0.031
     few = TrialResult.from_dict({"status": "ok", "metrics": {"samples_per_s": 1.0, "step_mean_ci95": float("inf")}})
-    assert told(few, BASE)["ci"] == 0.5  # a window of a few steps: capped, it screens and promotes nothing
+    assert trial_attrs(few, BASE)["ci"] == 0.5  # a window of a few steps: capped, it screens and promotes nothing
 
 
 def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
@@ -178,11 +183,11 @@ def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
     keep the incumbent on a tie; a loader move is not (its tie pays little). A trial whose tie kept the
     incumbent (`tie_kept`) is neither the incumbent nor a gain the climb moves to."""
     from autotune.trial.result import TrialResult
-    from autotune.decide.strategy import told
+    from autotune.decide.strategy import trial_attrs
 
     strategy = make()
     p = strategy.ask()
-    strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"ci": 0.05})
+    strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "input"}, attrs={"ci": 0.05})
     bar = strategy.incumbent_bar({**BASE, "precision": "bf16-mixed"})
     assert bar["tie_keeps_incumbent"] and bar["incumbent_trial"] == p.trial.number  # the trial a kept tie names
     assert "tie_keeps_incumbent" not in strategy.incumbent_bar({**BASE, "num_workers": 2})
@@ -194,7 +199,7 @@ def test_a_riskier_tie_that_changes_the_numerics_leaves_the_incumbent():
             "skipped": "profile, diagnosis and loss parity: ties with the incumbent",
         }
     )
-    assert told(kept, pytorch_defaults(32))["tie_kept"]
+    assert trial_attrs(kept, pytorch_defaults(32))["tie_kept"]
     q = strategy.ask()
     strategy.tell(q.trial, "ok", 104.0, attrs={"tie_kept": True})
     assert strategy.best_value() == 100.0 and strategy.incumbent_bar()["incumbent_above"] == pytest.approx(102.0)
@@ -207,18 +212,18 @@ def test_a_loader_move_is_diagnosed_from_the_compute_side_already_measured():
     strategy = make()
     p = strategy.ask()
     apart = {"compute_ceiling_samples_per_s": 500.0, "loader_samples_per_s_per_worker": 120.0}
-    strategy.tell(p.trial, "ok", 100.0, bottleneck="input", attrs={"apart": apart})
+    strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "input"}, attrs={"apart": apart})
     loader = {**BASE, "num_workers": 2, "pin_memory": True}
-    assert strategy.carried(loader) == {"trial": p.trial.number, "metrics": apart}
+    assert strategy.carry_for(loader) == {"trial": p.trial.number, "metrics": apart}
     assert strategy.incumbent_bar(loader)["carry"] == {"trial": p.trial.number, "metrics": apart}
     for other in ({**BASE, "batch_size": 64}, {**BASE, "precision": "bf16-mixed", "num_workers": 2}):
-        assert strategy.carried(other) is None  # the compute side changes: measured again
+        assert strategy.carry_for(other) is None  # the compute side changes: measured again
 
 
 def test_a_config_that_cannot_finish_in_the_budget_is_not_run():
     strategy = make()
     p = strategy.ask()
-    strategy.tell(p.trial, *input_bound(p.params), bottleneck="input")
+    strategy.tell(p.trial, *input_bound(p.params), diagnosis={"bottleneck": "input"})
     q = strategy.ask(fits=lambda params: not params["pin_memory"])
     assert not q.params["pin_memory"]
 
@@ -233,7 +238,7 @@ def test_parallel_asks_never_propose_a_running_config():
     for sampler in ("autotune", "tpe", "random"):
         strategy = make(sampler, seed=2)
         p = strategy.ask()
-        strategy.tell(p.trial, *input_bound(p.params), bottleneck="input")
+        strategy.tell(p.trial, *input_bound(p.params), diagnosis={"bottleneck": "input"})
         running = [strategy.ask() for _ in range(8)]  # eight GPUs ask before any trial finishes
         keys = {tuple(r.params.values()) for r in running} | {tuple(p.params.values())}
         assert len(keys) == 9, sampler
@@ -374,7 +379,7 @@ def compute_bound(p):
 def test_a_baseline_that_hardly_waits_on_data_gives_the_loader_knobs_one_probe(sampler):
     def loader_probes(wait: float, listed=()) -> int:
         study = optuna.create_study(direction="maximize")
-        strategy = Strategy(study, SPACE, BASE, sampler, listed=listed)
+        strategy = Strategy(study, SPACE, BASE, sampler, facts=Facts(listed=listed))
         loader = set()
         for _ in range(20):
             p = strategy.ask()
@@ -383,7 +388,7 @@ def test_a_baseline_that_hardly_waits_on_data_gives_the_loader_knobs_one_probe(s
             strategy.tell(
                 p.trial,
                 *compute_bound(p.params),
-                bottleneck="compute" if p.source == "baseline" else None,
+                diagnosis={"bottleneck": "compute"} if p.source == "baseline" else None,
                 attrs={"data_wait": wait} if p.source == "baseline" else None,
             )
             loader.add((p.params["num_workers"], p.params["pin_memory"]))

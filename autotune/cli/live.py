@@ -72,6 +72,7 @@ class LiveView(SearchCallback):
         self.searched: list[str] = []
         self.best = None
         self.baseline: dict = {}  # the baseline's knobs: a trial's line names what it changes
+        self.user_knobs = K.UserKnobs()  # the search's user knobs (on_start), as declared: the best's safety words
         self.shown: tuple | None = None  # the incumbent the lines last named
         self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
         self.probing: tuple[float, float] | None = None  # a program's probe: its start (monotonic), first-step limit
@@ -103,6 +104,7 @@ class LiveView(SearchCallback):
     def on_start(self, device, space, run_dir, n_trials=None, time_budget_s=None) -> None:
         self.searched = list(space.search)
         self.baseline = dict(space.baseline)
+        self.user_knobs = K.UserKnobs.of(space.user)
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
         report.console.print(
             f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}"
@@ -151,7 +153,7 @@ class LiveView(SearchCallback):
         if key == self.shown:
             return ""
         self.shown = key
-        words = safety_words(status(self.best, base), changes_of(self.best.knobs, base.knobs))
+        words = safety_words(status(self.best, base), changes_of(self.best.knobs, base.knobs, self.user_knobs))
         if self.best is record:
             return "" if record.is_baseline else f"  best so far, {words}"
         return f"  best so far: trial #{self.best.number}, {sig(self.best.throughput / base.throughput)}x, {words}"

@@ -111,7 +111,7 @@ def _speedup_cell(d: dict) -> str:
 SCREEN_ROWS = tuple(row for row in ROWS if row[1] not in ("step_ms_min", "step_ms_max"))  # the report has them
 
 
-def _table(d: dict, rows=ROWS) -> Table:
+def _table(d: dict, rows=ROWS, user_knobs=None) -> Table:
     """The evidence: the baseline against the best, side by side, each measured figure a row (`rows`)."""
     sides = _sides(d)
     base, other = (d[s] for s in sides)
@@ -127,7 +127,7 @@ def _table(d: dict, rows=ROWS) -> Table:
     unit = confirmed_unit(c)
     if c.get("best_trial") == other["trial"] and c.get(unit.key("best")):  # the pairs' figures, beside the trials'
         table.add_row(f"{unit.label}, side by side", f"{c[unit.key('baseline')]:.1f}", f"{c[unit.key('best')]:.1f}")
-    for flag in analysis.table_flags(d):
+    for flag in analysis.table_flags(d, user_knobs):
         table.add_row(
             f"{flag['knob']} [dim]({flag['safety']})[/]",
             K.shown(flag["baseline"]),
@@ -172,7 +172,7 @@ def screen(result, d: dict | None = None, rows=SCREEN_ROWS) -> list:
         if answer.adds:
             out.append(Text(f"  it adds: {answer.adds}"))
     if d["baseline"] and d["best"]:
-        out.append(_table(d, rows))
+        out.append(_table(d, rows, result.user_knobs))
     out += [Text(line, style="yellow") for line in answer.trust]
     return out
 

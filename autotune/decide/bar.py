@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from autotune.knobs import UserKnobs
 from autotune.records.run_dir import risk
 from autotune.safety.parity import PARITY_KNOBS
 
@@ -28,6 +29,7 @@ def incumbent_bar(
     baseline: dict[str, Any],
     min_improvement: float,
     carry: dict | None = None,
+    user_knobs: UserKnobs | None = None,
 ) -> dict:
     """What a trial of `point` must beat to become the incumbent, `best`:
     `incumbent_above`, in the study's unit (the best so far and min_improvement; at or
@@ -37,10 +39,10 @@ def incumbent_bar(
     None and 0 before any best, and then `anchor` (the trial that becomes
     the first incumbent whatever it measures: its window is sized as a
     promoted one's, `TrialSettings.config`); with `point`, `carry`: what the trial
-    need not measure again to be diagnosed (`Strategy.carried`), and `tie_keeps_incumbent`:
+    need not measure again to be diagnosed (`Strategy.carry_for`), and `tie_keeps_incumbent`:
     `point` changes the numerics from the incumbent's and is riskier than it
-    (`records.risk` against `baseline`: a higher safety class, or more changed knobs
-    above the safe class), so a window that ties with it, reading inside the
+    (`records.risk` against `baseline`, the search's `user_knobs` as declared: a higher safety class, or more
+    changed knobs above the safe class), so a window that ties with it, reading inside the
     incumbent's interval above the bar (autotune.trial's `_not_incumbent`),
     leaves the incumbent as it is: `records.pick_best`
     exports the safer side of a tie, and adopting it would pay a loss-parity
@@ -51,7 +53,7 @@ def incumbent_bar(
         best is not None
         and point is not None
         and any(point[k] != best.params[k] for k in PARITY_KNOBS if k in point)
-        and risk(point, baseline) > risk(best.params, baseline)
+        and risk(point, baseline, user_knobs) > risk(best.params, baseline, user_knobs)
     )
     return {
         "incumbent_above": best.value * (1 + min_improvement) if best else None,

@@ -14,6 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Callable
 
+from autotune.knobs import UserKnobs
 from autotune.safety.parity import needs_parity
 from autotune.records.run_dir import TrialRecord, pick_best
 from autotune.trial.result import TrialResult
@@ -54,15 +55,17 @@ def pick_checked(
     run: Callable[[dict, str], TrialResult],
     announce: Callable[[str], None] | None = None,
     exclude=(),
+    *,
+    user_knobs: UserKnobs | None = None,
 ) -> TrialRecord | None:
-    """`records.pick_best` over the records not in `exclude` (trial numbers),
+    """`records.pick_best` over the records not in `exclude` (trial numbers), the search's `user_knobs` as declared,
     each unchecked pick checked late (`run` with the parity-only request): it
     stays the pick when its parity passes; else it is unsafe and the next pick
     is checked in turn."""
     pool = [r for r in records if r.number not in exclude]
     baseline = next((r for r in records if r.is_baseline), None)
     while True:
-        best = pick_best(pool)
+        best = pick_best(pool, user_knobs)
         if not unchecked(best, baseline):
             return best
         if announce:
@@ -90,16 +93,17 @@ def confirm_candidates(
     *,
     min_improvement: float,
     budget_left: Callable[[], float | None] = lambda: None,
+    user_knobs: UserKnobs | None = None,
 ) -> tuple[TrialRecord | None, dict | None, list[dict]]:
     """The best, its parity checked late where needed (`check(knobs, label)`),
     re-measured against the baseline (`remeasure(baseline, best)`, the driver's
     autotune.decide.confirm); when the re-measurement rejects it, the next candidate
     by measured throughput (checked and re-measured in turn), while the time
     budget lasts (`budget_left()` seconds, None: no budget), up to
-    MAX_CANDIDATES, before the baseline keeps the lead. Returns the best, its
-    re-measurement and the rejected re-measurements."""
+    MAX_CANDIDATES, before the baseline keeps the lead (`user_knobs`: the search's, for `pick_checked`). Returns the
+    best, its re-measurement and the rejected re-measurements."""
     rejected: list[dict] = []
-    best = pick_checked(records, check, announce)
+    best = pick_checked(records, check, announce, user_knobs=user_knobs)
     save_parity(records)
     confirm = remeasure(baseline, best)
     while confirm and confirm.get("verdict") in ("tie", "slower") and len(rejected) + 1 < MAX_CANDIDATES:
@@ -107,7 +111,8 @@ def confirm_candidates(
         if left is not None and left <= 0:
             break
         reopened = reopen_ties(records, best)
-        nxt = pick_checked(records, check, announce, exclude={c["best_trial"] for c in rejected + [confirm]})
+        tried = {c["best_trial"] for c in rejected + [confirm]}
+        nxt = pick_checked(records, check, announce, exclude=tried, user_knobs=user_knobs)
         save_parity(records)
         if nxt is None or nxt is baseline or nxt.judged <= baseline.judged * (1 + min_improvement):
             break  # nothing left that could beat the baseline: the last word stays

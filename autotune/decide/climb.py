@@ -55,7 +55,7 @@ class Climb(Naming):
     def __init__(self, known: Known, explore: BaseSampler):
         super().__init__(known, explore)
         self.search, self.names, self.baseline = known.search, list(known.search), known.baseline
-        self.min_improvement, self.cuda = known.min_improvement, known.cuda
+        self.min_improvement, self.cuda, self.user_knobs = known.min_improvement, known.cuda, known.user_knobs
         self._planned = None  # the limits the climb last planned under
 
     def name(self, study: optuna.Study) -> dict | None:
@@ -140,16 +140,20 @@ class Climb(Naming):
         if diagnosis is not None:
             moves = diagnosis.get("moves")
             if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
-                moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda)
+                moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda, user_knobs=self.user_knobs)
             else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
-                moves = moves + user_moves(diagnosis.get("bottleneck"))
+                moves = moves + user_moves(diagnosis.get("bottleneck"), self.user_knobs)
             targets = [t for t in (self._targets(center, mv) for mv in moves) if t]
             if len(targets) > 1:
                 out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})
             out += [p for t in targets for p in t]
         up = self._step(center, "batch_size", 1) if "batch_size" in self.search else None
         if up is not None and capped is not None and capped(up):
-            out += [p for mv in playbook_moves("capacity", center, self.cuda) for p in self._targets(center, mv)]
+            out += [
+                p
+                for mv in playbook_moves("capacity", center, self.cuda, user_knobs=self.user_knobs)
+                for p in self._targets(center, mv)
+            ]
         if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
             out.append(self._step(center, "batch_size", 1))
         order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]

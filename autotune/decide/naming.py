@@ -13,6 +13,8 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, RandomSampler
 from optuna.trial import FrozenTrial
 
+from autotune.knobs import UserKnobs
+
 
 class Limits(Protocol):
     """What may run now (`autotune.decide.limits.Limits`)."""
@@ -29,6 +31,7 @@ class Known(Protocol):
     baseline: dict[str, Any]
     min_improvement: float
     cuda: bool
+    user_knobs: UserKnobs  # the search's (autotune.spec.SearchPlan.user_knobs): the playbook's moves for them
     limits: Limits  # what may run now: set by the strategy before it asks the study
 
     def measured(self) -> dict[tuple, float | None]: ...

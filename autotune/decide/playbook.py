@@ -287,13 +287,17 @@ STEP_COST_KNOBS = (
 
 
 def playbook_moves(
-    bottleneck: str | None, knobs: dict[str, Any], cuda: bool, batch_kind: str | None = None
+    bottleneck: str | None,
+    knobs: dict[str, Any],
+    cuda: bool,
+    batch_kind: str | None = None,
+    user_knobs: K.UserKnobs | None = None,
 ) -> list[dict[str, Any]]:
     """The playbook's moves for a bottleneck, from `knobs`, on a device with or
     without CUDA, for batches of `batch_kind` (moves whose `when` does not hold,
     or meant for another kind of batch, are left out); then the user knobs
-    declared with a stage that can relieve this bottleneck."""
-    return _moves(bottleneck, knobs, cuda, batch_kind) + user_moves(bottleneck)
+    (the search's `user_knobs`) declared with a stage that can relieve this bottleneck."""
+    return _moves(bottleneck, knobs, cuda, batch_kind) + user_moves(bottleneck, user_knobs)
 
 
 def _moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool, batch_kind: str | None) -> list[dict[str, Any]]:
@@ -314,8 +318,8 @@ def _moves(bottleneck: str | None, knobs: dict[str, Any], cuda: bool, batch_kind
     return out
 
 
-def user_moves(bottleneck: str | None) -> list[dict[str, Any]]:
-    """Moves for the user knobs (workload arguments) declared with a stage that
+def user_moves(bottleneck: str | None, user_knobs: K.UserKnobs | None) -> list[dict[str, Any]]:
+    """Moves for the user knobs (workload arguments: the search's `user_knobs`) declared with a stage that
     relieves `bottleneck` (e.g. `gpu_normalize` at stage loader, when input-bound)."""
     return [
         {
@@ -323,7 +327,7 @@ def user_moves(bottleneck: str | None) -> list[dict[str, Any]]:
             "to": "other",
             "why": f"your workload argument `{knob.kwarg}` (declared to act on what bounds a {bottleneck}-bound step)",
         }
-        for name, knob in K.USER.items()
+        for name, knob in (user_knobs or K.UserKnobs()).items()
         if bottleneck in knob.bottlenecks
     ]
 

@@ -238,7 +238,7 @@ def read_ci(target_ci: float, device: str) -> float:
 CI_CAP = 0.5  # a window known worse than +-50% (a few steps) counts as +-50% (strategy.MAX_INCUMBENT_CI)
 
 
-def figures(reference: Reference, base_value: float, own: Read, fresh: list[Read], unit: str) -> dict[str, float]:
+def figures(reference: Reference, base_value: float, read: Read, fresh: list[Read], unit: str) -> dict[str, float]:
     """A trial's figures against the reference, as its record keeps them (trials.csv, MLflow): `reference_<unit>`
     (the level at its window's time), `speedup_x` (its own read's ratio) with `speedup_low`/`speedup_high` (its
     interval: where a side by side should land), `judged_<unit>` and `judged_ci95` (all its reads' ratio, in the
@@ -246,9 +246,9 @@ def figures(reference: Reference, base_value: float, own: Read, fresh: list[Read
     `confirmed_speedup_x` with its `confirmed_speedup_low`/`_high` and `confirm_reads` (its fresh reads alone:
     the figure freed of its selection). `unit`: the throughput's metric name (samples_per_s, tokens_per_s)."""
     level, mine, both = (
-        reference.at(own.at),
-        reference.ratio(own.value, own.at, own.ci),
-        reference.mean_ratio([own, *fresh]),
+        reference.at(read.at),
+        reference.ratio(read.value, read.at, read.ci),
+        reference.mean_ratio([read, *fresh]),
     )
     if level is None or mine is None or both is None:
         return {}
@@ -292,7 +292,7 @@ class Schedule:
 
 class Judge:
     """The strategy's figure of a study trial (`value`, `ci`): its throughput over the reference at its window's
-    time (`window_unix`, stored by `strategy.told`), in the baseline trial's samples/s; an incumbent read again by
+    time (`window_unix`, stored by `strategy.trial_attrs`), in the baseline trial's samples/s; an incumbent read again by
     the mean of all its reads. The reads are the study's user attributes (READS_KEY: the baseline config's reads;
     CONFIRMS_KEY: trial number -> its fresh reads), the baseline trial's own read first, so a resumed search judges
     as it did. Without a baseline trial, or for a trial without its time, the raw figure stands. `refresh()` reads
@@ -305,22 +305,24 @@ class Judge:
         self.reference: Reference | None = None
         self.base: Read | None = None
         self.base_number: int | None = None  # the baseline trial's number
-        self.own: dict[int, Read] = {}  # each measured trial's own read (its window's time and figure)
+        self.trial_reads: dict[int, Read] = {}  # each measured trial's own read (its window's time and figure)
         self.timed: set[int] = set()  # the trials with their window's time: those the reads judge
         self.confirms: dict[int, list[Read]] = {}
 
     def refresh(self) -> None:
         attrs = self.study.user_attrs
         trials = self.study.get_trials(deepcopy=False)
-        self.own = {  # each measured trial's own read: what the reads judge
+        self.trial_reads = {  # each measured trial's own read: what the reads judge
             t.number: Read(t.user_attrs["window_unix"], t.values[0], t.user_attrs.get("ci", 0.0))
             for t in trials
             if t.values and t.user_attrs.get("window_unix")
         }
-        self.timed = set(self.own)
-        baseline = next((t for t in trials if t.user_attrs.get("source") == "baseline" and t.number in self.own), None)
+        self.timed = set(self.trial_reads)
+        baseline = next(
+            (t for t in trials if t.user_attrs.get("source") == "baseline" and t.number in self.trial_reads), None
+        )
         self.base_number = baseline.number if baseline else None
-        self.base = self.own[baseline.number] if baseline else None
+        self.base = self.trial_reads[baseline.number] if baseline else None
         self.confirms = {int(k): [Read.of(x) for x in v] for k, v in (attrs.get(CONFIRMS_KEY) or {}).items()}
         reads = [Read.of(r) for r in attrs.get(READS_KEY) or []]
         self.reference = Reference([self.base, *reads], self.device) if self.base else None
@@ -329,10 +331,10 @@ class Judge:
         """The trial's ratio over the reference (its fresh reads beside its own where it has them); a virtual
         repeat's (`repeat_of`: a config drawn again, told its measured value) is the measured trial's."""
         number = t.user_attrs.get("repeat_of", t.number)
-        own = self.own.get(number)
-        if self.reference is None or own is None:
+        read = self.trial_reads.get(number)
+        if self.reference is None or read is None:
             return None
-        return self.reference.mean_ratio([own, *self.confirms.get(number, [])])
+        return self.reference.mean_ratio([read, *self.confirms.get(number, [])])
 
     def value(self, t) -> float:
         r = self.ratio(t)

@@ -20,7 +20,7 @@ through the study. What every sampler shares is here, each a part of its own:
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import optuna
@@ -32,11 +32,26 @@ from autotune.decide.limits import LOADER_KNOBS, Limits, MemoryLadder, counts, k
 from autotune.decide.naming import space
 from autotune.decide.reference import Raw
 from autotune.decide.samplers import kind
-from autotune.knobs import KNOBS
+from autotune.knobs import KNOBS, UserKnobs
 from autotune.safety.parity import needs_parity
 from autotune.trial.diagnose import APART
 
 MAX_REDRAWS = 16  # sampler draws per ask before falling back to an unmeasured point
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the strategy knows of a search beyond its space's lists: the device's kind, and what the plan says of
+    the knobs (the ones its spec listed, its user knobs)."""
+
+    cuda: bool | None = None
+    """the device is CUDA: which playbook moves apply (None: guessed from the space, as pinning and cuDNN are
+    searched on CUDA only)"""
+    listed: tuple[str, ...] = ()
+    """the knobs the spec listed itself: a loader knob searched though it did not list it (a preset's) gets one
+    probe (`limits.loader_held`), not for a sampler that maps every point"""
+    user_knobs: UserKnobs = field(default_factory=UserKnobs)
+    """the search's user knobs (`autotune.spec.SearchPlan.user_knobs`): their playbook moves, their risk"""
 
 
 @dataclass
@@ -50,7 +65,7 @@ class Proposal:
 MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
 
 
-def told(result, baseline: dict) -> dict:
+def trial_attrs(result, baseline: dict) -> dict:
     """What `Strategy.tell` keeps of a trial's result (`attrs`) beyond its
     value: `unchecked` (its loss parity skipped but needed: the climb does not
     build on it), `tie_kept` (its window tied with a safer incumbent, which
@@ -79,7 +94,8 @@ def told(result, baseline: dict) -> dict:
 
 class Strategy:
     """The search's decisions on `study`: installs the sampler `sampler` names (`SAMPLERS`) on it, and asks it
-    for configs (`ask`) within what may run now; `tell` keeps what each trial measured in the study."""
+    for configs (`ask`) within what may run now; `tell` keeps what each trial measured in the study. `facts`: what
+    it knows of the search beyond the space (`Facts`)."""
 
     def __init__(
         self,
@@ -90,21 +106,19 @@ class Strategy:
         *,
         min_improvement: float = 0.02,
         seed: int = 0,
-        cuda: bool | None = None,
-        listed=(),
         judge=None,
+        facts: Facts | None = None,
     ):
-        row = kind(sampler)
+        row, facts = kind(sampler), facts or Facts()
         self.study, self.search = study, search
         self.names = list(search)
         self.baseline = {k: baseline[k] for k in self.names}
         self.min_improvement, self.seed = min_improvement, seed
         self.rng = random.Random(seed)
-        # the device decides which playbook moves apply; pinning and cuDNN are searched on CUDA only
-        self.cuda = cuda if cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
-        # the loader knobs searched though the spec did not list them (a preset's): their one probe
-        # (`limits.loader_held`), not for a sampler that maps every point
-        self.loader = [] if row.exhaustive else [n for n in LOADER_KNOBS if n in self.names and n not in set(listed)]
+        self.cuda = facts.cuda if facts.cuda is not None else bool({"pin_memory", "cudnn_benchmark"} & set(self.names))
+        self.user_knobs = facts.user_knobs
+        listed = set(facts.listed)
+        self.loader = [] if row.exhaustive else [n for n in LOADER_KNOBS if n in self.names and n not in listed]
         self.limits = self._limits(lambda params: True)  # what may run now: made again before each ask
         self.sources: dict[int, str] = {}  # trial number -> what named its config (`named`); else the sampler drew it
         study.sampler = self.sampler = row.make(self, seed)
@@ -285,14 +299,13 @@ class Strategy:
         *,
         safe: bool = True,
         error: str | None = None,
-        bottleneck: str | None = None,
         diagnosis: dict | None = None,
         attrs: dict | None = None,
         unit: str | None = None,
     ) -> None:
         """A trial finished: ok (with its throughput; unsafe ones count as
         failed), pruned (a partial throughput, below the best), oom, error or
-        timeout. Its diagnosis (bottleneck and moves; or a `bottleneck` alone)
+        timeout. Its diagnosis (bottleneck and moves; or {"bottleneck": ...} alone)
         is kept with the trial: the local moves from it, when it becomes the
         incumbent, start with what it says. `unit`: what `value` counts
         (trial.result.unit_of: tokens, samples); the first one told is the
@@ -309,10 +322,8 @@ class Strategy:
             trial.set_user_attr(k, v)
         if error:
             trial.set_user_attr("error", error[:1000])
-        if diagnosis or bottleneck:
-            diagnosis = {
-                k: v for k, v in (diagnosis or {"bottleneck": bottleneck}).items() if k in ("bottleneck", "moves")
-            }
+        if diagnosis:
+            diagnosis = {k: v for k, v in diagnosis.items() if k in ("bottleneck", "moves")}
             trial.set_user_attr("diagnosis", diagnosis)
             if (
                 key(trial.params, self.names) == key(self.baseline, self.names)
@@ -331,13 +342,18 @@ class Strategy:
 
     def incumbent_bar(self, point: dict | None = None) -> dict:
         """What a trial of `point` must beat to become the incumbent (`bar.incumbent_bar`), with, for `point`,
-        what it need not measure again to be diagnosed (`carried`)."""
-        carry = self.carried(point) if point is not None else None
+        what it need not measure again to be diagnosed (`carry_for`)."""
+        carry = self.carry_for(point) if point is not None else None
         return incumbent_bar(
-            self.incumbent(), point, baseline=self.baseline, min_improvement=self.min_improvement, carry=carry
+            self.incumbent(),
+            point,
+            baseline=self.baseline,
+            min_improvement=self.min_improvement,
+            carry=carry,
+            user_knobs=self.user_knobs,
         )
 
-    def carried(self, point: dict) -> dict | None:
+    def carry_for(self, point: dict) -> dict | None:
         """{"trial": N, "metrics": what trial N's diagnosis measured apart from its
         window} for a diagnosed trial whose config differs from `point` in loader
         knobs alone (`LOADER_KNOBS`): none of those numbers depends on them

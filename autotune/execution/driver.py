@@ -42,7 +42,7 @@ from autotune.decide.confirm import confirm_best, window_ci
 from autotune.decide.reference import read_ci
 from autotune.decide.samplers import kind
 from autotune.decide.stoppers import search_stoppers
-from autotune.decide.strategy import Strategy
+from autotune.decide.strategy import Facts, Strategy
 from autotune.execution import backends, startup
 from autotune.execution.proposer import Proposer
 from autotune.execution import spread as SP
@@ -157,7 +157,6 @@ class Search:
         self.user_path = W.importable_paths()  # user factories resolve as the trials will resolve them
         self.source = source_of(plan, factory=options.factory, resume=options.resume, user_path=self.user_path)
         self.given = self._given()  # what needs no torch is checked before anything starts
-        K.declare(plan.space.user())
         if plan.tracking.uri:
             tracking.check_uri(plan.tracking.uri)
         asked = None if options.resume or options.refresh else self.source.cache_question()
@@ -209,8 +208,9 @@ class Search:
             search.sampler,
             min_improvement=search.min_improvement,
             seed=search.seed,
-            cuda=self.device.type == "cuda",
-            listed=tuple(plan.space.knobs.given()),
+            facts=Facts(
+                cuda=self.device.type == "cuda", listed=tuple(plan.space.knobs.given()), user_knobs=plan.user_knobs
+            ),
         )
         self.settings = self._settings()
         self.tell.on_start(self.device, space, self.run_dir, opened.n_trials, search.time_budget_s)
@@ -274,7 +274,7 @@ class Search:
         self.baseline = self.recorder.baseline()
         self._late_speedups()
         self.ended, self.stopped, self.confirm = self.stop.reason or "interrupted", self._stopped(), None
-        self.best = pick_best(records)
+        self.best = pick_best(records, self.plan.user_knobs)
         if self.stopped:
             return
         try:
@@ -286,6 +286,7 @@ class Search:
                 self.tell.on_remeasure,
                 min_improvement=search.min_improvement,
                 budget_left=self.budget_left,
+                user_knobs=self.plan.user_knobs,
             )
             if rejected:
                 self.state.confirm_rejected = rejected
@@ -295,7 +296,7 @@ class Search:
                 "interrupted",
                 None,
             )
-            self.best = pick_best(records)
+            self.best = pick_best(records, self.plan.user_knobs)
 
     def finish(self) -> SearchResult:
         """The verdicts (a best that did not beat the baseline in every pair ties with it), best_config.yaml, the

@@ -11,7 +11,7 @@ from typing import Callable
 
 from autotune import knobs as K
 from autotune.decide.stoppers import Flag
-from autotune.decide.strategy import MAX_INCUMBENT_CI, Strategy, told
+from autotune.decide.strategy import MAX_INCUMBENT_CI, Strategy, trial_attrs
 from autotune.trial.result import TrialResult
 
 
@@ -78,7 +78,7 @@ class Proposer:
             safe=result.parity is None or bool(result.parity.get("passed")),
             error=f"{result.error_type}: {result.error}" if result.error else None,
             diagnosis=result.diagnosis,  # every trial's: the strategy moves from each incumbent's own bottleneck
-            attrs=told(result, {**self.fixed, **self.strategy.baseline}),
+            attrs=trial_attrs(result, {**self.fixed, **self.strategy.baseline}),
         )
 
 

@@ -70,7 +70,7 @@ class Reads:
         if self.judge.base is None:
             return
         self.recorder.rejudge(final=False)
-        best = pick_best(self.recorder.records)
+        best = pick_best(self.recorder.records, self.strategy.user_knobs)
         unread = best is not None and self._unread(best.number)
         if self.schedule.due(time.time(), 2 if unread else 1):
             self._slot(Incumbent(best.number, best.knobs, best.judged or 0.0, 0.0) if unread else None)

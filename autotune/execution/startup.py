@@ -99,6 +99,7 @@ def open_search(
             run_dir,
             name,
             parent_run_id=state.mlflow_parent_run_id if state else None,
+            user_knobs=plan.user_knobs,
         )
         if uri
         else T.NoTracker()

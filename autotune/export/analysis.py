@@ -54,7 +54,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "batch": _batch(result),
         "knob_effects": knob_effects(result),
         "importance": importance,
-        "safety": safety_flags(best.knobs, base.knobs, best.parity) if compared else [],
+        "safety": safety_flags(best.knobs, base.knobs, best.parity, result.user_knobs) if compared else [],
         "unsafe": [
             {"trial": r.number, unit.metric: r.throughput, "reason": r.parity.get("reason")}
             for r in result.records
@@ -187,11 +187,11 @@ def tied_speedup(d: dict) -> float:
     return d["tied"]["metrics"][metric] / d["baseline"]["metrics"][metric]
 
 
-def table_flags(d: dict) -> list[dict]:
+def table_flags(d: dict, user_knobs=None) -> list[dict]:
     """The safety rows of the baseline-vs-best table: the best's changes (`safety`), or where the baseline kept its
-    place in a tie, the faster config's against it."""
+    place in a tie, the faster config's against it (`user_knobs`: the search's, `SearchResult.user_knobs`)."""
     if not d["tied"]:
         return d["safety"]
     from autotune.export.best_config import safety_flags
 
-    return safety_flags(d["tied"]["knobs"], d["baseline"]["knobs"])
+    return safety_flags(d["tied"]["knobs"], d["baseline"]["knobs"], user_knobs=user_knobs)

@@ -131,8 +131,13 @@ def safety_words(safety: str, changes) -> str:
     }.get(safety, safety)
 
 
-def changes_of(knobs: dict[str, Any], baseline: dict[str, Any]) -> tuple[Change, ...]:
-    return tuple(Change(k, baseline.get(k), v, K.lookup(k).safety) for k, v in knobs.items() if v != baseline.get(k))
+def changes_of(
+    knobs: dict[str, Any], baseline: dict[str, Any], user_knobs: K.UserKnobs | None = None
+) -> tuple[Change, ...]:
+    """The knobs `knobs` changes from `baseline`, each with its safety class (a user knob's as the search's
+    `user_knobs` declare it)."""
+    lookup = (user_knobs or K.UserKnobs()).lookup
+    return tuple(Change(k, baseline.get(k), v, lookup(k).safety) for k, v in knobs.items() if v != baseline.get(k))
 
 
 def shown(path: Path, base: Path | None = None) -> str:
@@ -182,7 +187,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         return Answer("none", log=shown_log)
     path = result.best_config_path
     data = load.read(path) if path else {}
-    changes = changes_of(best.knobs, base.knobs)
+    changes = changes_of(best.knobs, base.knobs, result.user_knobs)
     confirmed = result.confirmed
     verdict = "faster"
     if result.speedup_unknown:
@@ -221,7 +226,12 @@ def _tied(result) -> dict[str, Any]:
             f"{_x((faster.figure or {}).get('x') or faster.throughput / base.throughput)} in its trial",
             "inside the measured noise",
         )
-    return {"trial": faster.number, "changes": changes_of(faster.knobs, base.knobs), "speedup": figure, "why": why}
+    return {
+        "trial": faster.number,
+        "changes": changes_of(faster.knobs, base.knobs, result.user_knobs),
+        "speedup": figure,
+        "why": why,
+    }
 
 
 def trust(result, verdict: str = "faster") -> list[str]:

@@ -33,15 +33,17 @@ from autotune.records.verdicts import describe
 from autotune.safety.levels import batch_advice
 
 
-def safety_flags(knobs: dict[str, Any], baseline: dict[str, Any], parity: dict | None = None) -> list[dict[str, Any]]:
-    """Each knob the best config changes from the baseline, with its safety class,
-    and the measured loss parity for the knobs that can change numerics."""
+def safety_flags(
+    knobs: dict[str, Any], baseline: dict[str, Any], parity: dict | None = None, user_knobs: K.UserKnobs | None = None
+) -> list[dict[str, Any]]:
+    """Each knob the best config changes from the baseline, with its safety class (a user knob's as the search's
+    `user_knobs` declare it), and the measured loss parity for the knobs that can change numerics."""
     from autotune.safety.levels import PARITY_KNOBS, parity_summary
 
-    flags = []
+    flags, lookup = [], (user_knobs or K.UserKnobs()).lookup
     for name, value in knobs.items():
         if value != baseline.get(name):
-            knob = K.lookup(name)
+            knob = lookup(name)
             flag = {
                 "knob": name,
                 "baseline": baseline.get(name),
@@ -172,7 +174,7 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
             "trials": len(result.records),
             "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
-        "safety": safety_flags(best.knobs, base.knobs, best.parity),
+        "safety": safety_flags(best.knobs, base.knobs, best.parity, result.user_knobs),
         "fixed": result.space.fixed,
     }
     if settings.ranks > 1 or settings.blocks:  # what cfg.wrap, torchrun and -f hf need

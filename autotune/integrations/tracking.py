@@ -232,13 +232,26 @@ class NoTracker:
 class Tracker:
     """Writes a search to MLflow through MlflowClient (no global active run)."""
 
-    def __init__(self, uri: str, experiment: str, run_dir: Path, search_name: str, parent_run_id: str | None = None):
+    def __init__(
+        self,
+        uri: str,
+        experiment: str,
+        run_dir: Path,
+        search_name: str,
+        parent_run_id: str | None = None,
+        *,
+        user_knobs=None,
+    ):
+        """`user_knobs`: the search's (`autotune.spec.SearchPlan.user_knobs`), whose declared classes a trial's
+        safety tags name (None: none declared)."""
         import logging
 
         from mlflow.tracking import MlflowClient
 
+        from autotune.knobs import UserKnobs
+
         logging.getLogger("mlflow").setLevel(logging.WARNING)  # no "creating tables" chatter
-        self.uri = uri
+        self.uri, self.user_knobs = uri, user_knobs or UserKnobs()
         self.client = MlflowClient(tracking_uri=uri)
         exp = self.client.get_experiment_by_name(experiment)
         if exp is not None:
@@ -293,10 +306,8 @@ class Tracker:
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
         if baseline_knobs:  # the safety classes of the knobs this trial changed
-            from autotune.knobs import lookup
-
             changed = [k for k, v in record.knobs.items() if v != baseline_knobs.get(k)]
-            tags["safety.flags"] = ",".join(f"{lookup(k).safety}:{k}" for k in changed) or "none"
+            tags["safety.flags"] = ",".join(f"{self.user_knobs.lookup(k).safety}:{k}" for k in changed) or "none"
         if record.parity is not None:
             tags["safety.parity"] = "passed" if record.parity["passed"] else "failed"
             if record.parity.get("reason"):

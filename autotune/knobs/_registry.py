@@ -27,7 +27,7 @@ entries that name them would split one definition across two files.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from autotune._imports import installed
@@ -704,21 +704,33 @@ def registry(user: dict[str, dict] | None = None) -> dict[str, Knob]:
     return {**KNOBS, **{USER_PREFIX + n: user_knob(n, **d) for n, d in (user or {}).items()}}
 
 
-USER: dict[str, Knob] = {}  # the user knobs of the search this process works on (`declare`)
+@dataclass(frozen=True, eq=False)
+class UserKnobs:
+    """A search's user knobs (the workload arguments it declares searchable, `Space.user`), as a registry: each
+    `args.NAME` with its declared safety class and stage. The search's plan holds it
+    (`autotune.spec.SearchPlan.user_knobs`) and passes it where a knob's class or stage is read (the playbook's
+    moves, a config's risk, its safety flags); a run dir's reader makes its own from search.json's space."""
 
+    declared: dict[str, Knob] = field(default_factory=dict)  # "args.NAME" -> its knob, as declared
 
-def declare(user: dict[str, dict] | None) -> None:
-    """Make a search's user knobs known to `lookup` (the search, and `read_run` for reports)."""
-    USER.clear()
-    USER.update({name: knob for name, knob in registry(user).items() if knob.user})
+    @classmethod
+    def of(cls, user: dict[str, dict] | None) -> "UserKnobs":
+        """From a space's user knobs (name -> {safety, stage}, what `user_knob` takes)."""
+        return cls({name: knob for name, knob in registry(user).items() if knob.user})
+
+    def lookup(self, name: str) -> Knob:
+        """A built-in knob, or a user knob as declared here (an undeclared `args.NAME`: a dynamics knob)."""
+        return self.declared[name] if name in self.declared else lookup(name)
+
+    def items(self):
+        return self.declared.items()
 
 
 def lookup(name: str) -> Knob:
-    """A built-in knob, or a declared user knob (an undeclared `args.NAME`: a dynamics knob)."""
+    """A built-in knob, or an `args.NAME` as an undeclared user knob (a dynamics knob; a search's declared ones:
+    `UserKnobs.lookup`)."""
     if name in KNOBS:
         return KNOBS[name]
-    if name in USER:
-        return USER[name]
     if name.startswith(USER_PREFIX):
         return user_knob(name[len(USER_PREFIX) :])
     raise KeyError(f"unknown knob `{name}`; knobs are: {', '.join(KNOBS)}")

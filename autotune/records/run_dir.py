@@ -180,6 +180,11 @@ class SearchResult:
     reads: list[TrialRecord] = field(default_factory=list)  # the reference reads (TrialRecord.read), in order
 
     @property
+    def user_knobs(self) -> K.UserKnobs:
+        """The search's user knobs, as its space declares them (`autotune.spec.SearchPlan.user_knobs`)."""
+        return K.UserKnobs.of(self.space.user)
+
+    @property
     def unit(self) -> Unit:
         """What the search's throughput counts (trial.result.unit_of): its baseline's unit, else its first
         measured trial's; samples before any was measured. Every trial of a workload counts alike."""
@@ -383,7 +388,9 @@ def same_device(a: TrialRecord | None, b: TrialRecord) -> bool:
 SAFETY_RANK = {name: i for i, name in enumerate(K.SAFETY_CLASSES)}  # safe < reproducibility < numerics < dynamics
 
 
-def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, int, bool]:
+def risk(
+    knobs: dict[str, Any], baseline_knobs: dict[str, Any], user_knobs: K.UserKnobs | None = None
+) -> tuple[int, int, bool]:
     """How risky a config is to adopt (`pick_best`'s tie-break, and the strategy's:
     `Strategy.incumbent_bar`): the highest safety class among the knobs it changes
     from the baseline, then how many of them are in a class above safe, then
@@ -394,8 +401,10 @@ def risk(knobs: dict[str, Any], baseline_knobs: dict[str, Any]) -> tuple[int, in
     Counting them traded measured throughput for no measured risk: on
     jpeg_pipeline 2 workers as a risk exported channels_last alone, 0.84x of the
     two together side by side, and channels_last as one exported bf16 alone,
-    0.89x of bf16 + channels_last (5 pairs, 0.87-0.95)."""
-    changed = [K.lookup(k) for k, v in knobs.items() if v != baseline_knobs.get(k)]
+    0.89x of bf16 + channels_last (5 pairs, 0.87-0.95). `user_knobs`: the search's, as declared (None: none
+    declared)."""
+    lookup = (user_knobs or K.UserKnobs()).lookup
+    changed = [lookup(k) for k, v in knobs.items() if v != baseline_knobs.get(k)]
     return (
         max((SAFETY_RANK[k.safety] for k in changed), default=0),
         sum(k.safety != "safe" for k in changed),
@@ -421,7 +430,7 @@ def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
     return lo.judged * (1 + _ci(lo)) >= hi.judged * (1 - _ci(hi))
 
 
-def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
+def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None) -> TrialRecord | None:
     """The fastest trial that can be the best (`TrialRecord.contends`), on the
     baseline's device type, as the search judged it (`TrialRecord.judged`: against
     the reference read near its time, where the search read one); a faster one that
@@ -431,7 +440,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     advantage is inside the measured uncertainty), the safer config wins
     (`risk`: lower safety class, safe < reproducibility < numerics < dynamics;
     then fewer changed knobs above the safe class, then the baseline's own
-    knobs before any change; then the faster). A trial whose window tied with
+    knobs before any change; then the faster; the search's `user_knobs` as declared). A trial whose window tied with
     a safer incumbent (`tie_kept`) lost its tie there. The winner's `tie` then
     names the fastest such faster-but-riskier trial and both CIs.
 
@@ -452,7 +461,7 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
     if base is None:
         return fastest
     tied = [r for r in ok if _overlap(r, fastest)]
-    best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs), -r.judged))
+    best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs, user_knobs), -r.judged))
     kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
     faster = max([r for r in [fastest, *kept] if r.judged > best.judged], key=lambda r: r.judged, default=None)
     if faster is not None:
@@ -466,23 +475,23 @@ def pick_best(records: list[TrialRecord]) -> TrialRecord | None:
             "faster_trial": faster.number,
             unit.key("faster"): round(faster.judged, 2),
             "faster_ci95": round(_ci(faster), 4),
-            "faster_risk": _risk_name(faster, base.knobs),
+            "faster_risk": _risk_name(faster, base.knobs, user_knobs),
             "chosen_trial": best.number,
             unit.key("chosen"): round(best.judged, 2),
             "chosen_ci95": round(_ci(best), 4),
-            "chosen_risk": _risk_name(best, base.knobs),
+            "chosen_risk": _risk_name(best, base.knobs, user_knobs),
             "note": (
                 f"trial #{faster.number} ({sig(faster.judged)} {unit.label} +-{_ci(faster):.1%}) is "
                 f"{faster.judged / best.judged - 1:.1%} faster than #{best.number} "
                 f"({sig(best.judged)} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
-                f"({_risk_name(best, base.knobs)} vs {_risk_name(faster, base.knobs)})"
+                f"({_risk_name(best, base.knobs, user_knobs)} vs {_risk_name(faster, base.knobs, user_knobs)})"
             ),
         }
     return best
 
 
-def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any]) -> str:
-    rank, n, changed = risk(record.knobs, baseline_knobs)
+def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any], user_knobs: K.UserKnobs | None) -> str:
+    rank, n, changed = risk(record.knobs, baseline_knobs, user_knobs)
     cls = next(name for name, r in SAFETY_RANK.items() if r == rank)
     if not changed:
         return "the baseline's knobs"
@@ -522,7 +531,7 @@ def read_run(run_dir: Path) -> SearchResult:
     space = K.Space(**state.space)
     # a run dir written before a knob existed (the LM knobs, issue 52): its trials ran with it as PyTorch leaves it
     space.baseline = {**K.pytorch_defaults(space.baseline.get("batch_size")), **space.baseline}
-    K.declare(space.user)
+    user_knobs = K.UserKnobs.of(space.user)  # the search's, as search.json keeps them
     records, reads = [], []
     rows = pd.read_csv(csv).to_dict("records") if csv.exists() and csv.stat().st_size else []
     for row in rows:
@@ -556,7 +565,7 @@ def read_run(run_dir: Path) -> SearchResult:
             )
         )
     baseline = next((r for r in records if r.is_baseline), None)
-    best = pick_best(records)
+    best = pick_best(records, user_knobs)
     named = (state.confirm or {}).get("best_trial")  # a rejected best handed over to the next candidate
     if best is not None and named is not None and named != best.number:
         best = next((r for r in records if r.number == named and r.throughput and r.safe), best)

@@ -31,7 +31,7 @@ LOADER_HEADROOM = 1.2  # size the loader for 20% above the compute ceiling (work
 # what a diagnosis measures apart from the timed window: the compute side on a cached batch (its ceiling, the
 # 2x-batch probe, the profiled op mix) and one loader worker's rate. None of it depends on the loader knobs
 # (workers, pinning, prefetch, persistence), so a config that differs from a diagnosed one in those alone is
-# diagnosed from that trial's numbers (`carried`) and its own timed window
+# diagnosed from that trial's numbers (`Strategy.carry_for`) and its own timed window
 APART = (
     "compute_ceiling_samples_per_s",
     "compute_ceiling_step_ms",

@@ -36,7 +36,7 @@ class PerTrial:
     incumbent_ci: float = 0.0
     """how well the incumbent's throughput is known (95%, relative)"""
     carry: dict | None = None
-    """diagnosed from another trial's numbers measured apart (`Strategy.carried`)"""
+    """diagnosed from another trial's numbers measured apart (`Strategy.carry_for`)"""
     anchor: bool = False
     """the first incumbent of a search (its baseline), which every later trial is weighed against: its window
     stops at a promoted window's precision (`stats.promote_floor`), since no window length removes the spread
@@ -141,7 +141,7 @@ class TrialSettings:
             "incumbent_above": per_trial.incumbent_above,  # below it: the window alone
             "incumbent_ci": per_trial.incumbent_ci,  # how well the incumbent's throughput is known (95%, relative)
             "predicted": per_trial.predicted,  # the rate model's samples/s (autotune.decide.model), beside the measured
-            "carry": per_trial.carry,  # diagnosed from another trial's numbers measured apart (Strategy.carried)
+            "carry": per_trial.carry,  # diagnosed from another trial's numbers measured apart (Strategy.carry_for)
             "tie_keeps_incumbent": per_trial.tie_keeps_incumbent,  # riskier than the incumbent: a tie leaves it
             "incumbent_trial": per_trial.incumbent_trial,  # the incumbent's trial number (the trial a kept tie goes to)
             **({"flops_cache": self.flops_cache} if self.flops_cache else {}),

@@ -324,7 +324,7 @@ class _Measurement:
             return
         if _not_incumbent(cfg, metrics, self.rule, result):
             return
-        carry = cfg["carry"] if cfg["diagnose"] else None  # the compute side measured already (Strategy.carried)
+        carry = cfg["carry"] if cfg["diagnose"] else None  # the compute side measured already (Strategy.carry_for)
         if cfg["profile_steps"] and not carry:
             with tempfile.TemporaryDirectory() as tmp:
                 profile = M.profile_window(

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from autotune.execution.launcher import run_in_process
-from autotune.records.run_dir import received, record_of, transport
+from autotune.records.run_dir import record_of, result_of, transport
 from autotune.records.scaling import with_reference
 from autotune.trial.ranks import merge
 from autotune.trial.result import RankResult, ResultError, ScalingReference, TrialResult
@@ -32,7 +32,7 @@ def round_trips(result: TrialResult, trial_dir) -> TrialResult:
     on_disk = json.loads((trial_dir / "result.json").read_text())  # the format: plain JSON, keys left out when None
     assert on_disk == {k: v for k, v in result.to_dict().items() if k not in ("trial_wall_s", "launcher")}
     assert TrialResult.read(trial_dir / "result.json").to_dict() == on_disk  # the launcher's two, in memory only
-    assert received(json.loads(json.dumps(transport(3, trial_dir, result)))) == result
+    assert result_of(json.loads(json.dumps(transport(3, trial_dir, result)))) == result
     return result
 
 

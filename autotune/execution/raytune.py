@@ -35,7 +35,7 @@ from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: 
 from autotune.execution.trials import reader, run_trial  # noqa: E402
 from autotune.execution.protocol import TrialRun  # noqa: E402
 from autotune.execution.settings import RunSettings  # noqa: E402
-from autotune.records.run_dir import TUNE_METRIC, received, transport, trial_dir_of  # noqa: E402
+from autotune.records.run_dir import TUNE_METRIC, result_of, transport, trial_dir_of  # noqa: E402
 from autotune.spec import Resources, SpecError  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 from autotune.workload import PICKLE_FILE  # noqa: E402
@@ -312,7 +312,7 @@ class DriverOnly:
 
 class RecordTrials(DriverOnly, tune.Callback):
     """Where a trial's result lands in the driver: its files unpacked (a trial on another node), its
-    `TrialResult` parsed from what Ray Tune carried (`records.run_dir.received`, once), told to the strategy
+    `TrialResult` parsed from what Ray Tune carried (`records.run_dir.result_of`, once), told to the strategy
     (`Proposer.complete`), then recorded (`Recorder.add`): the study first, as the local backend does."""
 
     def __init__(self, run: TrialRun):
@@ -324,7 +324,7 @@ class RecordTrials(DriverOnly, tune.Callback):
 
     def on_trial_complete(self, iteration, trials, trial, **info):
         carried = _landed(trial.last_result)
-        result = received(carried)
+        result = result_of(carried)
         self.proposer.complete(trial.trial_id, result)
         self.held.add(trial.config, result, trial_dir=carried.get("trial_dir"), launch=carried)
 
@@ -334,7 +334,7 @@ class RecordTrials(DriverOnly, tune.Callback):
         self.proposer.complete(trial.trial_id, None, error=True)
         self.held.add(
             trial.config,
-            received(carried),
+            result_of(carried),
             trial_dir=carried.get("trial_dir"),
             launch=carried,
             ray_error=str(error or "the Ray trial failed"),

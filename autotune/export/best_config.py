@@ -310,7 +310,7 @@ def _python(data) -> str:
     tf32 = "torch.backends.cudnn.allow_tf32 = True\n" if k["precision"] == "tf32" else ""
     args = data.get("workload_args")
     args_line = f"WORKLOAD_ARGS = {args!r}  # your factory's searched arguments, as tuned\n" if args else ""
-    lm = _not_carried(k, baseline_knobs(data), LM_HOW)
+    lm = _how_to_apply(k, baseline_knobs(data), LM_HOW)
     lm_lines = "".join(
         line + "\n" for line in ["# a language model's knobs: apply them to your model first", *lm] if lm
     )
@@ -407,7 +407,7 @@ def changed(tuned: dict[str, Any], base: dict[str, Any], pairs=()) -> dict[str, 
     return {k: v for k, v in tuned.items() if k in out}  # in the fields' own order
 
 
-def _not_carried(k: dict, base: dict, how: dict) -> list[str]:
+def _how_to_apply(k: dict, base: dict, how: dict) -> list[str]:
     """A comment line for each changed knob `how` knows how to apply."""
     return [f"# {name}={k[name]!r}: {how[name](k[name])}" for name in how if k[name] != base[name]]
 
@@ -487,7 +487,7 @@ def _hf(data) -> str:
         "#   args = TrainingArguments(**{**your_kwargs, **TUNED})",
         f"TUNED = {tuned!r}" + ("" if tuned else "  # the baseline's arguments measured best"),
     ]
-    rest = _not_carried(k, base, HF_HOW)
+    rest = _how_to_apply(k, base, HF_HOW)
     if data.get("workload_args"):
         rest.append(f"# workload_args={data['workload_args']!r}: your factory's searched arguments, as tuned")
     if rest:
@@ -545,7 +545,7 @@ def _lightning(data) -> str:
     ]
     if data.get("workload_args"):
         lines.append(f"workload_args = {data['workload_args']!r}  # your factory's searched arguments, as tuned")
-    lines += _not_carried(k, base, LIGHTNING_HOW)
+    lines += _how_to_apply(k, base, LIGHTNING_HOW)
     if k["fused_optimizer"] and not base["fused_optimizer"]:
         lines.append(_fuse_source(k).strip() + "\n")
     lines += scale_out.lightning_strategy(data)

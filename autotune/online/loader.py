@@ -375,11 +375,11 @@ def _accelerator_available() -> bool:
 
 def settings_from_log(path: str | Path) -> dict[str, Any]:
     """The loader settings an online run ended with (its last summary, else its last change or start line)."""
-    found = None
+    settings = None
     for line in Path(path).read_text().splitlines():
         if line.startswith(PREFIX) and " | " in line:
             record = json.loads(line.rsplit(" | ", 1)[1])
-            found = record.get("settings", record.get("setting", found))
-    if found is None:
+            settings = record.get("settings", record.get("setting", settings))
+    if settings is None:
         raise ValueError(f"`{path}` has no `{PREFIX}` lines: not the log of an OnlineLoader run")
-    return found
+    return settings

@@ -141,16 +141,16 @@ class Lookup:
     """The finished searches in `runs_dir` whose question matches this one's."""
 
     def __init__(self, runs_dir: Path, asked: dict[str, Any]):
-        self.asked, self.found = asked, []
+        self.asked, self.searches = asked, []  # (started, run dir, machine) of each, the newest first
         for run_dir, state in SearchState.under(runs_dir):
             key = state.cache_key or {}
             if state.finished and key.get("question") == asked and run_paths(run_dir)["best_config"].exists():
-                self.found.append((state.started or "", run_dir, key.get("machine")))
-        self.found.sort(reverse=True)  # the newest first
+                self.searches.append((state.started or "", run_dir, key.get("machine")))
+        self.searches.sort(reverse=True)  # the newest first
 
     def match(self, machine: dict[str, Any] | None) -> Path | None:
         """The newest earlier search that also ran on this machine's kind with this model."""
-        return next((run_dir for _, run_dir, theirs in self.found if machine and theirs == machine), None)
+        return next((run_dir for _, run_dir, theirs in self.searches if machine and theirs == machine), None)
 
 
 def find(plan, source) -> Path | None:
@@ -161,7 +161,7 @@ def find(plan, source) -> Path | None:
 
     asked = question(plan)
     earlier = Lookup(plan.run_dir.parent, asked) if asked else None
-    if not earlier or not earlier.found:
+    if not earlier or not earlier.searches:
         return None
     W.importable_paths()  # a user factory resolves as the search would resolve it
     return earlier.match(machine(plan.resources.device, W.load(source, plan.workload.args)))

@@ -303,21 +303,21 @@ def trial_dir_of(run_dir: Path, number: int) -> Path:
 def transport(number: int, trial_dir: Path, result: TrialResult) -> dict:
     """What Ray Tune carries from a trial to the driver: the runner's result as
     JSON text (Tune would flatten nested dicts), with the metric Tune schedules on."""
-    carried = {
+    message = {
         "trial_number": number,
         "trial_dir": str(trial_dir),
         "status": result.status,
         "result_json": json.dumps(result.to_dict()),
     }
     if result.ok:
-        carried[TUNE_METRIC] = result.rate
-    return carried
+        message[TUNE_METRIC] = result.rate
+    return message
 
 
-def received(carried: dict | None) -> TrialResult:
-    """The transport's receiving end: the runner's result, parsed once (an
+def result_of(message: dict | None) -> TrialResult:
+    """The transport's receiving end: the runner's result in `message`, parsed once (an
     error where nothing came, a Ray trial that failed before reporting)."""
-    text = (carried or {}).get("result_json")
+    text = (message or {}).get("result_json")
     return TrialResult.from_dict(json.loads(text)) if text else TrialResult(status="error")
 
 

@@ -229,15 +229,16 @@ def _baseline_overfit(run, state: dict, batch, seed: int) -> tuple[dict[str, lis
 
 
 def _does_it_train(
-    run, base_run, reference: dict, own_batch, batch, *, seed: int, initial_scale: float | None
+    run, base_run, reference: dict, stepped_batch, batch, *, seed: int, initial_scale: float | None
 ) -> dict[str, Any]:
     """Module doc, 3: the candidate overfits one fixed batch at the baseline's
     learning rate scale (`build_reference`); where it falls less than MIN_SHARE
     of the baseline's fall there, it is asked again at each lower scale of
     OVERFIT_LR_SCALES, the baseline measured there too (kept in the reference):
     it trains if at some scale where the baseline falls MIN_FALL it falls
-    MIN_SHARE of that. The falls reported are the deciding scale's (the last
-    asked where none trains); `tried`, every scale asked."""
+    MIN_SHARE of that (`stepped_batch`: the first batch as the candidate steps on it, `batch` as the
+    baseline does). The falls reported are the deciding scale's (the last asked where none trains); `tried`,
+    every scale asked."""
     first = OVERFIT_LR_SCALES.index(reference["overfit_lr_scale"])
     tried = []
     for lr_scale in OVERFIT_LR_SCALES[first:]:
@@ -245,16 +246,16 @@ def _does_it_train(
         if base is None:  # the baseline at a lower scale than it needed: once per reference
             base = overfit(base_run, reference["states"][0], batch, seed=seed, steps=OVERFIT_STEPS, lr_scale=lr_scale)
             reference["overfit"][repr(lr_scale)] = base
-        own = overfit(
+        candidate = overfit(
             run,
             reference["states"][0],
-            own_batch,
+            stepped_batch,
             seed=seed,
             steps=OVERFIT_STEPS,
             scale=initial_scale,
             lr_scale=lr_scale,
         )
-        step = {"lr_scale": lr_scale, "candidate": fall(own), "baseline": fall(base)}
+        step = {"lr_scale": lr_scale, "candidate": fall(candidate), "baseline": fall(base)}
         step["judged"] = step["baseline"] >= MIN_FALL  # a baseline that cannot overfit one batch cannot tell
         step["trains"] = step["candidate"] >= MIN_SHARE * step["baseline"]
         tried.append(step)
@@ -397,15 +398,15 @@ def check_parity(
     baseline, steps = reference["baseline"], reference["steps"]
     level, tol = roundoff(baseline, candidate, device.type), rtol(baseline, candidate, device.type)
     batches = batches or seeded_batches(workload, baseline["batch_size"], steps, seed)
-    own_knobs = {**candidate, "batch_size": baseline["batch_size"], "num_workers": 0, "pin_memory": False}
-    run = (ranks.build if ranks else build_run)(workload, own_knobs, device.type, seed)
-    own = ranks.shard(batches) if ranks else batches  # what the candidate steps on
-    initial_scale = _initial_scale(run, reference, own[0], seed)
-    end = run_trajectory(run, own, seed)
+    knobs = {**candidate, "batch_size": baseline["batch_size"], "num_workers": 0, "pin_memory": False}
+    run = (ranks.build if ranks else build_run)(workload, knobs, device.type, seed)
+    stepped = ranks.shard(batches) if ranks else batches  # what the candidate steps on
+    initial_scale = _initial_scale(run, reference, stepped[0], seed)
+    end = run_trajectory(run, stepped, seed)
     multi = multi_errors(end, reference)
     base_run = build_run(workload, baseline, device.type, seed)
-    falls = _does_it_train(run, base_run, reference, own[0], batches[0], seed=seed, initial_scale=initial_scale)
-    per_point = _per_point(run, base_run, reference, batches, own, seed=seed, scale=end["scale"])
+    falls = _does_it_train(run, base_run, reference, stepped[0], batches[0], seed=seed, initial_scale=initial_scale)
+    per_point = _per_point(run, base_run, reference, batches, stepped, seed=seed, scale=end["scale"])
     del run
     had = dict(reference["noise"].get(repr(level), {}))
     needed = _noise_needed(per_point, multi, tol, tolerance)
@@ -457,13 +458,13 @@ def _initial_scale(run, reference: dict, batch, seed: int) -> float | None:
     return initial_scale
 
 
-def _per_point(run, base_run, reference: dict, batches: list, own: list, *, seed: int, scale) -> list[dict]:
+def _per_point(run, base_run, reference: dict, batches: list, stepped: list, *, seed: int, scale) -> list[dict]:
     """At each of the reference's points, one step of each side from the
     baseline's state there, and the candidate's errors against the baseline's."""
     per_point = []
     for t in reference["points"]:
         b = reset_and_step(base_run, reference["states"][t], batches[t], seed + t)
-        c = reset_and_step(run, reference["states"][t], own[t], seed + t, scale)
+        c = reset_and_step(run, reference["states"][t], stepped[t], seed + t, scale)
         # the update against the baseline's optimizer stepping on the candidate's own gradient: what
         # the knob does to the step (unscaling, skipping); the gradient's error is the grad row.
         # (Against the baseline's update, Adam turns rounding noise in gradients that should be

@@ -69,3 +69,27 @@ def test_a_listening_socket_is_seen_with_its_address_and_its_process():
         assert inode in procfs.socket_inodes(os.getpid())
     assert inode not in procfs.listening_tcp()
     assert procfs.process("self").session == os.getsid(0)
+
+
+def test_a_session_members_their_names_and_the_signals_they_catch():
+    import signal
+
+    code = (
+        "import faulthandler, signal, subprocess, sys, time\n"
+        "faulthandler.register(signal.SIGUSR1)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(30)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(30)\n"
+    )
+    leader = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        child = int(leader.stdout.readline())
+        members = procfs.in_session(leader.pid)
+        assert [p.pid for p in members] == [leader.pid, child]  # the leader first, then in the order they started
+        assert members[0].name == "python" or members[0].name.startswith("python")
+        assert procfs.catches(leader.pid, signal.SIGUSR1)  # faulthandler's handler
+        assert not procfs.catches(child, signal.SIGUSR1) and not procfs.catches(2**22 + 1, signal.SIGUSR1)
+        assert procfs.in_session(2**22 + 1) == []  # no such session
+    finally:
+        os.killpg(leader.pid, signal.SIGKILL)
+        leader.wait()

@@ -1,4 +1,4 @@
-"""Linux's /proc, the one module that reads it: the live processes (parent, session, start time, CPU time, command
+"""Linux's /proc, the one module that reads it: the live processes (parent, session, name, start time, CPU time, command
 line, open sockets, threads), the host's CPU counters, listening TCP sockets, memory figures and CPU model. Where /proc is absent (macOS) or a process is gone, each read
 says so (empty, None or 0) rather than raising. The standard library only, so every part may use it."""
 
@@ -20,6 +20,7 @@ class Process:
     start_ticks: int  # clock ticks since boot: with the pid, names one process even after the pid is reused
     cpu_s: float  # user + system
     session: int = 0  # the session id: a process started with start_new_session leads its own
+    name: str = ""  # its main thread's name (`comm`: a DataLoader worker names itself pt_data_worker)
 
 
 def available() -> bool:
@@ -41,8 +42,15 @@ def process(pid: int | str) -> Process | None:
     """The process `pid` ("self" for this one), None when it is gone or /proc is absent."""
     try:
         text, fields = _stat(PROC / str(pid) / "stat")
+        name = text[text.index("(") + 1 : text.rindex(")")]
         return Process(
-            int(text.split(None, 1)[0]), int(fields[1]), fields[0], int(fields[19]), _cpu_s(fields), int(fields[3])
+            int(text.split(None, 1)[0]),
+            int(fields[1]),
+            fields[0],
+            int(fields[19]),
+            _cpu_s(fields),
+            int(fields[3]),
+            name,
         )
     except (OSError, IndexError, ValueError):
         return None
@@ -65,6 +73,25 @@ def descendants(root: int, procs: dict[int, Process] | None = None) -> set[int]:
                 tree.add(p.pid)
                 grew = True
     return tree
+
+
+def in_session(leader: int, procs: dict[int, Process] | None = None) -> list[Process]:
+    """The live processes of the session `leader` leads (a trial's, a rank's: each starts one), the leader first,
+    then the others in the order they started."""
+    procs = processes(live=True) if procs is None else procs
+    members = [p for p in procs.values() if p.session == leader and p.state != "Z"]
+    return sorted(members, key=lambda p: (p.pid != leader, p.start_ticks, p.pid))
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether the process has a handler of its own for `signum` (its `SigCgt` mask): a signal it does not catch
+    takes its default action (SIGUSR1's ends it). False when it is gone or not ours to read."""
+    try:
+        with open(PROC / str(pid) / "status") as f:
+            mask = next((int(line.split()[1], 16) for line in f if line.startswith("SigCgt:")), 0)
+    except (OSError, ValueError, IndexError):
+        return False
+    return bool(mask >> (signum - 1) & 1)
 
 
 @dataclass(frozen=True)

@@ -6,8 +6,9 @@ trial (`AUTOTUNE_TRIAL`) or runs a best config (`AUTOTUNE_CONFIG`). Nothing heav
 framework's patch is applied when the program imports the module it patches (or at once, where that module is
 already imported: the fork server imports torch before the program runs), one module per framework:
 
-- `_torch`: torch itself (its optimizers, modules, DataLoader, autograd, GradScaler, DDP, FSDP2): a loop of the
-  program's own, measured and tuned with no line changed;
+- `_torch`: torch itself (its optimizers, modules, DataLoader, autograd, GradScaler, DDP, FSDP2; in a trial,
+  torch.compile's work marked for the launcher's watch): a loop of the program's own, measured and tuned with no
+  line changed;
 - `_accelerate` (`Accelerator`): its precision and dynamo backend;
 - `_transformers` (`HfArgumentParser`, TRL's copy of it, `Trainer`; the Trainer's callback in `_hf_callback`);
 - `_lightning` (`lightning.pytorch`'s and `pytorch_lightning`'s `Trainer`; the callback in `_lightning_callback`).
@@ -64,6 +65,7 @@ def with_env(env: dict[str, str] | None = None) -> dict[str, str]:
 PATCHES: dict[str, str] = {
     "torch": "_torch:install",
     "torch.distributed.fsdp._fully_shard._fully_shard": "_torch:fully_shard",
+    "torch._dynamo.callback": "_torch:compiles",
     "accelerate.accelerator": "_accelerate:accelerator",
     "transformers.hf_argparser": "_transformers:hf_argparser",
     "trl.scripts._hf_argparser": "_transformers:hf_argparser",

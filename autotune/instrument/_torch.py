@@ -453,6 +453,14 @@ def uninstall() -> None:
         _hooks = None
 
 
+def compiles(callback) -> None:
+    """torch.compile's work marked in a trial's beats as it runs (`callback`: torch._dynamo.callback, as the finder
+    hands it over): the launcher's watch gives a compile its own limit, not the stall's
+    (autotune.trial.progress.watch_compiles); nothing in production, which no watch ends."""
+    if progress.beat_path() is not None:
+        progress.watch_compiles(callback)
+
+
 def fully_shard(module) -> None:
     """The FSDP2 module, as the finder hands it over once the program imports it."""
     install().fully_shard(module)

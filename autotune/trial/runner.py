@@ -38,6 +38,7 @@ from typing import Any
 from autotune import knobs as K
 from autotune.trial import measure as M
 from autotune.trial import memory
+from autotune.trial import progress
 from autotune.trial import ranks as R
 from autotune.trial import sides
 from autotune.trial import trace
@@ -117,6 +118,7 @@ class Session:
         with K.no_sync(self.model, self.world_size > 1 and micro):
             (self.scaler.scale(scaled) if self.scaler is not None else scaled).backward()
         self.micro_step += 1
+        progress.beat()  # the launcher's watch sees the steps come (a counter and a clock read)
         if self.memory_cap is not None:
             self.memory_cap.check()
         if self.micro_step % self.accum_steps:
@@ -315,6 +317,7 @@ class _Measurement:
         profiled window, the two sides, FLOPs, the 2x-batch probe and the diagnosis, and loss parity."""
         session, knobs, device, cfg, result = self.session, self.knobs, self.device, self.cfg, self.result
         metrics = result.metrics
+        progress.mark(progress.MEASURED)  # the watch's stall limit stands down: the trial's timeout holds the rest
         if device.type == "cpu":  # the allocator's peak, sampled in a window of its own (autotune.trial.memory)
             metrics.update(memory.memory_window(session, batches))
         if device.ranks > 1:  # profile, two sides and parity of a multi-rank trial: not yet (issue 24)
@@ -514,6 +517,16 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
+def _watch_compiles(knobs: dict) -> None:
+    """torch.compile's work marked in the trial's beats as it runs (autotune.trial.progress), where the trial may
+    compile: a compile knob, or torch._dynamo imported already (the fork server's: its compiles are cheap to watch)."""
+    progress.reset()  # forked from the fork server: the steps are this trial's
+    if knobs.get("compile", "none") != "none" or "torch._dynamo" in sys.modules:
+        import torch._dynamo.callback
+
+        progress.watch_compiles(torch._dynamo.callback)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m autotune.trial", description="Run one measured training trial.")
     p.add_argument("config", help="trial config JSON file ('-' for stdin)")
@@ -522,12 +535,14 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     if os.environ.get("AUTOTUNE_WATCH_PARENT") == "1":
         _exit_with_parent()
-    # a trial past its timeout gets SIGUSR1 first (autotune.execution.launcher): its stacks go to its log
+    # a trial past its timeout, or ended by its watch, gets SIGUSR1 first (autotune.execution.watch): its stacks go
+    # to its log (its loader workers inherit the handler, each dumping its own)
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     try:
         text = sys.stdin.read() if args.config == "-" else open(args.config).read()
         config = json.loads(text)
         config["knobs"] = {**config.get("knobs", {}), **parse_set(args.set)}
+        _watch_compiles(config["knobs"])
         result = run_trial(config, os.path.dirname(os.path.abspath(args.config)) if args.config != "-" else ".")
     except (OSError, json.JSONDecodeError, R.ConfigError) as e:
         print(f"error: {e}", file=sys.stderr)

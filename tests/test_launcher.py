@@ -2,6 +2,7 @@
 leaves in its process reaches the next."""
 
 import json
+import time
 import os
 import subprocess
 import sys
@@ -331,15 +332,105 @@ def test_a_program_with_no_first_step_in_its_limit_is_ended_with_its_stacks_and_
     trial = tmp_path / "trial"
     limit = 3 if launcher == "fork" else 10  # a fresh process imports torch in it: 2-3 s here, more under load
     result = run_in_process(config, trial, 120, ROOT, {}, launch=Launch(launcher), limits=Limits(limit))
-    assert (result.status, result.error_type) == ("error", "NoStep"), result
+    assert (result.status, result.error_type) == ("hung", "NoStep"), result
     assert result.launcher == ("program-fork" if launcher == "fork" else "program")
     said = (
         f"the program finished no optimizer step within its first-step limit of 0:{limit:02d} (`--first-step-limit` "
         "or trial.first_step_s sets it): it imported torch and made an optimizer, but iterated no DataLoader"
     )
-    where = f"; its main thread was in `wait_forever` (prog.py:{NO_STEP_LINE})"
+    where = f"; every rank's main thread was in `wait_forever` (prog.py:{NO_STEP_LINE})"
     log = (trial / "trial.log").read_text()
     assert result.error == f"{said}{where}; see {trial / 'trial.log'}"
+    assert result.hung == {"kind": "main", "where": f"wait_forever (prog.py:{NO_STEP_LINE})", "rank": 0}
     assert log.count("Current thread") == 2, log  # each rank's stacks (the instrumentation's faulthandler)
-    assert log.endswith(f"autotune: ended: {result.error}\n"), log
+    for rank in (0, 1):  # one at a time, each after a line that names it
+        assert log.count(f"autotune: the stacks of rank {rank} (pid ") == 1, log
+    assert log.endswith(f"autotune: ended (hung): {result.error}\n"), log
+    assert TrialResult.read(trial / "result.json").hung == result.hung  # what a resumed search reads back
     assert limit <= result.trial_wall_s < limit + 15, result.trial_wall_s
+
+
+def processes_in(path: Path) -> list[int]:
+    """PIDs whose working directory is under `path` (a trial's processes run in its trial dir or its program's)."""
+    return [pid for pid in procfs.processes(live=True) if str(procfs.cwd(pid)).startswith(str(path))]
+
+
+@pytest.mark.timeout(200)
+def test_a_program_whose_loader_worker_never_returns_a_batch_is_hung_naming_the_worker_frame(tmp_path):
+    """tests/programs/hang_loop.py with a loader worker (the trial's num_workers, through torch's hooks): its
+    worker waits forever in its Dataset. Ended at its first-step limit as `hung`, every process's stacks in its
+    log after a line naming it, the line naming the worker's frame; no process left behind."""
+    import shutil
+
+    from autotune.execution.watch import Limits
+
+    shutil.copy(Path(ROOT) / "tests" / "programs" / "hang_loop.py", tmp_path / "hang_loop.py")
+    program = {"command": ["python", "hang_loop.py", "--steps", "100000"], "dir": str(tmp_path)}
+    config = {**ONE_STEP_WINDOW, "workload": program, "knobs": {"num_workers": 1}, "device": "cpu"}
+    trial = tmp_path / "trial"
+    result = run_in_process(config, trial, 120, ROOT, {}, limits=Limits(first_step_s=5))
+    assert (result.status, result.error_type) == ("hung", "NoStep"), result
+    assert result.hung == {"kind": "loader", "where": "loader worker 0 in Windows.__getitem__"}
+    line = (tmp_path / "hang_loop.py").read_text().splitlines().index(
+        "                self.filled.wait_for(lambda: i in self.cache)  # in a forked worker: no thread fills it"
+    ) + 1
+    assert f"; waiting for loader worker 0, which is in `Windows.__getitem__` (hang_loop.py:{line}); " in result.error
+    assert result.error.startswith("the program finished no optimizer step within its first-step limit of 0:05")
+    log = (trial / "trial.log").read_text()
+    assert (
+        "autotune: the stacks of the main process (pid " in log
+        and "autotune: the stacks of loader worker 0 (pid " in log
+    )
+    assert result.trial_wall_s < 5 + 30
+    assert processes_in(tmp_path) == []  # the program and its worker
+
+
+@pytest.mark.timeout(300)
+def test_a_rank_that_stops_stepping_ends_its_trial_hung_and_leaves_no_process(tmp_path):
+    """tests/programs/rank_hang.py on 2 ranks: rank 1 stops after 20 steps, rank 0 waits in its all-reduce. The
+    gap past the stall limit ends the trial `hung`, naming rank 1's frame, within 30 s of its last step; every
+    rank's process is gone at once. (Its search, with the default stall limit from the probe: test_watch's.)"""
+    import shutil
+
+    from autotune.execution.watch import Limits
+
+    shutil.copy(Path(ROOT) / "tests" / "programs" / "rank_hang.py", tmp_path / "rank_hang.py")
+    program = {"command": ["python", "rank_hang.py", "--steps", "2000"], "dir": str(tmp_path)}
+    window = {**ONE_STEP_WINDOW, "warmup_steps": 5, "min_window_s": 60.0, "max_window_s": 120.0}  # past step 20
+    config = {**window, "workload": program, "knobs": {}, "ranks": 2, "device": "cpu", "dist_timeout_s": 200}
+    trial = tmp_path / "trial"
+    result = run_in_process(config, trial, 240, ROOT, {}, limits=Limits(first_step_s=60, stall_s=5))
+    ended = time.time()
+    assert (result.status, result.error_type) == ("hung", "Stalled"), result
+    assert result.hung == {"kind": "rank", "where": "rank 1 in wait_for_checkpoint", "rank": 1}
+    line = (tmp_path / "rank_hang.py").read_text().splitlines().index("    go.wait()  # nothing ever sets it") + 1
+    assert result.error.startswith("no optimizer step for 0:05 after its ")
+    assert (
+        f"; rank 1 stopped in `wait_for_checkpoint` (rank_hang.py:{line}) while the other ranks waited" in result.error
+    )
+    last_step = max((trial / f"beat.{r}").stat().st_mtime for r in (0, 1))
+    assert ended - last_step < 30
+    assert processes_in(tmp_path) == []
+
+
+@pytest.mark.timeout(200)
+def test_a_built_in_trial_that_hangs_at_its_first_step_and_one_the_budget_cuts(tmp_path):
+    """The built-in runner's trials are watched too: make_faulty's batch 64 from a loader worker hangs in its loss
+    (its main thread, named); a trial running at the budget's end (`cut_unix`) is cut there, recorded `cut`."""
+    from autotune.execution.watch import Limits
+
+    config = {
+        **CONFIG,
+        "workload": {"factory": "tests.workloads:make_faulty"},
+        "knobs": {"batch_size": 64, "num_workers": 1},
+    }
+    result = run_in_process(config, tmp_path / "hung", 120, ROOT, {}, limits=Limits(first_step_s=3))
+    assert (result.status, result.error_type, result.hung["kind"]) == ("hung", "NoStep", "main"), result
+    assert "; its main thread was in `loss` (" in result.error and "tests/workloads.py:" in result.error
+    assert result.trial_wall_s < 3 + 30
+    endless = {**CONFIG, "min_window_s": 120.0, "max_window_s": 240.0, "measure_steps": 10**6}
+    result = run_in_process(endless, tmp_path / "cut", 120, ROOT, {}, limits=Limits(cut_unix=time.time() + 6))
+    assert (result.status, result.error_type) == ("cut", "Cut"), result
+    assert result.error.startswith("the search's time budget ended 0:0") and result.trial_wall_s < 6 + 15
+    assert TrialResult.read(tmp_path / "cut" / "result.json").status == "cut"  # a resumed search reads it back
+    assert processes_in(tmp_path) == []

@@ -67,14 +67,15 @@ def _std_fds(null: int, log: int) -> None:
 
 def _child(request: dict, rank: bool = False) -> None:
     """In the forked child: own session (so a timeout kills its loader workers
-    too), the trial dir, its log on stdout/stderr, the request's environment;
-    then the trial. `rank`: one of several, appending to the log the server
-    emptied, its threads from its OMP_NUM_THREADS (so too a child whose
+    too), the trial dir, its log on stdout/stderr (appended to, so the launcher's
+    lines between its processes' stacks are never written over), the request's
+    environment; then the trial. `rank`: one of several, appending to the log the
+    server emptied, its threads from its OMP_NUM_THREADS (so too a child whose
     OMP_NUM_THREADS is not the server's: a launcher's, accelerate's)."""
     try:
         os.setsid()
         os.chdir(request["dir"])
-        mode = os.O_APPEND if rank else os.O_TRUNC
+        mode = os.O_APPEND | (0 if rank else os.O_TRUNC)
         _std_fds(os.open(os.devnull, os.O_RDONLY), os.open("trial.log", os.O_WRONLY | os.O_CREAT | mode, 0o644))
         sys.stdin = open(0, closefd=False)
         sys.stdout = open(1, "w", buffering=1, closefd=False)
@@ -110,7 +111,7 @@ def _program(argv: list[str], cwd: str) -> int:
     import faulthandler
     import runpy
 
-    faulthandler.register(signal.SIGUSR1, all_threads=True)  # its stacks in trial.log at a timeout
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # its stacks in trial.log where the launcher ends it
     os.chdir(cwd)
     if os.environ.get("AUTOTUNE_TRIAL"):  # what the instrumentation's sitecustomize does at a fresh start
         from autotune import instrument

@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.execution.forkserver import kill_group
-from autotune.execution.watch import WATCH_S, Limits, Watch, saw
+from autotune.execution.watch import CUT, NO_FIRST_STEP, WATCH_S, Limits, Watch, saw
 from autotune.trial import progress
 from autotune.trial.result import TrialResult, failed as failed_result
 
@@ -78,20 +78,6 @@ def trial_env(pythonpath: str | None, thread_env: dict[str, str | None] | None) 
         else:
             env[name] = value
     return env
-
-
-def _time_out(*pids: int) -> None:
-    """A trial past its timeout: every process of its groups (a rank each) writes
-    its threads' stacks to trial.log (the SIGUSR1 of autotune.trial's
-    faulthandler), then the groups are killed."""
-    for pid in pids:  # one group at a time: ranks dumping at once into one log interleave their lines
-        kill_group(pid, signal.SIGUSR1)
-        time.sleep(STACKS_S if len(pids) == 1 else STACKS_S / 2)
-    for pid in pids:
-        kill_group(pid, signal.SIGKILL)
-
-
-STACKS_S = 0.5  # the dump is a few ms; a loaded host's scheduler may take longer
 
 
 class _Lines:
@@ -126,23 +112,18 @@ class _Stream:
         raise NotImplementedError
 
     def run(
-        self,
-        trial_dir: Path,
-        env: dict[str, str],
-        timeout_s: float,
-        program: dict | None = None,
-        watch: Watch | None = None,
+        self, trial_dir: Path, env: dict[str, str], timeout_s: float, watch: Watch, program: dict | None = None
     ) -> int:
         """Fork a trial with exactly `env` (`program`: a user's Python program's {"argv", "cwd"}
-        instead of the runner); wait for it, killing its process group at the timeout, or
-        where `watch` says so. Returns its exit code (negative: killed by that signal)."""
+        instead of the runner); wait for it, ending it at the timeout, or where `watch` says so
+        (`Watch.end`). Returns its exit code (negative: killed by that signal)."""
         request = {"dir": str(trial_dir), "env": env}
         request.update({"program": program} if program else {"argv": ["config.json", "-o", "result.json"]})
         done = self._request(request, timeout_s, lambda answer: [answer["pid"]], watch)
         return os.waitstatus_to_exitcode(done["status"])
 
     def run_ranks(
-        self, trial_dir: Path, envs: list[dict[str, str]], timeout_s: float, program: dict, watch: Watch | None = None
+        self, trial_dir: Path, envs: list[dict[str, str]], timeout_s: float, program: dict, watch: Watch
     ) -> tuple[int, dict[int, str]]:
         """Fork a program once per rank (`envs`, a rank's each), all killed once one fails,
         at the timeout, or where `watch` says so: (the first nonzero exit code, rank -> why it
@@ -157,24 +138,23 @@ class _Stream:
         }
         return next((c for c in codes if c), 0), died
 
-    def _request(self, request: dict, timeout_s: float, pids_of, watch: Watch | None = None) -> dict:
-        """Send one request; wait for its end, killing its process groups at the timeout, or
-        where `watch` (checked every WATCH_S) says so."""
+    def _request(self, request: dict, timeout_s: float, pids_of, watch: Watch) -> dict:
+        """Send one request; wait for its end, ending its process groups (`Watch.end`: their stacks first) at
+        the timeout, or where `watch` (checked every WATCH_S) says so."""
         self.send((json.dumps(request) + "\n").encode())
         answer = self.lines.read(timeout=self.first_answer_s)
         if answer is None:
             raise RuntimeError("the fork server did not answer")
         pids, deadline = pids_of(answer), time.monotonic() + timeout_s
-        if watch:  # forked: its program has started
-            watch.start()
+        watch.start()  # forked: its program has started
         try:
             while True:
                 left = deadline - time.monotonic()
-                done = self.lines.read(timeout=max(0.0, min(left, WATCH_S) if watch else left))
+                done = self.lines.read(timeout=max(0.0, min(left, WATCH_S)))
                 if done is not None:
                     break
-                if time.monotonic() >= deadline or (watch and watch.check()):
-                    _time_out(*pids)
+                if time.monotonic() >= deadline or watch.check():
+                    watch.end(pids)
                     done = self.lines.read(timeout=60)
                     break
         except BaseException:  # the caller was cancelled: take the process groups along
@@ -290,25 +270,10 @@ def _server(env: dict[str, str], preload: tuple[str, ...], shared: str | None = 
     return server
 
 
-def _spawn(trial_dir: Path, env: dict[str, str], timeout_s: float) -> int:
-    with open(trial_dir / "trial.log", "w") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"],
-            cwd=trial_dir,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-        try:
-            proc.wait(timeout=timeout_s)
-        except subprocess.TimeoutExpired:
-            _time_out(proc.pid)
-            proc.wait()
-        except BaseException:  # the caller was cancelled: take the process group along
-            os.killpg(proc.pid, signal.SIGKILL)
-            raise
-    return proc.returncode
+def _spawn(trial_dir: Path, env: dict[str, str], timeout_s: float, watch: Watch) -> int:
+    """`python -m autotune.trial` from scratch in `trial_dir`, waited for as a program's plain process is."""
+    command = [sys.executable, "-m", "autotune.trial", "config.json", "-o", "result.json"]
+    return _processes(command, [env], str(trial_dir), trial_dir / "trial.log", timeout_s, watch)[0]
 
 
 def program_env(trial_dir: Path) -> dict[str, str]:
@@ -358,12 +323,12 @@ def _program(
     ranks: int | None = None,
     server: _Stream | None = None,
     *,
-    limits: Limits | None = None,
+    watch: Watch,
 ) -> tuple[int | None, TrialResult | None]:
     """Run the user's program (`workload.command`, from `workload.dir`) as this trial's
     process: its exit code, and a failed result where it never reached a measured
-    step (what to add, in one line), or was ended by its `limits` (its first step
-    too late: `autotune.execution.watch`); otherwise its measured loop wrote result.json
+    step (what to add, in one line); where its `watch` ended it, nothing (the caller says
+    why: `autotune.execution.watch`); otherwise its measured loop wrote result.json
     (autotune.trial.loop), or it died, and the trial is classified as any other.
     `ranks` (a multi-rank search's trials, its scaling reference's 1 too): one process
     a rank under torchrun's environment, as `torchrun --nproc-per-node` starts them
@@ -374,11 +339,8 @@ def _program(
     from autotune import instrument  # a Trainer script's zero-code instrumentation on its path
     from autotune.trial import ranks as R
     from autotune.trial.disturbance import TRIAL_PID
-    from autotune.trial.progress import FIRST_STEP_FILE, SEEN_FILE
+    from autotune.trial.progress import FIRST_STEP_FILE
 
-    for left in (FIRST_STEP_FILE, SEEN_FILE):  # an earlier run's in this dir (a resumed search's probe)
-        (trial_dir / left).unlink(missing_ok=True)
-    watch = Watch(trial_dir, limits)
     command = program_command(workload["command"])
     launcher = workload.get("launcher") or {}  # a launcher's line: the environment it gives each rank
     env = {**env, **program_env(trial_dir), **launcher.get("env", {}), **(workload.get("env") or {})}  # searched last
@@ -397,7 +359,7 @@ def _program(
         if len(envs) > 1:
             code, died = server.run_ranks(trial_dir, envs, timeout_s, program, watch)
         else:
-            code, died = server.run(trial_dir, envs[0], timeout_s, program, watch), {}
+            code, died = server.run(trial_dir, envs[0], timeout_s, watch, program), {}
         timed_out = code == -signal.SIGKILL and time.monotonic() - started >= timeout_s
     else:
         try:
@@ -409,11 +371,8 @@ def _program(
                 f"workload.command: cannot run `{command[0]}`: {e.strerror}; give a command that "
                 "runs your training program, e.g. `python train.py`",
             )
-    if watch.ended:  # its limits ended it: what it did, and where it was (its stacks, in its log)
-        failed = failed_result("error", "NoStep", watch.why(cwd))
-        with open(trial_dir / "trial.log", "a") as log:
-            print(f"autotune: ended: {failed.error}", file=log)
-        return code, failed
+    if watch.ended:  # its limits ended it: the caller says why (`ended`)
+        return code, None
     if (ranks or 1) > 1 and any((trial_dir / R.RANK_FILE.format(r)).exists() for r in range(ranks)):
         R.collect(str(trial_dir), ranks, died).write(trial_dir / "result.json")
     if (trial_dir / "result.json").exists() or (trial_dir / FIRST_STEP_FILE).exists():
@@ -438,16 +397,16 @@ def _processes(
     cwd: str,
     log_path: Path,
     timeout_s: float,
-    watch: Watch | None = None,
+    watch: Watch,
 ) -> tuple[int, bool, dict[int, str]]:
     """`command` once per environment in `envs` (a rank each), each in a session of its own, all
-    writing to one log (as torchrun's ranks do to its output), ended at the timeout or where
-    `watch` says so: (the first nonzero exit code, timed out, rank -> why it ended badly)."""
+    appending to one log (as torchrun's ranks write to its output; the watch's lines go between), ended at the
+    timeout or where `watch` says so: (the first nonzero exit code, timed out, rank -> why it ended badly)."""
     procs: list[subprocess.Popen] = []
-    with open(log_path, "w") as log:
+    log_path.write_text("")
+    with open(log_path, "a") as log:
         try:
-            if watch:
-                watch.start()
+            watch.start()
             for env in envs:
                 procs.append(
                     subprocess.Popen(
@@ -467,18 +426,16 @@ def _processes(
     return -signal.SIGKILL if timed_out else next((p.returncode for p in procs if p.returncode), 0), timed_out, died
 
 
-def _wait_procs(
-    procs: list[subprocess.Popen], timeout_s: float, watch: Watch | None = None
-) -> tuple[bool, dict[int, str]]:
+def _wait_procs(procs: list[subprocess.Popen], timeout_s: float, watch: Watch) -> tuple[bool, dict[int, str]]:
     """Wait for every process (a rank each); once one fails, kill the others (they would
     wait in a collective until the group's timeout). At the timeout, or where `watch` says
-    so, their stacks go to the log and they are killed (`_time_out`). (timed out, rank ->
+    so, their stacks go to the log and they are killed (`Watch.end`). (timed out, rank ->
     why it ended badly)."""
     deadline, died = time.monotonic() + timeout_s, {}
     while any(p.poll() is None for p in procs):
         timed_out = time.monotonic() > deadline
-        if timed_out or (watch and watch.check()):
-            _time_out(*(p.pid for p in procs))
+        if timed_out or watch.check():
+            watch.end([p.pid for p in procs])
             return timed_out, died
         for r, p in enumerate(procs):
             if p.poll() not in (None, 0) and r not in died:
@@ -545,8 +502,9 @@ def run_in_process(
     """Run one trial in a fresh process (see the module doc), started as `launch` says; the result is its
     result.json, or what killed it, with `trial_wall_s` (what the trial cost,
     start-up included) and `launcher`. `env`: this trial's own variables (a
-    rank's RANK, MASTER_ADDR...; the fork server stays the search's). `limits`: a user's program's
-    (`autotune.execution.watch`: its first step in time)."""
+    rank's RANK, MASTER_ADDR...; the fork server stays the search's). `limits`: what its watch holds it to
+    (`autotune.execution.watch`: its first step, its steps, the budget's end); without them, its timeout
+    still ends it with every process's stacks in its log."""
     launch = launch or Launch()
     launcher, shared = launch.launcher or os.environ.get("AUTOTUNE_LAUNCHER", "fork"), launch.shared
     if launcher not in LAUNCHERS:
@@ -554,7 +512,10 @@ def run_in_process(
     trial_dir = Path(trial_dir).resolve()
     trial_dir.mkdir(parents=True, exist_ok=True)
     (trial_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
-    out = trial_dir / "result.json"
+    for left in trial_dir.iterdir():  # an earlier run's steps in this dir (a resumed search's probe)
+        if left.name.startswith((progress.FIRST_STEP_FILE, progress.SEEN_FILE, progress.BEAT_FILE)):
+            left.unlink(missing_ok=True)
+    watch = Watch(trial_dir, limits)
     own = env or {}
     base = trial_env(pythonpath, thread_env)  # the search's (a fork server's); then this trial's own
     from autotune.knobs import environment
@@ -564,6 +525,7 @@ def run_in_process(
         **base,
         "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
         "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"),
+        "AUTOTUNE_TRIAL_DIR": str(trial_dir),  # where its steps' beats go (autotune.trial.progress)
         **knob_env,
         **own,
     }
@@ -584,27 +546,51 @@ def run_in_process(
         if program:
             launcher = f"program-{launcher}" if server else "program"
             code, failed = _program(
-                trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server, limits=limits
+                trial_dir, env, timeout_s, config["workload"], config.get("ranks"), server, watch=watch
             )
         else:
-            code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
+            code = server.run(trial_dir, env, timeout_s, watch) if server else _spawn(trial_dir, env, timeout_s, watch)
     finally:
         for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
             shutil.rmtree(trial_dir / cache, ignore_errors=True)
-    wall = time.perf_counter() - started
-    if failed:
-        result = failed
-    elif code == -signal.SIGKILL and not out.exists():
+    result = failed or _result(trial_dir, code, timeout_s, watch, (config.get("workload") or {}).get("dir"))
+    result.trial_wall_s, result.launcher = time.perf_counter() - started, launcher
+    return result
+
+
+def _result(trial_dir: Path, code: int | None, timeout_s: float, watch: Watch, cwd: str | None) -> TrialResult:
+    """What a trial's process left: `hung` or `cut` where its watch ended it (`ended`), a timeout where it was
+    killed at its timeout, its result.json, or how it died."""
+    out = trial_dir / "result.json"
+    if watch.ended:
+        return ended(watch, cwd)
+    if code == -signal.SIGKILL and not out.exists():
         result = failed_result("timeout", "Timeout", f"trial ran past timeout_s={timeout_s:g} and was killed")
         with open(trial_dir / "trial.log", "a") as log:  # after its stacks: where it was
             print(f"autotune: the {result.error}", file=log)
-    elif out.exists():
-        result = TrialResult.read(out)
+        return result
+    if out.exists():
+        return TrialResult.read(out)
+    tail = (trial_dir / "trial.log").read_text(errors="replace")[-1500:].strip().splitlines()
+    return failed_result(
+        "error", "TrialProcessDied", f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}"
+    )
+
+
+def ended(watch: Watch, cwd: str | None) -> TrialResult:
+    """The result of a trial its watch ended (written to its result.json, which a resumed search reads back, and
+    said at the end of its log): `cut` by the budget's end, else `hung`, with where it waited (`hung`: its kind,
+    autotune.trial.hung, and where)."""
+    why = watch.why(cwd)
+    if watch.ended == CUT:
+        result = failed_result("cut", "Cut", why)
     else:
-        tail = (trial_dir / "trial.log").read_text()[-1500:].strip().splitlines()
-        why = f"trial process exited with code {code}: {tail[-1] if tail else 'no output'}"
-        result = failed_result("error", "TrialProcessDied", why)
-    result.trial_wall_s, result.launcher = wall, launcher
+        hang = watch.hang(cwd)
+        kind = "NoStep" if watch.ended == NO_FIRST_STEP else "Stalled"
+        result = failed_result("hung", kind, why, hung=hang.record() if hang else {"kind": "main", "where": ""})
+    with open(watch.dir / "trial.log", "a") as log:
+        print(f"autotune: ended ({result.status}): {why}", file=log)
+    result.write(watch.dir / "result.json")
     return result
 
 

@@ -41,7 +41,7 @@ from autotune.trial.result import RankResult, TrialResult, failed
 
 BACKENDS = {"cpu": "gloo", "cuda": "nccl"}
 RANK_FILE = "rank{}.json"
-STATUS_ORDER = ("error", "timeout", "oom", "pruned", "ok")  # the worst rank's status is the trial's
+STATUS_ORDER = ("error", "timeout", "hung", "cut", "oom", "pruned", "ok")  # the worst rank's status is the trial's
 # summed over ranks (a rate of the whole trial); the rest: the slowest rank's (max) or rank 0's
 SUMMED = ("samples_per_s", "steps_per_s", "tokens_per_s")
 SLOWEST = (

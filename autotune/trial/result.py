@@ -102,7 +102,7 @@ class ScalingReference:
 class TrialResult:
     """One trial's result (result.json). A key left out on disk is None here."""
 
-    status: str  # ok | pruned | oom | error | timeout
+    status: str  # ok | pruned | oom | error | timeout | hung | cut (autotune.execution.watch)
     knobs: dict[str, Any] | None = None  # as run (batch_size resolved)
     metrics: dict[str, float | None] | None = None  # names carry their units
     device: DeviceInfo | None = None
@@ -120,6 +120,8 @@ class TrialResult:
     error_type: str | None = None
     error: str | None = None
     traceback: str | None = None
+    # a hung trial's hang (autotune.trial.hung): its kind (loader, rank, main), where it waited, the rank that stopped
+    hung: dict[str, Any] | None = None
     trial_s: float | None = None  # the runner's own time
     phases_s: dict[str, float] | None = None  # where the trial's seconds went: setup, warmup, window, ...
     trial_wall_s: float | None = None  # the trial process's, start-up included (autotune.execution.launcher)

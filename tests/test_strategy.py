@@ -108,6 +108,69 @@ def test_never_runs_a_batch_above_a_known_oom_with_the_same_device_knobs():
     assert strategy.predicted_oom({**BASE, "batch_size": 256, "precision": "bf16-mixed"}) is None
 
 
+def test_a_loader_worker_that_hung_rules_out_workers_with_its_reason_and_a_resumed_search_keeps_it():
+    """The first trial with workers hangs (a Dataset not safe in a worker): no other config with num_workers > 0
+    runs, each drawn one told to the sampler with the hang as its reason, the rest of the space still searched;
+    a workers config measured before the hang leads nothing; a resumed search (a strategy made again on the
+    study, as `--resume` makes one on its storage: the rule is the study's trials) knows it all."""
+    hang = {"kind": "loader", "where": "loader worker 0 in Corpus.__getitem__"}
+    strategy, ran = make("tpe", seed=1), []
+    for _ in range(16):
+        p = strategy.ask()
+        if p is None:
+            break
+        ran.append(p.params)
+        if p.params["num_workers"] and not any(r["num_workers"] for r in ran[:-1]):
+            strategy.tell(p.trial, "hung", error="NoStep: ...", attrs={"hung": hang})
+        else:
+            strategy.tell(p.trial, *input_bound(p.params))
+    assert sum(1 for r in ran if r["num_workers"]) == 1  # the hung one alone
+    assert len(ran) > 5  # the search went on with the rest of its space
+    told = [t for t in strategy.study.trials if t.user_attrs.get("error", "").startswith("ruled out by a hang")]
+    assert told and all(t.params["num_workers"] > 0 and t.user_attrs["virtual"] for t in told)
+    assert told[0].user_attrs["error"] == (
+        "ruled out by a hang: trial #1 hung: loader worker 0 in Corpus.__getitem__ (num_workers > 0 ruled out)"
+    )
+    resumed = Strategy(strategy.study, SPACE, BASE, "tpe", seed=2)
+    for _ in range(5):  # a resumed search: the same study, the same rule
+        p = resumed.ask()
+        if p is None:
+            break
+        assert p.params["num_workers"] == 0
+        resumed.tell(p.trial, *input_bound(p.params))
+    early = make("random", name="early", seed=0)
+    base = early.ask()
+    early.tell(base.trial, "ok", 100.0)
+    workers = early.ask()
+    while not workers.params["num_workers"]:
+        early.tell(workers.trial, "ok", 50.0)
+        workers = early.ask()
+    early.tell(workers.trial, "ok", 900.0)  # measured fast before any hang
+    assert early.best_value() == 900.0
+    hung = early.ask()
+    while not hung.params["num_workers"]:
+        early.tell(hung.trial, "ok", 50.0)
+        hung = early.ask()
+    early.tell(hung.trial, "hung", attrs={"hung": hang})
+    early.ask()  # what may run now, made again
+    assert early.best_value() == 100.0  # the workers config leads nothing once workers are ruled out
+
+
+def test_a_rank_that_hung_rules_out_its_parallel_setting_alone():
+    space = {"sharding": ["ddp", "fsdp"], "ddp_bucket_cap_mb": [25, 100], "batch_size": [32, 64]}
+    base = {"sharding": "ddp", "ddp_bucket_cap_mb": 25, "batch_size": 32}
+    strategy = Strategy(optuna.create_study(direction="maximize"), space, base, "grid")
+    seen = []
+    while (p := strategy.ask()) is not None:
+        seen.append(p.params)
+        if p.params["sharding"] == "fsdp":
+            strategy.tell(p.trial, "hung", attrs={"hung": {"kind": "rank", "where": "rank 1 in train", "rank": 1}})
+        else:
+            strategy.tell(p.trial, "ok", 100.0 + len(seen))
+    fsdp = [p for p in seen if p["sharding"] == "fsdp"]
+    assert len(fsdp) == 1 and len(seen) == 1 + 4  # sharding=fsdp once; every ddp point (the bucket is not the hang)
+
+
 def test_repeats_are_told_to_the_sampler_not_run():
     strategy = make("tpe", seed=0)
     seen = drive(strategy, input_bound, 80)

@@ -1,17 +1,20 @@
 """What may run now, the same for every sampler (`Limits`, made by the strategy before each ask): not a config
 measured, running or queued (`taken`); not a batch at or above one that ran out of memory with the same
-device-side knobs (the memory ladder, `MemoryLadder`); not a loader setting past its probe (`loader_held`); and
-what the time budget still affords (`fits`, `autotune.decide.budget.budget_fits`). Functions of the study's trials.
+device-side knobs (the memory ladder, `MemoryLadder`); not a value a hang ruled out (`hung_trials`: loader workers
+after a worker never returned a batch, a parallel setting after a rank stopped; autotune.trial.hung); not a loader
+setting past its probe (`loader_held`); and what the time budget still affords (`fits`,
+`autotune.decide.budget.budget_fits`). Functions of the study's trials (a resumed search's too).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.knobs import KNOBS
+from autotune.trial.hung import Hung, ruled_out
 
 # knobs that only change the host side: they never change device memory
 HOST_KNOBS = tuple(n for n, k in KNOBS.items() if k.host_only)
@@ -59,6 +62,17 @@ class MemoryLadder:
         return bound if bound is not None and params["batch_size"] >= bound else None
 
 
+def hung_trials(trials: list[FrozenTrial], baseline: dict) -> list[Hung]:
+    """The study's hung trials (status `hung`, with their hang's kind: `Strategy.tell`'s attrs), each with what
+    it rules out."""
+    found = (
+        Hung.of(t.number, t.user_attrs.get("hung"), t.params, baseline)
+        for t in trials
+        if t.user_attrs.get("status") == "hung" and not t.user_attrs.get("virtual")
+    )
+    return [h for h in found if h is not None]
+
+
 def loader_held(real: list[FrozenTrial], names: list[str], loader: list[str], baseline: dict) -> set[tuple] | None:
     """The loader settings (of `loader`, the loader knobs the spec did not list) left to run, or None: all. Where
     the baseline waited on data under DATA_WAIT_FLOOR of its window, once one trial has probed other loader
@@ -76,7 +90,7 @@ def loader_held(real: list[FrozenTrial], names: list[str], loader: list[str], ba
 @dataclass
 class Limits:
     """What may run now: `free(p)`, p may run (not taken, not infeasible); `infeasible(p)`, it never will
-    (predicted OOM, over the time budget or in conflict, past the loader's probe)."""
+    (predicted OOM, ruled out by a hang, over the time budget or in conflict, past the loader's probe)."""
 
     names: list[str]
     loader: list[str]
@@ -84,9 +98,15 @@ class Limits:
     ladder: MemoryLadder
     held: set[tuple] | None
     fits: Callable[[dict], bool]
+    hung: list[Hung] = field(default_factory=list)
 
     def infeasible(self, p: dict) -> bool:
-        return bool(self.ladder.predicted_oom(p)) or not self.fits(p) or self.past_probe(p)
+        return (
+            bool(self.ladder.predicted_oom(p))
+            or ruled_out(self.hung, p) is not None
+            or not self.fits(p)
+            or self.past_probe(p)
+        )
 
     def past_probe(self, p: dict) -> bool:
         return self.held is not None and key(p, self.loader) not in self.held
@@ -101,6 +121,9 @@ class Limits:
             return "repeat of a failed or running trial"
         if oom:
             return f"predicted OOM: batch_size >= {oom} ran out of memory"
+        hang = ruled_out(self.hung, p)
+        if hang:
+            return f"ruled out by a hang: {hang.describe()}"
         if self.past_probe(p):
             return f"the loader had its probe: the baseline waits on data under {DATA_WAIT_FLOOR:.0%}"
         return "cannot run: knobs in conflict, or over the time budget"

@@ -11,8 +11,11 @@ through the study. What every sampler shares is here, each a part of its own:
   ladder, a batch size at or above one that ran out of memory with the same device-side knobs is predicted OOM;
   the loader probe, where the baseline waits on its loader for under DATA_WAIT_FLOOR of its window, the loader
   knobs the spec did not list itself get one probe, not for an exhaustive sampler; the time budget);
+- what a hang rules out (autotune.trial.hung: loader workers after a worker never returned a batch, a parallel
+  setting after a rank stopped): never run, and a trial measured with it before leads nothing;
 - the virtual trials: a drawn config that cannot run is told to the sampler (its known value, or FAIL with why:
-  `tell_virtual`), and drawn again; failed, OOM and unsafe (loss parity failed) trials are FAIL for the sampler;
+  `tell_virtual`), and drawn again; failed, OOM, hung, cut and unsafe (loss parity failed) trials are FAIL for
+  the sampler;
 - the rate model's skip: a planned point predicted clearly below the best is not run (`skip_predicted`);
 - the incumbent's bar a trial must beat (`autotune.decide.bar`).
 """
@@ -28,7 +31,17 @@ from optuna.trial import TrialState
 
 from autotune.decide import model
 from autotune.decide.bar import Incumbent, incumbent_bar
-from autotune.decide.limits import LOADER_KNOBS, Limits, MemoryLadder, counts, key, loader_held, taken
+from autotune.decide.limits import (
+    LOADER_KNOBS,
+    Limits,
+    MemoryLadder,
+    counts,
+    hung_trials,
+    key,
+    loader_held,
+    ruled_out,
+    taken,
+)
 from autotune.decide.naming import space
 from autotune.decide.reference import Raw
 from autotune.decide.samplers import kind
@@ -72,7 +85,8 @@ def trial_attrs(result, baseline: dict) -> dict:
     stayed: `incumbent_bar`), the `rates` the model predicts from and what its diagnosis
     measured `apart` (a diagnosed trial), `ci`, its throughput's relative
     95% CI (`incumbent_ci`, once it leads), and `window_unix`, when its window ran
-    (the reference it is judged against is read there: `reference.Judge`)."""
+    (the reference it is judged against is read there: `reference.Judge`); a hung trial's `hung` (its hang's kind:
+    what it rules out, autotune.trial.hung)."""
     knobs = result.knobs or {}  # an autotune.trial.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
     metrics = result.metrics or {}
@@ -82,6 +96,7 @@ def trial_attrs(result, baseline: dict) -> dict:
     wait = metrics.get("data_wait_frac")  # the baseline's decides the loader knobs' probes (`loader_held`)
     at = metrics.get("window_mid_unix")  # when it was read: its ratio is to the reference then (decide.reference)
     return {
+        **({"hung": result.hung} if result.hung else {}),  # what its hang rules out (`limits.hung_trials`)
         **({"window_unix": at} if at else {}),
         **({"unchecked": True} if needed else {}),
         **({"tie_kept": True} if metrics.get("tie_kept") else {}),
@@ -145,13 +160,15 @@ class Strategy:
     def _limits(self, fits: Callable[[dict], bool]) -> Limits:
         trials = self._trials()
         held = loader_held(self.real_trials(), self.names, self.loader, self.baseline)
-        return Limits(self.names, self.loader, taken(trials, self.names), MemoryLadder(trials, self.names), held, fits)
+        ladder, hung = MemoryLadder(trials, self.names), hung_trials(trials, self.baseline)
+        return Limits(self.names, self.loader, taken(trials, self.names), ladder, held, fits, hung)
 
-    @staticmethod
-    def _contends(t) -> bool:
-        """Complete and measured, and not a window that tied with a safer incumbent
-        (`tie_kept`): what can lead, as `TrialRecord.contends` says of a record."""
-        return t.state == TrialState.COMPLETE and bool(t.values) and not t.user_attrs.get("tie_kept")
+    def _contends(self, t) -> bool:
+        """Complete and measured, not a window that tied with a safer incumbent (`tie_kept`), and not a config a
+        hang has ruled out since (autotune.trial.hung): what can lead, as `records.run_dir.pick_best` says of a
+        record."""
+        complete = t.state == TrialState.COMPLETE and bool(t.values) and not t.user_attrs.get("tie_kept")
+        return complete and ruled_out(self.limits.hung, t.params) is None
 
     def _best(self):
         """The fastest trial that can lead (`_contends`) so far, as judged (`judge`): the incumbent, or None."""
@@ -304,8 +321,9 @@ class Strategy:
         unit: str | None = None,
     ) -> None:
         """A trial finished: ok (with its throughput; unsafe ones count as
-        failed), pruned (a partial throughput, below the best), oom, error or
-        timeout. Its diagnosis (bottleneck and moves; or {"bottleneck": ...} alone)
+        failed), pruned (a partial throughput, below the best), oom, error,
+        timeout, hung (no step in time; what its hang rules out: `attrs`' `hung`) or cut (the budget's end). Its
+        diagnosis (bottleneck and moves; or {"bottleneck": ...} alone)
         is kept with the trial: the local moves from it, when it becomes the
         incumbent, start with what it says. `unit`: what `value` counts
         (trial.result.unit_of: tokens, samples); the first one told is the

@@ -326,9 +326,19 @@ class TrialSpec(_Strict):
     first_step_s: float = Field(
         120,
         gt=0,
-        description="a trial of your own program (workload.command; its probe first) that has finished no "
-        "optimizer step this long after it started is ended, its stacks in its trial.log, and recorded as failed "
-        "(NoStep); a probe that is refused, the search with it. The probe's never waits past search.time_budget_s",
+        description="a probe of your own program (workload.command), and the baseline trial, that has finished no "
+        "optimizer step this long after it started is ended, its stacks in its trial.log: a probe is refused, the "
+        "search with it; a trial is recorded as hung. Later trials get 3x the baseline's time to its first step "
+        "plus 30 s where that is less (one that compiles: 3x the compiled first steps measured, 10 minutes before "
+        "any). Never past search.time_budget_s",
+    )
+    stall_s: Optional[float] = Field(
+        None,
+        gt=0,
+        description="a trial with no optimizer step this long after its last (once it took its first) is ended, "
+        "every process's stacks in its trial.log, and recorded as hung; what hung (loader workers, a parallel "
+        "setting) is not tried again. Default: 10x the baseline's p95 step time plus 10 s (torch.compile at work "
+        "mid-run has the compile's limit). `autotune run` applies none",
     )
     prune_margin: float = Field(
         0.2,

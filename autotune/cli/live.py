@@ -36,13 +36,15 @@ def _status(record) -> str:
         "pruned": "[cyan]pruned[/]",
         "oom": "[yellow]oom[/]",
         "timeout": "[yellow]timeout[/]",
+        "hung": "[red]hung[/]",
+        "cut": "[yellow]cut[/]",
     }.get(record.status, "[red]error[/]")
 
 
 def _perf(r) -> str:
     """Throughput in its unit (a language model's tokens/s), also a pruned trial's (over its shortened window)."""
     value = r.measured
-    return f"{value:.1f}" if value else (r.error_type or "")
+    return f"{value:.1f}" if value else ((r.hung or {}).get("where") or r.error_type or "")
 
 
 def _figure(best, base) -> str:

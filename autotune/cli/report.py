@@ -173,7 +173,8 @@ def screen(result, d: dict | None = None, rows=SCREEN_ROWS) -> list:
             out.append(Text(f"  it adds: {answer.adds}"))
     if d["baseline"] and d["best"]:
         out.append(_table(d, rows, result.user_knobs))
-    out += [Text(line, style="yellow") for line in answer.trust]
+    # a hung trial's line names its log: printed whole, as a path is (`_print`)
+    out += [Text(line, style="yellow", no_wrap=i < answer.stuck) for i, line in enumerate(answer.trust)]
     return out
 
 
@@ -280,6 +281,9 @@ def details(d: dict) -> list:
             )
         )
         out += [f"  #{t['trial']}: {t['why']}" for t in d["disturbed"]]
+    if d["hung"]:
+        out.append(Text.assemble(("hung", "red"), f": {len(d['hung'])} trial(s) took no optimizer step in time:"))
+        out += [Text(f"  {hung_line(h)}", no_wrap=True) for h in d["hung"]]  # its log's path: copied whole
     if d["failed"]:
         out.append(f"{len(d['failed'])} trial(s) failed:")
         out += [f"  #{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]]
@@ -287,6 +291,18 @@ def details(d: dict) -> list:
         out.append("files:")
         out += [f"  {label:15} {path}" for label, path in d["files"].items()]
     return out
+
+
+def hung_line(h: dict) -> str:
+    """A hung trial (`SearchResult.hangs`) in one line: "#2 num_workers=1: loader worker 0 in Corpus.__getitem__;
+    num_workers > 0 ruled out, not tried: num_workers=2, 4; its log: runs/x/trials/0002/trial.log"."""
+    knobs = ", ".join(f"{k}={K.shown(v)}" for k, v in h["knobs"].items()) or "the baseline"
+    line = f"#{h['trial']} {knobs}: {h['where'] or 'no step in time'}"
+    if h["ruled_out"]:
+        line += f"; {h['ruled_out']} ruled out"
+        tried = "; ".join(f"{k}={', '.join(K.shown(v) for v in vs)}" for k, vs in h["not_tried"].items())
+        line += f", not tried: {tried}" if tried else ""
+    return line + f"; its log: {h['log']}"
 
 
 def _effects(d: dict) -> Table:
@@ -445,6 +461,8 @@ def _markdown_findings(d: dict) -> list[str]:
             "Disturbed trials (measured while other work loaded the machine; figures suspect):",
             *(f"- #{t['trial']}: {t['why']}" for t in d["disturbed"]),
         ]
+    if d["hung"]:
+        lines += ["", "Hung trials (no optimizer step in time):", *(f"- {hung_line(h)}" for h in d["hung"])]
     if d["failed"]:
         lines += [
             "",

@@ -39,6 +39,7 @@ from autotune._imports import installed
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits, remeasure_cost
 from autotune.decide.confirm import confirm_best, window_ci
+from autotune.decide.deadlines import Deadlines
 from autotune.decide.reference import read_ci
 from autotune.decide.samplers import kind
 from autotune.decide.stoppers import search_stoppers
@@ -243,6 +244,7 @@ class Search:
             fits,
             exhausted,
             reads,
+            watch=self._watch,
         )
         self.backend.run_trials(
             TrialRun(
@@ -379,6 +381,20 @@ class Search:
         search = self.plan.search
         return remeasure_cost(self.recorder.records, search.confirm_rounds, search.time_budget_s)
 
+    def _watch(self, config: dict) -> dict:
+        """What a trial's watch holds it to (autotune.decide.deadlines), as it is proposed: its first step and the
+        gaps between its steps from what this search measured, and the budget's end, less the re-measurement's
+        reserve (a trial still running there is cut; never the baseline)."""
+        trial = self.plan.trial
+        deadlines = Deadlines(trial.first_step_s, trial.stall_s, self.source.step_p95_ms(self.workload))
+        left = self.budget_left()
+        return deadlines.of_trial(
+            {**self.space.baseline, **config},
+            self.recorder.records,
+            baseline=config.get("source") == "baseline",
+            cut_unix=None if left is None else time.time() + left - self.reserve(),
+        )
+
     # --- the steps of the phases -------------------------------------------------------------------------------
 
     def _given(self) -> dict:
@@ -462,7 +478,8 @@ class Search:
             RunSettings(
                 request=request,
                 timeout_s=plan.trial.timeout_s,
-                first_step_s=plan.trial.first_step_s,  # a program's trials: each first step in its limit too
+                first_step_s=plan.trial.first_step_s,  # the baseline's and a re-measurement's first step in time
+                stall_s=plan.trial.stall_s,
                 run_dir=str(self.run_dir),
                 user_path=self.user_path,
                 thread_env=user_thread_env(),  # Ray sets OMP_NUM_THREADS in its workers; a trial runs the user's

@@ -19,7 +19,8 @@ class Proposer:
     """The strategy's face to a backend: `suggest(key)` is the strategy's next proposal as a trial config (an
     Optuna trial in the run dir's storage; None once nothing is left, which sets `exhausted`), `complete(key,
     result)` tells the strategy how it went (the runner's `TrialResult`, as the backend received it). The study
-    holds all state."""
+    holds all state. `watch(config)`: what the trial's watch holds it to as it starts (its first step, its
+    steps, the budget's end: the driver's `autotune.decide.deadlines`), carried in its config as `watch`."""
 
     def __init__(
         self,
@@ -29,9 +30,12 @@ class Proposer:
         fits: Callable[[dict], bool],
         exhausted: Flag,
         reads=None,
+        *,
+        watch: Callable[[dict], dict] | None = None,
     ):
         self.strategy, self.fixed, self.prune_margin, self.fits = strategy, fixed, prune_margin, fits
         self.exhausted, self.reads = exhausted, reads  # reads: the reference reads (execution.reads), or None
+        self.watch = watch
         self.live: dict = {}  # the backend's key -> the Optuna trial
 
     def suggest(self, key) -> dict | None:
@@ -42,7 +46,7 @@ class Proposer:
             self.exhausted.set = True  # every point measured, or known infeasible / over the budget
             return None
         self.live[key] = proposal.trial
-        return {
+        config = {
             **self.fixed,
             **proposal.params,
             "trial_number": proposal.trial.number,
@@ -50,6 +54,7 @@ class Proposer:
             **self.now(self.strategy.prune_below(self.prune_margin), self.strategy.incumbent_bar(proposal.params)),
             "predicted": proposal.predicted,
         }
+        return {**config, "watch": self.watch(config)} if self.watch else config
 
     def now(self, prune_below: float | None, bar: dict) -> dict:
         """The strategy's thresholds (its judge's figures: in the baseline trial's units at its own time) as a

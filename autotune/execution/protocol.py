@@ -35,7 +35,7 @@ class TrialRun:
     resources: Resources
     """The spec's resources (ranks and their placement, a cluster's address)."""
     time_budget_s: float | None
-    """The search's time budget (Ray Tune's own stops the tuner too)."""
+    """The search's time budget (its stoppers' and each trial's watch's: no backend ends a running trial at it)."""
     cuda: bool
     """Trials on CUDA devices (placed side by side); on a CPU host one at a time."""
     on_trial_start: Callable[[int, dict], None]

@@ -29,6 +29,7 @@ from ray import tune  # noqa: E402
 from ray.tune.search import Searcher as TuneSearcher  # noqa: E402
 
 from autotune import knobs as K  # noqa: E402
+from autotune.decide.stoppers import Budget, Combined  # noqa: E402
 from autotune.execution import reaper  # noqa: E402
 from autotune.execution.proposer import Proposer, knobs_of, stop_on_sigterm  # noqa: E402
 from autotune.execution.spread import placement, rank_bundles, spreads  # noqa: E402
@@ -171,18 +172,22 @@ def unpack_dir(data: str, path: Path) -> None:
 
 class Searcher(TuneSearcher):
     """Ray Tune's view of the strategy (`proposer.Proposer`): each suggestion is the
-    strategy's next proposal. Each finished trial is told back where its result lands,
+    strategy's next proposal, none once the search's stoppers say stop (`stop`: the time
+    budget among them, which ends no running trial: each is cut by its own watch).
+    Each finished trial is told back where its result lands,
     parsed once (`RecordTrials`: Ray Tune asks this searcher first, then the callbacks,
     in the same call). The study holds all state, so save/restore have nothing to add."""
 
-    def __init__(self, proposer: Proposer):
+    def __init__(self, proposer: Proposer, stop: Combined):
         super().__init__(metric=TUNE_METRIC, mode="max")
-        self.proposer = proposer
+        self.proposer, self.stop = proposer, stop
 
     def set_search_properties(self, metric, mode, config, **spec) -> bool:
         return True
 
     def suggest(self, trial_id: str):
+        if self.stop.stop():
+            return TuneSearcher.FINISHED
         config = self.proposer.suggest(trial_id)
         return TuneSearcher.FINISHED if config is None else config
 
@@ -352,13 +357,16 @@ def _landed(result: dict | None) -> dict:
 
 class Stop(DriverOnly, tune.Stopper):
     """The search's stoppers (`autotune.decide.stoppers`), as Ray Tune asks them
-    between trials."""
+    between trials; all but the time budget end the running trials too: at the budget's
+    end no trial starts (`Searcher`), and one still running is cut by its own watch
+    (autotune.execution.watch), so it is recorded, not lost."""
 
     def __call__(self, trial_id, result):
         return False
 
     def stop_all(self):
-        return self.held.stop()
+        fired = self.held.fired()
+        return fired is not None and not isinstance(fired, Budget)
 
 
 class RayBackend:
@@ -418,12 +426,13 @@ class RayBackend:
         tuner = tune.Tuner(
             trainable_,
             tune_config=tune.TuneConfig(
-                search_alg=Searcher(run.proposer),
+                search_alg=Searcher(run.proposer, run.stop),
                 num_samples=max(run.remaining, 1),
                 # a local CPU host runs one trial at a time (two at once disturb each
                 # other's numbers); GPUs and cluster nodes are placed by resources
                 max_concurrent_trials=None if run.cuda or resources.ray_address else 1,
-                time_budget_s=run.time_budget_s,
+                # the budget is the search's stoppers' and each trial's watch's: Ray Tune's own would end a
+                # trial running at its end unrecorded
                 # the Ray actor only reserves resources and starts the trial process,
                 # which is fresh every time: reusing actors saves ~3 s a trial and
                 # carries no torch state from one trial to the next

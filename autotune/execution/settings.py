@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from autotune.execution.watch import Limits
 from autotune.trial.request import TrialSettings
 
 
@@ -24,7 +25,11 @@ class RunSettings:
     thread_env: dict[str, str | None] = dataclasses.field(default_factory=dict)
     """The user's own OMP_NUM_THREADS and MKL_NUM_THREADS (Ray sets its own in its workers)."""
     first_step_s: float | None = None
-    """A program's trial with no optimizer step this long after it started is ended (trial.first_step_s)."""
+    """A trial with no optimizer step this long after it started is ended (trial.first_step_s): the baseline's,
+    a re-measurement's; the others' come with their config (autotune.decide.deadlines)."""
+    stall_s: float | None = None
+    """A trial with no optimizer step this long after its last is ended (trial.stall_s; None: the search's trials
+    from the baseline's step time, autotune.decide.deadlines; a re-measurement: none)."""
     workload_pickle: bytes | None = None
     """A factory given in Python, pickled by value (a trial on another node loads it from here)."""
     rank_placement: str = "pack"
@@ -44,6 +49,12 @@ class RunSettings:
         program's noise run, autotune.safety.program_parity)."""
         request = self.request.parity_check(noise) if parity_only else self.request.timed_only(target_ci)
         return dataclasses.replace(self, request=request)
+
+    def limits(self, config: dict) -> Limits:
+        """What a trial's watch holds it to (autotune.execution.watch): what its config carries (`watch`, the
+        search's trials': autotune.decide.deadlines), else these settings' first-step and stall limits."""
+        given = config.get("watch")
+        return Limits(**given) if given else Limits(self.first_step_s, stall_s=self.stall_s)
 
     def placed(self, **fields) -> RunSettings:
         """These settings with `fields` replaced (a backend's own: the driver's node, a placement's bundles)."""

@@ -59,6 +59,11 @@ class WorkloadSource:
         """What search.json keeps of the workload (`SearchState.program`)."""
         return None
 
+    def step_p95_ms(self, workload) -> float | None:
+        """The p95 step time measured before the trials (a program's probe), the baseline's stall limit before it
+        has its own (autotune.decide.deadlines); None: none measured."""
+        return None
+
     def check(self, runner, resources: Callable, knobs: dict, label: str, context: dict) -> TrialResult:
         """A late loss-parity check of `knobs` (autotune.decide.checked): `runner(resources, parity_only=True,
         noise=...)` runs one; `context`: the baseline, the parity settings, the device, the run dir, the seed."""
@@ -146,6 +151,9 @@ class ProgramSource(WorkloadSource):
 
     def record(self, workload) -> dict | None:
         return workload.record()
+
+    def step_p95_ms(self, workload) -> float | None:
+        return (workload.result.metrics or {}).get("step_ms_p95")
 
     def check(self, runner, resources: Callable, knobs: dict, label: str, context: dict) -> TrialResult:
         def run(k: dict, lab: str, noise: dict | None = None) -> TrialResult:

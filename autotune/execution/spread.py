@@ -29,7 +29,6 @@ from pathlib import Path
 from autotune.trial import ranks as R
 from autotune.execution.launcher import run_in_process
 from autotune.execution.settings import RunSettings
-from autotune.execution.watch import Limits
 from autotune.trial.result import TrialResult, failed
 from autotune.workload import PICKLE_FILE
 
@@ -113,7 +112,7 @@ def _rank(r: int, request: dict, settings: RunSettings, env: dict, where: tuple[
             settings.user_path,
             settings.thread_env,
             env=env,
-            limits=Limits(settings.first_step_s),
+            limits=settings.limits(request),
         )
         log = work / "trial.log"
         text = log.read_text(errors="replace") if log.exists() else ""

@@ -11,7 +11,6 @@ from pathlib import Path
 from autotune.execution.launcher import Launch, run_in_process
 from autotune.execution.settings import RunSettings
 from autotune.execution.spread import run_spread, spreads
-from autotune.execution.watch import Limits
 from autotune.records.scaling import with_reference
 from autotune.decide.confirm import reread_anchor
 from autotune.decide.playbook import advise
@@ -31,7 +30,7 @@ def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialR
             settings.user_path,
             settings.thread_env,
             launch=Launch(shared=settings.fork_socket),
-            limits=Limits(settings.first_step_s),  # a program's first step in time
+            limits=settings.limits(config),  # its first step, its steps, the budget's end in time
         )
 
     spread = spreads(settings.rank_placement, request.get("ranks", 1))  # one rank per node

@@ -1,7 +1,7 @@
 """Everything `autotune report` says of a search, as plain data (`as_dict`: its JSON format, which its text and
 markdown formats render, autotune.cli.report): the answer's parts (autotune.export.answer), the baseline and the
 best, the per-knob effects (the median rate of each value's trials), the compile trials' first steps, the safety
-flags, the trials not exported, failed, disturbed or run on another device, the rate model's error and the files.
+flags, the trials not exported, hung (and what their hang ruled out), failed, disturbed or run on another device, the rate model's error and the files.
 
 Read from a `records.SearchResult`, as the answer is: a run dir read back reports what the search found."""
 
@@ -67,6 +67,7 @@ def as_dict(result, importance: dict | None = None) -> dict:
             for r in result.records
             if r.status not in ("ok", "pruned")
         ],
+        "hung": result.hangs,  # what each hang ruled out, and the values not tried for it (autotune.trial.hung)
         "disturbed": [
             {"trial": r.number, "why": r.info["disturbed"]} for r in result.records if r.info.get("disturbed")
         ],

@@ -1,8 +1,9 @@
 """A search's answer in the few lines a person reads first: what the best config changes (each knob with its
 safety class), how much faster it is (with its range, and how that was measured), whether it is safe, and the
 command that runs it (`autotune run RUN/best_config.yaml -- CMD` for a program, the `load_config` line for a
-factory); then the few facts that change how far to trust it (a baseline replaced, a tie, pairs measured under
-load and not counted, loss parity not judged, the baseline re-measured far from its trial's read). MLflow's
+factory); then the few facts that change how far to trust it (a trial that hung or was cut at the budget's end,
+a baseline replaced, a tie, pairs measured under load and not counted, loss parity not judged, the baseline
+re-measured far from its trial's read). MLflow's
 trials view shows the re-measured speedup and its range on the winner's row (`rows`). The terminal's last screen
 (autotune.cli.report) and the MLflow parent run's description (autotune.integrations.tracking) say the same lines;
 everything else a search found is in `autotune report RUN`.
@@ -55,6 +56,7 @@ class Answer:
     command: str | None = None  # what runs the best config in production (None: nothing was exported)
     adds: str | None = None  # what that command adds to a program's own (best_config.yaml's production)
     trust: tuple[str, ...] = ()
+    stuck: int = 0  # how many of `trust`'s first lines are the hung and cut trials' (`stuck`: a log's path, whole)
     log: str | None = None  # where a search with no answer says why: the baseline's trial log
 
     def headline(self) -> list[str]:
@@ -184,7 +186,8 @@ def of(result, *, absolute: bool = False) -> Answer:
     if not (base and base.throughput and best):
         log = Path(base.trial_dir or trial_dir_of(run_dir, base.number)) / "trial.log" if base else None
         shown_log = shown(log, cwd) if log is not None and log.exists() else None
-        return Answer("none", log=shown_log)
+        hung = stuck(result, cwd)
+        return Answer("none", log=shown_log, trust=tuple(hung), stuck=len(hung))
     path = result.best_config_path
     data = load.read(path) if path else {}
     changes = changes_of(best.knobs, base.knobs, result.user_knobs)
@@ -196,6 +199,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         verdict = "tie" if best.tie else "baseline"
     pairs = confirmed["rounds"] if confirmed else 0
     lr = ((data.get("batch") or {}).get("lr_scaling") or {}).get("factor")
+    hung = stuck(result, cwd)
     return Answer(
         verdict=verdict,
         changes=changes,
@@ -210,7 +214,8 @@ def of(result, *, absolute: bool = False) -> Answer:
         tied=_tied(result) if verdict == "tie" else None,
         command=command(path, data, cwd) if path else None,
         adds=adds(data.get("production")),
-        trust=tuple(trust(result, verdict)),
+        trust=tuple(hung + trust(result, verdict)),
+        stuck=len(hung),
     )
 
 
@@ -232,6 +237,29 @@ def _tied(result) -> dict[str, Any]:
         "speedup": figure,
         "why": why,
     }
+
+
+def stuck(result, cwd: Path | None = None) -> list[str]:
+    """The trials that hung (`SearchResult.hangs`) or that the budget's end cut, a line for each kind: "1 trial
+    hung: num_workers=1 (loader worker 0 in Corpus.__getitem__): see runs/x/trials/0002/trial.log" (paths relative
+    to `cwd` where they are under it). What a hang ruled out was not tried and is never exported."""
+    lines, base = [], result.baseline.knobs if result.baseline else {}
+    hangs = result.hangs
+    if hangs:
+        named = ", ".join(f"{_knobs(h['knobs']) or 'the baseline'} ({h['where'] or 'no step in time'})" for h in hangs)
+        logs = ", ".join(shown(Path(h["log"]), cwd) for h in hangs)
+        lines.append(f"{len(hangs)} trial{'s' * (len(hangs) > 1)} hung: {named}: see {logs}")
+    cut = [r for r in result.records if r.status == "cut"]
+    if cut:
+        named = ", ".join(
+            _knobs({k: v for k, v in r.knobs.items() if v != base.get(k)}) or f"trial #{r.number}" for r in cut
+        )
+        lines.append(f"{len(cut)} trial{'s' * (len(cut) > 1)} cut at the time budget's end: {named}")
+    return lines
+
+
+def _knobs(knobs: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={K.shown(v)}" for k, v in knobs.items())
 
 
 def trust(result, verdict: str = "faster") -> list[str]:

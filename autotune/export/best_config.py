@@ -189,7 +189,8 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
 def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> None:
     """best_config.yaml's sections past the measured config, each where it applies, in their order: the batch
     advice, the faster configs rejected as unsafe, the search's own figure and the re-measurement, the break-even,
-    the tie, and the safety status."""
+    the tie, the trials that hung (with what each ruled out and the values not tried for it), and the safety
+    status."""
     best, base, unit = result.best, result.baseline, result.unit
     accum = base.knobs["batch_size"] // best.knobs["batch_size"] if keep_effective_batch else 1
     advice = batch_advice(
@@ -224,6 +225,8 @@ def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> N
         del data["workload_args"]
     if best.tie:  # a tie inside the measured uncertainty, won by the safer config (records.pick_best)
         data["tie"] = best.tie
+    if result.hangs:  # trials that took no step in time: what each ruled out was not tried, and is not this config
+        data["hung"] = [{k: v for k, v in h.items() if k != "kind"} for h in result.hangs]
     data["safety_status"] = status(best, base)  # baseline | safe | parity passed | unchecked
     if data["safety_status"] == "unchecked":  # never exported as safe: the search stopped before its late check
         data["unchecked"] = (

@@ -6,7 +6,8 @@ The search's answer (autotune.export.answer) is the parent run's description, an
 with its range is on the winner's row of the trials' view. A trial's run spans the trial's own
 start and end (not when the driver wrote it). A pruned trial is its own outcome,
 not a failure: FINISHED in MLflow (its throughput was measured), tag
-`outcome=pruned`. Only the driver writes to MLflow, so trials on other
+`outcome=pruned`; so are a hung trial (`outcome=hung`, where it waited in `hung.where`)
+and one the time budget's end cut (`outcome=cut`, KILLED). Only the driver writes to MLflow, so trials on other
 hosts need no access to the store.
 """
 
@@ -19,8 +20,10 @@ from typing import Any
 from autotune._version import __version__
 
 VIEW_TAG = "mlflow.sharedViewState."  # + a key: an experiment tag the 3.x UI opens as a preset view
-STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED"}  # every other status: FAILED
-OUTCOME = {"ok": "complete", "pruned": "pruned"}  # every other status: failed
+# every other status: FAILED; a trial the budget's end cut was stopped, not failed
+STATUS_TO_MLFLOW = {"ok": "FINISHED", "running": "RUNNING", "pruned": "FINISHED", "cut": "KILLED"}
+# every other status: failed; a hung trial (no step in time) and a cut one (the budget's end) are their own
+OUTCOME = {"ok": "complete", "pruned": "pruned", "hung": "hung", "cut": "cut"}
 
 
 # a trial's tags on the trials' view: its speedup re-measured side by side, and the pairs' range (export.answer.rows)
@@ -305,6 +308,8 @@ class Tracker:
         }
         if record.error:
             tags["failure_reason"] = f"{record.error_type}: {record.error}"[:5000]
+        if record.hung and record.hung.get("where"):
+            tags["hung.where"] = record.hung["where"]
         if baseline_knobs:  # the safety classes of the knobs this trial changed
             changed = [k for k, v in record.knobs.items() if v != baseline_knobs.get(k)]
             tags["safety.flags"] = ",".join(f"{self.user_knobs.lookup(k).safety}:{k}" for k in changed) or "none"

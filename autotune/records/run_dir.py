@@ -13,6 +13,7 @@ from typing import Any
 from autotune import knobs as K
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import break_even, settle, sig
+from autotune.trial.hung import Hung, ruled_out
 from autotune.trial.result import SAMPLES, TrialResult, Unit, unit_of
 
 # what Ray Tune schedules on (`transport`): a trial's throughput in its unit (trial.result.unit_of)
@@ -55,7 +56,7 @@ class TrialRecord:
     """One finished trial, as the driver saw it."""
 
     number: int
-    status: str  # ok | oom | error | timeout
+    status: str  # ok | pruned | oom | error | timeout | hung | cut
     knobs: dict[str, Any]
     metrics: dict[str, float]
     is_baseline: bool = False
@@ -70,6 +71,7 @@ class TrialRecord:
     # a read, not a trial (autotune.decide.reference): "reference" (the baseline config read again as the search
     # went) or "confirm" (an incumbent read afresh, `info["confirms_trial"]`); its `number` counts the reads
     read: str | None = None
+    hung: dict[str, Any] | None = None  # a hung trial's hang: its kind and where it waited (TrialResult.hung)
 
     @property
     def unit(self) -> Unit:
@@ -271,6 +273,30 @@ class SearchResult:
         return break_even(self.wall_s, self.speedup, rate, per_step, best is not self.baseline, unit)
 
     @property
+    def hangs(self) -> list[dict[str, Any]]:
+        """Its hung trials (`hangs`), each as the report and best_config.yaml list it: the trial, the knobs it set
+        otherwise than the baseline, where it waited, what its hang ruled out and the searched values that were
+        therefore not tried (autotune.trial.hung), its log."""
+        base = self.baseline.knobs if self.baseline else {}
+        ran = [r.knobs for r in self.records]  # the hung trials' own values ran
+        out = []
+        for h in hangs(self.records):
+            record = next(r for r in self.records if r.number == h.trial)
+            log = Path(record.trial_dir or trial_dir_of(self.run_dir, h.trial)) / "trial.log"
+            out.append(
+                {
+                    "trial": h.trial,
+                    "knobs": {k: v for k, v in record.knobs.items() if v != base.get(k)},
+                    "where": h.where,
+                    "kind": h.kind,
+                    "ruled_out": h.rule,
+                    "not_tried": {k: v for k, v in h.not_tried(self.space.search, ran).items() if v},
+                    "log": str(log),
+                }
+            )
+        return out
+
+    @property
     def best_config_path(self) -> Path | None:
         """Where the best config was exported (`autotune.load_config(path)` loads it for production); None when
         nothing was (no measured baseline, or no safe trial)."""
@@ -357,6 +383,7 @@ def record_of(
         info={k: v for k, v in facts.items() if k in INFO and v is not None},
         diagnosis=result.diagnosis,
         parity=result.parity,
+        hung=result.hung,
     )
 
 
@@ -447,9 +474,13 @@ def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None)
     A trial measured under load from outside (`info["disturbed"]`) decides
     nothing while an undisturbed trial contends beside the baseline: its figure
     says more about the load than about its knobs (where every one was
-    disturbed, the re-measurement's undisturbed pairs decide, autotune.decide.confirm)."""
+    disturbed, the re-measurement's undisturbed pairs decide, autotune.decide.confirm).
+
+    A config a hang ruled out (autotune.trial.hung: loader workers after a worker never returned a batch, a
+    parallel setting after a rank stopped) is never the one exported, however early it was measured."""
     base = next((r for r in records if r.is_baseline), None)
-    ok = [r for r in records if r.contends and same_device(base, r)]
+    hung = hangs(records)
+    ok = [r for r in records if r.contends and same_device(base, r) and not ruled_out(hung, r.knobs)]
     others = [r for r in ok if not r.is_baseline]
     calm = [r for r in others if not r.info.get("disturbed")]
     ok = [r for r in ok if r.is_baseline] + (calm or others)
@@ -462,7 +493,7 @@ def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None)
         return fastest
     tied = [r for r in ok if _overlap(r, fastest)]
     best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs, user_knobs), -r.judged))
-    kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
+    kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r) and r in ok]
     faster = max([r for r in [fastest, *kept] if r.judged > best.judged], key=lambda r: r.judged, default=None)
     if faster is not None:
         how = (
@@ -488,6 +519,13 @@ def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None)
             ),
         }
     return best
+
+
+def hangs(records: list[TrialRecord]) -> list[Hung]:
+    """The search's hung trials, each with what it rules out (autotune.trial.hung), in trial order."""
+    base = next((r for r in records if r.is_baseline), None)
+    found = (Hung.of(r.number, r.hung, r.knobs, base.knobs if base else r.knobs) for r in records if r.status == "hung")
+    return sorted((h for h in found if h is not None), key=lambda h: h.trial)
 
 
 def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any], user_knobs: K.UserKnobs | None) -> str:
@@ -562,6 +600,7 @@ def read_run(run_dir: Path) -> SearchResult:
                 mlflow_run_id=row.get("mlflow_run_id"),
                 diagnosis=trial_result.diagnosis,
                 parity=trial_result.parity,
+                hung=trial_result.hung,
             )
         )
     baseline = next((r for r in records if r.is_baseline), None)

@@ -329,8 +329,8 @@ class TrialSpec(_Strict):
         description="a probe of your own program (workload.command), and the baseline trial, that has finished no "
         "optimizer step this long after it started is ended, its stacks in its trial.log: a probe is refused, the "
         "search with it; a trial is recorded as hung. Later trials get 3x the baseline's time to its first step "
-        "plus 30 s where that is less (one that compiles: 3x the compiled first steps measured, 10 minutes before "
-        "any). Never past search.time_budget_s",
+        "plus 30 s where that is less, its clock stopped while torch.compile works (3x the compiled first steps "
+        "measured, 10 minutes before any). Never past search.time_budget_s",
     )
     stall_s: Optional[float] = Field(
         None,

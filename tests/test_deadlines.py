@@ -40,15 +40,17 @@ def test_later_trials_from_the_baselines_first_step_and_step_time_and_cut_at_the
 
 
 def test_a_compile_gets_10_minutes_until_one_is_measured_then_3x_the_compiled_first_steps():
+    """The compile's limit holds while it compiles (the watch stops the first-step clock meanwhile); its first step
+    otherwise has the eager limit: a compile trial whose loader hangs before its first batch is not held longer."""
     base = record(0, {}, 4.0, p95_ms=25.0, baseline=True)
     first = Deadlines(120).of_trial({**EAGER, "compile": "default"}, [base], baseline=False, cut_unix=None)
-    assert first["first_step_s"] == first["compile_s"] == 600 and first["set_by"].startswith("10 minutes")
+    assert first["compile_s"] == 600 and first["first_step_s"] == pytest.approx(42.0)
     compiled = [base, record(1, {"compile": "default"}, 50.0)]
     again = Deadlines(120).of_trial({**EAGER, "compile": "default"}, compiled, baseline=False, cut_unix=None)
-    assert again["first_step_s"] == pytest.approx(150.0) and again["set_by"].startswith("3 x this search's compiled")
+    assert again["compile_s"] == pytest.approx(150.0) and again["first_step_s"] == pytest.approx(42.0)
     # another mode, scaled from the measured one (autotune.decide.budget.COMPILE_COST: max-autotune 3x default)
     autotuned = Deadlines(120).of_trial({**EAGER, "compile": "max-autotune"}, compiled, baseline=False, cut_unix=None)
-    assert autotuned["first_step_s"] == pytest.approx(450.0)
-    # an eager trial keeps its own first-step limit; torch.compile at work mid-run has the compile's
+    assert autotuned["compile_s"] == pytest.approx(450.0)
+    # an eager trial: the same; torch.compile at work mid-run (a program's own compile) has the compile's limit
     eager = Deadlines(120).of_trial(EAGER, compiled, baseline=False, cut_unix=None)
     assert eager["first_step_s"] == pytest.approx(42.0) and eager["compile_s"] == pytest.approx(150.0)

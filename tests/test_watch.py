@@ -181,8 +181,13 @@ def test_a_compile_before_the_first_step_has_the_compile_limit_and_the_budget_en
     watch = Watch(beats_to, Limits(first_step_s=0.3, compile_s=5))
     watch.start()
     progress.mark(progress.COMPILING)
+    assert watch.check() is None  # it sees the compile start (it looks every WATCH_S)
     time.sleep(0.5)
     assert watch.check() is None and not watch.stepped  # past its first-step limit, inside the compile's
+    progress.mark("")  # compiled: its first-step clock goes on from where the compile stopped it
+    assert watch.check() is None
+    time.sleep(0.5)
+    assert watch.check() == NO_FIRST_STEP  # 0.3 s of its own past the compile
     late = Watch(beats_to, Limits(first_step_s=0.3, compile_s=5, first_step_by=time.monotonic()))  # the probe's budget
     assert late.check() == NO_FIRST_STEP
     cut = Watch(beats_to, Limits(first_step_s=60, cut_unix=time.time() - 1))

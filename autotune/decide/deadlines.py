@@ -4,10 +4,11 @@ proposed):
 
 - its first step: the baseline's own time to its first step x3 plus 30 s, never more than the probe's limit
   (trial.first_step_s, `--first-step-limit`), which the baseline itself gets;
-- a compile's: a trial that compiles (its compile knob) is not a hang while it compiles, its first step gets the
-  compile's own limit, the first steps of the compile trials this search measured x3 (each compile mode from its
-  own, else scaled from another's: `budget.estimate_cost`), 10 minutes before any was measured; the same limit
-  holds while torch.compile works mid-run, in any trial (a new shape compiles again);
+- a compile's: a trial is not a hang while torch.compile works (its first-step clock stops, autotune.execution.watch),
+  which has the compile's own limit, the first steps of the compile trials this search measured x3 (each compile
+  mode from its own, else scaled from another's: `budget.estimate_cost`), 10 minutes before any was measured; the
+  same limit holds while it compiles mid-run, in any trial (a new shape compiles again); a compile trial whose
+  loader hangs before its first batch (no compile yet) is ended at the eager first-step limit;
 - between two steps, once the first is done: 10x the baseline's p95 step time plus 10 s (trial.stall_s sets it);
   before the baseline measured its steps, its probe's (a program's), else its first-step limit;
 - the budget's end, less what the re-measurement keeps of it (`budget.remeasure_cost`): neither limit runs past
@@ -47,9 +48,7 @@ class Deadlines:
         if took and FIRST_STEP_FACTOR * took + FIRST_STEP_PAD_S < first:
             first = FIRST_STEP_FACTOR * took + FIRST_STEP_PAD_S
             set_by = f"{FIRST_STEP_FACTOR:g} x the baseline's first step ({took:.3g} s) + {FIRST_STEP_PAD_S:g} s"
-        compile_s, compile_by = self.compile_limit(knobs.get("compile") or "none", records)
-        if (knobs.get("compile") or "none") != "none" and compile_s > first:
-            first, set_by = compile_s, compile_by
+        compile_s, _ = self.compile_limit(knobs.get("compile") or "none", records)
         stall, stall_by = self.stall(base, first)
         return {
             "first_step_s": first,

@@ -1,5 +1,6 @@
 """What ends a trial before its timeout, read from its trial dir while the launcher waits for it
-(autotune.trial.progress): no optimizer step within its first-step limit (`Limits.first_step_s`), a gap between
+(autotune.trial.progress): no optimizer step within its first-step limit (`Limits.first_step_s`, its clock stopped
+while torch.compile works, which has the compile's own limit, `compile_s`), a gap between
 two steps past its stall limit (`Limits.stall_s`; a compile at work has the compile's limit, `compile_s`), and the
 search's time budget's end (`Limits.cut_unix`). The launcher checks its `Watch` every WATCH_S of its wait; where
 it says stop, and at the trial's timeout, every process of the trial (each rank, each loader worker) writes its
@@ -77,6 +78,7 @@ class Watch:
         self.stepped = False
         self.ended: str | None = None
         self.beats: dict[str, tuple[tuple[int, str], float]] = {}  # a beat file -> (what it said, since when)
+        self.compiled: dict[str, float] = {}  # a beat file -> the seconds its finished compiles took
         self.stalled: str | None = None  # the beat file that stalled (a rank's)
         self.stacks: list[Stacks] = []
         self.ran_s = 0.0  # how long it had run when it was ended
@@ -96,8 +98,9 @@ class Watch:
             return None
         self._read(now)
         compiling = [since for (steps, state), since in self.beats.values() if state == progress.COMPILING]
-        if not self.stepped:
-            deadline = self.started + lim.first_step_s if lim.first_step_s is not None else math.inf
+        if not self.stepped:  # its first-step clock stops while it compiles, which has the compile's own limit
+            compiled = max(self.compiled.values(), default=0.0)
+            deadline = self.started + compiled + lim.first_step_s if lim.first_step_s is not None else math.inf
             if compiling and lim.compile_s:
                 deadline = max(deadline, max(compiling) + lim.compile_s)
             if now >= min(deadline, lim.first_step_by or math.inf):
@@ -113,7 +116,10 @@ class Watch:
     def _read(self, now: float) -> None:
         """The beats as they are now: each file's content, and since when it says so."""
         for name, said in progress.beats(self.dir).items():
-            if self.beats.get(name, (None,))[0] != said:
+            was, since = self.beats.get(name, ((0, ""), now))
+            if was != said:
+                if was[1] == progress.COMPILING:  # a compile ended (one shorter than a look is not seen)
+                    self.compiled[name] = self.compiled.get(name, 0.0) + now - since
                 self.beats[name] = (said, now)
             self.stepped = self.stepped or said[0] > 0
         self.stepped = self.stepped or (self.dir / progress.FIRST_STEP_FILE).exists()

@@ -171,3 +171,19 @@ def test_production_step_log_times_a_plain_loops_steps(tmp_path):
     got = json.loads(log.read_text())
     assert len(got["marks"]) == 12 and got["samples"] == [16] * 12 and got["tokens"] == [16 * 64] * 12
     assert os.path.getsize(log) > 0
+
+
+@pytest.mark.slow  # in CI: test_watch's production beats (none: no trial dir, so no watch) and this test's path
+# without the pause (test_autotune_run_applies_a_best_config_to_a_plain_loop)
+@pytest.mark.timeout(600)
+def test_autotune_run_applies_no_stall_limit_to_a_long_eval_between_steps(tmp_path):
+    """tests/programs/eval_pause.py under `autotune run`: 3 minutes of evaluation between two training steps (far
+    past any trial's stall limit) is no hang in production: it runs to its end."""
+    from tests.test_instrument import best_config
+
+    path = best_config(tmp_path, {"num_workers": (0, 0)})
+    (tmp_path / "eval_pause.py").write_text((PROGRAMS / "eval_pause.py").read_text())
+    command = ["python", "eval_pause.py", "--steps", "10", "--eval_every", "5", "--eval_s", "180"]
+    proc = run([sys.executable, "-m", "autotune.cli", "run", str(path), "--", *command], child_env(), tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert (tmp_path / "done.txt").read_text() == "10 steps\n"

@@ -355,6 +355,8 @@ def processes_in(path: Path) -> list[int]:
     return [pid for pid in procfs.processes(live=True) if str(procfs.cwd(pid)).startswith(str(path))]
 
 
+@pytest.mark.slow  # in CI: test_program's search of the same program (hung, the worker's frame and stacks, no
+# process left), test_watch's stacks of a worker and of the main process waiting for it
 @pytest.mark.timeout(200)
 def test_a_program_whose_loader_worker_never_returns_a_batch_is_hung_naming_the_worker_frame(tmp_path):
     """tests/programs/hang_loop.py with a loader worker (the trial's num_workers, through torch's hooks): its

@@ -325,3 +325,83 @@ def test_a_compute_bound_search_spends_one_probe_on_the_loader_knobs_it_was_not_
     assert len(result.records) >= 4, result.ended
     workers = {r.knobs["num_workers"] for r in result.records if not r.is_baseline}
     assert len(workers - {result.baseline.knobs["num_workers"]}) <= 1, [r.knobs for r in result.records]
+
+
+@pytest.mark.slow  # in CI: test_program's grid search of hang_loop.py (the same records, through a program),
+# test_strategy's hang rules, test_launcher's built-in trial hung at its first step
+def test_a_hung_trial_is_recorded_everywhere_its_value_is_not_tried_again_nor_exported(tmp_path):
+    """A workload whose Dataset hangs in a loader worker (tests/workloads.py's make_fork_unsafe): the first
+    trial with workers ends `hung` at its first-step limit, a row and an MLflow run that say so with the worker's
+    frame; no other config with workers runs; the search goes on and exports no worker count; the last screen,
+    the report and best_config.yaml name it."""
+    from autotune.cli import report
+    from autotune.export.answer import of
+
+    spec = make_spec(
+        tmp_path,
+        name="hang",
+        workload={"factory": "tests.workloads:make_fork_unsafe", "args": {"batch_size": 16}},
+        search_space={"preset": None, "knobs": {"num_workers": [0, 1, 2], "channels_last": [False, True]}},
+        trial={**TRIAL, "profile_steps": 0, "diagnose": False, "first_step_s": 6},
+        search={"sampler": "grid", "n_trials": 6, "seed": 1, "confirm_rounds": 0},
+    )
+    result = run(spec)
+    hung = [r for r in result.records if r.status == "hung"]
+    assert len(hung) == 1 and hung[0].knobs["num_workers"] > 0, [(r.number, r.status, r.knobs) for r in result.records]
+    assert [r.knobs["num_workers"] for r in result.records if r.status != "hung"] == [0, 0]  # the rest: no workers
+    assert hung[0].error_type == "NoStep" and hung[0].hung == {
+        "kind": "loader",
+        "where": "loader worker 0 in Windows.__getitem__",
+    }
+    assert "; waiting for loader worker 0, which is in `Windows.__getitem__` (" in hung[0].error
+    assert result.best.knobs["num_workers"] == 0 and result.stopped_reason is None
+    table = pd.read_csv(result.run_dir / "trials.csv")
+    row = table[table["trial"] == hung[0].number].iloc[0]
+    assert row["status"] == "hung" and row["error"] == hung[0].error
+    runs = MlflowClient(f"sqlite:///{result.run_dir / 'mlflow.db'}").search_runs(["1"])
+    run_of = {r.data.tags.get("trial_number"): r for r in runs if r.data.tags.get("autotune.role") == "trial"}
+    tags = run_of[str(hung[0].number)].data.tags
+    assert (tags["outcome"], tags["status"], tags["hung.where"]) == (
+        "hung",
+        "hung",
+        "loader worker 0 in Windows.__getitem__",
+    )
+    assert tags["failure_reason"] == f"NoStep: {hung[0].error}"
+    assert result.ended == NOTHING_LEFT  # the grid's other points with workers: ruled out, never run
+    (listed,) = result.hangs
+    assert listed["ruled_out"] == "num_workers > 0" and listed["knobs"] == {"num_workers": hung[0].knobs["num_workers"]}
+    assert listed["not_tried"] == {"num_workers": [v for v in (1, 2) if v != hung[0].knobs["num_workers"]]}
+    best = yaml.safe_load((result.run_dir / "best_config.yaml").read_text())
+    assert best["hung"] == [{k: v for k, v in listed.items() if k != "kind"}]
+    line = next(t for t in of(result, absolute=True).trust if "hung" in t)
+    assert line == (
+        f"1 trial hung: num_workers={hung[0].knobs['num_workers']} (loader worker 0 in Windows.__getitem__): "
+        f"see {Path(hung[0].trial_dir) / 'trial.log'}"
+    )
+    with report.console.capture() as out:
+        report.report(result)
+    assert f"  {report.hung_line(listed)}" in out.get().splitlines()
+
+
+@pytest.mark.slow  # in CI: test_launcher's built-in trial cut at `cut_unix` (its `cut` result.json), and the
+# hung rows' path through the recorder and MLflow (test_program's hang_loop.py search)
+def test_a_trial_running_at_the_budgets_end_is_cut_there_and_recorded(tmp_path):
+    """A compile trial (22-29 s to compile cold here) started inside a short budget: cut at the budget's end, a
+    `cut` row and run, not a missing one (Ray Tune's own budget would end it unrecorded)."""
+    spec = make_spec(
+        tmp_path,
+        name="cut",
+        search_space={"preset": None, "knobs": {"compile": ["none", "default"]}},
+        trial={**TRIAL, "profile_steps": 0, "diagnose": False},
+        search={"sampler": "grid", "n_trials": 2, "seed": 1, "confirm_rounds": 0, "time_budget_s": 15},
+    )
+    result = run(spec)
+    assert [(r.knobs["compile"], r.status) for r in result.records] == [("none", "ok"), ("default", "cut")]
+    cut = result.records[1]
+    assert cut.error_type == "Cut" and cut.error.startswith("the search's time budget ended ")
+    assert result.wall_s < 15 + 10
+    table = pd.read_csv(result.run_dir / "trials.csv")
+    assert list(table["status"]) == ["ok", "cut"]
+    runs = MlflowClient(f"sqlite:///{result.run_dir / 'mlflow.db'}").search_runs(["1"])
+    (run_,) = [r for r in runs if r.data.tags.get("trial_number") == "1"]
+    assert (run_.data.tags["outcome"], run_.info.status) == ("cut", "KILLED")

@@ -91,6 +91,18 @@ def make_faulty(batch_size: int = 16) -> Workload:
     return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size, collate_fn=collate)
 
 
+def make_fork_unsafe(batch_size: int = 16) -> Workload:
+    """tests/programs/hang_loop.py's model and Dataset as a factory: its Dataset reads through a loader thread made
+    in `__init__`, which a forked loader worker lacks: with workers, a trial waits forever for its first batch."""
+    from tests.programs.hang_loop import TinyGPT, Windows
+
+    def loss(model, batch):
+        x, y = batch
+        return nn.functional.cross_entropy(model(x).flatten(0, 1), y.flatten())
+
+    return Workload(model=lambda: TinyGPT(64, 16), dataset=Windows(20_000, 16, 64), loss=loss, batch_size=batch_size)
+
+
 class Offset(nn.Module):
     """A linear model whose output sits on a large offset: in bf16 (8 bits of
     mantissa) 1000 + y rounds to steps of 4-8, so the loss no longer matches fp32."""

@@ -169,7 +169,7 @@ def test_a_gap_past_the_stall_limit_ends_a_trial_unless_it_compiles_or_its_measu
     assert watch.check() is None
     time.sleep(0.8)
     assert watch.check() == STALLED and watch.stalled == "beat"
-    assert watch.why().startswith("no optimizer step for 0:00 after its 1 steps (its stall limit: trial.stall_s")
+    assert watch.why().startswith("no optimizer step for 0:00 after 1 step or more (its stall limit: trial.stall_s")
     done = Watch(beats_to, Limits(first_step_s=60, stall_s=0.5))
     progress.mark(progress.MEASURED)  # the built-in trial's profile, diagnosis and parity: its timeout's
     done.check()

@@ -143,10 +143,10 @@ class Watch:
         if self.ended == CUT:
             return f"the search's time budget ended {clock(self.ran_s)} into it: cut; `--budget` sets the budget"
         if self.ended == STALLED:
-            steps = self.beats[self.stalled][0][0]
+            steps = self.beats[self.stalled][0][0]  # as last beaten: a beat is written at most every BEAT_S
             head = (
-                f"no optimizer step for {clock(lim.stall_s)} after its {steps} steps (its stall limit: "
-                f"{lim.stall_set_by})"
+                f"no optimizer step for {clock(lim.stall_s)} after {steps} step{'s' * (steps != 1)} or more (its "
+                f"stall limit: {lim.stall_set_by})"
             )
         else:
             did = progress.seen(self.dir)

@@ -349,16 +349,18 @@ def test_a_program_whose_dataset_hangs_in_a_loader_worker_is_hung_and_no_worker_
     ids=["plain-loop", "trainer"],
 )
 def test_a_program_whose_dataset_hangs_in_workers_is_searched_on_in_its_3_minutes(tmp_path, command, frame):
-    """Issue 63's user: `autotune search --budget 3m -- CMD` on a program whose Dataset hangs in a loader worker,
-    the default space. The trial with workers is hung within 30 s of its first-step limit (3x the baseline's
+    """Issue 63's user: `autotune search spec.yaml --budget 3m` on a program whose Dataset hangs in a loader
+    worker, the CPU-sized preset (quick: the default's compile trials take ~30 s each to compile here). The trial with workers is hung within 30 s of its first-step limit (3x the baseline's
     first step + 30 s), its row, its MLflow run and the last screen naming the worker's frame; no other trial
     with workers; the search ends in its budget with 5 other trials or more."""
     for name in ("hang_loop.py", "clm_hang.py"):
         (tmp_path / name).write_text((PROGRAMS / name).read_text())
+    spec = {"name": "hang", "workload": {"command": command}, "search_space": {"preset": "quick"}}
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
     cli = Path(sys.executable).parent / "autotune"
     started = time.monotonic()
     proc = subprocess.run(
-        [str(cli), "search", "--budget", "3m", "-o", "run", "--", *command.split()],
+        [str(cli), "search", "spec.yaml", "--budget", "3m", "-o", "run"],
         cwd=tmp_path,
         env={**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"},
         capture_output=True,

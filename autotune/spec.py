@@ -379,6 +379,11 @@ class SearchSettings(_Strict):
         "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
         "at most: stopping once two pairs within 10% of each other and the trials are all over 1.5x)",
     )
+    keep_compile_cache: StrictBool = Field(
+        False,
+        description="keep the trials' shared inductor and Triton caches (the run dir's compile-cache/) after the "
+        "search; removed at its end by default (the winner's compiled artifacts stay beside best_config.yaml)",
+    )
 
 
 class Resources(_Strict):

@@ -13,10 +13,12 @@ or `ray`, Ray Tune on this host or any node of a cluster); each trial runs in a 
 - `run_trials`: the trials on the backend until a stopper says stop, the reference reads between them;
 - `remeasure`: the late loss-parity checks, and the best re-measured against the baseline (the next candidate where
   it loses), within the time budget;
-- `finish`: the verdicts, best_config.yaml, the summary, the parent run closed (beside the backend's close).
+- `finish`: the verdicts, best_config.yaml (the winner's compiled artifacts beside it), the summary, the parent run
+  closed (beside the backend's close); the trials' shared compile cache removed (`search.keep_compile_cache`).
 
-Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and the CUDA allocator are process
-state, and a reused process would carry them from one trial into the next. With Ray, the actor is the trial's
+Why a fresh process per trial: knobs such as cudnn.benchmark, in-memory compiled graphs and the CUDA allocator are
+process state, and a reused process would carry them from one trial into the next (the on-disk compile cache is
+shared on purpose: a graph is compiled once per search, and each trial records what its compile cost then). With Ray, the actor is the trial's
 resource reservation; the child process is its clean room, killed with its loader workers on timeout.
 
 Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml, as each trial's result
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
@@ -57,7 +60,15 @@ from autotune.export import best_config as export
 from autotune.integrations import tracking
 from autotune.records import cache, plots
 from autotune.records.recorder import Recorder, reconcile
-from autotune.records.run_dir import SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device
+from autotune.records.run_dir import (
+    SearchResult,
+    TrialRecord,
+    compile_cache_of,
+    pick_best,
+    pruning_savings,
+    read_run,
+    same_device,
+)
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import settle
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
@@ -360,6 +371,8 @@ class Search:
                 self.backend.close(self.backend_started)
         if self.forks:
             self.forks.close()
+        if not self.plan.search.keep_compile_cache:  # the winner's artifacts are beside best_config.yaml
+            shutil.rmtree(compile_cache_of(self.run_dir), ignore_errors=True)
         for done in closed:
             done.result()
 
@@ -469,6 +482,7 @@ class Search:
                 workload_pickle=self.source.pickled,
                 rank_placement=plan.resources.rank_placement,
                 fork_socket=self.forks.path if self.forks else None,  # a local search's shared fork server
+                compile_cache=str(compile_cache_of(self.run_dir)),  # its trials' one inductor and Triton cache
             )
         )
 

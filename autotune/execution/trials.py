@@ -30,7 +30,7 @@ def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialR
             settings.timeout_s,
             settings.user_path,
             settings.thread_env,
-            launch=Launch(shared=settings.fork_socket),
+            launch=Launch(shared=settings.fork_socket, compile_cache=settings.compile_cache),
             limits=Limits(settings.first_step_s),  # a program's first step in time
         )
 

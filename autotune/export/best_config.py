@@ -29,6 +29,7 @@ from autotune._version import __version__
 from autotune import knobs as K
 from autotune.export import formats as scale_out
 from autotune.decide.checked import status
+from autotune.records.run_dir import compiled_artifacts
 from autotune.records.verdicts import describe
 from autotune.safety.levels import batch_advice
 
@@ -180,6 +181,9 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
     if settings.ranks > 1 or settings.blocks:  # what cfg.wrap, torchrun and -f hf need
         data["parallel"] = {"ranks": settings.ranks, "blocks": settings.blocks}
     _add_verdicts(data, result, settings.keep_effective_batch)
+    artifacts = compiled_artifacts(result, path.parent)  # what production loads before it compiles
+    if artifacts:
+        data["compile_artifacts"] = artifacts
     if workload.command:
         data["production"] = production(data, path, settings.flags, program)
     path.write_text(yaml.safe_dump(data, sort_keys=False))

@@ -67,6 +67,7 @@ def apply_lm(trainer, cfg) -> None:
     model = trainer.model
     cfg.record_model(model)
     cfg.record_reach("flatten")
+    cfg.load_compiled()  # production: the search's compiled artifacts, before the Trainer compiles (torch_compile)
     knobs = cfg.knobs
     if knobs.get("float8") not in (None, "off"):
         _lm.to_float8(model, knobs["float8"])

@@ -250,6 +250,7 @@ class TorchHooks:
 
             cfg.record_reach("torch:model")
             prepare_lm(module, knobs, cfg.blocks)
+            cfg.load_compiled()  # production: the search's compiled artifacts, before its compile
             # in place (the program holds the module); compiled from its next call (this one is eager)
             prepare_model(module, {**knobs, "compile": "none"} if compiled else knobs, in_place=True)
         if self._takes("autocast") and "precision" not in own:

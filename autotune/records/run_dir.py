@@ -13,6 +13,8 @@ from typing import Any
 from autotune import knobs as K
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import break_even, settle, sig
+from autotune.trial import compiled
+from autotune.trial.compiled import BUNDLE_FILE
 from autotune.trial.result import SAMPLES, TrialResult, Unit, unit_of
 
 # what Ray Tune schedules on (`transport`): a trial's throughput in its unit (trial.result.unit_of)
@@ -291,8 +293,29 @@ def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | 
         "best_config": run_dir / "best_config.yaml",
         "optuna_storage": run_dir / "optuna.db",
         "plots": run_dir / "plots",
+        # the trials' inductor and Triton caches (autotune.execution.launcher), removed at the search's end unless
+        # search.keep_compile_cache; the winner's compiled artifacts beside best_config.yaml (trial.compiled)
+        "compile_cache": compile_cache_of(run_dir),
+        "compile_artifacts": run_dir / BUNDLE_FILE,
     }
     return {**paths, "mlflow_uri": mlflow_uri} if mlflow_uri else paths
+
+
+def compile_cache_of(run_dir: Path) -> Path:
+    """The search's compile cache: its trials' inductor and Triton caches, shared (autotune.execution.launcher)."""
+    return Path(run_dir) / "compile-cache"
+
+
+def compiled_artifacts(result, into: Path) -> dict | None:
+    """The best trial's compiled artifacts (trial.compiled: its mega-cache and the kernels of the search's compile
+    cache) bundled into `into` beside best_config.yaml: what best_config.yaml records of them. None where the best
+    compiled nothing or its trial saved none (an earlier bundle there is removed: it would be another config's)."""
+    best, out = result.best, Path(into) / BUNDLE_FILE
+    out.unlink(missing_ok=True)
+    if best is None or not (best.metrics or {}).get("compile_s"):
+        return None
+    cache = compile_cache_of(result.run_dir) / compiled.CACHE_DIRS["TORCHINDUCTOR_CACHE_DIR"]
+    return compiled.bundle(trial_dir_of(result.run_dir, best.number), cache, out)
 
 
 def trial_dir_of(run_dir: Path, number: int) -> Path:

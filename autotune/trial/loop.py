@@ -485,6 +485,10 @@ class TrialLoop:
 
     def _write(self, result: TrialResult) -> None:
         self.ended = True
+        if result.status == "ok" and (result.metrics or {}).get("compile_s") and self.rank == 0:
+            from autotune.trial import compiled
+
+            compiled.save(self.dir, self._device_name())  # what it compiled, for production (trial.compiled)
         self._save(result)
         sys.stdout.flush()
         sys.stderr.flush()

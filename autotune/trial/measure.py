@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from autotune.stats import gap_ci, percentile, t_rel_ci95
+from autotune.trial.compiled import compile_seconds
 from autotune.trial.memory import peak_rss_gib, reset_peak_rss
 from autotune.trial.trace import analyze_trace
 
@@ -171,7 +172,12 @@ class Window:
     metrics. Per-step times are CUDA events recorded at the step boundaries on
     a GPU (read when complete, no sync) and host intervals on a CPU. The one
     timing path of both the built-in trial (`timed_window` pulls its steps) and
-    a user's own program (`autotune.trial.loop`, which pushes them)."""
+    a user's own program (`autotune.trial.loop`, which pushes them).
+
+    The window never includes compile: the seconds torch spent compiling before it started are its `compile_s`
+    (autotune.trial.compiled), and a step that compiled (a recompile: a new shape, a graph break's new frame) ends
+    what came before it: those steps are warm-up (`window_recompiled_steps`, `_s`), dropped for good, and the window
+    starts again after it (its caps still count from its first start)."""
 
     def __init__(self, rule: WindowRule, device_type: str, sync, device=None):
         self.rule, self.cuda, self.sync, self.device = rule, device_type == "cuda", sync, device
@@ -186,6 +192,8 @@ class Window:
         # steps still warming up, held out of the window (`done`), and given back if it never settles
         self.dropped_steps, self.dropped_s, self.unsettled, self._drops = 0, 0.0, False, 0
         self._held: dict[str, list] = {name: [] for name in _PER_MARK}
+        self.compiled_s = 0.0  # torch's compile seconds at the window's (latest) start
+        self.recompiled_steps, self.recompiled_s = 0, 0.0  # steps that compiled, and those before them: dropped
 
     def _event(self) -> None:
         if self.cuda:
@@ -218,6 +226,7 @@ class Window:
         self.util = GpuUtilSampler(enabled=self.cuda).__enter__()
         self.sync()
         self.outside.start()
+        self.compiled_s = compile_seconds()
         self.cpu = [time.process_time()]
         self.marks = [self.clock()]
         self._event()
@@ -241,8 +250,12 @@ class Window:
         steps are given back."""
         if self.steps == 0:
             return False
+        if compile_seconds() > self.compiled_s:  # a step compiled: what ran so far is warm-up (class doc)
+            self._drop_compiled()
+            return False
         rule, now = self.rule, self.clock()
-        capped = self.dropped_steps + self.steps >= rule.max_steps or self.dropped_s + now - self.marks[0] >= rule.max_s
+        before = self.dropped_steps + self.recompiled_steps, self.dropped_s + self.recompiled_s
+        capped = before[0] + self.steps >= rule.max_steps or before[1] + now - self.marks[0] >= rule.max_s
         if capped and self.dropped_steps:
             self._give_back()
         elif rule.settle and not self.unsettled and not capped and self._floors_met(now):
@@ -258,6 +271,17 @@ class Window:
         """Where the rule could end the window (its floors, on the window since its latest start), every 10 steps."""
         rule = self.rule
         return self.steps % 10 == 0 and self.steps >= rule.min_steps and now - self.marks[0] >= rule.min_s
+
+    def _drop_compiled(self) -> None:
+        """Every step so far out of the window for good, the held ones too (the last of them compiled)."""
+        self.recompiled_steps += self.dropped_steps + self.steps
+        self.recompiled_s += self.dropped_s + self.marks[-1] - self.marks[0]
+        for name in _PER_MARK:  # the last mark (and its event, its CPU time) starts the window again
+            values = getattr(self, name)
+            del values[: len(values) - 1 if name in ("marks", "events", "cpu") else len(values)]
+            self._held[name] = []
+        self.dropped_steps, self.dropped_s, self._drops = 0, 0.0, 0
+        self.compiled_s = compile_seconds()
 
     def _hold_first_half(self) -> None:
         half = self.steps // 2
@@ -315,6 +339,14 @@ class Window:
             metrics["warmup_extended_steps"], metrics["warmup_extended_s"] = self.dropped_steps, self.dropped_s
         if self.unsettled:  # its step time fell and fell: the whole window counts, as if none were held out
             metrics["window_unsettled"] = 1.0
+        compiled = compile_seconds()
+        if compiled:  # torch.compile's seconds in this process before the window: set-up and warm-up's
+            metrics["compile_s"] = compiled
+        if self.recompiled_steps:  # steps that compiled in the window, and those before them: warm-up
+            metrics["window_recompiled_steps"], metrics["window_recompiled_s"] = (
+                self.recompiled_steps,
+                self.recompiled_s,
+            )
         if loss is not None:
             metrics["loss_last"] = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
         if self.cuda:

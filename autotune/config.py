@@ -445,13 +445,15 @@ class Config:
             self._online[loader] = OnlineLoader(loader, **options)
         return self._online[loader]
 
-    def step(self, samples: int | None = None, loss=None, *, tokens=None) -> None:
+    def step(self, samples: int | None = None, loss=None, *, tokens=None, slots=None) -> None:
         """At the end of each optimizer step of a loop without `steps` (or to report its samples and loss). A
         language model's loop says the `tokens` the step trained on (its non-padding tokens, an int or a device
-        tensor: it is read at the window's end): its throughput is then tokens/s, and its MFU is counted. Left
-        out in a `steps` loop: the batches' own (autotune.trial.tokens: `input_ids` and an attention mask)."""
+        tensor: it is read at the window's end): its throughput is then tokens/s, and its MFU is counted; and
+        the token `slots` its padded batches held (their `input_ids`' size): the share of them that was padding
+        is measured. Left out in a `steps` loop: the batches' own (autotune.trial.tokens: `input_ids` and an
+        attention mask)."""
         self.record_reach("step")
-        self.loop.step(samples, loss, tokens)
+        self.loop.step(samples, loss, tokens, slots)
 
     def data(self):
         """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""

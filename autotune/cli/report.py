@@ -20,6 +20,7 @@ from autotune import knobs as K
 from autotune.cli._common import UserError, user_errors
 from autotune.export import analysis
 from autotune.records.verdicts import confirmed_unit, describe, sig
+from autotune.trial.diagnose import bound
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -133,7 +134,7 @@ def _table(d: dict, rows=ROWS, user_knobs=None) -> Table:
             K.shown(flag["baseline"]),
             f"[bold]{K.shown(flag['tuned'])}[/]",
         )
-    table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, other)))
+    table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck") or "-" for t in (base, other)))
     table.add_row("[bold]speedup[/]", "1.00x", _speedup_cell(d))
     return table
 
@@ -265,7 +266,7 @@ def details(d: dict) -> list:
     for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
         if t and t["diagnosis"]:
             diag = t["diagnosis"]
-            out.append(f"{label}: {diag['bottleneck']}-bound")
+            out.append(f"{label}: {bound(diag)}")
             out += [f"  {e}" for e in diag["evidence"]]
             out += [f"  try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
@@ -432,7 +433,7 @@ def _markdown_findings(d: dict) -> list[str]:
     for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
         if t and t["diagnosis"]:
             diag = t["diagnosis"]
-            lines += ["", f"{label}: {diag['bottleneck']}-bound", "", *(f"- {e}" for e in diag["evidence"])]
+            lines += ["", f"{label}: {bound(diag)}", "", *(f"- {e}" for e in diag["evidence"])]
             lines += [f"- try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
         lines += _markdown_effects(d)

@@ -188,6 +188,7 @@ class Window:
         self.counts: list[int] = []
         self.tokens: list = []  # a language model's: each step's tokens and sequences (autotune.trial.tokens)
         self.seqs: list = []
+        self.padded: list = []  # ... and the token slots its batches held, padding included
         self.cpu: list[float] = []
         # steps still warming up, held out of the window (`done`), and given back if it never settles
         self.dropped_steps, self.dropped_s, self.unsettled, self._drops = 0, 0.0, False, 0
@@ -231,9 +232,10 @@ class Window:
         self.marks = [self.clock()]
         self._event()
 
-    def step_done(self, samples: int, data_wait_s: float = 0.0, tokens=None, sequences=None) -> None:
-        """`tokens`: a language model's step's tokens (None: not counted), in `sequences` (default: `samples`).
-        A count may be a device tensor (summed, and read at `finish`, after its sync)."""
+    def step_done(self, samples: int, data_wait_s: float = 0.0, tokens=None, sequences=None, padded=None) -> None:
+        """`tokens`: a language model's step's tokens (None: not counted), in `sequences` (default: `samples`);
+        `padded`: the token slots its batches held, padding included (autotune.trial.tokens.padded). A count
+        may be a device tensor (summed, and read at `finish`, after its sync)."""
         self.marks.append(self.clock())
         self._event()
         self.cpu.append(time.process_time())
@@ -241,6 +243,7 @@ class Window:
         self.waits.append(data_wait_s)
         self.tokens.append(tokens)
         self.seqs.append(samples if sequences is None else sequences)
+        self.padded.append(padded)
 
     def done(self) -> bool:
         """The rule's answer, on the window since its (latest) start; its caps count from the first start.
@@ -369,10 +372,13 @@ class Window:
         if not self.tokens or any(t is None for t in self.tokens):
             return {}
         tokens, sequences = float(sum(self.tokens)), float(sum(self.seqs))
+        slots = float(sum(self.padded)) if self.padded and None not in self.padded else None
         return {
             "tokens_per_s": tokens / window,
             "tokens_per_step": tokens / steps,
             **({"seq_len_mean": tokens / sequences} if sequences else {}),
+            # the share of the padded batches' token slots that were padding: compute padding-free rows skip
+            **({"padding_frac": max(0.0, 1 - tokens / slots)} if slots else {}),
         }
 
 
@@ -396,6 +402,7 @@ _PER_MARK = (
     "waits",
     "tokens",
     "seqs",
+    "padded",
 )  # a window's lists, step by step (held out together)
 WARM_HALF_MIN = 5  # steps in each half, at least, for the comparison (Student's t of 4 degrees of freedom)
 
@@ -428,6 +435,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
     """Time steps of a built-in session (`Window`): each pulls its batch (the
     wait at `next()` is data wait) and runs `session.step`; its samples, and a language model's tokens, are
     counted on the loader's batch, on the host, before the step moves it."""
+    from autotune.trial.tokens import padded
     from autotune.workload import count_samples, count_tokens
 
     window, clock = Window(rule, session.device.type, session.sync, session.device), time.perf_counter
@@ -439,7 +447,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         wait = clock() - fetch
         samples, tokens = count_samples(session.workload, batch), count_tokens(session.workload, batch)
         loss = session.step(batch)
-        window.step_done(samples, wait, *(tokens or (None, None)))
+        window.step_done(samples, wait, *(tokens or (None, None)), padded=padded(batch) if tokens else None)
     return window.finish(loss)
 
 

@@ -556,10 +556,12 @@ class SearchPlan:
         parity: dict | None = None,
         flops_cache: str | None = None,
         pickled: bytes | None = None,
+        accumulation: int = 1,
     ):
         """What every trial of the search shares (`autotune.trial.request.TrialSettings`), on `device` from
-        `baseline` (every knob's value); `pickled`: a factory given in Python, which trials load from the run dir's
-        workload.pkl (the bytes travel in the backend's settings to other nodes)."""
+        `baseline` (every knob's value) and its `accumulation` (micro-batches a step: its effective batch's other
+        factor); `pickled`: a factory given in Python, which trials load from the run dir's workload.pkl (the
+        bytes travel in the backend's settings to other nodes)."""
         from autotune.trial.request import TRIAL_KEYS, TrialSettings, parity_against, trial_window
         from autotune.workload import pickled_ref
 
@@ -572,7 +574,7 @@ class SearchPlan:
             trial=trial_window({k: getattr(trial, k) for k in TRIAL_KEYS}),
             device=device,
             seed=self.search.seed,
-            base_batch=baseline["batch_size"],
+            base_batch=baseline["batch_size"] * accumulation,  # the effective batch a micro-batch accumulates to
             keep_effective_batch=self.safety.keep_effective_batch,
             # default: against `baseline`'s knobs, as long and within the tolerance the safety section says
             parity=parity or parity_against(baseline, self.safety.parity_steps, self.safety.tolerance),

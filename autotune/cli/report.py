@@ -328,10 +328,20 @@ def _search_notes(d: dict) -> list[str]:
     for c in d["compile"]:
         if c["first_step_s"] is not None:
             eager = f" (baseline, eager: {sig(c['eager_first_step_s'])} s)" if c["eager_first_step_s"] else ""
+            took = f"{sig(c['compile_s'])} s compiling, " if c.get("compile_s") else ""
             notes.append(
-                f"compile={c['compile']} (trial #{c['trial']}): first step after {sig(c['first_step_s'])} s"
+                f"compile={c['compile']} (trial #{c['trial']}): {took}first step after {sig(c['first_step_s'])} s"
                 f"{eager}, then {sig(c[unit.metric])} {unit.label}"
             )
+    spent = [c["compile_s"] for c in d["compile"] if c.get("compile_s")]
+    if len(spent) > 1:  # one cache for the search's trials: a graph compiled once
+        notes.append(f"compile: {sig(sum(spent))} s in all over {len(spent)} trials (one compile cache for them)")
+    notes += [
+        f"trial #{c['trial']} "
+        + " ".join(f"{short(k)}={K.shown(v)}" for k, v in c["knobs"].items() if k in K.KNOBS or k.startswith("args."))
+        + f": chosen by {c['by']}"
+        for c in d.get("chosen") or []
+    ]
     if d["other_devices"]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})
         notes.append(

@@ -432,6 +432,7 @@ class Search:
         values, the spec's), less what the workload cannot take."""
         plan, device, source = self.plan, self.device, self.source
         own = source.own(workload)
+        accumulation = int(own.pop(K.ACCUMULATION, None) or 1)  # a program's own: its effective batch's other factor
         baseline = {**K.pytorch_defaults(workload.batch_size), **own, **self.given}
         lists, dropped = source.lists(plan.space.lists(), baseline, workload)
         resources = plan.resources
@@ -440,8 +441,15 @@ class Search:
         if why:
             raise SpecError(why)
         source.settle_baseline(baseline, own, device, self.given)
+        safety = plan.safety
         space = K.resolve_space(
-            lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, plan.space.user()
+            lists,
+            baseline,
+            device,
+            LEVELS[safety.level],
+            keep_effective_batch=safety.keep_effective_batch,
+            user=plan.space.user(),
+            accumulation=accumulation,
         )
         space.dropped += dropped
         source.settle_space(space, workload)
@@ -467,6 +475,7 @@ class Search:
         request = plan.trial_settings(
             self.device.type,
             space.baseline,
+            accumulation=space.accumulation,
             parity=parity,
             flops_cache=str(self.run_dir / FLOPS_FILE),
             pickled=self.source.pickled,  # trials load the run dir's workload.pkl (bytes below for other nodes)
@@ -557,6 +566,9 @@ class Search:
         plan, records, best, baseline = self.plan, self.recorder.records, result.best, self.baseline
         ok = [r for r in records if r.throughput]
         summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
+        compiled = [r.metrics["compile_s"] for r in records if r.metrics.get("compile_s")]
+        if compiled:  # what compile cost the search, its trials sharing one cache (MLflow's parent run)
+            summary["compile_s_total"] = sum(compiled)
         if result.reads_share:  # what the reference reads cost (autotune.decide.reference)
             summary.update(
                 {f"reads_{k}" if k == "share" else k: v for k, v in result.reads_share.items() if v is not None}

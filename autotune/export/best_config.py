@@ -195,9 +195,10 @@ def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> N
     advice, the faster configs rejected as unsafe, the search's own figure and the re-measurement, the break-even,
     the tie, and the safety status."""
     best, base, unit = result.best, result.baseline, result.unit
-    accum = base.knobs["batch_size"] // best.knobs["batch_size"] if keep_effective_batch else 1
+    effective = base.knobs["batch_size"] * result.space.accumulation  # the baseline's effective batch
+    accum = effective // best.knobs["batch_size"] if keep_effective_batch else 1
     advice = batch_advice(
-        base.knobs["batch_size"],
+        effective if keep_effective_batch else base.knobs["batch_size"],
         best.knobs["batch_size"],
         best.info.get("optimizer"),
         bool(best.info.get("has_batchnorm")),

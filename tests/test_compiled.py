@@ -58,7 +58,7 @@ def test_a_stale_artifact_is_one_line_and_production_compiles_as_usual(tmp_path)
 
 
 @pytest.mark.slow  # two compiles (~15-30 s cold on this CPU); in CI: the window's compile (test_measure), the cache's
-# dirs and the bundle above, scripts/bench/bench_compile.py's smoke (a compile, its artifacts loaded in production)
+# dirs and the bundle above (bench_compile.py's smoke, slow too: a compile, its artifacts loaded in production)
 @pytest.mark.timeout(600)
 def test_a_repeat_of_a_compiled_graph_compiles_from_the_searchs_cache(tmp_path):
     config = {

@@ -436,8 +436,9 @@ class Safety(_Strict):
     parity_steps: StrictInt = Field(20, ge=2, description="training steps of the multi-step parity check")
     keep_effective_batch: StrictBool = Field(
         False,
-        description="search batch sizes that divide the baseline's, with gradient accumulation, "
-        "so the optimization batch never changes",
+        description="search micro-batches that divide the baseline's effective batch (its micro-batch times its "
+        "gradient accumulation: 2 x 4 tries 4 x 2 and 8 x 1), with the accumulation that keeps it, so the "
+        "optimization batch never changes",
     )
 
 

@@ -72,10 +72,15 @@ def test_a_repeat_of_a_compiled_graph_compiles_from_the_searchs_cache(tmp_path):
         "diagnose": False,
     }
     launch = Launch(compile_cache=str(tmp_path / "compile-cache"))
-    first, again = (run_in_process(config, tmp_path / n, 400, ROOT, {}, launch=launch) for n in ("0", "1"))
+    graphs = tmp_path / "compile-cache" / "inductor" / "fxgraph"
+    first = run_in_process(config, tmp_path / "0", 400, ROOT, {}, launch=launch)
+    made = sorted(p.relative_to(graphs) for p in graphs.rglob("*") if p.is_file())
+    again = run_in_process(config, tmp_path / "1", 400, ROOT, {}, launch=launch)
     assert first.status == again.status == "ok", (first.error, again.error)
-    assert again.metrics["compile_s"] <= first.metrics["compile_s"] / 3, (first.metrics, again.metrics)
-    assert (tmp_path / "compile-cache" / "inductor").is_dir()  # the search's, not removed by a trial
+    assert first.metrics["compile_s"] > 0 and again.metrics["compile_s"] > 0  # each measured its own compile
+    # the repeat compiled nothing new: its graphs are the first one's cache entries (its seconds, at most a third
+    # of the first's, are bench_compile.py's figure: no timing here)
+    assert made and sorted(p.relative_to(graphs) for p in graphs.rglob("*") if p.is_file()) == made
     meta = json.loads((tmp_path / "1" / compiled.META_FILE).read_text())
     assert (
         meta["torch"]

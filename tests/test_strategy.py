@@ -12,7 +12,7 @@ import pytest
 from autotune.knobs import Device, pytorch_defaults
 from autotune.decide.budget import budget_fits, compile_cost, no_improvement_for, trial_cap, trial_cost
 from autotune.decide.playbook import advise
-from autotune.decide.strategy import Facts, Strategy
+from autotune.decide.strategy import Facts, Strategy, skip_combination
 from autotune.trial.diagnose import diagnose
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -427,3 +427,49 @@ def test_a_larger_micro_batch_that_fits_only_with_checkpointing_is_found_by_the_
         max(v for *_, v in seen if v)
         == memory_bound_lm({**LM_BASE, "batch_size": 16, "activation_checkpointing": "full"})[1]
     )
+
+
+PAD_SPACE = {"num_workers": [0, 2], "precision": ["32-true", "bf16-mixed"], "padding_free": [False, True]}
+PAD_BASE = {"num_workers": 0, "precision": "32-true", "padding_free": False}
+
+
+def padded_lm(p):
+    """A padding collator's language model: 40% of its batches' token slots are padding; padding-free rows gain
+    what the padding cost, workers a little, bf16 nothing on this CPU."""
+    return "ok", 100 * (1.6 if p["padding_free"] else 1) * (1.1 if p["num_workers"] else 1)
+
+
+def test_a_language_models_padding_puts_padding_free_first_and_says_which_measurement_chose_it():
+    """Issue 62: the baseline input-bound (the registry's order: workers first), its padding 40% measured: the
+    first trial after it is padding-free, the move with the largest gain the measurement bounds, and the trial
+    says what chose it."""
+    strategy = Strategy(optuna.create_study(direction="maximize"), PAD_SPACE, PAD_BASE, "autotune", seed=0)
+    base = strategy.ask()
+    facts = {"padding_frac": 0.4, "attention": "sdpa", "cuda": False}
+    diagnosis = advise({"bottleneck": "input", "facts": facts}, base.params)  # as the trial's result carries it
+    strategy.tell(base.trial, "ok", 100.0, diagnosis=diagnosis, attrs={"wall_s": 6.0})
+    first = strategy.ask()
+    assert first.params == {**PAD_BASE, "padding_free": True}
+    assert first.chosen_by == "padding 40% of the batches' token slots"
+    assert first.trial.user_attrs["chosen_by"] == first.chosen_by
+
+
+def test_a_drawn_combination_of_knobs_that_did_not_help_alone_is_skipped_and_says_so():
+    """Issue 62: multi-knob combinations only from knobs that each helped alone. Workers helped alone, bf16 and
+    padding-free did not: a draw of bf16 with padding-free is skipped (told to the sampler, with why); one of
+    workers with padding-free, a single unproven change, runs."""
+    strategy = Strategy(optuna.create_study(direction="maximize"), PAD_SPACE, PAD_BASE, "autotune", seed=0)
+    measured = [({}, 100.0), ({"num_workers": 2}, 130.0), ({"precision": "bf16-mixed"}, 99.0)]
+    for change, value in measured + [({"padding_free": True}, 100.5)]:
+        strategy.study.enqueue_trial({**PAD_BASE, **change})
+        proposal = strategy.ask()
+        assert proposal.params == {**PAD_BASE, **change}
+        strategy.tell(proposal.trial, "ok", value, attrs={"wall_s": 5.0})
+    assert strategy.helped() == {("num_workers", 2)}
+    drawn = strategy.study.ask()
+    assert skip_combination(strategy, drawn, {**PAD_BASE, "precision": "bf16-mixed", "padding_free": True})
+    said = strategy.study.trials[drawn.number].user_attrs
+    assert said["status"] == "skipped" and said["error"].startswith(
+        "skipped: combines precision=bf16-mixed, padding_free=True, which did not each help alone"
+    )
+    assert not skip_combination(strategy, strategy.study.ask(), {**PAD_BASE, "num_workers": 2, "padding_free": True})

@@ -341,6 +341,14 @@ def test_the_verdict_carries_its_numbers():
     assert safety.describe(numbers).startswith("per-step errors: loss ")
 
 
+def test_a_batch_size_flag_under_keep_effective_batch_says_the_effective_batch_stays():
+    base = K.pytorch_defaults(2)
+    [free] = safety_flags({**base, "batch_size": 8}, base)
+    assert free["note"].startswith("changes optimization")  # a new batch: scale the learning rate
+    [kept] = safety_flags({**base, "batch_size": 8}, base, kept_batch=8)  # 2 x 4 -> 8 x 1
+    assert kept["note"] == "the effective batch stays 8 (8 x 1 accumulated)"
+
+
 def test_batch_size_advice():
     smaller = batch_advice(256, 64, "SGD", has_batchnorm=True)
     assert smaller["grad_accumulation_steps"] == 4
@@ -379,7 +387,10 @@ def test_keep_effective_batch_searches_divisors_and_accumulates():
         {"batch_size": [8, 16, 48, 64]}, K.pytorch_defaults(32), CPU, LEVELS["numerics"], keep_effective_batch=True
     )
     assert space.search["batch_size"] == [32, 8, 16]
-    assert "batch_size=48: keep_effective_batch: a micro-batch must divide the baseline batch 32" in space.dropped
+    assert (
+        "batch_size=48: keep_effective_batch: a micro-batch must divide the baseline's effective batch 32"
+        in space.dropped
+    )
     session = prepare(W.load("tiny_cnn"), {**K.pytorch_defaults(8)}, CPU, steps=4, accum_steps=4)
     before = [p.detach().clone() for p in session.model.parameters()]
     batches = iter(session.loader)

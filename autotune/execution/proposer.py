@@ -53,6 +53,7 @@ class Proposer:
             "source": proposal.source,
             **self.now(self.strategy.prune_below(self.prune_margin), self.strategy.incumbent_bar(proposal.params)),
             "predicted": proposal.predicted,
+            "chosen_by": proposal.chosen_by,  # the measurement that chose it (autotune.decide.playbook's `by`)
         }
         return {**config, "watch": self.watch(config)} if self.watch else config
 

@@ -6,7 +6,7 @@ proposed):
   (trial.first_step_s, `--first-step-limit`), which the baseline itself gets;
 - a compile's: a trial is not a hang while torch.compile works (its first-step clock stops, autotune.execution.watch),
   which has the compile's own limit, the first steps of the compile trials this search measured x3 (each compile
-  mode from its own, else scaled from another's: `budget.estimate_cost`), 10 minutes before any was measured; the
+  mode from its own, else scaled from another's: `budget.COMPILE_COST`), 10 minutes before any was measured; the
   same limit holds while it compiles mid-run, in any trial (a new shape compiles again); a compile trial whose
   loader hangs before its first batch (no compile yet) is ended at the eager first-step limit;
 - between two steps, once the first is done: 10x the baseline's p95 step time plus 10 s (trial.stall_s sets it);
@@ -18,9 +18,10 @@ proposed):
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
-from autotune.decide.budget import estimate_cost
+from autotune.decide.budget import COMPILE_COST
 
 FIRST_STEP_FACTOR, FIRST_STEP_PAD_S = 3.0, 30.0
 COMPILE_FACTOR, COMPILE_S = 3.0, 600.0
@@ -66,7 +67,7 @@ class Deadlines:
         for r in records:
             if r.knobs.get("compile", "none") != "none" and r.throughput and r.metrics.get("first_step_s"):
                 firsts.setdefault(r.knobs["compile"], []).append(r.metrics["first_step_s"])
-        took = estimate_cost("default" if mode == "none" else mode, firsts)
+        took = _median_of("default" if mode == "none" else mode, firsts)
         if took is None:
             return COMPILE_S, f"{COMPILE_S / 60:g} minutes while no compile is measured"
         return COMPILE_FACTOR * took, f"{COMPILE_FACTOR:g} x this search's compiled first steps ({took:.3g} s)"
@@ -86,3 +87,16 @@ class Deadlines:
             STALL_FACTOR * p95 / 1e3 + STALL_PAD_S,
             f"{STALL_FACTOR:g} x {whose} p95 step time ({p95:.3g} ms) + {STALL_PAD_S:g} s; trial.stall_s sets it",
         )
+
+
+def _median_of(mode: str, firsts: dict[str, list[float]]) -> float | None:
+    """The compiled first steps' median for compile `mode`, else scaled from another mode's (the most so
+    scaled: budget.COMPILE_COST); None where no compile was measured."""
+    if firsts.get(mode):
+        return statistics.median(firsts[mode])
+    scaled = [
+        statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
+        for m, c in firsts.items()
+        if c and m in COMPILE_COST and mode in COMPILE_COST
+    ]
+    return max(scaled) if scaled else None

@@ -527,7 +527,11 @@ def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None)
     best, idle = _only_what_counts(best, ok, base)
     if idle:  # knobs that made no difference beyond the noise: the config without them, as a tie goes
         return _tied(best, idle[0][2], base, user_knobs, _idle_note(idle))
-    kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r) and r in ok]
+    kept = [
+        r
+        for r in records
+        if r.throughput and r.safe and r.tie_holds and same_device(base, r) and not ruled_out(hung, r.knobs)
+    ]
     faster = max([r for r in [fastest, *kept] if r.judged > best.judged], key=lambda r: r.judged, default=None)
     if faster is not None:
         how = (

@@ -39,6 +39,7 @@ def dump(tmp_path) -> str:
     )
     try:
         assert proc.stdout.readline() == "ready\n"
+        time.sleep(0.3)  # past the print, into the loop's sleep (the line the test names)
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.5)
     finally:

@@ -41,6 +41,7 @@ import ray  # noqa: E402
 from ray.util.placement_group import placement_group, remove_placement_group  # noqa: E402
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy  # noqa: E402
 
+from autotune.execution.settings import RunSettings  # noqa: E402
 from autotune.execution.spread import run_spread  # noqa: E402
 from autotune.trial.result import TrialResult  # noqa: E402
 
@@ -57,7 +58,7 @@ CONFIG = {
 
 
 def by_tasks(tmp: Path, i: int) -> dict:
-    settings = {"timeout_s": 300, "user_path": str(ROOT), "thread_env": {}, "workload_pickle": None}
+    settings = RunSettings(request=None, timeout_s=300, run_dir=str(tmp), user_path=str(ROOT))
     pg = placement_group([{"CPU": 0.5}] * 2, strategy="PACK")
     ray.get(pg.ready())
     try:

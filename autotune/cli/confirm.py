@@ -10,6 +10,7 @@ import typer
 
 from autotune.cli import report
 from autotune.cli._common import UserError, user_errors
+from autotune.records.state import STATE_FILE, SearchState
 
 
 def command(
@@ -23,8 +24,8 @@ def command(
     from autotune.execution.reconfirm import reconfirm
 
     try:
-        if not (run_dir / "search.json").is_file():
-            raise UserError(f"`{run_dir}` is not a search's output dir (no search.json); give a finished search's")
+        if not SearchState.exists(run_dir):
+            raise UserError(f"`{run_dir}` is not a search's output dir (no {STATE_FILE}); give a finished search's")
         done = reconfirm(run_dir, rounds, report.note)
     except user_errors() as e:
         report.fail(e, debug)

@@ -202,6 +202,7 @@ def confirm_best(
     rounds: int,
     announce: Callable[[str], None] | None = None,
     budget_left: Callable[[], float | None] = lambda: None,
+    *,
     against: SearchReads | None = None,
 ) -> dict[str, Any] | None:
     """The best trial (a `records.TrialRecord`) re-measured against the

@@ -494,8 +494,7 @@ class Search:
             dict(self.space.baseline),
             started=time.time() - (time.perf_counter() - self.started) - self.opened.wall_before,
             device=self.device.type,
-            share=search.reference_share,
-            mode=search.reference_reads,
+            when=(search.reference_share, search.reference_reads),
         )
 
     def _confirm(self, runner, baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
@@ -514,7 +513,7 @@ class Search:
         )
         run = runner(need, target_ci=ci)
         return confirm_best(
-            run, baseline, best, search.confirm_rounds, self.tell.on_remeasure, self.budget_left, against
+            run, baseline, best, search.confirm_rounds, self.tell.on_remeasure, self.budget_left, against=against
         )
 
     def _check(self, runner, knobs: dict, label: str) -> TrialResult:

@@ -55,13 +55,13 @@ class Reads:
         *,
         started: float,
         device: str,
-        share: float = SHARE,
-        mode: str = "drifting",
+        when: tuple[float, str] = (SHARE, "drifting"),
     ):
         self.study, self.strategy, self.recorder, self.read, self.baseline = study, strategy, recorder, read, baseline
         self.judge = Judge(study, device)
         strategy.judge = self.judge
         recorder.judge = self.figures
+        share, mode = when  # the spec's reference_share and reference_reads
         self.schedule = Schedule(started=started, share=share)
         self.mode, self.device = mode, device
         self.why: str | None = study.user_attrs.get(READS_WHY_KEY) or (

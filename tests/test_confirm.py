@@ -508,7 +508,7 @@ def hogged_search(tmp_path, hog: str):
             "search": {
                 "sampler": "grid",
                 "n_trials": 2,
-                "confirm_rounds": 2,
+                "confirm_rounds": 3,  # the pairs' baseline is their median: one pair slowed by the host moves it not
                 "confirm_spacing_s": 0.5,
                 "reference_reads": "always",
                 "reference_share": 0.4,
@@ -520,13 +520,18 @@ def hogged_search(tmp_path, hog: str):
     return run(spec, backend="local")
 
 
-@pytest.mark.slow  # two searches, ~40 s each; in CI: the pairs taken again and an unsettled claim from prepared
-# results (test_pairs_far_from_the_searchs_reads_are_taken_again_spaced, ..._still_disagree_are_unsettled), its
-# words on the last screen (test_last_screen's `unsettled` run dir, this test's), `autotune confirm` (test_cli_confirm)
+@pytest.mark.slow  # two searches, ~60 s each; in CI: the pairs taken again and an unsettled claim from prepared
+# results (test_pairs_far_from_the_searchs_reads_are_taken_again_spaced_..., test_pairs_that_still_disagree_...),
+# its words (test_last_screen.py::test_an_unsettled_claim_gives_both_figures_...), `autotune confirm`
+# (test_cli_confirm_remeasures_a_finished_searchs_best_and_updates_its_claim)
 @pytest.mark.timeout(600)
 def test_a_hog_on_the_baselines_side_of_the_pairs_takes_them_again_and_leaves_the_claim_unsettled_while_it_stays(
     tmp_path,
 ):
+    """Issue 64's Done-when: busy processes started for the baseline's side of the side-by-side pairs only (the
+    search's trials and reads run without them). The search takes the pairs again; with the hog still there, the
+    claim is unsettled with both figures; with the hog gone by the repeat, the repeat's pairs are the claim. On a
+    host loaded by others, every pair may be measured under outside load (then: unknown, not this test's point)."""
     from autotune.export import answer as A
 
     result = hogged_search(tmp_path, "all")
@@ -548,7 +553,10 @@ def test_a_hog_on_the_baselines_side_of_the_pairs_takes_them_again_and_leaves_th
     gone = hogged_search(tmp_path, "first")  # the hog gone by the time the pairs are taken again
     confirm = gone.confirm
     assert confirm["verdict"] == "faster" and confirm["taken_again"]["first"]["rounds"] >= 1, confirm
-    assert all(p["ratio"] < 3 for p in confirm["pairs"]) and gone.speedup == confirm["speedup_x"]
+    # the repeat's pairs near the search's figure (~3.2x), where the hogged ones read ~12x
+    assert (
+        all(p["ratio"] < 2 * gone.search_figure["x"] for p in confirm["pairs"]) and gone.speedup == confirm["speedup_x"]
+    )
     assert "these were taken again, 0.50 s apart, where the first" in describe(confirm)
     assert A.of(gone).headline()[0].startswith("speedup: ")
 

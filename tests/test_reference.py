@@ -213,6 +213,9 @@ def test_reads_start_only_once_the_searchs_own_reads_show_drift_and_the_report_s
     loaded = TrialRecord(number=2, status="ok", knobs={}, metrics={"samples_per_s": 90.0}, info={"disturbed": "x"})
     assert drift_seen([baseline(100.0, 105.0), calm, loaded]) == "trial #2 was measured under load from outside (x)"
     assert drift_seen([calm]) is None  # no baseline measured yet
+    alone = baseline(100.0, 100.0)
+    alone.metrics.update(anchor_reread_disturbed=1.0)  # its second read under outside load twice: the first stands
+    assert drift_seen([alone]) == "the baseline's second read was measured under load from outside, twice"
     note = {"mode": "drifting", "taken": False, "why": "the search's own reads showed no drift"}
     assert reads_line(None, note) == "reference reads: none taken: the search's own reads showed no drift"
     share = {"reference_reads": 2, "confirm_reads": 0, "reads_s": 4.0, "share": 0.08}

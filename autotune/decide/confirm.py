@@ -95,6 +95,8 @@ def reread_anchor(
         if not (reread.ok and reread.disturbed):
             break
     second = reread.metric(unit.metric) if reread.ok and not reread.disturbed else None
+    if reread.ok and reread.disturbed:  # outside load the search's reads saw (reference.drift_seen)
+        metrics["anchor_reread_disturbed"] = 1.0
     if second:
         scale = (first + second) / 2 / first
         metrics.update({k: metrics[k] * scale for k in RATES if metrics.get(k) is not None})

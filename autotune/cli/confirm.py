@@ -54,10 +54,9 @@ def changes(done) -> list[str]:
         a, b = _get(old, key), _get(new, key)
         if a != b:
             said.append(f"{what} {_shown(a)} -> {_shown(b)}")
-    if old.get("knobs") != new.get("knobs"):
-        said.append(
-            f"knobs: trial #{_get(old, ('measured', 'best_trial'))} -> #{_get(new, ('measured', 'best_trial'))}"
-        )
+    trials = _get(old, ("measured", "best_trial")), _get(new, ("measured", "best_trial"))
+    if trials[0] != trials[1]:  # a tie hands the export back to the baseline (or a rejected best to the next)
+        said.append(f"knobs: trial #{trials[0]}'s -> trial #{trials[1]}'s")
     path = done.after.best_config_path
     lines.append(
         f"{path}: " + ("; ".join(said) if said else "the claim is the same") if path else "no best_config.yaml"

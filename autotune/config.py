@@ -173,6 +173,7 @@ class Config:
         self.cannot: dict[str, str] = {}
         self.own: dict[str, Any] = {}
         self._model_recorded = False  # a model was handed over (`record_model`)
+        self._compiled_loaded = False  # the file's compiled artifacts were looked at (`load_compiled`)
         self._process_applied = False  # the process-wide knobs are in effect (`apply_process_knobs`)
         self.flag_knobs: set[str] = set()  # knobs a script's own flags set (autotune.instrument._transformers)
         self.framework: str | None = None  # a framework whose instrumentation reports the steps (`claim`)
@@ -209,6 +210,29 @@ class Config:
             os.environ.update(environment(self.knobs, dict(os.environ)))
         apply_process_flags(self.knobs)
         apply_backend_flags(self.knobs)
+
+    def load_compiled(self) -> None:
+        """The search's compiled artifacts beside the file (its `compile_artifacts`: the winner's, autotune.trial.
+        compiled), loaded once before this process compiles a model, where the file compiles one: production's
+        first steps do not compile from scratch. One made with another torch or on another device is stale: one
+        line on stderr says so, and the program compiles as usual. Called where a model is prepared (`prepare`,
+        `wrap`, the instrumentation's model and Trainer); nothing in a trial (it measures its own compile)."""
+        artifacts = self.file.get("compile_artifacts")
+        if self._compiled_loaded or self.in_trial or not isinstance(artifacts, dict) or not artifacts.get("path"):
+            return
+        self._compiled_loaded = True
+        if (self.file.get("knobs") or {}).get("compile", "none") == "none":
+            return
+        import sys
+
+        import torch
+
+        from autotune.trial import compiled
+
+        device = torch.cuda.get_device_name() if self.device_type == "cuda" else "cpu"
+        line = compiled.load(artifacts["path"], device)
+        if line:
+            print(line, file=sys.stderr)
 
     def claim(self, framework: str) -> None:
         """`framework`'s instrumentation (a Trainer's callback) reports the steps and applies the knobs: torch's
@@ -306,6 +330,7 @@ class Config:
         self.loop.watch(model)
         self.record_model(model)
         prepare_lm(model, self.knobs, self.blocks)
+        self.load_compiled()
         model = prepare_model(model, self.knobs, self.device_type)
         return model, None if optimizer is None else prepare_optimizer(optimizer, self.knobs)
 
@@ -331,6 +356,7 @@ class Config:
             if self.device_type == "cuda"
             else torch.device("cpu")
         )
+        self.load_compiled()
         return wrap(model, self.knobs, device, world, self.blocks)
 
     def watch(self, model):
@@ -419,13 +445,15 @@ class Config:
             self._online[loader] = OnlineLoader(loader, **options)
         return self._online[loader]
 
-    def step(self, samples: int | None = None, loss=None, *, tokens=None) -> None:
+    def step(self, samples: int | None = None, loss=None, *, tokens=None, slots=None) -> None:
         """At the end of each optimizer step of a loop without `steps` (or to report its samples and loss). A
         language model's loop says the `tokens` the step trained on (its non-padding tokens, an int or a device
-        tensor: it is read at the window's end): its throughput is then tokens/s, and its MFU is counted. Left
-        out in a `steps` loop: the batches' own (autotune.trial.tokens: `input_ids` and an attention mask)."""
+        tensor: it is read at the window's end): its throughput is then tokens/s, and its MFU is counted; and
+        the token `slots` its padded batches held (their `input_ids`' size): the share of them that was padding
+        is measured. Left out in a `steps` loop: the batches' own (autotune.trial.tokens: `input_ids` and an
+        attention mask)."""
         self.record_reach("step")
-        self.loop.step(samples, loss, tokens)
+        self.loop.step(samples, loss, tokens, slots)
 
     def data(self):
         """`with cfg.data(): batch = get_batch()`: the time inside is data wait."""

@@ -393,6 +393,11 @@ class SearchSettings(_Strict):
         "ratios spread wider than fresh processes of one config allow, are taken again, this many seconds apart "
         "(within the time budget); if those disagree too, the claim is unsettled: both figures, no single number",
     )
+    keep_compile_cache: StrictBool = Field(
+        False,
+        description="keep the trials' shared inductor and Triton caches (the run dir's compile-cache/) after the "
+        "search; removed at its end by default (the winner's compiled artifacts stay beside best_config.yaml)",
+    )
 
 
 class Resources(_Strict):
@@ -445,8 +450,9 @@ class Safety(_Strict):
     parity_steps: StrictInt = Field(20, ge=2, description="training steps of the multi-step parity check")
     keep_effective_batch: StrictBool = Field(
         False,
-        description="search batch sizes that divide the baseline's, with gradient accumulation, "
-        "so the optimization batch never changes",
+        description="search micro-batches that divide the baseline's effective batch (its micro-batch times its "
+        "gradient accumulation: 2 x 4 tries 4 x 2 and 8 x 1), with the accumulation that keeps it, so the "
+        "optimization batch never changes",
     )
 
 
@@ -565,10 +571,12 @@ class SearchPlan:
         parity: dict | None = None,
         flops_cache: str | None = None,
         pickled: bytes | None = None,
+        accumulation: int = 1,
     ):
         """What every trial of the search shares (`autotune.trial.request.TrialSettings`), on `device` from
-        `baseline` (every knob's value); `pickled`: a factory given in Python, which trials load from the run dir's
-        workload.pkl (the bytes travel in the backend's settings to other nodes)."""
+        `baseline` (every knob's value) and its `accumulation` (micro-batches a step: its effective batch's other
+        factor); `pickled`: a factory given in Python, which trials load from the run dir's workload.pkl (the
+        bytes travel in the backend's settings to other nodes)."""
         from autotune.trial.request import TRIAL_KEYS, TrialSettings, parity_against, trial_window
         from autotune.workload import pickled_ref
 
@@ -581,7 +589,7 @@ class SearchPlan:
             trial=trial_window({k: getattr(trial, k) for k in TRIAL_KEYS}),
             device=device,
             seed=self.search.seed,
-            base_batch=baseline["batch_size"],
+            base_batch=baseline["batch_size"] * accumulation,  # the effective batch a micro-batch accumulates to
             keep_effective_batch=self.safety.keep_effective_batch,
             # default: against `baseline`'s knobs, as long and within the tolerance the safety section says
             parity=parity or parity_against(baseline, self.safety.parity_steps, self.safety.tolerance),

@@ -202,7 +202,29 @@ def test_an_hf_trainer_script_is_a_trial_with_no_line_changed(tmp_path):
         "precision": "32-true",
         "compile": "none",
         "fused_optimizer": True,
+        "grad_accumulation_steps": 1,  # its effective batch's other factor (keep_effective_batch's)
     }
+
+
+@pytest.mark.timeout(600)
+def test_a_padding_collators_language_model_measures_its_padding_and_puts_padding_free_first(tmp_path):
+    """lm_trainer.py: texts of 4 to 24 tokens, each batch padded to its longest (issue 62). The trial measures the
+    share of the padded batches' token slots that is padding, the attention kernel its model runs; the playbook
+    puts padding-free rows first, saying which measurement chose them and what they may gain."""
+    from autotune.decide.playbook import advise
+
+    proc, trial = run_trial(tmp_path, "lm_trainer.py", {}, ["--output_dir", "mine", "--max_steps", "100000"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = TrialResult.read(trial / "result.json")
+    assert result.status == "ok", result.error
+    pad = result.metrics["padding_frac"]
+    assert 0.25 < pad < 0.6  # a 4-row batch of 4-24 tokens, padded to its longest
+    facts = result.diagnosis["facts"]
+    assert facts["padding_frac"] == pytest.approx(pad, abs=1e-4) and facts["attention"] == "sdpa"
+    assert result.diagnosis["bottleneck"] in (None, "input")  # its own loop: the wait alone is measured
+    moves = advise(result.diagnosis, {**result.own_knobs, **result.knobs})["moves"]
+    assert moves[0]["knob"] == "padding_free" and moves[0]["by"] == f"padding {pad:.0%} of the batches' token slots"
+    assert moves[0]["gain"] == pytest.approx(1 / (1 - facts["padding_frac"]))
 
 
 @pytest.mark.timeout(600)
@@ -675,6 +697,7 @@ def test_a_probe_reads_a_trl_scripts_own_settings_its_flags_and_trls_defaults(tm
         "compile": "none",
         "persistent_workers": False,
         "liger_kernels": False,
+        "grad_accumulation_steps": 1,
     }
 
 

@@ -378,3 +378,17 @@ def test_blocks_are_the_repeated_class_holding_the_most_parameters():
     assert {type(b).__name__ for b in K.find_blocks(resnet18())} == {"BasicBlock"}
     assert K.find_blocks(tiny_cnn()) == []
     assert len(K.find_blocks(TinyTransformer(), ["LayerNorm"])) == 5  # named: 2 per layer and the final norm
+
+
+def test_keep_effective_batch_lets_the_micro_batch_grow_as_the_accumulation_shrinks():
+    """A program's baseline of 2 x 4 (micro-batch x its own accumulation, issue 62): 4 x 2 and 8 x 1 keep its
+    effective batch of 8; before, only divisors of its micro-batch of 2 were tried."""
+    lists = {"batch_size": [1, 2, 4, 8, 16, 32]}
+    space = K.resolve_space(lists, {"batch_size": 2}, K.Device("cpu", 2), keep_effective_batch=True, accumulation=4)
+    assert space.search["batch_size"] == [1, 2, 4, 8] and space.accumulation == 4
+    assert (
+        "batch_size=16: keep_effective_batch: a micro-batch must divide the baseline's effective batch 2 x 4 "
+        "accumulated" in space.dropped
+    )
+    alone = K.resolve_space(lists, {"batch_size": 2}, K.Device("cpu", 2), keep_effective_batch=True)
+    assert alone.search["batch_size"] == [1, 2] and alone.accumulation == 1

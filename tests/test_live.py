@@ -48,8 +48,24 @@ def test_with_a_time_budget_the_live_view_counts_down_the_budget_and_the_trials(
     render = Console(width=200, record=True)
     render.print(view._view())
     assert "1/384 trials, 1:00 elapsed, ~3:59 left" in render.export_text()
+    assert view._progress() == "[1/384] 1:00 of 5:00"  # a trial's line: the count against what ends the search
     view.budget_s = None  # no budget: the trials left at the pace so far (383 more at a minute each)
     assert view._count() == "1/384" and view._eta().startswith("1:00 elapsed, ~38")
+    assert view._progress() == "[1/384]"
+
+
+def test_a_budget_without_a_cap_of_its_own_counts_the_trials_against_the_clock_not_the_spaces_size():
+    """`autotune search --budget 5m -- python clm.py`: n_trials left out, the space's 41472 points cap nothing
+    the budget does not (it read `[9/41472]`: issue 62)."""
+    from autotune import knobs as K
+
+    view = LiveView(quiet=True)
+    space = K.Space(baseline={}, search={"a": list(range(96)), "b": list(range(432))}, fixed={}, dropped=[])
+    view.on_start(K.Device("cpu", 2), space, "runs/x", n_trials=41472, time_budget_s=300.0)
+    view.started -= 257.2
+    for r in _records()[:1] * 9:
+        view.rows.append(r)
+    assert view._progress() == "[9] 4:17 of 5:00" and view._count() == "9"
 
 
 def test_a_programs_probe_is_a_phase_with_its_elapsed_time_before_the_trials(monkeypatch):

@@ -339,3 +339,30 @@ def test_a_step_time_that_falls_in_cycles_is_not_a_warm_up_and_the_whole_window_
     _, m = _fed(cycles, capped)  # a half held out, then the cap: the held steps given back
     assert m["window_unsettled"] == 1.0 and "warmup_extended_steps" not in m
     assert m["step_ms_mean"] == pytest.approx(15.0, rel=0.05)
+
+
+def test_a_step_that_compiles_is_warm_up_and_the_window_never_includes_it():
+    """A recompile in the window (a new shape, a graph break's new frame): the steps up to it leave the window
+    for good, and the window starts again after it. Dynamo compiles for real here (its eager backend: the
+    frame is traced and accounted as inductor's would be, without C++), at the window's 15th step."""
+    import torch
+
+    from autotune.trial.compiled import compile_seconds
+
+    now, before = [0.0], compile_seconds()
+    rule = M.WindowRule(min_steps=10, min_s=0.5, target_ci=0.02, max_steps=400, max_s=30.0)
+    window = M.Window(rule, "cpu", lambda: None)
+    window.clock = lambda: now[0]
+    window.start()
+    for i in range(400):
+        if i == 14:  # this step compiles: 200 ms of it in the window would read ~2% slow over 1 s
+            torch.compile(lambda x: torch.sin(x) + 1, backend="eager")(torch.ones(3))
+            now[0] += 0.2
+        now[0] += 0.01 * jitter(i)
+        window.step_done(2)
+        if window.done():
+            break
+    m = window.finish()
+    assert compile_seconds() > before and m["compile_s"] == pytest.approx(compile_seconds())
+    assert m["window_recompiled_steps"] == 15 and m["window_recompiled_s"] == pytest.approx(0.35, rel=0.1)
+    assert m["step_ms_mean"] == pytest.approx(10.0, rel=0.05) and m["step_ms_max"] < 15  # the compile is not in it

@@ -124,9 +124,14 @@ def test_safe_class_knobs_with_rounding_level_numerics_add_no_risk_to_a_tie():
         timed(8, 151.4, 0.082, **both),
         timed(4, 172.0, 0.07, channels_last=True, set_to_none=False, **both),
     ]
-    assert pick_best(records).number == 4 and pick_best(records).tie is None  # the fastest: no safer config ties it
-    assert pick_best(records[:3]).number == 2
     assert risk(records[3].knobs, records[0].knobs) == risk(records[2].knobs, records[0].knobs) == (2, 1, True)
+    # ... but a knob whose change made no difference beyond the noise against the config without it is not exported
+    # (issue 62): set_to_none=False (#4 against #2), then channels_last (#2 against #8), each inside the windows' CIs
+    best = pick_best(records)
+    assert best.number == 8 and best.tie["faster_trial"] == 4
+    assert best.tie["note"].startswith("set_to_none=off (trial #4, 172 samples/s +-7.0%); channels_last=on (")
+    records[2].metrics["step_mean_ci95"] = records[1].metrics["step_mean_ci95"] = 0.02  # known closer: they count
+    assert pick_best(records).number == 2
 
 
 def test_a_window_that_tied_with_a_safer_incumbent_is_neither_the_best_nor_a_gain():
@@ -165,3 +170,22 @@ def test_search_state_reads_an_older_run_dir_and_writes_back_what_it_did_not_kno
     again = json.loads((tmp_path / "search.json").read_text())
     assert again["x_old"] == 1 and again["wall_s"] == 2.5 and "stopped_reason" not in again
     assert SearchState.read(tmp_path).finished and SearchState.read_or_none(tmp_path / "none") is None
+
+
+def test_a_knob_that_made_no_difference_beyond_the_noise_falls_back_to_the_baselines_value():
+    """A transformer's winner exported channels_last (issue 62): its change made no difference beyond the noise
+    against the same config without it, so the config without it is the best, as a tie goes."""
+    records = [
+        timed(0, 100.0, 0.02),
+        timed(1, 150.0, 0.02, precision="bf16-mixed"),
+        timed(2, 152.0, 0.02, precision="bf16-mixed", channels_last=True),  # within the noise of #1
+        timed(3, 180.0, 0.02, precision="bf16-mixed", channels_last=True, num_workers=2),
+        timed(4, 179.0, 0.02, precision="bf16-mixed", num_workers=2),  # the winner without channels_last
+    ]
+    best = pick_best(records)
+    assert best.number == 4 and not best.knobs["channels_last"]
+    assert best.tie["faster_trial"] == 3 and best.tie["note"].startswith("channels_last=on (trial #3, 180")
+    assert "made no difference beyond the noise" in best.tie["note"]
+    records[4].metrics["samples_per_s"] = 150.0  # without it, clearly slower: channels_last counts
+    assert pick_best(records).number == 3
+    assert pick_best(records[:4]).number == 3  # the config without it never measured: nothing to fall back to

@@ -379,7 +379,10 @@ def test_keep_effective_batch_searches_divisors_and_accumulates():
         {"batch_size": [8, 16, 48, 64]}, K.pytorch_defaults(32), CPU, LEVELS["numerics"], keep_effective_batch=True
     )
     assert space.search["batch_size"] == [32, 8, 16]
-    assert "batch_size=48: keep_effective_batch: a micro-batch must divide the baseline batch 32" in space.dropped
+    assert (
+        "batch_size=48: keep_effective_batch: a micro-batch must divide the baseline's effective batch 32"
+        in space.dropped
+    )
     session = prepare(W.load("tiny_cnn"), {**K.pytorch_defaults(8)}, CPU, steps=4, accum_steps=4)
     before = [p.detach().clone() for p in session.model.parameters()]
     batches = iter(session.loader)

@@ -618,6 +618,8 @@ ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_search.py": "test_bench_search_replays_the_committed_landscapes",
     "bench/bench_program.py": "bench_programs.py's smoke run, on the search it makes",
     "bench/builtin_program.py": "test_builtin_program_runs_as_a_program_trial",  # a program, not a benchmark
+    "bench/bench_compile.py": "test_bench_compile_loads_the_artifacts_in_production_and_says_a_stale_one",
+    "bench/bench_peer.py": "test_bench_peer_runs_loadtune_and_autotune_to_its_json_line",
 }
 # a search's trial at its floor: no profile, no diagnosis (search_phases' search)
 SMOKE_TRIAL = {"warmup_steps": 2, "min_window_s": 0.2, "max_window_s": 0.3, "profile_steps": 0, "diagnose": False}
@@ -710,3 +712,37 @@ def test_builtin_program_runs_as_a_program_trial(tmp_path):
     result = run_in_process(config, tmp_path / "trial", 120, root, {}, launch=Launch("spawn"))
     assert result.status == "ok", result.error
     assert result.metrics["samples_per_s"] > 0 and result.metrics["window_steps"] >= 1
+
+
+@pytest.mark.slow  # three CPU compiles (~2 min on this host): not in the CI tier. In CI: test_compiled (the bundle,
+# the stale line), test_measure (the window's compile)
+@pytest.mark.timeout(900)
+def test_bench_compile_loads_the_artifacts_in_production_and_says_a_stale_one(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench/bench_compile.py", "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])["production"]
+    assert out["loaded"].startswith("autotune: compiled artifacts loaded from compile_artifacts.tar (")
+    assert out["stale"].startswith("autotune: compile_artifacts.tar is stale (made with torch 1.0.0, this is torch")
+    assert set(out["first_step_s"]) == {"with", "without"}
+
+
+@pytest.mark.slow  # it pip-installs loadtune 0.3.0 from PyPI and runs a search (~2 min): not in the CI tier
+@pytest.mark.timeout(900)
+def test_bench_peer_runs_loadtune_and_autotune_to_its_json_line(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "scripts/bench/bench_peer.py", "--smoke", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=880,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if not out["installed"]:
+        pytest.skip(f"loadtune 0.3.0 did not install from PyPI: {out['error']}")
+    assert set(out["samples_per_s"]) == {"baseline", "loadtune", "autotune_at_peer", "autotune_final"}
+    assert out["peer_s"] > 0 and isinstance(out["done"], bool)

@@ -10,9 +10,9 @@ import optuna
 import pytest
 
 from autotune.knobs import Device, pytorch_defaults
-from autotune.decide.budget import budget_fits, estimate_cost, no_improvement_for, trial_cap
+from autotune.decide.budget import budget_fits, compile_cost, no_improvement_for, trial_cap, trial_cost
 from autotune.decide.playbook import advise
-from autotune.decide.strategy import Facts, Strategy
+from autotune.decide.strategy import Facts, Strategy, skip_combination
 from autotune.trial.diagnose import diagnose
 
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -67,10 +67,11 @@ def drive(strategy, landscape, n, bottleneck="input"):
 def test_baseline_first_then_what_the_diagnosis_recommends():
     seen = drive(make(), input_bound, 3)
     assert seen[0][:2] == ("baseline", BASE)
-    # input-bound (a bottleneck alone: the playbook's moves): a rung more workers and pinning together
-    assert seen[1][:2] == ("plan", {**BASE, "num_workers": 2, "pin_memory": True})
+    # input-bound (a bottleneck alone: the playbook's moves): a rung more workers, alone (the moves together only
+    # from knobs that each helped alone: issue 62)
+    assert seen[1][:2] == ("plan", {**BASE, "num_workers": 2})
     # no diagnosis of the new incumbent: nothing says it is still input-bound; the next knob gets its turn
-    assert seen[2][1] == {**BASE, "num_workers": 2, "pin_memory": True, "batch_size": 64}
+    assert seen[2][1] == {**BASE, "num_workers": 2, "pin_memory": True}
 
 
 def test_a_sized_workers_move_jumps_to_the_rung_the_rates_ask_for():
@@ -83,7 +84,7 @@ def test_a_sized_workers_move_jumps_to_the_rung_the_rates_ask_for():
     ]
     strategy.tell(p.trial, *input_bound(p.params), diagnosis={"bottleneck": "input", "moves": moves, "evidence": []})
     assert strategy.study.trials[0].user_attrs["diagnosis"] == {"bottleneck": "input", "moves": moves}
-    assert strategy.ask().params == {**BASE, "num_workers": 4, "pin_memory": True}
+    assert strategy.ask().params == {**BASE, "num_workers": 4}  # alone: pinning has not helped alone yet
 
 
 def test_reaches_the_best_of_a_landscape_in_few_trials_and_never_repeats():
@@ -307,7 +308,7 @@ def test_the_search_follows_the_moving_bottleneck_and_climbs_workers_again():
     top = max(moving(dict(zip(MOVING_SPACE, v)))[0] for v in itertools.product(*MOVING_SPACE.values()))
     assert max(moving(p)[0] for p, *_ in seen[:12]) >= 0.95 * top
     incumbents = [(i, p, b) for i, (p, b, new) in enumerate(seen) if new]
-    assert [b for *_, b in incumbents][:5] == ["input", "overhead", "input", "overhead", "compute"]
+    assert [b for *_, b in incumbents][:5] == ["input", "overhead", "overhead", "input", "compute"]
     # every input-bound incumbent (below the top rung) is moved from by more workers, at once
     reopened = [(p, seen[i + 1][0]) for i, p, b in incumbents if b == "input" and p["num_workers"] < 16]
     assert len(reopened) >= 3
@@ -328,22 +329,24 @@ def test_with_only_the_baseline_diagnosed_the_climb_does_not_follow_the_bottlene
 
 
 def test_compile_modes_are_scheduled_by_what_the_budget_affords():
-    costs = {"none": [12.0, 14.0], "default": [40.0, 60.0]}
-    assert estimate_cost("default", costs) == 50.0  # measured: its own median
-    assert estimate_cost("reduce-overhead", costs) == 75.0  # scaled from default
-    assert estimate_cost("max-autotune", costs) == 150.0
-    assert estimate_cost("default", {"none": [12.0]}) is None  # nothing says: the first compile trial runs
+    # eager trials of 12 and 14 s; two compile=default trials of other graphs, 28 and 46 s of it compiling
+    spent = [({"compile": "none"}, 12.0, None), ({"compile": "none"}, 14.0, None)]
+    spent += [({"compile": "default", "b": 1}, 40.0, 28.0), ({"compile": "default", "b": 2}, 60.0, 46.0)]
+    assert compile_cost({"compile": "default", "b": 1, "num_workers": 2}, spent) == 28.0  # its graph: a cache hit
+    assert compile_cost({"compile": "default", "b": 3}, spent) == 46.0  # a new graph: the cold compile measured
+    assert compile_cost({"compile": "reduce-overhead", "b": 3}, spent) == 69.0  # scaled from default's
+    assert compile_cost({"compile": "max-autotune", "b": 3}, spent) == 138.0
+    assert compile_cost({"compile": "default"}, spent[:2]) is None  # nothing says: the first compile trial runs
+    assert trial_cost({"compile": "none"}, spent) == 13.0 and trial_cost({"compile": "default"}, spent[:2]) == 38.0
     # what autotune.execution.driver asks with: the finished trials, read at each call
     records = [
-        SimpleNamespace(knobs={"compile": m}, info={"trial_wall_s": c}, metrics={})
-        for m, cs in costs.items()
-        for c in cs
+        SimpleNamespace(knobs=k, info={"trial_wall_s": w}, metrics={"compile_s": c} if c else {}) for k, w, c in spent
     ]
-    fits = budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())
+    fits = budget_fits(records, {"compile": "none", "b": 3}, 100.0, time.perf_counter())
     assert fits({}) and fits({"compile": "reduce-overhead"}) and not fits({"compile": "max-autotune"})
     # a trial that built the search's parity reference costs the rest of the search less than it took
     records[-1].info["trial_wall_s"], records[-1].metrics["parity_reference_s"] = 140.0, 80.0
-    assert budget_fits(records, {"compile": "none"}, 100.0, time.perf_counter())({"compile": "reduce-overhead"})
+    assert budget_fits(records, {"compile": "none", "b": 3}, 100.0, time.perf_counter())({"compile": "reduce-overhead"})
     assert budget_fits(records, {"compile": "none"}, None, 0.0)({"compile": "max-autotune"})  # no budget
     # overhead-bound: the playbook asks for reduce-overhead first; with 60 s left only default fits
     space = {"pin_memory": [False, True], "compile": ["none", "default", "reduce-overhead", "max-autotune"]}
@@ -353,11 +356,7 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
         strategy = Strategy(study, space, {"pin_memory": False, "compile": "none"})
         p = strategy.ask()
         strategy.tell(p.trial, "ok", 100.0, diagnosis={"bottleneck": "overhead", "moves": moves})
-        fits = (
-            (lambda params: True)
-            if left is None
-            else (lambda params: (estimate_cost(params["compile"], costs) or 0.0) <= left)
-        )
+        fits = (lambda params: True) if left is None else (lambda params: trial_cost({**params, "b": 3}, spent) <= left)
         assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}
 
 
@@ -428,3 +427,49 @@ def test_a_larger_micro_batch_that_fits_only_with_checkpointing_is_found_by_the_
         max(v for *_, v in seen if v)
         == memory_bound_lm({**LM_BASE, "batch_size": 16, "activation_checkpointing": "full"})[1]
     )
+
+
+PAD_SPACE = {"num_workers": [0, 2], "precision": ["32-true", "bf16-mixed"], "padding_free": [False, True]}
+PAD_BASE = {"num_workers": 0, "precision": "32-true", "padding_free": False}
+
+
+def padded_lm(p):
+    """A padding collator's language model: 40% of its batches' token slots are padding; padding-free rows gain
+    what the padding cost, workers a little, bf16 nothing on this CPU."""
+    return "ok", 100 * (1.6 if p["padding_free"] else 1) * (1.1 if p["num_workers"] else 1)
+
+
+def test_a_language_models_padding_puts_padding_free_first_and_says_which_measurement_chose_it():
+    """Issue 62: the baseline input-bound (the registry's order: workers first), its padding 40% measured: the
+    first trial after it is padding-free, the move with the largest gain the measurement bounds, and the trial
+    says what chose it."""
+    strategy = Strategy(optuna.create_study(direction="maximize"), PAD_SPACE, PAD_BASE, "autotune", seed=0)
+    base = strategy.ask()
+    facts = {"padding_frac": 0.4, "attention": "sdpa", "cuda": False}
+    diagnosis = advise({"bottleneck": "input", "facts": facts}, base.params)  # as the trial's result carries it
+    strategy.tell(base.trial, "ok", 100.0, diagnosis=diagnosis, attrs={"wall_s": 6.0})
+    first = strategy.ask()
+    assert first.params == {**PAD_BASE, "padding_free": True}
+    assert first.chosen_by == "padding 40% of the batches' token slots"
+    assert first.trial.user_attrs["chosen_by"] == first.chosen_by
+
+
+def test_a_drawn_combination_of_knobs_that_did_not_help_alone_is_skipped_and_says_so():
+    """Issue 62: multi-knob combinations only from knobs that each helped alone. Workers helped alone, bf16 and
+    padding-free did not: a draw of bf16 with padding-free is skipped (told to the sampler, with why); one of
+    workers with padding-free, a single unproven change, runs."""
+    strategy = Strategy(optuna.create_study(direction="maximize"), PAD_SPACE, PAD_BASE, "autotune", seed=0)
+    measured = [({}, 100.0), ({"num_workers": 2}, 130.0), ({"precision": "bf16-mixed"}, 99.0)]
+    for change, value in measured + [({"padding_free": True}, 100.5)]:
+        strategy.study.enqueue_trial({**PAD_BASE, **change})
+        proposal = strategy.ask()
+        assert proposal.params == {**PAD_BASE, **change}
+        strategy.tell(proposal.trial, "ok", value, attrs={"wall_s": 5.0})
+    assert strategy.helped() == {("num_workers", 2)}
+    drawn = strategy.study.ask()
+    assert skip_combination(strategy, drawn, {**PAD_BASE, "precision": "bf16-mixed", "padding_free": True})
+    said = strategy.study.trials[drawn.number].user_attrs
+    assert said["status"] == "skipped" and said["error"].startswith(
+        "skipped: combines precision=bf16-mixed, padding_free=True, which did not each help alone"
+    )
+    assert not skip_combination(strategy, strategy.study.ask(), {**PAD_BASE, "num_workers": 2, "padding_free": True})

@@ -10,6 +10,7 @@ swaps that console (a test capturing the output) captures the live view too."""
 
 from __future__ import annotations
 
+import math
 import time
 
 from rich.columns import Columns
@@ -75,6 +76,7 @@ class LiveView(SearchCallback):
         self.user_knobs = K.UserKnobs()  # the search's user knobs (on_start), as declared: the best's safety words
         self.shown: tuple | None = None  # the incumbent the lines last named
         self.n_trials, self.budget_s, self.started = None, None, time.monotonic()
+        self.capped = True  # the trial count can end the search (a cap of its own, not the space's size)
         self.probing: tuple[float, float] | None = None  # a program's probe: its start (monotonic), first-step limit
 
     def on_probe(self, running: bool, first_step_s: float) -> None:
@@ -106,6 +108,8 @@ class LiveView(SearchCallback):
         self.baseline = dict(space.baseline)
         self.user_knobs = K.UserKnobs.of(space.user)
         self.n_trials, self.budget_s, self.started = n_trials, time_budget_s, time.monotonic()
+        # with a time budget and no cap of its own (n_trials left out: the space's points), the budget ends it
+        self.capped = not (time_budget_s and n_trials and n_trials >= math.prod(map(len, space.search.values())))
         report.console.print(
             f"[bold]autotune[/] search on [cyan]{device.type}[/] ({device.name}, {device.cpus} CPUs) -> {run_dir}"
         )
@@ -139,7 +143,9 @@ class LiveView(SearchCallback):
             self.live.update(self._view())
         else:
             news = self._news(record)
-            report.console.print(Text(f"[{self._count()}] {self._line(record)}{news}  ({self._eta()})"))
+            report.console.print(
+                Text(f"{self._progress()} {self._line(record)}{news}" + ("" if self.budget_s else f"  ({self._eta()})"))
+            )
 
     def _news(self, record) -> str:
         """The incumbent, where it changed since the last line named it: on the trial's own line."""
@@ -182,12 +188,20 @@ class LiveView(SearchCallback):
             self.live.stop()
             self.live = None
 
-    def _count(self) -> str:  # the trial count is a limit, with a time budget too (the first reached ends it)
-        return f"{len(self.rows)}/{self.n_trials}"
+    def _count(self) -> str:
+        """The trials run, against the trial cap where one can end the search (`9/20`), never the space's size."""
+        return f"{len(self.rows)}/{self.n_trials}" if self.capped and self.n_trials else f"{len(self.rows)}"
+
+    def _progress(self) -> str:
+        """A trial line's head: the count against what ends the search, `[9/20]` with a trial cap, `[9] 4:17 of
+        5:00` with a time budget (both with both: the first reached ends it)."""
+        budget = self.budget_s
+        return f"[{self._count()}]" + (
+            f" {_clock(time.monotonic() - self.started)} of {_clock(budget)}" if budget else ""
+        )
 
     def _eta(self) -> str:
-        """Elapsed, and time left: of the time budget, else the trials still
-        to run at the pace so far."""
+        """Elapsed, and time left: of the time budget, else the trials still to run at the pace so far."""
         elapsed = time.monotonic() - self.started
         left = None
         if self.budget_s:
@@ -214,7 +228,8 @@ class LiveView(SearchCallback):
         value = r.measured  # in its unit (trial.result.unit_of: a language model's tokens/s)
         perf = f"{sig(value)} {r.unit.label}" if value else f"{r.error_type}: {r.error}"
         speed = f" {sig(r.speedup)}x" if r.speedup and not r.is_baseline else ""
-        return f"trial {r.number:3d} {r.status} " + ("baseline" if r.is_baseline else knobs) + f"  {perf}{speed}"
+        by = f" (chosen by {r.info['chosen_by']})" if r.info.get("chosen_by") else ""  # the measurement behind it
+        return f"trial {r.number:3d} {r.status} " + ("baseline" if r.is_baseline else knobs) + f"{by}  {perf}{speed}"
 
     def _table(self) -> Table:
         table = Table(title="trials", title_justify="left")

@@ -20,6 +20,7 @@ from autotune import knobs as K
 from autotune.cli._common import UserError, user_errors
 from autotune.export import analysis
 from autotune.records.verdicts import confirmed_unit, describe, sig
+from autotune.trial.diagnose import bound
 
 console = Console(highlight=False, soft_wrap=True)  # long lines stay whole in logs
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -139,7 +140,7 @@ def _table(d: dict, rows=ROWS, user_knobs=None) -> Table:
             K.shown(flag["baseline"]),
             f"[bold]{K.shown(flag['tuned'])}[/]",
         )
-    table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck", "-") for t in (base, other)))
+    table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck") or "-" for t in (base, other)))
     table.add_row("[bold]speedup[/]", "1.00x", _speedup_cell(d))
     return table
 
@@ -271,7 +272,7 @@ def details(d: dict) -> list:
     for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
         if t and t["diagnosis"]:
             diag = t["diagnosis"]
-            out.append(f"{label}: {diag['bottleneck']}-bound")
+            out.append(f"{label}: {bound(diag)}")
             out += [f"  {e}" for e in diag["evidence"]]
             out += [f"  try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
@@ -333,10 +334,20 @@ def _search_notes(d: dict) -> list[str]:
     for c in d["compile"]:
         if c["first_step_s"] is not None:
             eager = f" (baseline, eager: {sig(c['eager_first_step_s'])} s)" if c["eager_first_step_s"] else ""
+            took = f"{sig(c['compile_s'])} s compiling, " if c.get("compile_s") else ""
             notes.append(
-                f"compile={c['compile']} (trial #{c['trial']}): first step after {sig(c['first_step_s'])} s"
+                f"compile={c['compile']} (trial #{c['trial']}): {took}first step after {sig(c['first_step_s'])} s"
                 f"{eager}, then {sig(c[unit.metric])} {unit.label}"
             )
+    spent = [c["compile_s"] for c in d["compile"] if c.get("compile_s")]
+    if len(spent) > 1:  # one cache for the search's trials: a graph compiled once
+        notes.append(f"compile: {sig(sum(spent))} s in all over {len(spent)} trials (one compile cache for them)")
+    notes += [
+        f"trial #{c['trial']} "
+        + " ".join(f"{short(k)}={K.shown(v)}" for k, v in c["knobs"].items() if k in K.KNOBS or k.startswith("args."))
+        + f": chosen by {c['by']}"
+        for c in d.get("chosen") or []
+    ]
     if d["other_devices"]:
         names = sorted({str(o["device_name"]) for o in d["other_devices"]})
         notes.append(
@@ -438,7 +449,7 @@ def _markdown_findings(d: dict) -> list[str]:
     for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
         if t and t["diagnosis"]:
             diag = t["diagnosis"]
-            lines += ["", f"{label}: {diag['bottleneck']}-bound", "", *(f"- {e}" for e in diag["evidence"])]
+            lines += ["", f"{label}: {bound(diag)}", "", *(f"- {e}" for e in diag["evidence"])]
             lines += [f"- try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
         lines += _markdown_effects(d)

@@ -59,6 +59,9 @@ def command(
         "90s, 5m (overrides trial.first_step_s, 2m; the probe's never past --budget)",
     ),
     seed: Optional[int] = typer.Option(None, "--seed", help="the sampler's seed (overrides search.seed)"),
+    keep_compile_cache: bool = typer.Option(
+        False, "--keep-compile-cache", help="keep the trials' compile cache in the run dir (search.keep_compile_cache)"
+    ),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="no live table: one plain line per trial (for logs)"),
     reuse: bool = typer.Option(
         False,
@@ -91,6 +94,7 @@ def command(
             n_trials=n_trials,
             first_step_limit=first_step_limit,
             seed=seed,
+            keep_compile_cache=keep_compile_cache or None,
         )
         overrides.apply(spec, resumed=resume is not None)
         result = _run(spec, quiet=quiet, reuse=reuse, refresh=refresh, resume=resume is not None, backend=backend)
@@ -189,6 +193,7 @@ class Overrides:
     n_trials: Optional[int] = None
     first_step_limit: Optional[str] = None  # a duration as typed
     seed: Optional[int] = None
+    keep_compile_cache: Optional[bool] = None
 
     def apply(self, spec, *, resumed: bool) -> None:
         """Set them on `spec`; a duration that is not one, or fewer than one trial, is the user's error."""
@@ -211,6 +216,8 @@ class Overrides:
             spec.search.n_trials = self.n_trials
         if self.seed is not None:
             spec.search.seed = self.seed
+        if self.keep_compile_cache is not None:
+            spec.search.keep_compile_cache = self.keep_compile_cache
         if self.tracking_uri is not None and not resumed:
             spec.tracking.uri = self.tracking_uri
 

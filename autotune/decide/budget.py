@@ -8,6 +8,7 @@ import math
 import statistics
 from typing import Callable
 
+from autotune.decide.limits import LOADER_KNOBS
 from autotune.decide.samplers import kind
 
 
@@ -60,23 +61,51 @@ def no_improvement_for(values: list[float | None], min_improvement: float = 0.02
 COMPILE_COST = {"default": 1.0, "reduce-overhead": 1.5, "max-autotune": 3.0}
 
 
-def estimate_cost(mode: str, costs: dict[str, list[float]]) -> float | None:
-    """Seconds a trial with compile `mode` will take, from the trials so far
-    (`costs`: compile mode -> their wall times): the median of its own mode,
-    else scaled from another compile mode's (COMPILE_COST); None when nothing
-    says (the first compile trial runs, and says)."""
-    if costs.get(mode):
-        return statistics.median(costs[mode])
-    scaled = [
-        statistics.median(c) / COMPILE_COST[m] * COMPILE_COST[mode]
-        for m, c in costs.items()
-        if c and m in COMPILE_COST and mode in COMPILE_COST
-    ]
-    return max(scaled) if scaled else None
+# a compile never measured in this search: design.md's cold compile on this project's 2-core CPU (22-29 s a
+# process); the first compile trial replaces it with what it measured
+COMPILE_PRIOR_S = 25.0
+
+
+def graph_of(knobs: dict) -> tuple:
+    """What a compiled graph depends on: every knob but the loader's (workers, pinning, prefetch, persistence
+    change no graph), so two configs of one graph share the search's compile cache (a repeat is a cache hit)."""
+    return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in LOADER_KNOBS))
+
+
+def compile_cost(point: dict, spent: list[tuple[dict, float, float | None]]) -> float | None:
+    """Seconds `point`'s trial will spend compiling (0 for an eager one), from what the trials so far compiled
+    (`spent`: each one's knobs, wall seconds and `compile_s`): a graph compiled before is a hit in the search's
+    cache (the least such a repeat took); a new graph, the cold compile of its mode measured (the most it took:
+    the first of each graph was cold), else another mode's scaled (COMPILE_COST); None where no compile ran."""
+    mode = point.get("compile", "none")
+    if mode == "none":
+        return 0.0
+    compiled = [(k, c) for k, _, c in spent if c and k.get("compile", "none") != "none"]
+    repeats = [c for k, c in compiled if graph_of(k) == graph_of(point)]
+    if repeats:
+        return min(repeats)
+    own = [c for k, c in compiled if k["compile"] == mode]
+    if own:
+        return max(own)
+    scaled = [c / COMPILE_COST[k["compile"]] * COMPILE_COST[mode] for k, c in compiled if k["compile"] in COMPILE_COST]
+    return max(scaled) if scaled and mode in COMPILE_COST else None
+
+
+def trial_cost(point: dict, spent: list[tuple[dict, float, float | None]]) -> float | None:
+    """Seconds a trial of `point` will take: the median trial's without its compile, and its compile
+    (`compile_cost`; a compile never measured: COMPILE_PRIOR_S). None before any trial finished."""
+    walls = [w - (c or 0.0) for _, w, c in spent if w]
+    if not walls:
+        return None
+    compile_s = compile_cost(point, spent)
+    return statistics.median(walls) + (COMPILE_PRIOR_S if compile_s is None else compile_s)
 
 
 # why a search ends when the strategy has nothing left that `budget_fits` lets run
-NOTHING_LEFT = "no config left to try: every point measured, known infeasible, or estimated to overrun the time budget"
+NOTHING_LEFT = (
+    "no config left to try: every point measured, known infeasible, estimated to overrun the time budget, or a "
+    "combination of knobs that did not each help alone"
+)
 
 
 RESERVE_SHARE = 0.25  # at most this share of a time budget is kept aside for the re-measurement
@@ -96,6 +125,16 @@ def remeasure_cost(records: list, rounds: int, budget: float | None = None) -> f
     return min(cost, RESERVE_SHARE * budget) if budget else cost
 
 
+def spent_of(records: list) -> list[tuple[dict, float, float | None]]:
+    """What each finished trial cost (`trial_cost`'s `spent`): its knobs, its wall seconds less a parity
+    reference built inside (paid once per search), its compile seconds."""
+    return [
+        (r.knobs, r.info["trial_wall_s"] - (r.metrics.get("parity_reference_s") or 0.0), r.metrics.get("compile_s"))
+        for r in records
+        if r.info.get("trial_wall_s")
+    ]
+
+
 def budget_fits(
     records: list,
     baseline: dict,
@@ -107,9 +146,9 @@ def budget_fits(
     """`fits(params)` for `Strategy.ask`: can this config run (no two knobs in
     `conflicts`, e.g. prefetch_factor without workers), and will it finish within
     the time budget (`budget` s from `started`, a perf_counter time)? Estimated
-    from the finished trials (`records`: their `knobs` and `info["trial_wall_s"]`
-    less a parity reference built inside, read at each call) with its compile mode, or scaled from another compile
-    mode's: the compile modes the budget affords. `reserve()`: seconds kept aside at the budget's end (the
+    from the finished trials (`records`: their `knobs`, `info["trial_wall_s"]` less a parity reference built
+    inside and `compile_s`, read at each call: `trial_cost`): a graph compiled before costs its cache hit, a new
+    one its mode's cold compile or another mode's scaled: the compile modes the budget affords. `reserve()`: seconds kept aside at the budget's end (the
     re-measurement's, `remeasure_cost`)."""
     import time
 
@@ -118,12 +157,10 @@ def budget_fits(
             return False
         if not budget:
             return True
-        costs: dict[str, list[float]] = {}
-        for r in records:
-            if r.info.get("trial_wall_s"):  # less the parity reference it built: paid once per search
-                cost = r.info["trial_wall_s"] - (r.metrics.get("parity_reference_s") or 0.0)
-                costs.setdefault(r.knobs["compile"], []).append(cost)
-        cost = estimate_cost({**baseline, **params}["compile"], costs)
+        point, spent = {**baseline, **params}, spent_of(records)
+        if compile_cost(point, spent) is None:
+            return True  # the first compile trial runs, and says what a compile costs
+        cost = trial_cost(point, spent)
         return cost is None or cost <= budget - reserve() - (time.perf_counter() - started)
 
     return fits

@@ -57,6 +57,7 @@ class Climb(Naming):
         self.search, self.names, self.baseline = known.search, list(known.search), known.baseline
         self.min_improvement, self.cuda, self.user_knobs = known.min_improvement, known.cuda, known.user_knobs
         self._planned = None  # the limits the climb last planned under
+        self.priors: dict[tuple, dict] = {}  # a point's key -> the playbook move that named it (its `by`, `gain`)
 
     def name(self, study: optuna.Study) -> dict | None:
         limits = self.known.limits
@@ -117,15 +118,25 @@ class Climb(Naming):
         wanted = to if isinstance(to, list) else [to]
         return [{**center, name: v} for v in wanted if v in options and v != center[name]]
 
-    def candidates(self, center: dict, came_from: dict | None, path: "_Path | None" = None, capped=None) -> list[dict]:
+    def why(self, point: dict) -> str | None:
+        """The measurement that chose `point` (its playbook move's `by`; a diagnosis's bottleneck), or None."""
+        return (self.priors.get(key(point, self.names)) or {}).get("by")
+
+    def candidates(
+        self, center: dict, came_from: dict | None, path: "_Path | None" = None, capped=None, evidence=None
+    ) -> list[dict]:
         """The local moves from an incumbent, in the order they are tried:
-        1. what its own diagnosis says (every move at once, then each alone);
+        1. what its own diagnosis says (each move alone; all of them at once only where each of their knobs
+           helped alone, `evidence`'s `helped`: a combination is built from knobs that each helped);
            where the batch a rung up ran out of memory (`capped(point)`: it, or a
            smaller batch with the same device-side knobs, did), the capacity moves
            too: each knob that frees memory with that batch, then alone (a
            program's trials have no diagnosis: the OOM is what says so);
         2. after a change in step cost (precision, layout, compile): the batch
-           ladder again, since a cheaper step brings overhead back;
+           ladder again, since a cheaper step brings overhead back; then, for each knob
+           the incumbent changes whose change made no difference beyond the noise
+           (not in `evidence`'s `counted`), the incumbent without it: what the export
+           falls back to (`autotune.records.run_dir.pick_best`) must be measured;
         3. every other neighbour (a rung up, another value), knobs never moved
            on the climb first, in DEFAULT_ORDER (then any other knob of the
            space), then the knobs moved longest ago: each knob gets its turn
@@ -134,6 +145,7 @@ class Climb(Naming):
            (`path.left`; undoing the move that led here among them)."""
         path = path or _Path()
         left = path.left
+        helped, counted = evidence or (set(), set())
         changed = [n for n in self.names if came_from is not None and came_from[n] != center[n]]
         diagnosis = self.known.diagnosis_of(center)
         out: list[dict] = []
@@ -143,9 +155,17 @@ class Climb(Naming):
                 moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda, user_knobs=self.user_knobs)
             else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
                 moves = moves + user_moves(diagnosis.get("bottleneck"), self.user_knobs)
-            targets = [t for t in (self._targets(center, mv) for mv in moves) if t]
-            if len(targets) > 1:
-                out.append({**center, **{n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}})
+            by = f"{diagnosis['bottleneck']}-bound" if diagnosis.get("bottleneck") else None
+            targets = []
+            for mv in moves:
+                points = self._targets(center, mv)
+                for p in points:  # what named it, and what it may gain (Strategy.fastest_first)
+                    self.priors.setdefault(key(p, self.names), {"by": mv.get("by") or by, "gain": mv.get("gain")})
+                if points:
+                    targets.append(points)
+            joint = {n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}
+            if len(targets) > 1 and all((n, v) in helped for n, v in joint.items()):
+                out.append({**center, **joint})
             out += [p for t in targets for p in t]
         up = self._step(center, "batch_size", 1) if "batch_size" in self.search else None
         if up is not None and capped is not None and capped(up):
@@ -156,6 +176,9 @@ class Climb(Naming):
             ]
         if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
             out.append(self._step(center, "batch_size", 1))
+        out += [
+            {**center, n: self.baseline[n]} for n in self.names if center[n] != self.baseline[n] and n not in counted
+        ]
         order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
         order.sort(key=lambda n: path.moved.get(n, -1))  # stable: DEFAULT_ORDER among equals
         last: list[dict | None] = []
@@ -194,9 +217,10 @@ class Climb(Naming):
         best = values.get(key(center, self.names))
         if best is None:
             return None  # the baseline failed, runs, or waits to: nothing to climb from yet
+        evidence = self.known.helped(), self.known.counted()
         while True:
             ready, waiting = [], False  # the moves not measured yet, and one running
-            for point in self.candidates(center, came_from, path, capped):
+            for point in self.candidates(center, came_from, path, capped, evidence):
                 k = key(point, self.names)
                 if k not in values:
                     if free(point):
@@ -210,7 +234,7 @@ class Climb(Naming):
                     break
             else:
                 if ready:  # any measured move that gained moved the climb on; else the one the rate model names
-                    return self.known.fastest_first(ready, best * (1 + self.min_improvement))
+                    return self.known.fastest_first(ready, best * (1 + self.min_improvement), self.priors)
                 if waiting:
                     return None  # wait on the running move
                 # a local optimum; a better point found elsewhere (the sampler) is climbed from in turn

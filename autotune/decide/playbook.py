@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from autotune import knobs as K
+from autotune.trial.diagnose import MEMORY_HEADROOM, MEMORY_HIGH
 
 # The playbook, as data: per bottleneck, the moves in the order a performance
 # engineer tries them. `to`: "up" / "down" (the next value of a ladder), a value,
@@ -286,6 +287,62 @@ STEP_COST_KNOBS = (
 )
 
 
+# A language model's first moves, from what its probe and baseline measured (autotune.trial.diagnose.lm_facts):
+# each names the measurement that chose it (`by`, which the live view and the report show) and what it may gain
+# (`gain`, the step's throughput ratio the measurement bounds: the rate model's prior where it cannot predict the
+# knob, so the climb runs the largest predicted gain per second of trial first: autotune.decide.strategy).
+PADDING_FIRST = 0.25  # padding at least this share of the padded token slots: padding-free rows first
+SHARE_HIGH = 0.15  # a share of the step at least this large: its kernel's move early
+EAGER_ATTENTION = ("eager", "math", None)
+
+
+def lm_moves(facts: dict[str, Any], knobs: dict[str, Any], cuda: bool) -> list[dict[str, Any]]:
+    """A language model's first moves from its measured facts (see above), in the order of their expected gain:
+    padding at PADDING_FIRST or more: padding-free rows (and packing, where the space allows it), gaining up to
+    the padding's share of the step; an eager (or math) attention: a fused kernel (flash on CUDA, sdpa);
+    memory headroom (under half the device's): a larger micro-batch, lighter checkpointing; memory pressure
+    (over 90%): Liger's fused loss, selective checkpointing; the LM head's loss or the optimizer a large share
+    of the step: Liger's fused loss, a fused optimizer."""
+    moves: list[dict[str, Any]] = []
+    pad, shares = facts.get("padding_frac"), facts.get("shares") or {}
+    if pad is not None and pad >= PADDING_FIRST and not knobs.get("padding_free"):
+        by = f"padding {pad:.0%} of the batches' token slots"
+        for knob, how in (("padding_free", "padding-free rows"), ("packing", "packed rows")):
+            moves.append({"knob": knob, "to": True, "why": f"{how}: no compute spent on padding", "by": by,
+                          "gain": 1 / max(1 - pad, 0.2)})  # fmt: skip
+    if "attention" in facts and facts["attention"] in EAGER_ATTENTION:
+        share = shares.get("attention")
+        moves.append({
+            "knob": "attention",
+            "to": ["flash_attention_3", "flash_attention_2", "sdpa"] if cuda else ["sdpa"],
+            "why": "a fused attention kernel (FlashAttention, or sdpa's)",
+            "by": f"attention kernel {facts['attention']}" + (f", {share:.0%} of the step" if share else ""),
+            "gain": 1 + (share / 2 if share else 0.1),
+        })  # fmt: skip
+    memory = facts.get("memory_frac")
+    if memory is not None and memory < MEMORY_HEADROOM:
+        by = f"peak memory {memory:.0%} of the device's"
+        moves.append({"knob": "batch_size", "to": "up", "why": "a larger micro-batch: memory to spare", "by": by,
+                      "gain": 1.2})  # fmt: skip
+        moves.append({"knob": "activation_checkpointing", "to": ["selective", "off"], "why": "lighter activation "
+                      "checkpointing: less recomputed in backward", "by": by, "gain": 1.15})  # fmt: skip
+    elif memory is not None and memory > MEMORY_HIGH:
+        by = f"peak memory {memory:.0%} of the device's"
+        moves.append({"knob": "liger_kernels", "to": True, "why": "Liger's fused linear cross-entropy: the logits "
+                      "never held whole", "by": by, "gain": 1.1})  # fmt: skip
+        moves.append({"knob": "activation_checkpointing", "to": ["selective"], "why": "selective activation "
+                      "checkpointing: keep less", "by": by, "gain": 1.05})  # fmt: skip
+    if shares.get("lm_head_loss", 0) >= SHARE_HIGH and cuda:
+        moves.append({"knob": "liger_kernels", "to": True, "why": "Liger's fused linear cross-entropy",
+                      "by": f"the LM head's loss {shares['lm_head_loss']:.0%} of the step",
+                      "gain": 1 + shares["lm_head_loss"] / 2})  # fmt: skip
+    if shares.get("optimizer", 0) >= SHARE_HIGH:
+        moves.append({"knob": "fused_optimizer", "to": True, "why": "a fused optimizer step",
+                      "by": f"the optimizer {shares['optimizer']:.0%} of the step",
+                      "gain": 1 + shares["optimizer"] / 2})  # fmt: skip
+    return sorted(moves, key=lambda mv: -mv["gain"])
+
+
 def playbook_moves(
     bottleneck: str | None,
     knobs: dict[str, Any],
@@ -333,7 +390,13 @@ def user_moves(bottleneck: str | None, user_knobs: K.UserKnobs | None) -> list[d
 
 
 def render(move: dict[str, Any], knobs: dict[str, Any] | None = None) -> str:
-    """A move as the advice line a user reads."""
+    """A move as the advice line a user reads (with the measurement that chose it, a language model's)."""
+    line = _render(move, knobs)
+    by = move.get("by")
+    return f"{line} ({by})" if by and not by.endswith("-bound") else line
+
+
+def _render(move: dict[str, Any], knobs: dict[str, Any] | None) -> str:
     knob, to, why = move.get("knob"), move.get("to"), move["why"]
     if knob is None or knobs is None or knob not in knobs:
         return why
@@ -366,6 +429,10 @@ def advise(diagnosis: dict[str, Any], knobs: dict[str, Any]) -> dict[str, Any]:
         moves.insert(0, {**OVERSUBSCRIBED, "to": facts["threads_spare"]})
     if facts.get("memory_near_full"):
         moves = [mv for mv in moves if not _batch_up(mv)] + [dict(NEAR_FULL)]
+    first = lm_moves(facts, knobs, cuda)  # a language model's: what its padding, kernel, memory and profile say
+    moves = first + [
+        mv for mv in moves if (mv["knob"], str(mv.get("to"))) not in {(f["knob"], str(f["to"])) for f in first}
+    ]
     return {**diagnosis, "moves": moves, "recommendations": [render(mv, knobs) for mv in moves]}
 
 

@@ -27,6 +27,9 @@ class Kind:
 
     make: Callable[[Known, int], BaseSampler]
     exhaustive: bool = False
+    combines_helped: bool = False
+    """a config it draws combines only knobs that each helped alone, unless the rate model predicts a gain
+    (autotune.decide.strategy.skip_combination): the hand-tuner's rule, not a generic sampler's"""
 
 
 def _climb(known: Known, seed: int) -> BaseSampler:
@@ -36,7 +39,7 @@ def _climb(known: Known, seed: int) -> BaseSampler:
 
 
 SAMPLERS: dict[str, Kind] = {
-    "autotune": Kind(_climb),
+    "autotune": Kind(_climb, combines_helped=True),
     "tpe": Kind(lambda known, seed: TPESampler(seed=seed, multivariate=False, constant_liar=True)),
     "random": Kind(lambda known, seed: RandomSampler(seed=seed)),
     "grid": Kind(Grid, exhaustive=True),

@@ -27,12 +27,14 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.decide import model
+from autotune.decide.budget import trial_cost
 from autotune.decide.bar import Incumbent, incumbent_bar
 from autotune.decide.limits import LOADER_KNOBS, Limits, MemoryLadder, counts, key, loader_held, taken
 from autotune.decide.naming import space
 from autotune.decide.reference import Raw
 from autotune.decide.samplers import kind
 from autotune.knobs import KNOBS, UserKnobs
+from autotune.records.run_dir import beyond_noise
 from autotune.safety.parity import needs_parity
 from autotune.trial.diagnose import APART
 
@@ -60,6 +62,7 @@ class Proposal:
     params: dict[str, Any]  # the searched knobs
     source: str  # baseline | plan | sampler | grid | fallback
     predicted: float | None = None  # in the study's unit, by the rate model (autotune.decide.model), where it can say
+    chosen_by: str | None = None  # the measurement that chose a move of the climb (its playbook move's `by`)
 
 
 MAX_INCUMBENT_CI = 0.5  # an incumbent known worse than +-50% (a window of a few steps) screens and promotes nothing
@@ -79,6 +82,8 @@ def trial_attrs(result, baseline: dict) -> dict:
     rates = model.rates_of(metrics) if result.diagnosis else None
     apart = {k: metrics[k] for k in APART if k in metrics} if result.diagnosis else None
     ci = metrics.get("step_mean_ci95")  # how well its throughput is known, were it the incumbent
+    # what it cost (the rate model's price of the next trials, `Strategy.cost`): its wall less a parity reference
+    wall = (result.trial_wall_s or 0.0) - (metrics.get("parity_reference_s") or 0.0)
     wait = metrics.get("data_wait_frac")  # the baseline's decides the loader knobs' probes (`loader_held`)
     at = metrics.get("window_mid_unix")  # when it was read: its ratio is to the reference then (decide.reference)
     return {
@@ -89,6 +94,8 @@ def trial_attrs(result, baseline: dict) -> dict:
         **({"rates": rates} if rates else {}),
         **({"apart": apart} if apart else {}),
         **({"ci": min(ci, MAX_INCUMBENT_CI)} if ci is not None and ci == ci else {}),
+        **({"wall_s": wall} if wall > 0 else {}),
+        **({"compile_s": metrics["compile_s"]} if metrics.get("compile_s") else {}),
     }
 
 
@@ -119,6 +126,7 @@ class Strategy:
         self.user_knobs = facts.user_knobs
         listed = set(facts.listed)
         self.loader = [] if row.exhaustive else [n for n in LOADER_KNOBS if n in self.names and n not in listed]
+        self.combines_helped = row.combines_helped  # a drawn combination of knobs that did not help alone: skipped
         self.limits = self._limits(lambda params: True)  # what may run now: made again before each ask
         self.sources: dict[int, str] = {}  # trial number -> what named its config (`named`); else the sampler drew it
         study.sampler = self.sampler = row.make(self, seed)
@@ -222,8 +230,8 @@ class Strategy:
             if not any(self.limits.free(p) for p in space(self.search)):
                 return None
             if redraws >= MAX_REDRAWS:  # the sampler keeps repeating itself: an unmeasured point at random
-                left = [p for p in space(self.search) if self.limits.free(p)]
-                return self._enqueue(self.rng.choice(left), "fallback")
+                left = [p for p in space(self.search) if self.limits.free(p) and not self.unproven(p)]
+                return self._enqueue(self.rng.choice(left), "fallback") if left else None
             trial = self.study.ask()
             params = self._suggest(trial)
             source = self.sources.pop(trial.number, "sampler")
@@ -231,11 +239,34 @@ class Strategy:
             if source == "plan" and skip_predicted(self, trial, params):
                 self.limits = self._limits(fits)  # the climb plans again over what the skip added
                 continue
+            if source == "sampler" and self.limits.free(params) and skip_combination(self, trial, params):
+                redraws += 1
+                continue
             if self.limits.free(params):
-                predicted = self.predicted(params) if source != "sampler" else None
-                return Proposal(trial, params, source, predicted and predicted["samples_per_s"])
+                return self._proposal(trial, params, source)
             tell_virtual(self, trial, params)
             redraws += 1
+
+    def _proposal(self, trial, params: dict, source: str) -> Proposal:
+        """A named or drawn config as the next proposal: the rate model's prediction (not for a sampler's draw,
+        unless a combination ran on it) and what chose it (a climb's move: the measurement its move came from)."""
+        by = trial.user_attrs.get("chosen_by")
+        if source == "plan":
+            by = self.sampler.why(params) if hasattr(self.sampler, "why") else None
+        predicted = self.predicted(params) if source != "sampler" or by else None
+        if by:
+            trial.set_user_attr("chosen_by", by)
+        return Proposal(trial, params, source, predicted and predicted["samples_per_s"], by)
+
+    def unproven(self, point: dict) -> list[str]:
+        """The changes of `point` from the baseline that did not help alone (`helped`), where it combines two or
+        more such with others ([]: a single move on knobs that helped, or the rule is not this sampler's)."""
+        if not self.combines_helped:
+            return []
+        helped = self.helped()
+        changes = [(n, point[n]) for n in self.names if point[n] != self.baseline[n]]
+        unproven = [f"{n}={v}" for n, v in changes if (n, v) not in helped]
+        return unproven if len(unproven) > 1 else []
 
     def _enqueue(self, point: dict, source: str) -> Proposal:
         """Run `point` next: an enqueued study trial, asked at once."""
@@ -255,17 +286,67 @@ class Strategy:
         ]
         return model.predict(point, measured, shared=not self.cuda) if measured else None
 
-    def fastest_first(self, points: list[dict], above: float) -> dict:
-        """Of the climb's next moves (in its order), the one the rate model
-        predicts fastest, where that beats `above` (the incumbent and
-        min_improvement); else the climb's first (the model cannot say, or
-        predicts no gain: the playbook's order stands)."""
-        guesses = [(g["samples_per_s"], -i) for i, p in enumerate(points) if (g := self.predicted(p))]
-        top = max(guesses, default=None)
-        return points[-top[1]] if top and top[0] > above else points[0]
+    def fastest_first(self, points: list[dict], above: float, priors: dict | None = None) -> dict:
+        """Of the climb's next moves (in its order), the one with the largest predicted gain per second of its
+        trial, where it beats `above` (the incumbent and min_improvement): the gain the rate model predicts, else
+        the one its move's measurement bounds (`priors`: a point's key -> its playbook move, whose `gain` is that
+        bound: a language model's padding, kernel, memory), over the trial's predicted seconds (`cost`: a compile
+        priced at what the search's cache makes it). Else the climb's first (nothing predicts a gain: the
+        playbook's order stands)."""
+        best = above / (1 + self.min_improvement)
+        rated = []
+        for i, p in enumerate(points):
+            guess, prior = self.predicted(p), (priors or {}).get(key(p, self.names)) or {}
+            value = guess["samples_per_s"] if guess else best * prior["gain"] if prior.get("gain") else None
+            if value is not None and value > above:
+                rated.append(((value / best - 1) / (self.cost(p) or 1.0), -i))
+        top = max(rated, default=None)
+        return points[-top[1]] if top else points[0]
+
+    def cost(self, point: dict) -> float | None:
+        """Seconds a trial of `point` will take (autotune.decide.budget.trial_cost: the trials so far, a compile
+        at what the search's shared cache makes it); None before any trial finished."""
+        spent = [
+            ({**self.baseline, **t.params}, t.user_attrs["wall_s"], t.user_attrs.get("compile_s"))
+            for t in self.real_trials()
+            if t.user_attrs.get("wall_s")
+        ]
+        return trial_cost({**self.baseline, **point}, spent)
+
+    def helped(self) -> set[tuple[str, Any]]:
+        """The knob values that helped alone: measured against a config that differs in that knob alone (at
+        the value it moved from), faster by more than min_improvement (a gain, as the climb counts one)."""
+        return {(n, v) for n, v, gain in self._alone() if gain > 1 + self.min_improvement}
+
+    def counted(self) -> set[str]:
+        """The knobs whose change from the baseline's value made a difference beyond the noise
+        (autotune.records.run_dir.beyond_noise: the two windows' 95% intervals apart), measured against a config
+        that differs in that knob alone, at the baseline's value: an exported knob counts (`pick_best`); the
+        incumbent is tried without one that does not (the climb)."""
+        return {n for n, _, gain in self._alone(baseline_side=True) if gain is None}
+
+    def _alone(self, baseline_side: bool = False) -> list[tuple[str, Any, float | None]]:
+        """(knob, value, gain) for each pair of measured configs that differ in one knob: its gain over the config
+        it moved from; with `baseline_side`, pairs whose other side has the baseline's value, and a gain of None
+        where the two differ beyond the noise."""
+        done = [t for t in self.real_trials() if self._contends(t) and self._counts(t)]
+        out = []
+        for a in done:
+            for b in done:
+                diff = [n for n in self.names if a.params[n] != b.params[n]]
+                if len(diff) != 1 or (baseline_side and a.params[diff[0]] != self.baseline[diff[0]]):
+                    continue
+                va, vb = self.judge.value(a), self.judge.value(b)
+                if baseline_side:
+                    apart = beyond_noise(va, a.user_attrs.get("ci") or 0.0, vb, b.user_attrs.get("ci") or 0.0)
+                    out.append((diff[0], b.params[diff[0]], None if apart and vb > va else vb / va))
+                else:
+                    out.append((diff[0], b.params[diff[0]], vb / va))
+        return out
 
     def skipped_predicted(self) -> list[dict]:
-        """The configs the rate model kept from running (`skip_predicted`): {"config", "predicted", "error"}."""
+        """The configs the rate model kept from running (`skip_predicted`), and the combinations of knobs that did
+        not each help alone (`skip_combination`): {"config", "predicted", "error"}."""
         return [
             {"config": t.params, "predicted": t.user_attrs["predicted"], "error": t.user_attrs["error"]}
             for t in self._trials()
@@ -385,6 +466,34 @@ def skip_predicted(strategy: Strategy, trial: optuna.trial.Trial, point: dict) -
         "predicted": guess["samples_per_s"],
         "error": f"skipped: predicted {guess['samples_per_s']:.1f} {strategy.study.user_attrs.get('unit', 'samples')}"
         f"/s, below {model.SKIP_BELOW:.0%} of the best ({best:.1f})",
+    }.items():
+        trial.set_user_attr(name, value)
+    strategy.study.tell(trial, state=TrialState.FAIL)
+    return True
+
+
+def skip_combination(strategy: Strategy, trial: optuna.trial.Trial, point: dict) -> bool:
+    """A drawn combination of knobs that did not each help alone (`Strategy.unproven`) is not run, unless the rate
+    model predicts it beats the best by min_improvement (then it runs, and says so: `chosen_by`). Skipped: told
+    FAIL, virtual, `skipped: combines ...`, with the model's prediction where it had one. False: it runs."""
+    unproven = strategy.unproven(point)
+    if not unproven:
+        return False
+    best, guess = strategy.best_value(), strategy.predicted(point)
+    unit = strategy.study.user_attrs.get("unit", "samples")
+    if best and guess and guess["samples_per_s"] > best * (1 + strategy.min_improvement):
+        trial.set_user_attr(
+            "chosen_by",
+            f"the rate model: {guess['samples_per_s']:.1f} {unit}/s predicted, though "
+            f"{', '.join(unproven)} did not each help alone",
+        )
+        return False
+    for name, value in {
+        "virtual": True,
+        "status": "skipped",
+        "predicted": guess and guess["samples_per_s"],
+        "error": f"skipped: combines {', '.join(unproven)}, which did not each help alone"
+        + (f" (the rate model predicts {guess['samples_per_s']:.1f} {unit}/s: no gain)" if guess else ""),
     }.items():
         trial.set_user_attr(name, value)
     strategy.study.tell(trial, state=TrialState.FAIL)

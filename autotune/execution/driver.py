@@ -13,10 +13,12 @@ or `ray`, Ray Tune on this host or any node of a cluster); each trial runs in a 
 - `run_trials`: the trials on the backend until a stopper says stop, the reference reads between them;
 - `remeasure`: the late loss-parity checks, and the best re-measured against the baseline (the next candidate where
   it loses), within the time budget;
-- `finish`: the verdicts, best_config.yaml, the summary, the parent run closed (beside the backend's close).
+- `finish`: the verdicts, best_config.yaml (the winner's compiled artifacts beside it), the summary, the parent run
+  closed (beside the backend's close); the trials' shared compile cache removed (`search.keep_compile_cache`).
 
-Why a fresh process per trial: knobs such as cudnn.benchmark, compile caches and the CUDA allocator are process
-state, and a reused process would carry them from one trial into the next. With Ray, the actor is the trial's
+Why a fresh process per trial: knobs such as cudnn.benchmark, in-memory compiled graphs and the CUDA allocator are
+process state, and a reused process would carry them from one trial into the next (the on-disk compile cache is
+shared on purpose: a graph is compiled once per search, and each trial records what its compile cost then). With Ray, the actor is the trial's
 resource reservation; the child process is its clean room, killed with its loader workers on timeout.
 
 Only the driver writes MLflow, the Optuna storage, trials.csv and best_config.yaml, as each trial's result
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Iterable
@@ -57,7 +60,15 @@ from autotune.export import best_config as export
 from autotune.integrations import tracking
 from autotune.records import cache, plots
 from autotune.records.recorder import Recorder, reconcile
-from autotune.records.run_dir import SearchResult, TrialRecord, pick_best, pruning_savings, read_run, same_device
+from autotune.records.run_dir import (
+    SearchResult,
+    TrialRecord,
+    compile_cache_of,
+    pick_best,
+    pruning_savings,
+    read_run,
+    same_device,
+)
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import settle
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
@@ -363,6 +374,8 @@ class Search:
                 self.backend.close(self.backend_started)
         if self.forks:
             self.forks.close()
+        if not self.plan.search.keep_compile_cache:  # the winner's artifacts are beside best_config.yaml
+            shutil.rmtree(compile_cache_of(self.run_dir), ignore_errors=True)
         for done in closed:
             done.result()
 
@@ -422,6 +435,7 @@ class Search:
         values, the spec's), less what the workload cannot take."""
         plan, device, source = self.plan, self.device, self.source
         own = source.own(workload)
+        accumulation = int(own.pop(K.ACCUMULATION, None) or 1)  # a program's own: its effective batch's other factor
         baseline = {**K.pytorch_defaults(workload.batch_size), **own, **self.given}
         lists, dropped = source.lists(plan.space.lists(), baseline, workload)
         resources = plan.resources
@@ -430,8 +444,15 @@ class Search:
         if why:
             raise SpecError(why)
         source.settle_baseline(baseline, own, device, self.given)
+        safety = plan.safety
         space = K.resolve_space(
-            lists, baseline, device, LEVELS[plan.safety.level], plan.safety.keep_effective_batch, plan.space.user()
+            lists,
+            baseline,
+            device,
+            LEVELS[safety.level],
+            keep_effective_batch=safety.keep_effective_batch,
+            user=plan.space.user(),
+            accumulation=accumulation,
         )
         space.dropped += dropped
         source.settle_space(space, workload)
@@ -457,6 +478,7 @@ class Search:
         request = plan.trial_settings(
             self.device.type,
             space.baseline,
+            accumulation=space.accumulation,
             parity=parity,
             flops_cache=str(self.run_dir / FLOPS_FILE),
             pickled=self.source.pickled,  # trials load the run dir's workload.pkl (bytes below for other nodes)
@@ -472,6 +494,7 @@ class Search:
                 workload_pickle=self.source.pickled,
                 rank_placement=plan.resources.rank_placement,
                 fork_socket=self.forks.path if self.forks else None,  # a local search's shared fork server
+                compile_cache=str(compile_cache_of(self.run_dir)),  # its trials' one inductor and Triton cache
             )
         )
 
@@ -553,6 +576,9 @@ class Search:
         plan, records, best, baseline = self.plan, self.recorder.records, result.best, self.baseline
         ok = [r for r in records if r.throughput]
         summary = {"search_wall_s": wall, "trials": len(records), "trials_ok": len(ok), **pruning_savings(records)}
+        compiled = [r.metrics["compile_s"] for r in records if r.metrics.get("compile_s")]
+        if compiled:  # what compile cost the search, its trials sharing one cache (MLflow's parent run)
+            summary["compile_s_total"] = sum(compiled)
         if result.reads_share:  # what the reference reads cost (autotune.decide.reference)
             summary.update(
                 {f"reads_{k}" if k == "share" else k: v for k, v in result.reads_share.items() if v is not None}

@@ -1,7 +1,12 @@
 """Starting trial processes. Every trial is a fresh process in its own session,
 in its trial dir (config.json, result.json, trial.log, trace.json), killed with
-its whole process group (loader workers included) at the timeout; compile caches
-are per trial (a warm cache from an earlier trial would hide compile time).
+its whole process group (loader workers included) at the timeout. Its inductor and
+Triton caches are the search's (`Launch.compile_cache`, one in the run dir): a graph
+one trial compiled is a cache hit in the next, as it will be in production, which
+loads the winner's compiled artifacts (autotune.trial.compiled); the trial records
+what its compile cost with that cache (`compile_s`), and its window never includes
+it. Without a search's cache (a trial run alone, on another node), each trial has
+its own, removed after it.
 
 Two ways to start one:
 - `fork` (default): a warm fork server (`autotune.execution.forkserver`) that has imported
@@ -54,6 +59,7 @@ from typing import Any
 from autotune.execution.forkserver import kill_group
 from autotune.execution.watch import WATCH_S, Limits, Watch, saw
 from autotune.trial import progress
+from autotune.trial.compiled import CACHE_DIRS
 from autotune.trial.result import TrialResult, failed as failed_result
 
 # thread-count variables a launcher may set (Ray sets OMP_NUM_THREADS in its workers):
@@ -529,6 +535,15 @@ class Launch:
     shared: str | None = None
     """the socket of the search's shared fork server (`SharedForkServer`), forked from when it answers; otherwise
     this process's own"""
+    compile_cache: str | None = None
+    """the search's compile cache (its `inductor` and `triton` dirs, shared by its trials: the module doc); None:
+    the trial's own in its dir, removed after it"""
+
+
+def compile_caches(trial_dir: Path, shared: str | None = None) -> dict[str, str]:
+    """A trial's inductor and Triton cache dirs, as their variables: the search's (`shared`), else its own."""
+    root = Path(shared) if shared else trial_dir
+    return {var: str(root / (name if shared else f"{name}-cache")) for var, name in CACHE_DIRS.items()}
 
 
 def run_in_process(
@@ -560,13 +575,8 @@ def run_in_process(
     from autotune.knobs import environment
 
     knob_env = environment(config.get("knobs") or {}, base)  # an environment knob: a fresh process (module doc)
-    env = {
-        **base,
-        "TORCHINDUCTOR_CACHE_DIR": str(trial_dir / "inductor-cache"),
-        "TRITON_CACHE_DIR": str(trial_dir / "triton-cache"),
-        **knob_env,
-        **own,
-    }
+    caches = compile_caches(trial_dir, launch.compile_cache)
+    env = {**base, **caches, **knob_env, **own}
     started = time.perf_counter()
     program, failed = bool((config.get("workload") or {}).get("command")), None
     try:
@@ -589,8 +599,9 @@ def run_in_process(
         else:
             code = server.run(trial_dir, env, timeout_s) if server else _spawn(trial_dir, env, timeout_s)
     finally:
-        for cache in ("inductor-cache", "triton-cache"):  # ~150 MB per compile trial
-            shutil.rmtree(trial_dir / cache, ignore_errors=True)
+        if not launch.compile_cache:  # the trial's own (~150 MB per compile trial)
+            for cache in caches.values():
+                shutil.rmtree(cache, ignore_errors=True)
     wall = time.perf_counter() - started
     if failed:
         result = failed

@@ -20,6 +20,7 @@ from pathlib import Path
 from autotune import knobs as K
 from autotune.config import unused
 from autotune.execution.launcher import Launch, run_in_process, user_thread_env
+from autotune.records.run_dir import compile_cache_of
 from autotune.execution.watch import Limits
 from autotune.spec import SpecError, UserKnob, WorkloadSpec
 from autotune.trial.result import TrialResult
@@ -67,9 +68,8 @@ def probe(
         **({"ranks": ranks} if ranks > 1 else {}),
     }
     where = run_dir / PROBE_DIR
-    result = run_in_process(
-        config, where, timeout_s, user_path, user_thread_env(), launch=Launch(shared=shared), limits=limits
-    )
+    launch = Launch(shared=shared, compile_cache=str(compile_cache_of(run_dir)))  # a program's own compile: shared
+    result = run_in_process(config, where, timeout_s, user_path, user_thread_env(), launch=launch, limits=limits)
     if result.status not in ("ok", "pruned"):
         why = result.error or result.status
         if result.error_type not in ("NoStep", "CommandNotFound"):

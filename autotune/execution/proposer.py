@@ -49,6 +49,7 @@ class Proposer:
             "source": proposal.source,
             **self.now(self.strategy.prune_below(self.prune_margin), self.strategy.incumbent_bar(proposal.params)),
             "predicted": proposal.predicted,
+            "chosen_by": proposal.chosen_by,  # the measurement that chose it (autotune.decide.playbook's `by`)
         }
 
     def now(self, prune_below: float | None, bar: dict) -> dict:

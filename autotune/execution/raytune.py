@@ -59,6 +59,8 @@ def run_on_node(config: dict, settings: RunSettings, local_dir: Path) -> tuple[T
     work_dir = root / local_dir.parent.name / local_dir.name if remote else local_dir
     if remote and settings.workload_pickle:
         (root / PICKLE_FILE).write_bytes(settings.workload_pickle)
+    if remote:  # the search's compile cache is on the driver's node: a trial here keeps its own
+        settings = settings.placed(compile_cache=None)
     result = run_trial(config, settings, work_dir)
     if not remote:
         return result, None

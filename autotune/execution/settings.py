@@ -31,6 +31,8 @@ class RunSettings:
     """A multi-rank trial's ranks on one node (pack) or one a node (spread)."""
     fork_socket: str | None = None
     """A local search's shared fork server (autotune.execution.launcher.SharedForkServer)."""
+    compile_cache: str | None = None
+    """The search's compile cache, shared by its trials on the driver's node (autotune.execution.launcher.Launch)."""
     driver_node: str | None = None
     """Ray's id of the driver's node (a trial elsewhere sends its files back)."""
     rank_bundles: list[dict] | None = None

@@ -30,7 +30,7 @@ def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialR
             settings.timeout_s,
             settings.user_path,
             settings.thread_env,
-            launch=Launch(shared=settings.fork_socket),
+            launch=Launch(shared=settings.fork_socket, compile_cache=settings.compile_cache),
             limits=Limits(settings.first_step_s),  # a program's first step in time
         )
 
@@ -44,19 +44,21 @@ def run_trial_in(config: dict, settings: RunSettings, trial_dir: Path) -> TrialR
         # one thread a rank where the ranks shared a node and the user set none (autotune.trial.ranks)
         threads = None if spread or (settings.thread_env or {}).get("OMP_NUM_THREADS") else 1
         result = with_reference(result, request, run, trial_dir, threads)
+    result.chosen_by = config.get("chosen_by")  # what chose it (the proposal's): the search's word, not the trial's
     return advised(result, trial_dir)
 
 
 def advised(result: TrialResult, trial_dir: Path) -> TrialResult:
-    """The trial's diagnosis with the playbook's moves and advice (`autotune.decide.playbook.advise`), in the
-    result and in its result.json, before the search and the records read either."""
-    if result.diagnosis is None or "moves" in result.diagnosis or result.knobs is None:
+    """The trial's diagnosis with the playbook's moves and advice (`autotune.decide.playbook.advise`), and what
+    chose it, in the result and in its result.json, before the search and the records read either."""
+    if result.diagnosis is not None and "moves" not in result.diagnosis and result.knobs is not None:
+        result.diagnosis = advise(result.diagnosis, result.knobs)
+    elif not result.chosen_by:
         return result
-    result.diagnosis = advise(result.diagnosis, result.knobs)
     path = Path(trial_dir) / "result.json"
     if path.exists():
         written = TrialResult.read(path)
-        written.diagnosis = result.diagnosis
+        written.diagnosis, written.chosen_by = result.diagnosis, result.chosen_by
         written.write(path)
     return result
 

@@ -78,6 +78,12 @@ def as_dict(result, importance: dict | None = None) -> dict:
         ],
         "rate_model": M.error((r.number, r.metrics.get(unit.key("predicted")), r.measured) for r in result.records),
         "skipped_predicted": result.skipped,
+        # what chose each move of the climb: the measurement behind it (a language model's padding, kernel, memory)
+        "chosen": [
+            {"trial": r.number, "knobs": changed_knobs(r.knobs, result.baseline), "by": r.info["chosen_by"]}
+            for r in result.records
+            if r.info.get("chosen_by") and result.baseline
+        ],
         "replaced": [line.removeprefix("baseline ") for line in result.space.dropped if line.startswith("baseline ")],
         "files": _files(result),
     }
@@ -128,15 +134,22 @@ def knob_effects(result) -> dict[str, list[dict]]:
     return effects
 
 
+def changed_knobs(knobs: dict, baseline) -> dict:
+    """The knobs a config changes from the baseline's (a record's)."""
+    return {k: v for k, v in knobs.items() if v != baseline.knobs.get(k)}
+
+
 def _compiled(result, ok: list) -> list[dict]:
-    """The compiled trials (`ok`: those on the baseline's device): time to their first step beside the eager
-    baseline's, and their rate."""
+    """The compiled trials (`ok`: those on the baseline's device): what their compile took (`compile_s`: torch's
+    own account, with the search's shared cache), time to their first step beside the eager baseline's, and
+    their rate."""
     base, unit = result.baseline, result.unit
     eager_first = base.metrics.get("first_step_s") if base else None
     return [
         {
             "trial": r.number,
             "compile": r.knobs["compile"],
+            "compile_s": r.metrics.get("compile_s"),
             "first_step_s": r.metrics.get("first_step_s"),
             "eager_first_step_s": eager_first,
             unit.metric: r.throughput,

@@ -29,6 +29,7 @@ from autotune._version import __version__
 from autotune import knobs as K
 from autotune.export import formats as scale_out
 from autotune.decide.checked import status
+from autotune.records.run_dir import compiled_artifacts
 from autotune.records.verdicts import describe
 from autotune.safety.levels import batch_advice
 
@@ -180,6 +181,9 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
     if settings.ranks > 1 or settings.blocks:  # what cfg.wrap, torchrun and -f hf need
         data["parallel"] = {"ranks": settings.ranks, "blocks": settings.blocks}
     _add_verdicts(data, result, settings.keep_effective_batch)
+    artifacts = compiled_artifacts(result, path.parent)  # what production loads before it compiles
+    if artifacts:
+        data["compile_artifacts"] = artifacts
     if workload.command:
         data["production"] = production(data, path, settings.flags, program)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
@@ -191,9 +195,10 @@ def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> N
     advice, the faster configs rejected as unsafe, the search's own figure and the re-measurement, the break-even,
     the tie, and the safety status."""
     best, base, unit = result.best, result.baseline, result.unit
-    accum = base.knobs["batch_size"] // best.knobs["batch_size"] if keep_effective_batch else 1
+    effective = base.knobs["batch_size"] * result.space.accumulation  # the baseline's effective batch
+    accum = effective // best.knobs["batch_size"] if keep_effective_batch else 1
     advice = batch_advice(
-        base.knobs["batch_size"],
+        effective if keep_effective_batch else base.knobs["batch_size"],
         best.knobs["batch_size"],
         best.info.get("optimizer"),
         bool(best.info.get("has_batchnorm")),

@@ -27,6 +27,7 @@ from __future__ import annotations
 from transformers import TrainerCallback
 
 from autotune.trial.tokens import count as count_tokens
+from autotune.trial.tokens import padded
 from autotune.trial.tokens import count_samples  # noqa: F401  (this module's name for it, the tests')
 
 
@@ -35,7 +36,7 @@ class AutotuneCallback(TrainerCallback):
 
     def __init__(self, cfg):
         self.cfg = cfg
-        self.samples, self.tokens = 0, 0
+        self.samples, self.tokens, self.slots = 0, 0, 0
         self.loss = None
 
     def fetched(self, batches: list) -> None:
@@ -43,6 +44,8 @@ class AutotuneCallback(TrainerCallback):
         counted = [count_tokens(b) for b in batches]
         if self.tokens is not None:  # a language model's batches (`input_ids`): their tokens too
             self.tokens = None if None in counted else self.tokens + sum(c[0] for c in counted)
+        slots = [padded(b) for b in batches]  # ... and their token slots, padding included
+        self.slots = None if self.slots is None or None in slots else self.slots + sum(slots)
 
     def micro_step(self, loss) -> None:
         self.loss = loss if self.loss is None else self.loss + loss
@@ -52,9 +55,9 @@ class AutotuneCallback(TrainerCallback):
             self.cfg.watch(model)
 
     def on_step_end(self, args, state, control, **kwargs):
-        samples, tokens, loss = self.samples, self.tokens, self.loss
-        self.samples, self.tokens, self.loss = 0, 0, None
-        self.cfg.step(samples=samples, tokens=tokens, loss=loss)
+        samples, tokens, slots, loss = self.samples, self.tokens, self.slots, self.loss
+        self.samples, self.tokens, self.slots, self.loss = 0, 0, 0, None
+        self.cfg.step(samples=samples, tokens=tokens, loss=loss, slots=slots if tokens is not None else None)
 
 
 def apply_lm(trainer, cfg) -> None:
@@ -67,6 +70,7 @@ def apply_lm(trainer, cfg) -> None:
     model = trainer.model
     cfg.record_model(model)
     cfg.record_reach("flatten")
+    cfg.load_compiled()  # production: the search's compiled artifacts, before the Trainer compiles (torch_compile)
     knobs = cfg.knobs
     if knobs.get("float8") not in (None, "off"):
         _lm.to_float8(model, knobs["float8"])

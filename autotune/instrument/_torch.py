@@ -47,7 +47,7 @@ from collections.abc import Mapping
 
 from autotune.trial import progress
 from autotune.trial.tokens import count as count_tokens
-from autotune.trial.tokens import count_samples
+from autotune.trial.tokens import count_samples, padded
 
 LOADER_OWN = {"num_workers": 0, "pin_memory": False, "prefetch_factor": None, "persistent_workers": False}
 DDP_KNOBS = {
@@ -67,6 +67,7 @@ class TorchHooks:
         self.model = None  # the outermost module, once found
         self.sizes: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # optimizer -> its parameters
         self.samples, self.tokens, self.sequences, self.loss = 0, 0, 0, None  # since the last step
+        self.slots = 0  # a language model's token slots since the last step, padding included
         self.unscaled: dict[int, object] = {}  # id(scaler.scale(loss)) -> loss
         self.scaler = False  # an enabled GradScaler scaled a loss
         self.stepped = False  # the post hook ran (a GradScaler's step that did not skip)
@@ -168,13 +169,15 @@ class TorchHooks:
 
     def _report(self) -> None:
         samples, tokens, sequences, loss = self.samples, self.tokens, self.sequences, self.loss
-        self.samples, self.tokens, self.sequences, self.loss = 0, 0, 0, None
+        slots = self.slots
+        self.samples, self.tokens, self.sequences, self.loss, self.slots = 0, 0, 0, None, 0
         self.unscaled.clear()
         self.steps += 1
         if self.steps == 1 and not self.scaler and "torch:autocast" in self.cfg.used:
             self.cfg.cannot.setdefault("precision=16-mixed", NO_SCALER)
         counted = not (isinstance(samples, int) and samples == 0)  # 0: no forward of the model seen
-        self.loop.hooked_step(samples if counted else None, loss, tokens if counted else None, sequences)
+        counted_tokens = tokens if counted else None
+        self.loop.hooked_step(samples if counted else None, loss, counted_tokens, sequences, slots if counted else None)
 
     def _scale(self, scale, scaler, outputs):
         scaled = scale(scaler, outputs)
@@ -250,6 +253,7 @@ class TorchHooks:
 
             cfg.record_reach("torch:model")
             prepare_lm(module, knobs, cfg.blocks)
+            cfg.load_compiled()  # production: the search's compiled artifacts, before its compile
             # in place (the program holds the module); compiled from its next call (this one is eager)
             prepare_model(module, {**knobs, "compile": "none"} if compiled else knobs, in_place=True)
         if self._takes("autocast") and "precision" not in own:
@@ -305,19 +309,22 @@ class TorchHooks:
         elements as tokens (token ids)."""
         batch = kwargs if kwargs else (args[0] if len(args) == 1 and isinstance(args[0], Mapping) else None)
         counted = count_tokens(batch) if batch is not None else None
+        slots = padded(batch) if counted is not None else None
         if counted is not None:
             samples, (tokens, sequences) = count_samples(batch), counted
         else:
             first = next((a for a in (*args, *kwargs.values()) if hasattr(a, "shape")), None)
             if first is None or not len(first.shape):
-                self.samples = self.tokens = self.sequences = None
+                self.samples = self.tokens = self.sequences = self.slots = None
                 return
             samples = int(first.shape[0])
             tokens = first.numel() if first.dim() >= 2 and not first.is_floating_point() else None
             sequences = samples if tokens is not None else None
+            slots = tokens  # token ids alone: no padding known
         self.samples = _add(self.samples, samples)
         self.tokens = _add(self.tokens, tokens)
         self.sequences = _add(self.sequences, sequences)
+        self.slots = _add(self.slots, slots)
 
     # --- the knobs at construction ----------------------------------------------------------------------------
 

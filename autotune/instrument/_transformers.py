@@ -97,6 +97,9 @@ def own_of(cfg, args) -> None:
     else:
         own["activation_checkpointing"] = "off"
     own["liger_kernels"] = bool(getattr(args, "use_liger_kernel", False))
+    from autotune.knobs import ACCUMULATION
+
+    own[ACCUMULATION] = int(getattr(args, "gradient_accumulation_steps", 1) or 1)  # its effective batch's factor
     if hasattr(args, "packing"):
         own["packing"] = bool(args.packing)
         # TRL's best-fit packing makes its rows padding-free (SFTTrainer: padding_free or bfd packing)

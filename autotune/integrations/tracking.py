@@ -313,10 +313,10 @@ class Tracker:
             if record.parity.get("reason"):
                 tags["safety.reason"] = record.parity["reason"]
         if record.diagnosis:
-            tags["diagnosis"] = record.diagnosis["bottleneck"]
+            tags["diagnosis"] = record.diagnosis["bottleneck"] or "not measured"
             tags["diagnosis_evidence"] = "; ".join(record.diagnosis["evidence"])
             tags["recommendations"] = "; ".join(record.diagnosis.get("recommendations", []))
-        for key in ("host", "device_type", "device_name", "disturbed"):
+        for key in ("host", "device_type", "device_name", "disturbed", "chosen_by"):
             if record.info.get(key):
                 tags[key] = str(record.info[key])
         self._log(run_id, params=record.knobs, metrics=record.metrics, tags=tags)

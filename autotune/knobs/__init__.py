@@ -68,9 +68,10 @@ from autotune.knobs._registry import (
     to_cell,
     user_knob,
 )
-from autotune.knobs._space import NOT_SEARCHED, Space, asked, resolve_space
+from autotune.knobs._space import ACCUMULATION, NOT_SEARCHED, Space, asked, resolve_space
 
 __all__ = [
+    "ACCUMULATION",
     "ATTENTIONS",
     "CHECKPOINTING",
     "FLOAT8",

@@ -9,6 +9,9 @@ from typing import Any
 from autotune.knobs._registry import KNOBS, LANGUAGE_MODEL, Device, conflicts, registry
 
 NOT_SEARCHED = "not in the search space"
+# the micro-batches a program's own optimizer step accumulates (its TrainingArguments' gradient_accumulation_steps),
+# as its probe reads them beside its knobs' own values: not a knob, the baseline's effective batch's other factor
+ACCUMULATION = "grad_accumulation_steps"
 
 
 @dataclass
@@ -20,6 +23,7 @@ class Space:
     fixed: dict[str, str]  # knob -> why it is not sampled (it stays at the baseline value)
     dropped: list[str]  # "knob=value: why" for values that cannot apply here
     user: dict[str, dict] = field(default_factory=dict)  # user knobs: name -> {safety, stage}
+    accumulation: int = 1  # the baseline's micro-batches a step: its effective batch is batch_size x this
 
     def nothing_to_search(self) -> str:
         """Why nothing is searched: each fixed knob's reason, the knobs merely
@@ -39,15 +43,19 @@ def resolve_space(
     baseline: dict[str, Any],
     device: Device,
     allowed_classes: set[str] | None = None,
+    *,
     keep_effective_batch: bool = False,
     user: dict[str, dict] | None = None,
+    accumulation: int = 1,
 ) -> Space:
     """Keep the values that apply on `device`; the baseline's value is always in
     the space, so the baseline is a point of the search and ratios compare like
     with like. A baseline value that cannot apply falls back to PyTorch's.
     `allowed_classes`: the safety classes the search may change (safety.level);
-    `keep_effective_batch`: batch sizes must divide the baseline's (the rest is
-    made up by gradient accumulation), which keeps the optimization unchanged.
+    `keep_effective_batch`: batch sizes must divide the baseline's effective batch
+    (its batch x its `accumulation`: the rest is made up by gradient accumulation,
+    so a micro-batch may grow as the accumulation shrinks: 4 x 2 and 8 x 1 for a
+    baseline of 2 x 4), which keeps the optimization unchanged.
     `user`: user knobs (name -> {safety, stage}); their lists are under `args.NAME`
     and their baseline values under the same names. Values that conflict with the
     baseline's other knobs stay in the space (another point may allow them); the
@@ -73,8 +81,10 @@ def resolve_space(
         values = []
         for v in lists[name]:
             why = knob.unavailable(v, device)
-            if not why and name == "batch_size" and keep_effective_batch and (v > value or value % v):
-                why = f"keep_effective_batch: a micro-batch must divide the baseline batch {value}"
+            effective = value * accumulation if name == "batch_size" and value else None
+            if not why and effective and keep_effective_batch and (v > effective or effective % v):
+                of = f"{value} x {accumulation} accumulated" if accumulation > 1 else f"{value}"
+                why = f"keep_effective_batch: a micro-batch must divide the baseline's effective batch {of}"
             if why:
                 dropped.append(f"{name}={v!r}: {why}")
             elif v not in values:
@@ -106,7 +116,7 @@ def resolve_space(
         else:
             del search[name]
             fixed[name] = _why_one_value(name, dropped, first=False)
-    return Space(base, search, fixed, dropped, dict(user or {}))
+    return Space(base, search, fixed, dropped, dict(user or {}), accumulation if keep_effective_batch else 1)
 
 
 def asked(lists: dict[str, list], device: Device) -> str | None:

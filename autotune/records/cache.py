@@ -51,7 +51,7 @@ def question(plan) -> dict[str, Any] | None:
         "baseline": plan.baseline.model_dump(mode="json"),
         "space": {"lists": plan.space.lists(), "user": plan.space.user()},
         "trial": plan.trial.model_dump(mode="json"),
-        "search": plan.search.model_dump(mode="json"),
+        "search": plan.search.model_dump(mode="json", exclude={"keep_compile_cache"}),  # what is kept, not asked
         "safety": plan.safety.model_dump(mode="json"),
         "autotune": __version__,
         "parity_rule": PARITY_RULE,

@@ -13,6 +13,8 @@ from typing import Any
 from autotune import knobs as K
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import break_even, settle, sig
+from autotune.trial import compiled
+from autotune.trial.compiled import BUNDLE_FILE
 from autotune.trial.result import SAMPLES, TrialResult, Unit, unit_of
 
 # what Ray Tune schedules on (`transport`): a trial's throughput in its unit (trial.result.unit_of)
@@ -30,6 +32,7 @@ INFO = (
     "optimizer",
     "has_batchnorm",
     "disturbed",
+    "chosen_by",  # the measurement that chose this move (a climb's playbook move), or the model's word
 )
 NOT_METRICS = {
     "trial",
@@ -317,8 +320,29 @@ def run_paths(run_dir: Path, mlflow_uri: str | None = None) -> dict[str, Path | 
         "best_config": run_dir / "best_config.yaml",
         "optuna_storage": run_dir / "optuna.db",
         "plots": run_dir / "plots",
+        # the trials' inductor and Triton caches (autotune.execution.launcher), removed at the search's end unless
+        # search.keep_compile_cache; the winner's compiled artifacts beside best_config.yaml (trial.compiled)
+        "compile_cache": compile_cache_of(run_dir),
+        "compile_artifacts": run_dir / BUNDLE_FILE,
     }
     return {**paths, "mlflow_uri": mlflow_uri} if mlflow_uri else paths
+
+
+def compile_cache_of(run_dir: Path) -> Path:
+    """The search's compile cache: its trials' inductor and Triton caches, shared (autotune.execution.launcher)."""
+    return Path(run_dir) / "compile-cache"
+
+
+def compiled_artifacts(result, into: Path) -> dict | None:
+    """The best trial's compiled artifacts (trial.compiled: its mega-cache and the kernels of the search's compile
+    cache) bundled into `into` beside best_config.yaml: what best_config.yaml records of them. None where the best
+    compiled nothing or its trial saved none (an earlier bundle there is removed: it would be another config's)."""
+    best, out = result.best, Path(into) / BUNDLE_FILE
+    out.unlink(missing_ok=True)
+    if best is None or not (best.metrics or {}).get("compile_s"):
+        return None
+    cache = compile_cache_of(result.run_dir) / compiled.CACHE_DIRS["TORCHINDUCTOR_CACHE_DIR"]
+    return compiled.bundle(trial_dir_of(result.run_dir, best.number), cache, out)
 
 
 def trial_dir_of(run_dir: Path, number: int) -> Path:
@@ -369,6 +393,7 @@ def record_of(
         "optimizer": result.optimizer,
         "has_batchnorm": result.has_batchnorm,
         "disturbed": result.disturbed,
+        "chosen_by": result.chosen_by,
         **(info or {}),
     }
     return TrialRecord(
@@ -445,6 +470,13 @@ def _ci(record: TrialRecord) -> float:
     return ci if ci is not None and math.isfinite(ci) else 0.0
 
 
+def beyond_noise(value_a: float, ci_a: float, value_b: float, ci_b: float) -> bool:
+    """Two throughputs, each with the relative half-width of its window's 95% interval, differ beyond the noise:
+    their intervals do not overlap."""
+    (lo, lo_ci), (hi, hi_ci) = sorted(((value_a, ci_a), (value_b, ci_b)))
+    return lo * (1 + lo_ci) < hi * (1 - hi_ci)
+
+
 def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
     """The two judged throughputs' windows' 95% CIs overlap (a throughput's relative CI is its
     step-time mean's: samples/s = batch / step time). Their reference's uncertainty is left out: a tie
@@ -452,8 +484,7 @@ def _overlap(a: TrialRecord, b: TrialRecord) -> bool:
     pair (a search read 150 -> 3378 samples/s for the baseline within 30 s while another job
     stopped: every trial tied with the baseline, and nothing was re-measured); the side by
     side settles what drift leaves open."""
-    lo, hi = sorted((a, b), key=lambda r: r.judged)
-    return lo.judged * (1 + _ci(lo)) >= hi.judged * (1 - _ci(hi))
+    return not beyond_noise(a.judged, _ci(a), b.judged, _ci(b))
 
 
 def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None) -> TrialRecord | None:
@@ -488,6 +519,9 @@ def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None)
         return fastest
     tied = [r for r in ok if _overlap(r, fastest)]
     best = min(tied, key=lambda r: (*risk(r.knobs, base.knobs, user_knobs), -r.judged))
+    best, idle = _only_what_counts(best, ok, base)
+    if idle:  # knobs that made no difference beyond the noise: the config without them, as a tie goes
+        return _tied(best, idle[0][2], base, user_knobs, _idle_note(idle))
     kept = [r for r in records if r.throughput and r.safe and r.tie_holds and same_device(base, r)]
     faster = max([r for r in [fastest, *kept] if r.judged > best.judged], key=lambda r: r.judged, default=None)
     if faster is not None:
@@ -496,24 +530,63 @@ def pick_best(records: list[TrialRecord], user_knobs: K.UserKnobs | None = None)
             if faster in kept
             else "inside the measured uncertainty (95% CIs overlap)"
         )
-        unit = best.unit
-        best.tie = {
-            "faster_trial": faster.number,
-            unit.key("faster"): round(faster.judged, 2),
-            "faster_ci95": round(_ci(faster), 4),
-            "faster_risk": _risk_name(faster, base.knobs, user_knobs),
-            "chosen_trial": best.number,
-            unit.key("chosen"): round(best.judged, 2),
-            "chosen_ci95": round(_ci(best), 4),
-            "chosen_risk": _risk_name(best, base.knobs, user_knobs),
-            "note": (
-                f"trial #{faster.number} ({sig(faster.judged)} {unit.label} +-{_ci(faster):.1%}) is "
-                f"{faster.judged / best.judged - 1:.1%} faster than #{best.number} "
-                f"({sig(best.judged)} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
-                f"({_risk_name(best, base.knobs, user_knobs)} vs {_risk_name(faster, base.knobs, user_knobs)})"
-            ),
-        }
+        note = (
+            f"trial #{faster.number} ({sig(faster.judged)} {best.unit.label} +-{_ci(faster):.1%}) is "
+            f"{faster.judged / best.judged - 1:.1%} faster than #{best.number} "
+            f"({sig(best.judged)} +-{_ci(best):.1%}), {how}: a tie, won by the safer config "
+            f"({_risk_name(best, base.knobs, user_knobs)} vs {_risk_name(faster, base.knobs, user_knobs)})"
+        )
+        return _tied(best, faster, base, user_knobs, note)
     return best
+
+
+def _tied(best: TrialRecord, other: TrialRecord, base: TrialRecord, user_knobs, note: str) -> TrialRecord:
+    """`best`, which won a tie with `other` (faster, or with knobs that made no difference), saying so."""
+    unit = best.unit
+    best.tie = {
+        "faster_trial": other.number,
+        unit.key("faster"): round(other.judged, 2),
+        "faster_ci95": round(_ci(other), 4),
+        "faster_risk": _risk_name(other, base.knobs, user_knobs),
+        "chosen_trial": best.number,
+        unit.key("chosen"): round(best.judged, 2),
+        "chosen_ci95": round(_ci(best), 4),
+        "chosen_risk": _risk_name(best, base.knobs, user_knobs),
+        "note": note,
+    }
+    return best
+
+
+def _only_what_counts(best: TrialRecord, ok: list[TrialRecord], base: TrialRecord):
+    """`best` less each knob whose change made no difference beyond the noise: where the config without it (the
+    knob at the baseline's value, every other as `best` has it) was measured and its window's interval overlaps
+    `best`'s (`beyond_noise`), that config is the best, as a tie goes to the safer config; again from there.
+    (the best, [(knob, value, the trial that had it)])."""
+    idle = []
+    while True:
+        for name, value in best.knobs.items():
+            if name not in base.knobs or value == base.knobs[name]:
+                continue
+            without = {**best.knobs, name: base.knobs[name]}
+            other = next((r for r in ok if r.knobs == without), None)
+            if other is not None and not beyond_noise(best.judged, _ci(best), other.judged, _ci(other)):
+                idle.append((name, value, best))
+                best = other
+                break
+        else:
+            return best, idle
+
+
+def _idle_note(idle: list) -> str:
+    """Why the export left out knobs that made no difference (`_only_what_counts`)."""
+    parts = [
+        f"{name}={K.shown(value)} (trial #{had.number}, {sig(had.judged)} {had.unit.label} +-{_ci(had):.1%})"
+        for name, value, had in idle
+    ]
+    return (
+        f"{'; '.join(parts)} made no difference beyond the noise against the config without it (95% CIs "
+        "overlap): the baseline's value is exported, as a tie goes to the safer config"
+    )
 
 
 def _risk_name(record: TrialRecord, baseline_knobs: dict[str, Any], user_knobs: K.UserKnobs | None) -> str:

@@ -97,7 +97,64 @@ def diagnose(m: dict[str, float], knobs: dict[str, Any], device, batch_kind: str
     if m.get("batch2x_oom"):
         facts["batch2x_oom"] = True  # capacity-bound too
     _host_and_memory(m, knobs, cores, cuda, evidence, facts)
+    lm_facts(m, knobs, evidence, facts)
     return {"bottleneck": bottleneck, "evidence": evidence, "facts": facts}
+
+
+def diagnose_program(m: dict[str, float], knobs: dict[str, Any], cuda: bool) -> dict[str, Any]:
+    """A program's trial (its own loop: no two sides, no 2x probe, no profile): waiting on data is all it says of
+    the bottleneck (input, else None: not measured); a language model's facts besides (`lm_facts`), which the
+    playbook turns into its first moves. `knobs`: what it ran with, its own values included."""
+    evidence: list[str] = []
+    wait = m.get("data_wait_frac")
+    bottleneck = "input" if wait is not None and wait > READER_RATIO_LIMIT else None
+    if wait is not None:
+        evidence.append(
+            f"timed window: waiting on data {wait:.1%} of the step ({'>' if bottleneck else '<='} "
+            f"{READER_RATIO_LIMIT:.0%})"
+        )
+    facts: dict[str, Any] = {"cuda": cuda}
+    peak, total = m.get("mem_peak_reserved_gib"), m.get("mem_device_gib")
+    if peak and total and peak / total > MEMORY_HIGH:
+        facts["memory_near_full"] = True
+    lm_facts(m, knobs, evidence, facts)
+    return {"bottleneck": bottleneck, "evidence": evidence, "facts": facts}
+
+
+def bound(diagnosis: dict[str, Any]) -> str:
+    """A diagnosis's bottleneck as a reader reads it."""
+    b = diagnosis.get("bottleneck")
+    return f"{b}-bound" if b else "bottleneck not measured (a program's own loop: no two sides, no profile)"
+
+
+# a language model's step: the facts its first moves come from (autotune.decide.playbook.lm_moves)
+MEMORY_HEADROOM = 0.5  # peak memory under half the device's: room for a larger micro-batch, less checkpointing
+SHARES = {"attention": "attention", "lm_head_loss": "the LM head's loss", "optimizer": "the optimizer step"}
+
+
+def lm_facts(m: dict[str, float], knobs: dict[str, Any], evidence: list[str], facts: dict[str, Any]) -> None:
+    """A language model's window (tokens counted): the padding its batches carry (`padding_frac`), the attention
+    kernel it runs (`attention`: its own, or the knob's), its peak memory against the device's (CUDA:
+    `memory_frac`), and where the profiler puts its step (`share_*`: attention, the LM head's loss, the
+    optimizer); each with its evidence line. Nothing for another model."""
+    if m.get("tokens_per_s") is None:
+        return
+    facts["batch_kind"] = "tokens"
+    pad = m.get("padding_frac")
+    if pad is not None:
+        facts["padding_frac"] = round(pad, 4)
+        evidence.append(f"timed window: {pad:.0%} of the padded batches' token slots are padding")
+    if knobs.get("attention") is not None:
+        facts["attention"] = knobs["attention"]
+        evidence.append(f"model: attention kernel {knobs['attention']}")
+    peak, total = m.get("mem_peak_reserved_gib"), m.get("mem_device_gib")
+    if peak and total:
+        facts["memory_frac"] = round(peak / total, 4)
+        evidence.append(f"peak memory {peak:.1f} of {total:.1f} GiB ({peak / total:.0%})")
+    shares = {name: m[f"share_{name}_frac"] for name in SHARES if m.get(f"share_{name}_frac") is not None}
+    if shares:
+        facts["shares"] = {k: round(v, 4) for k, v in shares.items()}
+        evidence.append("profiled window: " + ", ".join(f"{SHARES[k]} {v:.0%}" for k, v in shares.items()))
 
 
 def _input_bound(m: dict[str, float], knobs: dict[str, Any], cores: int, cuda: bool, evidence: list[str]):

@@ -45,7 +45,7 @@ from autotune.trial.request import check_config, window_rule
 from autotune.trial.result import DeviceInfo, TrialResult
 from autotune.trial.tokens import batch_samples
 from autotune.trial.tokens import count as count_tokens
-from autotune.trial.tokens import flop_metrics
+from autotune.trial.tokens import flop_metrics, padded
 from autotune.trial.progress import FIRST_STEP_FILE  # written at the program's first step
 
 STEP_LOG_ENV, STOP_AFTER_ENV = "AUTOTUNE_STEP_LOG", "AUTOTUNE_STOP_AFTER"  # production: time the steps (benchmarks)
@@ -86,12 +86,12 @@ class PassThrough:
             previous = batch
             yield batch
 
-    def step(self, samples: int | None = None, loss=None, tokens=None) -> None:
+    def step(self, samples: int | None = None, loss=None, tokens=None, slots=None) -> None:
         self.explicit = self.claimed = True
         if self.log:
             self._mark(samples, tokens)  # a device tensor is read when the log is written
 
-    def hooked_step(self, samples, loss=None, tokens=None, sequences=None) -> None:
+    def hooked_step(self, samples, loss=None, tokens=None, sequences=None, slots=None) -> None:
         """An optimizer step as torch's hooks saw it (autotune.instrument._torch), where nothing claims them."""
         if self.log and not self.claimed:
             self._mark(samples, tokens)
@@ -206,13 +206,14 @@ class TrialLoop:
             self.wait, self.wait_measured = 0.0, False
         self.hooked = 0
 
-    def hooked_step(self, samples, loss=None, tokens=None, sequences=None) -> None:
+    def hooked_step(self, samples, loss=None, tokens=None, sequences=None, slots=None) -> None:
         """An optimizer step as torch's hooks saw it (autotune.instrument._torch): its samples, loss, a language
-        model's tokens and sequences (None each: unknown); nothing where the steps are claimed."""
+        model's tokens, sequences and token slots, padding included (None each: unknown); nothing where the steps
+        are claimed."""
         if self.claimed:
             return
         self.hooked += 1
-        self._step(samples, tokens, sequences, loss, known=samples is not None)
+        self._step((samples, tokens, sequences, slots), loss, known=samples is not None)
 
     def hooked_wait(self, seconds: float) -> None:
         """Time in a DataLoader iterator's `next()`, as torch's hooks saw it: data wait, where nothing claims it."""
@@ -231,7 +232,7 @@ class TrialLoop:
         previous = None
         while True:
             if previous is not None and not self.explicit:
-                self._step(*self._take(), None)
+                self._step(self._take(), None)
             fetch = self.clock()
             try:
                 batch = next(it)
@@ -244,17 +245,15 @@ class TrialLoop:
 
     def _fetched(self, batch) -> None:
         """A batch steps() gives: its samples and a language model's tokens (autotune.trial.tokens.count, on the
-        batch's device: no host sync), added up until the step that trains on them."""
+        batch's device: no host sync) and token slots (`padded`), added up until the step that trains on them."""
         samples, counted = batch_samples(batch), count_tokens(batch)
         tokens, sequences = counted or (None, None)
-        if self.fetched is None:
-            self.fetched = (samples, tokens, sequences)
-            return
-        self.fetched = tuple(_add(a, b) for a, b in zip(self.fetched, (samples, tokens, sequences)))
+        counts = (samples, tokens, sequences, padded(batch) if counted else None)
+        self.fetched = counts if self.fetched is None else tuple(_add(a, b) for a, b in zip(self.fetched, counts))
 
     def _take(self) -> tuple:
-        """(samples, tokens, sequences) of the batches steps() gave since the last step (None each: none)."""
-        fetched, self.fetched = self.fetched or (None, None, None), None
+        """(samples, tokens, sequences, slots) of the batches steps() gave since the last step (None each: none)."""
+        fetched, self.fetched = self.fetched or (None, None, None, None), None
         return fetched
 
     def data(self):
@@ -271,15 +270,15 @@ class TrialLoop:
         finally:
             self.wait += self.clock() - fetch
 
-    def step(self, samples: int | None = None, loss=None, tokens=None) -> None:
-        """The end of one optimizer step: `samples` it trained on, a language model's `tokens`, its `loss`. A count
-        left out is the batches' that `steps()` gave since the last step, where it gave any."""
+    def step(self, samples: int | None = None, loss=None, tokens=None, slots=None) -> None:
+        """The end of one optimizer step: `samples` it trained on, a language model's `tokens` and the token
+        `slots` of its batches, padding included, its `loss`. A count left out is the batches' that `steps()` gave
+        since the last step, where it gave any."""
         self.claim()
         self.explicit = True
-        fetched, sequences = self._take(), None
-        if tokens is None:
-            tokens, sequences = fetched[1], fetched[2]
-        self._step(fetched[0] if samples is None else samples, tokens, sequences, loss)
+        fetched = self._take()
+        mine = (tokens, None, slots) if tokens is not None else fetched[1:]
+        self._step((fetched[0] if samples is None else samples, *mine), loss)
 
     def watch(self, model) -> None:
         """The program's model (cfg.prepare, cfg.wrap, cfg.watch, the Trainers' callbacks): a parity noise run
@@ -344,9 +343,11 @@ class TrialLoop:
 
     # --- the measurement ------------------------------------------------------------
 
-    def _step(self, samples, tokens, sequences, loss, known: bool = True) -> None:
-        """One step done; `known`: its counts are (a step torch's hooks saw before they found the model is not:
-        the warm-up's pace leaves it out)."""
+    def _step(self, counts: tuple, loss, known: bool = True) -> None:
+        """One step done: its `counts` (samples, tokens, sequences, token slots: None each where unknown);
+        `known`: its counts are (a step torch's hooks saw before they found the model is not: the warm-up's pace
+        leaves it out)."""
+        samples, tokens, sequences, slots = counts
         if samples is None:
             samples = 1
         elif getattr(samples, "device", None) is None or samples.device.type == "cpu":
@@ -365,7 +366,7 @@ class TrialLoop:
             self._first_step()
             return self._parity_step()
         if self.window is not None:
-            self.window.step_done(samples, wait, tokens, sequences)
+            self.window.step_done(samples, wait, tokens, sequences, slots)
             if self.window.done():
                 self._finish()
             return
@@ -475,6 +476,10 @@ class TrialLoop:
         status = "pruned" if rule.pruned else "ok"
         if not math.isfinite(metrics.get("loss_last", 0.0)):
             status, extra = "error", {**extra, "error_type": "NonFiniteLoss", "error": "the loss is NaN or inf"}
+        if status == "ok" and self.cfg["diagnose"]:  # what its window says: the data wait, a language model's facts
+            from autotune.trial.diagnose import diagnose_program
+
+            extra["diagnosis"] = diagnose_program(metrics, {**self.own, **self.knobs}, self.device_type == "cuda")
         self._write(self._result(status, metrics=metrics, **extra))
 
     def _save(self, result: TrialResult) -> None:
@@ -485,6 +490,10 @@ class TrialLoop:
 
     def _write(self, result: TrialResult) -> None:
         self.ended = True
+        if result.status == "ok" and (result.metrics or {}).get("compile_s") and self.rank == 0:
+            from autotune.trial import compiled
+
+            compiled.save(self.dir, self._device_name())  # what it compiled, for production (trial.compiled)
         self._save(result)
         sys.stdout.flush()
         sys.stderr.flush()

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 
 from autotune.stats import gap_ci, percentile, t_rel_ci95
+from autotune.trial.compiled import compile_seconds
 from autotune.trial.memory import peak_rss_gib, reset_peak_rss
 from autotune.trial.trace import analyze_trace
 
@@ -171,7 +172,12 @@ class Window:
     metrics. Per-step times are CUDA events recorded at the step boundaries on
     a GPU (read when complete, no sync) and host intervals on a CPU. The one
     timing path of both the built-in trial (`timed_window` pulls its steps) and
-    a user's own program (`autotune.trial.loop`, which pushes them)."""
+    a user's own program (`autotune.trial.loop`, which pushes them).
+
+    The window never includes compile: the seconds torch spent compiling before it started are its `compile_s`
+    (autotune.trial.compiled), and a step that compiled (a recompile: a new shape, a graph break's new frame) ends
+    what came before it: those steps are warm-up (`window_recompiled_steps`, `_s`), dropped for good, and the window
+    starts again after it (its caps still count from its first start)."""
 
     def __init__(self, rule: WindowRule, device_type: str, sync, device=None):
         self.rule, self.cuda, self.sync, self.device = rule, device_type == "cuda", sync, device
@@ -182,10 +188,13 @@ class Window:
         self.counts: list[int] = []
         self.tokens: list = []  # a language model's: each step's tokens and sequences (autotune.trial.tokens)
         self.seqs: list = []
+        self.padded: list = []  # ... and the token slots its batches held, padding included
         self.cpu: list[float] = []
         # steps still warming up, held out of the window (`done`), and given back if it never settles
         self.dropped_steps, self.dropped_s, self.unsettled, self._drops = 0, 0.0, False, 0
         self._held: dict[str, list] = {name: [] for name in _PER_MARK}
+        self.compiled_s = 0.0  # torch's compile seconds at the window's (latest) start
+        self.recompiled_steps, self.recompiled_s = 0, 0.0  # steps that compiled, and those before them: dropped
 
     def _event(self) -> None:
         if self.cuda:
@@ -218,13 +227,15 @@ class Window:
         self.util = GpuUtilSampler(enabled=self.cuda).__enter__()
         self.sync()
         self.outside.start()
+        self.compiled_s = compile_seconds()
         self.cpu = [time.process_time()]
         self.marks = [self.clock()]
         self._event()
 
-    def step_done(self, samples: int, data_wait_s: float = 0.0, tokens=None, sequences=None) -> None:
-        """`tokens`: a language model's step's tokens (None: not counted), in `sequences` (default: `samples`).
-        A count may be a device tensor (summed, and read at `finish`, after its sync)."""
+    def step_done(self, samples: int, data_wait_s: float = 0.0, tokens=None, sequences=None, padded=None) -> None:
+        """`tokens`: a language model's step's tokens (None: not counted), in `sequences` (default: `samples`);
+        `padded`: the token slots its batches held, padding included (autotune.trial.tokens.padded). A count
+        may be a device tensor (summed, and read at `finish`, after its sync)."""
         self.marks.append(self.clock())
         self._event()
         self.cpu.append(time.process_time())
@@ -232,6 +243,7 @@ class Window:
         self.waits.append(data_wait_s)
         self.tokens.append(tokens)
         self.seqs.append(samples if sequences is None else sequences)
+        self.padded.append(padded)
 
     def done(self) -> bool:
         """The rule's answer, on the window since its (latest) start; its caps count from the first start.
@@ -241,8 +253,12 @@ class Window:
         steps are given back."""
         if self.steps == 0:
             return False
+        if compile_seconds() > self.compiled_s:  # a step compiled: what ran so far is warm-up (class doc)
+            self._drop_compiled()
+            return False
         rule, now = self.rule, self.clock()
-        capped = self.dropped_steps + self.steps >= rule.max_steps or self.dropped_s + now - self.marks[0] >= rule.max_s
+        before = self.dropped_steps + self.recompiled_steps, self.dropped_s + self.recompiled_s
+        capped = before[0] + self.steps >= rule.max_steps or before[1] + now - self.marks[0] >= rule.max_s
         if capped and self.dropped_steps:
             self._give_back()
         elif rule.settle and not self.unsettled and not capped and self._floors_met(now):
@@ -258,6 +274,17 @@ class Window:
         """Where the rule could end the window (its floors, on the window since its latest start), every 10 steps."""
         rule = self.rule
         return self.steps % 10 == 0 and self.steps >= rule.min_steps and now - self.marks[0] >= rule.min_s
+
+    def _drop_compiled(self) -> None:
+        """Every step so far out of the window for good, the held ones too (the last of them compiled)."""
+        self.recompiled_steps += self.dropped_steps + self.steps
+        self.recompiled_s += self.dropped_s + self.marks[-1] - self.marks[0]
+        for name in _PER_MARK:  # the last mark (and its event, its CPU time) starts the window again
+            values = getattr(self, name)
+            del values[: len(values) - 1 if name in ("marks", "events", "cpu") else len(values)]
+            self._held[name] = []
+        self.dropped_steps, self.dropped_s, self._drops = 0, 0.0, 0
+        self.compiled_s = compile_seconds()
 
     def _hold_first_half(self) -> None:
         half = self.steps // 2
@@ -315,6 +342,14 @@ class Window:
             metrics["warmup_extended_steps"], metrics["warmup_extended_s"] = self.dropped_steps, self.dropped_s
         if self.unsettled:  # its step time fell and fell: the whole window counts, as if none were held out
             metrics["window_unsettled"] = 1.0
+        compiled = compile_seconds()
+        if compiled:  # torch.compile's seconds in this process before the window: set-up and warm-up's
+            metrics["compile_s"] = compiled
+        if self.recompiled_steps:  # steps that compiled in the window, and those before them: warm-up
+            metrics["window_recompiled_steps"], metrics["window_recompiled_s"] = (
+                self.recompiled_steps,
+                self.recompiled_s,
+            )
         if loss is not None:
             metrics["loss_last"] = float(loss.detach().float()) if isinstance(loss, torch.Tensor) else float(loss)
         if self.cuda:
@@ -337,10 +372,13 @@ class Window:
         if not self.tokens or any(t is None for t in self.tokens):
             return {}
         tokens, sequences = float(sum(self.tokens)), float(sum(self.seqs))
+        slots = float(sum(self.padded)) if self.padded and None not in self.padded else None
         return {
             "tokens_per_s": tokens / window,
             "tokens_per_step": tokens / steps,
             **({"seq_len_mean": tokens / sequences} if sequences else {}),
+            # the share of the padded batches' token slots that were padding: compute padding-free rows skip
+            **({"padding_frac": max(0.0, 1 - tokens / slots)} if slots else {}),
         }
 
 
@@ -364,6 +402,7 @@ _PER_MARK = (
     "waits",
     "tokens",
     "seqs",
+    "padded",
 )  # a window's lists, step by step (held out together)
 WARM_HALF_MIN = 5  # steps in each half, at least, for the comparison (Student's t of 4 degrees of freedom)
 
@@ -396,6 +435,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
     """Time steps of a built-in session (`Window`): each pulls its batch (the
     wait at `next()` is data wait) and runs `session.step`; its samples, and a language model's tokens, are
     counted on the loader's batch, on the host, before the step moves it."""
+    from autotune.trial.tokens import padded
     from autotune.workload import count_samples, count_tokens
 
     window, clock = Window(rule, session.device.type, session.sync, session.device), time.perf_counter
@@ -407,7 +447,7 @@ def timed_window(session, batches, rule: WindowRule) -> dict[str, float]:
         wait = clock() - fetch
         samples, tokens = count_samples(session.workload, batch), count_tokens(session.workload, batch)
         loss = session.step(batch)
-        window.step_done(samples, wait, *(tokens or (None, None)))
+        window.step_done(samples, wait, *(tokens or (None, None)), padded=padded(batch) if tokens else None)
     return window.finish(loss)
 
 

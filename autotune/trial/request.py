@@ -77,7 +77,7 @@ class TrialSettings:
     trial: dict[str, Any]  # the spec's trial settings the runner takes (TRIAL_KEYS)
     device: str  # auto | cpu | cuda
     seed: int
-    base_batch: int
+    base_batch: int  # the baseline's effective batch (its batch x its own accumulation)
     keep_effective_batch: bool
     parity: dict[str, Any]  # {"baseline": knobs, "steps", "tolerance", ...}
     ranks: int = 1  # processes per trial (resources.ranks_per_trial)

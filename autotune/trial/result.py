@@ -132,6 +132,7 @@ class TrialResult:
     node_id: str | None = None
     master_addr: str | None = None  # the process group's rendezvous address
     scaling_reference: ScalingReference | None = None
+    chosen_by: str | None = None  # what chose this config (the search's: its move's measurement, the rate model)
     # a user's own program as the trial (autotune.trial.loop):
     used: list[str] | None = None  # the autotune.config() methods it called (the knobs it can take)
     # what its model cannot take ("knob" or "knob=value" -> why) and the knob values it runs with on its own, as

@@ -33,9 +33,11 @@ import threading
 import time
 import traceback
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from autotune import knobs as K
+from autotune.trial import compiled
 from autotune.trial import measure as M
 from autotune.trial import memory
 from autotune.trial import ranks as R
@@ -182,7 +184,7 @@ def _measure(workload, knobs, device, cfg, result: TrialResult, started: float) 
     `result` as soon as it has its numbers. A compiled model is compiled once:
     the profiled window, the two sides and FLOPs (on the uncompiled module) run
     on it at the timed window's shape; the 2x-batch probe (a new shape, compiled
-    again) is skipped; `compile_s` is the first step's time above a later one's.
+    again) is skipped; `compile_s` is torch's own account of its compile (the timed window's, measure.Window).
     Loss parity (safety.loss_parity) builds its own sessions from the seeded
     initial weights, so it compiles its candidate again. A
     window clearly slower than `prune_below` ends early and the trial stops
@@ -306,9 +308,6 @@ class _Measurement:
         result.disturbed = verdict(metrics, self.device.type) or None  # load from outside the trial during its window
         if first_step_s is not None:
             metrics["first_step_s"] = first_step_s
-            if self.knobs["compile"] != "none" and warmed > 1:  # the first step compiles: less a compiled step
-                first = first_step_done - t
-                metrics["compile_s"] = max(0.0, first - (warmup_s - first) / (warmed - 1))
 
     def after_window(self, batches) -> None:
         """After the window: the memory window (CPU), the ranks' communication share, then for an incumbent: the
@@ -533,6 +532,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     if args.out:
+        if result.status == "ok" and (result.metrics or {}).get("compile_s"):  # for production (trial.compiled)
+            compiled.save(Path(args.out).resolve().parent, result.device.name)
         result.write(args.out)  # the contract (autotune.trial.result), checked
     else:
         print(json.dumps(result.checked(), indent=2))

@@ -1,5 +1,7 @@
 """A language model's unit: the tokens a step trains on, counted in its batch, and the FLOPs a token costs.
 
+- `padded(batch)`: the token slots of its `input_ids`, padding included; tokens over them is what a padded batch
+  trains on (the window's `padding_frac`: what padding-free rows would not run).
 - `count(batch)`: the tokens and sequences of a batch with `input_ids` (None: not a language model's batch). The
   tokens are the non-padding ones: the `attention_mask`'s ones; in a padding-free row (position ids and no mask:
   TRL's `padding_free`, transformers' `DataCollatorWithFlattening`) the lengths of the sequences flattened into it;
@@ -41,6 +43,13 @@ def count(batch) -> tuple[Any, Any] | None:
     if labels is not None and tuple(labels.shape) == tuple(ids.shape):
         return _plain((labels != IGNORE_INDEX).sum()), rows
     return int(ids.numel()), rows
+
+
+def padded(batch) -> int | None:
+    """The token slots of a batch's `input_ids`, padding included (its numel: what a padded batch costs to run),
+    None where it has none. Read off its shape: no sync. With `count`'s tokens, a window's padding fraction."""
+    ids = batch.get("input_ids") if isinstance(batch, Mapping) else None
+    return int(ids.numel()) if getattr(ids, "shape", None) is not None else None
 
 
 def batch_samples(batch) -> int | None:

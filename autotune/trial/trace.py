@@ -27,6 +27,20 @@ COMPUTE_OP = re.compile(
     r"cudnn_convolution|conv\dd|_scaled_dot_product_\w+|scaled_dot_product_attention)$"
 )
 
+# where a language model's step goes (torchtitan's and Megatron's MFU tables split it so): attention (its fused
+# kernels, or the batched matmuls and softmax of an eager one), the LM head's loss (cross-entropy, its log-softmax:
+# over the vocabulary, often the largest activation of the step) and the optimizer (its step's span on the host;
+# on a GPU its kernels). Name heuristics, as the profiler plugin's; a share the trace does not show is absent
+STEP_SHARES = {
+    "attention": re.compile(
+        r"scaled_dot_product|flash|fmha|_efficient_attention|flex_attention|^aten::_?softmax$|"
+        r"^aten::(bmm|baddbmm)$|attention",
+        re.I,
+    ),
+    "lm_head_loss": re.compile(r"cross_entropy|log_softmax|nll_loss", re.I),
+    "optimizer": re.compile(r"^Optimizer\.step#|adam|multi_tensor_apply|_foreach_|sgd", re.I),
+}
+
 
 # --- interval sets (sorted, disjoint) ------------------------------------------
 
@@ -154,6 +168,25 @@ def analyze_trace(trace: dict) -> dict:
     if by_cat["memcpy"]:
         h2d = sum(e["dur"] for e in by_cat["memcpy"] if "htod" in e["name"].lower().replace(" ", ""))
         out["h2d_ms_per_step"] = h2d / len(steps) / 1e3
+    shares = _step_shares(events, kernels, union, total)
+    if shares:
+        out["shares"] = shares
+    return out
+
+
+def _step_shares(events: list[dict], kernels: list[dict], union, total: float) -> dict[str, float]:
+    """Each of `STEP_SHARES` as a share of the step: of the GPU's kernel time where the trace has kernels, else
+    of the profiled window on the host (its ops, and the optimizer step's span). Absent where none matched."""
+    out = {}
+    for name, pattern in STEP_SHARES.items():
+        if kernels:
+            busy = sum(k["dur"] for k in kernels)
+            part = sum(k["dur"] for k in kernels if pattern.search(k["name"])) / busy
+        else:
+            host = [e for e in events if e.get("cat") in ("cpu_op", "user_annotation") and pattern.search(e["name"])]
+            part = length(union(host)) / total
+        if part > 0:
+            out[name] = part
     return out
 
 
@@ -210,4 +243,6 @@ def profile_metrics(profile: dict, step_ms_mean: float) -> dict[str, float]:
     for key in ("gpu_util", "tensor_core_frac", "gpu_compute_kernel_frac", "cpu_compute_op_frac", "h2d_ms_per_step"):
         if key in profile:
             out[key + ("_frac" if key == "gpu_util" else "")] = profile[key]
+    for name, share in (profile.get("shares") or {}).items():  # a language model's: attention, LM head/loss, optimizer
+        out[f"share_{name}_frac"] = share
     return out

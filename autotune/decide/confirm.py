@@ -183,7 +183,7 @@ def disagreement(pairs: dict[str, Any], against: SearchReads, unit: Unit = SAMPL
             near = low if base < low else high
             why.append(
                 f"the baseline read {sig(base)} {unit.label} side by side, {base / near - 1:+.0%} off the "
-                f"{sig(low)}-{sig(high)} it read in the search"
+                f"{sig(low) if sig(low) == sig(high) else f'{sig(low)}-{sig(high)}'} it read in the search"
             )
     ratios = [p["ratio"] for p in pairs.get("pairs") or []]
     if len(ratios) >= min(RANGE99) and against.spread > 0:

@@ -541,7 +541,8 @@ def test_a_hog_on_the_baselines_side_of_the_pairs_takes_them_again_and_leaves_th
     assert {"00-baseline", "00-best", "later-00-baseline", "later-00-best"} <= set(labels), labels
     assert confirm["verdict"] == "unsettled" and "speedup_x" not in confirm, confirm
     assert "off the" in confirm["unsettled"] and "taken again" in confirm["unsettled"]
-    assert {p["pass"] for p in confirm["pairs"]} == {1, 2} and confirm["speedup_low"] > result.search_figure["x"]
+    # (the first pass's pairs all under load from outside on a busy host: none of them counted)
+    assert 2 in {p["pass"] for p in confirm["pairs"]} and confirm["speedup_low"] > result.search_figure["x"]
     assert result.best.number == confirm["best_trial"] and result.speedup is None
     answer = A.of(result)
     head = answer.headline()[0]

@@ -341,6 +341,14 @@ def test_the_verdict_carries_its_numbers():
     assert safety.describe(numbers).startswith("per-step errors: loss ")
 
 
+def test_a_batch_size_flag_under_keep_effective_batch_says_the_effective_batch_stays():
+    base = K.pytorch_defaults(2)
+    [free] = safety_flags({**base, "batch_size": 8}, base)
+    assert free["note"].startswith("changes optimization")  # a new batch: scale the learning rate
+    [kept] = safety_flags({**base, "batch_size": 8}, base, kept_batch=8)  # 2 x 4 -> 8 x 1
+    assert kept["note"] == "the effective batch stays 8 (8 x 1 accumulated)"
+
+
 def test_batch_size_advice():
     smaller = batch_advice(256, 64, "SGD", has_batchnorm=True)
     assert smaller["grad_accumulation_steps"] == 4

@@ -35,10 +35,16 @@ from autotune.safety.levels import batch_advice
 
 
 def safety_flags(
-    knobs: dict[str, Any], baseline: dict[str, Any], parity: dict | None = None, user_knobs: K.UserKnobs | None = None
+    knobs: dict[str, Any],
+    baseline: dict[str, Any],
+    parity: dict | None = None,
+    user_knobs: K.UserKnobs | None = None,
+    *,
+    kept_batch: int | None = None,
 ) -> list[dict[str, Any]]:
     """Each knob the best config changes from the baseline, with its safety class (a user knob's as the search's
-    `user_knobs` declare it), and the measured loss parity for the knobs that can change numerics."""
+    `user_knobs` declare it), and the measured loss parity for the knobs that can change numerics. `kept_batch`:
+    the effective batch keep_effective_batch held (a batch_size change is then micro-batches, not a new batch)."""
     from autotune.safety.levels import PARITY_KNOBS, parity_summary
 
     flags, lookup = [], (user_knobs or K.UserKnobs()).lookup
@@ -52,6 +58,8 @@ def safety_flags(
                 "safety": knob.safety,
                 "note": knob.safety_reason,
             }
+            if name == "batch_size" and kept_batch:
+                flag["note"] = f"the effective batch stays {kept_batch} ({value} x {kept_batch // value} accumulated)"
             if name == "compile":
                 flag["note"] += "; compiled kernels are not bitwise reproducible across runs and versions"
             if parity is not None and (name in PARITY_KNOBS or knob.user and knob.numerics):
@@ -175,7 +183,9 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
             "trials": len(result.records),
             "trials_ok": sum(1 for r in result.records if r.status == "ok"),
         },
-        "safety": safety_flags(best.knobs, base.knobs, best.parity, result.user_knobs),
+        "safety": safety_flags(
+            best.knobs, base.knobs, best.parity, result.user_knobs, kept_batch=_kept_batch(result, settings)
+        ),
         "fixed": result.space.fixed,
     }
     if settings.ranks > 1 or settings.blocks:  # what cfg.wrap, torchrun and -f hf need
@@ -188,6 +198,11 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
         data["production"] = production(data, path, settings.flags, program)
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return data
+
+
+def _kept_batch(result, settings: ExportSettings) -> int | None:
+    """The baseline's effective batch where keep_effective_batch held it (micro-batch x accumulation)."""
+    return result.baseline.knobs["batch_size"] * result.space.accumulation if settings.keep_effective_batch else None
 
 
 def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> None:

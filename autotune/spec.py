@@ -381,6 +381,13 @@ class SearchSettings(_Strict):
         "baseline read near its own time (the host's speed drifts), the incumbent read afresh beside it (its "
         "figure is then not the best of many noisy reads); 0: every trial against the baseline's first read",
     )
+    reference_reads: Literal["drifting", "always"] = Field(
+        "drifting",
+        description="drifting: the reads start once the search's own reads show the host drifting beyond the "
+        "pairs' noise (the baseline's two reads apart by more than two fresh processes of one config allow, or a "
+        "trial measured under outside load; on a quiet host they change no decision and cost up to a third of a "
+        "short search); always: from the first trial on",
+    )
     confirm_rounds: StrictInt = Field(
         3,
         ge=0,
@@ -388,6 +395,13 @@ class SearchSettings(_Strict):
         "interleaved, a fresh process each; the speedup reported is the median of the paired "
         "ratios, and a best not faster in every pair ties with the baseline (0: no re-measuring; "
         "at most: stopping once two pairs within 10% of each other and the trials are all over 1.5x)",
+    )
+    confirm_spacing_s: float = Field(
+        10.0,
+        ge=0,
+        description="pairs whose baseline reads more than 15% away from every read of it in the search, or whose "
+        "ratios spread wider than fresh processes of one config allow, are taken again, this many seconds apart "
+        "(within the time budget); if those disagree too, the claim is unsettled: both figures, no single number",
     )
     keep_compile_cache: StrictBool = Field(
         False,

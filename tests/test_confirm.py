@@ -1,5 +1,6 @@
 import json
 import statistics
+from pathlib import Path
 
 import pytest
 import yaml
@@ -121,7 +122,8 @@ def test_a_disturbed_reread_of_the_anchor_is_read_once_more_and_else_left_out(tm
     assert once_more.metrics["samples_per_s"] == 95.0 and once_more.metrics["anchor_reread_samples_per_s"] == 90.0
     assert once_more.trial_wall_s == 9.0  # both re-reads cost
     alone = C.reread_anchor(first(), {}, reads((25.0, loaded), (30.0, loaded)), tmp_path)
-    assert alone.metrics == {"samples_per_s": 100.0, "step_mean_ci95": 0.01} and alone.trial_wall_s == 9.0
+    assert alone.metrics == {"samples_per_s": 100.0, "step_mean_ci95": 0.01, "anchor_reread_disturbed": 1.0}
+    assert alone.trial_wall_s == 9.0  # (the outside load it met: drift the reference reads start on, issue 64)
 
 
 def test_the_speedup_is_the_median_of_the_paired_ratios():
@@ -283,21 +285,25 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         assert result.best is result.baseline
         return
     rounds = 1  # the spec's confirm_rounds; a first pair that settles the verdict is the last anyway
+    # on a busy host the pair may disagree with the search's reads: then taken again (later-: its labels), its
+    # first pass kept aside, or both passes an unsettled claim
+    later = confirm.get("verdict") == "unsettled" or "taken_again" in confirm
+    passes = 2 if later else 1
     aside = confirm.get("disturbed_pairs", [])  # measured under the host's other load: again, not counted
-    assert confirm["rounds"] == rounds or (confirm["rounds"] < rounds and len(aside) > C.RERUNS)
-    assert confirm["baseline_trial"] == 0 and confirm["verdict"] in ("faster", "tie", "slower", "unknown")
+    assert confirm["rounds"] in (rounds, passes * rounds) or (confirm["rounds"] < rounds and len(aside) > C.RERUNS)
+    verdicts = ("faster", "tie", "slower", "unknown", "unsettled")
+    assert confirm["baseline_trial"] == 0 and confirm["verdict"] in verdicts
     trials = {r.number: r for r in result.records}
     dirs = sorted(p.name for p in (run_dir / "confirm").iterdir())
     labels = [d for d in dirs if not d.startswith("parity-")]
-    assert [d for d in labels if "-again" not in d] == ["00-baseline", "00-best", "01-baseline", "01-best"][
-        : 2 * rounds
-    ]
-    assert len([d for d in labels if "-again" in d]) == 2 * min(len(aside), C.RERUNS)
+    first = ["00-baseline", "00-best", "01-baseline", "01-best"][: 2 * rounds]
+    assert [d for d in labels if "-again" not in d] == first + ([C.LATER + d for d in first] if later else [])
+    assert len([d for d in labels if "-again" in d]) >= 2 * min(len(aside), C.RERUNS)
     for late in set(dirs) - set(labels):  # a best checked late for loss parity (its trial did not check it)
         assert trials[int(late.split("-")[1])].parity is not None, late
     for label in labels:
         config = json.loads((run_dir / "confirm" / label / "config.json").read_text())
-        knobs = trials[confirm[label[3:].split("-")[0] + "_trial"]].knobs
+        knobs = trials[confirm[label.removeprefix(C.LATER)[3:].split("-")[0] + "_trial"]].knobs
         assert config["knobs"] == {k: v for k, v in knobs.items() if k in config["knobs"]}
         assert config["profile_steps"] == 0 and config["diagnose"] is False and config["parity"] is None
         # the windows sized by the gap the trials measured
@@ -313,6 +319,9 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     elif confirm["verdict"] == "unknown":  # too few undisturbed pairs: the trials' best, no speedup claimed
         assert result.best.number == confirm["best_trial"] and result.speedup is None
         assert best["measured"]["speedup_x"] is None and best["confirmed"]["note"].startswith("speedup unknown: ")
+    elif confirm["verdict"] == "unsettled":  # the pairs disagreed with the search's reads, taken again too
+        assert result.best.number == confirm["best_trial"] and result.speedup is None
+        assert best["measured"]["speedup_x"] is None and best["measured"]["unsettled"]["why"]
     else:  # a tie with the baseline: the baseline is exported, and says why
         assert result.best is result.baseline and best["measured"]["speedup_x"] == 1.0
         assert "not faster in every pair" in best["tie"]["note"]
@@ -371,3 +380,235 @@ def test_no_round_after_the_first_starts_once_the_time_budget_is_spent():
     assert out["rounds"] == 2 and out["cut_by_budget"] and out["verdict"] == "faster" and len(calls) == 4
     run, calls = fake_runs([100.0, 150.0] * 3)
     assert "cut_by_budget" not in C.remeasure(run, {"id": "A"}, {"id": "B"}, 3, budget_left=lambda: None)
+
+
+def records(base: float = 1520.0, best: float = 2310.0, **metrics):
+    """The baseline's and the best's records (a baseline read twice, as a search's anchor is)."""
+    from autotune.records.run_dir import TrialRecord
+
+    b = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": base, **metrics})
+    return b, TrialRecord(number=7, status="ok", knobs={"id": "B"}, metrics={"samples_per_s": best})
+
+
+# nanoGPT's search (issue 64): the baseline read 1,373-1,540 samples/s in every read of it (its trial's two, the
+# reference reads), 1,131, 1,002 and 1,070 side by side, where the best read 1,788, 1,266 and 1,630
+NANOGPT_READS = C.SearchReads((1540.0, 1500.0, 1471.0, 1373.0), spread=0.05, spacing_s=0.0)
+NANOGPT_PAIRS = [1131.0, 1788.0, 1266.0, 1002.0, 1070.0, 1630.0]  # in measuring order: A B, B A, A B
+
+
+def test_pairs_far_from_the_searchs_reads_are_taken_again_spaced_and_those_that_agree_are_the_claim():
+    base, best = records()
+    said = []
+    run, calls = fake_runs([*NANOGPT_PAIRS, 1480.0, 1580.0, 1600.0, 1500.0, 1450.0, 1560.0])
+    out = C.confirm_best(run, base, best, 3, said.append, against=NANOGPT_READS)
+    assert [label for _, label in calls[6:]] == [f"{C.LATER}{label}" for _, label in calls[:6]]  # spaced, again
+    assert out["verdict"] == "faster" and out["speedup_x"] == pytest.approx(1.0676, abs=1e-4)
+    taken = out["taken_again"]
+    assert taken["spacing_s"] == 0.0 and taken["first"]["rounds"] == 3 and taken["first"]["speedup_x"] == 1.5234
+    assert (
+        taken["why"] == "the baseline read 1,070 samples/s side by side, -22% off the 1,370-1,540 it read in the search"
+    )
+    assert said[-1].startswith("the pairs are no claim (the baseline read 1,070 samples/s")
+    assert "these were taken again, 0.0 s apart, where the first 3 pair(s) were no claim (the baseline" in describe(out)
+    # within 15% of the lowest read (1,373 x 0.85 = 1,167): no second pass
+    run, calls = fake_runs([1200.0, 1788.0, 1750.0, 1180.0, 1190.0, 1700.0])
+    assert "taken_again" not in C.confirm_best(run, base, best, 3, against=NANOGPT_READS) and len(calls) == 6
+
+
+def test_pairs_that_still_disagree_are_unsettled_both_figures_and_no_single_number():
+    base, best = records()
+    run, calls = fake_runs([*NANOGPT_PAIRS, *NANOGPT_PAIRS])
+    out = C.confirm_best(run, base, best, 3, against=NANOGPT_READS)
+    assert len(calls) == 12 and out["verdict"] == "unsettled" and "speedup_x" not in out
+    assert [p["pass"] for p in out["pairs"]] == [1, 1, 1, 2, 2, 2] and out["rounds"] == 6
+    assert (out["speedup_low"], out["speedup_high"]) == (1.2635, 1.5809)
+    assert out["unsettled"].endswith(
+        "taken again 0.0 s apart: the baseline read 1,070 samples/s side by side, "
+        "-22% off the 1,370-1,540 it read in the search"
+    )
+    assert describe(out).startswith("unsettled: side by side in fresh processes, 1.26-1.58x over 6 pairs; the baseline")
+    # a budget with no room left for them: unsettled at once, and why
+    left = iter([50.0, 50.0, 0.0])
+    run, calls = fake_runs(list(NANOGPT_PAIRS))
+    out = C.confirm_best(run, base, best, 3, budget_left=lambda: next(left), against=NANOGPT_READS)
+    assert len(calls) == 6 and out["verdict"] == "unsettled" and [p["pass"] for p in out["pairs"]] == [1, 1, 1]
+    assert out["unsettled"].endswith("; the time budget left no room to take them again")
+
+
+def test_pairs_whose_ratios_spread_wider_than_fresh_processes_allow_are_taken_again():
+    """lightning_clip (issue 64): pairs of 1.37, 1.33 and 2.45, its baseline inside the search's reads (1,163-1,600):
+    their spread, not their baseline, says they were disturbed; two pairs say too little of a spread to judge."""
+    base, best = records(1600.0, 2500.0)
+    reads = C.SearchReads((1600.0, 1529.0, 1163.0), spread=0.08, spacing_s=0.0)
+    run, calls = fake_runs([1100.0, 1507.0, 1396.0, 1050.0, 1277.0, 3129.0, 1300.0, 2000.0, 2100.0, 1350.0])
+    out = C.confirm_best(run, base, best, 3, against=reads)
+    assert (
+        "spread wider than fresh processes of one config allow (a sd of 8% each: 3 pairs 1.59x apart at most"
+        in (out["taken_again"]["why"])
+    )
+    assert out["verdict"] == "faster" and out["rounds"] == 2 and len(calls) == 10  # the later two settle it
+    run, calls = fake_runs([1100.0, 1507.0, 2300.0, 1050.0])
+    assert "taken_again" not in C.confirm_best(run, base, best, 2, against=reads)  # 1.37x and 2.19x: two pairs
+
+
+def test_the_searchs_reads_of_the_baseline_are_its_two_trial_reads_and_the_reference_reads():
+    from autotune.decide.reference import PRIOR_PAIRS
+    from autotune.records.run_dir import TrialRecord
+
+    base, _ = records(
+        100.0,
+        anchor_first_samples_per_s=110.0,
+        anchor_reread_samples_per_s=90.0,
+        window_mid_unix=1000.0,
+        anchor_reread_unix=1004.0,
+        anchor_first_ci95=0.01,
+        anchor_reread_ci95=0.01,
+    )
+    reads = [
+        TrialRecord(
+            number=1,
+            status="ok",
+            knobs={},
+            read="reference",
+            metrics={"samples_per_s": 95.0, "window_mid_unix": 1030.0},
+        ),
+        TrialRecord(
+            number=2, status="ok", knobs={}, read="confirm", metrics={"samples_per_s": 300.0, "window_mid_unix": 1031.0}
+        ),
+    ]
+    against = C.SearchReads.of(base, reads, "cpu", 7.0)
+    assert against.values == (110.0, 90.0, 95.0) and against.spacing_s == 7.0
+    assert stats.PROCESS_CV["cpu"] < against.spread < 0.2  # 110 then 90, 4 s apart: wider than the 5% prior
+    assert PRIOR_PAIRS >= 1
+    plain, _ = records(100.0)  # a baseline read once, no reads: its one read, the prior's spread
+    assert C.SearchReads.of(plain).values == (100.0,)
+
+
+def hogged_search(tmp_path, hog: str):
+    """A real search whose baseline's side of the side-by-side pairs runs beside 3 busy processes of its own
+    (tests.workloads:make_hogged; `hog`: "all" its runs, "first" the first pairs' only), the best half the work."""
+    from autotune import spec as S
+    from autotune.execution.driver import run
+
+    spec = S.parse(
+        {
+            "name": f"hogged-{hog}",
+            "workload": {"factory": "tests.workloads:make_hogged", "args": {"batch_size": 16, "hog": hog}},
+            "search_space": {
+                "preset": None,
+                "knobs": {},
+                "workload_args": {"work_ms": {"values": [20.0, 5.0], "safety": "safe"}},
+            },
+            "trial": {
+                "warmup_steps": 2,
+                "measure_steps": 5,
+                "min_window_s": 0.5,
+                "max_window_s": 1.0,
+                "profile_steps": 0,
+            },
+            "search": {
+                "sampler": "grid",
+                "n_trials": 2,
+                "confirm_rounds": 3,  # the pairs' baseline is their median: one pair slowed by the host moves it not
+                "confirm_spacing_s": 0.5,
+                "reference_reads": "always",
+                "reference_share": 0.4,
+            },
+            "output_dir": str(tmp_path / hog),
+        },
+        "hogged.yaml",
+    )
+    return run(spec, backend="local")
+
+
+@pytest.mark.slow  # two searches, ~60 s each; in CI: the pairs taken again and an unsettled claim from prepared
+# results (test_pairs_far_from_the_searchs_reads_are_taken_again_spaced_..., test_pairs_that_still_disagree_...),
+# its words (test_last_screen.py::test_an_unsettled_claim_gives_both_figures_...), `autotune confirm`
+# (test_cli_confirm_remeasures_a_finished_searchs_best_and_updates_its_claim)
+@pytest.mark.timeout(600)
+def test_a_hog_on_the_baselines_side_of_the_pairs_takes_them_again_and_leaves_the_claim_unsettled_while_it_stays(
+    tmp_path,
+):
+    """Issue 64's Done-when: busy processes started for the baseline's side of the side-by-side pairs only (the
+    search's trials and reads run without them). The search takes the pairs again; with the hog still there, the
+    claim is unsettled with both figures; with the hog gone by the repeat, the repeat's pairs are the claim. On a
+    host loaded by others, every pair may be measured under outside load (then: unknown, not this test's point)."""
+    from autotune.export import answer as A
+
+    result = hogged_search(tmp_path, "all")
+    confirm, run_dir = result.confirm, result.run_dir
+    labels = sorted(p.name for p in (run_dir / "confirm").iterdir())
+    assert {"00-baseline", "00-best", "later-00-baseline", "later-00-best"} <= set(labels), labels
+    assert confirm["verdict"] == "unsettled" and "speedup_x" not in confirm, confirm
+    assert "off the" in confirm["unsettled"] and "taken again" in confirm["unsettled"]
+    # (the first pass's pairs all under load from outside on a busy host: none of them counted)
+    assert 2 in {p["pass"] for p in confirm["pairs"]} and confirm["speedup_low"] > result.search_figure["x"]
+    assert result.best.number == confirm["best_trial"] and result.speedup is None
+    answer = A.of(result)
+    head = answer.headline()[0]
+    assert head.startswith(f"speedup unsettled: {A._x(result.search_speedup)}") and " side by side" in head, head
+    assert f"re-measure it on a quiet host: autotune confirm {A.shown(run_dir, Path.cwd())}" in answer.trust
+    best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    assert best["measured"]["speedup_x"] is None and best["measured"]["unsettled"]["command"].endswith(str(run_dir))
+    assert best["confirmed"]["note"].startswith("unsettled: side by side in fresh processes")
+
+    gone = hogged_search(tmp_path, "first")  # the hog gone by the time the pairs are taken again
+    confirm = gone.confirm
+    assert confirm["verdict"] == "faster" and confirm["taken_again"]["first"]["rounds"] >= 1, confirm
+    # the repeat's pairs near the search's figure (~3.2x), where the hogged ones read ~12x
+    assert (
+        all(p["ratio"] < 2 * gone.search_figure["x"] for p in confirm["pairs"]) and gone.speedup == confirm["speedup_x"]
+    )
+    assert "these were taken again, 0.50 s apart, where the first" in describe(confirm)
+    assert A.of(gone).headline()[0].startswith("speedup: ")
+
+
+def test_cli_confirm_of_no_search_dir_is_one_line_exit_2(tmp_path):
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+
+    result = CliRunner().invoke(app, ["confirm", str(tmp_path)])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert result.stderr == (
+        f"error: `{tmp_path}` is not a search's output dir (no search.json); give a finished search's\n"
+    )
+
+
+def test_cli_confirm_remeasures_a_finished_searchs_best_and_updates_its_claim(tmp_path, monkeypatch):
+    """`autotune confirm RUN_DIR` (issue 64): the pairs alone, real processes, against the quickstart's run dir (a
+    real search's, tests/fixtures/runs; its spec beside it, its windows at their floor); search.json keeps the old
+    re-measurement, best_config.yaml and the report say the new one, and the command says what changed."""
+    from typer.testing import CliRunner
+
+    from autotune.cli.main import app
+    from autotune.records.run_dir import read_run
+    from autotune.records.state import SearchState
+    from tests.conftest import fixture_run
+
+    run_dir = fixture_run("quickstart", tmp_path, monkeypatch)
+    spec = yaml.safe_load((Path(__file__).parents[1] / "search_spaces" / "examples" / "quickstart.yaml").read_text())
+    spec["trial"].update(warmup_steps=2, measure_steps=5, min_window_s=0.2, max_window_s=0.5)
+    spec["search"].update(confirm_spacing_s=0.0)
+    (run_dir / "spec.yaml").write_text(yaml.safe_dump({**spec, "output_dir": str(run_dir)}))
+    old = SearchState.read(run_dir).confirm
+    old_config = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    result = CliRunner().invoke(app, ["confirm", str(run_dir), "--rounds", "1"])
+    assert result.exit_code == 0, result.output
+    state = SearchState.read(run_dir)
+    assert state.confirm["best_trial"] == old["best_trial"] == 4 and state.confirm["baseline_trial"] == 0
+    assert "re-measured trial #4 against the baseline, side by side" in result.stdout
+    assert "\nbefore: speedup: 1.44x samples/s (1.34-1.53x, 2 pairs side by side)" in result.stdout
+    assert "\nnow:    " in result.stdout and f"{run_dir / 'best_config.yaml'}: " in result.stdout
+    assert [{k: v for k, v in h.items() if k != "replaced"} for h in state.confirm_history] == [old]
+    assert {p.name for p in (run_dir / "confirm").iterdir()} >= {"confirm1-00-baseline", "confirm1-00-best"}
+    best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
+    assert best["confirmed"]["note"] == describe(state.confirm)  # the file says the new claim
+    after = read_run(run_dir)
+    assert after.confirm == state.confirm
+    if state.confirm["verdict"] == "faster":
+        assert best["measured"]["speedup_x"] == round(after.speedup, 3) == round(state.confirm["speedup_x"], 3)
+        changed = f"measured.speedup_x {old_config['measured']['speedup_x']} -> {best['measured']['speedup_x']}"
+        assert changed in result.stdout
+    else:  # on a loaded host: a tie, or a claim unknown or unsettled, as the pairs say
+        assert state.confirm["verdict"] in ("tie", "slower", "unknown", "unsettled"), state.confirm

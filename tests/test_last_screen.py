@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 
 import pytest
+import yaml
 from rich.console import Console
 
 from autotune.cli import live as L
@@ -202,4 +203,50 @@ def test_a_ten_trial_live_view_is_ten_lines_and_the_incumbents_changes(tmp_path,
     assert re.match(
         r"\[5/10\] trial   4 ok batch=64 precision=bf16-mixed  8,190 samples/s 1\.84x  best so far, loss parity passed  \(",
         trials[4],
+    )
+
+
+def test_an_unsettled_claim_gives_both_figures_why_and_the_command_never_one_number(tmp_path, monkeypatch):
+    """Issue 64: the quickstart's run dir, its re-measurement made unsettled as `decide.confirm` leaves one whose
+    pairs disagreed with the search's reads twice (its own pairs, taken again); the last screen, the report (text,
+    markdown, JSON) and best_config.yaml say both figures, why, and `autotune confirm RUN_DIR`; no single speedup."""
+    from autotune.decide import confirm as C
+    from autotune.export import answer as A
+    from autotune.export import best_config as E
+
+    run = fixture_run("quickstart", tmp_path, monkeypatch)
+    state = json.loads((run / "search.json").read_text())
+    first = state["confirm"]
+    why = "the baseline read 3,500 samples/s side by side, -21% off the 4,450-4,460 it read in the search"
+    state["confirm"] = {
+        "baseline_trial": 0,
+        "best_trial": first["best_trial"],
+        **C.unsettled(first, first, f"{why}; taken again 10 s apart: {why}", C.SAMPLES),
+    }
+    (run / "search.json").write_text(json.dumps(state))
+    result = read_run(run)
+    assert result.speedup is None and result.best.number == first["best_trial"]
+    from autotune.spec import SearchPlan, load
+
+    plan = SearchPlan.of(load(Path(__file__).parents[1] / "search_spaces" / "examples" / "quickstart.yaml"))
+    E.write_best_config(result, run / "best_config.yaml", E.ExportSettings.of(plan))
+    answer = A.of(result)
+    head = answer.headline()[0]
+    x = A._x(result.search_speedup)  # (a run dir from before the figures' intervals: its trials' ratio, no interval)
+    assert result.search_interval is None and head.startswith(f"speedup unsettled: {x} in the search, 1.34-1.53x in 4")
+    assert answer.trust[:2] == (
+        f"unsettled: {why}; taken again 10 s apart: {why}",
+        "re-measure it on a quiet host: autotune confirm run",
+    )
+    screen = last_screen(run, 100, monkeypatch)
+    assert "autotune confirm run" in screen and "speedup: " not in screen and "1.44x" not in screen
+    text, markdown, data = reported(result, monkeypatch)
+    assert data["speedup_x"] is None and data["speedup_unsettled"].startswith(why)
+    assert "unsettled: side by side in fresh processes, 1.34-1.53x over 4 pairs" in markdown
+    best = yaml.safe_load((run / "best_config.yaml").read_text())
+    assert best["measured"]["speedup_x"] is None and best["measured"]["unsettled"]["pairs"] == 4
+    assert best["measured"]["unsettled"]["command"] == f"autotune confirm {run}"
+    python = E.render(best, "python")
+    assert python.startswith(
+        f"# autotune: speedup unsettled ({best['measured']['trials_speedup_x']}x in the search, 1.34-"
     )

@@ -190,3 +190,34 @@ def test_the_strategy_judges_each_trial_against_the_reference_at_its_time():
     judged = {t.number: strategy.judge.value(t) for t in study.trials}
     assert judged[again.number] == pytest.approx(judged[b64.number]) and judged[again.number] < 1.3 * host[1010]
     assert strategy.incumbent().number == b128.number
+
+
+def test_reads_start_only_once_the_searchs_own_reads_show_drift_and_the_report_says_whether_and_why():
+    """Issue 64: on a quiet host the reference reads change no decision and cost 3-32% of a search; by default they
+    start once the baseline's two reads lie further apart than two fresh processes allow, or a trial ran under
+    outside load (`drift_seen`); the report's line says whether they were taken, and why."""
+    from autotune.cli.report import reads_line
+    from autotune.decide.reference import drift_seen
+    from autotune.records.run_dir import TrialRecord
+
+    def baseline(first, second):
+        metrics = {"samples_per_s": first, "anchor_first_samples_per_s": first, "anchor_reread_samples_per_s": second}
+        metrics.update(anchor_first_ci95=0.02, anchor_reread_ci95=0.02)
+        return TrialRecord(number=0, status="ok", knobs={}, is_baseline=True, metrics=metrics)
+
+    calm = TrialRecord(number=1, status="ok", knobs={}, metrics={"samples_per_s": 120.0})
+    assert drift_seen([baseline(100.0, 105.0), calm]) is None  # 5% apart: inside the 14.6% two processes allow
+    assert drift_seen([baseline(100.0, 130.0), calm]) == (
+        "the baseline's two reads were 30% apart, more than the 15% two fresh processes of one config allow"
+    )
+    loaded = TrialRecord(number=2, status="ok", knobs={}, metrics={"samples_per_s": 90.0}, info={"disturbed": "x"})
+    assert drift_seen([baseline(100.0, 105.0), calm, loaded]) == "trial #2 was measured under load from outside (x)"
+    assert drift_seen([calm]) is None  # no baseline measured yet
+    alone = baseline(100.0, 100.0)
+    alone.metrics.update(anchor_reread_disturbed=1.0)  # its second read under outside load twice: the first stands
+    assert drift_seen([alone]) == "the baseline's second read was measured under load from outside, twice"
+    note = {"mode": "drifting", "taken": False, "why": "the search's own reads showed no drift"}
+    assert reads_line(None, note) == "reference reads: none taken: the search's own reads showed no drift"
+    share = {"reference_reads": 2, "confirm_reads": 0, "reads_s": 4.0, "share": 0.08}
+    taken = {"mode": "drifting", "taken": True, "why": "trial #2 was measured under load from outside (x)"}
+    assert reads_line(share, taken).endswith("; taken because trial #2 was measured under load from outside (x)")

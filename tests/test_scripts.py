@@ -611,6 +611,7 @@ SMOKE = {
     "bench/bench_instrument_cost.py": "--inproc-pairs 1 --pairs 1 --short 2 --long 4",
     "bench/bench_drift.py": "--kinds quickstart --runs 1 --sides after --smoke --out {tmp}/drift",
     "dev/coverage_moves.py": "{tmp}/before.json {tmp}/after.json",
+    "dev/remeasure_ways.py": "--kind quickstart --reps 1 --ways fork,spawn --window-s 0.2",
 }
 ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_model.py": "test_bench_model_replays_a_recorded_search_with_both_models",

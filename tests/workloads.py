@@ -591,3 +591,38 @@ def make_tiny_llama(batch_size: int = 4, padding_free: bool = False) -> Workload
         collate_fn=DataCollatorWithFlattening(return_tensors="pt") if padding_free else pad_texts,
         optimizer=lambda params: torch.optim.AdamW(params, lr=1e-3),
     )
+
+
+HOG = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    pass\n"  # busy until its parent ends
+
+
+def make_hogged(batch_size: int = 16, work_ms: float = 20.0, hog: str = "none", hogs: int = 3) -> Workload:
+    """Each step burns `work_ms` of its thread's CPU time (one torch thread), so its rate is the share of a core
+    it gets. A re-measurement's baseline run (its trial dir `confirm/NN-baseline`, or `confirm/later-NN-baseline`
+    for the pairs taken again) pins itself to one core and starts `hogs` busy processes of its own there, which end
+    with it: a slow phase of the host (the baseline gets ~1/(hogs+1) of a core, on any host) that the disturbance
+    check cannot see (they are the trial's own process tree), on the baseline's side only. `hog`: "none"; "all"
+    (every such run); "first" (the first pairs', not those taken again)."""
+    import re
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    here = Path.cwd()
+    label = re.fullmatch(r"(later-)?\d\d-baseline(-again\d+)?", here.name)
+    if here.parent.name == "confirm" and label and (hog == "all" or (hog == "first" and not label.group(1))):
+        import os
+
+        os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})  # the hogs inherit it: one core for all
+        for _ in range(hogs):
+            subprocess.Popen([sys.executable, "-c", HOG])
+
+    def loss(model, batch):
+        started = time.thread_time()
+        while time.thread_time() - started < work_ms / 1000:
+            pass
+        return recorder_loss(model, batch)
+
+    torch.set_num_threads(1)
+    return Workload(model=Recorder, dataset=WorkerTagged(), loss=loss, batch_size=batch_size)

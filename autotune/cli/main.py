@@ -1,5 +1,5 @@
 """`autotune`: the command line, wired. Each command is a module of its own (autotune.cli.search, report,
-export, run, ui): it parses its line, calls the package and prints; heavy imports happen inside the commands, so
+confirm, export, run, ui): it parses its line, calls the package and prints; heavy imports happen inside the commands, so
 `autotune --help` stays fast."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import typer
 
-from autotune.cli import export, report, run, search, ui
+from autotune.cli import confirm, export, report, run, search, ui
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -19,6 +19,7 @@ app = typer.Typer(
 )
 app.command("search", cls=search.WithCommand, context_settings={"allow_extra_args": True})(search.command)
 app.command("report")(report.command)
+app.command("confirm")(confirm.command)
 app.command("export")(export.command)
 app.command("run", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})(run.command)
 app.command("ui")(ui.command)

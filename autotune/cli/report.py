@@ -59,13 +59,17 @@ def remembered(message: str) -> None:
     err_console.print(f"[cyan]note:[/] {escape(message)}")
 
 
-def reads_line(reads: dict) -> str:
-    """The reference reads' cost, one line (`SearchResult.reads_share`)."""
+def reads_line(reads: dict | None, note: dict | None = None) -> str:
+    """The reference reads' cost, one line (`SearchResult.reads_share`), and whether they were taken and why
+    (`SearchResult.reads_note`: issue 64, by default only once the host drifts)."""
+    why = f"; taken because {note['why']}" if note and note.get("mode") == "drifting" else ""
+    if not reads:
+        return f"reference reads: none taken: {note['why']}"
     confirms = f" and {reads['confirm_reads']} fresh read(s) of an incumbent" if reads["confirm_reads"] else ""
     share = f", {reads['share']:.0%} of the search" if reads.get("share") is not None else ""
     return (
         f"reference reads: the baseline read again {reads['reference_reads']} time(s){confirms}, "
-        f"{reads['reads_s']:.0f} s{share} (each trial's speedup is against the baseline read near its time)"
+        f"{reads['reads_s']:.0f} s{share} (each trial's speedup is against the baseline read near its time)" + why
     )
 
 
@@ -104,6 +108,8 @@ def _sides(d: dict) -> tuple[str, str]:
 def _speedup_cell(d: dict) -> str:
     if d["speedup_unknown"]:
         return "[bold yellow]unknown[/]"
+    if d["speedup_unsettled"]:
+        return "[bold yellow]unsettled[/]"
     if d["tied"]:
         return f"[yellow]{analysis.tied_speedup(d):.2f}x, a tie[/]"
     return f"[bold green]{d['speedup_x']:.2f}x[/]"
@@ -241,7 +247,7 @@ def details(d: dict) -> list:
 
     out: list = []
     c, unit = d["confirm"], analysis.data_unit(d)
-    if d["speedup_unknown"] or (c and d["speedup_x"] is not None):
+    if d["speedup_unknown"] or d["speedup_unsettled"] or (c and d["speedup_x"] is not None):
         out.append(f"re-measurement: {_search_figure(d)}; " + describe(c))
     if d["tie"]:
         out.append(Text.assemble(("tie", "yellow"), f": {d['tie']['note']}"))
@@ -366,8 +372,8 @@ def _search_notes(d: dict) -> list[str]:
         )
     if d["break_even"]:
         notes.append(f"break-even: {d['break_even']['note']}")
-    if d.get("reads"):
-        notes.append(reads_line(d["reads"]))
+    if d.get("reads") or d.get("reads_note"):
+        notes.append(reads_line(d.get("reads"), d.get("reads_note")))
     p = d["pruning"]
     if p.get("trials_pruned"):
         saved = f", saving about {sig(p['pruning_saved_s'])} s" if "pruning_saved_s" in p else ""
@@ -452,7 +458,7 @@ def _markdown_findings(d: dict) -> list[str]:
         notes.append(f"- **batch**: {d['batch']['note']}")
     if notes:
         lines += ["", "Convergence safety:", *notes]
-    if d["confirm"] and (d["speedup_x"] is not None or d["speedup_unknown"]):
+    if d["confirm"] and (d["speedup_x"] is not None or d["speedup_unknown"] or d["speedup_unsettled"]):
         lines += ["", f"Re-measured: {_search_figure(d)}; {describe(d['confirm'])}"]
     for u in d["unsafe"]:
         lines += ["", f"**Not exported:** trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}"]

@@ -354,6 +354,34 @@ class Judge:
         return level.value / self.base.value, Z95 * level.between
 
 
+def drift_seen(records, device: str = "cpu") -> str | None:
+    """Why the search's own reads show the host drifting beyond the pairs' noise, or None (issue 64: on a quiet host
+    the reference reads change no decision and cost 3-32% of a search): the baseline trial's two reads (its anchor,
+    `confirm.reread_anchor`) further apart than two fresh processes of one config allow at 95% (stats.PROCESS_CV and
+    each window's CI), or a trial (or the baseline's second read) measured under load from outside. `records`: the
+    search's trial records so far."""
+    base = next((r for r in records if r.is_baseline and r.throughput), None)
+    if base is not None:
+        m, unit = base.metrics, base.unit
+        first, second = m.get(unit.key("anchor_first")), m.get(unit.key("anchor_reread"))
+        if first and second:
+            process = PROCESS_CV.get(device, 0.0)
+            cis = [min(c, CI_CAP) for c in (m.get("anchor_first_ci95"), m.get("anchor_reread_ci95")) if c == c and c]
+            allowed = Z95 * math.sqrt(2 * process**2 + sum(_sd(c) ** 2 for c in cis))
+            apart = abs(math.log(second / first))
+            if apart > allowed:
+                return (
+                    f"the baseline's two reads were {math.exp(apart) - 1:.0%} apart, more than the "
+                    f"{math.exp(allowed) - 1:.0%} two fresh processes of one config allow"
+                )
+        if base.metrics.get("anchor_reread_disturbed"):
+            return "the baseline's second read was measured under load from outside, twice"
+    loaded = next((r for r in records if r.info.get("disturbed")), None)
+    if loaded is not None:
+        return f"trial #{loaded.number} was measured under load from outside ({loaded.info['disturbed']})"
+    return None
+
+
 class Raw:
     """The judge of a search without reads: each trial's own figure and window CI."""
 

@@ -41,7 +41,7 @@ from autotune import workload as W
 from autotune._imports import installed
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits, remeasure_cost
-from autotune.decide.confirm import confirm_best, window_ci
+from autotune.decide.confirm import SearchReads, confirm_best, window_ci
 from autotune.decide.deadlines import Deadlines
 from autotune.decide.reference import read_ci
 from autotune.decide.samplers import kind
@@ -278,6 +278,8 @@ class Search:
             except KeyboardInterrupt:
                 self.interrupted.set = True
             recorder.rejudge()  # every trial's figures with every read
+        if reads is not None:  # whether the reads were taken, and why (the report says it)
+            self.state.reference_reads = reads.note()
 
     def remeasure(self, runner) -> None:
         """The best's loss parity checked late where its trial did not run it, the best re-measured against the
@@ -334,6 +336,7 @@ class Search:
             self.confirm,
             skipped=state.skipped_predicted,
             reads=self.recorder.reads,
+            reads_note=state.reference_reads,
         )
         settle(result)
         summary = self._summary(result, wall)
@@ -531,19 +534,26 @@ class Search:
             dict(self.space.baseline),
             started=time.time() - (time.perf_counter() - self.started) - self.opened.wall_before,
             device=self.device.type,
-            share=search.reference_share,
+            when=(search.reference_share, search.reference_reads),
         )
 
     def _confirm(self, runner, baseline: TrialRecord | None, best: TrialRecord | None) -> dict | None:
-        """The best re-measured against the baseline, side by side, each pair's windows sized by the gap
+        """The best re-measured against the baseline, side by side, each pair's windows sized by the gap, its pairs
+        checked against the search's reads of the baseline and taken again, spaced, where they disagree
         (autotune.decide.confirm)."""
         need = max(
             (self.reservation(r.knobs) for r in (baseline, best) if r), key=lambda r: (r["CPU"], r["GPU"]), default={}
         )
         ci = window_ci(baseline, best, self.plan.trial.target_ci)
-        rounds = self.plan.search.confirm_rounds
+        search = self.plan.search
+        against = (
+            SearchReads.of(baseline, self.recorder.reads, self.device.type, search.confirm_spacing_s)
+            if baseline and baseline.throughput
+            else None
+        )
+        run = runner(need, target_ci=ci)
         return confirm_best(
-            runner(need, target_ci=ci), baseline, best, rounds, self.tell.on_remeasure, self.budget_left
+            run, baseline, best, search.confirm_rounds, self.tell.on_remeasure, self.budget_left, against=against
         )
 
     def _check(self, runner, knobs: dict, label: str) -> TrialResult:
@@ -595,19 +605,11 @@ class Search:
         export.write_best_config(
             result, self.opened.paths["best_config"], export.ExportSettings.of(plan), program=self.state.program
         )
+        # the claim (its speedup, the search's own figure of the best, the pairs' count and range)
         summary.update(
             {result.unit.key("baseline"): baseline.throughput, result.unit.key("best"): best.throughput},
-            speedup_x=result.speedup,
-            # the search's own figure of the best (its fresh reads', or its ratio to the reference at its time)
-            trials_speedup_x=result.search_speedup,
+            **result.claim_metrics,
         )
-        confirm = self.confirm
-        if confirm and confirm.get("speedup_x"):
-            summary.update(
-                confirm_rounds=confirm["rounds"],
-                confirm_speedup_low=confirm["speedup_low"],
-                confirm_speedup_high=confirm["speedup_high"],
-            )
         return summary
 
 

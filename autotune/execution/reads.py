@@ -5,6 +5,11 @@ read. Each read goes where the strategy judges from (the study's user attributes
 (trials.csv, MLflow: tagged `reference` or `confirm`, never counted as a trial); each trial record carries its
 figures against the reference (`figures`, the recorder's hook), again at the end with every read (`Recorder.rejudge`).
 
+By default (`reference_reads: drifting`, issue 64) the reads start only once the search's own reads show the host
+drifting beyond the pairs' noise (`reference.drift_seen`: the baseline's two reads too far apart, a trial under
+outside load): on a quiet host they change no decision and cost 3-32% of a search. `note()` says whether they were
+taken, and why (search.json, the report); a resumed search keeps the reason (the study's READS_WHY_KEY).
+
 The reads run here, between trials, so they need the trials to run one at a time on this host (the local backend, a
 local Ray on a CPU host: the backend's `reader`); elsewhere each trial is judged by its own figure, as before."""
 
@@ -14,12 +19,23 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from autotune.decide.reference import CI_CAP, CONFIRMS_KEY, READS_KEY, SHARE, Judge, Read, Schedule, figures
+from autotune.decide.reference import (
+    CI_CAP,
+    CONFIRMS_KEY,
+    READS_KEY,
+    SHARE,
+    Judge,
+    Read,
+    Schedule,
+    drift_seen,
+    figures,
+)
 from autotune.decide.bar import Incumbent
 from autotune.records.run_dir import TrialRecord, pick_best
 from autotune.trial.result import TrialResult
 
 READS_DIR = "reads"  # under the run dir: one dir a read (NN-reference, NN-confirm-TRIAL)
+READS_WHY_KEY = "reference_reads_why"  # the study's user attribute: why the reads started (a resumed search's too)
 
 
 class Reads:
@@ -39,19 +55,43 @@ class Reads:
         *,
         started: float,
         device: str,
-        share: float = SHARE,
+        when: tuple[float, str] = (SHARE, "drifting"),
     ):
         self.study, self.strategy, self.recorder, self.read, self.baseline = study, strategy, recorder, read, baseline
         self.judge = Judge(study, device)
         strategy.judge = self.judge
         recorder.judge = self.figures
+        share, mode = when  # the spec's reference_share and reference_reads
         self.schedule = Schedule(started=started, share=share)
+        self.mode, self.device = mode, device
+        self.why: str | None = study.user_attrs.get(READS_WHY_KEY) or (
+            "reference_reads: always (the spec)" if mode == "always" else None
+        )
         for r in recorder.reads:  # a resumed search: what its reads cost so far
             self.schedule.done(r.info.get("trial_wall_s") or 0.0)
 
+    def drifting(self) -> bool:
+        """Whether the reads are on: always, or once the search's reads show drift (kept from then on)."""
+        if self.why is None:
+            self.why = drift_seen(self.recorder.records, self.device)
+            if self.why is not None:
+                self.study.set_user_attr(READS_WHY_KEY, self.why)
+        return self.why is not None
+
+    def note(self) -> dict:
+        """Whether the reads were on (`on`: drift seen, or always) and taken, and why (search.json's
+        `reference_reads`, the report's line)."""
+        taken = bool(self.schedule.reads)
+        if self.why is None:
+            why = "the search's own reads showed no drift beyond the pairs' noise (the baseline's two reads agreed, no "
+            why += "trial under outside load)"
+        else:
+            why = self.why if taken else f"{self.why}, but the search ended before its share afforded one"
+        return {"mode": self.mode, "on": self.why is not None, "taken": taken, "why": why}
+
     def before_trial(self) -> None:
-        self.judge.refresh()
-        if self.judge.base is None:
+        self.judge.refresh()  # the figures against the baseline's read (its interval), with reads or without
+        if self.judge.base is None or not self.drifting():
             return
         if self.schedule.cost_s is None:  # before the first read: the baseline trial's second read cost as much
             self.schedule.cost_s = self._baseline_cost()
@@ -65,9 +105,9 @@ class Reads:
         (the last trials' reference is then interpolated, not extrapolated). Within the schedule's share like every
         read: a search too short to afford them keeps its best's figure its trial's (`TrialRecord.figure`, not read
         again), which the report says. The reads at the end used to come on top of the share, and a 30-s search
-        paid 30% for them (issue 53: memmap_loop 1.32x the time)."""
+        paid 30% for them (issue 53: memmap_loop 1.32x the time). None on a host that showed no drift."""
         self.judge.refresh()
-        if self.judge.base is None:
+        if self.judge.base is None or not self.drifting():
             return
         self.recorder.rejudge(final=False)
         best = pick_best(self.recorder.records, self.strategy.user_knobs)

@@ -42,12 +42,18 @@ def as_dict(result, importance: dict | None = None) -> dict:
         "tie": best.tie if best else None,
         "speedup_x": result.speedup if compared else None,  # re-measured side by side where it was
         "speedup_unknown": result.speedup_unknown if compared else None,  # why a re-measurement could not say
+        # why the pairs, taken again too, still disagreed with the search's reads (autotune.decide.confirm)
+        "speedup_unsettled": result.speedup_unsettled if compared else None,
         # the search's own figure of the best: its fresh reads' or its ratio to the reference read near its time
         # (autotune.decide.reference), else the two trials' ratio
         "search_speedup_x": result.search_speedup if compared else None,
         "search_speedup_interval": result.search_interval if compared else None,  # its 95% interval, where it has one
         # whether the best was read again afresh (its figure freed of its selection); None: a search without reads
-        "search_speedup_read_again": (result.search_figure or {}).get("confirmed") if compared else None,
+        # (None too where the reads never started: the host showed no drift, execution.reads)
+        "search_speedup_read_again": (result.search_figure or {}).get("confirmed")
+        if compared and (result.reads_note or {}).get("on", True)
+        else None,
+        "reads_note": result.reads_note,  # whether the reads were taken, and why (execution.reads.Reads.note)
         "reads": result.reads_share,  # the reference reads: how many, their seconds, their share of the search
         "confirm": result.confirm,
         "break_even": result.break_even if compared else None,

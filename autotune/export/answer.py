@@ -38,7 +38,8 @@ class Change:
 @dataclass(frozen=True)
 class Answer:
     """What a search answers. `verdict`: faster | tie (a faster config did not hold up, the baseline kept) |
-    baseline (nothing faster) | unknown (the re-measurement could not say) | none (no measured baseline)."""
+    baseline (nothing faster) | unknown (the re-measurement could not say) | unsettled (its pairs disagreed with the
+    search's reads, taken again too: both figures, no single number) | none (no measured baseline)."""
 
     verdict: str
     changes: tuple[Change, ...] = ()
@@ -58,6 +59,7 @@ class Answer:
     trust: tuple[str, ...] = ()
     stuck: int = 0  # how many of `trust`'s first lines are the hung and cut trials' (`stuck`: a log's path, whole)
     log: str | None = None  # where a search with no answer says why: the baseline's trial log
+    interval: tuple[float, float] | None = None  # the search's figure's 95% interval, where it has one
 
     def headline(self) -> list[str]:
         """The answer in two lines: how much faster and whether it is safe, then what the best config changes
@@ -72,6 +74,13 @@ class Answer:
             return [
                 f"speedup unknown: the pairs ran under outside load (the trials read {_x(self.trials_speedup)})"
                 + self._safety(),
+                changed,
+            ]
+        if self.verdict == "unsettled":  # both figures, neither a claim (autotune.decide.confirm.unsettled)
+            within = f" (95%: {_range(*self.interval)})" if self.interval else ""
+            pairs = f"{_range(self.low, self.high)} in {self.pairs} pairs side by side" if self.pairs else "no pair"
+            return [
+                f"speedup unsettled: {_x(self.trials_speedup)}{within} in the search, {pairs}" + self._safety(),
                 changed,
             ]
         if self.verdict == "tie":
@@ -191,13 +200,14 @@ def of(result, *, absolute: bool = False) -> Answer:
     path = result.best_config_path
     data = load.read(path) if path else {}
     changes = changes_of(best.knobs, base.knobs, result.user_knobs)
-    confirmed = result.confirmed
     verdict = "faster"
     if result.speedup_unknown:
         verdict = "unknown"
+    elif result.speedup_unsettled:
+        verdict = "unsettled"
     elif best is base:
         verdict = "tie" if best.tie else "baseline"
-    pairs = confirmed["rounds"] if confirmed else 0
+    confirmed = result.confirmed or (result.confirm if verdict == "unsettled" else None)
     lr = ((data.get("batch") or {}).get("lr_scaling") or {}).get("factor")
     hung = stuck(result, cwd)
     return Answer(
@@ -206,7 +216,8 @@ def of(result, *, absolute: bool = False) -> Answer:
         speedup=result.speedup,
         low=confirmed.get("speedup_low") if confirmed else None,
         high=confirmed.get("speedup_high") if confirmed else None,
-        pairs=pairs,
+        pairs=confirmed["rounds"] if confirmed else 0,
+        interval=tuple(result.search_interval) if result.search_interval else None,
         trials_speedup=result.search_speedup,
         unit=result.unit.label,
         safety=status(best, base),
@@ -214,7 +225,7 @@ def of(result, *, absolute: bool = False) -> Answer:
         tied=_tied(result) if verdict == "tie" else None,
         command=command(path, data, cwd) if path else None,
         adds=adds(data.get("production")),
-        trust=tuple(hung + trust(result, verdict)),
+        trust=tuple(hung + trust(result, verdict, absolute)),
         stuck=len(hung),
     )
 
@@ -262,13 +273,24 @@ def _knobs(knobs: dict[str, Any]) -> str:
     return ", ".join(f"{k}={K.shown(v)}" for k, v in knobs.items())
 
 
-def trust(result, verdict: str = "faster") -> list[str]:
-    """One line for each fact that changes how far to trust the answer: a baseline not run as the spec gave it
-    (the device cannot); a tie the best won; side-by-side pairs measured under outside load and not counted; loss
-    parity not judged, not measured or not run; the baseline re-measured far from its trial's read (every trial
-    was compared with that read)."""
+def trust(result, verdict: str = "faster", absolute: bool = False) -> list[str]:
+    """One line for each fact that changes how far to trust the answer: an unsettled claim's why and the command
+    that re-measures it (its run dir relative to the working dir unless `absolute`); pairs taken again because
+    the first ones were no claim; a baseline not run as the spec gave it (the device cannot); a tie the best won;
+    side-by-side pairs measured under outside load and not counted; loss parity not judged, not measured or not
+    run; the baseline re-measured far from its trial's read (every trial was compared with that read)."""
     best, base, confirm, unit = result.best, result.baseline, result.confirm or {}, result.unit
-    lines = [
+    lines = []
+    if verdict == "unsettled":
+        lines.append(f"unsettled: {confirm['unsettled']}")
+        run = shown(result.run_dir, None if absolute else Path.cwd())
+        lines.append(f"re-measure it on a quiet host: autotune confirm {shlex.quote(run)}")
+    elif confirm.get("taken_again"):
+        taken = confirm["taken_again"]
+        lines.append(
+            f"the pairs were taken again, {sig(taken['spacing_s'], 2)} s apart; the first ones were no claim: {taken['why']}"
+        )
+    lines += [
         f"baseline replaced: {line.removeprefix('baseline ')}"
         for line in result.space.dropped
         if line.startswith("baseline ")
@@ -292,7 +314,7 @@ def trust(result, verdict: str = "faster") -> list[str]:
     elif safety == "unchecked":
         lines.append("loss parity not run (the search stopped first): resume the search to check it")
     drift, ci = confirm.get("baseline_drift"), confirm.get("baseline_trial_ci95") or 0.0
-    if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci):
+    if drift is not None and abs(drift) > max(ANCHOR_DRIFT, 2 * ci) and verdict != "unsettled":  # (its why says it)
         lines.append(
             f"the baseline re-measured {drift:+.0%} off the "
             f"{sig(confirm[confirmed_unit(confirm).key('baseline_trial')])} {confirmed_unit(confirm).label} "
@@ -327,6 +349,9 @@ def rows(result) -> list[tuple[Any, bool, dict[str, str], dict[str, float]]]:
     measured = next((r for r in result.records if r.number == confirm.get("best_trial")), None)
     if measured is not None and confirm.get("verdict") == "unknown":
         out.append((measured, measured is best, {"remeasured": "unknown", "pairs": "under load"}, {}))
+    elif measured is not None and confirm.get("verdict") == "unsettled":
+        pairs = _range(confirm["speedup_low"], confirm["speedup_high"]) if confirm.get("speedup_low") else "none"
+        out.append((measured, measured is best, {"remeasured": "unsettled", "pairs": pairs}, {}))
     elif measured is not None and confirm.get("speedup_x"):
         n = confirm["rounds"]
         metrics = {"remeasured_speedup_x": confirm["speedup_x"]}

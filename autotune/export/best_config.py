@@ -175,8 +175,8 @@ def write_best_config(result, path: Path, settings: ExportSettings, *, program: 
         "workload_args": K.workload_args(best.knobs),
         "measured": {
             **_rates(best, base, unit),
-            # re-measured side by side where it was (autotune.decide.confirm); None: unknown
-            # (`confirmed.unknown` says why)
+            # re-measured side by side where it was (autotune.decide.confirm); None: unknown (`confirmed.unknown`
+            # says why) or unsettled (`unsettled` below: both figures, why, and the command that re-measures it)
             "speedup_x": None if result.speedup is None else round(result.speedup, 3),
             "best_trial": best.number,
             "baseline_trial": base.number,
@@ -239,6 +239,14 @@ def _add_verdicts(data: dict[str, Any], result, keep_effective_batch: bool) -> N
     if result.confirm:
         data["measured"]["trials_speedup_x"] = round(best.throughput / base.throughput, 3)
         data["confirmed"] = {**result.confirm, "note": describe(result.confirm)}
+    if result.speedup_unsettled:  # no single number: the search's figure (above) and the pairs', and why
+        c = result.confirm
+        data["measured"]["unsettled"] = {
+            "why": c["unsettled"],
+            "pairs_speedup_range": [c.get("speedup_low"), c.get("speedup_high")],
+            "pairs": c["rounds"],
+            "command": f"autotune confirm {result.run_dir}",
+        }
     if result.break_even:
         data["break_even"] = result.break_even  # the search's time against the winner's per-step saving
     if not data["workload_args"]:
@@ -303,8 +311,15 @@ def render(data: dict[str, Any], fmt: str) -> str:
 def _header(data) -> str:
     m = data.get("measured", {})
     unit = m.get("unit", "samples")  # a language model's search: tokens (`_rates`)
+    speedup = f"{m['speedup_x']}x" if m.get("speedup_x") else "unknown x"
+    if m.get("unsettled"):  # no single number (`_add_verdicts`): the pairs' range, and the command
+        low, high = m["unsettled"]["pairs_speedup_range"]
+        pairs = f"{low:.2f}-{high:.2f}x side by side" if low else "no pair side by side"
+        speedup = (
+            f"speedup unsettled ({m.get('trials_speedup_x')}x in the search, {pairs}; {m['unsettled']['command']})"
+        )
     return (
-        f"# autotune: {m.get('speedup_x') or 'unknown '}x over the baseline ({m.get(f'baseline_{unit}_per_s')} -> "
+        f"# autotune: {speedup} over the baseline ({m.get(f'baseline_{unit}_per_s')} -> "
         f"{m.get(f'best_{unit}_per_s')} {unit}/s), measured on {data.get('device', {}).get('name', '?')}\n"
         + "".join(
             f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"

@@ -6,8 +6,9 @@ it tries fewer (a wait that a move up did not shorten, a batch's transfer from i
 move is a measured trial: the setting's last windows before, the loader rebuilt, a warm-up (a batch from each worker
 at least), then windows after that go on until the difference is clear of the noise of both sides (a 95% interval
 from their chunks, or from their windows' rates where the host's speed drifts more) or `settle_s` has passed; the move is kept only if it wins beyond that noise (a move down is kept
-when it does not lose more than `min_gain` against where the run of moves down began: a tie goes to the cheaper
-loader, three ties of -3% are not one of -9%). The config that lost is not tried again for a back-off time that
+when it clearly does not lose more than `min_gain` against where the run of moves down began, three ties of -3% not
+being one of -9%; a difference still inside the noise at `settle_s` is a tie, and a tie holds the setting either
+way). The config that lost is not tried again for a back-off time that
 doubles at each loss, so it does not oscillate. A move whose predicted CPU (the workers' CPU time, not their count)
 passes what the host has idle (measured over the window, shared by the node's ranks) or a `cpu_budget` set, or whose
 memory (PSS: forked workers share pages) passes its budget, is not made.

@@ -183,6 +183,8 @@ class SearchResult:
     skipped: list[dict] = field(default_factory=list)  # configs the rate model kept from running (search.json)
     importance: dict[str, float] | None = None  # each knob's share of the variation, once the plots are drawn
     reads: list[TrialRecord] = field(default_factory=list)  # the reference reads (TrialRecord.read), in order
+    # whether the reference reads were taken, and why (search.json's reference_reads: execution.reads.Reads.note)
+    reads_note: dict[str, Any] | None = None
 
     @property
     def user_knobs(self) -> K.UserKnobs:
@@ -212,13 +214,23 @@ class SearchResult:
         return c["unknown"] if same and c.get("verdict") == "unknown" else None
 
     @property
+    def speedup_unsettled(self) -> str | None:
+        """Why the best's speedup is unsettled (its re-measurement's pairs disagreed with the search's reads of the
+        baseline, taken again too, autotune.decide.confirm), or None."""
+        c = self.confirm
+        same = c and self.best and c.get("best_trial") == self.best.number
+        return c["unsettled"] if same and c.get("verdict") == "unsettled" else None
+
+    @property
     def speedup(self) -> float | None:
         """The best's speedup over the baseline: the re-measured one where the
         search re-measured this best (autotune.decide.confirm), else the search's figure
         (`TrialRecord.figure`: its fresh reads', or its ratio to the reference at its
         time), else the trials' ratio; None where there is none, or it is unknown
-        (`speedup_unknown`)."""
+        (`speedup_unknown`) or unsettled (`speedup_unsettled`: no single number)."""
         if not (self.best and self.baseline and self.baseline.throughput) or self.speedup_unknown:
+            return None
+        if self.speedup_unsettled:
             return None
         return self.confirmed["speedup_x"] if self.confirmed else self.search_speedup
 
@@ -234,6 +246,20 @@ class SearchResult:
             return 1.0
         figure = self.search_figure
         return figure["x"] if figure else best.throughput / base.throughput
+
+    @property
+    def claim_metrics(self) -> dict[str, float]:
+        """The claim as the MLflow parent run's metrics: the speedup (none where unknown or unsettled), the
+        search's own figure, and the pairs' count and range (an unsettled claim's too)."""
+        c = self.confirm or {}
+        out = {"speedup_x": self.speedup, "trials_speedup_x": self.search_speedup}
+        if c.get("speedup_x") or c.get("verdict") == "unsettled":
+            out.update(
+                confirm_rounds=c["rounds"],
+                confirm_speedup_low=c.get("speedup_low"),
+                confirm_speedup_high=c.get("speedup_high"),
+            )
+        return {k: v for k, v in out.items() if v is not None}
 
     @property
     def search_figure(self) -> dict[str, Any] | None:
@@ -706,6 +732,7 @@ def read_run(run_dir: Path) -> SearchResult:
         state.confirm,
         skipped=state.skipped_predicted or [],
         reads=reads,
+        reads_note=state.reference_reads,
     )
     settle(result)
     return result

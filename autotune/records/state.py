@@ -32,6 +32,10 @@ class SearchState:
     ended: str | None = None
     confirm: dict[str, Any] | None = None
     confirm_rejected: list | None = None
+    # the re-measurements `autotune confirm` replaced, oldest first, each with when (`replaced`)
+    confirm_history: list | None = None
+    # whether the reference reads were taken, and why (autotune.execution.reads.Reads.note; issue 64)
+    reference_reads: dict[str, Any] | None = None
     skipped_predicted: list = field(default_factory=list)
     # a program (workload.command): its probe run's autotune.config() methods and its own knob values
     program: dict[str, Any] | None = None
@@ -78,7 +82,16 @@ class SearchState:
 
     def write(self, run_dir: Path) -> None:
         raw = {k: v for k, v in dataclasses.asdict(self).items() if k != "extra"}
-        for unset in ("wall_before_s", "wall_s", "stopped_reason", "ended", "confirm", "confirm_rejected"):
+        for unset in (
+            "wall_before_s",
+            "wall_s",
+            "stopped_reason",
+            "ended",
+            "confirm",
+            "confirm_rejected",
+            "confirm_history",
+            "reference_reads",
+        ):
             if raw[unset] is None:  # as written before: a key only once it means something
                 del raw[unset]
         tmp = self.path(run_dir).with_suffix(".json.tmp")

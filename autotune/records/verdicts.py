@@ -46,6 +46,15 @@ def describe(confirm: dict[str, Any]) -> str:
         return f"speedup unknown: {confirm['unknown']}" + (
             f"; stopped early: {confirm['error']}" if confirm.get("error") else ""
         )
+    if confirm["verdict"] == "unsettled":  # autotune.decide.confirm.unsettled: no single number
+        spread = (
+            f"{confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x over {confirm['rounds']} pairs"
+            if confirm.get("speedup_low")
+            else "no pair"
+        )
+        return f"unsettled: side by side in fresh processes, {spread}; {confirm['unsettled']}" + (
+            f"; stopped early: {confirm['error']}" if confirm.get("error") else ""
+        )
     n = confirm["rounds"]
     spread = (
         f"pairs {confirm['speedup_low']:.2f}-{confirm['speedup_high']:.2f}x"
@@ -78,6 +87,12 @@ def describe(confirm: dict[str, Any]) -> str:
             f"; {len(confirm['disturbed_pairs'])} pair(s) measured under load from outside, not counted: "
             + "; ".join(d["why"] for d in confirm["disturbed_pairs"])
         )
+    taken = confirm.get("taken_again")
+    if taken:  # the first pairs disagreed with the search's reads: these were taken later, spaced (issue 64)
+        line += (
+            f"; these were taken again, {sig(taken['spacing_s'], 2)} s apart, where the first "
+            f"{taken['first']['rounds']} pair(s) were no claim ({taken['why']})"
+        )
     return line
 
 
@@ -90,11 +105,12 @@ def confirmed_unit(confirm: dict[str, Any]) -> Unit:
 def settle(result) -> None:
     """Apply the re-measurement to a `records.SearchResult` (from the search or
     read back from its run dir): a best that was not faster in every pair
-    ties with the baseline, and the baseline wins the tie."""
+    ties with the baseline, and the baseline wins the tie. An unknown or unsettled claim keeps the best (its speedup
+    is what is not known: `SearchResult.speedup` is None)."""
     confirm, best, base = result.confirm, result.best, result.baseline
     if (
         not confirm
-        or confirm.get("verdict") in (None, "faster", "unknown")
+        or confirm.get("verdict") in (None, "faster", "unknown", "unsettled")
         or best is None
         or base is None
         or best is base

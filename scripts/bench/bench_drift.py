@@ -1,4 +1,10 @@
-"""Issue 53's table: does the search's figure of its best hold up side by side, on a host whose speed drifts?
+"""Issue 53's table, issue 64's bar: does the search's figure of its best hold up side by side, on a host whose
+speed drifts?
+
+Issue 64's bar (a benchmark row, not a test): the side-by-side re-measurement inside the search figure's own 95%
+interval in at least 80% of the searches, on a quiet host (the drifting-host notes measured 24 of 30; issue 53's
+"within 10% in 4 of 5" asked more than fresh processes on this host allow: they differ by CV 13-18%). An unsettled
+claim (its pairs disagreed with the search's reads, taken again too) is judged by its pairs' median ratio.
 
 For each kind of search (the quickstart; the three kinds of program in tests/programs: a plain loop, memmap_loop;
 an HF Trainer script, hf_bert; a Lightning script, lightning_clip), `--runs` searches with the code before this
@@ -13,7 +19,8 @@ re-measured speedup and its pairs' range, whether the figure lies within 10% of 
 winner (the knobs it changes), the search's wall time, and the reference reads' share of it. Then per kind and side:
 searches within, the median |figure / re-measured - 1|, the median wall time (after / before), the median share.
 
-    python scripts/bench/bench_drift.py                                      # 5 runs of 4 kinds, both sides: hours
+    python scripts/bench/bench_drift.py                                      # 5 runs of 4 kinds, this code: ~1-2 h
+    python scripts/bench/bench_drift.py --sides before,after                 # issue 53's comparison: hours
     python scripts/bench/bench_drift.py --kinds quickstart --runs 1 --sides after --smoke   # does it run (~1-2 min)
 
 Prints a table; the last line is one JSON object.
@@ -42,6 +49,7 @@ from autotune.records.run_dir import read_run  # noqa: E402
 PROGRAMS = ROOT / "tests" / "programs"
 KINDS = ("quickstart", "memmap_loop", "hf_bert", "lightning_clip")
 WITHIN = 0.10  # issue 53: the figure within 10% of its re-measurement (or inside the pairs' range)
+BAR = 0.80  # issue 64: the re-measurement inside the figure's 95% interval in at least this share of the searches
 
 
 def before_tree(rev: str, out: Path) -> Path:
@@ -117,7 +125,9 @@ def read(run: Path) -> dict:
     the reads' share."""
     result = read_run(run)
     share = result.reads_share or {}
+    note = result.reads_note or {}
     out = {
+        "reads_taken": note.get("taken", bool(share)),  # issue 64: only once the host drifts, by default
         "wall_s": round(result.wall_s, 1),
         "reads": share.get("reference_reads", 0) + share.get("confirm_reads", 0),
         "reads_share": share.get("share") or 0.0,
@@ -134,15 +144,24 @@ def read(run: Path) -> dict:
         figure_x=round(figure["x"], 3),  # before this change: the trial's ratio to the baseline trial
         figure_read_again=figure["confirmed"],
         trials_x=round(best.throughput / base.throughput, 3),  # the two trials' own ratio
-        remeasured_x=confirm.get("speedup_x"),
+        remeasured_x=confirm.get("speedup_x") or unsettled_x(confirm),
         pairs=[confirm.get("speedup_low"), confirm.get("speedup_high")],
         verdict=confirm.get("verdict"),
+        interval=[round(v, 3) for v in (figure["low"], figure["high"])] if figure.get("low") else None,
     )
     x, low, high = out["remeasured_x"], *out["pairs"]
     if x:
         out["off"] = round(figure["x"] / x - 1, 3)
         out["holds"] = abs(figure["x"] / x - 1) <= WITHIN or (low is not None and low <= figure["x"] <= high)
+        if out["interval"]:  # issue 64's bar
+            out["inside"] = out["interval"][0] <= x <= out["interval"][1]
     return out
+
+
+def unsettled_x(confirm: dict) -> float | None:
+    """An unsettled claim's pairs as one figure, for the bar only (the tool never says it): their median ratio."""
+    ratios = [p["ratio"] for p in confirm.get("pairs") or []] if confirm.get("verdict") == "unsettled" else []
+    return round(statistics.median(ratios), 4) if ratios else None
 
 
 def winner(result) -> str:
@@ -162,8 +181,13 @@ def summary(rows: list[dict]) -> dict:
             if not mine:
                 continue
             judged = [r for r in mine if "holds" in r]
+            boxed = [r for r in mine if "inside" in r]
             out[f"{kind}/{side}"] = {
                 "searches": len(mine),
+                "inside": sum(r["inside"] for r in boxed),
+                "boxed": len(boxed),
+                "unsettled": sum(r.get("verdict") == "unsettled" for r in mine),
+                "reads_taken": sum(bool(r.get("reads_taken")) for r in mine),
                 "holds": sum(r["holds"] for r in judged),
                 "judged": len(judged),
                 "median_abs_off": round(statistics.median(abs(r["off"]) for r in judged), 3) if judged else None,
@@ -180,7 +204,7 @@ def summary(rows: list[dict]) -> dict:
 def table(rows: list[dict], summ: dict) -> str:
     lines = [
         f"{'kind':<15} {'side':<6} {'figure':>7} {'re-measured (pairs)':>22} {'off':>6} {'holds':>5} "
-        f"{'wall s':>7} {'reads':>6} {'load':>5}  winner"
+        f"{'inside':>6} {'wall s':>7} {'reads':>6} {'load':>5}  winner"
     ]
     for r in rows:
         if "error" in r:
@@ -194,15 +218,19 @@ def table(rows: list[dict], summ: dict) -> str:
         )
         off = f"{r['off']:+.0%}" if "off" in r else "-"
         holds = ("yes" if r["holds"] else "NO") if "holds" in r else "-"
+        inside = ("yes" if r["inside"] else "NO") if "inside" in r else "-"
+        if r.get("verdict") == "unsettled":
+            re = f"unsettled ({r['pairs'][0]:.2f}-{r['pairs'][1]:.2f})"
         lines.append(
-            f"{r['kind']:<15} {r['side']:<6} {fig:>7} {re:>22} {off:>6} {holds:>5} {r['wall_s']:>7.0f} "
+            f"{r['kind']:<15} {r['side']:<6} {fig:>7} {re:>22} {off:>6} {holds:>5} {inside:>6} {r['wall_s']:>7.0f} "
             f"{r['reads_share']:>6.0%} {r['load']:>5.1f}  {r['winner']}"
         )
     lines.append("")
     for key, s in summ.items():
         wall = f", {s['wall_vs_before']:.2f}x the time before" if "wall_vs_before" in s else ""
         lines.append(
-            f"{key:<22} within 10% (or the pairs): {s['holds']}/{s['judged']}, median off "
+            f"{key:<22} inside the 95% interval: {s['inside']}/{s['boxed']}, unsettled {s['unsettled']}, reads taken "
+            f"in {s['reads_taken']}/{s['searches']}; within 10% (or the pairs): {s['holds']}/{s['judged']}, median off "
             f"{s['median_abs_off'] if s['median_abs_off'] is not None else '-'}, wall {s['median_wall_s']:.0f} s{wall}, "
             f"reads {s['median_reads_share']:.0%}; winners: {'; '.join(s['winners'])}"
         )
@@ -213,7 +241,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated, of: {', '.join(KINDS)}")
     p.add_argument("--runs", type=int, default=5, help="searches of each kind on each side")
-    p.add_argument("--sides", default="before,after")
+    p.add_argument("--sides", default="after", help="after (this checkout); before,after: issue 53's comparison")
     p.add_argument("--before", default=None, help="the git revision before the change (default: its parent)")
     p.add_argument("--n-trials", type=int, default=None, help="over each spec's n_trials (a quick check)")
     p.add_argument("--smoke", action="store_true", help="2 trials at the windows' floor, 1 pair: does it run")
@@ -239,7 +267,15 @@ def main(argv=None) -> int:
                 print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     summ = summary(rows)
     print(table(rows, summ))
-    print(json.dumps({"rows": rows, "summary": summ, "trees": {k: str(v) for k, v in trees.items()}}))
+    after = [r for r in rows if r["side"] == "after" and "inside" in r]
+    share = sum(r["inside"] for r in after) / len(after) if after else None
+    bar = {"inside": sum(r["inside"] for r in after), "searches": len(after), "share": share, "target": BAR}
+    bar["met"] = share is not None and share >= BAR
+    print(
+        f"issue 64's bar: the re-measurement inside the search figure's 95% interval in {bar['inside']}/"
+        f"{bar['searches']} searches (target {BAR:.0%}): {'met' if bar['met'] else 'not met'}"
+    )
+    print(json.dumps({"rows": rows, "summary": summ, "bar": bar, "trees": {k: str(v) for k, v in trees.items()}}))
     return 0
 
 

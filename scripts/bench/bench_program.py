@@ -101,6 +101,7 @@ def run_once(
         "paused_s": paused,
         "steps": len(marks) - warmup - 1,
         "wall_s": wall,
+        "log": data,  # every step's end, samples and tokens (scripts/dev/remeasure_ways.py reads other windows of it)
     }
 
 

@@ -28,6 +28,7 @@ from tests.test_cluster import cluster, cluster_env  # noqa: F401  (a two-node R
 ROOT = Path(__file__).resolve().parent.parent
 
 
+@pytest.mark.slow  # CI tier: test_cache's searches through autotune.search, test_api's unpicklable factory refused
 @pytest.mark.timeout(300)
 def test_a_factory_defined_in_a_function_is_searched_and_a_trial_reproduced(tmp_path, ray_local):
     width = 6  # a closure: travels with the pickled factory

@@ -184,6 +184,7 @@ def test_ui_without_a_search_says_what_to_do(tmp_path):
     )
 
 
+@pytest.mark.slow  # CI tier: test_network's search on loopback only; the ui command's bad input in this module
 @pytest.mark.timeout(180)
 def test_ui_serves_the_search_runs_on_loopback(finished_run):
     run_dir, _ = finished_run

@@ -137,6 +137,7 @@ def test_a_cluster_address_is_refused_by_the_local_backend(tmp_path):
         choose("cloud", resources=spec.resources, tracking=spec.tracking)
 
 
+@pytest.mark.slow  # CI tier: test_strategy's resume from the storage, rerunning interrupted trials
 @pytest.mark.timeout(400)
 def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     """The local backend's Ctrl-C stopper (SIGTERM as Ctrl-C): the running trial stopped, what finished saved,

@@ -241,6 +241,7 @@ def test_a_program_with_no_first_step_in_its_limit_is_refused_saying_what_it_did
     assert re.fullmatch(r"probe: ended after 0:(0[5-9]|[12]\d)", end), end  # the fork server's imports before it
 
 
+@pytest.mark.slow  # CI tier: the refusal at a 5 s limit (test_program) and the budget's cap (test_deadlines)
 def test_the_probe_of_a_program_with_no_first_step_never_waits_past_the_budget(tmp_path):
     proc, wall = refused(tmp_path, "--budget", "20s", "-q")  # the first-step limit left at its 2 minutes
     (run_dir,) = (tmp_path / "runs").iterdir()

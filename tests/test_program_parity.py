@@ -140,6 +140,8 @@ LM_TRAINER += "--report_to none --logging_steps 1000 --disable_tqdm true"
 SDPA = {"attention": "sdpa", "padding_free": False}  # the model's own kernel, padded batches
 
 
+@pytest.mark.slow  # CI tier: this module's bf16 and cancellation checks (the same program parity), test_instrument's
+# padding-free rows of a padding collator
 def test_padding_free_rows_and_eager_attention_pass_and_documents_that_attend_across_each_other_fail(tmp_path):
     """Padding-free against padded: the same tokens, so the same per-token loss, from the first step (fp32's rtol)
     over every step; eager attention against sdpa the same. The planted fault (lm_trainer.py's `--fault

@@ -467,6 +467,7 @@ def test_a_search_exports_the_best_safe_config(tmp_path, ray_local):
     assert load_config(result.run_dir / "best_config.yaml").accumulation_steps == 1
 
 
+@pytest.mark.slow  # CI tier: parity_table.py's smoke run (test_scripts) and this module's parity tests
 @pytest.mark.timeout(300)
 def test_parity_table_has_no_false_alarm_and_catches_every_planted_fault():
     import json

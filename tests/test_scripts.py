@@ -82,9 +82,10 @@ def test_record_a_landscape_then_replay_it(tmp_path):
         assert 1 <= report[strategy]["median_trials_to_95"] <= 4 and report[strategy]["median_seconds_to_95"] > 0
 
 
+@pytest.mark.slow  # 20 s a seed; CI tier: test_strategy's climb and test_model's rate model on the same records
 def test_bench_search_replays_the_committed_landscapes():
     proc = subprocess.run(
-        [sys.executable, "scripts/bench/bench_search.py", "--seeds", "5"], capture_output=True, text=True, timeout=250
+        [sys.executable, "scripts/bench/bench_search.py", "--seeds", "1"], capture_output=True, text=True, timeout=250
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])["landscapes"]
@@ -590,12 +591,8 @@ def test_bench_online_same_batches_ends_with_its_json_line():
 # search (the session's); {tmp}: a temp dir; {spec}: a small search spec there. In the order they start, the
 # longest first, two at a time: they measure nothing, so they may share the 2-core host.
 SMOKE = {
-    # TRL's SFT script on a 0.1M-parameter Llama: the baseline and padding-free rows, each a trial process, no search
-    # (no device lock: it runs beside the searches below, which take it in turn)
-    "bench/bench_llm.py": "--smoke --work {tmp}/llm",
     "dev/search_phases.py": "{spec} --trials 1 --out {tmp}/run --backend local",
     "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
-    "bench/bench_programs.py": "--only memmap_loop --smoke --pairs 1 --steps 12 --warmup 2 --out {tmp}/programs",
     "bench/bench_overhead.py": "--trials 2 --window-s 0.2",
     "bench/bench_fidelity.py": "--reps 1 --min-window-s 0.2 --max-window-s 0.3",
     "bench/bench_fused.py": "--model tiny_cnn --image-size 16 --batch-size 8 --reps 1 --warmup 2 --measure-steps 3"
@@ -608,10 +605,15 @@ SMOKE = {
     "dev/record_landscape.py": "-o {tmp}/landscape.csv --grid batch_size=8 --cpus 1 --trial min_window_s=0.2"
     " --trial max_window_s=0.3 --trial profile_steps=0",
     "bench/bench_online.py": "--only same_batches",
-    "bench/bench_instrument_cost.py": "--inproc-pairs 1 --pairs 1 --short 2 --long 4",
     "bench/bench_drift.py": "--kinds quickstart --runs 1 --sides after --smoke --out {tmp}/drift",
     "dev/coverage_moves.py": "{tmp}/before.json {tmp}/after.json",
     "dev/remeasure_ways.py": "--kind quickstart --reps 1 --ways fork,spawn --window-s 0.2",
+}
+SLOW_SMOKE = {  # their smallest runs take 25-40 s: a slow test each (the CI tier covers their parts: test_instrument's
+    # TRL and padding runs, test_instrument_torch's hooks, test_program's searches of a program)
+    "bench/bench_programs.py": "--only memmap_loop --smoke --pairs 1 --steps 12 --warmup 2 --out {tmp}/programs",
+    "bench/bench_llm.py": "--smoke --work {tmp}/llm",
+    "bench/bench_instrument_cost.py": "--inproc-pairs 1 --pairs 1 --short 2 --long 4",
 }
 ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_model.py": "test_bench_model_replays_a_recorded_search_with_both_models",
@@ -640,7 +642,7 @@ def test_every_script_has_a_smoke_run():
     here = {
         f"{d}/{name}" for d in ("bench", "dev") for name in os.listdir(os.path.join(SCRIPTS, d)) if name.endswith(".py")
     }
-    assert here == set(SMOKE) | set(ELSEWHERE)
+    assert here == set(SMOKE) | set(SLOW_SMOKE) | set(ELSEWHERE)
     tests = {name for name in globals() if name.startswith("test_")}
     assert all(how in tests or " " in how for how in ELSEWHERE.values())
 
@@ -660,18 +662,23 @@ def smoke_runs(finished_run, tmp_path_factory):
     _coverage_report(tmp / "after.json", {"f": 1, "g": 0})
 
     def run(script):
-        args = SMOKE[script].format(run=run_dir, tmp=tmp, spec=spec).split()
+        args = {**SMOKE, **SLOW_SMOKE}[script].format(run=run_dir, tmp=tmp, spec=spec).split()
         started = time.perf_counter()
         argv = [sys.executable, os.path.join(SCRIPTS, script), *args]
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=300)
         return proc, time.perf_counter() - started
 
+    class Runs(dict):  # a slow one (SLOW_SMOKE) starts when its test asks for it
+        def __missing__(self, script):
+            self[script] = pool.submit(run, script)
+            return self[script]
+
     pool = ThreadPoolExecutor(max_workers=2)
-    yield {script: pool.submit(run, script) for script in SMOKE}
+    yield Runs({script: pool.submit(run, script) for script in SMOKE})
     pool.shutdown(wait=True, cancel_futures=True)
 
 
-@pytest.mark.parametrize("script", list(SMOKE))
+@pytest.mark.parametrize("script", [*SMOKE, *(pytest.param(name, marks=pytest.mark.slow) for name in SLOW_SMOKE)])
 @pytest.mark.timeout(600)
 def test_each_script_runs_at_its_smallest_setting_to_its_json_line(script, smoke_runs):
     proc, seconds = smoke_runs[script].result()

@@ -150,7 +150,7 @@ def run_program(tmp_path, *args: str) -> TrialResult:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("mode", ["steps", "step"])
+@pytest.mark.parametrize("mode", ["steps", pytest.param("step", marks=pytest.mark.slow)])  # CI: cfg.steps's
 def test_a_programs_own_loop_reports_tokens_per_s(tmp_path, mode):
     """`cfg.steps(loader)` counts each batch's tokens; `cfg.step(tokens=...)` is the program's own count."""
     result = run_program(tmp_path, "--mode", mode, "--batch_size", "4")

@@ -336,8 +336,10 @@ import autotune
 dist.init_process_group("gloo")
 cfg = autotune.config()
 loader = torch.utils.data.DataLoader(list(range(8)), **cfg.dataloader_kwargs(batch_size=2))
-print(json.dumps({"rank": dist.get_rank(), "threads": torch.get_num_threads(), "workers": loader.num_workers,
-                  "instrumented": "autotune.instrument" in sys.modules}), flush=True)
+seen = {"rank": dist.get_rank(), "threads": torch.get_num_threads(), "workers": loader.num_workers,
+        "instrumented": "autotune.instrument" in sys.modules}
+with open(f"seen.{dist.get_rank()}.json", "w") as f:  # a file a rank: two ranks' prints may share a line
+    json.dump(seen, f)
 dist.destroy_process_group()
 """
 
@@ -349,6 +351,6 @@ def test_autotune_run_of_a_torchrun_line_applies_the_config_on_every_rank(tmp_pa
     line = ["torchrun", "--standalone", "--nproc-per-node", "2", "ranks.py"]
     proc = cli("run", "best_config.yaml", "--", *line, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    seen = sorted((json.loads(x) for x in proc.stdout.splitlines() if x.startswith("{")), key=lambda x: x["rank"])
+    seen = [json.loads((tmp_path / f"seen.{rank}.json").read_text()) for rank in (0, 1)]
     # torchrun gives each rank one thread; the config's two and its loader worker reached both
     assert seen == [{"rank": r, "threads": 2, "workers": 1, "instrumented": True} for r in (0, 1)]

@@ -37,8 +37,9 @@ def test_reading_a_run_dir_imports_nothing_of_the_search(finished_run):
         "import sys\n"
         "from autotune.records.run_dir import read_run\n"
         f"r = read_run({str(run_dir)!r})\n"
-        # no break-even where the speedup is unknown: the re-measurement's pairs ran under load from outside
-        "assert r.best is not None and (r.break_even is not None or r.speedup_unknown) and r.best_config_path is not None\n"
+        # no break-even where the speedup is unknown (the pairs ran under outside load) or unsettled (far off twice)
+        "assert r.best is not None and (r.break_even is not None or r.speedup_unknown or r.speedup_unsettled)"
+        " and r.best_config_path is not None\n"
         "print(sorted(m for m in sys.modules if m.startswith('autotune.decide')))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

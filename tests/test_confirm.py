@@ -435,6 +435,24 @@ def test_pairs_that_still_disagree_are_unsettled_both_figures_and_no_single_numb
     assert out["unsettled"].endswith("; the time budget left no room to take them again")
 
 
+def test_a_baseline_off_by_no_more_than_the_searchs_own_reads_spread_is_a_claim():
+    """The quiet quickstart (issue 64's bench_drift): its baseline's two reads 3,500 and 4,280 samples/s, a process
+    spread of ~10%; side by side 5,080, +19%, inside what two reads 22% apart allow: the pairs are the claim.
+    nanoGPT's reads (a spread of 5%) keep the 15% floor."""
+    base, best = records(3500.0, 6000.0)
+    reads = C.SearchReads((3500.0, 4280.0), spread=0.10, spacing_s=0.0)
+    run, calls = fake_runs([5080.0, 8100.0, 8000.0, 5000.0, 5100.0, 8300.0])
+    out = C.confirm_best(run, base, best, 3, against=reads)
+    assert "taken_again" not in out and out["verdict"] == "faster" and len(calls) == 4  # two pairs settle it
+    assert C.off_allowed(3, 2, 0.10) == pytest.approx(0.298, abs=1e-3)
+    assert C.off_allowed(3, 4, 0.05) == C.OFF_READS == C.off_allowed(0, 4, 0.3)
+    # the same reads at the prior's spread: +19% is off
+    run, calls = fake_runs([5080.0, 8100.0, 8000.0, 5000.0, 5100.0, 8300.0] * 2)
+    reads = C.SearchReads((3500.0, 4280.0), spread=0.05, spacing_s=0.0)
+    out = C.confirm_best(run, base, best, 3, against=reads)
+    assert out["verdict"] == "unsettled" and "% off the 3,500-4,280" in out["unsettled"]
+
+
 def test_pairs_whose_ratios_spread_wider_than_fresh_processes_allow_are_taken_again():
     """lightning_clip (issue 64): pairs of 1.37, 1.33 and 2.45, its baseline inside the search's reads (1,163-1,600):
     their spread, not their baseline, says they were disturbed; two pairs say too little of a spread to judge."""

@@ -517,6 +517,14 @@ def test_a_language_models_padding_puts_padding_free_first_and_says_which_measur
     assert first.trial.user_attrs["chosen_by"] == first.chosen_by
 
 
+def draw(strategy, point):
+    """A study trial drawn on `point`, as the sampler's draw is (its params suggested)."""
+    strategy.study.enqueue_trial(point)
+    trial = strategy.study.ask()
+    strategy._suggest(trial)
+    return trial
+
+
 def test_a_drawn_combination_of_knobs_that_did_not_help_alone_is_skipped_and_says_so():
     """Issue 62: multi-knob combinations only from knobs that each helped alone. Workers helped alone, bf16 and
     padding-free did not: a draw of bf16 with padding-free is skipped (told to the sampler, with why); one of
@@ -529,10 +537,16 @@ def test_a_drawn_combination_of_knobs_that_did_not_help_alone_is_skipped_and_say
         assert proposal.params == {**PAD_BASE, **change}
         strategy.tell(proposal.trial, "ok", value, attrs={"wall_s": 5.0})
     assert strategy.helped() == {("num_workers", 2)}
-    drawn = strategy.study.ask()
-    assert skip_combination(strategy, drawn, {**PAD_BASE, "precision": "bf16-mixed", "padding_free": True})
+    combined = {**PAD_BASE, "precision": "bf16-mixed", "padding_free": True}
+    drawn = draw(strategy, combined)
+    assert skip_combination(strategy, drawn, combined)
     said = strategy.study.trials[drawn.number].user_attrs
     assert said["status"] == "skipped" and said["error"].startswith(
         "skipped: combines precision=bf16-mixed, padding_free=True, which did not each help alone"
     )
     assert not skip_combination(strategy, strategy.study.ask(), {**PAD_BASE, "num_workers": 2, "padding_free": True})
+    # drawn again, it is told as a repeat of that skip: the search's skipped configs name it once
+    again = draw(strategy, combined)
+    assert skip_combination(strategy, again, combined)
+    assert strategy.study.trials[again.number].user_attrs["error"] == f"repeat of skipped trial {drawn.number}"
+    assert len(strategy.skipped_predicted()) == 1

@@ -370,6 +370,14 @@ class Strategy:
             if t.user_attrs.get("virtual") and "predicted" in t.user_attrs
         ]
 
+    def skipped_combination(self, point: dict) -> int | None:
+        """The trial that skipped `point` as a combination of knobs that did not each help alone, or None."""
+        k = key(point, self.names)
+        for t in self._trials():
+            if str(t.user_attrs.get("error", "")).startswith("skipped: combines") and key(t.params, self.names) == k:
+                return t.number
+        return None
+
     def named(self, number: int, source: str) -> None:
         """Trial `number`'s config was named by the sampler (`naming.Naming`): `source` is what named it."""
         self.sources[number] = source
@@ -506,6 +514,16 @@ def skip_combination(strategy: Strategy, trial: optuna.trial.Trial, point: dict)
             f"{', '.join(unproven)} did not each help alone",
         )
         return False
+    earlier = strategy.skipped_combination(point)
+    if earlier is not None:  # drawn again: told as a repeat of that skip, not a second skip
+        for name, value in {
+            "virtual": True,
+            "status": "skipped",
+            "error": f"repeat of skipped trial {earlier}",
+        }.items():
+            trial.set_user_attr(name, value)
+        strategy.study.tell(trial, state=TrialState.FAIL)
+        return True
     for name, value in {
         "virtual": True,
         "status": "skipped",

@@ -15,7 +15,9 @@ from autotune.safety import levels as safety
 from autotune.safety import stepping
 from autotune.export.best_config import safety_flags
 from autotune.safety.parity import verdict_key
-from autotune.records.run_dir import TrialRecord, pick_best
+from autotune.safety.summary import parity_summary
+from autotune.records.trial_record import TrialRecord
+from autotune.records.best import pick_best
 from autotune.safety.levels import LEVELS, STEP_METRICS, batch_advice, loss_parity, needs_parity, trial_parity
 from autotune.execution.driver import run
 from autotune.trial.runner import prepare, run_trial
@@ -225,7 +227,7 @@ def test_a_candidate_past_the_edge_of_stability_at_the_baseline_lr_still_trains(
     lower = r["overfit"]["tried"][1]
     assert lower["lr_scale"] == 0.1 and lower["trains"] and lower["candidate"] >= 0.9 * lower["baseline"] > 0.1
     assert r["overfit"]["lr_scale"] == 0.1
-    summary = parity.parity_summary(r)["overfit"]
+    summary = parity_summary(r)["overfit"]
     assert [t["lr_scale"] for t in summary["tried"]] == [1.0, 0.1]  # what best_config.yaml shows
 
 

@@ -11,12 +11,11 @@ from autotune.safety.parity import (
     PARITY_KNOBS,
     REFERENCE_FILE,
     STEP_METRICS,
-    describe,
     loss_parity,
     needs_parity,
-    parity_summary,
     trial_parity,
 )
+from autotune.safety.summary import describe, parity_summary
 
 __all__ = [
     "LEVELS",

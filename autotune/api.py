@@ -56,7 +56,8 @@ def search(
     from autotune.execution.callbacks import Callbacks, Printing
     from autotune.records import cache
     from autotune.records.run_dir import read_run
-    from autotune.spec import SearchPlan, SpecError, as_spec
+    from autotune.spec import SpecError, as_spec
+    from autotune.plan import SearchPlan
 
     if sum((reuse, refresh, resume)) > 1:
         raise ValueError("give at most one of reuse, refresh and resume")

@@ -16,7 +16,7 @@ from autotune.records.state import SearchState
 from autotune.records import cache
 from autotune.safety import parity
 from autotune.spec import as_spec
-from autotune.spec import SearchPlan
+from autotune.plan import SearchPlan
 from tests import api_workloads as AW
 from autotune.execution.callbacks import SearchCallback
 

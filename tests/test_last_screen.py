@@ -226,7 +226,8 @@ def test_an_unsettled_claim_gives_both_figures_why_and_the_command_never_one_num
     (run / "search.json").write_text(json.dumps(state))
     result = read_run(run)
     assert result.speedup is None and result.best.number == first["best_trial"]
-    from autotune.spec import SearchPlan, load
+    from autotune.spec import load
+    from autotune.plan import SearchPlan
 
     plan = SearchPlan.of(load(Path(__file__).parents[1] / "search_spaces" / "examples" / "quickstart.yaml"))
     E.write_best_config(result, run / "best_config.yaml", E.ExportSettings.of(plan))

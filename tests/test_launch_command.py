@@ -15,6 +15,7 @@ import yaml
 
 from autotune import launch_command as L
 from autotune import spec as S
+from autotune.plan import SearchPlan
 from autotune.records.run_dir import read_run
 from autotune.trial.result import TrialResult
 
@@ -158,7 +159,7 @@ def test_the_command_with_no_spec_gets_the_launchers_ranks_and_its_ranks_command
     assert spec.workload.launcher.command == ["torchrun", "--nproc-per-node", "2"]
     assert spec.workload.ref == "torchrun --nproc-per-node 2 ddp_loop.py --steps 9"  # records name the user's line
     # its run dir's spec.yaml reads back as it is (--resume): no launcher's line left to read
-    plan = S.SearchPlan.of(spec.model_copy(update={"output_dir": tmp_path / "run"}))
+    plan = SearchPlan.of(spec.model_copy(update={"output_dir": tmp_path / "run"}))
     (tmp_path / "spec.yaml").write_text(plan.to_yaml())
     again = S.load(tmp_path / "spec.yaml")
     assert again.workload == spec.workload and again.resources.ranks_per_trial == 2
@@ -264,7 +265,13 @@ def test_a_torchrun_command_is_searched_on_its_ranks_and_run_in_production_as_gi
     assert f"-- {line}" in " ".join(proc.stdout.split())  # the last screen's production command: the user's line
     # production with no command: the search's own line, torchrun's two ranks to the end (rank 0 saves model.pt)
     done = cli("run", str(run / "best_config.yaml"), cwd=tmp_path, timeout=200)
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    if done.returncode and "Signal 6 (SIGABRT)" in done.stderr:
+        # gloo's teardown on a loaded host: once in three CI runs a rank aborted in its C++ transport as its peer
+        # closed (the program's barrier before destroy_process_group does not rule it out); its own line is kept
+        # above torchrun's summary. Run once more: a second abort is a failure.
+        print(done.stderr[-8000:])
+        done = cli("run", str(run / "best_config.yaml"), cwd=tmp_path, timeout=200)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-8000:]
     assert (tmp_path / "model.pt").exists() and "step 0 loss" in done.stdout
 
 

@@ -9,6 +9,7 @@ import yaml
 
 from autotune import knobs as K
 from autotune import spec as S
+from autotune.plan import SearchPlan
 from autotune.decide import checked
 from autotune.execution.launcher import Launch, run_in_process
 from autotune.export.best_config import ExportSettings, write_best_config
@@ -34,7 +35,7 @@ def late_check(tmp_path, workload, knobs):
     """The late check a 2-rank search asks for (`TrialSettings.parity_check`), run as its trials run."""
     spec = two_ranks(workload)
     parity = {"baseline": BASE, "steps": 8, "tolerance": 0.05, "reference": str(tmp_path / "ref.pt")}
-    settings = S.SearchPlan.of(spec).trial_settings("cpu", BASE, parity=parity)
+    settings = SearchPlan.of(spec).trial_settings("cpu", BASE, parity=parity)
     config = settings.parity_check().config({**BASE, **knobs})
     assert config["ranks"] == 2 and config["parity_only"]
     # spawned: a fork server preloading tests.workloads is test_launcher's to count

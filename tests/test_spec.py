@@ -7,6 +7,7 @@ import yaml
 
 from autotune import knobs as K
 from autotune import spec as S
+from autotune.plan import SearchPlan
 from autotune.trial.request import PerTrial
 
 WL = {"workload": {"name": "tiny_cnn"}}
@@ -39,8 +40,8 @@ def test_minimal_spec_gets_embedded_defaults():
     assert set(spec.search_space.lists()) == set(K.KNOBS) - {"persistent_workers"} - multi_rank - lm
 
 
-def plan(tmp_path, **sections) -> S.SearchPlan:
-    return S.SearchPlan.of(S.parse({**WL, "output_dir": str(tmp_path / "run"), **sections}, "runs/x.yaml"))
+def plan(tmp_path, **sections) -> SearchPlan:
+    return SearchPlan.of(S.parse({**WL, "output_dir": str(tmp_path / "run"), **sections}, "runs/x.yaml"))
 
 
 def test_the_window_step_floor_is_the_strategys_unless_the_spec_names_one(tmp_path):
@@ -200,7 +201,7 @@ def test_the_plan_is_read_once_and_needs_no_spec_file(tmp_path, monkeypatch):
     spec = S.parse(
         {"workload": {"command": "python train.py --lr 0.1"}, "output_dir": "run", "search": {"n_trials": 4}}, "s.yaml"
     )
-    plan = S.SearchPlan.of(spec)
+    plan = SearchPlan.of(spec)
     # resolved once: the run dir absolute, a program's dir settled (this process's), the name the file's
     assert plan.run_dir == tmp_path / "run" and plan.workload.dir == str(tmp_path) and plan.name == "s"
     assert plan.program and plan.given() == {}
@@ -208,8 +209,8 @@ def test_the_plan_is_read_once_and_needs_no_spec_file(tmp_path, monkeypatch):
     assert plan.search.n_trials == 4 and spec.workload.dir is None
     # the run dir's spec.yaml reads back as the same plan
     (tmp_path / "spec.yaml").write_text(plan.to_yaml())
-    again = S.SearchPlan.of(S.load(tmp_path / "spec.yaml"))
+    again = SearchPlan.of(S.load(tmp_path / "spec.yaml"))
     assert again == plan
     # built from its sections, without a spec: resolved the same way
-    built = S.SearchPlan(name="s", run_dir=Path("run"), workload=S.WorkloadSpec(command=["python", "train.py"]))
+    built = SearchPlan(name="s", run_dir=Path("run"), workload=S.WorkloadSpec(command=["python", "train.py"]))
     assert built.run_dir == plan.run_dir and built.workload.dir == str(tmp_path) and built.search.n_trials is None

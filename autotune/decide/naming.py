@@ -31,7 +31,7 @@ class Known(Protocol):
     baseline: dict[str, Any]
     min_improvement: float
     cuda: bool
-    user_knobs: UserKnobs  # the search's (autotune.spec.SearchPlan.user_knobs): the playbook's moves for them
+    user_knobs: UserKnobs  # the search's (autotune.plan.SearchPlan.user_knobs): the playbook's moves for them
     limits: Limits  # what may run now: set by the strategy before it asks the study
 
     def measured(self) -> dict[tuple, float | None]: ...

@@ -5,6 +5,6 @@ settings (`settings.RunSettings`), the two backends behind one protocol (`protoc
 trial processes (launcher, warm fork server, the watch over a running program, ranks spread over nodes), the
 device lock, and the reaper that cleans up after a killed driver.
 
-May import every part below it: `autotune.spec`, `launch_command` (a launcher's flags), `workload`, `config`,
+May import every part below it: `autotune.spec`, `plan`, `launch_command` (a launcher's flags), `workload`, `config`,
 `knobs`, `trial`, `safety`, `decide`, `records`, `export`, `integrations`, `instrument`, `host`.
 """

@@ -6,7 +6,7 @@ is handed and the late re-measurements:
   neither Ray nor MLflow (the GPU hosts);
 - `ray` (`autotune.execution.raytune`): Ray Tune places trials on this host or a cluster's nodes.
 
-`choose` picks one for a search's `resources` and `tracking` (its plan's sections, `autotune.spec.SearchPlan`): the
+`choose` picks one for a search's `resources` and `tracking` (its plan's sections, `autotune.plan.SearchPlan`): the
 one asked for, else Ray where it is installed. A backend's methods take the `resources` section. What the plan asks
 of the host and the host lacks (a cluster without Ray, an MLflow server without MLflow) is the user's to fix: one line
 (`SpecError`), never a quiet fallback.

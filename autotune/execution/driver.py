@@ -73,7 +73,8 @@ from autotune.records.run_dir import (
 from autotune.records.state import STATE_FILE, SearchState
 from autotune.records.verdicts import settle
 from autotune.safety.levels import LEVELS, REFERENCE_FILE
-from autotune.spec import Resources, SearchPlan, Spec, SpecError
+from autotune.spec import Resources, Spec, SpecError
+from autotune.plan import SearchPlan
 from autotune.trial.measure import FLOPS_FILE
 from autotune.trial.result import TrialResult
 

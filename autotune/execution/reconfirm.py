@@ -22,9 +22,11 @@ from autotune.execution.launcher import user_thread_env
 from autotune.execution.local import LocalBackend
 from autotune.execution.lock import device_lock
 from autotune.execution.settings import RunSettings
-from autotune.records.run_dir import SearchResult, TrialRecord, read_run
+from autotune.records.run_dir import SearchResult, read_run
+from autotune.records.trial_record import TrialRecord
 from autotune.records.state import SearchState
-from autotune.spec import SearchPlan, SpecError, load
+from autotune.spec import SpecError, load
+from autotune.plan import SearchPlan
 
 DEFAULT_ROUNDS = 3  # where the search itself asked for fewer (or none)
 

@@ -15,7 +15,8 @@ from autotune.execution import program as PG
 from autotune.execution import startup
 from autotune.launch_command import own_knobs as launched_knobs
 from autotune.safety import program_parity
-from autotune.spec import SearchPlan, SpecError
+from autotune.spec import SpecError
+from autotune.plan import SearchPlan
 from autotune.trial import ranks as R
 from autotune.trial.result import TrialResult
 

@@ -19,7 +19,8 @@ from autotune import workload as W
 from autotune.decide.budget import trial_cap
 from autotune.records.run_dir import run_paths
 from autotune.records.state import SearchState
-from autotune.spec import SearchPlan, SpecError, WorkloadSpec
+from autotune.spec import SpecError, WorkloadSpec
+from autotune.plan import SearchPlan
 
 
 def fit_batches(lists: dict[str, list], base_batch: int, samples: int) -> tuple[dict[str, list], list[str]]:

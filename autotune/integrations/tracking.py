@@ -245,7 +245,7 @@ class Tracker:
         *,
         user_knobs=None,
     ):
-        """`user_knobs`: the search's (`autotune.spec.SearchPlan.user_knobs`), whose declared classes a trial's
+        """`user_knobs`: the search's (`autotune.plan.SearchPlan.user_knobs`), whose declared classes a trial's
         safety tags name (None: none declared)."""
         import logging
 

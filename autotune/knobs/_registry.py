@@ -708,7 +708,7 @@ def registry(user: dict[str, dict] | None = None) -> dict[str, Knob]:
 class UserKnobs:
     """A search's user knobs (the workload arguments it declares searchable, `Space.user`), as a registry: each
     `args.NAME` with its declared safety class and stage. The search's plan holds it
-    (`autotune.spec.SearchPlan.user_knobs`) and passes it where a knob's class or stage is read (the playbook's
+    (`autotune.plan.SearchPlan.user_knobs`) and passes it where a knob's class or stage is read (the playbook's
     moves, a config's risk, its safety flags); a run dir's reader makes its own from search.json's space."""
 
     declared: dict[str, Knob] = field(default_factory=dict)  # "args.NAME" -> its knob, as declared

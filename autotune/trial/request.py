@@ -4,7 +4,7 @@ settings and the proposal's knobs, so every launcher runs the same trial; and
 the runner's side of it, the trial config's defaults and check (`check_config`,
 what `python -m autotune.trial` accepts). Needs neither torch nor Ray.
 
-    settings = plan.trial_settings(device_type, baseline)   # autotune.spec.SearchPlan
+    settings = plan.trial_settings(device_type, baseline)   # autotune.plan.SearchPlan
     config = settings.config(knobs, PerTrial(prune_below, incumbent_above))   # -> python -m autotune.trial's JSON
 """
 
@@ -70,7 +70,7 @@ def parity_against(baseline: dict[str, Any], steps: int, tolerance: float) -> di
 
 @dataclass(frozen=True)
 class TrialSettings:
-    """What every trial of a search shares (`autotune.spec.SearchPlan.trial_settings` builds it from the plan's
+    """What every trial of a search shares (`autotune.plan.SearchPlan.trial_settings` builds it from the plan's
     sections)."""
 
     workload: dict[str, Any]  # {"name" | "factory", "args"}

@@ -12,7 +12,8 @@ from autotune import knobs as K
 from autotune import spec as S
 from autotune.decide.confirm import confirm_best
 from autotune.export.best_config import ExportSettings, write_best_config
-from autotune.records.run_dir import SearchResult, pick_best, record_of
+from autotune.records.run_dir import SearchResult, record_of
+from autotune.records.best import pick_best
 from autotune.trial.result import TrialResult
 from autotune.trial.runner import run_trial
 

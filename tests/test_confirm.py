@@ -238,7 +238,7 @@ def test_two_pairs_that_agree_far_above_one_with_the_trials_settle_the_verdict_u
 def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
     """jpeg_pipeline: the baseline read 105.9 samples/s in its trial, 88.0 and 87.3 re-measured; every trial had
     been compared with 105.9. Within 10% (or twice its window's CI), nothing is said."""
-    from autotune.records.run_dir import TrialRecord
+    from autotune.records.trial_record import TrialRecord
 
     base = TrialRecord(
         number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": 105.9, "step_mean_ci95": 0.022}
@@ -262,7 +262,7 @@ def test_a_baseline_re_measured_far_off_its_trials_read_is_said():
 
 
 def test_the_remeasurement_window_is_sized_by_the_gap_the_trials_measured():
-    from autotune.records.run_dir import TrialRecord
+    from autotune.records.trial_record import TrialRecord
 
     def rec(rate):
         return TrialRecord(number=0, status="ok", knobs={}, metrics={"samples_per_s": rate})
@@ -384,7 +384,7 @@ def test_no_round_after_the_first_starts_once_the_time_budget_is_spent():
 
 def records(base: float = 1520.0, best: float = 2310.0, **metrics):
     """The baseline's and the best's records (a baseline read twice, as a search's anchor is)."""
-    from autotune.records.run_dir import TrialRecord
+    from autotune.records.trial_record import TrialRecord
 
     b = TrialRecord(number=0, status="ok", knobs={"id": "A"}, metrics={"samples_per_s": base, **metrics})
     return b, TrialRecord(number=7, status="ok", knobs={"id": "B"}, metrics={"samples_per_s": best})
@@ -471,7 +471,7 @@ def test_pairs_whose_ratios_spread_wider_than_fresh_processes_allow_are_taken_ag
 
 def test_the_searchs_reads_of_the_baseline_are_its_two_trial_reads_and_the_reference_reads():
     from autotune.decide.reference import PRIOR_PAIRS
-    from autotune.records.run_dir import TrialRecord
+    from autotune.records.trial_record import TrialRecord
 
     base, _ = records(
         100.0,

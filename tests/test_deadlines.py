@@ -4,7 +4,7 @@ baseline's first step and p95 step time, the compile trials' first steps, the bu
 import pytest
 
 from autotune.decide.deadlines import Deadlines
-from autotune.records.run_dir import TrialRecord
+from autotune.records.trial_record import TrialRecord
 
 EAGER = {"compile": "none", "num_workers": 0}
 

@@ -5,7 +5,9 @@ import json
 from pathlib import Path
 
 from autotune import knobs as K
-from autotune.records.run_dir import SearchResult, TrialRecord, pick_best, pruning_savings, risk
+from autotune.records.run_dir import SearchResult, pruning_savings
+from autotune.records.trial_record import TrialRecord
+from autotune.records.best import pick_best, risk
 from autotune.export.analysis import as_dict
 
 

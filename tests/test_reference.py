@@ -198,7 +198,7 @@ def test_reads_start_only_once_the_searchs_own_reads_show_drift_and_the_report_s
     outside load (`drift_seen`); the report's line says whether they were taken, and why."""
     from autotune.cli.report import reads_line
     from autotune.decide.reference import drift_seen
-    from autotune.records.run_dir import TrialRecord
+    from autotune.records.trial_record import TrialRecord
 
     def baseline(first, second):
         metrics = {"samples_per_s": first, "anchor_first_samples_per_s": first, "anchor_reread_samples_per_s": second}

@@ -204,7 +204,8 @@ def test_load_config_applies_compile_cudnn_and_tf32(tmp_path):
 
 def _result(records, tmp_path):
     from autotune import knobs as K
-    from autotune.records.run_dir import SearchResult, pick_best
+    from autotune.records.run_dir import SearchResult
+    from autotune.records.best import pick_best
 
     space = K.Space(
         baseline=records[0].knobs, search={"batch_size": [32, 64], "channels_last": [False, True]}, fixed={}, dropped=[]
@@ -214,7 +215,7 @@ def _result(records, tmp_path):
 
 def _records():
     from autotune import knobs as K
-    from autotune.records.run_dir import TrialRecord
+    from autotune.records.trial_record import TrialRecord
 
     def rec(number, status, samples_per_s=None, **knobs):
         return TrialRecord(

@@ -721,18 +721,20 @@ def test_builtin_program_runs_as_a_program_trial(tmp_path):
     assert result.metrics["samples_per_s"] > 0 and result.metrics["window_steps"] >= 1
 
 
+def smoke_json(script: str, out) -> dict:
+    """scripts/bench/`script` at its smallest setting (`--smoke`), writing under `out`: its last line, one JSON
+    object (the script must exit 0)."""
+    argv = [sys.executable, os.path.join(SCRIPTS, "bench", script), "--smoke", "--out", str(out)]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=880)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 @pytest.mark.slow  # three CPU compiles (~2 min on this host): not in the CI tier. In CI: test_compiled (the bundle,
 # the stale line), test_measure (the window's compile)
 @pytest.mark.timeout(900)
 def test_bench_compile_loads_the_artifacts_in_production_and_says_a_stale_one(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "scripts/bench/bench_compile.py", "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=880,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])["production"]
+    out = smoke_json("bench_compile.py", tmp_path)["production"]
     assert out["loaded"].startswith("autotune: compiled artifacts loaded from compile_artifacts.tar (")
     assert out["stale"].startswith("autotune: compile_artifacts.tar is stale (made with torch 1.0.0, this is torch")
     assert set(out["first_step_s"]) == {"with", "without"}
@@ -741,14 +743,7 @@ def test_bench_compile_loads_the_artifacts_in_production_and_says_a_stale_one(tm
 @pytest.mark.slow  # it pip-installs loadtune 0.3.0 from PyPI and runs a search (~2 min): not in the CI tier
 @pytest.mark.timeout(900)
 def test_bench_peer_runs_loadtune_and_autotune_to_its_json_line(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "scripts/bench/bench_peer.py", "--smoke", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=880,
-    )
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = smoke_json("bench_peer.py", tmp_path)
     if not out["installed"]:
         pytest.skip(f"loadtune 0.3.0 did not install from PyPI: {out['error']}")
     assert set(out["samples_per_s"]) == {"baseline", "loadtune", "autotune_at_peer", "autotune_final"}

@@ -4,7 +4,7 @@ from mlflow.tracking import MlflowClient
 
 from autotune import knobs as K
 from autotune.integrations import tracking
-from autotune.records.run_dir import TrialRecord
+from autotune.records.trial_record import TrialRecord
 
 
 def test_an_empty_store_is_made_once_then_copied_and_adopted_by_the_run_dir(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.knobs import UserKnobs
-from autotune.records.run_dir import risk
+from autotune.records.best import risk
 from autotune.safety.parity import PARITY_KNOBS
 
 

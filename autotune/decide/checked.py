@@ -16,7 +16,8 @@ from typing import Any, Callable
 
 from autotune.knobs import UserKnobs
 from autotune.safety.parity import needs_parity
-from autotune.records.run_dir import TrialRecord, pick_best
+from autotune.records.trial_record import TrialRecord
+from autotune.records.best import pick_best
 from autotune.trial.result import TrialResult
 
 

@@ -136,7 +136,7 @@ class Climb(Naming):
            ladder again, since a cheaper step brings overhead back; then, for each knob
            the incumbent changes whose change made no difference beyond the noise
            (not in `evidence`'s `counted`), the incumbent without it: what the export
-           falls back to (`autotune.records.run_dir.pick_best`) must be measured;
+           falls back to (`autotune.records.best.pick_best`) must be measured;
         3. every other neighbour (a rung up, another value), knobs never moved
            on the climb first, in DEFAULT_ORDER (then any other knob of the
            space), then the knobs moved longest ago: each knob gets its turn

@@ -47,7 +47,7 @@ from autotune.decide.naming import space
 from autotune.decide.reference import Raw
 from autotune.decide.samplers import kind
 from autotune.knobs import KNOBS, UserKnobs
-from autotune.records.run_dir import beyond_noise
+from autotune.records.best import beyond_noise
 from autotune.safety.parity import needs_parity
 from autotune.trial.diagnose import APART
 
@@ -66,7 +66,7 @@ class Facts:
     """the knobs the spec listed itself: a loader knob searched though it did not list it (a preset's) gets one
     probe (`limits.loader_held`), not for a sampler that maps every point"""
     user_knobs: UserKnobs = field(default_factory=UserKnobs)
-    """the search's user knobs (`autotune.spec.SearchPlan.user_knobs`): their playbook moves, their risk"""
+    """the search's user knobs (`autotune.plan.SearchPlan.user_knobs`): their playbook moves, their risk"""
 
 
 @dataclass
@@ -173,7 +173,7 @@ class Strategy:
 
     def _contends(self, t) -> bool:
         """Complete and measured, not a window that tied with a safer incumbent (`tie_kept`), and not a config a
-        hang has ruled out since (autotune.trial.hung): what can lead, as `records.run_dir.pick_best` says of a
+        hang has ruled out since (autotune.trial.hung): what can lead, as `records.best.pick_best` says of a
         record."""
         complete = t.state == TrialState.COMPLETE and bool(t.values) and not t.user_attrs.get("tie_kept")
         return complete and ruled_out(self.limits.hung, t.params) is None
@@ -337,7 +337,7 @@ class Strategy:
 
     def counted(self) -> set[str]:
         """The knobs whose change from the baseline's value made a difference beyond the noise
-        (autotune.records.run_dir.beyond_noise: the two windows' 95% intervals apart), measured against a config
+        (autotune.records.best.beyond_noise: the two windows' 95% intervals apart), measured against a config
         that differs in that knob alone, at the baseline's value: an exported knob counts (`pick_best`); the
         incumbent is tried without one that does not (the climb)."""
         return {n for n, _, gain in self._alone(baseline_side=True) if gain is None}

@@ -31,7 +31,8 @@ from autotune.decide.reference import (
     figures,
 )
 from autotune.decide.bar import Incumbent
-from autotune.records.run_dir import TrialRecord, pick_best
+from autotune.records.trial_record import TrialRecord
+from autotune.records.best import pick_best
 from autotune.trial.result import TrialResult
 
 READS_DIR = "reads"  # under the run dir: one dir a read (NN-reference, NN-confirm-TRIAL)

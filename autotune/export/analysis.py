@@ -17,7 +17,8 @@ def as_dict(result, importance: dict | None = None) -> dict:
     markdown formats render this)."""
     from autotune.decide import model as M
     from autotune.export.best_config import safety_flags
-    from autotune.records.run_dir import pruning_savings, same_device
+    from autotune.records.run_dir import pruning_savings
+    from autotune.records.trial_record import same_device
 
     base, best, unit = result.baseline, result.best, result.unit
     measured = [r for r in result.records if r.throughput]
@@ -114,7 +115,7 @@ def _trial(r) -> dict | None:
 def knob_effects(result) -> dict[str, list[dict]]:
     """For each searched knob, each of its values: how many trials on the baseline's device had it, how many of
     those were pruned, and their median rate (pruned trials count too, at the rate of their shortened window)."""
-    from autotune.records.run_dir import same_device
+    from autotune.records.trial_record import same_device
 
     unit = result.unit
     seen = [r for r in result.records if r.measured and same_device(result.baseline, r)]
@@ -162,7 +163,7 @@ def _compiled(result, ok: list) -> list[dict]:
 
 def _other_devices(result, measured: list) -> list[dict]:
     """The measured trials that ran on another device type than the baseline's (never compared with it)."""
-    from autotune.records.run_dir import same_device
+    from autotune.records.trial_record import same_device
 
     return [
         {

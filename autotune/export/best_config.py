@@ -129,7 +129,7 @@ def production(
 @dataclass(frozen=True)
 class ExportSettings:
     """What best_config.yaml records of the search beside its result (`write_best_config`): its plan's settings
-    (`ExportSettings.of(plan)`, an `autotune.spec.SearchPlan`)."""
+    (`ExportSettings.of(plan)`, an `autotune.plan.SearchPlan`)."""
 
     workload: Any
     """the plan's workload section (`autotune.spec.WorkloadSpec`: ref, args, a program's command and dir)"""
@@ -146,7 +146,7 @@ class ExportSettings:
 
     @classmethod
     def of(cls, plan) -> "ExportSettings":
-        """A search plan's (`autotune.spec.SearchPlan`)."""
+        """A search plan's (`autotune.plan.SearchPlan`)."""
         return cls(
             workload=plan.workload,
             name=plan.name,

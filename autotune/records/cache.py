@@ -42,7 +42,7 @@ from autotune.safety.parity import RULE as PARITY_RULE
 
 
 def question(plan) -> dict[str, Any] | None:
-    """The cheap part of the key, from a search's plan (`autotune.spec.SearchPlan`: the question is its sections
+    """The cheap part of the key, from a search's plan (`autotune.plan.SearchPlan`: the question is its sections
     but where results go and how trials are placed); None for a search the cache does not cover."""
     if plan.resources.ray_address:
         return None

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Callable
 
 from autotune import knobs as K
-from autotune.records.run_dir import TrialRecord, add_speedup, record_of, trial_dir_of, write_csv
+from autotune.records.run_dir import add_speedup, record_of, trial_dir_of, write_csv
+from autotune.records.trial_record import TrialRecord
 from autotune.trial.result import TrialResult
 from autotune.records.scaling import EFFICIENCY, add_efficiency
 

@@ -10,7 +10,7 @@ autotune.execution.watch, status `hung`). Its hang's kind says why it hung:
 - `main`: its main thread waited elsewhere: its own config alone, which is never run again anyway.
 
 The same rule for every reader: the strategy, which runs no such config again (autotune.decide.limits), and the
-choice of the best, which never exports one (autotune.records.run_dir.pick_best), however early it was measured.
+choice of the best, which never exports one (autotune.records.best.pick_best), however early it was measured.
 """
 
 from __future__ import annotations

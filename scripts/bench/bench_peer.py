@@ -147,7 +147,8 @@ def run_search(args) -> tuple[Path, float]:
 
 def incumbent_at(run_dir: Path, started: float, seconds: float):
     """The best of the trials finished `seconds` into the search (as the run dir chooses it: records.pick_best)."""
-    from autotune.records.run_dir import pick_best, read_run
+    from autotune.records.run_dir import read_run
+    from autotune.records.best import pick_best
 
     result = read_run(run_dir)
     done = [r for r in result.records if (r.info.get("ended_unix") or float("inf")) <= started + seconds]

@@ -180,12 +180,17 @@ def search_side(name: str, root: Path, args) -> dict:
     """One `autotune search` of the LM script with `root`'s autotune: its compile trials and its winner."""
     out = args.out / f"search-{name}"
     shutil.rmtree(out, ignore_errors=True)
-    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(root), str(ROOT)]), "COLUMNS": "300"}
+    # the program runs from a work dir holding a copy of tests/ alone (its `tests.workloads`): run from a checkout,
+    # its dir would put that checkout's autotune first on the trials' path, and main's trials ran this branch's
+    work = args.out / f"work-{name}"
+    shutil.rmtree(work, ignore_errors=True)
+    shutil.copytree(ROOT / "tests", work / "tests", ignore=shutil.ignore_patterns("__pycache__"))
+    env = {**ENV, "PYTHONPATH": os.pathsep.join([str(root), str(work)]), "COLUMNS": "300"}
     cmd = [sys.executable, "-m", "autotune.cli.main", "search", "--budget", str(int(args.budget)), "--seed"]
-    cmd += [str(args.seed), "-q", "--backend", "local", "-o", str(out), "--refresh", "--", "python"]
+    cmd += [str(args.seed), "-q", "--backend", "local", "-o", str(out.resolve()), "--refresh", "--", "python"]
     cmd += LM_SCRIPT.split()
     started = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT, timeout=args.budget * 3 + 900)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=work, timeout=args.budget * 3 + 900)
     if proc.returncode:
         raise SystemExit(f"the search with {name}'s autotune failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
     trials = []

@@ -280,7 +280,8 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     same speedup."""
     run_dir, _ = finished_run
     result = read_run(run_dir)
-    confirm = SearchState.read(run_dir).confirm
+    state = SearchState.read(run_dir)
+    confirm, rejected = state.confirm, state.confirm_rejected or []
     if confirm is None:  # the baseline itself won: nothing to re-measure
         assert result.best is result.baseline
         return
@@ -295,14 +296,19 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
     assert confirm["baseline_trial"] == 0 and confirm["verdict"] in verdicts
     trials = {r.number: r for r in result.records}
     dirs = sorted(p.name for p in (run_dir / "confirm").iterdir())
-    labels = [d for d in dirs if not d.startswith("parity-")]
+    # a best the pairs rejected hands over to the next candidate, whose pairs go beside its own (next1-00-baseline)
+    mine = f"{C.NEXT}{len(rejected)}-" if rejected else ""
+    if mine:
+        labels = [d.removeprefix(mine) for d in dirs if d.startswith(mine)]
+    else:
+        labels = [d for d in dirs if not d.startswith(("parity-", C.NEXT))]
     first = ["00-baseline", "00-best", "01-baseline", "01-best"][: 2 * rounds]
     assert [d for d in labels if "-again" not in d] == first + ([C.LATER + d for d in first] if later else [])
     assert len([d for d in labels if "-again" in d]) >= 2 * min(len(aside), C.RERUNS)
     for late in set(dirs) - set(labels):  # a best checked late for loss parity (its trial did not check it)
         assert trials[int(late.split("-")[1])].parity is not None, late
     for label in labels:
-        config = json.loads((run_dir / "confirm" / label / "config.json").read_text())
+        config = json.loads((run_dir / "confirm" / f"{mine}{label}" / "config.json").read_text())
         knobs = trials[confirm[label.removeprefix(C.LATER)[3:].split("-")[0] + "_trial"]].knobs
         assert config["knobs"] == {k: v for k, v in knobs.items() if k in config["knobs"]}
         assert config["profile_steps"] == 0 and config["diagnose"] is False and config["parity"] is None
@@ -310,7 +316,7 @@ def test_a_search_remeasures_its_best_against_the_baseline(finished_run):
         assert config["target_ci"] == pytest.approx(
             C.window_ci(trials[confirm["baseline_trial"]], trials[confirm["best_trial"]], 0.02)
         )
-        assert TrialResult.read(run_dir / "confirm" / label / "result.json").ok
+        assert TrialResult.read(run_dir / "confirm" / f"{mine}{label}" / "result.json").ok
     best = yaml.safe_load((run_dir / "best_config.yaml").read_text())
     assert best["confirmed"]["note"] == describe(confirm)
     if confirm["verdict"] == "faster":

@@ -591,9 +591,7 @@ def test_bench_online_same_batches_ends_with_its_json_line():
 # search (the session's); {tmp}: a temp dir; {spec}: a small search spec there. In the order they start, the
 # longest first, two at a time: they measure nothing, so they may share the 2-core host.
 SMOKE = {
-    "dev/search_phases.py": "{spec} --trials 1 --out {tmp}/run --backend local",
     "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
-    "bench/bench_overhead.py": "--trials 2 --window-s 0.2",
     "bench/bench_fidelity.py": "--reps 1 --min-window-s 0.2 --max-window-s 0.3",
     "bench/bench_fused.py": "--model tiny_cnn --image-size 16 --batch-size 8 --reps 1 --warmup 2 --measure-steps 3"
     " --min-window-s 0.2 --max-window-s 0.3 --precision 32-true --no-channels-last --optimizers sgd",
@@ -614,6 +612,10 @@ SLOW_SMOKE = {  # their smallest runs take 25-40 s: a slow test each (the CI tie
     "bench/bench_programs.py": "--only memmap_loop --smoke --pairs 1 --steps 12 --warmup 2 --out {tmp}/programs",
     "bench/bench_llm.py": "--smoke --work {tmp}/llm",
     "bench/bench_instrument_cost.py": "--inproc-pairs 1 --pairs 1 --short 2 --long 4",
+    # 19-24 s each, the CI tier ~15 min on a slow hour of this host: test_search_phases_times_calls_that_exist (the
+    # phases it times), test_builtin_program_runs_as_a_program_trial (bench_overhead's program side)
+    "dev/search_phases.py": "{spec} --trials 1 --out {tmp}/run --backend local",
+    "bench/bench_overhead.py": "--trials 2 --window-s 0.2",
 }
 ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_model.py": "test_bench_model_replays_a_recorded_search_with_both_models",

@@ -55,6 +55,7 @@ ANCHOR_READS = ("anchor_first", "anchor_reread")  # + its unit's metric: anchor_
 OFF_READS = 0.15
 SPACING_S = 10.0  # between the pairs taken again: this host's slow phases hold for seconds, its drift tens of them
 LATER = "later-"  # the label's prefix of a pair taken again, spaced (later-00-baseline)
+NEXT = "next"  # a later candidate's (after a rejected best): next1-00-baseline, beside the rejected one's pairs
 # the 99% quantile of the range of n normal draws over their standard deviation (the studentized range, infinite
 # degrees of freedom): n pairs' log-ratios, each sqrt(2) process spreads wide, lie within it 99% of the time. From 3
 # pairs (two say little of a spread): on the 2-core host a pair's log-ratio has a sd of ~0.10 within one search,
@@ -126,6 +127,11 @@ def reread_anchor(
             }
         )
     return result
+
+
+def labelled(run: Callable[[dict, str], Any], prefix: str, knobs: dict, label: str) -> Any:
+    """`run(knobs, label)` under `prefix` + label: a later candidate's pairs (NEXT) in dirs of their own."""
+    return run(knobs, prefix + label)
 
 
 def roles(i: int) -> tuple[str, ...]:

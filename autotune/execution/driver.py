@@ -32,6 +32,7 @@ import dataclasses
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from typing import Callable, Iterable
 
 import optuna
@@ -41,7 +42,7 @@ from autotune import workload as W
 from autotune._imports import installed
 from autotune.decide import checked
 from autotune.decide.budget import budget_fits, remeasure_cost
-from autotune.decide.confirm import SearchReads, confirm_best, window_ci
+from autotune.decide.confirm import NEXT, SearchReads, confirm_best, labelled, window_ci
 from autotune.decide.deadlines import Deadlines
 from autotune.decide.reference import read_ci
 from autotune.decide.samplers import kind
@@ -134,6 +135,7 @@ class Search:
         self.state: SearchState | None = None
         self.closing: list[Callable[[], None]] = []  # what ends the search beside the backend's close
         self.forks = self.store = self.backend_started = None
+        self.remeasured = 0  # re-measurements so far: a later candidate's pairs get dirs of their own (`_confirm`)
 
     # --- the phases -------------------------------------------------------------------------------------------
 
@@ -553,6 +555,9 @@ class Search:
             else None
         )
         run = runner(need, target_ci=ci)
+        if self.remeasured:  # the next candidate after a rejected best: its pairs beside the rejected one's, kept
+            run = partial(labelled, run, f"{NEXT}{self.remeasured}-")
+        self.remeasured += 1
         return confirm_best(
             run, baseline, best, search.confirm_rounds, self.tell.on_remeasure, self.budget_left, against=against
         )

@@ -591,19 +591,16 @@ def test_bench_online_same_batches_ends_with_its_json_line():
 # search (the session's); {tmp}: a temp dir; {spec}: a small search spec there. In the order they start, the
 # longest first, two at a time: they measure nothing, so they may share the 2-core host.
 SMOKE = {
-    "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
     "bench/bench_fidelity.py": "--reps 1 --min-window-s 0.2 --max-window-s 0.3",
     "bench/bench_fused.py": "--model tiny_cnn --image-size 16 --batch-size 8 --reps 1 --warmup 2 --measure-steps 3"
     " --min-window-s 0.2 --max-window-s 0.3 --precision 32-true --no-channels-last --optimizers sgd",
     "bench/parity_table.py": "--workloads tiny_cnn --steps 2 --knobs set_to_none --no-planted",
     "bench/bench_exported.py": "{run} --reps 1 --warmup 2 --window-s 0.2",
     "bench/bench_checkpointing.py": "--batch-size 4 --seq-len 16 --dim 16 --layers 1 --reps 1 --steps 2 --cap-gib 0",
-    "bench/bench_ray_start.py": "--rounds 1 --variants autotune",
     "bench/bench_window.py": "--arg batch_size=8 --steps 12 --warmup 1 --reps 1",
     "dev/record_landscape.py": "-o {tmp}/landscape.csv --grid batch_size=8 --cpus 1 --trial min_window_s=0.2"
     " --trial max_window_s=0.3 --trial profile_steps=0",
     "bench/bench_online.py": "--only same_batches",
-    "bench/bench_drift.py": "--kinds quickstart --runs 1 --sides after --smoke --out {tmp}/drift",
     "dev/coverage_moves.py": "{tmp}/before.json {tmp}/after.json",
     "dev/remeasure_ways.py": "--kind quickstart --reps 1 --ways fork,spawn --window-s 0.2",
 }
@@ -616,6 +613,12 @@ SLOW_SMOKE = {  # their smallest runs take 25-40 s: a slow test each (the CI tie
     # phases it times), test_builtin_program_runs_as_a_program_trial (bench_overhead's program side)
     "dev/search_phases.py": "{spec} --trials 1 --out {tmp}/run --backend local",
     "bench/bench_overhead.py": "--trials 2 --window-s 0.2",
+    # 7-24 s each (the tier took 907 s with its install on a slow hour): test_launch_command's torchrun and
+    # accelerate searches (ranks started and measured), test_confirm's re-measurement against the search's figure,
+    # test_network's search through Ray (Ray started)
+    "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
+    "bench/bench_drift.py": "--kinds quickstart --runs 1 --sides after --smoke --out {tmp}/drift",
+    "bench/bench_ray_start.py": "--rounds 1 --variants autotune",
 }
 ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_model.py": "test_bench_model_replays_a_recorded_search_with_both_models",

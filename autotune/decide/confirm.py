@@ -21,8 +21,9 @@ A claim from disturbed pairs is not a claim (issue 64). A slow phase of the host
 an eager baseline harder than a compiled best: nanoGPT's baseline read 1,002-1,131 samples/s side by side against
 1,373-1,520 in every read of it during the search, and the pairs claimed 1.52x (1.26-1.58x) where the program
 itself ran 1.07x. So where the pairs' baseline reads more than OFF_READS away from every read of it in the search
-(its trial's two reads, the reference reads; further where those reads show a wider process spread: `off_allowed`), or the pairs' ratios spread wider than fresh processes of one config
-allow (the spread the search's reads show, `SearchReads`), the pairs are taken again later, spaced apart
+(its trial's two reads, the reference reads; further where those reads show a wider process spread: `off_allowed`),
+or the pairs' ratios spread wider than fresh processes of one config allow (the spread the search's reads show,
+`SearchReads`), the pairs are taken again later, spaced apart
 (`SearchReads.spacing_s`, within the time budget). Those that then agree are the claim; those that still disagree
 leave it `unsettled`: both figures (the search's and the pairs' range), why, and no single number
 (`autotune confirm RUN_DIR` re-measures it later, on a quiet host).

@@ -602,7 +602,6 @@ SMOKE = {
     " --trial max_window_s=0.3 --trial profile_steps=0",
     "bench/bench_online.py": "--only same_batches",
     "dev/coverage_moves.py": "{tmp}/before.json {tmp}/after.json",
-    "dev/remeasure_ways.py": "--kind quickstart --reps 1 --ways fork,spawn --window-s 0.2",
 }
 SLOW_SMOKE = {  # their smallest runs take 25-40 s: a slow test each (the CI tier covers their parts: test_instrument's
     # TRL and padding runs, test_instrument_torch's hooks, test_program's searches of a program)
@@ -619,6 +618,8 @@ SLOW_SMOKE = {  # their smallest runs take 25-40 s: a slow test each (the CI tie
     "bench/bench_rank_startup.py": "--rounds 1 --approaches tasks",
     "bench/bench_drift.py": "--kinds quickstart --runs 1 --sides after --smoke --out {tmp}/drift",
     "bench/bench_ray_start.py": "--rounds 1 --variants autotune",
+    # ~11 s: test_confirm's pairs in fresh processes (what remeasure_ways varies)
+    "dev/remeasure_ways.py": "--kind quickstart --reps 1 --ways fork,spawn --window-s 0.2",
 }
 ELSEWHERE = {  # run in the CI tier by a test of their own, to its JSON line
     "bench/bench_model.py": "test_bench_model_replays_a_recorded_search_with_both_models",

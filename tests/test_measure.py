@@ -327,6 +327,35 @@ def test_a_settled_window_is_not_extended_and_the_caps_count_from_its_first_star
     assert m["window_steps"] == 120 and m["window_unsettled"] == 1.0 and "warmup_extended_steps" not in m
 
 
+def test_a_program_that_ends_after_a_half_was_held_out_gets_it_back_where_the_rest_is_short():
+    """CI saw an HF script's trial (60 steps, tiny steps on a slow hour) end in error: its window had held out 40
+    steps as still warming and the 18 left were short of min_window_s. The program's end is a cap: the held half
+    comes back, and the window meets its floors on every step it timed."""
+    falling = [(max(10.0, 20 - i / 6)) * jitter(i) for i in range(400)]
+    rule = M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=400, max_s=30.0)
+    now = [0.0]
+    window = M.Window(rule, "cpu", lambda: None)
+    window.clock = lambda: now[0]
+    window.start()
+    for ms in falling:
+        now[0] += ms / 1e3
+        window.step_done(2)
+        assert not window.done()
+        if window.dropped_steps:  # a half held out, the rest short of 1 s: here the program's loop ends
+            break
+    held, kept = window.dropped_steps, window.steps
+    assert held > 0 and window.all_steps == held + kept and now[0] - window.marks[0] < 1.0
+    assert window.program_ended(min_steps=10, min_s=1.0)  # every step back: 1 s of them
+    assert window.steps == held + kept and window.dropped_steps == 0
+    assert window.finish()["window_unsettled"] == 1.0
+    short = M.Window(rule, "cpu", lambda: None)
+    short.clock = lambda: now[0]
+    short.start()
+    now[0] += 0.05
+    short.step_done(2)
+    assert not short.program_ended(min_steps=10, min_s=1.0) and short.all_steps == 1
+
+
 def test_a_step_time_that_falls_in_cycles_is_not_a_warm_up_and_the_whole_window_counts():
     """group_by_length: each megabatch's batches longest first, a cycle of 50 steps falling from 20 to 10 ms.
     Holding out the falling halves kept a cycle's cheap end (748 samples/s against 395-598): after

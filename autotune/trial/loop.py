@@ -529,23 +529,25 @@ class TrialLoop:
         if self.parity_run is not None:  # fewer losses than the parity steps: the verdict says so
             self.ended = True
             return self._save(self._parity_result())
-        window = self.window
-        if (
-            window is not None
-            and window.steps >= self.cfg["measure_steps"]
-            and self.clock() - window.marks[0] >= self.cfg["min_window_s"]
-        ):
+        window, cfg = self.window, self.cfg
+        if window is not None and window.program_ended(cfg["measure_steps"], cfg["min_window_s"]):
             self.ended_by_program = True  # a window the program's end closed: its floors held, its target may not
             self._finish()
-        need = self.cfg["warmup_steps"] + self.cfg["measure_steps"]
-        done = self.warm + (self.window.steps if self.window else 0)
+        need = cfg["warmup_steps"] + cfg["measure_steps"]
+        done = self.warm + (window.all_steps if window else 0)
+        short = (
+            f"its window had {window.steps} steps in {self.clock() - window.marks[0]:.2f} s "
+            f"(a window needs {cfg['measure_steps']} steps and {cfg['min_window_s']:g} s)"
+            if window is not None
+            else f"a trial needs at least {need} (warm-up and window)"
+        )
         self.ended = True
         self._save(
             self._result(
                 "error",
                 error_type="TooFewSteps",
-                error=f"the program ended after {done} steps; a trial needs at least {need} (warm-up and window): "
-                "give it more steps or data in a trial (cfg.in_trial)",
+                error=f"the program ended after {done} steps; {short}: give it more steps or data in a trial "
+                "(cfg.in_trial)",
             )
         )
 

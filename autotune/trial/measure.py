@@ -296,6 +296,22 @@ class Window:
             self._held[name] += values[:half]
             del values[:half]
 
+    def program_ended(self, min_steps: int, min_s: float) -> bool:
+        """The program's loop ended with the window open: whether it meets these floors. Like a cap, the end gives
+        back the halves held out as warm-up (`_hold_first_half`) where the settled part alone falls short."""
+
+        def met() -> bool:
+            return self.steps >= min_steps and self.clock() - self.marks[0] >= min_s
+
+        if not met() and self.dropped_steps:
+            self._give_back()
+        return met()
+
+    @property
+    def all_steps(self) -> int:
+        """The steps since the window first started: those held out or dropped as warm-up included."""
+        return self.steps + self.dropped_steps + self.recompiled_steps
+
     def _give_back(self) -> None:
         for name in _PER_MARK:
             setattr(self, name, self._held[name] + getattr(self, name))

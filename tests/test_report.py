@@ -309,6 +309,10 @@ def test_knob_importance_is_the_share_of_throughput_variation(tmp_path):
     importance = knob_importance(storage, "s")
     assert max(importance, key=importance.get) == "precision" and importance["precision"] > 0.5
     assert knob_importance(storage, "s") == importance  # seeded: the same every time
+    small = optuna.create_study(study_name="small", storage=storage, direction="maximize")
+    for t in study.trials[:5]:  # a forest on 5 points splits the variation by chance: no importance
+        small.add_trial(t)
+    assert knob_importance(storage, "small") is None
 
 
 def test_a_tie_is_reported_with_both_trials_and_their_cis(tmp_path):

@@ -161,16 +161,23 @@ def _parallel(result, knobs: list[str], path: Path) -> Path | None:
     return _done(fig, path)
 
 
+# fewer completed trials: no importance. A forest fitted to a handful of points, most of them one knob away from the
+# baseline, splits the variation by chance; and loading fANOVA (scikit-learn) took ~2 s of every small search here
+IMPORTANCE_MIN_TRIALS = 6
+
+
 def knob_importance(storage_url: str, study_name: str) -> dict[str, float] | None:
     """Each knob's share of the throughput variation (Optuna's fANOVA, seeded)
     over the completed trials, pruned ones included (told to Optuna with their
-    measured throughput); None when there are too few (or too little variation)
-    to say. Optuna's default (PedANOVA) answers another question (what sets the
+    measured throughput); None when there are too few (IMPORTANCE_MIN_TRIALS, or
+    too little variation) to say. Optuna's default (PedANOVA) answers another question (what sets the
     top 10% apart) and gave a knob that made trials 7-9x slower 0.00."""
     import optuna
 
     try:
         study = optuna.load_study(study_name=study_name, storage=storage_url)
+        if len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))) < IMPORTANCE_MIN_TRIALS:
+            return None
         try:
             evaluator = optuna.importance.FanovaImportanceEvaluator(seed=0)
             importance = optuna.importance.get_param_importances(study, evaluator=evaluator)

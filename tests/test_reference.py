@@ -192,6 +192,38 @@ def test_the_strategy_judges_each_trial_against_the_reference_at_its_time():
     assert strategy.incumbent().number == b128.number
 
 
+def test_the_baseline_trials_two_reads_widen_the_interval_as_far_as_they_lie_apart():
+    """Issue 64, a quiet host (no reference reads): a quickstart's baseline read 27% apart in its own trial, its best
+    read 2.01x with an interval of 1.60-2.52x drawn from the spread's prior alone, and the pairs said 1.55x. The
+    anchor's two reads are a pair of fresh processes: the spread counts them, told through the study as the search
+    tells them (`strategy.trial_attrs`), and the figure is unchanged."""
+    from autotune.decide.strategy import trial_attrs
+    from autotune.trial.result import TrialResult
+
+    def judged(first: float, second: float):
+        metrics = {"samples_per_s": (first + second) / 2, "window_mid_unix": 1000.0, "step_mean_ci95": 0.02}
+        metrics.update(anchor_first_samples_per_s=first, anchor_reread_samples_per_s=second)
+        metrics.update(anchor_first_ci95=0.02, anchor_reread_ci95=0.02, anchor_reread_unix=1008.0)
+        attrs = trial_attrs(TrialResult(status="ok", knobs=BASE, metrics=metrics), BASE)
+        study = optuna.create_study(direction="maximize")
+        strategy = Strategy(study, SPACE, BASE, "autotune", judge=Judge(study, "cpu"))
+        study.enqueue_trial(BASE, user_attrs={"source": "baseline"})
+        trial = study.ask()
+        strategy._suggest(trial)
+        strategy.tell(trial, "ok", metrics["samples_per_s"], attrs=attrs)
+        told(strategy, {**BASE, "batch_size": 64}, 2.0 * metrics["samples_per_s"], 1030)
+        strategy.judge.refresh()
+        reference = strategy.judge.reference
+        return reference, reference.ratio(2.0 * metrics["samples_per_s"], 1030, 0.02)
+
+    apart, wide = judged(1000.0, 1316.0)  # 27% apart: its log-difference is twice a process's variance
+    agree, narrow = judged(1150.0, 1160.0)
+    assert apart.spread > 0.13 and agree.spread == pytest.approx(0.05 / math.sqrt(2), rel=0.05)
+    assert wide.x == pytest.approx(narrow.x) == pytest.approx(2.0)  # the figure: what the search compares
+    assert wide.high / wide.x > 1.3 and narrow.high / narrow.x < 1.2  # 2.0x: up to 2.75x, or 2.3x
+    assert wide.ci == pytest.approx(narrow.ci)  # the search's comparisons keep their floor
+
+
 def test_reads_start_only_once_the_searchs_own_reads_show_drift_and_the_report_says_whether_and_why():
     """Issue 64: on a quiet host the reference reads change no decision and cost 3-32% of a search; by default they
     start once the baseline's two reads lie further apart than two fresh processes allow, or a trial ran under

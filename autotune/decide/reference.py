@@ -46,6 +46,25 @@ PRIOR_S = 60.0  # the prior weighs as much as this many seconds of reads (`Refer
 PRIOR_PAIRS = 1
 SHARE = 0.10  # the reads' share of the search the schedule keeps to (issue 53's target: at most 15%)
 READS_KEY, CONFIRMS_KEY = "reference_reads", "confirm_reads"  # the study's user attributes (`Judge`)
+ANCHOR_KEY = "anchor"  # the baseline trial's user attribute: its two reads (`anchor_reads`), for the spread
+
+
+def anchor_reads(metrics: dict[str, Any]) -> list[dict[str, float]] | None:
+    """The baseline trial's two reads in fresh processes (autotune.decide.confirm.reread_anchor: its metrics
+    `anchor_first_<unit>`, `anchor_reread_<unit>`, their CIs and times) as `Read` dicts, or None where it was read
+    once."""
+    first, second = (
+        next((v for k, v in metrics.items() if k.startswith(f"{name}_") and k.endswith("_per_s") and v), None)
+        for name in ("anchor_first", "anchor_reread")
+    )
+    at, again = metrics.get("window_mid_unix"), metrics.get("anchor_reread_unix")
+    if not (first and second and at and again):
+        return None
+    cis = [
+        min(c, CI_CAP) if c and c == c else 0.0
+        for c in (metrics.get("anchor_first_ci95"), metrics.get("anchor_reread_ci95"))
+    ]
+    return [Read(at, first, cis[0]).as_dict(), Read(again, second, cis[1]).as_dict()]
 
 
 @dataclass(frozen=True)
@@ -112,6 +131,9 @@ class Reference:
 
     reads: list[Read]
     device: str = "cpu"
+    # two reads of one config in fresh processes that inform the spread alone (`_spread`): the baseline trial's
+    # anchor, whose mean is its one read in `reads`
+    pairs: list[tuple[Read, Read]] = field(default_factory=list)
     _smoothed: list[tuple[float, float, float]] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):
@@ -134,10 +156,13 @@ class Reference:
         interval; with the spread their reads showed, 2 (issue 53). It widens the figures' intervals
         (`Ratio.interval`: where a side by side lands) only: whether reads tens of seconds apart differ by the host's
         drift or by the process cannot be told apart from reads at one spacing, so the level follows them as before
-        (`_noise`, `_drift`), and the search's comparisons keep their floor (stats.PROCESS_SPREAD)."""
+        (`_noise`, `_drift`), and the search's comparisons keep their floor (stats.PROCESS_SPREAD). The baseline
+        trial's own two reads (`pairs`) count: on a quiet host they are the only pair (issue 64: a quickstart's
+        baseline read 27% apart in its trial, and its best's interval, drawn from the prior alone, missed its pairs)."""
         prior, drift = PROCESS_CV.get(self.device, 0.0), DRIFT_PER_S.get(self.device, 0.0)
         total, n = PRIOR_PAIRS * prior**2, PRIOR_PAIRS
-        for a, b, dt, moved in self._steps():
+        pairs = [(a, b, abs(b.at - a.at), math.log(b.value / a.value) ** 2) for a, b in self.pairs]
+        for a, b, dt, moved in [*self._steps(), *pairs]:
             total, n = total + max(moved - _sd(a.ci) ** 2 - _sd(b.ci) ** 2 - drift * dt, 0.0) / 2, n + 1
         return math.sqrt(total / n)
 
@@ -325,7 +350,9 @@ class Judge:
         self.base = self.trial_reads[baseline.number] if baseline else None
         self.confirms = {int(k): [Read.of(x) for x in v] for k, v in (attrs.get(CONFIRMS_KEY) or {}).items()}
         reads = [Read.of(r) for r in attrs.get(READS_KEY) or []]
-        self.reference = Reference([self.base, *reads], self.device) if self.base else None
+        anchor = baseline.user_attrs.get(ANCHOR_KEY) if baseline else None
+        pairs = [(Read.of(anchor[0]), Read.of(anchor[1]))] if anchor else []
+        self.reference = Reference([self.base, *reads], self.device, pairs) if self.base else None
 
     def ratio(self, t) -> Ratio | None:
         """The trial's ratio over the reference (its fresh reads beside its own where it has them); a virtual

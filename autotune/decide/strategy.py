@@ -44,7 +44,7 @@ from autotune.decide.limits import (
     taken,
 )
 from autotune.decide.naming import space
-from autotune.decide.reference import Raw
+from autotune.decide.reference import ANCHOR_KEY, Raw, anchor_reads
 from autotune.decide.samplers import kind
 from autotune.knobs import KNOBS, UserKnobs
 from autotune.records.best import beyond_noise
@@ -89,7 +89,7 @@ def trial_attrs(result, baseline: dict) -> dict:
     measured `apart` (a diagnosed trial), `ci`, its throughput's relative
     95% CI (`incumbent_ci`, once it leads), and `window_unix`, when its window ran
     (the reference it is judged against is read there: `reference.Judge`); a hung trial's `hung` (its hang's kind:
-    what it rules out, autotune.trial.hung)."""
+    what it rules out, autotune.trial.hung); the baseline's `anchor`, its two reads (`reference.anchor_reads`)."""
     knobs = result.knobs or {}  # an autotune.trial.result.TrialResult
     needed = result.skipped and all(k in knobs and k in baseline for k in KNOBS) and needs_parity(knobs, baseline)
     metrics = result.metrics or {}
@@ -100,7 +100,9 @@ def trial_attrs(result, baseline: dict) -> dict:
     wall = (result.trial_wall_s or 0.0) - (metrics.get("parity_reference_s") or 0.0)
     wait = metrics.get("data_wait_frac")  # the baseline's decides the loader knobs' probes (`loader_held`)
     at = metrics.get("window_mid_unix")  # when it was read: its ratio is to the reference then (decide.reference)
+    anchor = anchor_reads(metrics)  # the baseline's two reads: the spread between processes they show
     return {
+        **({ANCHOR_KEY: anchor} if anchor else {}),
         **({"hung": result.hung} if result.hung else {}),  # what its hang rules out (`limits.hung_trials`)
         **({"window_unix": at} if at else {}),
         **({"unchecked": True} if needed else {}),

@@ -157,13 +157,22 @@ def make_slow_large_batches(batch_size: int = 16, sleep_s: float = 0.04) -> Work
 
 def make_drifting(batch_size: int = 16, sleep_s: float = 0.2) -> Workload:
     """The host changes under one config: steps at the batch size named by
-    AUTOTUNE_TEST_SLOW_BATCH (read at each step) cost `sleep_s` more, as if
-    another job had started (a winner that a re-measurement rejects)."""
+    AUTOTUNE_TEST_SLOW_BATCH, or written in the file AUTOTUNE_TEST_SLOW_FILE names
+    once it is there (read at each step: a search's test writes it as its trials
+    end), cost `sleep_s` more, as if another job had started (a winner that a
+    re-measurement rejects)."""
     import os
     import time
 
+    def slow() -> int:
+        named, path = os.environ.get("AUTOTUNE_TEST_SLOW_BATCH"), os.environ.get("AUTOTUNE_TEST_SLOW_FILE")
+        if not named and path and os.path.exists(path):
+            with open(path) as f:
+                named = f.read().strip()
+        return int(named or 0)
+
     def loss(model, batch):
-        if batch[0].shape[0] == int(os.environ.get("AUTOTUNE_TEST_SLOW_BATCH", "0")):
+        if batch[0].shape[0] == slow():
             time.sleep(sleep_s)
         return recorder_loss(model, batch)
 

@@ -285,12 +285,18 @@ def test_a_clearly_slow_trial_is_pruned_early_and_skips_profile_diagnosis_and_pa
     assert not {"profile", "diagnosis", "parity"} & set(result.to_dict()) and "batch2x_step_ratio" not in m
 
 
-def _fed(step_ms, rule):
-    """A Window fed steps of these durations (a clock of its own), until its rule ends it."""
+def _clocked(rule):
+    """A Window started on a clock of its own: (the window, the clock's [now] to move)."""
     now = [0.0]
     window = M.Window(rule, "cpu", lambda: None)
     window.clock = lambda: now[0]
     window.start()
+    return window, now
+
+
+def _fed(step_ms, rule):
+    """A Window fed steps of these durations (a clock of its own), until its rule ends it."""
+    window, now = _clocked(rule)
     for ms in step_ms:
         now[0] += ms / 1e3
         window.step_done(2, ms / 1e4)  # 2 samples, a tenth of the step waiting
@@ -333,10 +339,7 @@ def test_a_program_that_ends_after_a_half_was_held_out_gets_it_back_where_the_re
     comes back, and the window meets its floors on every step it timed."""
     falling = [(max(10.0, 20 - i / 6)) * jitter(i) for i in range(400)]
     rule = M.WindowRule(min_steps=10, min_s=1.0, target_ci=0.02, max_steps=400, max_s=30.0)
-    now = [0.0]
-    window = M.Window(rule, "cpu", lambda: None)
-    window.clock = lambda: now[0]
-    window.start()
+    window, now = _clocked(rule)
     for ms in falling:
         now[0] += ms / 1e3
         window.step_done(2)
@@ -348,9 +351,7 @@ def test_a_program_that_ends_after_a_half_was_held_out_gets_it_back_where_the_re
     assert window.program_ended(min_steps=10, min_s=1.0)  # every step back: 1 s of them
     assert window.steps == held + kept and window.dropped_steps == 0
     assert window.finish()["window_unsettled"] == 1.0
-    short = M.Window(rule, "cpu", lambda: None)
-    short.clock = lambda: now[0]
-    short.start()
+    short, now = _clocked(rule)
     now[0] += 0.05
     short.step_done(2)
     assert not short.program_ended(min_steps=10, min_s=1.0) and short.all_steps == 1

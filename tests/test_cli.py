@@ -87,6 +87,10 @@ def test_a_bad_budget_is_one_line_exit_2(tmp_path):
             "5m, 1h",
         ),
         (
+            ["--budget", "2", "minutes", "--", "python", "tiny_steps.py"],  # a new user's first try (a README walk)
+            "`minutes` is no spec file: a duration is one word, its unit joined to it (`--budget 2m`, 90s, 1h)",
+        ),
+        (
             ["--n-trials", "0", "--", "python", "tiny_steps.py"],
             "--n-trials: give 1 or more (the baseline is the first trial), got 0",
         ),

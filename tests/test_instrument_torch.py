@@ -155,6 +155,10 @@ def test_autotune_run_applies_a_best_config_to_a_plain_loop(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     steps = [json.loads(line) for line in (tmp_path / "observed.jsonl").read_text().splitlines()]
     assert len(steps) == 3 and steps[-1]["workers"] == 2 and steps[-1]["channels_last_input"]
+    # its one line, before the program's own (a README walk: "autotune run prints nothing of its own")
+    assert proc.stderr.splitlines()[0] == (
+        f"autotune run: applies num_workers=2, channels_last=on ({path}): python observed_loop.py --steps 3"
+    )
 
 
 @pytest.mark.slow  # in CI: bench_programs' smoke times memmap_loop's steps in production through the same log

@@ -296,7 +296,8 @@ def details(d: dict) -> list:
         out += [f"  #{f['trial']} {f['status']} ({f['error_type']}: {f['error']})" for f in d["failed"]]
     if d["files"]:
         out.append("files:")
-        out += [f"  {label:15} {path}" for label, path in d["files"].items()]
+        wide = max(map(len, d["files"]))
+        out += [Text(f"  {label:{wide}} {path}", no_wrap=True) for label, path in d["files"].items()]  # copied whole
     return out
 
 

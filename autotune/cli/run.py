@@ -4,6 +4,7 @@ named in its environment, its searched environment variables set, the instrument
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 from pathlib import Path
 
@@ -40,7 +41,10 @@ def command(
             )
         from autotune.execution.launcher import program_command
 
-        command = program_command(command)  # `python`: the interpreter autotune runs in, as in the trials
+        given, command = (
+            command,
+            program_command(command),
+        )  # `python`: the interpreter autotune runs in, as in the trials
         program = shutil.which(command[0])
         if program is None:
             raise UserError(f"`{command[0]}` is not a command on PATH")
@@ -57,7 +61,17 @@ def command(
         **environment(_set_knobs(data), dict(os.environ)),  # the allocator's, as its trials started
         "AUTOTUNE_CONFIG": str(config.resolve()),
     }
+    sys.stderr.write(f"autotune run: {changes(data)} ({config}): {shlex.join(given)}\n")
     sys.stdout.flush()
+    sys.stderr.flush()
     if cwd:
         os.chdir(cwd)
     os.execve(program, command, instrument.with_env({k: v for k, v in env.items() if v != ""}))  # '': unset
+
+
+def changes(data: dict) -> str:
+    """What a best config changes from the search's baseline, in a few words (its `safety` rows: one a knob)."""
+    from autotune import knobs as K
+
+    changed = [f"{f['knob']}={K.shown(f['tuned'])}" for f in data.get("safety") or [] if "tuned" in f]
+    return f"applies {', '.join(changed)}" if changed else "your program's own settings (the baseline won)"

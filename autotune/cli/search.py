@@ -104,6 +104,10 @@ def command(
         raise typer.Exit(1)
 
 
+# a unit typed apart from its number (`--budget 2 minutes`): the word would be read as the spec
+TIME_WORDS = {"s", "sec", "secs", "second", "seconds", "m", "min", "mins", "minute", "minutes", "h", "hour", "hours"}
+
+
 def _spec(
     command: list[str] | None,
     extra: list[str],
@@ -117,6 +121,10 @@ def _spec(
     (`--resume`), after the checks of what the line gives together."""
     from autotune import spec as S
 
+    if spec_path is not None and str(spec_path) in TIME_WORDS and not spec_path.exists():  # `--budget 2 minutes`
+        raise UserError(
+            f"`{spec_path}` is no spec file: a duration is one word, its unit joined to it (`--budget 2m`, 90s, 1h)"
+        )
     command_spec = _command_spec(command, extra, spec_path, resume)
     if reuse and refresh:
         raise UserError("give `--reuse` or `--refresh`, not both")

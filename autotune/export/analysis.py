@@ -185,11 +185,12 @@ def _batch(result) -> dict | None:
 
 
 def _files(result) -> dict[str, str]:
-    """The run dir's files by label, those that exist (a relative path is kept as given)."""
+    """The run dir's files by label, those that exist (a path relative to where the report runs, as its run dir was
+    given), and MLflow's URI where there is one."""
     return {
         label: str(path)
         for label, path in result.paths.items()
-        if label != "run_dir" and (not str(path).startswith("/") or Path(path).exists())
+        if label != "run_dir" and (bool(path) if label == "mlflow_uri" else Path(path).exists())
     }
 
 

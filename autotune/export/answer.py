@@ -180,7 +180,9 @@ def adds(production: dict[str, Any] | None) -> str | None:
     if not production:
         return None
     parts = [shlex.join(production["adds"])] if production.get("adds") else []
-    parts += [f"{k}={K.shown(v)} through autotune.config()" for k, v in (production.get("applies") or {}).items()]
+    applies = production.get("applies") or {}
+    if applies:  # where the program makes its model, optimizer and loader (autotune.instrument), or its cfg's calls
+        parts.append("set in its process: " + ", ".join(f"{k}={K.shown(v)}" for k, v in applies.items()))
     return "; ".join(parts) or None
 
 

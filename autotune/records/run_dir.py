@@ -321,7 +321,11 @@ def trials_frame(records: list[TrialRecord], reads: list[TrialRecord] = ()):
     import pandas as pd
 
     rows = [r.row() for r in sorted(records, key=lambda r: r.number)] + [r.row() for r in reads]
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    for number in ("trial", "read_number"):  # whole numbers, empty where not one (not 0.0: a column with a gap)
+        if number in frame:
+            frame[number] = frame[number].astype("Int64")
+    return frame
 
 
 def write_csv(records: list[TrialRecord], path: Path, reads: list[TrialRecord] = ()) -> None:

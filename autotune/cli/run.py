@@ -41,10 +41,8 @@ def command(
             )
         from autotune.execution.launcher import program_command
 
-        given, command = (
-            command,
-            program_command(command),
-        )  # `python`: the interpreter autotune runs in, as in the trials
+        given = command  # as the user gave it: what its line says it runs
+        command = program_command(command)  # `python`: the interpreter autotune runs in, as in the trials
         program = shutil.which(command[0])
         if program is None:
             raise UserError(f"`{command[0]}` is not a command on PATH")

@@ -686,3 +686,46 @@ def test_a_best_the_pairs_reject_hands_over_and_each_candidates_pairs_keep_their
     assert {"00-baseline", "00-best", f"{C.NEXT}1-00-baseline", f"{C.NEXT}1-00-best"} <= dirs
     for label, size in (("00-best", 64), (f"{C.NEXT}1-00-best", 16), (f"{C.NEXT}1-00-baseline", 2)):
         assert json.loads((run_dir / "confirm" / label / "config.json").read_text())["knobs"]["batch_size"] == size
+
+
+def test_confirm_takes_up_a_tie_the_baseline_won_where_an_export_could_follow(tmp_path):
+    """A README walk: a loaded quickstart ended in a tie of the windows (trial #4 read faster, inside the noise; the
+    baseline kept), and `autotune confirm` said "no config measured faster than its baseline". It re-measures that
+    tied config now, where its loss parity was checked or its knobs need none; else it says why it cannot."""
+    import types
+
+    from autotune import knobs as K
+    from autotune.execution.reconfirm import candidate
+    from autotune.records.trial_record import TrialRecord
+    from autotune.spec import SpecError
+
+    base_knobs = K.pytorch_defaults(16)
+
+    def rec(number, parity=None, **knobs):
+        return TrialRecord(
+            number=number,
+            status="ok",
+            knobs={**base_knobs, **knobs},
+            is_baseline=number == 0,
+            metrics={"samples_per_s": 100.0 + number},
+            parity=parity,
+        )
+
+    def tied_with(trial):
+        base = rec(0)
+        base.tie = {"faster_trial": trial.number}
+        result = types.SimpleNamespace(records=[base, trial], baseline=base, best=base, stopped_reason=None)
+        result.run_dir = tmp_path
+        return result
+
+    state = types.SimpleNamespace(confirm=None)
+    batch = rec(4, batch_size=64)  # its knobs need no loss parity
+    assert candidate(tied_with(batch), state) is batch
+    checked = rec(4, parity={"passed": True}, precision="bf16-mixed")
+    assert candidate(tied_with(checked), state) is checked
+    with pytest.raises(SpecError, match="the baseline won a tie with trial #4, whose loss parity was not checked"):
+        candidate(tied_with(rec(4, precision="bf16-mixed")), state)
+    alone = tied_with(batch)
+    alone.baseline.tie = None  # the baseline simply the fastest: nothing to re-measure
+    with pytest.raises(SpecError, match="no config measured faster than its baseline"):
+        candidate(alone, state)

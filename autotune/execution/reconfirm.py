@@ -45,13 +45,25 @@ class Reconfirmed:
 
 def candidate(result: SearchResult, state: SearchState) -> TrialRecord:
     """The config to re-measure against the baseline: the one the search's re-measurement compared last (the best
-    it kept, or the one a tie handed back to the baseline), else its best; a SpecError where there is none."""
+    it kept, or the one a tie handed back to the baseline), else its best, else the faster config whose window tied
+    with the baseline (the tie went to the baseline: a quiet host may settle it; its loss parity checked where its
+    knobs need it, as an export does); a SpecError where there is none."""
+    from autotune.safety.parity import needs_parity
+
     named = (state.confirm or {}).get("best_trial")
     best = next((r for r in result.records if r.number == named), None) if named is not None else result.best
     base = result.baseline
     if result.stopped_reason or not (base and base.throughput):
         why = result.stopped_reason or "its baseline was not measured"
         raise SpecError(f"`{result.run_dir}` is not a finished search ({why}); nothing to re-measure")
+    tied = (base.tie or {}).get("faster_trial") if best is base else None
+    if tied is not None:
+        best = next((r for r in result.records if r.number == tied), None)
+        if best is not None and needs_parity(best.knobs, base.knobs) and not (best.parity or {}).get("passed"):
+            raise SpecError(
+                f"`{result.run_dir}`: the baseline won a tie with trial #{tied}, whose loss parity was not checked "
+                "(its knobs change the numerics): a new search on a quiet host settles it"
+            )
     if best is None or best is base or not best.throughput:
         raise SpecError(f"`{result.run_dir}`: no config measured faster than its baseline; nothing to re-measure")
     return best

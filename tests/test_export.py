@@ -313,3 +313,21 @@ def test_a_language_models_knobs_export_as_training_arguments_or_as_what_to_appl
         "# attention='eager': model.set_attn_implementation('eager') (or from_pretrained(..., attn_implementation="
         "'eager'))",
     ]
+
+
+def test_an_export_whose_best_is_the_baseline_says_so_and_nothing_of_a_layout_it_keeps(tmp_path):
+    """A README walk: a search whose baseline held (a tie of the windows) exported "1.0x over the baseline" and a
+    `to_device` promising channels_last inputs with channels_last off."""
+    kept = {k: v for k, v in TUNED["knobs"].items() if k != "channels_last"}
+    data = {
+        **TUNED,
+        "knobs": {**kept, "channels_last": False},
+        "measured": {"speedup_x": 1.0, "baseline_samples_per_s": 100.0, "best_samples_per_s": 100.0},
+        "safety": [],
+    }
+    data["measured"].update(best_trial=0, baseline_trial=0)
+    text = export(tmp_path, data, "python")
+    assert text.startswith(
+        "# autotune: the baseline's own settings (100.0 samples/s): nothing faster held up, measured on cpu\n"
+    )
+    assert "channels_last" not in text.split("def to_device", 1)[1].split('"""', 2)[1]

@@ -318,14 +318,13 @@ def _header(data) -> str:
         speedup = (
             f"speedup unsettled ({m.get('trials_speedup_x')}x in the search, {pairs}; {m['unsettled']['command']})"
         )
-    return (
-        f"# autotune: {speedup} over the baseline ({m.get(f'baseline_{unit}_per_s')} -> "
-        f"{m.get(f'best_{unit}_per_s')} {unit}/s), measured on {data.get('device', {}).get('name', '?')}\n"
-        + "".join(
-            f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
-            for f in data.get("safety", [])
-            if f["safety"] != "safe"
-        )
+    gain = f"{speedup} over the baseline ({m.get(f'baseline_{unit}_per_s')} -> {m.get(f'best_{unit}_per_s')} {unit}/s)"
+    if m.get("best_trial") is not None and m.get("best_trial") == m.get("baseline_trial"):  # nothing faster held
+        gain = f"the baseline's own settings ({m.get(f'baseline_{unit}_per_s')} {unit}/s): nothing faster held up"
+    return f"# autotune: {gain}, measured on {data.get('device', {}).get('name', '?')}\n" + "".join(
+        f"# {f['safety']}: {f['knob']} {f['baseline']} -> {f['tuned']}: {f['note']}\n"
+        for f in data.get("safety", [])
+        if f["safety"] != "safe"
     )
 
 
@@ -385,9 +384,10 @@ SCALER = {"torch.amp.GradScaler(DEVICE)" if k["precision"] == "16-mixed" else "N
 
 def _python_step(k: dict[str, Any], dtype: str | None) -> str:
     """The snippet's step: `to_device` and `train_step`, with the tuned knobs written in."""
+    layout = ", then 4-D float inputs in channels_last" if k["channels_last"] else ""
     return f'''def to_device(batch, preprocess=None):
     """A batch (tensors, tuples, lists, dicts) on the device, then your on-device
-    preprocessing, then 4-D float inputs in channels_last."""
+    preprocessing{layout}."""
     def move(x, fn):
         if isinstance(x, torch.Tensor):
             return fn(x)

@@ -493,3 +493,15 @@ def test_the_search_figure_is_reported_with_its_interval(tmp_path):
     unread.confirm = result.confirm
     says = "the search's figure was 1.52x (95%: 1.20-1.90x), its trial's: not read again within the reads' share"
     assert says in " ".join(as_markdown(unread).split()) and as_dict(unread)["search_speedup_read_again"] is False
+
+
+def test_a_best_that_is_the_baseline_is_diagnosed_once():
+    """A README walk: a tie the baseline won printed its diagnosis twice, once as the best's."""
+    from autotune.cli.report import _diagnosed
+
+    diag = {"bottleneck": "overhead", "evidence": ["e"], "recommendations": []}
+    base = {"trial": 0, "diagnosis": diag}
+    assert _diagnosed({"baseline": base, "best": base}) == [("baseline", diag)]
+    other = {"trial": 4, "diagnosis": {**diag, "bottleneck": "input"}}
+    assert [label for label, _ in _diagnosed({"baseline": base, "best": other})] == ["baseline", "best"]
+    assert _diagnosed({"baseline": base, "best": {"trial": 4, "diagnosis": None}}) == [("baseline", diag)]

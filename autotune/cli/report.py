@@ -270,12 +270,10 @@ def details(d: dict) -> list:
                 f": trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}",
             )
         )
-    for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
-        if t and t["diagnosis"]:
-            diag = t["diagnosis"]
-            out.append(f"{label}: {bound(diag)}")
-            out += [f"  {e}" for e in diag["evidence"]]
-            out += [f"  try: {rec}" for rec in diag.get("recommendations", [])]
+    for label, diag in _diagnosed(d):
+        out.append(f"{label}: {bound(diag)}")
+        out += [f"  {e}" for e in diag["evidence"]]
+        out += [f"  try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
         out.append(_effects(d))
     out += _search_notes(d)
@@ -299,6 +297,15 @@ def details(d: dict) -> list:
         wide = max(map(len, d["files"]))
         out += [Text(f"  {label:{wide}} {path}", no_wrap=True) for label, path in d["files"].items()]  # copied whole
     return out
+
+
+def _diagnosed(d: dict) -> list[tuple[str, dict]]:
+    """The baseline's and the best's diagnoses, labelled; the best's left out where it is the baseline (a tie the
+    baseline won: the same trial, said once)."""
+    base, best = d["baseline"], d["best"]
+    same = base and best and base.get("trial") == best.get("trial")
+    sides = [("baseline", base)] + ([] if same else [("best", best)])
+    return [(label, t["diagnosis"]) for label, t in sides if t and t["diagnosis"]]
 
 
 def hung_line(h: dict) -> str:
@@ -463,11 +470,9 @@ def _markdown_findings(d: dict) -> list[str]:
         lines += ["", f"Re-measured: {_search_figure(d)}; {describe(d['confirm'])}"]
     for u in d["unsafe"]:
         lines += ["", f"**Not exported:** trial #{u['trial']} ({sig(u[unit.metric])} {unit.label}): {u['reason']}"]
-    for label, t in (("baseline", d["baseline"]), ("best", d["best"])):
-        if t and t["diagnosis"]:
-            diag = t["diagnosis"]
-            lines += ["", f"{label}: {bound(diag)}", "", *(f"- {e}" for e in diag["evidence"])]
-            lines += [f"- try: {rec}" for rec in diag.get("recommendations", [])]
+    for label, diag in _diagnosed(d):
+        lines += ["", f"{label}: {bound(diag)}", "", *(f"- {e}" for e in diag["evidence"])]
+        lines += [f"- try: {rec}" for rec in diag.get("recommendations", [])]
     if d["knob_effects"] and d["baseline"]:
         lines += _markdown_effects(d)
     notes = _search_notes(d)

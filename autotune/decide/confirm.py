@@ -161,20 +161,22 @@ class SearchReads:
     def of(cls, baseline, reads=(), device: str = "cpu", spacing_s: float = SPACING_S) -> "SearchReads":
         """From the baseline's record (a records.TrialRecord: its anchor's two reads, where it was read twice,
         else its throughput) and the search's reads (TrialRecord.read `reference` ones count)."""
-        from autotune.decide.reference import CI_CAP, Read, Reference
+        from autotune.decide.reference import Read, Reference, anchor_reads, capped
 
         m, unit = baseline.metrics, baseline.unit
         first = m.get(unit.key(ANCHOR_READS[0])) or baseline.throughput
-        points = [(m.get("window_mid_unix"), first, m.get("anchor_first_ci95") or m.get("step_mean_ci95"))]
-        points.append((m.get("anchor_reread_unix"), m.get(unit.key(ANCHOR_READS[1])), m.get("anchor_reread_ci95")))
-        points += [
-            (r.metrics.get("window_mid_unix"), r.measured, r.metrics.get("step_mean_ci95"))
-            for r in reads
-            if r.read == "reference" and r.measured
+        references = [r for r in reads if r.read == "reference" and r.measured]
+        anchor = anchor_reads(m)  # its two reads, each at its time, where it was read twice
+        at, ci = m.get("window_mid_unix"), m.get("anchor_first_ci95") or m.get("step_mean_ci95")
+        own = [Read.of(x) for x in anchor] if anchor else [Read(at, first, capped(ci))] if at and first else []
+        timed = own + [
+            Read(r.metrics["window_mid_unix"], r.measured, capped(r.metrics.get("step_mean_ci95")))
+            for r in references
+            if r.metrics.get("window_mid_unix")
         ]
-        timed = [Read(at, v, min(ci or 0.0, CI_CAP) if ci == ci else 0.0) for at, v, ci in points if at and v]
         spread = Reference(timed, device).spread if timed else PROCESS_CV.get(device, 0.0)
-        return cls(tuple(v for _, v, _ in points if v), spread, spacing_s)
+        values = (first, m.get(unit.key(ANCHOR_READS[1])), *(r.measured for r in references))
+        return cls(tuple(v for v in values if v), spread, spacing_s)
 
 
 def off_allowed(n: int, m: int, spread: float) -> float:

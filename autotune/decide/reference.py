@@ -60,11 +60,13 @@ def anchor_reads(metrics: dict[str, Any]) -> list[dict[str, float]] | None:
     at, again = metrics.get("window_mid_unix"), metrics.get("anchor_reread_unix")
     if not (first and second and at and again):
         return None
-    cis = [
-        min(c, CI_CAP) if c and c == c else 0.0
-        for c in (metrics.get("anchor_first_ci95"), metrics.get("anchor_reread_ci95"))
-    ]
-    return [Read(at, first, cis[0]).as_dict(), Read(again, second, cis[1]).as_dict()]
+    cis = (metrics.get("anchor_first_ci95") or metrics.get("step_mean_ci95"), metrics.get("anchor_reread_ci95"))
+    return [Read(at, first, capped(cis[0])).as_dict(), Read(again, second, capped(cis[1])).as_dict()]
+
+
+def capped(ci: float | None) -> float:
+    """A window's CI as a read carries it: CI_CAP at most, none (NaN, unknown) as 0."""
+    return min(ci, CI_CAP) if ci and ci == ci else 0.0
 
 
 @dataclass(frozen=True)

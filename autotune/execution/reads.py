@@ -27,6 +27,7 @@ from autotune.decide.reference import (
     Judge,
     Read,
     Schedule,
+    capped,
     drift_seen,
     figures,
 )
@@ -174,6 +175,6 @@ class Reads:
         if reference is None or base is None or not at or not value:
             return {}
         ci = record.metrics.get("step_mean_ci95")
-        own = Read(at, value, min(ci, CI_CAP) if ci is not None and ci == ci else 0.0)
+        own = Read(at, value, capped(ci))
         fresh = [] if record.is_baseline else self.judge.confirms.get(record.number, [])
         return figures(reference, base.value, own, fresh, record.unit.metric)

@@ -167,11 +167,10 @@ IMPORTANCE_MIN_TRIALS = 6
 
 
 def knob_importance(storage_url: str, study_name: str) -> dict[str, float] | None:
-    """Each knob's share of the throughput variation (Optuna's fANOVA, seeded)
-    over the completed trials, pruned ones included (told to Optuna with their
-    measured throughput); None when there are too few (IMPORTANCE_MIN_TRIALS, or
-    too little variation) to say. Optuna's default (PedANOVA) answers another question (what sets the
-    top 10% apart) and gave a knob that made trials 7-9x slower 0.00."""
+    """Each knob's share of the throughput variation (Optuna's fANOVA, seeded) over the completed trials, pruned
+    ones included (told to Optuna with their measured throughput); None when there are too few
+    (IMPORTANCE_MIN_TRIALS, or too little variation) to say. Optuna's default (PedANOVA) answers another question
+    (what sets the top 10% apart) and gave a knob that made trials 7-9x slower 0.00."""
     import optuna
 
     try:

@@ -533,13 +533,12 @@ class TrialLoop:
         if window is not None and window.program_ended(cfg["measure_steps"], cfg["min_window_s"]):
             self.ended_by_program = True  # a window the program's end closed: its floors held, its target may not
             self._finish()
-        need = cfg["warmup_steps"] + cfg["measure_steps"]
         done = self.warm + (window.all_steps if window else 0)
         short = (
             f"its window had {window.steps} steps in {self.clock() - window.marks[0]:.2f} s "
             f"(a window needs {cfg['measure_steps']} steps and {cfg['min_window_s']:g} s)"
             if window is not None
-            else f"a trial needs at least {need} (warm-up and window)"
+            else f"a trial needs at least {cfg['warmup_steps'] + cfg['measure_steps']} (warm-up and window)"
         )
         self.ended = True
         self._save(

@@ -18,7 +18,8 @@ The model (this module; the standard library only, no Optuna, no torch):
 - `Ratio`: a trial's throughput over the level at its own window's time: `x`, `ci` (95%, relative: the trial's
   window and the drift since the nearest reads, what the search compares trials with) and `interval` (95%: the
   whole reference's uncertainty and the spread between fresh processes added, that spread as this search's reads
-  show it, `Reference.spread`: where a side by side should land).
+  show it, `Reference.spread`, at Student's t for the few pairs it stands on, and a side by side's own noise: where
+  a side by side should land).
 - `confirmed`: the selection's correction. A trial that becomes the incumbent is read again in a fresh process
   beside a reference read (`Schedule`); those fresh reads were not selected, so their ratios, and not the trial's,
   are its figure: the live "xN" and the one the final pairs are expected to reproduce.
@@ -35,15 +36,20 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.stats import PROCESS_CV, Z95, promote_floor
+from autotune.stats import PROCESS_CV, T95, Z95, promote_floor
 
 # The host's drift as a prior, the variance per second of ln(speed) as a random walk: on this 2-core VM the baseline
 # re-read +19%, +17% and -27% off its own trial's read 2-6 minutes later (issue 53), a standard deviation of ~20% over
 # 300 s: 0.2^2 / 300 (6% over 30 s). A GPU host: not measured (0: the reads alone say).
 DRIFT_PER_S = {"cpu": 0.2**2 / 300}
 PRIOR_S = 60.0  # the prior weighs as much as this many seconds of reads (`Reference.q`)
-# the spread between processes: its prior weighs as much as this many pairs of consecutive reads (`Reference.spread`)
-PRIOR_PAIRS = 1
+# the spread between processes: its prior weighs as much as this many pairs of consecutive reads (`Reference.spread`).
+# It stands for tens of processes measured on such hosts (stats.PROCESS_CV); worth one pair, the baseline's two reads
+# 27% apart alone set a quiet search's spread to 26%, and with the t quantile its interval to 0.4-10x.
+PRIOR_PAIRS = 3
+# the side by side a figure's interval says where it lands: this many pairs, each a fresh process of the best and one
+# of the baseline, their median ratio (search.confirm_rounds' default; `autotune confirm` takes at least as many)
+SIDE_BY_SIDE = 3
 SHARE = 0.10  # the reads' share of the search the schedule keeps to (issue 53's target: at most 15%)
 READS_KEY, CONFIRMS_KEY = "reference_reads", "confirm_reads"  # the study's user attributes (`Judge`)
 ANCHOR_KEY = "anchor"  # the baseline trial's user attribute: its two reads (`anchor_reads`), for the spread
@@ -106,8 +112,8 @@ class Level:
 class Ratio:
     """A throughput over the reference at its time: `x`; `ci` its relative 95% half-width as the search compares
     trials (the window's and the drift since the nearest reads: `Level.between`); `interval` its 95% half-width
-    against the baseline, where a side by side is expected to land (the window's, the whole reference's, and the
-    spread between fresh processes)."""
+    against the baseline, where a side by side is expected to land (the window's, the whole reference's, the
+    spread between fresh processes, and the side by side's own: `Reference._side_by_side`)."""
 
     x: float
     ci: float
@@ -142,14 +148,14 @@ class Reference:
         self.reads = sorted((r for r in self.reads if r.value > 0), key=lambda r: r.at)
         self.process = PROCESS_CV.get(self.device, 0.0)
         self.q = self._drift()
-        self.spread = self._spread()
+        self.spread, self.spread_dof = self._spread()
         self._smooth()
 
     def _noise(self, r: Read) -> float:
         """A read's variance around the host's level (log): its window's, and one process's spread."""
         return _sd(r.ci) ** 2 + self.process**2
 
-    def _spread(self) -> float:
+    def _spread(self) -> tuple[float, int]:
         """The spread between fresh processes of one config (a log standard deviation) as this search's reads show
         it: consecutive reads' log-difference beyond their windows' noise and the prior's drift between them is
         twice a process's variance; pooled with the prior (stats.PROCESS_CV, worth PRIOR_PAIRS such differences).
@@ -160,13 +166,14 @@ class Reference:
         drift or by the process cannot be told apart from reads at one spacing, so the level follows them as before
         (`_noise`, `_drift`), and the search's comparisons keep their floor (stats.PROCESS_SPREAD). The baseline
         trial's own two reads (`pairs`) count: on a quiet host they are the only pair (issue 64: a quickstart's
-        baseline read 27% apart in its trial, and its best's interval, drawn from the prior alone, missed its pairs)."""
+        baseline read 27% apart in its trial, and its best's interval, drawn from the prior alone, missed its pairs).
+        Also how many pairs it stands on, the prior's counted (`interval`: its Student's t)."""
         prior, drift = PROCESS_CV.get(self.device, 0.0), DRIFT_PER_S.get(self.device, 0.0)
         total, n = PRIOR_PAIRS * prior**2, PRIOR_PAIRS
         pairs = [(a, b, abs(b.at - a.at), math.log(b.value / a.value) ** 2) for a, b in self.pairs]
         for a, b, dt, moved in [*self._steps(), *pairs]:
             total, n = total + max(moved - _sd(a.ci) ** 2 - _sd(b.ci) ** 2 - drift * dt, 0.0) / 2, n + 1
-        return math.sqrt(total / n)
+        return math.sqrt(total / n), n
 
     def _steps(self):
         """Consecutive reads: the earlier, the later, the seconds between them, and the square of their log-ratio."""
@@ -227,27 +234,45 @@ class Reference:
 
     def ratio(self, value: float, t: float, ci: float = 0.0) -> Ratio | None:
         """`value` (samples/s, its window's relative 95% CI `ci`), read at `t`, over the level then."""
+        own = self._own(value, t, ci)
+        return Ratio(own[0], own[1], math.hypot(own[2], self._side_by_side())) if own else None
+
+    def mean_ratio(self, reads: list[Read]) -> Ratio | None:
+        """Several reads of one config as one ratio: the mean of their log-ratios, its CI and interval from theirs
+        (independent reads; the reference's share of each is not, which this leaves a little narrow), and the side
+        by side's own noise once."""
+        own = [r for r in (self._own(x.value, x.at, x.ci) for x in reads) if r is not None]
+        if not own:
+            return None
+        n = len(own)
+        x = math.exp(sum(math.log(r[0]) for r in own) / n)
+        ci = math.sqrt(sum(r[1] ** 2 for r in own)) / n
+        interval = math.sqrt(sum(r[2] ** 2 for r in own)) / n
+        return Ratio(x, ci, math.hypot(interval, self._side_by_side()))
+
+    def _own(self, value: float, t: float, ci: float) -> tuple[float, float, float] | None:
+        """A read's ratio to the level, its CI (the window's and the drift since the nearest reads), and the 95%
+        half-width of its own uncertainty: the window's, the level's, and its process's spread (at Student's t for
+        the pairs the spread stands on: an sd known from a few pairs says little about the next process)."""
         level = self.at(t)
         if level is None or not value:
             return None
         window = _sd(ci)
-        return Ratio(
+        return (
             value / level.value,
             Z95 * math.hypot(window, level.between),
-            Z95 * math.hypot(window, level.sd, self.spread),
+            math.hypot(Z95 * window, Z95 * level.sd, self._t() * self.spread),
         )
 
-    def mean_ratio(self, reads: list[Read]) -> Ratio | None:
-        """Several reads of one config as one ratio: the mean of their log-ratios, its CI and interval from theirs
-        (independent reads; the reference's share of each is not, which this leaves a little narrow)."""
-        ratios = [r for r in (self.ratio(x.value, x.at, x.ci) for x in reads) if r is not None]
-        if not ratios:
-            return None
-        n = len(ratios)
-        x = math.exp(sum(math.log(r.x) for r in ratios) / n)
-        ci = math.sqrt(sum(r.ci**2 for r in ratios)) / n
-        interval = math.sqrt(sum(r.interval**2 for r in ratios)) / n
-        return Ratio(x, ci, interval)
+    def _t(self) -> float:
+        return T95.get(self.spread_dof, Z95)
+
+    def _side_by_side(self) -> float:
+        """The 95% half-width of a side by side's own noise (`SIDE_BY_SIDE` pairs): each pair's log-ratio two
+        fresh processes, their median's variance pi/2 over the pairs' mean's. The interval is where a side by side
+        lands, not where the true ratio lies: on the 2-core host, 27 of 36 searches' pairs lay inside the interval
+        without it and the t, 31 recomputed with them (scripts/measurements/cpu-2026-12-07e-landing)."""
+        return self._t() * self.spread * math.sqrt(math.pi / SIDE_BY_SIDE)
 
 
 def confirmed(reference: Reference, fresh: list[Read]) -> Ratio | None:

@@ -478,7 +478,6 @@ def test_pairs_whose_ratios_spread_wider_than_fresh_processes_allow_are_taken_ag
 
 
 def test_the_searchs_reads_of_the_baseline_are_its_two_trial_reads_and_the_reference_reads():
-    from autotune.decide.reference import PRIOR_PAIRS
     from autotune.records.trial_record import TrialRecord
 
     base, _ = records(
@@ -505,7 +504,13 @@ def test_the_searchs_reads_of_the_baseline_are_its_two_trial_reads_and_the_refer
     against = C.SearchReads.of(base, reads, "cpu", 7.0)
     assert against.values == (110.0, 90.0, 95.0) and against.spacing_s == 7.0
     assert stats.PROCESS_CV["cpu"] < against.spread < 0.2  # 110 then 90, 4 s apart: wider than the 5% prior
-    assert PRIOR_PAIRS >= 1
+    agree, _ = records(
+        100.0, **{**base.metrics, "anchor_first_samples_per_s": 101.0, "anchor_reread_samples_per_s": 99.0}
+    )
+    quiet = C.SearchReads.of(agree, [], "cpu")
+    # the off rule keeps issue 64's 15% where the reads agree: its spread's prior is the 5% (worth a pair), not the
+    # figures' intervals' 10% (worth three), which would allow 25%
+    assert C.off_allowed(3, 2, quiet.spread) == C.OFF_READS
     plain, _ = records(100.0)  # a baseline read once, no reads: its one read, the prior's spread
     assert C.SearchReads.of(plain).values == (100.0,)
 

@@ -54,6 +54,10 @@ ANCHOR_READS = ("anchor_first", "anchor_reread")  # + its unit's metric: anchor_
 # the pairs' baseline this far from every read of it in the search is a disturbed re-measurement (issue 64: nanoGPT's
 # 1,002-1,131 against 1,373-1,520; fresh processes of one config on the 2-core host differ by CV 13-18%)
 OFF_READS = 0.15
+# ... and the spread's prior it is checked with (`SearchReads.spread`): the least measured (stats.PROCESS_CV) worth
+# one pair, as it was calibrated (scripts/measurements/cpu-2026-12-07c-calibrated), so reads that agree keep the 15%;
+# the figures' intervals take the middle (reference.SPREAD_PRIOR)
+OFF_PRIOR = (PROCESS_CV, 1)
 SPACING_S = 10.0  # between the pairs taken again: this host's slow phases hold for seconds, its drift tens of them
 LATER = "later-"  # the label's prefix of a pair taken again, spaced (later-00-baseline)
 NEXT = "next"  # a later candidate's (after a rejected best): next1-00-baseline, beside the rejected one's pairs
@@ -174,7 +178,7 @@ class SearchReads:
             for r in references
             if r.metrics.get("window_mid_unix")
         ]
-        spread = Reference(timed, device).spread if timed else PROCESS_CV.get(device, 0.0)
+        spread = Reference(timed, device, prior=OFF_PRIOR).spread if timed else PROCESS_CV.get(device, 0.0)
         values = (first, m.get(unit.key(ANCHOR_READS[1])), *(r.measured for r in references))
         return cls(tuple(v for v in values if v), spread, spacing_s)
 

@@ -43,10 +43,16 @@ from autotune.stats import PROCESS_CV, T95, Z95, promote_floor
 # 300 s: 0.2^2 / 300 (6% over 30 s). A GPU host: not measured (0: the reads alone say).
 DRIFT_PER_S = {"cpu": 0.2**2 / 300}
 PRIOR_S = 60.0  # the prior weighs as much as this many seconds of reads (`Reference.q`)
-# the spread between processes: its prior weighs as much as this many pairs of consecutive reads (`Reference.spread`).
-# It stands for tens of processes measured on such hosts (stats.PROCESS_CV); worth one pair, the baseline's two reads
-# 27% apart alone set a quiet search's spread to 26%, and with the t quantile its interval to 0.4-10x.
-PRIOR_PAIRS = 3
+# The spread between fresh processes of one config, as a prior (a log sd) and the pairs of reads it weighs as much
+# as (`Reference.spread`; the figures' intervals: where a side by side lands). The middle of what this project
+# measured on 2-core CPU hosts (jpeg_pipeline 4.6-8.5%, tiny_cnn 5.2-17.6%: scripts/bench/bench_window.py; the
+# quickstart's baseline 18% over 28 processes; 13-18% on this VM), not their least (stats.PROCESS_CV, 5%: the floor
+# the search's comparisons keep, where two trials are compared by one machinery). Worth 3 pairs: worth one, the
+# baseline's two reads 27% apart alone set a quiet search's spread to 26%, and with its t quantile an interval of
+# 0.4-10x. With 5% worth 3 pairs, 9 of 12 fresh bench_drift searches' pairs landed inside (median |z| 1.28, a
+# calibrated interval 0.67); with 10%, 12 of 12 and 35 of the 36 earlier ones recomputed
+# (scripts/measurements/cpu-2026-12-07e-landing). A GPU host: none measured (the reads alone say).
+SPREAD_PRIOR = ({"cpu": 0.10}, 3)
 # the side by side a figure's interval says where it lands: this many pairs, each a fresh process of the best and one
 # of the baseline, their median ratio (search.confirm_rounds' default; `autotune confirm` takes at least as many)
 SIDE_BY_SIDE = 3
@@ -142,6 +148,7 @@ class Reference:
     # two reads of one config in fresh processes that inform the spread alone (`_spread`): the baseline trial's
     # anchor, whose mean is its one read in `reads`
     pairs: list[tuple[Read, Read]] = field(default_factory=list)
+    prior: tuple[dict[str, float], int] = SPREAD_PRIOR  # the spread's prior: a log sd by device, worth so many pairs
     _smoothed: list[tuple[float, float, float]] = field(default_factory=list, init=False, repr=False)
 
     def __post_init__(self):
@@ -158,18 +165,18 @@ class Reference:
     def _spread(self) -> tuple[float, int]:
         """The spread between fresh processes of one config (a log standard deviation) as this search's reads show
         it: consecutive reads' log-difference beyond their windows' noise and the prior's drift between them is
-        twice a process's variance; pooled with the prior (stats.PROCESS_CV, worth PRIOR_PAIRS such differences).
-        On this 2-core VM the prior is 5% and the quickstart's baseline read 2,992-6,255 samples/s over 28
-        processes (CV 18%): with the prior alone, 6 of 16 searches' re-measurements fell outside their best's 95%
-        interval; with the spread their reads showed, 2 (issue 53). It widens the figures' intervals
+        twice a process's variance; pooled with the prior (`prior`: SPREAD_PRIOR, worth its pairs). On this 2-core
+        VM the quickstart's baseline read 2,992-6,255 samples/s over 28 processes (CV 18%): with the 5% prior
+        alone, 6 of 16 searches' re-measurements fell outside their best's 95% interval; with the spread their
+        reads showed, 2 (issue 53). It widens the figures' intervals
         (`Ratio.interval`: where a side by side lands) only: whether reads tens of seconds apart differ by the host's
         drift or by the process cannot be told apart from reads at one spacing, so the level follows them as before
         (`_noise`, `_drift`), and the search's comparisons keep their floor (stats.PROCESS_SPREAD). The baseline
         trial's own two reads (`pairs`) count: on a quiet host they are the only pair (issue 64: a quickstart's
         baseline read 27% apart in its trial, and its best's interval, drawn from the prior alone, missed its pairs).
         Also how many pairs it stands on, the prior's counted (`interval`: its Student's t)."""
-        prior, drift = PROCESS_CV.get(self.device, 0.0), DRIFT_PER_S.get(self.device, 0.0)
-        total, n = PRIOR_PAIRS * prior**2, PRIOR_PAIRS
+        (priors, n), drift = self.prior, DRIFT_PER_S.get(self.device, 0.0)
+        total = n * priors.get(self.device, 0.0) ** 2
         pairs = [(a, b, abs(b.at - a.at), math.log(b.value / a.value) ** 2) for a, b in self.pairs]
         for a, b, dt, moved in [*self._steps(), *pairs]:
             total, n = total + max(moved - _sd(a.ci) ** 2 - _sd(b.ci) ** 2 - drift * dt, 0.0) / 2, n + 1

@@ -4,6 +4,7 @@ leaves in its process reaches the next."""
 import json
 import time
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -85,6 +86,14 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
             )
             for i in range(2)
         ]
+        # a SIGTERM to the search's process group (`timeout`'s, a scheduler's) reaches the server and this process's
+        # handler: the driver stops the search, and they serve on until their lifeline ends (a README walk: the
+        # server died first, and the pair in flight was recorded as failed, "the fork server exited")
+        handler = json.loads((tmp_path / "1" / "seen.json").read_text())["ppid"]
+        for pid in (server.proc.pid, handler):
+            os.kill(pid, signal.SIGTERM)
+        time.sleep(0.2)
+        assert server.proc.poll() is None and procfs.process(handler)
         # another process of the search (a Ray actor's, in a search)
         script = (
             f"from autotune.execution.launcher import Launch, run_in_process; import json; print(json.dumps(run_in_process("
@@ -97,8 +106,9 @@ def test_one_shared_fork_server_serves_every_process_of_a_search(tmp_path):
         seen = [json.loads((tmp_path / str(i) / "seen.json").read_text()) for i in range(3)]
         assert [s["mark"] for s in seen] == ["0", "1", "2"] and not any(s["server_only"] for s in seen)
         assert len({s["pid"] for s in seen}) == 3 and {s["grandparent"] for s in seen} == {server.proc.pid}
-        for s in seen:  # every trial finds the defaults the trial before it changed
+        for s in seen:  # every trial finds the defaults the trial before it changed, SIGTERM's too
             assert (s["cudnn_benchmark"], s["matmul_precision"], s["leaked_tensors"]) == (False, "highest", 0)
+            assert s["sigterm_default"]
         handlers = {s["ppid"] for s in seen}
         assert len(handlers) == 2  # one per connection: this process's (reused), the other process's
     finally:

@@ -1,5 +1,7 @@
 """Workloads for tests: small, real, and instrumented to show what a knob did."""
 
+import signal
+
 import torch
 from torch import nn
 from torch.utils.data import Dataset, get_worker_info
@@ -300,6 +302,7 @@ def make_leaky(batch_size: int = 8) -> Workload:
         "matmul_precision": torch.get_float32_matmul_precision(),
         "threads": torch.get_num_threads(),
         "leaked_tensors": len(LEAKED),
+        "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
     }
     with open("seen.json", "w") as f:
         json.dump(seen, f)

@@ -87,6 +87,7 @@ def _child(request: dict, rank: bool = False) -> None:
         if (rank or threads != server_threads) and threads.isdigit() and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))  # torch read the server's
         signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a listening server's SIG_IGN is not the trial's
         if "program" in request:
             code = _program(**request["program"])
         else:
@@ -251,7 +252,11 @@ def serve(preload: list[str]) -> None:
 
 def listen(path: str, preload: list[str]) -> None:
     """Serve every connection to the Unix socket `path` until stdin closes."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle; the lifeline ends this
+    # Ctrl-C and SIGTERM are the driver's to handle (a scheduler's or `timeout`'s SIGTERM reaches the driver's whole
+    # process group, this server in it: it died first, and the trial or pair in flight was recorded as failed, "the
+    # fork server exited", where the search was being stopped); the lifeline ends this
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)

@@ -9,6 +9,7 @@ A change to the wording is a change to a snapshot: `AUTOTUNE_SNAPSHOTS=update py
 writes them again, for review."""
 
 import io
+import itertools
 import json
 import os
 import re
@@ -251,3 +252,20 @@ def test_an_unsettled_claim_gives_both_figures_why_and_the_command_never_one_num
     assert python.startswith(
         f"# autotune: speedup unsettled ({best['measured']['trials_speedup_x']}x in the search, 1.34-"
     )
+
+
+@pytest.mark.parametrize("name", ("quickstart", "program", "tie"))
+def test_the_markdown_report_draws_the_screens_table(name, tmp_path, monkeypatch):
+    """A README walk: where the baseline kept its place in a tie, the markdown report's table had no knob rows (the
+    screen's has the tied config's changes); both tables draw the same rows now (`report._evidence`)."""
+    result = read_run(fixture_run(name, tmp_path, monkeypatch))
+    d = analysis.as_dict(result)
+    lines = R.as_markdown(result).splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("| | baseline (#"))
+    rows = list(itertools.takewhile(lambda line: line.startswith("|"), lines[start + 2 :]))  # to the table's end
+    assert len(rows) == len(R._evidence(d, R.ROWS, result.user_knobs))
+    flags = analysis.table_flags(d, result.user_knobs)
+    assert flags or name != "tie"
+    for flag in flags:
+        assert any(row.startswith(f"| {flag['knob']} ({flag['safety']}) | ") for row in rows), rows
+    assert rows[-1].startswith("| **speedup** | 1.00x | ")

@@ -118,31 +118,47 @@ def _speedup_cell(d: dict) -> str:
 SCREEN_ROWS = tuple(row for row in ROWS if row[1] not in ("step_ms_min", "step_ms_max"))  # the report has them
 
 
+def _evidence(d: dict, rows=ROWS, user_knobs=None) -> list[tuple[str, str, str]]:
+    """The baseline-vs-best table's rows, (label, baseline, best or tied) in rich markup: each measured figure
+    (`rows`), the pairs' figures beside the trials', the knobs changed with their safety, the bottleneck, the
+    speedup. The screen and the markdown report draw the same rows."""
+    sides = _sides(d)
+    base, other = (d[s] for s in sides)
+    out = [(label, *cells) for label, key, fmt in rows if (cells := _cells(d, key, fmt, sides))]
+    c = d["confirm"] or {}
+    unit = confirmed_unit(c)
+    if c.get("best_trial") == other["trial"] and c.get(unit.key("best")):  # the pairs' figures, beside the trials'
+        out.append((f"{unit.label}, side by side", f"{c[unit.key('baseline')]:.1f}", f"{c[unit.key('best')]:.1f}"))
+    for flag in analysis.table_flags(d, user_knobs):
+        out.append(
+            (
+                f"{flag['knob']} [dim]({flag['safety']})[/]",
+                K.shown(flag["baseline"]),
+                f"[bold]{K.shown(flag['tuned'])}[/]",
+            )
+        )
+    out.append(("bottleneck", *((t["diagnosis"] or {}).get("bottleneck") or "-" for t in (base, other))))
+    out.append(("[bold]speedup[/]", "1.00x", _speedup_cell(d)))
+    return out
+
+
 def _table(d: dict, rows=ROWS, user_knobs=None) -> Table:
-    """The evidence: the baseline against the best, side by side, each measured figure a row (`rows`)."""
+    """The evidence: the baseline against the best, side by side, each measured figure a row (`_evidence`)."""
     sides = _sides(d)
     base, other = (d[s] for s in sides)
     table = Table(title=f"baseline vs best ({d['trials']} trials, {d['wall_s']:.0f} s)", title_justify="left")
     table.add_column("")
     table.add_column(f"baseline (#{base['trial']})", justify="right")
     table.add_column(f"{'tied' if d['tied'] else 'best'} (#{other['trial']})", justify="right")
-    for label, key, fmt in rows:
-        cells = _cells(d, key, fmt, sides)
-        if cells:
-            table.add_row(label, *cells)
-    c = d["confirm"] or {}
-    unit = confirmed_unit(c)
-    if c.get("best_trial") == other["trial"] and c.get(unit.key("best")):  # the pairs' figures, beside the trials'
-        table.add_row(f"{unit.label}, side by side", f"{c[unit.key('baseline')]:.1f}", f"{c[unit.key('best')]:.1f}")
-    for flag in analysis.table_flags(d, user_knobs):
-        table.add_row(
-            f"{flag['knob']} [dim]({flag['safety']})[/]",
-            K.shown(flag["baseline"]),
-            f"[bold]{K.shown(flag['tuned'])}[/]",
-        )
-    table.add_row("bottleneck", *((t["diagnosis"] or {}).get("bottleneck") or "-" for t in (base, other)))
-    table.add_row("[bold]speedup[/]", "1.00x", _speedup_cell(d))
+    for row in _evidence(d, rows, user_knobs):
+        table.add_row(*row)
     return table
+
+
+def _markdown_cell(cell: str) -> str:
+    """A rich cell as markdown: bold stays bold, colours and dimming go."""
+    cell = re.sub(r"\[bold[a-z ]*\](.*?)\[/\]", r"**\1**", cell)
+    return re.sub(r"\[/?[a-z ]*\]", "", cell)
 
 
 def _print(*items) -> None:
@@ -408,7 +424,7 @@ def as_markdown(result, importance: dict | None = None) -> str:
     d = analysis.as_dict(result, importance)
     lines = _markdown_answer(d)
     if d["baseline"] and d["best"]:
-        lines += _markdown_table(d)
+        lines += _markdown_table(d, result.user_knobs)
     return "\n".join(lines + _markdown_findings(d)) + "\n"
 
 
@@ -426,26 +442,12 @@ def _markdown_answer(d: dict) -> list[str]:
     return lines
 
 
-def _markdown_table(d: dict) -> list[str]:
-    """The baseline against the best (or the config it tied with), as a markdown table."""
+def _markdown_table(d: dict, user_knobs=None) -> list[str]:
+    """The baseline against the best (or the config it tied with), as a markdown table: the screen's rows."""
     sides = _sides(d)
     base, other = (d[s] for s in sides)
     lines = ["", f"| | baseline (#{base['trial']}) | {sides[1]} (#{other['trial']}) |", "|---|---:|---:|"]
-    for label, key, fmt in ROWS:
-        cells = _cells(d, key, fmt, sides)
-        if cells:
-            lines.append(f"| {label} | {cells[0]} | {cells[1]} |")
-    for flag in d["safety"]:
-        lines.append(
-            f"| `{flag['knob']}` ({flag['safety']}) | {K.shown(flag['baseline'])} | **{K.shown(flag['tuned'])}** |"
-        )
-    lines.append(
-        f"| bottleneck | {(base['diagnosis'] or {}).get('bottleneck', '-')} | "
-        f"{(other['diagnosis'] or {}).get('bottleneck', '-')} |"
-    )
-    speedup = re.sub(r"\[/?[a-z ]*\]", "", _speedup_cell(d))  # the cell without its colour
-    lines.append(f"| **speedup** | 1.00x | **{speedup}** |")
-    return lines
+    return lines + [f"| {' | '.join(_markdown_cell(c) for c in row)} |" for row in _evidence(d, ROWS, user_knobs)]
 
 
 def _markdown_findings(d: dict) -> list[str]:

@@ -300,9 +300,23 @@ def shutdown_ray() -> None:
 
     global _reaper
     gc.collect()
+    node = getattr(ray._private.worker, "_global_node", None)
+    session = node.get_session_dir_path() if node is not None else None
     ray.shutdown()
     reaper.stop(_reaper)
     _reaper = None
+    if session:
+        remove_session(Path(session))
+
+
+def remove_session(session: Path) -> None:
+    """The session dir of a Ray this process started and stopped (under $TMPDIR/ray: its logs, sockets and the
+    runtime's files, ~0.4 MB), and `session_latest` where it points there: a README walk found one left per search.
+    The trials' own logs are in the run dir."""
+    latest = session.parent / "session_latest"
+    if latest.is_symlink() and latest.resolve() == session.resolve():
+        latest.unlink(missing_ok=True)
+    shutil.rmtree(session, ignore_errors=True)
 
 
 class DriverOnly:

@@ -50,7 +50,7 @@ PRIOR_S = 60.0  # the prior weighs as much as this many seconds of reads (`Refer
 # the search's comparisons keep, where two trials are compared by one machinery). Worth 3 pairs: worth one, the
 # baseline's two reads 27% apart alone set a quiet search's spread to 26%, and with its t quantile an interval of
 # 0.4-10x. With 5% worth 3 pairs, 9 of 12 fresh bench_drift searches' pairs landed inside (median |z| 1.28, a
-# calibrated interval 0.67); with 10%, 12 of 12 and 35 of the 36 earlier ones recomputed
+# calibrated interval 0.67); with 10%, 12 of 12 fresh ones after, and 59 of the 60 kept (median |z| 0.65)
 # (scripts/measurements/cpu-2026-12-07e-landing). A GPU host: none measured (the reads alone say).
 SPREAD_PRIOR = ({"cpu": 0.10}, 3)
 # the side by side a figure's interval says where it lands: this many pairs, each a fresh process of the best and one
@@ -278,7 +278,7 @@ class Reference:
         """The 95% half-width of a side by side's own noise (`SIDE_BY_SIDE` pairs): each pair's log-ratio two
         fresh processes, their median's variance pi/2 over the pairs' mean's. The interval is where a side by side
         lands, not where the true ratio lies: on the 2-core host, 27 of 36 searches' pairs lay inside the interval
-        without it and the t, 31 recomputed with them (scripts/measurements/cpu-2026-12-07e-landing)."""
+        without it and the t, 31 with them (and 35 with the 10% prior: scripts/measurements/cpu-2026-12-07e-landing)."""
         return self._t() * self.spread * math.sqrt(math.pi / SIDE_BY_SIDE)
 
 

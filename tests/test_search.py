@@ -1,5 +1,6 @@
 """A real search through Ray Tune + Optuna + MLflow on the tiny workload."""
 
+import signal
 import threading
 from pathlib import Path
 
@@ -62,7 +63,11 @@ class Collector(SearchCallback):
 
 def test_search_records_every_trial_everywhere(tmp_path):
     collector = Collector()
+    ctrl_c = signal.getsignal(signal.SIGINT)
     result = run(make_spec(tmp_path, trial={**TRIAL, "prune_margin": 0}), callbacks=[collector])
+    # Ray Tune's Ctrl-C handler goes with its run: left in place, it swallowed the re-measurement's first Ctrl-C
+    # (or SIGTERM) and the pairs ran on (a README walk)
+    assert signal.getsignal(signal.SIGINT) is ctrl_c
     started = collector.started
     seen = collector.records
     run_dir = result.run_dir

@@ -15,6 +15,7 @@ import io
 import json
 import os
 import shutil
+import signal
 import tarfile
 import time
 from pathlib import Path
@@ -285,6 +286,24 @@ def _loaded() -> None:
     """Nothing: a task of this module imports it where it runs."""
 
 
+@contextlib.contextmanager
+def signals_kept():
+    """Ctrl-C's (SIGTERM's) and SIGUSR1's handlers as they were once Ray Tune's run ends: Tune installs its own for
+    its run and puts the old one back only once one fires, so the first Ctrl-C or SIGTERM of the re-measurement after
+    it went to Tune's, which ended nothing (a README walk: the pairs ran on after a SIGTERM)."""
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    kept = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGUSR1)}
+    try:
+        yield
+    finally:
+        for s, handler in kept.items():
+            signal.signal(s, handler)
+
+
 def shutdown_ray() -> None:
     """Stop the Ray `init_ray` started, then let its reaper go. A Ray handle
     finalized after the shutdown reaches the core worker, which ends the process
@@ -464,7 +483,8 @@ class RayBackend:
             ),
         )
         if run.remaining > 0:
-            tuner.fit()
+            with signals_kept():
+                tuner.fit()
         if not run.stop.stop():  # Tune ended before any stopper did: Ctrl-C or SIGTERM
             run.interrupted.set = True
 

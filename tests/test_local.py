@@ -143,7 +143,8 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
     """The local backend's Ctrl-C stopper (SIGTERM as Ctrl-C): the running trial stopped, what finished saved,
     `--resume` runs the rest with nothing lost or repeated; Ray and MLflow hidden throughout. The SIGTERM goes to the
     search's whole process group, as `timeout` and a scheduler send it: its fork server is in that group (a README
-    walk: it died first, and the pair in flight was recorded as failed, "the fork server exited")."""
+    walk: it died first, and the pair in flight was recorded as failed, "the fork server exited"), to a search started
+    with Ctrl-C ignored, as a script's background job is."""
     import optuna
 
     from tests.test_reliability import processes_in, wait_for_rows, write_spec as stop_spec
@@ -160,6 +161,8 @@ def test_sigterm_stops_a_local_search_and_a_resume_finishes_it(tmp_path):
             stderr=subprocess.STDOUT,
             text=True,
             start_new_session=True,
+            # as a script's background job starts it: Ctrl-C ignored, so a SIGTERM passed on as one was lost
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
         )
 
     proc = start(str(spec))

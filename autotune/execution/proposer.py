@@ -99,4 +99,14 @@ def stop_on_sigterm() -> None:
     import threading
 
     if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, lambda *_: os.kill(os.getpid(), signal.SIGINT))
+        signal.signal(signal.SIGTERM, _as_ctrl_c)
+
+
+def _as_ctrl_c(*_) -> None:
+    """SIGTERM as Ctrl-C: through Ctrl-C's own handler where there is one (Ray Tune's during its run ends it
+    cleanly), else raised here. A search started in the background by a script inherits Ctrl-C ignored, and a
+    SIGINT sent on was lost: the pairs ran on after the SIGTERM (a README walk)."""
+    if callable(signal.getsignal(signal.SIGINT)):
+        os.kill(os.getpid(), signal.SIGINT)
+    else:
+        raise KeyboardInterrupt

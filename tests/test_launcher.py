@@ -36,13 +36,20 @@ def test_each_trial_starts_from_a_clean_process(tmp_path, launcher):
         result = run_in_process(CONFIG, tmp_path / str(i), 120, str(tmp_path.cwd()), {}, launch=Launch(launcher))
         assert result.status == "ok" and result.launcher == launcher, result
         seen.append(json.loads((tmp_path / str(i) / "seen.json").read_text()))
+        if launcher == "fork" and i == 0:  # a group's SIGTERM or Ctrl-C reaches the server: the driver's to handle
+            [signalled] = [s for key, s in _servers.items() if "tests.workloads" in key[1]]
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                os.kill(signalled.proc.pid, sig)
+            time.sleep(0.2)
     assert len({s["pid"] for s in seen}) == 3  # a process per trial
+    assert all(s["sigterm_default"] for s in seen)  # the trials get SIGTERM back
     for s in seen:  # every trial finds the defaults the trial before it changed
         assert (s["cudnn_benchmark"], s["cuda_matmul_tf32"], s["matmul_precision"]) == (False, False, "highest")
         assert s["leaked_tensors"] == 0 and s["threads"] == seen[0]["threads"]  # the leak set 1
     if launcher == "fork":  # one warm server served them all, and never ran a trial itself
         [server] = [s for key, s in _servers.items() if "tests.workloads" in key[1]]
         assert server.alive() and server.proc.pid not in {s["pid"] for s in seen}
+        assert server is signalled  # the signals did not end it (a new one would have served the rest)
         # the server's imports are frozen out of the collector: a full collection in a
         # trial would touch every page it shares with the server (a ~200-ms copy-on-write
         # stall inside a tiny_cnn window: step-time CV 1.2 against 0.1 spawned)

@@ -87,7 +87,7 @@ def _child(request: dict, rank: bool = False) -> None:
         if (rank or threads != server_threads) and threads.isdigit() and "torch" in sys.modules:
             sys.modules["torch"].set_num_threads(int(threads))  # torch read the server's
         signal.signal(signal.SIGINT, signal.default_int_handler)
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a listening server's SIG_IGN is not the trial's
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the server's SIG_IGN is not the trial's (`_drivers_signals`)
         if "program" in request:
             code = _program(**request["program"])
         else:
@@ -243,8 +243,18 @@ def _preload(modules: list[str]) -> None:
     gc.freeze()
 
 
+def _drivers_signals() -> None:
+    """Ctrl-C and SIGTERM are the driver's to handle: a scheduler's or `timeout`'s SIGTERM, and a terminal's Ctrl-C,
+    reach the driver's whole process group, a server in it. It died first, and the trial or pair in flight was
+    recorded as failed, "the fork server exited", where the search was being stopped (a README walk). Its lifeline
+    (stdin) ends it; its trials get both back (`_child`)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+
+
 def serve(preload: list[str]) -> None:
     """Single-threaded on purpose: a fork copies only the forking thread."""
+    _drivers_signals()
     _preload(preload)
     print(json.dumps({"ready": os.getpid()}), file=sys.stdout, flush=True)
     _serve_stream(sys.stdin.fileno(), sys.stdout)
@@ -252,11 +262,7 @@ def serve(preload: list[str]) -> None:
 
 def listen(path: str, preload: list[str]) -> None:
     """Serve every connection to the Unix socket `path` until stdin closes."""
-    # Ctrl-C and SIGTERM are the driver's to handle (a scheduler's or `timeout`'s SIGTERM reaches the driver's whole
-    # process group, this server in it: it died first, and the trial or pair in flight was recorded as failed, "the
-    # fork server exited", where the search was being stopped); the lifeline ends this
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    _drivers_signals()
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     server.bind(path)
     server.listen(64)

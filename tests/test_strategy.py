@@ -423,6 +423,43 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
         assert strategy.ask(fits).params == {"pin_memory": False, "compile": expected}
 
 
+def test_a_compiled_incumbents_moves_go_by_its_eager_twins_answers():
+    """Issue 62: from a compiled incumbent every move that changes its graph pays a new compile. The climb goes by
+    the same move from its eager twin: measured there without a gain (the loader's one rung up), it is not tried
+    compiled; not measured, it runs eager first (no compile) and compiled only where it gained there (bf16: slower,
+    never compiled; the fused optimizer: faster, compiled next and the best); a loader move nothing answered keeps
+    the graph (the search's cache has it) and runs compiled."""
+    space = {
+        "num_workers": [0, 1],
+        "precision": ["32-true", "bf16-mixed"],
+        "fused_optimizer": [False, True],
+        "compile": ["none", "default"],
+    }
+    base = {"num_workers": 0, "precision": "32-true", "fused_optimizer": False, "compile": "none"}
+
+    def compile_helps(p):
+        v = 100 * (1.5 if p["compile"] != "none" else 1) * (1.2 if p["fused_optimizer"] else 1)
+        return "ok", v * (0.9 if p["precision"] != "32-true" else 1) * (1 - 0.001 * p["num_workers"])
+
+    strategy, planned = Strategy(optuna.create_study(direction="maximize"), space, base), []
+    moves = [{"knob": "num_workers", "to": "up", "why": "w"}, {"knob": "compile", "to": ["default"], "why": "c"}]
+    for _ in range(8):
+        p = strategy.ask()
+        diagnosis = {"bottleneck": "input", "moves": moves} if p.source == "baseline" else None
+        strategy.tell(p.trial, *compile_helps(p.params), diagnosis=diagnosis)
+        planned.append({n: v for n, v in p.params.items() if v != base[n]})
+    assert planned == [
+        {},
+        {"num_workers": 1},  # the diagnosis's moves, each alone: the loader's, no gain...
+        {"compile": "default"},  # ... compile, the incumbent; its twin's answer stands for the loader's move
+        {"precision": "bf16-mixed"},  # eager first: slower, never compiled
+        {"fused_optimizer": True},  # eager first: faster...
+        {"fused_optimizer": True, "compile": "default"},  # ... so compiled: the new incumbent
+        {"num_workers": 1, "fused_optimizer": True, "compile": "default"},  # its graph: compiled
+        {"precision": "bf16-mixed", "fused_optimizer": True},  # from the new incumbent's twin, eager
+    ]
+
+
 def test_the_trial_count_caps_a_search_with_or_without_a_budget_and_a_grid_runs_each_point_once():
     space = {"num_workers": [0, 1, 2], "precision": ["32-true", "bf16-mixed"]}  # 6 points
     assert trial_cap(space, 20, None, "autotune") == 20 and trial_cap(space, None, None, "autotune") == 20

@@ -8,7 +8,7 @@ import math
 import statistics
 from typing import Callable
 
-from autotune.decide.limits import LOADER_KNOBS
+from autotune.decide.limits import graph_of
 from autotune.decide.samplers import kind
 
 
@@ -64,12 +64,6 @@ COMPILE_COST = {"default": 1.0, "reduce-overhead": 1.5, "max-autotune": 3.0}
 # a compile never measured in this search: design.md's cold compile on this project's 2-core CPU (22-29 s a
 # process); the first compile trial replaces it with what it measured
 COMPILE_PRIOR_S = 25.0
-
-
-def graph_of(knobs: dict) -> tuple:
-    """What a compiled graph depends on: every knob but the loader's (workers, pinning, prefetch, persistence
-    change no graph), so two configs of one graph share the search's compile cache (a repeat is a cache hit)."""
-    return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in LOADER_KNOBS))
 
 
 def compile_cost(point: dict, spent: list[tuple[dict, float, float | None]]) -> float | None:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import optuna
 from optuna.samplers import BaseSampler
 
-from autotune.decide.limits import key
+from autotune.decide.limits import graph_of, key
 from autotune.decide.naming import Known, Naming
 from autotune.decide.playbook import STEP_COST_KNOBS, playbook_moves, user_moves
 from autotune.knobs import KNOBS, ladder_key
@@ -123,7 +123,13 @@ class Climb(Naming):
         return (self.priors.get(key(point, self.names)) or {}).get("by")
 
     def candidates(
-        self, center: dict, came_from: dict | None, path: "_Path | None" = None, capped=None, evidence=None
+        self,
+        center: dict,
+        came_from: dict | None,
+        path: "_Path | None" = None,
+        capped=None,
+        evidence=None,
+        values: dict | None = None,
     ) -> list[dict]:
         """The local moves from an incumbent, in the order they are tried:
         1. what its own diagnosis says (each move alone; all of them at once only where each of their knobs
@@ -142,7 +148,10 @@ class Climb(Naming):
            space), then the knobs moved longest ago: each knob gets its turn
            before one is moved again, unless a diagnosis asks for it (step 1);
         4. last: a rung down, and the values the climb moved away from
-           (`path.left`; undoing the move that led here among them)."""
+           (`path.left`; undoing the move that led here among them).
+        From a compiled center, the moves of 2-4 that change its graph go by its eager twin's (`_eager_first`,
+        from what is measured: `values`); its own diagnosis's moves and the knobs dropped for the export as they
+        are."""
         path = path or _Path()
         left = path.left
         helped, counted = evidence or (set(), set())
@@ -175,28 +184,58 @@ class Climb(Naming):
                 for p in self._targets(center, mv)
             ]
         if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
-            out.append(self._step(center, "batch_size", 1))
+            out += self._eager_first(center, [self._step(center, "batch_size", 1)], values)
         out += [
             {**center, n: self.baseline[n]} for n in self.names if center[n] != self.baseline[n] and n not in counted
         ]
         order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
         order.sort(key=lambda n: path.moved.get(n, -1))  # stable: DEFAULT_ORDER among equals
+        more: list[dict | None] = []
         last: list[dict | None] = []
         for name in order:
             if self._is_ladder(name):
-                out.append(self._step(center, name, 1))
+                more.append(self._step(center, name, 1))
                 last.append(self._step(center, name, -1))
             else:
                 for v in self.search[name]:
                     undo = v in left.get(name, ()) or (name in changed and v == came_from[name])
                     if v != center[name]:
-                        (last if undo else out).append({**center, name: v})
+                        (last if undo else more).append({**center, name: v})
+        out += self._eager_first(center, more, values)
         seen, ordered = {key(center, self.names)}, []
-        for p in out + last:
+        for p in out + self._eager_first(center, last, values):
             if p is not None and key(p, self.names) not in seen:
                 seen.add(key(p, self.names))
                 ordered.append(p)
         return ordered
+
+    def _eager_first(self, center: dict, points: list[dict | None], values: dict | None) -> list[dict | None]:
+        """From a compiled center, each move as the same move from its eager twin (the center with compile off)
+        answers it, where the twin was measured: measured there, the move is tried compiled only where it gained
+        above min_improvement (a move is tried where a measurement points to it); not measured, a move that changes
+        the graph runs eager first (compiled, it pays a new graph's compile: every knob but the loader's changes
+        the graph, `graph_of`), one that keeps it runs compiled (the search's cache has its graph). Another compile
+        mode is as it was."""
+        mode = center.get("compile", "none")
+        twin = values.get(key({**center, "compile": "none"}, self.names)) if values and mode != "none" else None
+        if twin is None:
+            return points
+        out = []
+        for p in points:
+            if p is None or p["compile"] != mode:
+                out.append(p)
+                continue
+            eager = {**p, "compile": "none"}
+            k = key(eager, self.names)
+            if k in values:
+                if values[k] is not None and values[k] > twin * (1 + self.min_improvement):
+                    out.append(p)
+            elif graph_of(p) == graph_of(center):
+                out.append(p)
+            else:
+                self.priors.setdefault(k, {"by": "eager first", "gain": None})
+                out.append(eager)
+        return out
 
     def plan(self, values: dict[tuple, float | None], free, infeasible, capped=None) -> dict | None:
         """The next point of the hand-tuning procedure, replayed over what is
@@ -220,7 +259,7 @@ class Climb(Naming):
         evidence = self.known.helped(), self.known.counted()
         while True:
             ready, waiting = [], False  # the moves not measured yet, and one running
-            for point in self.candidates(center, came_from, path, capped, evidence):
+            for point in self.candidates(center, came_from, path, capped, evidence, values):
                 k = key(point, self.names)
                 if k not in values:
                     if free(point):

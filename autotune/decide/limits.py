@@ -25,6 +25,12 @@ LOADER_KNOBS = tuple(n for n, k in KNOBS.items() if k.stage == "loader" and n !=
 DATA_WAIT_FLOOR = 0.05
 
 
+def graph_of(knobs: dict) -> tuple:
+    """What a compiled graph depends on: every knob but the loader's (workers, pinning, prefetch, persistence
+    change no graph), so two configs of one graph share the search's compile cache (a repeat is a cache hit)."""
+    return tuple(sorted((k, str(v)) for k, v in knobs.items() if k not in LOADER_KNOBS))
+
+
 def key(params: dict, names) -> tuple:
     return tuple(params[n] for n in names)
 

@@ -425,8 +425,8 @@ def test_compile_modes_are_scheduled_by_what_the_budget_affords():
 
 def test_a_compiled_incumbents_moves_go_by_its_eager_twins_answers():
     """Issue 62: from a compiled incumbent every move that changes its graph pays a new compile. The climb goes by
-    the same move from its eager twin: measured there without a gain (the loader's one rung up), it is not tried
-    compiled; not measured, it runs eager first (no compile) and compiled only where it gained there (bf16: slower,
+    the same move from its eager twin: measured there without a gain (the loader's one rung up, which every
+    trial's diagnosis names, as a language model's names its padding), it is not tried compiled; not measured, it runs eager first (no compile) and compiled only where it gained there (bf16: slower,
     never compiled; the fused optimizer: faster, compiled next and the best); a loader move nothing answered keeps
     the graph (the search's cache has it) and runs compiled."""
     space = {
@@ -445,13 +445,12 @@ def test_a_compiled_incumbents_moves_go_by_its_eager_twins_answers():
     moves = [{"knob": "num_workers", "to": "up", "why": "w"}, {"knob": "compile", "to": ["default"], "why": "c"}]
     for _ in range(8):
         p = strategy.ask()
-        diagnosis = {"bottleneck": "input", "moves": moves} if p.source == "baseline" else None
-        strategy.tell(p.trial, *compile_helps(p.params), diagnosis=diagnosis)
+        strategy.tell(p.trial, *compile_helps(p.params), diagnosis={"bottleneck": "input", "moves": moves})
         planned.append({n: v for n, v in p.params.items() if v != base[n]})
     assert planned == [
         {},
         {"num_workers": 1},  # the diagnosis's moves, each alone: the loader's, no gain...
-        {"compile": "default"},  # ... compile, the incumbent; its twin's answer stands for the loader's move
+        {"compile": "default"},  # ... compile, the incumbent: its twin's answer stands for its diagnosis's move
         {"precision": "bf16-mixed"},  # eager first: slower, never compiled
         {"fused_optimizer": True},  # eager first: faster...
         {"fused_optimizer": True, "compile": "default"},  # ... so compiled: the new incumbent

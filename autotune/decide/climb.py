@@ -149,9 +149,9 @@ class Climb(Naming):
            before one is moved again, unless a diagnosis asks for it (step 1);
         4. last: a rung down, and the values the climb moved away from
            (`path.left`; undoing the move that led here among them).
-        From a compiled center, the moves of 2-4 that change its graph go by its eager twin's (`_eager_first`,
-        from what is measured: `values`); its own diagnosis's moves and the knobs dropped for the export as they
-        are."""
+        From a compiled center, every move but the knobs dropped for the export goes by its eager twin's
+        (`_eager_first`, from what is measured: `values`): its own diagnosis names what the twin's named (padding,
+        the loader), and the twin answered it without a compile."""
         path = path or _Path()
         left = path.left
         helped, counted = evidence or (set(), set())
@@ -184,7 +184,8 @@ class Climb(Naming):
                 for p in self._targets(center, mv)
             ]
         if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
-            out += self._eager_first(center, [self._step(center, "batch_size", 1)], values)
+            out.append(self._step(center, "batch_size", 1))
+        out = self._eager_first(center, out, values)
         out += [
             {**center, n: self.baseline[n]} for n in self.names if center[n] != self.baseline[n] and n not in counted
         ]

@@ -11,6 +11,8 @@ import pytest
 
 from autotune.knobs import Device, pytorch_defaults
 from autotune.decide.budget import budget_fits, compile_cost, no_improvement_for, trial_cap, trial_cost
+from autotune.decide.climb import EAGER_FIRST
+from autotune.decide.limits import graph_of
 from autotune.decide.playbook import advise
 from autotune.decide.strategy import Facts, Strategy, skip_combination
 from autotune.trial.diagnose import diagnose
@@ -457,6 +459,81 @@ def test_a_compiled_incumbents_moves_go_by_its_eager_twins_answers():
         {"num_workers": 1, "fused_optimizer": True, "compile": "default"},  # its graph: compiled
         {"precision": "bf16-mixed", "fused_optimizer": True},  # from the new incumbent's twin, eager
     ]
+
+
+def test_a_knob_inside_the_noise_is_compiled_neither_into_the_compile_move_nor_after_it():
+    """Issue 62: channels_last gains 4% on a transformer, above min_improvement (the climb moves there) but inside
+    each window's +-5% (not counted: the export leaves it out). The compile move from there compiles the config
+    the export would carry, compile alone (else the export's check, compile without channels_last, is a second
+    new graph), and from the compiled incumbent channels_last is not compiled again; the fused optimizer, 30%
+    beyond the noise, is, after its eager first."""
+    space = {
+        "num_workers": [0, 1],
+        "channels_last": [False, True],
+        "fused_optimizer": [False, True],
+        "compile": ["none", "default"],
+    }
+    base = {"num_workers": 0, "channels_last": False, "fused_optimizer": False, "compile": "none"}
+
+    def landscape(p):
+        v = 100 * (1.04 if p["channels_last"] else 1) * (1.3 if p["fused_optimizer"] else 1)
+        return "ok", v * (1.5 if p["compile"] != "none" else 1) * (1 - 0.001 * p["num_workers"])
+
+    strategy, planned = Strategy(optuna.create_study(direction="maximize"), space, base), []
+    moves = [{"knob": "channels_last", "to": True, "why": "c"}, {"knob": "compile", "to": ["default"], "why": "c"}]
+    while len(planned) < 8:
+        p = strategy.ask()
+        diagnosis = {"bottleneck": "compute", "moves": moves}
+        strategy.tell(p.trial, *landscape(p.params), diagnosis=diagnosis, attrs={"ci": 0.05})
+        planned.append(({n: v for n, v in p.params.items() if v != base[n]}, p.source, p.chosen_by))
+    assert [c for c, source, _ in planned if source == "plan"][:7] == [
+        {"channels_last": True},  # +4%: the climb's new incumbent
+        {"compile": "default"},  # the compile move, lean: without channels_last
+        {"num_workers": 1, "compile": "default"},  # the loader's: its graph, nothing answered it
+        {"fused_optimizer": True},  # eager first...
+        {"fused_optimizer": True, "compile": "default"},  # ... 30%: compiled
+        {"channels_last": True, "fused_optimizer": True},  # eager first: +4% again, inside the noise
+        {"num_workers": 1, "fused_optimizer": True, "compile": "default"},
+    ]
+    assert [by for c, _, by in planned if c == {"fused_optimizer": True}] == [EAGER_FIRST]
+    assert strategy.counted() == {"fused_optimizer", "compile"}
+
+
+@pytest.mark.parametrize("sampler", ["autotune", "tpe"])
+def test_the_explorers_compiled_draw_on_a_new_graph_runs_its_eager_twin_first(sampler):
+    """Issue 62: the climb's explorer (TPE, and the fallback's random point) draws compiled configs too, each on a
+    graph never compiled a new compile. Such a draw runs as its eager twin first (the draw told FAIL: TPE's model
+    leaves it out), where the twin was never measured; a graph compiled before is a cache hit and runs as drawn.
+    A generic sampler (`tpe`) runs what it draws."""
+    space = {
+        "num_workers": [0, 1, 2],
+        "precision": ["32-true", "bf16-mixed"],
+        "fused_optimizer": [False, True],
+        "compile": ["none", "default"],
+    }
+    base = {"num_workers": 0, "precision": "32-true", "fused_optimizer": False, "compile": "none"}
+
+    def each_helps(p):  # the loader's workers only without compile
+        v = 100 * (1.2 if p["fused_optimizer"] else 1) * (1.1 if p["precision"] != "32-true" else 1)
+        v *= 1.5 if p["compile"] != "none" else 1
+        return "ok", v * (1 + 0.05 * p["num_workers"] * (p["compile"] == "none"))
+
+    strategy = Strategy(optuna.create_study(direction="maximize"), space, base, sampler, seed=0)
+    seen = drive(strategy, each_helps, 20)  # the climb's optimum by trial 8, the explorer's draws after
+    blind = []  # drawn compiled on a new graph, its eager twin never measured
+    for i, (source, point, *_) in enumerate(seen):
+        before = [p for _, p, *_ in seen[:i]]
+        new_graph = all(graph_of(p) != graph_of(point) for p in before if p["compile"] != "none")
+        if source != "plan" and point["compile"] != "none" and new_graph and {**point, "compile": "none"} not in before:
+            blind.append(point)
+    skipped = [t for t in strategy.study.trials if str(t.user_attrs.get("error", "")).startswith(EAGER_FIRST)]
+    if sampler == "autotune":
+        assert not blind and skipped, (blind, len(skipped))
+        assert all(t.state == optuna.trial.TrialState.FAIL and t.user_attrs["virtual"] for t in skipped)
+        firsts = [t for t in strategy.study.trials if t.user_attrs.get("chosen_by") == EAGER_FIRST]
+        assert firsts and all(t.params["compile"] == "none" for t in firsts)
+    else:
+        assert blind and not skipped
 
 
 def test_the_trial_count_caps_a_search_with_or_without_a_budget_and_a_grid_runs_each_point_once():

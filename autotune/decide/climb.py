@@ -25,6 +25,9 @@ LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
 # the moves no diagnosis asked for. A knob of the space not listed (a user knob) is
 # tried after these.
 DEFAULT_ORDER = tuple(KNOBS)
+# what chose a compiled config's eager twin in its place: the climb's (`Climb._eager_first`), the explorer's
+# (`autotune.decide.strategy.Strategy.eager_twin`)
+EAGER_FIRST = "eager first"
 
 
 @dataclass
@@ -151,7 +154,8 @@ class Climb(Naming):
            (`path.left`; undoing the move that led here among them).
         From a compiled center, every move but the knobs dropped for the export goes by its eager twin's
         (`_eager_first`, from what is measured: `values`): its own diagnosis names what the twin's named (padding,
-        the loader), and the twin answered it without a compile."""
+        the loader), and the twin answered it without a compile. From an eager one, a compile move leaves out the
+        center's knobs that did not count (`_lean`)."""
         path = path or _Path()
         left = path.left
         helped, counted = evidence or (set(), set())
@@ -185,7 +189,7 @@ class Climb(Naming):
             ]
         if "batch_size" in self.search and any(n in STEP_COST_KNOBS for n in changed):
             out.append(self._step(center, "batch_size", 1))
-        out = self._eager_first(center, out, values)
+        out = self._eager_first(center, out, values, counted)
         out += [
             {**center, n: self.baseline[n]} for n in self.names if center[n] != self.baseline[n] and n not in counted
         ]
@@ -202,18 +206,31 @@ class Climb(Naming):
                     undo = v in left.get(name, ()) or (name in changed and v == came_from[name])
                     if v != center[name]:
                         (last if undo else more).append({**center, name: v})
-        out += self._eager_first(center, more, values)
+        out += self._eager_first(center, more, values, counted)
         seen, ordered = {key(center, self.names)}, []
-        for p in out + self._eager_first(center, last, values):
+        for p in out + self._eager_first(center, last, values, counted):
+            p = p and self._lean(center, p, counted)
             if p is not None and key(p, self.names) not in seen:
                 seen.add(key(p, self.names))
                 ordered.append(p)
         return ordered
 
-    def _eager_first(self, center: dict, points: list[dict | None], values: dict | None) -> list[dict | None]:
+    def _lean(self, center: dict, point: dict, counted: set) -> dict:
+        """A compile move from an eager center (compile turned on) without the center's knobs that made no
+        difference beyond the noise (not `counted`): the export leaves those out (`autotune.records.best`), and
+        compiled with them the search would compile the graph it exports a second time, to measure it."""
+        if center.get("compile", "none") != "none" or point.get("compile", "none") == "none":
+            return point
+        idle = {n: self.baseline[n] for n in self.names if center[n] != self.baseline[n] and n not in counted}
+        return {**point, **{n: v for n, v in idle.items() if point[n] == center[n] and n != "compile"}}
+
+    def _eager_first(
+        self, center: dict, points: list[dict | None], values: dict | None, counted: set = frozenset()
+    ) -> list[dict | None]:
         """From a compiled center, each move as the same move from its eager twin (the center with compile off)
         answers it, where the twin was measured: measured there, the move is tried compiled only where it gained
-        above min_improvement (a move is tried where a measurement points to it); not measured, a move that changes
+        above min_improvement and each knob it changes counted (a difference beyond the noise, `counted`: the
+        export keeps no other); not measured, a move that changes
         the graph runs eager first (compiled, it pays a new graph's compile: every knob but the loader's changes
         the graph, `graph_of`), one that keeps it runs compiled (the search's cache has its graph). Another compile
         mode is as it was."""
@@ -229,12 +246,13 @@ class Climb(Naming):
             eager = {**p, "compile": "none"}
             k = key(eager, self.names)
             if k in values:
-                if values[k] is not None and values[k] > twin * (1 + self.min_improvement):
+                moved = [n for n in self.names if p[n] != center[n]]
+                if values[k] is not None and values[k] > twin * (1 + self.min_improvement) and set(moved) <= counted:
                     out.append(p)
             elif graph_of(p) == graph_of(center):
                 out.append(p)
             else:
-                self.priors.setdefault(k, {"by": "eager first", "gain": None})
+                self.priors.setdefault(k, {"by": EAGER_FIRST, "gain": None})
                 out.append(eager)
         return out
 

@@ -30,6 +30,10 @@ class Kind:
     combines_helped: bool = False
     """a config it draws combines only knobs that each helped alone, unless the rate model predicts a gain
     (autotune.decide.strategy.skip_combination): the hand-tuner's rule, not a generic sampler's"""
+    eager_first: bool = False
+    """a config it draws compiled, on a graph the search never compiled, runs as its eager twin first where that
+    was never measured (`autotune.decide.strategy.Strategy.eager_twin`): the climb's rule for a compiled
+    incumbent's moves (`autotune.decide.climb.Climb._eager_first`), for its explorer's draws"""
 
 
 def _climb(known: Known, seed: int) -> BaseSampler:
@@ -39,7 +43,7 @@ def _climb(known: Known, seed: int) -> BaseSampler:
 
 
 SAMPLERS: dict[str, Kind] = {
-    "autotune": Kind(_climb, combines_helped=True),
+    "autotune": Kind(_climb, combines_helped=True, eager_first=True),
     "tpe": Kind(lambda known, seed: TPESampler(seed=seed, multivariate=False, constant_liar=True)),
     "random": Kind(lambda known, seed: RandomSampler(seed=seed)),
     "grid": Kind(Grid, exhaustive=True),

@@ -31,12 +31,14 @@ from optuna.trial import TrialState
 
 from autotune.decide import model
 from autotune.decide.budget import trial_cost
+from autotune.decide.climb import EAGER_FIRST
 from autotune.decide.bar import Incumbent, incumbent_bar
 from autotune.decide.limits import (
     LOADER_KNOBS,
     Limits,
     MemoryLadder,
     counts,
+    graph_of,
     hung_trials,
     key,
     loader_held,
@@ -144,6 +146,7 @@ class Strategy:
         listed = set(facts.listed)
         self.loader = [] if row.exhaustive else [n for n in LOADER_KNOBS if n in self.names and n not in listed]
         self.combines_helped = row.combines_helped  # a drawn combination of knobs that did not help alone: skipped
+        self.eager_first = row.eager_first  # a draw compiled on a new graph: its eager twin first (`eager_twin`)
         self.limits = self._limits(lambda params: True)  # what may run now: made again before each ask
         self.sources: dict[int, str] = {}  # trial number -> what named its config (`named`); else the sampler drew it
         study.sampler = self.sampler = row.make(self, seed)
@@ -250,7 +253,9 @@ class Strategy:
                 return None
             if redraws >= MAX_REDRAWS:  # the sampler keeps repeating itself: an unmeasured point at random
                 left = [p for p in space(self.search) if self.limits.free(p) and not self.unproven(p)]
-                return self._enqueue(self.rng.choice(left), "fallback") if left else None
+                pick = self.rng.choice(left) if left else None
+                twin = pick and self.eager_twin(pick)
+                return self._enqueue(twin or pick, "fallback", twin and EAGER_FIRST) if left else None
             trial = self.study.ask()
             params = self._suggest(trial)
             source = self.sources.pop(trial.number, "sampler")
@@ -261,6 +266,13 @@ class Strategy:
             if source == "sampler" and self.limits.free(params) and skip_combination(self, trial, params):
                 redraws += 1
                 continue
+            twin = self.eager_twin(params) if source == "sampler" and self.limits.free(params) else None
+            if twin is not None:
+                trial.set_user_attr("virtual", True)
+                trial.set_user_attr("status", "skipped")
+                trial.set_user_attr("error", f"{EAGER_FIRST}: drawn compiled on a graph never compiled here")
+                self.study.tell(trial, state=TrialState.FAIL)  # TPE's model leaves out a failed trial
+                return self._enqueue(twin, "sampler", EAGER_FIRST)
             if self.limits.free(params):
                 return self._proposal(trial, params, source)
             tell_virtual(self, trial, params)
@@ -287,13 +299,30 @@ class Strategy:
         unproven = [f"{n}={v}" for n, v in changes if (n, v) not in helped]
         return unproven if len(unproven) > 1 else []
 
-    def _enqueue(self, point: dict, source: str) -> Proposal:
-        """Run `point` next: an enqueued study trial, asked at once."""
-        self.study.enqueue_trial(point, user_attrs={"source": source}, skip_if_exists=False)
+    def _enqueue(self, point: dict, source: str, by: str | None = None) -> Proposal:
+        """Run `point` next: an enqueued study trial, asked at once (`by`: what chose it, where it says)."""
+        attrs = {"source": source, **({"chosen_by": by} if by else {})}
+        self.study.enqueue_trial(point, user_attrs=attrs, skip_if_exists=False)
         trial = self.study.ask()
         self._suggest(trial)
         predicted = self.predicted(point)
-        return Proposal(trial, point, source, predicted and predicted["samples_per_s"])
+        return Proposal(trial, point, source, predicted and predicted["samples_per_s"], by)
+
+    def eager_twin(self, point: dict) -> dict | None:
+        """What runs first in place of a drawn `point` (the explorer's, `Kind.eager_first`): its eager twin
+        (compile off), where `point` is compiled on a graph no trial of this search compiled (`graph_of`: a new
+        compile, where the twin costs none and says what the other knobs do) and the twin may run now (never
+        measured). None: `point` runs as drawn."""
+        if not self.eager_first or point.get("compile", "none") == "none":
+            return None
+        graph, ran = graph_of(point), (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+        compiled = [
+            t.params for t in self.real_trials() if t.state in ran and t.params.get("compile", "none") != "none"
+        ]
+        if any(graph_of(p) == graph for p in compiled):
+            return None  # the search's compile cache has its graph
+        twin = {**point, "compile": "none"}
+        return twin if self.limits.free(twin) else None
 
     def predicted(self, point: dict) -> dict | None:
         """The rate model's throughput for `point`, from the measured trials: the diagnosed ones' rates (`tell`'s

@@ -27,7 +27,7 @@ LADDERS = tuple(n for n, k in KNOBS.items() if k.ladder)
 DEFAULT_ORDER = tuple(KNOBS)
 # what chose a compiled config's eager twin in its place: the climb's (`Climb._eager_first`), the explorer's
 # (`autotune.decide.strategy.Strategy.eager_twin`)
-EAGER_FIRST = "eager first"
+EAGER_FIRST = "eager first (compiled, it is a new graph)"
 
 
 @dataclass
@@ -157,29 +157,9 @@ class Climb(Naming):
         the loader), and the twin answered it without a compile. From an eager one, a compile move leaves out the
         center's knobs that did not count (`_lean`)."""
         path = path or _Path()
-        left = path.left
         helped, counted = evidence or (set(), set())
         changed = [n for n in self.names if came_from is not None and came_from[n] != center[n]]
-        diagnosis = self.known.diagnosis_of(center)
-        out: list[dict] = []
-        if diagnosis is not None:
-            moves = diagnosis.get("moves")
-            if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
-                moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda, user_knobs=self.user_knobs)
-            else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
-                moves = moves + user_moves(diagnosis.get("bottleneck"), self.user_knobs)
-            by = f"{diagnosis['bottleneck']}-bound" if diagnosis.get("bottleneck") else None
-            targets = []
-            for mv in moves:
-                points = self._targets(center, mv)
-                for p in points:  # what named it, and what it may gain (Strategy.fastest_first)
-                    self.priors.setdefault(key(p, self.names), {"by": mv.get("by") or by, "gain": mv.get("gain")})
-                if points:
-                    targets.append(points)
-            joint = {n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}
-            if len(targets) > 1 and all((n, v) in helped for n, v in joint.items()):
-                out.append({**center, **joint})
-            out += [p for t in targets for p in t]
+        out = self._diagnosed(center, helped)
         up = self._step(center, "batch_size", 1) if "batch_size" in self.search else None
         if up is not None and capped is not None and capped(up):
             out += [
@@ -193,6 +173,42 @@ class Climb(Naming):
         out += [
             {**center, n: self.baseline[n]} for n in self.names if center[n] != self.baseline[n] and n not in counted
         ]
+        more, last = self._neighbours(center, came_from, changed, path)
+        out += self._eager_first(center, more, values, counted)
+        seen, ordered = {key(center, self.names)}, []
+        for p in out + self._eager_first(center, last, values, counted):
+            p = p and self._lean(center, p, counted)
+            if p is not None and key(p, self.names) not in seen:
+                seen.add(key(p, self.names))
+                ordered.append(p)
+        return ordered
+
+    def _diagnosed(self, center: dict, helped: set) -> list[dict]:
+        """Step 1 of `candidates`: the moves `center`'s own diagnosis names, each alone, after all of them at
+        once where each of their knobs helped alone (`helped`); each point's playbook move noted (`priors`)."""
+        diagnosis = self.known.diagnosis_of(center)
+        if diagnosis is None:
+            return []
+        moves = diagnosis.get("moves")
+        if moves is None:  # a bottleneck alone (a replay, an old study): the playbook's moves
+            moves = playbook_moves(diagnosis.get("bottleneck"), center, self.cuda, user_knobs=self.user_knobs)
+        else:  # the trial knows no user knobs: the driver adds those declared for this bottleneck
+            moves = moves + user_moves(diagnosis.get("bottleneck"), self.user_knobs)
+        by = f"{diagnosis['bottleneck']}-bound" if diagnosis.get("bottleneck") else None
+        targets = []
+        for mv in moves:
+            points = self._targets(center, mv)
+            for p in points:  # what named it, and what it may gain (Strategy.fastest_first)
+                self.priors.setdefault(key(p, self.names), {"by": mv.get("by") or by, "gain": mv.get("gain")})
+            if points:
+                targets.append(points)
+        joint = {n: t[0][n] for t in targets for n in self.names if t[0][n] != center[n]}
+        together = [{**center, **joint}] if len(targets) > 1 and all((n, v) in helped for n, v in joint.items()) else []
+        return together + [p for t in targets for p in t]
+
+    def _neighbours(self, center: dict, came_from: dict | None, changed: list[str], path: _Path):
+        """Steps 3 and 4 of `candidates`: (every other neighbour, knobs never moved first, then those moved
+        longest ago; a rung down and the values the climb moved away from)."""
         order = [n for n in DEFAULT_ORDER if n in self.search] + [n for n in self.names if n not in DEFAULT_ORDER]
         order.sort(key=lambda n: path.moved.get(n, -1))  # stable: DEFAULT_ORDER among equals
         more: list[dict | None] = []
@@ -203,17 +219,10 @@ class Climb(Naming):
                 last.append(self._step(center, name, -1))
             else:
                 for v in self.search[name]:
-                    undo = v in left.get(name, ()) or (name in changed and v == came_from[name])
+                    undo = v in path.left.get(name, ()) or (name in changed and v == came_from[name])
                     if v != center[name]:
                         (last if undo else more).append({**center, name: v})
-        out += self._eager_first(center, more, values, counted)
-        seen, ordered = {key(center, self.names)}, []
-        for p in out + self._eager_first(center, last, values, counted):
-            p = p and self._lean(center, p, counted)
-            if p is not None and key(p, self.names) not in seen:
-                seen.add(key(p, self.names))
-                ordered.append(p)
-        return ordered
+        return more, last
 
     def _lean(self, center: dict, point: dict, counted: set) -> dict:
         """A compile move from an eager center (compile turned on) without the center's knobs that made no
@@ -230,10 +239,9 @@ class Climb(Naming):
         """From a compiled center, each move as the same move from its eager twin (the center with compile off)
         answers it, where the twin was measured: measured there, the move is tried compiled only where it gained
         above min_improvement and each knob it changes counted (a difference beyond the noise, `counted`: the
-        export keeps no other); not measured, a move that changes
-        the graph runs eager first (compiled, it pays a new graph's compile: every knob but the loader's changes
-        the graph, `graph_of`), one that keeps it runs compiled (the search's cache has its graph). Another compile
-        mode is as it was."""
+        export keeps no other); not measured, a move that changes the graph runs eager first (compiled, it pays a
+        new graph's compile: every knob but the loader's changes the graph, `graph_of`), one that keeps it runs
+        compiled (the search's cache has its graph). Another compile mode is as it was."""
         mode = center.get("compile", "none")
         twin = values.get(key({**center, "compile": "none"}, self.names)) if values and mode != "none" else None
         if twin is None:

@@ -253,9 +253,11 @@ class Strategy:
                 return None
             if redraws >= MAX_REDRAWS:  # the sampler keeps repeating itself: an unmeasured point at random
                 left = [p for p in space(self.search) if self.limits.free(p) and not self.unproven(p)]
-                pick = self.rng.choice(left) if left else None
-                twin = pick and self.eager_twin(pick)
-                return self._enqueue(twin or pick, "fallback", twin and EAGER_FIRST) if left else None
+                if not left:
+                    return None
+                pick = self.rng.choice(left)
+                twin = self.eager_twin(pick)
+                return self._enqueue(twin or pick, "fallback", twin and EAGER_FIRST)
             trial = self.study.ask()
             params = self._suggest(trial)
             source = self.sources.pop(trial.number, "sampler")
@@ -270,7 +272,7 @@ class Strategy:
             if twin is not None:
                 trial.set_user_attr("virtual", True)
                 trial.set_user_attr("status", "skipped")
-                trial.set_user_attr("error", f"{EAGER_FIRST}: drawn compiled on a graph never compiled here")
+                trial.set_user_attr("error", f"{EAGER_FIRST}: its eager twin ran in its place")
                 self.study.tell(trial, state=TrialState.FAIL)  # TPE's model leaves out a failed trial
                 return self._enqueue(twin, "sampler", EAGER_FIRST)
             if self.limits.free(params):

@@ -234,7 +234,7 @@ class Climb(Naming):
         return {**point, **{n: v for n, v in idle.items() if point[n] == center[n] and n != "compile"}}
 
     def _eager_first(
-        self, center: dict, points: list[dict | None], values: dict | None, counted: set = frozenset()
+        self, center: dict, points: list[dict | None], values: dict | None, counted: set
     ) -> list[dict | None]:
         """From a compiled center, each move as the same move from its eager twin (the center with compile off)
         answers it, where the twin was measured: measured there, the move is tried compiled only where it gained

@@ -270,10 +270,7 @@ class Strategy:
                 continue
             twin = self.eager_twin(params) if source == "sampler" and self.limits.free(params) else None
             if twin is not None:
-                trial.set_user_attr("virtual", True)
-                trial.set_user_attr("status", "skipped")
-                trial.set_user_attr("error", f"{EAGER_FIRST}: its eager twin ran in its place")
-                self.study.tell(trial, state=TrialState.FAIL)  # TPE's model leaves out a failed trial
+                tell_skipped(self, trial, f"{EAGER_FIRST}: its eager twin ran in its place")
                 return self._enqueue(twin, "sampler", EAGER_FIRST)
             if self.limits.free(params):
                 return self._proposal(trial, params, source)
@@ -519,15 +516,9 @@ def skip_predicted(strategy: Strategy, trial: optuna.trial.Trial, point: dict) -
     best, guess = strategy.best_value(), strategy.predicted(point)
     if not best or guess is None or guess["samples_per_s"] >= best * model.SKIP_BELOW:
         return False
-    for name, value in {
-        "virtual": True,
-        "status": "skipped",
-        "predicted": guess["samples_per_s"],
-        "error": f"skipped: predicted {guess['samples_per_s']:.1f} {strategy.study.user_attrs.get('unit', 'samples')}"
-        f"/s, below {model.SKIP_BELOW:.0%} of the best ({best:.1f})",
-    }.items():
-        trial.set_user_attr(name, value)
-    strategy.study.tell(trial, state=TrialState.FAIL)
+    unit = strategy.study.user_attrs.get("unit", "samples")
+    error = f"skipped: predicted {guess['samples_per_s']:.1f} {unit}/s, below {model.SKIP_BELOW:.0%} of the best"
+    tell_skipped(strategy, trial, f"{error} ({best:.1f})", predicted=guess["samples_per_s"])
     return True
 
 
@@ -549,24 +540,20 @@ def skip_combination(strategy: Strategy, trial: optuna.trial.Trial, point: dict)
         return False
     earlier = strategy.skipped_combination(point)
     if earlier is not None:  # drawn again: told as a repeat of that skip, not a second skip
-        for name, value in {
-            "virtual": True,
-            "status": "skipped",
-            "error": f"repeat of skipped trial {earlier}",
-        }.items():
-            trial.set_user_attr(name, value)
-        strategy.study.tell(trial, state=TrialState.FAIL)
+        tell_skipped(strategy, trial, f"repeat of skipped trial {earlier}")
         return True
-    for name, value in {
-        "virtual": True,
-        "status": "skipped",
-        "predicted": guess and guess["samples_per_s"],
-        "error": f"skipped: combines {', '.join(unproven)}, which did not each help alone"
-        + (f" (the rate model predicts {guess['samples_per_s']:.1f} {unit}/s: no gain)" if guess else ""),
-    }.items():
+    error = f"skipped: combines {', '.join(unproven)}, which did not each help alone"
+    error += f" (the rate model predicts {guess['samples_per_s']:.1f} {unit}/s: no gain)" if guess else ""
+    tell_skipped(strategy, trial, error, predicted=guess and guess["samples_per_s"])
+    return True
+
+
+def tell_skipped(strategy: Strategy, trial: optuna.trial.Trial, error: str, **attrs) -> None:
+    """`trial` not run: told FAIL (TPE's model leaves a failed trial out), virtual, status `skipped`, `error` why
+    (and `attrs`, e.g. the rate model's prediction)."""
+    for name, value in {"virtual": True, "status": "skipped", **attrs, "error": error}.items():
         trial.set_user_attr(name, value)
     strategy.study.tell(trial, state=TrialState.FAIL)
-    return True
 
 
 def tell_virtual(strategy: Strategy, trial: optuna.trial.Trial, params: dict) -> None:
@@ -578,6 +565,4 @@ def tell_virtual(strategy: Strategy, trial: optuna.trial.Trial, params: dict) ->
         trial.set_user_attr("repeat_of", known.number)
         strategy.study.tell(trial, known.values[0])
         return
-    trial.set_user_attr("status", "skipped")
-    trial.set_user_attr("error", strategy.limits.why_not(params, known))
-    strategy.study.tell(trial, state=TrialState.FAIL)
+    tell_skipped(strategy, trial, strategy.limits.why_not(params, known))
